@@ -1,0 +1,37 @@
+# The whole set-up is here: `make course` opens the course, `make test` runs every test.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+# A range that admits a newer torch pulls a multi-GB CUDA build on some machines: pin it first.
+TORCH_SPEC ?= torch==2.13.0
+INSTALLED := $(VENV)/.minillm-installed
+PYTEST_ARGS ?=
+
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: course test setup model clean-venv
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(INSTALLED): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $@
+
+model: $(INSTALLED)
+	$(PY) -m minillm fetch
+
+setup: $(INSTALLED) model
+
+course: setup
+	$(VENV)/bin/jupyter lab notebooks/00_welcome.ipynb
+
+test: setup
+	$(PY) -m pytest --nbval-lax tests notebooks solutions $(PYTEST_ARGS)
+
+clean-venv:
+	rm -rf $(VENV)

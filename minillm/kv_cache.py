@@ -1,0 +1,84 @@
+"""The KV cache (KV 缓存): keys and values of every past token, kept so decode reads them instead of
+recomputing them.
+
+One preallocated tensor pair per layer, shaped (batch, kv_heads, max_tokens, head_dim). A forward
+pass appends its new keys and values layer by layer at position `length`, then the model calls
+`advance(new_tokens)` once, after the last layer. Memory is
+2 (keys and values) x layers x kv_heads x head_dim x tokens x bytes per value, per sequence.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class KVCache:
+    def __init__(self, n_layers: int, batch_size: int, n_kv_heads: int, head_dim: int,
+                 max_tokens: int, dtype: torch.dtype = torch.float32, device="cpu"):
+        for field, value in [("n_layers", n_layers), ("batch_size", batch_size),
+                             ("n_kv_heads", n_kv_heads), ("head_dim", head_dim),
+                             ("max_tokens", max_tokens)]:
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"KVCache {field} must be a positive int, got {value!r}")
+        shape = (batch_size, n_kv_heads, max_tokens, head_dim)
+        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
+        self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
+        self.max_tokens = max_tokens
+        self.length = 0
+
+    @classmethod
+    def for_model(cls, model, batch_size: int, max_tokens: int) -> "KVCache":
+        """A cache shaped for `model` (anything with a minillm `config`), on its device and dtype."""
+        c = model.config
+        param = next(model.parameters())
+        return cls(c.n_layers, batch_size, c.n_kv_heads, c.head_dim, max_tokens,
+                   dtype=param.dtype, device=param.device)
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.keys)
+
+    @property
+    def batch_size(self) -> int:
+        return self.keys[0].shape[0]
+
+    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor):
+        """Store `k`, `v` of shape (batch, kv_heads, new_tokens, head_dim) after the `length`
+        tokens already held, and return all keys and values of this layer so far."""
+        new = k.shape[2]
+        end = self.length + new
+        if end > self.max_tokens:
+            raise ValueError(f"KV cache is full: it holds {self.length} of {self.max_tokens} "
+                             f"tokens and cannot take {new} more")
+        self.keys[layer][:, :, self.length:end] = k
+        self.values[layer][:, :, self.length:end] = v
+        return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
+
+    def read(self, layer: int):
+        """All keys and values of `layer` stored so far."""
+        return self.keys[layer][:, :, :self.length], self.values[layer][:, :, :self.length]
+
+    def advance(self, new_tokens: int) -> None:
+        """Count `new_tokens` as stored; the model calls this once per forward pass."""
+        self.length += new_tokens
+
+    def crop(self, length: int) -> None:
+        """Forget every token after the first `length` (speculative decoding rolls back so)."""
+        if not 0 <= length <= self.length:
+            raise ValueError(f"cannot crop a cache of {self.length} tokens to {length}")
+        self.length = length
+
+    def reset(self) -> None:
+        self.length = 0
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the keys and values of the tokens stored so far."""
+        per_token = sum(t[:, :, :1].nelement() * t.element_size()
+                        for t in self.keys + self.values)
+        return per_token * self.length
+
+    @property
+    def capacity_bytes(self) -> int:
+        """Bytes allocated for all `max_tokens` positions."""
+        return sum(t.nelement() * t.element_size() for t in self.keys + self.values)

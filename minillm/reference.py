@@ -1,0 +1,65 @@
+"""The reference the course checks itself against: the same GGUF file loaded by transformers.
+
+transformers dequantizes the GGUF file into a Hugging Face model (about 20 s here). The first load
+saves that model and its tokenizer as a plain Hugging Face folder (safetensors) in the cache, so
+later loads take a few seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+
+from .files import DEFAULT_MODEL, cache_dir, model_file, model_source  # noqa: E402
+
+_COMPLETE = "minillm-complete"
+
+
+def reference_dir(name: str = DEFAULT_MODEL) -> Path:
+    """The cache folder holding transformers' dequantized copy of the model."""
+    return cache_dir() / "hf" / model_source(name).name
+
+
+def _convert(name: str, folder: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = model_file(name)
+    start = time.perf_counter()
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
+                                                 dtype=torch.float32)
+    # The weights are now plain floats; drop the GGUF marker that stops transformers saving them.
+    model.hf_quantizer = None
+    model.config.quantization_config = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    partial = folder.with_name(folder.name + ".partial")
+    model.save_pretrained(partial)
+    tokenizer.save_pretrained(partial)
+    (partial / _COMPLETE).write_text(f"converted from {gguf.name} in "
+                                     f"{time.perf_counter() - start:.1f} s\n")
+    if folder.exists():
+        import shutil
+        shutil.rmtree(folder)
+    partial.rename(folder)
+
+
+def load_reference(name: str = DEFAULT_MODEL, dtype=None, device: str = "cpu"):
+    """Load the model and tokenizer with transformers, as a reference for minillm.
+
+    Returns `(model, tokenizer)`: a transformers `LlamaForCausalLM` in eval mode and its fast
+    tokenizer. The first call converts the GGUF file (about 20 s); later calls read the cache."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = reference_dir(name)
+    if not (folder / _COMPLETE).is_file():
+        _convert(name, folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype or torch.float32)
+    return model.to(device).eval(), tokenizer

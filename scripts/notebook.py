@@ -1,0 +1,95 @@
+"""Build notebooks from a plain-text source in the "percent" format.
+
+    python scripts/notebook.py SOURCE.py notebooks/NN_name.ipynb
+    python scripts/notebook.py SOURCE.py --exercise exercises/NN_name.ipynb \
+        --solution solutions/NN_name.ipynb
+
+Cells start with a marker line:
+    # %%              a code cell
+    # %% [markdown]   a markdown cell; each line's leading "# " is removed
+    # %% [task]       an exercise stub; the lines before "# ==== solution ====" go to the exercise
+                      notebook, the lines after it to the solution notebook
+    # %% [check]      a code cell that calls a checker (tagged "check")
+The notebooks are written without outputs, so that nbval runs them fresh.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+
+import nbformat
+
+MARKER = re.compile(r"^# %%\s*(?:\[(\w+)\])?\s*$")
+SPLIT = "# ==== solution ===="
+
+
+def parse(text: str) -> list[tuple[str, str]]:
+    cells, kind, lines = [], None, []
+    for line in text.splitlines():
+        match = MARKER.match(line)
+        if match:
+            if kind is not None:
+                cells.append((kind, "\n".join(lines).strip("\n")))
+            kind, lines = match.group(1) or "code", []
+        elif kind is not None:
+            lines.append(line)
+    if kind is not None:
+        cells.append((kind, "\n".join(lines).strip("\n")))
+    return cells
+
+
+def markdown(source: str) -> str:
+    return "\n".join(line[2:] if line.startswith("# ") else line.lstrip("#")
+                     for line in source.splitlines())
+
+
+def build(cells, variant: str):
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    nb.metadata["language_info"] = {"name": "python"}
+    for kind, source in cells:
+        if kind == "markdown":
+            nb.cells.append(nbformat.v4.new_markdown_cell(markdown(source)))
+            continue
+        tags = []
+        if kind == "task":
+            if SPLIT not in source:
+                sys.exit(f"a [task] cell has no '{SPLIT}' line:\n{source}")
+            stub, solution = source.split(SPLIT)
+            source = (stub if variant == "exercise" else solution).strip("\n")
+            tags = ["task"]
+        elif kind == "check":
+            tags = ["check"]
+        elif kind != "code":
+            sys.exit(f"unknown cell kind [{kind}]")
+        cell = nbformat.v4.new_code_cell(source)
+        if tags:
+            cell.metadata["tags"] = tags
+        nb.cells.append(cell)
+    for i, cell in enumerate(nb.cells):
+        cell["id"] = f"cell-{i:03d}"
+    return nb
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("source")
+    parser.add_argument("lesson", nargs="?")
+    parser.add_argument("--exercise")
+    parser.add_argument("--solution")
+    args = parser.parse_args(argv)
+    with open(args.source, encoding="utf-8") as f:
+        cells = parse(f.read())
+    targets = [(args.lesson, "lesson"), (args.exercise, "exercise"), (args.solution, "solution")]
+    for path, variant in targets:
+        if path:
+            nbformat.write(build(cells, variant), path)
+            print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
