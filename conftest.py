@@ -10,5 +10,4 @@ for variable, sub in [("JUPYTER_CONFIG_DIR", "jupyter-config"), ("JUPYTER_DATA_D
                       ("MPLCONFIGDIR", "matplotlib")]:
     os.environ[variable] = os.path.join(_home, sub)
 os.environ["HF_HUB_OFFLINE"] = "1"
-os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")

@@ -68,6 +68,11 @@ class KVCache:
             raise ValueError(f"cannot crop a cache of {self.length} tokens to {length}")
         self.length = length
 
+    def reorder(self, rows: torch.Tensor) -> None:
+        """Keep batch rows in the order `rows` gives (beam search follows its surviving beams)."""
+        self.keys = [t.index_select(0, rows) for t in self.keys]
+        self.values = [t.index_select(0, rows) for t in self.values]
+
     def reset(self) -> None:
         self.length = 0
 
