@@ -16,6 +16,7 @@ _EXPORTS = {
     "load_reference": "reference",
     "show_source": "show",
     "KVCache": "kv_cache",
+    "pick_device": "devices",
     "load_tokenizer": "tokenizer",
     "load": "model",
     "generate": "generation",

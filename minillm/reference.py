@@ -56,7 +56,9 @@ def load_reference(name: str = DEFAULT_MODEL, dtype=None, device: str = "cpu"):
     tokenizer. The first call converts the GGUF file (about 20 s); later calls read the cache."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()
     folder = reference_dir(name)
     if not (folder / _COMPLETE).is_file():
         _convert(name, folder)
