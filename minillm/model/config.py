@@ -1,0 +1,81 @@
+"""The numbers that describe a model: one small dataclass for every architecture minillm runs."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+
+ARCHITECTURES = ("llama", "qwen2", "gpt2")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The shape of a transformer, read from a GGUF file's metadata or a Hugging Face config.json.
+
+    arch                "llama", "qwen2" (Llama with biases on q, k, v) or "gpt2"
+    vocab_size          rows of the embedding table
+    hidden_size         width of the residual stream (d_model)
+    n_layers            transformer blocks
+    n_heads, n_kv_heads query heads and key/value heads (fewer key/value heads: grouped-query attention)
+    head_dim            width of one head
+    intermediate_size   width of the feed-forward layer's hidden part
+    rope_theta          base of the rotary position embedding (unused by gpt2)
+    norm_eps            epsilon of RMSNorm / LayerNorm
+    max_seq_len         the context window: the most positions the model was trained for
+    tie_embeddings      the LM head reuses the token embedding matrix
+    eos_token_ids       the ids that end generation (may be empty)
+    bos_token_id        the beginning-of-sequence id, or None
+    """
+
+    arch: str
+    vocab_size: int
+    hidden_size: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-5
+    max_seq_len: int = 2048
+    tie_embeddings: bool = False
+    eos_token_ids: tuple = ()
+    bos_token_id: int | None = None
+    attention_bias: bool = False  # biases on q, k, v (Qwen2 always has them)
+    mlp_bias: bool = False
+
+    def __post_init__(self):
+        if self.arch not in ARCHITECTURES:
+            raise ValueError(f"unsupported architecture {self.arch!r}; minillm runs "
+                             f"{', '.join(ARCHITECTURES)}")
+        for name in ("vocab_size", "hidden_size", "n_layers", "n_heads", "n_kv_heads",
+                     "head_dim", "intermediate_size", "max_seq_len"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"config field {name} must be a positive int, got {value!r}")
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(f"n_heads ({self.n_heads}) must be a multiple of n_kv_heads "
+                             f"({self.n_kv_heads}) for grouped-query attention")
+        if self.arch != "gpt2" and self.head_dim % 2:
+            raise ValueError(f"rotary embeddings need an even head_dim, got {self.head_dim}")
+        if self.arch == "gpt2" and self.n_kv_heads != self.n_heads:
+            raise ValueError("gpt2 has as many key/value heads as query heads, got "
+                             f"n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}")
+        object.__setattr__(self, "eos_token_ids", tuple(int(i) for i in self.eos_token_ids))
+
+    @property
+    def n_groups(self) -> int:
+        """Query heads that share one key/value head."""
+        return self.n_heads // self.n_kv_heads
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> "ModelConfig":
+        data = json.loads(text)
+        known = {f.name for f in fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"unknown config fields {sorted(unknown)}")
+        return cls(**data)

@@ -1,0 +1,123 @@
+"""`minillm.load`: a model name, a GGUF file or a Hugging Face folder -> minillm's model (and
+tokenizer)."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+
+import torch
+
+from .config import ModelConfig
+from .gpt2 import GPT2Model
+from .llama import LlamaModel
+
+MODEL_CLASSES = {"llama": LlamaModel, "qwen2": LlamaModel, "gpt2": GPT2Model}
+
+
+def resolve_device(device) -> torch.device:
+    """"auto" is the GPU when there is one, else the CPU."""
+    if device == "auto" or device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def build_model(config: ModelConfig, weights: dict[str, torch.Tensor],
+                dtype=torch.float32, device="cpu") -> torch.nn.Module:
+    """minillm's model for `config`, holding `weights` (minillm's names), in eval mode.
+
+    The model is first built on the "meta" device (shapes only, no memory, no random init), so the
+    weights are checked against the config's shapes and then used as they are."""
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating torch.dtype such as torch.float32, got {dtype!r}")
+    with torch.device("meta"):
+        model = MODEL_CLASSES[config.arch](config)
+    expected = model.state_dict()
+    missing = [n for n in expected if n not in weights]
+    if missing:
+        raise ValueError(f"missing tensor(s) {missing[:5]} for a {config.arch} model")
+    unexpected = [n for n in weights if n not in expected]
+    if unexpected:
+        raise ValueError(f"unexpected tensor(s) {unexpected[:5]} for this {config.arch} config")
+    for name, want in expected.items():
+        got = tuple(weights[name].shape)
+        if got != tuple(want.shape):
+            raise ValueError(f"the config disagrees with the weights: tensor {name} has shape "
+                             f"{got}, the config implies {tuple(want.shape)}")
+    device = resolve_device(device)
+    weights = {n: w.to(device=device, dtype=dtype) for n, w in weights.items()}
+    model.load_state_dict(weights, strict=True, assign=True)
+    return model.eval().requires_grad_(False)
+
+
+def _gguf_weights(path: Path):
+    from .converted import read_converted, write_converted
+    from .gguf_loader import read_gguf
+
+    cached = read_converted(path)
+    if cached is not None:
+        return cached
+    config, weights = read_gguf(path)
+    write_converted(path, config, weights)
+    return config, weights
+
+
+def _source(name_or_path) -> tuple[str, Path]:
+    """("gguf", file) or ("hf", folder) for a model name or a path."""
+    from ..files import model_file
+
+    if not isinstance(name_or_path, (str, os.PathLike)):
+        raise TypeError(f"load takes a model name, a .gguf file or a model folder, "
+                        f"not {type(name_or_path).__name__}")
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        return "hf", path
+    if path.suffix == ".gguf" or path.exists():
+        if not path.is_file():
+            raise FileNotFoundError(f"no model file at {path}")
+        if path.suffix != ".gguf":
+            raise ValueError(f"{path} is not a .gguf file or a model folder")
+        return "gguf", path
+    try:
+        return "gguf", model_file(str(name_or_path))
+    except ValueError as error:
+        raise ValueError(f"{name_or_path!r} is neither an existing path nor a known model "
+                         f"name ({error})") from None
+
+
+def load_model(name_or_path, dtype=torch.float32, device="auto") -> torch.nn.Module:
+    """minillm's model alone (no tokenizer): see `load`."""
+    kind, path = _source(name_or_path)
+    if kind == "gguf":
+        config, weights = _gguf_weights(path)
+    else:
+        from .hf_loader import read_hf_folder
+        config, weights = read_hf_folder(path)
+    return build_model(config, weights, dtype=dtype, device=device)
+
+
+def load(name_or_path="smollm2-135m", dtype=torch.float32, device="auto"):
+    """Load a model with minillm's own code. Returns `(model, tokenizer)`.
+
+    `name_or_path` is a known model name ("smollm2-135m"), a .gguf file, or a local Hugging Face
+    folder (config.json + safetensors; Llama, Qwen2 or GPT-2). A GGUF file is dequantized once and
+    a float32 copy kept in the cache (safetensors), so later loads take about a second.
+    `device="auto"` picks the GPU when there is one.
+
+    The tokenizer is minillm's own (`minillm.load_tokenizer`). A folder without tokenizer files
+    gives `(model, None)`; so does a folder whose tokenizer minillm cannot read (with a warning)."""
+    kind, path = _source(name_or_path)
+    model = load_model(path, dtype=dtype, device=device)
+    from ..tokenizer import load_tokenizer
+
+    if kind == "gguf":
+        is_name = not Path(name_or_path).expanduser().exists()
+        return model, load_tokenizer(str(name_or_path) if is_name else str(path))
+    if not any((path / f).is_file() for f in ("tokenizer.json", "vocab.json", "tokenizer.model")):
+        return model, None
+    try:
+        return model, load_tokenizer(str(path))
+    except (ValueError, TypeError, FileNotFoundError) as error:
+        warnings.warn(f"{path}: model loaded without a tokenizer: {error}", stacklevel=2)
+        return model, None
