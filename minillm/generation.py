@@ -1,0 +1,319 @@
+"""Generation (生成): the loop that turns a prompt into new tokens.
+
+Two phases:
+- prefill (预填充): one forward pass over the whole prompt. Every prompt token is processed in
+  parallel, their keys and values go into the KV cache, and the last position's logits give the
+  first new token.
+- decode (解码): one forward pass per new token, fed only that token; attention reads the keys and
+  values of all earlier tokens from the cache instead of recomputing them.
+
+With `use_cache=False` every step runs the model over the whole sequence again (prompt plus all
+new tokens): the same tokens, at O(n^2) total work instead of O(n). It stays for teaching and
+testing.
+
+A batch of prompts of different lengths is left-padded to one length; the attention mask hides
+the padding and the position ids count only real tokens, so each row gives the tokens it would
+give alone.
+
+`token_steps` is the one per-token loop: `generate` and `stream` both run it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import torch
+
+from .kv_cache import KVCache
+from .stopping import Sequence, check_stop_strings
+
+
+@dataclass
+class Generation:
+    """One prompt's result.
+
+    text              the new text (a stop string and everything after it cut off; EOS not shown)
+    token_ids         the new token ids only (an EOS token that ended it is included)
+    finish_reason     "eos", "length" or "stop"
+    prompt_token_ids  the prompt's token ids
+    """
+
+    text: str
+    token_ids: list[int]
+    finish_reason: str
+    prompt_token_ids: list[int]
+    score: float | None = None
+    sequences: list["Generation"] = field(default_factory=list, repr=False)
+
+
+# --- the decoding seam (chapter 04 fills it in) -----------------------------------------------------
+
+def _decoding():
+    """Chapter 04's GenerationConfig, logits processors and token choice (greedy argmax until
+    that chapter's package is there)."""
+    try:
+        from . import decoding
+
+        decoding.GenerationConfig, decoding.build_processors, decoding.choose_next_token
+        return decoding
+    except (ImportError, AttributeError):
+        return _Greedy
+
+
+class _Greedy:
+    """Stand-in for minillm.decoding: greedy argmax only."""
+
+    @dataclass(frozen=True)
+    class GenerationConfig:
+        max_new_tokens: int = 64
+        do_sample: bool = False
+        num_beams: int = 1
+        eos_token_id: int | list[int] | None = None
+        seed: int | None = None
+        stop: list[str] | None = None
+
+        @classmethod
+        def merge(cls, config=None, **fields):
+            import dataclasses
+
+            names = [f.name for f in dataclasses.fields(cls)]
+            unknown = sorted(set(fields) - set(names))
+            if unknown:
+                raise TypeError(f"unknown generation option(s) {', '.join(unknown)}; the "
+                                f"options are: {', '.join(names)}")
+            if fields.get("do_sample") or fields.get("num_beams", 1) != 1:
+                raise ValueError("sampling and beam search arrive with minillm.decoding")
+            return dataclasses.replace(config or cls(), **fields)
+
+    @staticmethod
+    def build_processors(config):
+        return lambda input_ids, scores: scores
+
+    @staticmethod
+    def choose_next_token(scores, config, generator=None):
+        return scores.argmax(dim=-1)
+
+
+# --- inputs ---------------------------------------------------------------------------------------
+
+def _is_ids(value) -> bool:
+    return isinstance(value, (list, tuple)) and all(
+        isinstance(i, int) and not isinstance(i, bool) for i in value)
+
+
+def encode_prompts(tokenizer, prompt, vocab_size: int | None = None) -> tuple[list[list[int]], bool]:
+    """`prompt` (a string, a list of ids, or a list of those) as a list of id lists, and whether
+    it was a batch. Empty prompts and ids outside the vocabulary raise ValueError."""
+    if isinstance(prompt, str) or (_is_ids(prompt) and len(prompt) > 0):
+        prompts, batch = [prompt], False
+    elif isinstance(prompt, (list, tuple)) and len(prompt) > 0:
+        prompts, batch = list(prompt), True
+    elif isinstance(prompt, (list, tuple)):
+        raise ValueError("the prompt is empty: give a non-empty string, a non-empty list of "
+                         "token ids, or a non-empty list of those")
+    else:
+        raise TypeError(f"prompt must be a string, a list of token ids, or a list of those, "
+                        f"got {type(prompt).__name__}")
+    ids = []
+    for n, p in enumerate(prompts):
+        where = f"prompt {n} (of {len(prompts)}) in the batch" if batch else "the prompt"
+        if isinstance(p, str):
+            p = list(tokenizer.encode(p)) if p else []
+        elif not _is_ids(p):
+            raise TypeError(f"{where} must be a string or a list of int token ids, got "
+                            f"{type(p).__name__}" + (f" {p!r}" if len(repr(p)) < 60 else ""))
+        if len(p) == 0:
+            raise ValueError(f"{where} is empty: the model needs at least one token to continue")
+        if vocab_size is not None:
+            bad = [i for i in p if not 0 <= i < vocab_size]
+            if bad:
+                raise ValueError(f"{where} has token id {bad[0]}, outside the vocabulary "
+                                 f"(0 to {vocab_size - 1})")
+        ids.append([int(i) for i in p])
+    return ids, batch
+
+
+def _check_max_new_tokens(value) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"max_new_tokens must be an int >= 1, got {value!r} "
+                        f"({type(value).__name__})")
+    if value < 1:
+        raise ValueError(f"max_new_tokens must be an int >= 1, got {value}")
+
+
+def _check_context(prompts: list[list[int]], max_new_tokens: int, max_seq_len: int,
+                   batch: bool) -> None:
+    for n, p in enumerate(prompts):
+        if len(p) + max_new_tokens > max_seq_len:
+            where = f"prompt {n} (of {len(prompts)}) in the batch" if batch else "the prompt"
+            raise ValueError(
+                f"{where} has {len(p)} token{'s' * (len(p) != 1)}; with max_new_tokens={max_new_tokens} that needs "
+                f"{len(p) + max_new_tokens} positions, more than the model's context window of "
+                f"{max_seq_len}: shorten the prompt to at most {max_seq_len - max_new_tokens} "
+                f"tokens or lower max_new_tokens")
+
+
+def eos_ids(model, tokenizer, config) -> list[int]:
+    """The ids that end a sequence: the config's when set, else the model's and tokenizer's."""
+    if config.eos_token_id is not None:
+        value = config.eos_token_id
+        return [value] if isinstance(value, int) else list(value)
+    ids = list(getattr(model.config, "eos_token_ids", ()) or ())
+    for i in getattr(tokenizer, "eos_token_ids", None) or ():
+        if i not in ids:
+            ids.append(i)
+    return ids
+
+
+def _pad_id(tokenizer, eos: list[int]) -> int:
+    pad = getattr(tokenizer, "pad_token_id", None)
+    return int(pad) if pad is not None else (eos[0] if eos else 0)
+
+
+def _device(model) -> torch.device:
+    return next(model.parameters()).device
+
+
+def left_pad(prompts: list[list[int]], pad_id: int, device="cpu"):
+    """(input_ids, attention_mask), both (batch, longest): shorter prompts padded on the left."""
+    longest = max(len(p) for p in prompts)
+    input_ids = torch.full((len(prompts), longest), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), longest), dtype=torch.long)
+    for row, p in enumerate(prompts):
+        input_ids[row, longest - len(p):] = torch.tensor(p, dtype=torch.long)
+        mask[row, longest - len(p):] = 1
+    return input_ids.to(device), mask.to(device)
+
+
+def positions(mask: torch.Tensor) -> torch.Tensor:
+    """Position ids that count real tokens only: padding does not move a row's positions."""
+    return (mask.cumsum(-1) - 1).clamp(min=0)
+
+
+# --- the loop -------------------------------------------------------------------------------------
+
+def token_steps(model, prompts: list[list[int]], sequences: list[Sequence], config, *,
+                use_cache: bool = True, pad_id: int = 0) -> Iterator[list[str]]:
+    """The generation loop. Each iteration runs one forward pass (the first is the prefill),
+    chooses one token per row, records it in that row's `Sequence`, and yields the text each row
+    can show now ("" for rows that have finished). It ends when every row has finished."""
+    decoding = _decoding()
+    process = decoding.build_processors(config)
+    generator = None
+    if config.do_sample:
+        generator = torch.Generator(device=_device(model))
+        generator.manual_seed(config.seed if config.seed is not None else
+                              int(torch.randint(2**62, ()).item()))
+    device = _device(model)
+    input_ids, mask = left_pad(prompts, pad_id, device)
+    padded = bool((mask == 0).any())
+    max_new = max(s.max_new_tokens for s in sequences)
+    cache = KVCache.for_model(model, len(prompts), input_ids.shape[1] + max_new) \
+        if use_cache else None
+    all_ids = input_ids
+    with torch.inference_mode():
+        logits = model(input_ids, cache=cache, position_ids=positions(mask) if padded else None,
+                       attention_mask=mask if padded else None)  # prefill
+        while True:
+            scores = process(all_ids, logits[:, -1, :].float())
+            chosen = decoding.choose_next_token(scores, config, generator)
+            running = torch.tensor([not s.done for s in sequences], device=device)
+            chosen = torch.where(running, chosen, torch.full_like(chosen, pad_id))
+            pieces = [s.add(t) if not s.done else "" for s, t in zip(sequences, chosen.tolist())]
+            yield pieces
+            if all(s.done for s in sequences):
+                return
+            all_ids = torch.cat([all_ids, chosen[:, None]], dim=1)
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+            if use_cache:  # decode: feed only the new token; the cache holds the rest
+                logits = model(chosen[:, None], cache=cache,
+                               position_ids=positions(mask)[:, -1:] if padded else None,
+                               attention_mask=mask if padded else None)
+            else:  # no cache: recompute the whole sequence
+                logits = model(all_ids, position_ids=positions(mask) if padded else None,
+                               attention_mask=mask if padded else None)
+
+
+def start(model, tokenizer, prompt, config=None, **fields):
+    """Check the inputs and set up a generation: `(prompts, sequences, config, batch, pad_id)`."""
+    decoding = _decoding()
+    if "max_new_tokens" in fields:
+        _check_max_new_tokens(fields["max_new_tokens"])
+    config = decoding.GenerationConfig.merge(config, **fields)
+    _check_max_new_tokens(config.max_new_tokens)
+    prompts, batch = encode_prompts(tokenizer, prompt, model.config.vocab_size)
+    _check_context(prompts, config.max_new_tokens, model.config.max_seq_len, batch)
+    eos = eos_ids(model, tokenizer, config)
+    stop = check_stop_strings(config.stop)
+    sequences = [Sequence(p, tokenizer, eos, config.max_new_tokens, stop) for p in prompts]
+    return prompts, sequences, config, batch, _pad_id(tokenizer, eos)
+
+
+def _result(s: Sequence) -> Generation:
+    return Generation(text=s.text, token_ids=s.token_ids, finish_reason=s.finish_reason,
+                      prompt_token_ids=s.prompt_ids)
+
+
+def _beam_results(model, tokenizer, prompts, config, eos, batch):
+    """Beam search (chapter 04) for each prompt: the best hypothesis, with all returned ones."""
+    results = []
+    stop = check_stop_strings(config.stop)
+    for p in prompts:
+        hypotheses = _decoding().beam_search(model, p, config, eos)
+        returned = []
+        for ids, score, reason in hypotheses:
+            s = Sequence(p, tokenizer, eos, max(len(ids), 1), stop)
+            for t in ids:
+                if s.done:
+                    break
+                s.add(t)
+            r = _result(s)
+            r.token_ids, r.score = list(ids), float(score)
+            r.finish_reason = "stop" if s.finish_reason == "stop" else reason
+            returned.append(r)
+        best = returned[0]
+        best.sequences = returned
+        results.append(best)
+    return results if batch else results[0]
+
+
+def generate(model, tokenizer, prompt, config=None, *, use_cache: bool = True, **fields):
+    """Generate text after `prompt` (a string, a list of token ids, or a list of those for a
+    batch). `config` is a GenerationConfig; keyword `fields` (max_new_tokens=..., do_sample=...,
+    stop=[...]) change it. Returns a `Generation`, or a list of them for a batch.
+
+        >>> out = generate(model, tokenizer, "The capital of France is", max_new_tokens=8)
+        >>> out.text, out.finish_reason
+    """
+    prompts, sequences, config, batch, pad_id = start(model, tokenizer, prompt, config,
+                                                      **fields)
+    if config.num_beams > 1:
+        return _beam_results(model, tokenizer, prompts, config,
+                             list(sequences[0].eos_token_ids), batch)
+    for _ in token_steps(model, prompts, sequences, config, use_cache=use_cache, pad_id=pad_id):
+        pass
+    results = [_result(s) for s in sequences]
+    return results if batch else results[0]
+
+
+def stream(model, tokenizer, prompt, config=None, *, use_cache: bool = True, **fields):
+    """Generate for one prompt, yielding text pieces as they become ready. Joined, the pieces
+    equal `generate(...).text`. A piece may hold several tokens' text or none (a token that ends
+    inside a UTF-8 character, or text that may be the start of a stop string, waits)."""
+    prompts, sequences, config, batch, pad_id = start(model, tokenizer, prompt, config,
+                                                      **fields)
+    if batch:
+        raise ValueError(f"stream takes one prompt, got a batch of {len(prompts)}: use "
+                         "generate for a batch")
+    if config.num_beams > 1:
+        raise ValueError("stream does not run beam search (num_beams > 1): the best beam is "
+                         "known only at the end; use generate")
+
+    def pieces():
+        for step in token_steps(model, prompts, sequences, config, use_cache=use_cache,
+                                pad_id=pad_id):
+            if step[0]:
+                yield step[0]
+
+    return pieces()
