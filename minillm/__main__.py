@@ -18,6 +18,18 @@ def _fetch(args) -> int:
     return 0
 
 
+def _doctor(args) -> int:
+    from .doctor import main
+
+    return main(generate=not args.no_generate)
+
+
+def _progress(args) -> int:
+    from .progress import main
+
+    return main(args.folder, verbose=args.verbose)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m minillm",
                                      description="minillm: the course's inference engine")
@@ -30,6 +42,14 @@ def build_parser() -> argparse.ArgumentParser:
                     "copy SmolLM2-135M-Instruct.Q4_1.gguf into that folder.")
     fetch.add_argument("model", nargs="?", default="smollm2-135m")
     fetch.set_defaults(run=_fetch)
+    doctor = commands.add_parser("doctor", help="check that this machine is ready for the course")
+    doctor.add_argument("--no-generate", action="store_true",
+                        help="skip the timed 10-token generation")
+    doctor.set_defaults(run=_doctor)
+    progress = commands.add_parser("progress", help="run your exercise checks and show a table")
+    progress.add_argument("folder", nargs="?", default="exercises")
+    progress.add_argument("-v", "--verbose", action="store_true", help="show each failing check")
+    progress.set_defaults(run=_progress)
     return parser
 
 

@@ -1,0 +1,90 @@
+"""`python -m minillm doctor`: one line per item, a fix for each failure, exit 0 only when ready."""
+
+import subprocess
+import sys
+from importlib import metadata
+
+import pytest
+import torch
+
+from minillm import doctor
+
+
+def test_a_ready_machine_passes_every_item(gguf_path, capsys):
+    assert doctor.main(generate=False) == 0
+    out = capsys.readouterr().out
+    assert "Everything the course needs is here." in out
+    assert "[FAIL]" not in out
+    for name in ["python", "package torch", "torch build", "model file", "free memory",
+                 "free disk", "JupyterLab + widgets"]:
+        assert f"] {name}:" in out
+
+
+def test_missing_model_fails_with_the_fetch_fix(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("MINILLM_CACHE", str(tmp_path))
+    assert doctor.main(generate=False) == 1
+    out = capsys.readouterr().out
+    assert "[FAIL] model file:" in out
+    assert "fix: run `python -m minillm fetch`" in out
+    assert "1 item(s) need attention: model file" in out
+
+
+def test_corrupted_model_is_reported(tmp_path, monkeypatch):
+    monkeypatch.setenv("MINILLM_CACHE", str(tmp_path))
+    (tmp_path / "SmolLM2-135M-Instruct.Q4_1.gguf").write_bytes(b"GGUF not really")
+    check = doctor.check_model_file()
+    assert not check.ok and "truncated or wrong file" in check.detail
+
+
+def test_a_cuda_build_without_a_gpu_is_the_wrong_torch_build(monkeypatch):
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    check = doctor.check_torch_build()
+    assert not check.ok
+    assert "CUDA build of torch but no usable NVIDIA GPU" in check.detail
+    assert "torch==2.13.0" in check.fix
+
+
+def test_a_missing_package_names_the_fix(monkeypatch):
+    real = metadata.version
+
+    def version(name):
+        if name == "nbval":
+            raise metadata.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(doctor.metadata, "version", version)
+    check = doctor.check_package("nbval")
+    assert not check.ok and check.detail == "not installed" and "make course" in check.fix
+    checks = doctor.run_checks(generate=True)
+    assert checks[-1].name == "generation" and not checks[-1].ok, \
+        "generation is skipped, and counted as failed, while something else is missing"
+
+
+def test_failed_generation_is_reported_not_raised(monkeypatch):
+    import minillm
+
+    def broken_load(*args, **kwargs):
+        raise RuntimeError("simulated: weights unreadable")
+
+    monkeypatch.setattr(minillm, "load", broken_load, raising=False)
+    check = doctor.check_generation()
+    assert not check.ok and "simulated: weights unreadable" in check.detail
+
+
+def test_the_command_exits_non_zero_when_something_is_missing(tmp_path):
+    env = {"MINILLM_CACHE": str(tmp_path), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1",
+           "HOME": str(tmp_path)}
+    result = subprocess.run([sys.executable, "-m", "minillm", "doctor", "--no-generate"],
+                            capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "[FAIL] model file" in result.stdout
+
+
+@pytest.mark.slow
+def test_doctor_times_a_real_generation(gguf_path):
+    pytest.importorskip("minillm.model")
+    pytest.importorskip("minillm.generation")
+    check = doctor.check_generation()
+    assert check.ok, check.detail
+    assert "10 tokens" in check.detail or "tokens in" in check.detail
