@@ -17,9 +17,7 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 $(INSTALLED): pyproject.toml | $(PY)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
-	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip install --quiet "$(TORCH_SPEC)" -e ".[dev]"
 	touch $@
 
 model: $(INSTALLED)
