@@ -114,10 +114,9 @@ def load(name_or_path="smollm2-135m", dtype=torch.float32, device="auto"):
     if kind == "gguf":
         is_name = not Path(name_or_path).expanduser().exists()
         return model, load_tokenizer(str(name_or_path) if is_name else str(path))
-    if not any((path / f).is_file() for f in ("tokenizer.json", "vocab.json", "tokenizer.model")):
-        return model, None
     try:
         return model, load_tokenizer(str(path))
     except (ValueError, TypeError, FileNotFoundError) as error:
-        warnings.warn(f"{path}: model loaded without a tokenizer: {error}", stacklevel=2)
+        if (path / "tokenizer.json").is_file():  # there is one, but minillm cannot read it
+            warnings.warn(f"{path}: model loaded without a tokenizer: {error}", stacklevel=2)
         return model, None
