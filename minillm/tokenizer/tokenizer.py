@@ -208,7 +208,12 @@ class Tokenizer:
         return list(chain.from_iterable(parts))
 
     def _encode_word(self, word: str) -> list[int]:
-        data = word.encode("utf-8")
+        try:
+            data = word.encode("utf-8")
+        except UnicodeEncodeError as error:
+            bad = word[error.start]
+            raise ValueError(f"the text holds a lone surrogate U+{ord(bad):04X}, which is not "
+                             "a character and has no UTF-8 bytes; fix the text first") from None
         if self.ignore_merges:
             whole = self._ids.get("".join(bytes_to_unicode()[b] for b in data))
             if whole is not None:
