@@ -37,6 +37,7 @@ class Generation:
     token_ids         the new token ids only (an EOS token that ended it is included)
     finish_reason     "eos", "length" or "stop"
     prompt_token_ids  the prompt's token ids
+    metrics           its timing (minillm.metrics.RequestMetrics: TTFT, TPOT, latency), or None
     """
 
     text: str
@@ -45,6 +46,7 @@ class Generation:
     prompt_token_ids: list[int]
     score: float | None = None
     sequences: list["Generation"] = field(default_factory=list, repr=False)
+    metrics: object = field(default=None, repr=False)
 
 
 # --- the decoding seam (chapter 04 fills it in) -----------------------------------------------------
@@ -286,14 +288,19 @@ def generate(model, tokenizer, prompt, config=None, *, use_cache: bool = True, *
         >>> out = generate(model, tokenizer, "The capital of France is", max_new_tokens=8)
         >>> out.text, out.finish_reason
     """
+    from .metrics import TokenClock
+
+    clock = TokenClock()  # the request starts now: TTFT includes tokenizing and prefill
     prompts, sequences, config, batch, pad_id = start(model, tokenizer, prompt, config,
                                                       **fields)
     if config.num_beams > 1:
         return _beam_results(model, tokenizer, prompts, config,
                              list(sequences[0].eos_token_ids), batch)
     for _ in token_steps(model, prompts, sequences, config, use_cache=use_cache, pad_id=pad_id):
-        pass
+        clock.tick(sequences)
     results = [_result(s) for s in sequences]
+    for result, metrics in zip(results, clock.metrics(sequences)):
+        result.metrics = metrics
     return results if batch else results[0]
 
 
