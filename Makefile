@@ -6,22 +6,29 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 INSTALLED := $(VENV)/.minillm-installed
 PYTEST_ARGS ?=
+BUNDLE ?= dist/minillm-bundle
+MODEL_FILE := SmolLM2-135M-Instruct.Q4_1.gguf
+# `make course OFFLINE=path/to/bundle` installs from a bundle made by `make bundle`, with no network.
+ifdef OFFLINE
+PIP_SOURCE := --no-index --find-links $(abspath $(OFFLINE))/wheels
+FETCH_SOURCE := --from $(abspath $(OFFLINE))/model/$(MODEL_FILE)
+endif
 
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: course test setup model clean-venv
+.PHONY: course test setup model doctor bundle clean-venv
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 $(INSTALLED): pyproject.toml | $(PY)
-	$(PY) -m pip install --quiet "$(TORCH_SPEC)" -e ".[dev]"
+	$(PY) -m pip install --quiet $(PIP_SOURCE) "$(TORCH_SPEC)" -e ".[dev]"
 	touch $@
 
 model: $(INSTALLED)
-	$(PY) -m minillm fetch
+	$(PY) -m minillm fetch $(FETCH_SOURCE)
 
 setup: $(INSTALLED) model
 
@@ -30,6 +37,12 @@ course: setup
 
 test: setup
 	$(PY) -m pytest --nbval-lax tests notebooks solutions $(PYTEST_ARGS)
+
+doctor: setup
+	$(PY) -m minillm doctor
+
+bundle: setup
+	$(PY) scripts/make_bundle.py --out $(BUNDLE) --torch "$(TORCH_SPEC)"
 
 clean-venv:
 	rm -rf $(VENV)

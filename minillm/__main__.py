@@ -10,7 +10,7 @@ def _fetch(args) -> int:
     from .files import ModelFileError, fetch
 
     try:
-        path = fetch(args.model)
+        path = fetch(args.model, from_file=args.from_file)
     except (ModelFileError, ValueError) as error:
         print(f"minillm fetch: {error}", file=sys.stderr)
         return 1
@@ -41,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "cache ($MINILLM_CACHE, default ~/.cache/minillm). To install it by hand, "
                     "copy SmolLM2-135M-Instruct.Q4_1.gguf into that folder.")
     fetch.add_argument("model", nargs="?", default="smollm2-135m")
+    fetch.add_argument("--from", dest="from_file", metavar="FILE",
+                       help="copy this .gguf file (from an offline bundle) instead of downloading")
     fetch.set_defaults(run=_fetch)
     doctor = commands.add_parser("doctor", help="check that this machine is ready for the course")
     doctor.add_argument("--no-generate", action="store_true",

