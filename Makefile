@@ -14,11 +14,18 @@ PIP_SOURCE := --no-index --find-links $(abspath $(OFFLINE))/wheels
 FETCH_SOURCE := --from $(abspath $(OFFLINE))/model/$(MODEL_FILE)
 endif
 
+# The browser tests drive Debian's Chromium (never a browser downloaded by playwright).
+CHROMIUM := /usr/bin/chromium
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+JUPYTER_ARGS ?=
+# JupyterLab refuses to run as root (as in containers and CI) unless told it may.
+ALLOW_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
+
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: course test setup model doctor bundle clean-venv
+.PHONY: course test setup model doctor bundle browser clean-venv
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -33,9 +40,17 @@ model: $(INSTALLED)
 setup: $(INSTALLED) model
 
 course: setup
-	$(VENV)/bin/jupyter lab notebooks/00_welcome.ipynb
+	$(VENV)/bin/jupyter lab --ServerApp.root_dir="$(CURDIR)" \
+		--LabApp.default_url=/lab/tree/notebooks/00_welcome.ipynb $(ALLOW_ROOT) $(JUPYTER_ARGS)
 
-test: setup
+$(CHROMIUM):
+	@echo "Installing chromium and chromium-driver from Debian for the browser tests"
+	$(SUDO) apt-get update -qq
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver
+
+browser: $(CHROMIUM)
+
+test: setup browser
 	$(PY) -m pytest --nbval-lax tests notebooks solutions $(PYTEST_ARGS)
 
 doctor: setup

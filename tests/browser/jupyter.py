@@ -1,0 +1,156 @@
+"""Drive JupyterLab in Debian's Chromium the way a learner does: open a notebook, run all, use its
+controls. The server runs on 127.0.0.1 with a free port, a token and a temporary home folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update",
+                  "--disable-sync"]
+ARTIFACTS = ROOT / "test-artifacts" / "browser"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def isolated_env(home: Path) -> dict:
+    env = dict(os.environ)
+    env.update(HOME=str(home), JUPYTER_CONFIG_DIR=str(home / "jupyter-config"),
+               JUPYTER_DATA_DIR=str(home / "jupyter-data"),
+               JUPYTER_RUNTIME_DIR=str(home / "jupyter-runtime"), IPYTHONDIR=str(home / "ipython"),
+               MPLCONFIGDIR=str(home / "matplotlib"), HF_HUB_OFFLINE="1")
+    # The course model lives in the developer's cache; a learner's fresh home would fetch it again.
+    from minillm.files import cache_dir
+
+    env["MINILLM_CACHE"] = str(cache_dir())
+    env.pop("MPLBACKEND", None)
+    # No "get notified about Jupyter news?" toast over the controls, and no request for the news.
+    settings = home / "lab-settings" / "@jupyterlab" / "apputils-extension"
+    settings.mkdir(parents=True, exist_ok=True)
+    (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
+    env["JUPYTERLAB_SETTINGS_DIR"] = str(home / "lab-settings")
+    return env
+
+
+def server_args(port: int, token: str) -> list[str]:
+    return ["--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
+            "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
+            "--LabApp.expose_app_in_browser=True", "--ServerApp.disable_check_xsrf=True"]
+
+
+def wait_until_up(base: str, token: str, process: subprocess.Popen, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"JupyterLab exited early with status {process.returncode}")
+        try:
+            with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=5) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.5)
+    raise TimeoutError(f"JupyterLab did not answer at {base} within {timeout:.0f} s")
+
+
+def stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def plain_lab(args: list[str]) -> list[str]:
+    root = ["--allow-root"] if os.geteuid() == 0 else []
+    return [sys.executable, "-m", "jupyter", "lab", *root, *args]
+
+
+@contextmanager
+def jupyterlab(home: Path, build_command=plain_lab):
+    """Start JupyterLab with `build_command(server_args)` and yield (base_url, token); the server
+    is stopped afterwards, also when the test fails."""
+    port, token = free_port(), secrets.token_hex(16)
+    log = open(home / "jupyter.log", "w")
+    process = subprocess.Popen(build_command(server_args(port, token)), cwd=ROOT,
+                               env=isolated_env(home), stdout=log, stderr=subprocess.STDOUT,
+                               start_new_session=True)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_until_up(base, token, process)
+        yield base, token
+    finally:
+        stop(process)
+        log.close()
+
+
+def api(base: str, token: str, path: str) -> dict:
+    with urllib.request.urlopen(f"{base}{path}?token={token}", timeout=30) as r:
+        return json.loads(r.read())
+
+
+# --- the page side -------------------------------------------------------------------------------
+
+KERNEL_IDLE = """() => {
+  const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+  const k = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;
+  return !!k && k.status === 'idle';
+}"""
+
+ALL_RAN = """() => {
+  const w = window.jupyterapp.shell.currentWidget;
+  const cells = w.content.widgets.filter(c => c.model.type === 'code');
+  return cells.every(c => c.model.executionCount !== null) &&
+         w.sessionContext.session.kernel.status === 'idle';
+}"""
+
+ERROR_OUTPUTS = """() => {
+  const w = window.jupyterapp.shell.currentWidget;
+  const errors = [];
+  w.content.widgets.forEach((c, i) => {
+    if (c.model.type !== 'code') return;
+    for (const o of c.model.outputs.toJSON()) {
+      if (o.output_type === 'error') errors.push(`cell ${i}: ${o.ename}: ${o.evalue}`);
+    }
+  });
+  return errors;
+}"""
+
+
+def open_notebook(page, base: str, token: str, path: str, timeout_ms: int = 120_000) -> None:
+    page.goto(f"{base}/lab/tree/{path}?token={token}")
+    page.wait_for_function("() => !!window.jupyterapp", timeout=timeout_ms)
+    page.wait_for_function(KERNEL_IDLE, timeout=timeout_ms)
+
+
+def run_all(page, timeout_ms: int = 600_000) -> None:
+    page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+    page.wait_for_function(ALL_RAN, timeout=timeout_ms, polling=1000)
+
+
+def error_outputs(page) -> list[str]:
+    return page.evaluate(ERROR_OUTPUTS)
+
+
+def screenshot(page, name: str) -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=False)
+    return path

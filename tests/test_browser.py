@@ -1,0 +1,161 @@
+"""The course as a learner meets it: JupyterLab in a real browser (Debian's Chromium, driven by
+playwright). A widget that computes correctly can still show nothing; only a browser tells.
+
+Screenshots go to test-artifacts/browser/ (printed in the output)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from browser.jupyter import (ARTIFACTS, CHROMIUM, CHROMIUM_FLAGS, ROOT, api, error_outputs,
+                             jupyterlab, open_notebook, run_all, screenshot)
+
+pytestmark = pytest.mark.slow
+
+# Lessons whose controls the test moves; any lesson that builds ipywidgets must be listed here.
+WIDGET_NOTEBOOKS = sorted(
+    p.relative_to(ROOT).as_posix() for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")
+    if "minillm.widgets" in p.read_text(encoding="utf-8")
+    or "ipywidgets" in p.read_text(encoding="utf-8"))
+
+# What a control can show: widget output areas, HTML/label widgets, images (charts).
+OUTPUT_DIGEST = """() => Array.from(document.querySelectorAll(
+    '.jupyter-widgets-output-area, .widget-html-content, .widget-textarea textarea[disabled]'))
+  .map(e => e.innerHTML.length + ':' + e.innerHTML.slice(-4000)).join('|')"""
+
+CONTROLS = {
+    "slider": ".jp-Notebook .widget-slider .noUi-handle, .jp-Notebook .widget-hslider .noUi-handle",
+    "dropdown": ".jp-Notebook .widget-dropdown select",
+    "checkbox": ".jp-Notebook .widget-checkbox input[type=checkbox]",
+    "button": ".jp-Notebook button.jupyter-button",
+}
+IGNORED_CONSOLE = ("favicon", "Failed to load resource: the server responded with a status of 404")
+
+
+def _missing_chromium_message() -> str:
+    return f"{CHROMIUM} is missing: `make browser` installs Debian's chromium and chromium-driver"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not Path(CHROMIUM).exists():
+        pytest.fail(_missing_chromium_message())
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        instance = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+        yield instance
+        instance.close()
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    home = tmp_path_factory.mktemp("learner-home")
+    with jupyterlab(home) as server:
+        yield server
+
+
+def _watched_page(browser):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    problems = []
+    page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
+    page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}")
+            if m.type == "error" and not any(s in m.text for s in IGNORED_CONSOLE) else None)
+    return page, problems
+
+
+def _changes_output(page, act, timeout_s: float = 60) -> bool:
+    before = page.evaluate(OUTPUT_DIGEST)
+    act()
+    for _ in range(int(timeout_s * 2)):
+        page.wait_for_timeout(500)
+        if page.evaluate(OUTPUT_DIGEST) != before:
+            page.wait_for_timeout(500)
+            return True
+    return False
+
+
+def _actions(page):
+    """Every control on the page, with a function that changes it."""
+    found = []
+    for kind, selector in CONTROLS.items():
+        for i, element in enumerate(page.query_selector_all(selector)):
+            if kind == "slider":
+                def act(e=element):
+                    e.focus()
+                    for _ in range(3):
+                        e.press("ArrowRight")
+            elif kind == "dropdown":
+                def act(e=element):
+                    options = e.eval_on_selector_all("option", "os => os.map(o => o.value)")
+                    current = e.input_value()
+                    e.select_option(next(v for v in options if v != current))
+            else:
+                def act(e=element):
+                    e.scroll_into_view_if_needed()
+                    e.click()
+            found.append((f"{kind} {i + 1}", act))
+    return found
+
+
+def test_every_widget_lesson_is_covered():
+    assert WIDGET_NOTEBOOKS, "no lesson with widgets found: the browser test would cover nothing"
+
+
+@pytest.mark.parametrize("notebook", WIDGET_NOTEBOOKS)
+def test_widgets_respond_in_jupyterlab(browser, lab, notebook, capsys):
+    base, token = lab
+    page, problems = _watched_page(browser)
+    try:
+        open_notebook(page, base, token, notebook)
+        run_all(page)
+        assert error_outputs(page) == [], f"{notebook} has error outputs"
+        actions = _actions(page)
+        assert actions, f"{notebook} shows no controls in the browser"
+        dead = [name for name, act in actions if not _changes_output(page, act)]
+        shot = screenshot(page, Path(notebook).stem)
+        with capsys.disabled():
+            print(f"\n{notebook}: moved {len(actions)} controls "
+                  f"({', '.join(n for n, _ in actions)}); screenshot {shot}")
+        assert not dead, f"{notebook}: these controls changed nothing visible: {dead}"
+        assert error_outputs(page) == [], f"{notebook} has error outputs after using its controls"
+        assert problems == [], f"{notebook}: JavaScript errors: {problems}"
+    finally:
+        page.close()
+
+
+def test_make_course_serves_the_welcome_notebook_and_its_first_cells_run(browser, tmp_path, capsys):
+    """`make course` as a new user runs it, minus the browser window it would open."""
+    def make_course(args):
+        return ["make", "--no-print-directory", "course", "JUPYTER_ARGS=" + " ".join(args)]
+
+    with jupyterlab(tmp_path, make_course) as (base, token):
+        listing = api(base, token, "/api/contents/notebooks/00_welcome.ipynb")
+        assert listing["type"] == "notebook"
+        page, problems = _watched_page(browser)
+        try:
+            open_notebook(page, base, token, "notebooks/00_welcome.ipynb")
+            for _ in range(6):  # the first markdown and code cells, one by one
+                page.evaluate("() => window.jupyterapp.commands.execute("
+                              "'notebook:run-cell-and-select-next')")
+                page.wait_for_timeout(300)
+            page.wait_for_function(
+                "() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status"
+                " === 'idle'", timeout=120_000)
+            outputs = page.evaluate("""() => window.jupyterapp.shell.currentWidget.content.widgets
+                .filter(c => c.model.type === 'code' && c.model.executionCount !== null)
+                .map(c => JSON.stringify(c.model.outputs.toJSON()))""")
+            assert len(outputs) >= 2, f"only {len(outputs)} code cells ran"
+            assert "torch" in outputs[0], "the first cell should report the versions"
+            assert error_outputs(page) == []
+            assert problems == [], f"JavaScript errors: {problems}"
+            shot = screenshot(page, "make-course-00_welcome")
+            with capsys.disabled():
+                print(f"\nmake course: welcome notebook served, {len(outputs)} cells ran; "
+                      f"screenshot {shot}")
+        finally:
+            page.close()
