@@ -1,0 +1,151 @@
+"""minillm.fast: the optimized model gives the plain model's logits and greedy tokens.
+
+Tolerances: float32 logits within 1e-4 (absolute, on logits of size ~1-10; the fused matrices
+add the same products in a different order); bfloat16 logits within 0.15 of the float32 model's
+on the tiny models (bf16 keeps 8 bits of mantissa)."""
+
+import pytest
+import torch
+
+import minillm
+from minillm.fast import FastLlama, optimize, time_layouts
+from minillm.kv_cache import KVCache
+from minillm.model import LlamaModel, ModelConfig
+
+
+def _tiny(arch="llama", tied=True, bias=False, seed=0):
+    torch.manual_seed(seed)
+    config = ModelConfig(arch=arch, vocab_size=80, hidden_size=48, n_layers=3, n_heads=6,
+                         n_kv_heads=2, head_dim=8, intermediate_size=40, rope_theta=10000.0,
+                         norm_eps=1e-6, max_seq_len=64, tie_embeddings=tied, eos_token_ids=(),
+                         attention_bias=bias, mlp_bias=bias)
+    model = LlamaModel(config)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.normal_(mean=1.0 if "norm" in name else 0.0, std=0.3 if "norm" in name else 0.2)
+    return model.eval().requires_grad_(False)
+
+
+class _Tok:
+    eos_token_ids = ()
+
+    def encode(self, text):
+        return [ord(c) % 80 for c in text]
+
+    def decode(self, ids):
+        return "".join(chr(65 + i % 26) for i in ids)
+
+
+CASES = [("llama", True, False), ("llama", False, False), ("qwen2", True, False),
+         ("llama", False, True)]
+
+
+@pytest.mark.parametrize("arch,tied,bias", CASES)
+@pytest.mark.parametrize("layout", ["in_out", "out_in"])
+def test_logits_match_the_plain_model_through_prefill_and_decode(arch, tied, bias, layout):
+    model = _tiny(arch, tied, bias)
+    fast = optimize(model, layout=layout)
+    ids = torch.randint(0, 80, (1, 7), generator=torch.Generator().manual_seed(1))
+    c1, c2 = KVCache.for_model(model, 1, 20), KVCache.for_model(fast, 1, 20)
+    with torch.inference_mode():
+        torch.testing.assert_close(fast(ids, cache=c2), model(ids, cache=c1), atol=1e-4, rtol=0)
+        for t in [3, 17, 42, 0]:
+            step = torch.tensor([[t]])
+            torch.testing.assert_close(fast(step, cache=c2), model(step, cache=c1),
+                                       atol=1e-4, rtol=0)
+        assert c1.length == c2.length == 11
+        torch.testing.assert_close(fast(ids), model(ids), atol=1e-4, rtol=0)  # no cache
+
+
+def test_decode_step_of_a_batch_and_a_padded_batch():
+    model, tok = _tiny(), _Tok()
+    fast = optimize(model)
+    prompts = [[5, 6, 7, 8], [9, 10, 11, 12]]  # same length: the lean decode path, batch 2
+    a = minillm.generate(model, tok, prompts, max_new_tokens=10)
+    b = minillm.generate(fast, tok, prompts, max_new_tokens=10)
+    assert [g.token_ids for g in a] == [g.token_ids for g in b]
+    ragged = [[5, 6, 7, 8, 9, 10], [11, 12]]  # left padding: the general path with a mask
+    a = minillm.generate(model, tok, ragged, max_new_tokens=10)
+    b = minillm.generate(fast, tok, ragged, max_new_tokens=10)
+    assert [g.token_ids for g in a] == [g.token_ids for g in b]
+
+
+def test_generate_runs_the_fast_model_unchanged_and_gives_the_same_greedy_tokens():
+    model, tok = _tiny(), _Tok()
+    fast = optimize(model)
+    a = minillm.generate(model, tok, [1, 2, 3], max_new_tokens=30)
+    b = minillm.generate(fast, tok, [1, 2, 3], max_new_tokens=30)
+    assert a.token_ids == b.token_ids and len(b.token_ids) == 30
+    assert b.metrics.n_tokens == 30
+
+
+def test_last_logits_only_gives_the_last_position():
+    model = _tiny()
+    fast = optimize(model, logits="last")
+    ids = torch.tensor([[1, 2, 3, 4, 5]])
+    with torch.inference_mode():
+        out = fast(ids)
+        assert out.shape == (1, 1, 80)
+        torch.testing.assert_close(out[:, -1], model(ids)[:, -1], atol=1e-4, rtol=0)
+
+
+def test_bfloat16_stays_close_to_float32():
+    model = _tiny()
+    fast = optimize(model, dtype=torch.bfloat16)
+    assert fast.dtype == torch.bfloat16
+    ids = torch.tensor([[1, 2, 3, 4, 5, 6]])
+    c = KVCache.for_model(fast, 1, 10)
+    assert c.keys[0].dtype == torch.bfloat16
+    with torch.inference_mode():
+        got = fast(ids, cache=c)
+        step = fast(torch.tensor([[7]]), cache=c)
+        want = model(torch.tensor([[1, 2, 3, 4, 5, 6, 7]]))
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, want[:, :6], atol=0.15, rtol=0)
+    torch.testing.assert_close(step, want[:, 6:], atol=0.15, rtol=0)
+
+
+def test_the_original_model_is_left_alone_and_bad_arguments_are_refused():
+    model = _tiny()
+    before = {n: p.clone() for n, p in model.state_dict().items()}
+    fast = optimize(model)
+    assert all(torch.equal(before[n], p) for n, p in model.state_dict().items())
+    assert isinstance(fast, FastLlama)
+    with pytest.raises(TypeError, match="already a FastLlama"):
+        optimize(fast)
+    with pytest.raises(TypeError, match="minillm Llama"):
+        optimize(torch.nn.Linear(2, 2))
+    with pytest.raises(ValueError, match="layout"):
+        optimize(model, layout="diagonal")
+    with pytest.raises(ValueError, match="logits"):
+        optimize(model, logits="first")
+    with pytest.raises(TypeError, match="dtype"):
+        optimize(model, dtype=torch.int8)
+    with pytest.raises(ValueError, match="out of range"):
+        fast(torch.tensor([[99]]))
+
+
+def test_cache_overflow_is_a_clear_error():
+    model = _tiny()
+    fast = optimize(model)
+    c = KVCache.for_model(fast, 1, 3)
+    with torch.inference_mode():
+        fast(torch.tensor([[1, 2, 3]]), cache=c)
+        with pytest.raises(ValueError, match="full"):
+            fast(torch.tensor([[4]]), cache=c)
+
+
+def test_time_layouts_measures_both():
+    times = time_layouts(torch.float32, shape=(16, 32), repeats=2)
+    assert set(times) == {"in_out", "out_in"} and all(t > 0 for t in times.values())
+
+
+def test_smollm2_greedy_tokens_and_logits_match(gguf_path):
+    model, tok = minillm.load("smollm2-135m", device="cpu")
+    fast = optimize(model)
+    a = minillm.generate(model, tok, "The capital of France is", max_new_tokens=12)
+    b = minillm.generate(fast, tok, "The capital of France is", max_new_tokens=12)
+    assert a.token_ids == b.token_ids
+    ids = torch.tensor([a.prompt_token_ids + a.token_ids])
+    with torch.inference_mode():
+        torch.testing.assert_close(fast(ids), model(ids), atol=2e-3, rtol=0)
