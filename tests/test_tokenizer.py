@@ -344,3 +344,11 @@ def test_gguf_metadata_reader_agrees_with_gguf_package(tmp_path):
         assert ours[key] == list(theirs[key].contents())
     tok = minillm.load_tokenizer(path)
     assert tok.encode(" t<|im_end|>") == [256, 257] and tok.special_tokens == {"<|im_end|>": 257}
+
+
+@settings(max_examples=60, deadline=None)
+@given(text=st.text("aab b\nc", max_size=120), extra=st.integers(1, 30))
+def test_fast_training_equals_the_plain_rule_on_tie_heavy_text(text, extra):
+    """Small alphabets make many equal counts: the heap must break ties exactly as the rule."""
+    assert learn_merges(text, 256 + extra, special_tokens=()) == \
+        train_simple(text, 256 + extra, special_tokens=())

@@ -8,8 +8,8 @@ ids wins, compared as (left id, right id). Token ids: 0-255 are the bytes, merge
 256 + i, the special tokens come last.
 
 `train_simple` is the rule written plainly (it recounts every pair for every merge); `train`
-gives the same merges fast, by updating the counts of only the words a merge touched and keeping
-the counts in a heap.
+gives the same merges fast: a merge updates only the counts next to each place it merged, and
+the counts are kept in a heap.
 """
 
 from __future__ import annotations
@@ -102,17 +102,7 @@ def learn_merges(text: str, vocab_size: int, special_tokens=DEFAULT_SPECIAL_TOKE
             continue  # an out-of-date entry: the pair's count changed since it was pushed
         new_id = 256 + len(merges)
         merges.append(pair)
-        changed = set()
-        for wi in where.pop(pair):
-            ids, n = words[wi], freq[wi]
-            for p in zip(ids, ids[1:]):
-                stats[p] -= n
-                changed.add(p)
-            ids = words[wi] = merge_pair(ids, pair, new_id)
-            for p in zip(ids, ids[1:]):
-                stats[p] += n
-                where[p].add(wi)
-                changed.add(p)
+        changed = _merge_everywhere(pair, new_id, where.pop(pair), words, freq, stats, where)
         del stats[pair]
         changed.discard(pair)
         for p in changed:
@@ -125,6 +115,37 @@ def learn_merges(text: str, vocab_size: int, special_tokens=DEFAULT_SPECIAL_TOKE
     if bar is not None:
         bar.close()
     return merges
+
+
+def _merge_everywhere(pair, new_id, word_indices, words, freq, stats, where) -> set:
+    """Merge `pair` in the given words, updating the pair counts only around each occurrence:
+    (prev, a) and (b, next) lose the word's count, (prev, new) and (new, next) gain it."""
+    first, second = pair
+    changed = set()
+    for wi in word_indices:
+        ids, n = words[wi], freq[wi]
+        out, i, end = [], 0, len(ids)
+        while i < end:
+            if ids[i] == first and i + 1 < end and ids[i + 1] == second:
+                if out:
+                    before = out[-1]
+                    for p, delta in (((before, first), -n), ((before, new_id), n)):
+                        stats[p] += delta
+                        changed.add(p)
+                    where[(before, new_id)].add(wi)
+                if i + 2 < end:
+                    after = ids[i + 2]
+                    for p, delta in (((second, after), -n), ((new_id, after), n)):
+                        stats[p] += delta
+                        changed.add(p)
+                    where[(new_id, after)].add(wi)
+                out.append(new_id)
+                i += 2
+            else:
+                out.append(ids[i])
+                i += 1
+        words[wi] = out
+    return changed
 
 
 def train(text: str, vocab_size: int, special_tokens=DEFAULT_SPECIAL_TOKENS,
