@@ -1,0 +1,23 @@
+"""Decoding strategies (解码策略): how the next token is chosen from the model's logits.
+
+    config.py       GenerationConfig: the options, with transformers' names, validated
+    processors.py   one small class per rule (temperature, top-k, top-p, min-p, repetition
+                    penalty, no-repeat n-gram, bad words) and build_processors, which chains them
+    sampling.py     choose_next_token: greedy argmax or a seeded draw
+    beam_search.py  beam_search: num_beams candidate sequences, as transformers runs it
+
+`minillm.generate` (minillm/generation.py) runs the loop and uses these pieces.
+"""
+
+from .beam_search import Hypothesis, beam_search
+from .config import GenerationConfig
+from .processors import (BadWordsProcessor, MinPProcessor, NoRepeatNGramProcessor, ProcessorList,
+                         RepetitionPenaltyProcessor, TemperatureProcessor, TopKProcessor,
+                         TopPProcessor, build_processors)
+from .sampling import choose_next_token, make_generator
+
+__all__ = [
+    "GenerationConfig", "build_processors", "choose_next_token", "make_generator", "beam_search",
+    "Hypothesis", "ProcessorList", "TemperatureProcessor", "TopKProcessor", "TopPProcessor",
+    "MinPProcessor", "RepetitionPenaltyProcessor", "NoRepeatNGramProcessor", "BadWordsProcessor",
+]

@@ -1,0 +1,210 @@
+"""GenerationConfig: every decoding option in one validated value, with transformers' names.
+
+A field means what the field of the same name means in transformers' `GenerationConfig`, so a
+setting copied from a model card works here unchanged. One difference: transformers defaults to
+top_k=50; minillm defaults to top_k=0 (off), so that each filter is on only when you ask for it.
+
+    greedy (the default)     GenerationConfig()
+    sampling                 GenerationConfig(do_sample=True, temperature=0.8, top_p=0.9)
+    beam search              GenerationConfig(num_beams=4, length_penalty=1.0)
+
+A config is checked when it is built: a bad value raises a ValueError (a wrong type a TypeError)
+that names the field, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    """How to pick each new token, and when to stop.
+
+    max_new_tokens        most tokens to generate after the prompt (>= 1). Default 64.
+    do_sample             False: greedy (or beam search when num_beams > 1) — always the most
+                          likely token. True: draw the token at random from the processed
+                          distribution. Default False.
+    temperature           divides the logits before sampling: P_i = e^(z_i/T) / sum_j e^(z_j/T).
+                          Below 1 sharpens, above 1 flattens. Used only when do_sample. Must be
+                          > 0 when sampling. Default 1.0.
+    top_k                 keep only the k most likely tokens (ties with the k-th are kept too).
+                          0 or None: off. Used only when do_sample. Default 0.
+    top_p                 nucleus sampling: keep the smallest set of most likely tokens whose
+                          probability adds up to at least top_p (the token that crosses the line
+                          is kept). In (0, 1]; 1.0 is off. Used only when do_sample. Default 1.0.
+    min_p                 keep tokens whose probability is at least min_p x the top token's.
+                          In [0, 1]; None is off. Used only when do_sample. Default None.
+    repetition_penalty    every token already in the sequence, prompt included, has its logit
+                          divided by the penalty when positive, multiplied when negative.
+                          > 0; 1.0 is off; above 1 discourages repeats. Default 1.0.
+    no_repeat_ngram_size  n > 0: no n-gram (run of n tokens) may appear twice, prompt included.
+                          0 is off. Default 0.
+    num_beams             1: greedy or sampling. More: beam search keeps that many candidate
+                          sequences. Default 1.
+    length_penalty        beam search scores a finished sequence as sum(log p) / length**penalty;
+                          above 0 favours longer sequences, below 0 shorter ones. Default 1.0.
+    early_stopping        beam search: True stops once num_beams sequences have finished; False
+                          stops when no running beam can plausibly do better (transformers'
+                          heuristic); "never" only when no beam can do better at all.
+                          Default False.
+    num_return_sequences  how many finished beams to return, best first (<= num_beams).
+                          Default 1.
+    bad_words_ids         token sequences that may never be generated, e.g.
+                          [[1234], [56, 78]]. None: off. Default None.
+    eos_token_id          the token id(s) that end generation. None: the tokenizer's own.
+                          Default None.
+    seed                  seeds the sampler's torch.Generator, so the same seed gives the same
+                          text. None: a fresh random seed. Default None.
+    stop                  strings that end generation as soon as the text contains one; the
+                          stop string is not part of the returned text. None: off. Default None.
+    """
+
+    max_new_tokens: int = 64
+    do_sample: bool = False
+    temperature: float = 1.0
+    top_k: int | None = 0
+    top_p: float = 1.0
+    min_p: float | None = None
+    repetition_penalty: float = 1.0
+    no_repeat_ngram_size: int = 0
+    num_beams: int = 1
+    length_penalty: float = 1.0
+    early_stopping: bool | str = False
+    num_return_sequences: int = 1
+    bad_words_ids: list[list[int]] | None = None
+    eos_token_id: int | list[int] | None = None
+    seed: int | None = None
+    stop: list[str] | None = field(default=None)
+
+    def __post_init__(self):
+        _validate(self)
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls)]
+
+    @classmethod
+    def merge(cls, config: "GenerationConfig | None" = None, **fields) -> "GenerationConfig":
+        """A new, validated config: `config` (or the defaults, when None) with `fields` changed.
+
+        >>> GenerationConfig.merge(None, do_sample=True, top_p=0.9).top_p
+        0.9
+        """
+        if config is not None and not isinstance(config, GenerationConfig):
+            raise TypeError(f"config must be a GenerationConfig or None, got "
+                            f"{type(config).__name__}")
+        unknown = sorted(set(fields) - set(cls.field_names()))
+        if unknown:
+            raise TypeError(f"unknown generation option(s) {', '.join(unknown)}; the options "
+                            f"are: {', '.join(cls.field_names())}")
+        base = config if config is not None else cls()
+        return dataclasses.replace(base, **fields)
+
+    @property
+    def is_beam_search(self) -> bool:
+        return self.num_beams > 1
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+# --- validation -----------------------------------------------------------------------------------
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _int(name, value, low, allowed, allow_none=False):
+    if value is None and allow_none:
+        return
+    if not _is_int(value):
+        raise TypeError(f"{name} must be an int ({allowed}), got {value!r} "
+                        f"({type(value).__name__})")
+    if value < low:
+        raise ValueError(f"{name} must be {allowed}, got {value!r}")
+
+
+def _number(name, value, allowed, ok, allow_none=False):
+    if value is None and allow_none:
+        return
+    if not _is_number(value):
+        raise TypeError(f"{name} must be a number ({allowed}), got {value!r} "
+                        f"({type(value).__name__})")
+    if math.isnan(value) or not ok(value):
+        raise ValueError(f"{name} must be {allowed}, got {value!r}")
+
+
+def _token_ids(name, value, allowed):
+    if not isinstance(value, (list, tuple)) or not value:
+        raise ValueError(f"{name} must be {allowed}, got {value!r}")
+    for token in value:
+        if not _is_int(token) or token < 0:
+            raise ValueError(f"{name} must be {allowed}, got {value!r} (bad entry {token!r})")
+
+
+def _validate(c: GenerationConfig) -> None:
+    _int("max_new_tokens", c.max_new_tokens, 1, "an int >= 1")
+    if not isinstance(c.do_sample, bool):
+        raise TypeError(f"do_sample must be True or False, got {c.do_sample!r}")
+    if c.do_sample:
+        _number("temperature", c.temperature, "> 0 when do_sample=True (use do_sample=False "
+                "for greedy decoding)", lambda t: t > 0)
+    else:
+        _number("temperature", c.temperature, ">= 0", lambda t: t >= 0)
+    _int("top_k", c.top_k, 0, "an int >= 0 (0 or None turns top-k off)", allow_none=True)
+    _number("top_p", c.top_p, "in (0, 1] (1.0 turns top-p off)", lambda p: 0 < p <= 1)
+    _number("min_p", c.min_p, "in [0, 1] (None turns min-p off)", lambda p: 0 <= p <= 1,
+            allow_none=True)
+    _number("repetition_penalty", c.repetition_penalty, "> 0 (1.0 is no penalty)",
+            lambda p: 0 < p < math.inf)
+    _int("no_repeat_ngram_size", c.no_repeat_ngram_size, 0, "an int >= 0 (0 is off)")
+    _int("num_beams", c.num_beams, 1, "an int >= 1 (1: no beam search)")
+    _number("length_penalty", c.length_penalty, "a finite number", math.isfinite)
+    if c.early_stopping not in (True, False, "never") or not isinstance(c.early_stopping,
+                                                                        (bool, str)):
+        raise ValueError(f"early_stopping must be True, False or 'never', got "
+                         f"{c.early_stopping!r}")
+    _int("num_return_sequences", c.num_return_sequences, 1, "an int >= 1")
+    if c.num_return_sequences > c.num_beams:
+        raise ValueError(f"num_return_sequences must be <= num_beams ({c.num_beams}), got "
+                         f"{c.num_return_sequences}: beam search returns at most num_beams "
+                         "sequences")
+    if c.num_beams > 1 and c.do_sample:
+        raise ValueError(f"num_beams={c.num_beams} together with do_sample=True (beam "
+                         "sampling) is not supported: use num_beams=1 to sample, or "
+                         "do_sample=False for beam search")
+    if c.bad_words_ids is not None:
+        if not isinstance(c.bad_words_ids, (list, tuple)) or not c.bad_words_ids:
+            raise ValueError(f"bad_words_ids must be a non-empty list of token-id lists, e.g. "
+                             f"[[1234], [56, 78]], or None, got {c.bad_words_ids!r}")
+        for sequence in c.bad_words_ids:
+            _token_ids("bad_words_ids", sequence,
+                       "a list of non-empty lists of token ids >= 0, e.g. [[1234], [56, 78]]")
+        object.__setattr__(c, "bad_words_ids", [list(s) for s in c.bad_words_ids])
+    if c.eos_token_id is not None:
+        if _is_int(c.eos_token_id):
+            if c.eos_token_id < 0:
+                raise ValueError(f"eos_token_id must be a token id >= 0, a list of them, or "
+                                 f"None, got {c.eos_token_id!r}")
+        else:
+            _token_ids("eos_token_id", c.eos_token_id,
+                       "a token id >= 0, a non-empty list of them, or None")
+            object.__setattr__(c, "eos_token_id", list(c.eos_token_id))
+    if c.seed is not None and not _is_int(c.seed):
+        raise TypeError(f"seed must be an int or None, got {c.seed!r}")
+    if c.seed is not None and c.seed < 0:
+        raise ValueError(f"seed must be an int >= 0 or None, got {c.seed!r}")
+    if c.stop is not None:
+        stop = [c.stop] if isinstance(c.stop, str) else c.stop
+        if (not isinstance(stop, (list, tuple)) or not stop
+                or not all(isinstance(s, str) and s for s in stop)):
+            raise ValueError(f"stop must be a non-empty string, a list of them, or None, got "
+                             f"{c.stop!r}")
+        object.__setattr__(c, "stop", list(stop))
