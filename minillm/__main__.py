@@ -30,6 +30,12 @@ def _progress(args) -> int:
     return main(args.folder, verbose=args.verbose)
 
 
+def _bench(args) -> int:
+    from .bench.run import run_cli
+
+    return run_cli(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m minillm",
                                      description="minillm: the course's inference engine")
@@ -52,6 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
     progress.add_argument("folder", nargs="?", default="exercises")
     progress.add_argument("-v", "--verbose", action="store_true", help="show each failing check")
     progress.set_defaults(run=_progress)
+    from .bench.options import build_parser as bench_options
+
+    bench = commands.add_parser("bench", help="time minillm against transformers (TTFT, TPOT, "
+                                "tokens/s, prefill, bandwidth bound)")
+    bench_options(bench).set_defaults(run=_bench)
     return parser
 
 

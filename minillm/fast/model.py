@@ -116,12 +116,23 @@ class FastLlama(nn.Module):
         self._layers = [(self.wqkv[i], self.bqkv[i], self.wo[i], self.bo[i], self.norms[2 * i],
                          self.norms[2 * i + 1], self.wgu[i], self.mlp_bias[i][0], self.wd[i],
                          self.mlp_bias[i][1]) for i in range(len(self.wqkv))]
+        self._upcast = dtype in (torch.bfloat16, torch.float16) and device.type == "cpu"
         self.eval()
 
     # --- pieces ----------------------------------------------------------------------------
     def _mm(self, x, w, bias=None, residual=None):
         """x (rows, in) times the stored matrix, plus `bias` and `residual` when given."""
         w = w if self.layout == "in_out" else w.t()
+        if self._upcast and x.shape[0] >= 16:
+            # Many rows (prefill) on a CPU without native bf16/fp16 arithmetic: the multiply is
+            # compute-bound and float32's kernels are several times faster, so widen the weights
+            # for it (the bytes read once per pass matter little here).
+            out = x.float() @ w.float()
+            if residual is not None:
+                out += residual
+            if bias is not None:
+                out += bias
+            return out.to(x.dtype)
         if residual is not None:
             out = torch.addmm(residual, x, w)
             return out if bias is None else out.add_(bias)
