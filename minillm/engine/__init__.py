@@ -1,0 +1,20 @@
+"""Serving many requests at once (chapter 06): continuous batching over a paged KV cache.
+
+    block_manager.py  BlockManager: the block pool, reference counts, prefix hashing
+    paged_cache.py    PagedKVPool (the tensors) and PagedBatch: attention reads keys and values
+                      through each sequence's block table
+    request.py        Request (one request inside the engine) and RequestOutput
+    scheduler.py      StaticScheduler and ContinuousScheduler (token budget, chunked prefill,
+                      preemption by recompute)
+    engine.py         Engine: add_request, step, cancel, run, generate
+"""
+
+from .block_manager import Block, BlockManager, block_hash
+from .engine import Engine, StepRecord
+from .paged_cache import PagedBatch, PagedKVPool, paged_forward
+from .request import Request, RequestOutput
+from .scheduler import ContinuousScheduler, ScheduledBatch, Scheduler, StaticScheduler
+
+__all__ = ["Engine", "StepRecord", "BlockManager", "Block", "block_hash", "PagedKVPool",
+           "PagedBatch", "paged_forward", "Request", "RequestOutput", "Scheduler",
+           "ContinuousScheduler", "StaticScheduler", "ScheduledBatch"]

@@ -1,0 +1,302 @@
+"""The engine (推理引擎): many requests, one model, one paged KV cache.
+
+    engine = Engine(model, tokenizer, num_blocks=256)        # continuous batching by default
+    rid = engine.add_request("Hello", max_new_tokens=20, temperature=0.7, do_sample=True)
+    while engine.has_unfinished():
+        for out in engine.step():                           # one forward pass for the batch
+            print(out.request_id, out.new_text, out.finished)
+
+Each `step()` asks the scheduler what to run, runs it (through the paged cache), picks each
+request's next token with its *own* settings (chapter 04's processors and sampler), checks its own
+stopping rules, and frees the blocks of requests that ended. `add_request`, `cancel` and `step`
+take one lock, so other threads may add and cancel requests while one loop calls `step()`
+(`wait_for_work` lets that loop sleep while there is nothing to do).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from ..decoding import GenerationConfig, build_processors, choose_next_token, make_generator
+from ..generation import eos_ids, encode_prompts
+from .block_manager import BlockManager
+from .paged_cache import PagedKVPool, paged_forward
+from .request import FINISHED, Request, RequestOutput
+from .scheduler import ContinuousScheduler, StaticScheduler
+
+
+@dataclass
+class StepRecord:
+    """What one step ran, for timelines and memory charts (kept when `record=True`).
+
+    items            (request id, tokens run, kind) with kind "prefill", "decode", "recompute"
+                     or "ghost" (a finished row of a static batch, still running)
+    used_tokens      tokens whose keys and values sit in the cache for running requests
+    paged_slots      slots in the blocks those requests hold (blocks in use x block size)
+    contiguous_slots slots a contiguous cache would reserve for them: prompt + max_new_tokens each
+    """
+
+    start: float
+    end: float
+    items: list = field(default_factory=list)
+    used_tokens: int = 0
+    paged_slots: int = 0
+    contiguous_slots: int = 0
+    waiting: int = 0
+
+
+class Engine:
+    """Serve many requests with one model. `scheduler` is "continuous" or "static"."""
+
+    def __init__(self, model, tokenizer, *, scheduler: str = "continuous",
+                 num_blocks: int = 256, block_size: int = 16, max_num_seqs: int = 16,
+                 max_num_batched_tokens: int = 512, enable_prefix_caching: bool = True,
+                 record: bool = False):
+        if scheduler not in ("continuous", "static"):
+            raise ValueError(f"scheduler must be 'continuous' or 'static', got {scheduler!r}")
+        self.model, self.tokenizer = model, tokenizer
+        self.device = next(model.parameters()).device
+        self.max_seq_len = model.config.max_seq_len
+        self.blocks = BlockManager(num_blocks, block_size,
+                                   enable_prefix_caching and scheduler == "continuous")
+        self.pool = PagedKVPool.for_model(model, num_blocks, block_size)
+        if scheduler == "continuous":
+            self.scheduler = ContinuousScheduler(self.blocks, max_num_seqs, max_num_batched_tokens)
+        else:
+            self.scheduler = StaticScheduler(self.blocks, max_num_seqs, max_num_batched_tokens,
+                                             self.max_seq_len)
+        self.kind = scheduler
+        self.requests: dict[object, Request] = {}
+        self.record = record
+        self.steps: list[StepRecord] = []
+        self._ids = itertools.count()
+        self._lock = threading.RLock()
+        self._work = threading.Condition(self._lock)
+        self._cancelled: list[RequestOutput] = []
+
+    # --- requests in ------------------------------------------------------------------------------
+
+    def add_request(self, prompt, config: GenerationConfig | None = None, *, request_id=None,
+                    arrival_time: float | None = None, **fields) -> object:
+        """Queue one prompt (text or token ids) with its own settings; returns its id.
+
+        A setting that is invalid, or a request that could never fit (longer than the model's
+        context window or than the whole block pool), raises ValueError/TypeError for this
+        request alone: nothing is queued and the other requests are not touched."""
+        config = GenerationConfig.merge(config, **fields)
+        if config.num_beams > 1:
+            raise ValueError(f"the engine does not run beam search (num_beams={config.num_beams}); "
+                             "use minillm.generate for beam search, or num_beams=1")
+        prompts, batch = encode_prompts(self.tokenizer, prompt, self.model.config.vocab_size)
+        if batch:
+            raise ValueError(f"add_request takes one prompt, got a list of {len(prompts)}: call "
+                             "it once per prompt")
+        ids = prompts[0]
+        total = len(ids) + config.max_new_tokens
+        if total > self.max_seq_len:
+            raise ValueError(f"the prompt has {len(ids)} tokens; with max_new_tokens="
+                             f"{config.max_new_tokens} it needs {total} positions, more than the "
+                             f"model's context window of {self.max_seq_len}")
+        need = self.blocks.blocks_for(total)
+        if need > self.blocks.num_blocks:
+            raise ValueError(f"this request can never fit: prompt ({len(ids)}) + max_new_tokens "
+                             f"({config.max_new_tokens}) = {total} tokens need {need} blocks of "
+                             f"{self.blocks.block_size}, the pool has only "
+                             f"{self.blocks.num_blocks}; lower max_new_tokens, shorten the "
+                             "prompt, or make the pool larger")
+        eos = eos_ids(self.model, self.tokenizer, config)
+        processors = build_processors(config, eos)
+        generator = make_generator(config, self.device) if config.do_sample else None
+        with self._lock:
+            if request_id is None:
+                request_id = next(self._ids)
+                while request_id in self.requests:
+                    request_id = next(self._ids)
+            elif request_id in self.requests and not self.requests[request_id].finished:
+                raise ValueError(f"request id {request_id!r} is already in use")
+            request = Request(request_id, ids, config, processors, generator, self.tokenizer,
+                              eos, arrival_time)
+            self.requests[request_id] = request
+            self.scheduler.add(request)
+            self._work.notify_all()
+        return request_id
+
+    def cancel(self, request_id) -> bool:
+        """Stop a request now; its blocks go back to the pool. False if it had already ended
+        (or is unknown). Its last output (finish_reason "cancelled") comes from the next step."""
+        with self._lock:
+            request = self.requests.get(request_id)
+            if request is None or request.finished:
+                return False
+            self.scheduler.cancel(request)
+            self._finish(request, "cancelled", time.perf_counter())
+            self._cancelled.append(request.output())
+            self._work.notify_all()
+            return True
+
+    def has_unfinished(self) -> bool:
+        with self._lock:
+            return self.scheduler.has_unfinished() or bool(self._cancelled)
+
+    def wait_for_work(self, timeout: float | None = None) -> bool:
+        """Block until there is something to step (or `timeout` seconds pass)."""
+        with self._work:
+            return self._work.wait_for(self.has_unfinished, timeout)
+
+    # --- one iteration ----------------------------------------------------------------------------
+
+    def step(self) -> list[RequestOutput]:
+        """Schedule, run one forward pass per group of rows, pick tokens, finish requests.
+        Returns an output for every request that gained text or ended in this step."""
+        with self._lock:
+            outputs, self._cancelled = self._cancelled, []
+            batch = self.scheduler.schedule()
+            if not batch:
+                return outputs
+            start = time.perf_counter()
+            kinds = [self._kind(r, n) for r, n in batch.items]
+            logits = self._forward(batch.items)
+            now = time.perf_counter()
+            for (request, n), row in zip(batch.items, logits):
+                if request.ghost and not request.block_table:
+                    continue  # its static batch ended earlier in this loop
+                self.scheduler.computed(request, n)
+                if request.remaining > 0:
+                    continue  # a prompt chunk: more of it next step
+                if request.ghost:
+                    request.tokens.append(request.tokens[-1])  # padding for a finished row
+                    continue
+                token = self._choose(request, row)
+                piece = request.sequence.add(token)
+                request.tokens.append(token)
+                request.token_times.append(now)
+                if request.sequence.done:
+                    self._finish(request, request.sequence.finish_reason, now)
+                    self.scheduler.finish(request)
+                outputs.append(request.output(piece))
+            if self.record:
+                self._record(start, batch.items, kinds)
+            return outputs
+
+    def _kind(self, request: Request, n: int) -> str:
+        if request.ghost:
+            return "ghost"
+        if request.num_preemptions and request.num_computed < len(request.tokens) - 1:
+            return "recompute"
+        return "prefill" if request.in_prefill else "decode"
+
+    def _forward(self, items) -> list[torch.Tensor]:
+        """Last-token logits for every (request, n) item. One-token rows run together; prompt
+        chunks run in groups of similar length (a static batch: all in one padded pass)."""
+        out: list = [None] * len(items)
+        singles = [i for i, (_, n) in enumerate(items) if n == 1]
+        chunks = sorted((i for i, (_, n) in enumerate(items) if n > 1),
+                        key=lambda i: -items[i][1])
+        groups = [singles] if singles else []
+        if self.kind == "static":
+            groups += [chunks] if chunks else []
+        else:
+            for i in chunks:  # start a new group when padding would waste over a quarter
+                group = groups[-1] if groups and groups[-1] is not singles else None
+                if group is not None:
+                    longest = items[group[0]][1]
+                    tokens = sum(items[j][1] for j in group) + items[i][1]
+                    if longest * (len(group) + 1) <= 1.25 * tokens:
+                        group.append(i)
+                        continue
+                groups.append([i])
+        with torch.inference_mode():
+            for group in groups:
+                reqs = [items[i][0] for i in group]
+                rows = [r.tokens[r.num_computed:r.num_computed + items[i][1]]
+                        for i, r in zip(group, reqs)]
+                logits = paged_forward(self.model, self.pool, [r.block_table for r in reqs],
+                                       [r.num_computed for r in reqs], rows)
+                for i, row in zip(group, logits):
+                    out[i] = row
+        return out
+
+    def _choose(self, request: Request, logits: torch.Tensor) -> int:
+        scores = logits[None].float()
+        if request.processors:
+            ids = torch.tensor([request.tokens], dtype=torch.long, device=scores.device)
+            scores = request.processors(ids, scores)
+        return int(choose_next_token(scores, request.config, request.generator)[0])
+
+    def _finish(self, request: Request, reason: str, now: float) -> None:
+        request.status = FINISHED
+        request.finish_reason = reason
+        request.finish_time = now
+
+    def _record(self, start: float, items, kinds) -> None:
+        live = [r for r in self.scheduler.running if not r.ghost]
+        self.steps.append(StepRecord(
+            start, time.perf_counter(), [(r.id, n, k) for (r, n), k in zip(items, kinds)],
+            used_tokens=sum(r.num_computed for r in self.scheduler.running if not r.ghost),
+            paged_slots=sum(len(r.block_table) for r in live) * self.blocks.block_size,
+            contiguous_slots=sum(r.max_tokens for r in live),
+            waiting=len(self.scheduler.waiting)))
+
+    # --- running to the end -----------------------------------------------------------------------
+
+    def run(self, progress: bool = False) -> dict:
+        """Step until every request has ended; returns {request id: final RequestOutput}."""
+        final = {}
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=sum(not r.finished for r in self.requests.values()),
+                       desc="requests", unit="req")
+        while self.has_unfinished():
+            for out in self.step():
+                if out.finished:
+                    final[out.request_id] = out
+                    if bar is not None:
+                        bar.update(1)
+        if bar is not None:
+            bar.close()
+        return final
+
+    def generate(self, prompts, configs=None, *, progress: bool = False, **fields
+                 ) -> list[RequestOutput]:
+        """Run a list of prompts to the end; one output per prompt, in order. `configs` is one
+        GenerationConfig for all, or a list with one per prompt (None entries: defaults);
+        `fields` apply to all. A prompt whose settings are invalid gets an output with
+        finish_reason "rejected" and the reason in `error`; the others run."""
+        if isinstance(prompts, str) or not isinstance(prompts, (list, tuple)):
+            raise TypeError("generate takes a list of prompts (strings or token-id lists)")
+        if configs is None or isinstance(configs, GenerationConfig):
+            configs = [configs] * len(prompts)
+        if len(configs) != len(prompts):
+            raise ValueError(f"got {len(prompts)} prompts but {len(configs)} configs")
+        ids, rejected = [], {}
+        for n, (prompt, config) in enumerate(zip(prompts, configs)):
+            try:
+                if isinstance(config, dict):
+                    rid = self.add_request(prompt, **{**fields, **config})
+                else:
+                    rid = self.add_request(prompt, config, **fields)
+            except (ValueError, TypeError) as error:
+                rid = ("rejected", n)
+                rejected[rid] = RequestOutput(rid, [], finished=True, finish_reason="rejected",
+                                              error=f"{type(error).__name__}: {error}")
+            ids.append(rid)
+        final = self.run(progress=progress)
+        return [rejected[i] if i in rejected else final[i] for i in ids]
+
+    # --- numbers ----------------------------------------------------------------------------------
+
+    def stats(self) -> dict:
+        return {"scheduler": self.kind, "steps": len(self.steps),
+                "preemptions": self.scheduler.num_preemptions,
+                "prefix_cache_hit_tokens": self.blocks.hit_tokens,
+                "prefix_cache_queried_tokens": self.blocks.queried_tokens,
+                "prefix_cache_hit_rate": self.blocks.hit_rate,
+                "free_blocks": self.blocks.num_free, "num_blocks": self.blocks.num_blocks,
+                "kv_pool_bytes": self.pool.nbytes}

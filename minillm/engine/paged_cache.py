@@ -1,0 +1,147 @@
+"""The paged KV cache's tensors, and attention that reads them through block tables.
+
+`PagedKVPool` holds, per layer, one key tensor and one value tensor of shape
+(num_blocks * block_size, kv_heads, head_dim): slot `block * block_size + offset` holds one token.
+
+`PagedBatch` is what the model sees for one forward pass over a batch of sequences, each with
+`context` tokens already in the pool and `new` tokens to run now. It keeps the duck-typed contract of
+`minillm.KVCache` (`append(layer, k, v)` returns the keys and values to attend over, `advance(n)`),
+so the model code is unchanged:
+
+- the batch's new tokens are left-padded to the longest (`seq`), and each row's keys are laid out
+  so that its last key sits at the end: row i's keys occupy the last `context_i + new_i` of
+  `length + seq` key positions, with `length = max(context_i + new_i) - seq`;
+- `append` writes the new keys and values into their slots, then gathers each row's keys through
+  its block table into that layout; `attention_mask` hides the padding, `position_ids` count each
+  row's own tokens. The model's causal mask then lets each new token see its context and itself.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class PagedKVPool:
+    """Every layer's keys and values, in `num_blocks` blocks of `block_size` token slots."""
+
+    def __init__(self, n_layers: int, num_blocks: int, block_size: int, n_kv_heads: int,
+                 head_dim: int, dtype=torch.float32, device="cpu"):
+        shape = (num_blocks * block_size, n_kv_heads, head_dim)
+        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
+        self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
+        self.num_blocks, self.block_size = num_blocks, block_size
+        self.device = torch.device(device)
+
+    @classmethod
+    def for_model(cls, model, num_blocks: int, block_size: int = 16) -> "PagedKVPool":
+        c, p = model.config, next(model.parameters())
+        return cls(c.n_layers, num_blocks, block_size, c.n_kv_heads, c.head_dim, p.dtype,
+                   p.device)
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.keys)
+
+    @property
+    def bytes_per_block(self) -> int:
+        """2 (keys, values) x layers x kv_heads x head_dim x block_size x bytes per value."""
+        t = self.keys[0]
+        return 2 * self.n_layers * t[0].nelement() * t.element_size() * self.block_size
+
+    @property
+    def nbytes(self) -> int:
+        return self.bytes_per_block * self.num_blocks
+
+    def slots(self, table: list[int], start: int, stop: int) -> torch.Tensor:
+        """Pool slots of token positions start..stop-1 of a sequence with block table `table`."""
+        pos = torch.arange(start, stop)
+        blocks = torch.tensor(table, dtype=torch.long)[pos // self.block_size]
+        return blocks * self.block_size + pos % self.block_size
+
+    def gather(self, layer: int, table: list[int], length: int):
+        """Keys and values of the first `length` tokens of one sequence, (kv_heads, length,
+        head_dim) each: read block by block through its table (the lesson's walk-through)."""
+        idx = self.slots(table, 0, length).to(self.device)
+        return (self.keys[layer][idx].transpose(0, 1), self.values[layer][idx].transpose(0, 1))
+
+
+class PagedBatch:
+    """One forward pass's view of the pool (see the module docstring)."""
+
+    def __init__(self, pool: PagedKVPool, tables: list[list[int]], contexts: list[int],
+                 news: list[int]):
+        if not (len(tables) == len(contexts) == len(news)) or not tables:
+            raise ValueError("tables, contexts and news must be non-empty and of equal length")
+        if min(news) < 1:
+            raise ValueError(f"every row must run at least one new token, got {news}")
+        self.pool = pool
+        bs, device = pool.block_size, pool.device
+        b, seq = len(tables), max(news)
+        totals = [c + n for c, n in zip(contexts, news)]
+        keys = max(totals)
+        self.length = keys - seq
+        ctx = torch.tensor(contexts)
+        new = torch.tensor(news)
+        total = ctx + new
+        width = max(len(t) for t in tables)
+        table = torch.zeros((b, width), dtype=torch.long)
+        for row, t in enumerate(tables):
+            if len(t) * bs < totals[row]:
+                raise ValueError(f"row {row}'s block table holds {len(t) * bs} tokens, "
+                                 f"it needs {totals[row]}")
+            table[row, :len(t)] = torch.tensor(t, dtype=torch.long)
+        # key position j of row i holds that row's token j - offset_i (or padding when < 0)
+        offset = (keys - total)[:, None]
+        pos = torch.arange(keys)[None, :] - offset  # (b, keys)
+        real = pos >= 0
+        pos = pos.clamp(min=0)
+        slot = table.gather(1, pos // bs) * bs + pos % bs
+        self.gather_index = torch.where(real, slot, torch.zeros_like(slot)).to(device)
+        self.attention_mask = real.long().to(device)
+        # the new tokens: query slot q of row i is that row's token context_i + q - (seq - new_i)
+        qpos = torch.arange(seq)[None, :] - (seq - new)[:, None] + ctx[:, None]  # (b, seq)
+        self.new_mask = (torch.arange(seq)[None, :] >= (seq - new)[:, None])
+        self.position_ids = torch.where(self.new_mask, qpos, torch.zeros_like(qpos)).to(device)
+        write_pos = qpos[self.new_mask]
+        rows = torch.arange(b)[:, None].expand(b, seq)[self.new_mask]
+        self.write_index = (table[rows, write_pos // bs] * bs + write_pos % bs).to(device)
+        self.new_mask = self.new_mask.to(device)
+        self.batch = b
+        self.seq = seq
+
+    # --- the KVCache contract the model calls ------------------------------------------------------
+
+    @property
+    def n_layers(self) -> int:
+        return self.pool.n_layers
+
+    @property
+    def batch_size(self) -> int:
+        return self.batch
+
+    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor):
+        """Write this pass's keys and values (batch, kv_heads, seq, head_dim) into their slots,
+        then return each row's keys and values so far, read through its block table."""
+        pk, pv = self.pool.keys[layer], self.pool.values[layer]
+        pk[self.write_index] = k.transpose(1, 2)[self.new_mask].to(pk.dtype)
+        pv[self.write_index] = v.transpose(1, 2)[self.new_mask].to(pv.dtype)
+        return (pk[self.gather_index].transpose(1, 2), pv[self.gather_index].transpose(1, 2))
+
+    def advance(self, new_tokens: int) -> None:
+        """Nothing to count here: the engine tracks each sequence's length itself."""
+
+    def input_ids(self, rows: list[list[int]], pad_id: int = 0) -> torch.Tensor:
+        """The rows' new tokens, left-padded to (batch, seq) like the keys."""
+        ids = torch.full((self.batch, self.seq), pad_id, dtype=torch.long)
+        for i, r in enumerate(rows):
+            ids[i, self.seq - len(r):] = torch.tensor(r, dtype=torch.long)
+        return ids.to(self.pool.device)
+
+
+def paged_forward(model, pool: PagedKVPool, tables, contexts, rows: list[list[int]]):
+    """Run `model` on each row's new tokens `rows[i]`, after `contexts[i]` tokens already in the
+    pool; returns the logits of each row's last token, (batch, vocab)."""
+    batch = PagedBatch(pool, tables, contexts, [len(r) for r in rows])
+    logits = model(batch.input_ids(rows), cache=batch, position_ids=batch.position_ids,
+                   attention_mask=batch.attention_mask)
+    return logits[:, -1, :]

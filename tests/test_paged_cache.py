@@ -1,0 +1,163 @@
+"""The paged KV cache: the block manager's books (allocate, share, free, prefix hashes) and
+attention read through block tables, checked against the model run on whole sequences."""
+
+import pytest
+import torch
+
+from minillm.engine import BlockManager, PagedBatch, PagedKVPool, paged_forward
+from minillm.engine.block_manager import block_hash
+from minillm.engine.toy import tiny_model
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny matrices run fastest on one thread (and a busy machine makes two much slower)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return tiny_model()[0]
+
+
+# --- the block manager ------------------------------------------------------------------------------
+
+def test_allocate_hands_out_distinct_blocks_and_free_returns_them():
+    bm = BlockManager(4, block_size=2)
+    ids = [bm.allocate() for _ in range(4)]
+    assert sorted(ids) == [0, 1, 2, 3] and bm.num_free == 0
+    with pytest.raises(RuntimeError, match="no free KV-cache block"):
+        bm.allocate()
+    bm.release(ids[1])
+    assert bm.num_free == 1 and bm.allocate() == ids[1]
+    bm.check()
+
+
+def test_reference_counts_keep_a_shared_block_until_the_last_holder_lets_go():
+    bm = BlockManager(2, block_size=2)
+    b = bm.allocate()
+    bm.share(b)
+    assert bm.blocks[b].ref_count == 2
+    bm.release(b)
+    assert bm.num_free == 1  # still held once
+    bm.release(b)
+    assert bm.num_free == 2
+    with pytest.raises(RuntimeError, match="freed twice"):
+        bm.release(b)
+
+
+def test_grow_allocates_only_when_the_last_block_is_full():
+    bm = BlockManager(10, block_size=4)
+    table = []
+    bm.grow(table, 1)
+    assert len(table) == 1
+    bm.grow(table, 4)
+    assert len(table) == 1  # 4 tokens still fit in one block of 4
+    bm.grow(table, 5)
+    assert len(table) == 2
+    bm.free_table(table)
+    assert table == [] and bm.num_free == 10
+
+
+def test_prefix_hash_names_the_whole_prefix_not_just_the_block():
+    a = block_hash(None, (1, 2))
+    assert block_hash(a, (3, 4)) != block_hash(None, (3, 4))
+    assert block_hash(a, (3, 4)) == block_hash(block_hash(None, (1, 2)), (3, 4))
+
+
+def test_match_prefix_finds_full_blocks_and_leaves_one_token_to_compute():
+    bm = BlockManager(8, block_size=2)
+    table, parent = [], None
+    bm.grow(table, 6)
+    for k, tokens in enumerate([(1, 2), (3, 4), (5, 6)]):
+        parent = bm.register(table[k], parent, tokens)
+    assert bm.match_prefix([1, 2, 3, 4, 5, 6, 7]) == table
+    assert bm.match_prefix([1, 2, 3, 4, 5, 6]) == table[:2]  # the last token is recomputed
+    assert bm.match_prefix([1, 2, 9, 9, 5, 6, 7]) == table[:1]
+    assert bm.match_prefix([9, 2, 3, 4, 5]) == []
+    assert BlockManager(8, 2, enable_prefix_caching=False).match_prefix([1, 2, 3]) == []
+
+
+def test_a_freed_cached_block_can_be_hit_until_it_is_handed_out_again():
+    bm = BlockManager(2, block_size=2)
+    table = []
+    bm.grow(table, 2)
+    bm.register(table[0], None, (7, 8))
+    cached = table[0]
+    bm.free_table(table)
+    assert bm.match_prefix([7, 8, 9]) == [cached]
+    bm.share(cached)  # a hit on a free block takes it off the free list
+    assert bm.num_free == 1
+    bm.release(cached)
+    # the least recently freed block is handed out first; once both are reused, the entry is gone
+    bm.allocate(), bm.allocate()
+    assert bm.match_prefix([7, 8, 9]) == []
+
+
+def test_bad_pool_sizes():
+    with pytest.raises(ValueError, match="num_blocks must be a positive int"):
+        BlockManager(0)
+    with pytest.raises(ValueError, match="block_size must be a positive int"):
+        BlockManager(4, block_size=0)
+
+
+# --- attention through block tables ----------------------------------------------------------------
+
+def _scattered_tables(bm, lengths):
+    """Block tables whose blocks interleave between sequences (not contiguous in the pool)."""
+    tables = [[] for _ in lengths]
+    for step in range(max(lengths)):
+        for t, n in zip(tables, lengths):
+            if step < n:
+                bm.grow(t, step + 1)
+    return tables
+
+
+def test_gather_reads_a_sequence_back_through_its_block_table(tiny):
+    pool = PagedKVPool.for_model(tiny, num_blocks=12, block_size=4)
+    bm = BlockManager(12, 4)
+    tables = _scattered_tables(bm, [9, 6])
+    k = torch.randn(1, tiny.config.n_kv_heads, 9, tiny.config.head_dim)
+    batch = PagedBatch(pool, [tables[0]], [0], [9])
+    got_k, _ = batch.append(0, k, k)
+    assert torch.equal(got_k, k)
+    assert torch.equal(pool.gather(0, tables[0], 9)[0], k[0])
+    assert tables[0] != list(range(tables[0][0], tables[0][0] + 3))  # really scattered
+
+
+@pytest.mark.parametrize("chunks", [[(7, 3, 12)], [(3, 1, 5), (4, 2, 7)], [(2, 2, 2), (5, 1, 10)]])
+def test_paged_forward_equals_the_model_on_whole_sequences(tiny, chunks):
+    """Sequences of different lengths, run in chunks (prefill pieces and one-token decodes
+    mixed in one batch), give the same last-token logits as the model on each whole sequence."""
+    torch.manual_seed(1)
+    lengths = [sum(c[i] for c in chunks) for i in range(3)]
+    seqs = [torch.randint(0, 64, (n,)).tolist() for n in lengths]
+    pool = PagedKVPool.for_model(tiny, num_blocks=32, block_size=4)
+    bm = BlockManager(32, 4)
+    tables = _scattered_tables(bm, lengths)
+    done = [0, 0, 0]
+    for chunk in chunks:
+        with torch.no_grad():
+            got = paged_forward(tiny, pool, tables, done,
+                                [s[d:d + n] for s, d, n in zip(seqs, done, chunk)])
+        done = [d + n for d, n in zip(done, chunk)]
+    with torch.no_grad():
+        for s, row in zip(seqs, got):
+            want = tiny(torch.tensor([s]))[0, -1]
+            torch.testing.assert_close(row, want, rtol=1e-5, atol=1e-5)
+
+
+def test_paged_batch_rejects_a_table_too_short(tiny):
+    pool = PagedKVPool.for_model(tiny, num_blocks=4, block_size=4)
+    with pytest.raises(ValueError, match="block table holds 4 tokens, it needs 6"):
+        PagedBatch(pool, [[0]], [3], [3])
+
+
+def test_pool_bytes_follow_the_kv_formula(tiny):
+    c = tiny.config
+    pool = PagedKVPool.for_model(tiny, num_blocks=5, block_size=16)
+    assert pool.bytes_per_block == 2 * c.n_layers * c.n_kv_heads * c.head_dim * 16 * 4
+    assert pool.nbytes == 5 * pool.bytes_per_block
