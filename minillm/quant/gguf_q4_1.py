@@ -1,0 +1,74 @@
+"""GGUF's Q4_1 format by hand: the course model's file, decoded byte by byte.
+
+A Q4_1 tensor is a run of blocks of 20 bytes, each holding 32 weights of one row:
+
+    bytes 0-1    d, the scale, a float16 (little-endian)
+    bytes 2-3    m, the minimum, a float16
+    bytes 4-19   16 bytes of 4-bit numbers q: byte j holds weight j in its low nibble (q & 0x0F)
+                 and weight j + 16 in its high nibble (q >> 4)
+
+    weight = q * d + m        (in float32)
+
+`decode_q4_1_block` does exactly that with Python's `struct` and integer arithmetic, one weight
+at a time; the tests check it against the `gguf` package's `dequantize` on real blocks, bit for
+bit. `q4_1_blocks` reads a tensor's raw blocks from the file with the `gguf` package's reader
+(the same reader `minillm.model.gguf_loader` uses).
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+BLOCK_WEIGHTS = 32
+BLOCK_BYTES = 2 + 2 + BLOCK_WEIGHTS // 2  # d, m, packed 4-bit numbers
+
+
+def decode_q4_1_block(block) -> np.ndarray:
+    """The 32 float32 weights of one 20-byte Q4_1 block."""
+    raw = bytes(np.asarray(block, dtype=np.uint8)) if not isinstance(block, (bytes, bytearray)) \
+        else bytes(block)
+    if len(raw) != BLOCK_BYTES:
+        raise ValueError(f"a Q4_1 block has {BLOCK_BYTES} bytes, got {len(raw)}")
+    d, m = struct.unpack("<ee", raw[:4])  # two little-endian float16 numbers
+    d, m = np.float32(d), np.float32(m)
+    out = np.empty(BLOCK_WEIGHTS, dtype=np.float32)
+    for j, byte in enumerate(raw[4:]):
+        low, high = byte & 0x0F, byte >> 4
+        out[j] = np.float32(low) * d + m
+        out[j + BLOCK_WEIGHTS // 2] = np.float32(high) * d + m
+    return out
+
+
+def block_fields(block) -> dict:
+    """A block's parts, for showing: the scale, the minimum and the 32 integers 0..15."""
+    raw = bytes(np.asarray(block, dtype=np.uint8))
+    d, m = struct.unpack("<ee", raw[:4])
+    q = [b & 0x0F for b in raw[4:]] + [b >> 4 for b in raw[4:]]
+    return {"d": float(d), "m": float(m), "q": q, "hex": raw.hex(" ")}
+
+
+def q4_1_blocks(path, tensor_name: str) -> np.ndarray:
+    """The raw Q4_1 blocks of one tensor of a GGUF file, as uint8 (n_blocks, 20). The weights of
+    row r, in file order, are blocks r * (cols / 32) to (r + 1) * (cols / 32)."""
+    import gguf
+
+    reader = gguf.GGUFReader(path)
+    tensors = {t.name: t for t in reader.tensors}
+    if tensor_name not in tensors:
+        q4 = [n for n, t in tensors.items() if t.tensor_type == gguf.GGMLQuantizationType.Q4_1]
+        raise ValueError(f"no tensor {tensor_name!r} in {path}; Q4_1 tensors include "
+                         f"{q4[:4]}")
+    t = tensors[tensor_name]
+    if t.tensor_type != gguf.GGMLQuantizationType.Q4_1:
+        raise ValueError(f"tensor {tensor_name!r} is {t.tensor_type.name}, not Q4_1")
+    return np.asarray(t.data, dtype=np.uint8).reshape(-1, BLOCK_BYTES)
+
+
+def gguf_dequantize_q4_1(blocks: np.ndarray) -> np.ndarray:
+    """The `gguf` package's own dequantization of Q4_1 blocks: (n_blocks, 32) float32."""
+    import gguf
+
+    flat = np.ascontiguousarray(blocks, dtype=np.uint8)
+    return gguf.quants.dequantize(flat, gguf.GGMLQuantizationType.Q4_1).reshape(-1, BLOCK_WEIGHTS)
