@@ -21,6 +21,7 @@ _EXPORTS = {
     "load": "model",
     "generate": "generation",
     "GenerationConfig": "decoding",
+    "quantize": "quant",
 }
 
 __all__ = sorted(_EXPORTS)
