@@ -88,9 +88,11 @@ class Tokenizer:
         self.missing_bytes = bytes(missing)
         self._byte_ids = [self._ids.get(alphabet[b]) for b in range(256)]
 
-        # (left id, right id) -> (rank, merged id)
+        # merges[rank] = (left id, right id); _ranks: pair -> rank; _table[rank] = (left, right,
+        # merged id). A pair listed twice keeps its first rank.
         self.merges: list[tuple[int, int]] = []
-        self._ranks: dict[tuple[int, int], tuple[int, int]] = {}
+        self._ranks: dict[tuple[int, int], int] = {}
+        self._table: list[tuple[int, int, int]] = []
         for rank, (left, right) in enumerate(merges):
             try:
                 pair = (self._ids[left], self._ids[right])
@@ -98,9 +100,9 @@ class Tokenizer:
             except KeyError as error:
                 raise ValueError(f"merge {rank} ({left!r} + {right!r}) uses {error.args[0]!r}, "
                                  "which is not in the vocabulary") from None
-            if pair not in self._ranks:
-                self._ranks[pair] = (rank, merged)
+            self._ranks.setdefault(pair, rank)
             self.merges.append(pair)
+            self._table.append((*pair, merged))
 
         self._special_re = None
         if self._added:
@@ -221,7 +223,7 @@ class Tokenizer:
         if self.missing_bytes:
             data = data.translate(None, self.missing_bytes)
         byte_ids = self._byte_ids
-        return bpe_word([byte_ids[b] for b in data], self._ranks, self.merges)
+        return bpe_word([byte_ids[b] for b in data], self._ranks, self._table)
 
     def tokens(self, text: str) -> list[str]:
         """The text of each token of `text` (a token that ends inside a character shows the
