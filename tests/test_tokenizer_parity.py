@@ -92,3 +92,15 @@ def test_stream_decoder_matches_decode_on_random_ids(tok, ref, ids):
     pieces = [stream.push(i) for i in ids]
     text = "".join(pieces) + stream.flush()
     assert text == tok.decode(ids) == ref.decode(ids)
+
+
+def test_hf_folder_of_the_reference_gives_the_same_ids(tok, reference):
+    """The reference's own folder (tokenizer.json, tokenizer_config.json) read by minillm."""
+    from minillm.reference import reference_dir
+
+    folder_tok = minillm.load_tokenizer(reference_dir())
+    assert folder_tok.eos_token_id == 2 and folder_tok.eos_token_ids == (2, 0)
+    assert folder_tok.bos_token_id == 1 and folder_tok.pad_token_id == 2
+    assert folder_tok.chat_template == tok.chat_template
+    for s in parity_strings(seed=2):
+        assert folder_tok.encode(s) == tok.encode(s)

@@ -10,6 +10,7 @@
     gguf_vocab     the vocabulary stored in a GGUF file's metadata
     hf_json        a Hugging Face tokenizer.json
     load           load_tokenizer(name_or_path)
+    samples        the test strings and the training corpus of the chapter
 """
 
 from .bpe import bpe_word, encode_with_merges, merge_pair, pair_counts

@@ -53,7 +53,9 @@ def load_tokenizer(name_or_path="smollm2-135m") -> Tokenizer:
         except ValueError as error:
             raise ValueError(f"{error}; or pass a .gguf file, a saved tokenizer or a model "
                              "folder") from None
-        return tokenizer_from_gguf(model_file(name_or_path))
+        tokenizer = tokenizer_from_gguf(model_file(name_or_path))
+        tokenizer.name = model_source(name_or_path).name
+        return tokenizer
     raise FileNotFoundError(f"no tokenizer at {path}: nothing exists there")
 
 
