@@ -1,0 +1,100 @@
+"""Tensor and pipeline parallelism on torch.distributed (gloo, two processes on this machine):
+the same logits and greedy tokens as one process, and the all-reduces the formula predicts."""
+
+import pytest
+import torch
+
+from minillm.distributed import (all_reduce_cost, compare_pipeline_parallel,
+                                 compare_tensor_parallel, split_evenly)
+from minillm.distributed.tensor_parallel import TensorParallelLlama
+from minillm.model import load_model
+
+pytestmark = pytest.mark.slow
+
+
+def test_split_evenly_covers_everything_once():
+    assert split_evenly(3, 2) == [range(0, 2), range(2, 3)]
+    assert split_evenly(1536, 2) == [range(0, 768), range(768, 1536)]
+    for total, parts in [(9, 4), (30, 3), (5, 5)]:
+        ranges = split_evenly(total, parts)
+        assert [i for r in ranges for i in r] == list(range(total))
+        assert max(map(len, ranges)) - min(map(len, ranges)) <= 1
+
+
+@pytest.mark.parametrize("total, parts", [(3, 4), (3, 0)])
+def test_split_evenly_refuses_impossible_splits(total, parts):
+    with pytest.raises(ValueError, match="cannot split"):
+        split_evenly(total, parts)
+
+
+@pytest.fixture(scope="module", params=["llama-tied", "qwen2-untied"])
+def tiny_folder(request, tmp_path_factory):
+    """A tiny random model with 3 key/value heads, so two ranks split the heads unevenly."""
+    import transformers as tf
+
+    torch.manual_seed(0)
+    kind = request.param.split("-")[0]
+    common = dict(vocab_size=64, hidden_size=48, intermediate_size=40, num_hidden_layers=3,
+                  num_attention_heads=6, num_key_value_heads=3, max_position_embeddings=64,
+                  tie_word_embeddings=request.param.endswith("-tied"), initializer_range=0.3,
+                  eos_token_id=[2])
+    model = (tf.LlamaForCausalLM(tf.LlamaConfig(**common)) if kind == "llama"
+             else tf.Qwen2ForCausalLM(tf.Qwen2Config(**common)))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.normal_(std=0.3)
+    folder = tmp_path_factory.mktemp(request.param)
+    model.save_pretrained(folder)
+    return folder
+
+
+PROMPT = [5, 17, 3, 40, 22, 9, 31]
+
+
+def test_tensor_parallel_tiny_model_matches_one_process(tiny_folder):
+    report = compare_tensor_parallel(str(tiny_folder), PROMPT, world_size=2, new_tokens=6)
+    assert report.max_abs_diff < 1e-5, report
+    assert report.top1_agree and report.tokens_equal, report
+    assert [r["kv_heads"] for r in report.ranks] == [[0, 1], [2]]
+
+
+def test_all_reduces_are_counted_and_match_the_formula(tiny_folder):
+    report = compare_tensor_parallel(str(tiny_folder), PROMPT, world_size=2, new_tokens=0)
+    config = load_model(tiny_folder, device="cpu").config
+    calls, nbytes = all_reduce_cost(config, len(PROMPT))
+    for rank in report.ranks:
+        assert (rank["prefill_calls"], rank["prefill_bytes"]) == (calls, nbytes)
+    assert calls == 2 * config.n_layers
+
+
+def test_pipeline_parallel_tiny_model_matches_one_process(tiny_folder):
+    report = compare_pipeline_parallel(str(tiny_folder), PROMPT, world_size=3)
+    assert report.max_abs_diff < 1e-5 and report.top1_agree, report
+    assert [r["layers"] for r in report.ranks] == [[0], [1], [2]]
+    hidden = 48 * len(PROMPT) * 4
+    assert [r["sent_bytes"] for r in report.ranks] == [hidden, hidden, 0]
+
+
+def test_single_process_tensor_parallel_is_the_whole_model(tiny_folder):
+    """world_size 1 needs no process group: a quick check of the sharding arithmetic alone."""
+    model = load_model(tiny_folder, device="cpu")
+    ids = torch.tensor([PROMPT])
+    with torch.inference_mode():
+        torch.testing.assert_close(TensorParallelLlama(model, 0, 1)(ids), model(ids))
+
+
+def test_more_ranks_than_heads_is_a_clear_error(tiny_folder):
+    model = load_model(tiny_folder, device="cpu")
+    with pytest.raises(ValueError, match="cannot split 3 items over 4 ranks"):
+        TensorParallelLlama(model, 0, 4)
+
+
+def test_smollm2_on_two_processes(gguf_path):
+    import minillm
+
+    ids = minillm.load_tokenizer("smollm2-135m").encode("The capital of France is")
+    report = compare_tensor_parallel("smollm2-135m", ids, world_size=2, new_tokens=6)
+    assert report.max_abs_diff < 1e-4, report
+    assert report.top1_agree and report.tokens_equal, report
+    assert report.ranks[0]["prefill_calls"] == 60
