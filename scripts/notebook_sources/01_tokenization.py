@@ -100,7 +100,8 @@ print(tok.pre_tokenizer("I'm   learning BPE in 2024: 你好，世界！"))
 text = corpus()
 merges_mixed = 1000 if CI else 2000
 start = time.process_time()
-mixed = train(text, 256 + merges_mixed + 3, progress=True, name="mixed corpus")
+mixed = train(text, 256 + merges_mixed + 3, progress=True,
+              name=f"BPE on the corpus ({256 + merges_mixed + 3:,} tokens)")
 train_seconds = time.process_time() - start
 print(f"{mixed}: {merges_mixed} merges on {len(text.encode()) / 1e6:.2f} MB "
       f"in {train_seconds:.1f} s of CPU time")
@@ -150,13 +151,14 @@ show_tokens(tok, hello)
 # %%
 chinese_text = corpus("traditional Chinese") + corpus("simplified Chinese")
 merges_zh = 2000 if CI else 4000
-poems = train(chinese_text, 256 + merges_zh + 3, progress=True, name="Chinese poems")
+poems = train(chinese_text, 256 + merges_zh + 3, progress=True,
+              name=f"BPE on Chinese poems ({256 + merges_zh + 3:,} tokens)")
 for t in (tok, mixed, poems):
     show_tokens(t, hello)
     show_tokens(t, "春眠不觉晓，处处闻啼鸟。")
 
 # %% [markdown]
-# The poems tokenizer writes classical lines in about one token per character, and often less.
+# The poems tokenizer writes classical lines in close to one token per character.
 # For "你好，世界！" it gains less than you might expect: 你 (modern "you") and the full-width
 # "！" are rare in Tang and Song poetry. A tokenizer learns the text it is trained on.
 #
@@ -177,18 +179,18 @@ def tokens_per_char(t, texts):
 
 table = {t.name: [tokens_per_char(t, texts) for texts in groups.values()]
          for t in (tok, mixed, poems)}
-fig, ax = plt.subplots(figsize=(10, 3.8))
+fig, ax = plt.subplots(figsize=(12, 3.8))
 width = 0.27
 for k, (name, values) in enumerate(table.items()):
     ax.bar([x + (k - 1) * width for x in range(len(groups))], values, width, label=name)
 ax.set_xticks(range(len(groups)), list(groups), rotation=20)
 ax.set_ylabel("tokens per character")
 ax.set_title("The same text costs different numbers of tokens")
-ax.legend()
+ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
 plt.tight_layout()
 plt.show()
 for name, values in table.items():
-    print(f"{name:<34}" + "  ".join(f"{g}: {v:.2f}" for g, v in zip(groups, values)))
+    print(f"{name:<42}" + "  ".join(f"{g}: {v:.2f}" for g, v in zip(groups, values)))
 
 # %% [markdown]
 # Try your own text: the boxes show how each tokenizer cuts it.
@@ -378,7 +380,8 @@ plt.show()
 # %% [markdown]
 # Where does each spend its time? Both first cut the text with the pre-tokenizer's regular
 # expression: minillm with Python's `regex` module, the Rust tokenizer with the Oniguruma library.
-# Timing that step alone shows how much of each total it is.
+# Timing that step alone shows how much of each total it is. (Rust's `pre_tokenize_str` also hands
+# every piece and its offsets back to Python, so its figure includes that cost too.)
 
 # %%
 split_ours, _ = cpu_seconds(lambda: tok.pre_tokenizer(english))
