@@ -58,6 +58,7 @@ def _decoding():
         from . import decoding
 
         decoding.GenerationConfig, decoding.build_processors, decoding.choose_next_token
+        decoding.make_generator
         return decoding
     except (ImportError, AttributeError):
         return _Greedy
@@ -89,8 +90,12 @@ class _Greedy:
             return dataclasses.replace(config or cls(), **fields)
 
     @staticmethod
-    def build_processors(config):
+    def build_processors(config, eos_token_ids=None):
         return lambda input_ids, scores: scores
+
+    @staticmethod
+    def make_generator(config, device="cpu"):
+        return None
 
     @staticmethod
     def choose_next_token(scores, config, generator=None):
@@ -201,13 +206,9 @@ def token_steps(model, prompts: list[list[int]], sequences: list[Sequence], conf
     chooses one token per row, records it in that row's `Sequence`, and yields the text each row
     can show now ("" for rows that have finished). It ends when every row has finished."""
     decoding = _decoding()
-    process = decoding.build_processors(config)
-    generator = None
-    if config.do_sample:
-        generator = torch.Generator(device=_device(model))
-        generator.manual_seed(config.seed if config.seed is not None else
-                              int(torch.randint(2**62, ()).item()))
     device = _device(model)
+    process = decoding.build_processors(config, sorted(sequences[0].eos_token_ids))
+    generator = decoding.make_generator(config, device) if config.do_sample else None
     input_ids, mask = left_pad(prompts, pad_id, device)
     padded = bool((mask == 0).any())
     max_new = max(s.max_new_tokens for s in sequences)
@@ -264,15 +265,15 @@ def _beam_results(model, tokenizer, prompts, config, eos, batch):
     for p in prompts:
         hypotheses = _decoding().beam_search(model, p, config, eos)
         returned = []
-        for ids, score, reason in hypotheses:
-            s = Sequence(p, tokenizer, eos, max(len(ids), 1), stop)
-            for t in ids:
+        for h in hypotheses:
+            s = Sequence(p, tokenizer, eos, max(len(h.token_ids), 1), stop)
+            for t in h.token_ids:
                 if s.done:
                     break
                 s.add(t)
             r = _result(s)
-            r.token_ids, r.score = list(ids), float(score)
-            r.finish_reason = "stop" if s.finish_reason == "stop" else reason
+            r.token_ids, r.score = list(h.token_ids), float(h.score)
+            r.finish_reason = "stop" if s.finish_reason == "stop" else h.finish_reason
             returned.append(r)
         best = returned[0]
         best.sequences = returned
