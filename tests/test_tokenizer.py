@@ -352,3 +352,31 @@ def test_fast_training_equals_the_plain_rule_on_tie_heavy_text(text, extra):
     """Small alphabets make many equal counts: the heap must break ties exactly as the rule."""
     assert learn_merges(text, 256 + extra, special_tokens=()) == \
         train_simple(text, 256 + extra, special_tokens=())
+
+
+@settings(max_examples=200, deadline=None)
+@given(s=st.text(st.sampled_from("aab  c你好世界!\n"), min_size=0, max_size=300))
+def test_long_word_heap_bpe_equals_the_plain_loop(smol, small, s):
+    """Long words use a heap; it must merge exactly like the loop (lowest rank, then leftmost)."""
+    from minillm.tokenizer.bpe import bpe_word_heap
+
+    for tok in (smol, small):
+        ids = [tok._byte_ids[b] for b in s.encode("utf-8").translate(None, tok.missing_bytes)]
+        if not ids:
+            continue
+        want = ids
+        while len(want) > 1:  # the plain loop, without the switch to the heap
+            ranked = [tok._ranks[p] for p in zip(want, want[1:]) if p in tok._ranks]
+            if not ranked:
+                break
+            first, second, new_id = tok._table[min(ranked)]
+            want = merge_pair(want, (first, second), new_id)
+        assert bpe_word_heap(ids, tok._ranks, tok._table) == want
+
+
+def test_a_very_long_word_round_trips(smol):
+    import random
+
+    rng = random.Random(0)
+    word = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(30_000))
+    assert smol.decode(smol.encode(word)) == word

@@ -104,3 +104,15 @@ def test_hf_folder_of_the_reference_gives_the_same_ids(tok, reference):
     assert folder_tok.chat_template == tok.chat_template
     for s in parity_strings(seed=2):
         assert folder_tok.encode(s) == tok.encode(s)
+
+
+def test_parity_on_long_words(tok, ref):
+    """Words longer than 64 bytes take the heap path; the ids must not change."""
+    import random
+
+    rng = random.Random(5)
+    zh = "".join(ch for ch in "春眠不觉晓处处闻啼鸟夜来风雨声花落知多少你好世界")
+    for alphabet, n in [("abcdefghijklmnopqrstuvwxyz", 3000), (zh, 800), ("ab", 500),
+                        ("0123456789", 400), ("!?*-=", 300)]:
+        s = "".join(rng.choice(alphabet) for _ in range(n))
+        assert tok.encode(s) == ref.encode(s)

@@ -13,6 +13,7 @@ a rank table and a cache.
 from __future__ import annotations
 
 from collections.abc import Sequence
+import heapq
 from itertools import repeat
 
 
@@ -62,6 +63,8 @@ def bpe_word(ids: list[int], ranks: dict[tuple[int, int], int],
     for speed. `ranks` maps a pair of ids to its rank (its index in the merge list) and
     `table[rank]` is (left id, right id, merged id). The lowest rank present is merged first,
     everywhere in the word, until no pair has a rank. `min` and `map` search in C."""
+    if len(ids) > LONG_WORD:
+        return bpe_word_heap(ids, ranks, table)
     get = ranks.get
     while len(ids) > 1:
         rank = min(map(get, zip(ids, ids[1:]), _NO_RANKS))
@@ -83,3 +86,52 @@ def bpe_word(ids: list[int], ranks: dict[tuple[int, int], int],
 
 _NO_RANK = 1 << 62  # what `ranks.get` gives a pair that has no merge
 _NO_RANKS = repeat(_NO_RANK)
+
+LONG_WORD = 64  # words longer than this (in bytes) use the heap version
+
+
+def bpe_word_heap(ids: list[int], ranks: dict[tuple[int, int], int],
+                  table: Sequence[tuple[int, int, int]]) -> list[int]:
+    """`bpe_word` for long words: the same result in O(n log n) instead of O(n^2).
+
+    Every mergeable neighbour pair sits in a heap as (rank, position); the smallest pops first
+    (the lowest rank, then the leftmost place, which is the left-to-right rule). The tokens form a
+    linked list, so a merge only touches its two neighbours; heap entries made stale by a merge
+    are recognised by the tokens at their position no longer being that pair."""
+    n = len(ids)
+    tokens = list(ids)
+    after = list(range(1, n + 1))
+    after[-1] = -1
+    before = list(range(-1, n - 1))
+    alive = [True] * n
+    get = ranks.get
+    heap = [(rank, i) for i, pair in enumerate(zip(ids, ids[1:]))
+            if (rank := get(pair)) is not None]
+    heapq.heapify(heap)
+    while heap:
+        rank, i = heapq.heappop(heap)
+        j = after[i]
+        if not alive[i] or j < 0:
+            continue
+        first, second, new_id = table[rank]
+        if tokens[i] != first or tokens[j] != second:
+            continue  # stale: this place no longer holds the pair
+        tokens[i] = new_id
+        alive[j] = False
+        k = after[j]
+        after[i] = k
+        if k >= 0:
+            before[k] = i
+            found = get((new_id, tokens[k]))
+            if found is not None:
+                heapq.heappush(heap, (found, i))
+        h = before[i]
+        if h >= 0:
+            found = get((tokens[h], new_id))
+            if found is not None:
+                heapq.heappush(heap, (found, h))
+    out, i = [], 0
+    while i >= 0:
+        out.append(tokens[i])
+        i = after[i]
+    return out
