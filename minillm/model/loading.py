@@ -17,10 +17,10 @@ MODEL_CLASSES = {"llama": LlamaModel, "qwen2": LlamaModel, "gpt2": GPT2Model}
 
 
 def resolve_device(device) -> torch.device:
-    """"auto" is the GPU when there is one, else the CPU."""
-    if device == "auto" or device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+    """"auto" is a CUDA GPU when there is one, then Apple's MPS, else the CPU."""
+    from ..devices import pick_device
+
+    return pick_device("auto" if device is None else device)
 
 
 def build_model(config: ModelConfig, weights: dict[str, torch.Tensor],
