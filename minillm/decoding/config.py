@@ -185,8 +185,12 @@ def _validate(c: GenerationConfig) -> None:
             raise ValueError(f"bad_words_ids must be a non-empty list of token-id lists, e.g. "
                              f"[[1234], [56, 78]], or None, got {c.bad_words_ids!r}")
         for sequence in c.bad_words_ids:
-            _token_ids("bad_words_ids", sequence,
-                       "a list of non-empty lists of token ids >= 0, e.g. [[1234], [56, 78]]")
+            try:
+                _token_ids("bad_words_ids", sequence, "")
+            except ValueError:
+                raise ValueError(f"bad_words_ids must be a list of non-empty lists of token "
+                                 f"ids >= 0, e.g. [[1234], [56, 78]], got {c.bad_words_ids!r} "
+                                 f"(bad entry {sequence!r})") from None
         object.__setattr__(c, "bad_words_ids", [list(s) for s in c.bad_words_ids])
     if c.eos_token_id is not None:
         if _is_int(c.eos_token_id):

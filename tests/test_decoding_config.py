@@ -1,0 +1,105 @@
+"""GenerationConfig: defaults, merge, and the bad-input errors (field, value, allowed range)."""
+
+import pytest
+
+import minillm
+from minillm.decoding import GenerationConfig
+
+
+def test_defaults_are_greedy_with_every_filter_off():
+    c = GenerationConfig()
+    assert (c.max_new_tokens, c.do_sample, c.temperature, c.top_k, c.top_p, c.min_p) == (
+        64, False, 1.0, 0, 1.0, None)
+    assert (c.repetition_penalty, c.no_repeat_ngram_size, c.num_beams, c.length_penalty) == (
+        1.0, 0, 1, 1.0)
+    assert (c.early_stopping, c.num_return_sequences, c.bad_words_ids, c.eos_token_id,
+            c.seed, c.stop) == (False, 1, None, None, None, None)
+    assert minillm.GenerationConfig is GenerationConfig
+
+
+def test_field_names_are_transformers_names():
+    from transformers import GenerationConfig as HFConfig
+
+    hf_fields = set(vars(HFConfig()))
+    ours = set(GenerationConfig.field_names()) - {"stop", "seed"}  # minillm additions
+    assert ours <= hf_fields, ours - hf_fields
+
+
+def test_merge_returns_a_new_validated_config():
+    base = GenerationConfig(max_new_tokens=10)
+    merged = GenerationConfig.merge(base, do_sample=True, top_p=0.9)
+    assert (merged.max_new_tokens, merged.do_sample, merged.top_p) == (10, True, 0.9)
+    assert base.do_sample is False and base.top_p == 1.0
+    assert GenerationConfig.merge(None) == GenerationConfig()
+    with pytest.raises(ValueError, match="top_p"):
+        GenerationConfig.merge(base, top_p=0.0)
+
+
+def test_merge_unknown_field_lists_the_allowed_ones():
+    with pytest.raises(TypeError, match="topp.*the options are: max_new_tokens.*top_p"):
+        GenerationConfig.merge(None, topp=0.9)
+    with pytest.raises(TypeError, match="GenerationConfig or None"):
+        GenerationConfig.merge({"top_p": 0.9})
+
+
+def test_a_config_is_a_value():
+    c = GenerationConfig()
+    with pytest.raises(AttributeError):
+        c.top_p = 0.5
+
+
+def test_normalises_single_stop_string_and_eos_lists():
+    c = GenerationConfig(stop="\n\n", eos_token_id=(2, 0), bad_words_ids=((5,), (6, 7)))
+    assert c.stop == ["\n\n"] and c.eos_token_id == [2, 0] and c.bad_words_ids == [[5], [6, 7]]
+
+
+def test_greedy_accepts_temperature_zero():
+    assert GenerationConfig(temperature=0).temperature == 0
+
+
+BAD = [
+    (dict(do_sample=True, temperature=0.0), "temperature", "> 0"),
+    (dict(do_sample=True, temperature=-1), "temperature", "> 0"),
+    (dict(temperature=-0.5), "temperature", ">= 0"),
+    (dict(top_p=0.0), "top_p", r"\(0, 1\]"),
+    (dict(top_p=1.01), "top_p", r"\(0, 1\]"),
+    (dict(top_k=-1), "top_k", ">= 0"),
+    (dict(min_p=-0.1), "min_p", r"\[0, 1\]"),
+    (dict(min_p=1.5), "min_p", r"\[0, 1\]"),
+    (dict(repetition_penalty=0.0), "repetition_penalty", "> 0"),
+    (dict(repetition_penalty=-1.2), "repetition_penalty", "> 0"),
+    (dict(num_beams=0), "num_beams", ">= 1"),
+    (dict(num_beams=2, num_return_sequences=3), "num_return_sequences", "<= num_beams"),
+    (dict(num_return_sequences=0), "num_return_sequences", ">= 1"),
+    (dict(max_new_tokens=0), "max_new_tokens", ">= 1"),
+    (dict(max_new_tokens=-5), "max_new_tokens", ">= 1"),
+    (dict(no_repeat_ngram_size=-1), "no_repeat_ngram_size", ">= 0"),
+    (dict(num_beams=3, do_sample=True), "num_beams=3", "not supported"),
+    (dict(early_stopping="sometimes"), "early_stopping", "'never'"),
+    (dict(length_penalty=float("inf")), "length_penalty", "finite"),
+    (dict(bad_words_ids=[]), "bad_words_ids", "non-empty"),
+    (dict(bad_words_ids=[[1], []]), "bad_words_ids", "non-empty"),
+    (dict(bad_words_ids=[[1, -3]]), "bad_words_ids", ">= 0"),
+    (dict(eos_token_id=-1), "eos_token_id", ">= 0"),
+    (dict(seed=-1), "seed", ">= 0"),
+    (dict(stop=[""]), "stop", "non-empty string"),
+]
+
+
+@pytest.mark.parametrize("fields, name, allowed", BAD, ids=[b[1] for b in BAD])
+def test_bad_values_raise_value_error_naming_field_value_and_range(fields, name, allowed):
+    with pytest.raises(ValueError) as error:
+        GenerationConfig(**fields)
+    message = str(error.value)
+    assert name in message
+    assert __import__("re").search(allowed, message), message
+    value = fields.get(name, None)
+    if value is not None and name != "num_beams=3":
+        assert repr(value) in message or str(value) in message, message
+
+
+@pytest.mark.parametrize("fields", [dict(top_k="5"), dict(do_sample=1), dict(temperature="hot"),
+                                    dict(num_beams=2.0), dict(seed=1.5), dict(top_k=True)])
+def test_wrong_types_raise_type_error(fields):
+    with pytest.raises(TypeError, match=next(iter(fields))):
+        GenerationConfig(**fields)
