@@ -1,0 +1,28 @@
+"""Speculative decoding (推测解码): a cheap draft proposes k tokens, the target model checks them
+all in one forward pass, and an acceptance rule keeps exactly the target's distribution.
+
+    acceptance.py  the rule: accept draft token x with probability min(1, p(x)/q(x)); on a
+                   rejection draw from normalise(max(0, p - q)); a bonus token when all pass.
+                   Greedy decoding is the special case "accept while the draft picked the argmax".
+    drafts.py      who proposes: PromptLookupDraft (copy what followed the latest n-gram's earlier
+                   occurrence in the context) and ModelDraft (a cheaper model, for example
+                   `first_layers(model, 8)`: SmolLM2's first 8 layers with its final norm and head)
+    loop.py        draft, verify, roll the KV cache back: SpeculativeDecoder and
+                   speculative_generate, which returns the text with acceptance statistics
+
+    >>> out = speculative_generate(model, tokenizer, prompt, PromptLookupDraft(), k=4,
+    ...                            max_new_tokens=64)
+    >>> out.text, out.stats.acceptance_rate, out.stats.tokens_per_pass
+"""
+
+from .acceptance import (accept_or_resample, accept_probability, expected_tokens_per_pass,
+                         residual_distribution, verify_greedy, verify_sampled)
+from .drafts import Draft, FirstLayers, ModelDraft, PromptLookupDraft, first_layers
+from .loop import SpeculativeDecoder, SpeculativeGeneration, SpeculativeStats, speculative_generate
+
+__all__ = [
+    "accept_or_resample", "accept_probability", "residual_distribution", "verify_greedy",
+    "verify_sampled", "expected_tokens_per_pass", "Draft", "PromptLookupDraft", "ModelDraft",
+    "FirstLayers", "first_layers", "SpeculativeDecoder", "SpeculativeGeneration",
+    "SpeculativeStats", "speculative_generate",
+]

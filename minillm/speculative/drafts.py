@@ -1,0 +1,175 @@
+"""Drafts (草稿): whatever proposes the next few tokens cheaply, for the target to check.
+
+A draft has one method, `propose(ids, k, process, do_sample, generator) -> (tokens, probs)`:
+
+    ids        every token so far (prompt and generated), a list of ints
+    k          propose at most k tokens (fewer, even none, is allowed)
+    process    the logits processors of the generation config, `(input_ids, scores) -> scores`
+    do_sample  False: greedy, so propose what the draft thinks most likely
+    returns    the proposed tokens, and the distribution q each was drawn from as an (n, vocab)
+               tensor, or None when the proposal is deterministic (q all on the proposed token)
+
+Two drafts:
+
+- PromptLookupDraft (提示词查找): no model at all. Find the latest n-gram of the context earlier in
+  the context and propose what followed it there. Costs microseconds; shines when the output
+  repeats the input (editing, copying code, quoting a document), and proposes nothing otherwise.
+- ModelDraft: a smaller, cheaper language model with the same vocabulary, run autoregressively
+  for k steps with its own KV cache. `first_layers(model, n)` makes one from the target itself:
+  its first n layers, then its final norm and LM head, sharing the target's weights (an
+  "early exit" draft, 早退).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import torch.nn as nn
+
+from ..kv_cache import KVCache
+from ..model.llama import LlamaModel
+
+
+class Draft:
+    """The interface every draft follows (see the module docstring)."""
+
+    def propose(self, ids: list[int], k: int, process=None, do_sample: bool = False,
+                generator=None) -> tuple[list[int], torch.Tensor | None]:
+        raise NotImplementedError
+
+    def reset(self, max_tokens: int | None = None) -> None:
+        """Forget any state kept from an earlier sequence; `max_tokens` is the longest context
+        the next sequence will reach (a model draft sizes its KV cache by it)."""
+
+
+class PromptLookupDraft(Draft):
+    """Propose the continuation of the latest n-gram's most recent earlier occurrence.
+
+    Tries n = max_ngram first, down to min_ngram: a longer match is stronger evidence that the
+    text is repeating. Deterministic, so `propose` returns probs=None."""
+
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
+        for name, value in (("max_ngram", max_ngram), ("min_ngram", min_ngram)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        if min_ngram > max_ngram:
+            raise ValueError(f"min_ngram ({min_ngram}) must be <= max_ngram ({max_ngram})")
+        self.max_ngram, self.min_ngram = max_ngram, min_ngram
+
+    def __repr__(self):
+        return f"PromptLookupDraft(max_ngram={self.max_ngram}, min_ngram={self.min_ngram})"
+
+    def lookup(self, ids: list[int], k: int) -> list[int]:
+        """Up to k tokens that followed the latest n-gram's most recent earlier occurrence."""
+        if k < 1:
+            return []
+        for n in range(min(self.max_ngram, len(ids) - 1), self.min_ngram - 1, -1):
+            suffix = ids[-n:]
+            for start in range(len(ids) - n - 1, -1, -1):  # most recent earlier match first
+                if ids[start:start + n] == suffix:
+                    return list(ids[start + n:start + n + k])
+        return []
+
+    def propose(self, ids, k, process=None, do_sample=False, generator=None):
+        return self.lookup(list(ids), k), None
+
+
+class ModelDraft(Draft):
+    """A smaller language model as the draft. It keeps its own KV cache across rounds and, each
+    round, crops it back to the longest prefix it shares with the context (the drafted tokens
+    the target rejected are forgotten), feeds the tokens it has not seen, then proposes k tokens
+    one forward pass at a time."""
+
+    def __init__(self, model: nn.Module):
+        if not callable(model) or not hasattr(model, "config"):
+            raise TypeError(f"ModelDraft needs a minillm model (with a .config), got "
+                            f"{type(model).__name__}")
+        self.model = model
+        self.max_tokens = min(model.config.max_seq_len, 512)
+        self.cache: KVCache | None = None
+        self.cached: list[int] = []  # the tokens whose keys and values are in self.cache
+
+    def __repr__(self):
+        return f"ModelDraft({type(self.model).__name__}, {self.model.config.n_layers} layers)"
+
+    def reset(self, max_tokens: int | None = None) -> None:
+        self.cache, self.cached = None, []
+        if max_tokens is not None:
+            self.max_tokens = min(int(max_tokens), self.model.config.max_seq_len)
+
+    def _sync(self, ids: list[int], k: int) -> list[int]:
+        """Roll the cache back to the prefix it shares with `ids` (keeping at least the last
+        token out, so there is always one to feed); return the tokens still to feed."""
+        if self.cache is None or self.cache.max_tokens < len(ids) + k:
+            size = min(max(self.max_tokens, len(ids) + k + 64), self.model.config.max_seq_len)
+            param = next(self.model.parameters())
+            c = self.model.config
+            self.cache = KVCache(c.n_layers, 1, c.n_kv_heads, c.head_dim, size,
+                                 dtype=param.dtype, device=param.device)
+            self.cached = []
+        common = 0
+        limit = min(len(self.cached), len(ids) - 1)
+        while common < limit and self.cached[common] == ids[common]:
+            common += 1
+        self.cache.crop(common)
+        del self.cached[common:]
+        return ids[common:]
+
+    def propose(self, ids, k, process=None, do_sample=False, generator=None):
+        ids = list(ids)
+        if k < 1:
+            return [], None
+        device = next(self.model.parameters()).device
+        feed = self._sync(ids, k)
+        context = torch.tensor([ids], device=device)
+        tokens, probs = [], []
+        with torch.inference_mode():
+            for step in range(k):
+                logits = self.model(torch.tensor([feed], device=device), cache=self.cache)
+                self.cached.extend(feed)
+                scores = logits[:, -1, :].float()
+                if process is not None:
+                    scores = process(context, scores)
+                if do_sample:
+                    q = torch.softmax(scores, dim=-1)
+                    token = int(torch.multinomial(q, 1, generator=generator))
+                    probs.append(q[0])
+                else:
+                    token = int(scores.argmax(-1))
+                tokens.append(token)
+                if step + 1 < k:
+                    feed = [token]
+                    context = torch.cat([context, context.new_tensor([[token]])], dim=1)
+        return tokens, (torch.stack(probs) if do_sample else None)
+
+
+class FirstLayers(LlamaModel):
+    """The first `n_layers` layers of a minillm Llama/Qwen2 model, then its final norm and LM
+    head: a cheaper model over the same vocabulary. It shares the original's weights (no copy)
+    and follows the same forward contract; its config is the original's with n_layers changed,
+    so `KVCache.for_model` sizes its cache."""
+
+    def __init__(self, model: nn.Module, n_layers: int):
+        nn.Module.__init__(self)
+        if not isinstance(model, LlamaModel):
+            raise TypeError(f"first_layers takes a minillm Llama/Qwen2 model from minillm.load "
+                            f"(not a FastLlama or a transformers model), got "
+                            f"{type(model).__name__}")
+        total = model.config.n_layers
+        if not isinstance(n_layers, int) or isinstance(n_layers, bool) or \
+                not 1 <= n_layers <= total:
+            raise ValueError(f"n_layers must be an int from 1 to {total} (the model's layers), "
+                             f"got {n_layers!r}")
+        self.config = dataclasses.replace(model.config, n_layers=n_layers)
+        self.embed = model.embed
+        self.layers = nn.ModuleList(list(model.layers)[:n_layers])
+        self.norm = model.norm
+        self.lm_head = model.lm_head
+    # forward, dtype and device are LlamaModel's: they run self.layers, which holds the prefix.
+
+
+def first_layers(model: nn.Module, n_layers: int) -> FirstLayers:
+    """SmolLM2 (or any minillm Llama/Qwen2 model) cut down to its first `n_layers` layers, for a
+    draft: `ModelDraft(first_layers(model, 8))`. Shares the weights."""
+    return FirstLayers(model, n_layers)

@@ -1,0 +1,200 @@
+"""Draft and verify: the speculative decoding loop, with the KV cache rolled back after rejections.
+
+One round, with `ids` every token so far and the target's KV cache holding all of them but the
+last:
+
+1. the draft proposes up to k tokens d1..dn;
+2. the target runs ONE forward pass over [last, d1, ..., dn]: n + 1 positions, so n + 1
+   next-token distributions (after last, after d1, ..., after dn);
+3. the acceptance rule keeps d1..dm and adds one token of the target's own (the replacement
+   for d(m+1), or the bonus token when m = n);
+4. the cache now also holds d(m+1)..dn, which were rejected: `cache.crop` forgets them, so it
+   again holds every token but the last.
+
+Decode is bound by memory bandwidth: one pass reads every weight once whether it scores 1
+position or 9, so a round costs about one decode step and yields 1 to n + 1 tokens.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from ..generation import Generation, start
+from ..kv_cache import KVCache
+from .acceptance import verify_greedy, verify_sampled
+from .drafts import Draft, PromptLookupDraft
+
+
+@dataclass
+class SpeculativeStats:
+    """What happened in one speculative generation.
+
+    passes           target forward passes after the prefill (one per round)
+    proposed         tokens the draft proposed, in all
+    accepted         proposed tokens the target accepted
+    new_tokens       tokens generated
+    draft_seconds    time spent in the draft's `propose`
+    target_seconds   time spent in the target's forward passes (prefill included)
+    accepted_per_pass  how many drafted tokens each round accepted
+    """
+
+    k: int
+    passes: int = 0
+    proposed: int = 0
+    accepted: int = 0
+    new_tokens: int = 0
+    draft_seconds: float = 0.0
+    target_seconds: float = 0.0
+    accepted_per_pass: list[int] = field(default_factory=list)
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Accepted / proposed drafted tokens (NaN when nothing was proposed)."""
+        return self.accepted / self.proposed if self.proposed else float("nan")
+
+    @property
+    def tokens_per_pass(self) -> float:
+        """New tokens per target forward pass: plain decoding gets 1."""
+        return self.new_tokens / self.passes if self.passes else float("nan")
+
+    def summary(self) -> str:
+        return (f"k={self.k}: {self.new_tokens} tokens in {self.passes} target passes "
+                f"({self.tokens_per_pass:.2f} per pass), {self.accepted}/{self.proposed} drafted "
+                f"tokens accepted ({100 * self.acceptance_rate:.0f}%)")
+
+
+@dataclass
+class SpeculativeGeneration(Generation):
+    """A `Generation` with `stats` (SpeculativeStats)."""
+
+    stats: SpeculativeStats | None = field(default=None, repr=False)
+
+
+def _check_k(k) -> None:
+    if not isinstance(k, int) or isinstance(k, bool):
+        raise TypeError(f"k (tokens drafted per round) must be an int >= 1, got {k!r}")
+    if k < 1:
+        raise ValueError(f"k (tokens drafted per round) must be an int >= 1, got {k}")
+
+
+class SpeculativeDecoder:
+    """Runs speculative decoding for one sequence at a time. After `run`, `cache` is the
+    target's KV cache (it holds every token but the last) and `stats` the round statistics."""
+
+    def __init__(self, target, draft: Draft, k: int = 4, config=None):
+        if not isinstance(draft, Draft):
+            raise TypeError(f"draft must be a minillm.speculative Draft (PromptLookupDraft(), "
+                            f"ModelDraft(model)), got {type(draft).__name__}")
+        _check_k(k)
+        from ..decoding import GenerationConfig, build_processors, make_generator
+
+        self.target, self.draft, self.k = target, draft, k
+        self.config = config if config is not None else GenerationConfig()
+        if self.config.num_beams > 1:
+            raise ValueError("speculative decoding runs greedy decoding or sampling, not beam "
+                             f"search (num_beams={self.config.num_beams}); use num_beams=1")
+        self.process = build_processors(self.config)
+        self.device = next(target.parameters()).device
+        self.generator = make_generator(self.config, self.device) if self.config.do_sample \
+            else None
+        self.cache: KVCache | None = None
+        self.stats = SpeculativeStats(k=k)
+
+    def _forward(self, tokens: list[int]) -> torch.Tensor:
+        start_time = time.perf_counter()
+        logits = self.target(torch.tensor([tokens], device=self.device), cache=self.cache)
+        self.stats.target_seconds += time.perf_counter() - start_time
+        return logits[0].float()
+
+    def run(self, prompt_ids: list[int], sequence, on_tokens=None) -> SpeculativeStats:
+        """Generate into `sequence` (a minillm.stopping.Sequence) until it finishes.
+        `on_tokens(sequence)` is called after each round (for timing or streaming)."""
+        self.stats = stats = SpeculativeStats(k=self.k)
+        ids = list(prompt_ids)
+        max_new = sequence.max_new_tokens
+        size = len(ids) + max_new
+        self.cache = KVCache.for_model(self.target, 1, size)
+        self.draft.reset(size)
+        with torch.inference_mode():
+            if len(ids) > 1:  # prefill: every prompt token but the last, which each round feeds
+                self._forward(ids[:-1])
+            while not sequence.done:
+                # never draft more than can still be used: the round adds one token of its own
+                room = max_new - len(sequence.token_ids) - 1
+                n_draft = min(self.k, room)
+                t0 = time.perf_counter()
+                drafted, q = self.draft.propose(ids, n_draft, self.process,
+                                                self.config.do_sample, self.generator) \
+                    if n_draft > 0 else ([], None)
+                stats.draft_seconds += time.perf_counter() - t0
+                drafted = [int(t) for t in drafted][:n_draft]
+                if q is not None:
+                    q = q[:len(drafted)].to(self.device)
+                before = self.cache.length  # = len(ids) - 1
+                logits = self._forward([ids[-1]] + drafted)  # (n + 1, vocab)
+                context = torch.tensor([ids + drafted], device=self.device)
+                scores = torch.stack([
+                    self.process(context[:, :len(ids) + i], logits[i:i + 1])[0]
+                    for i in range(len(drafted) + 1)])
+                if self.config.do_sample:
+                    new, n_accepted = verify_sampled(torch.softmax(scores, dim=-1), q, drafted,
+                                                     self.generator)
+                else:
+                    new, n_accepted = verify_greedy(scores, drafted)
+                stats.passes += 1
+                stats.proposed += len(drafted)
+                stats.accepted += n_accepted
+                stats.accepted_per_pass.append(n_accepted)
+                for token in new:
+                    sequence.add(token)
+                    ids.append(token)
+                    if sequence.done:
+                        break
+                # roll back: keep the accepted drafts, forget the rejected ones
+                self.cache.crop(min(before + 1 + n_accepted, len(ids) - 1))
+                if on_tokens is not None:
+                    on_tokens(sequence)
+        stats.new_tokens = len(sequence.token_ids)
+        return stats
+
+
+def speculative_generate(target, tokenizer, prompt, draft: Draft | str = "prompt_lookup", *,
+                         k: int = 4, config=None, **fields) -> SpeculativeGeneration:
+    """Generate text after one `prompt` (a string or a list of token ids) with speculative
+    decoding: `draft` proposes up to k tokens a round, `target` verifies them in one pass.
+
+    draft    a Draft (PromptLookupDraft(), ModelDraft(smaller_model)) or "prompt_lookup"
+    config   a GenerationConfig (greedy or sampling; keyword fields change it, as in generate)
+
+    Greedy: exactly the tokens `minillm.generate(target, ...)` gives. Sampling: tokens drawn from
+    exactly the distribution `generate` samples from (not the same draws). Returns a
+    `SpeculativeGeneration`: `.text`, `.token_ids`, `.metrics`, and `.stats` (acceptance rate,
+    tokens per target pass).
+
+        >>> out = speculative_generate(model, tokenizer, "Repeat: a b c d", k=4,
+        ...                            max_new_tokens=32)
+        >>> out.stats.summary()
+    """
+    from ..metrics import TokenClock
+
+    if isinstance(draft, str):
+        if draft not in ("prompt_lookup", "lookup"):
+            raise ValueError(f"draft must be a Draft object or 'prompt_lookup', got {draft!r}")
+        draft = PromptLookupDraft()
+    _check_k(k)
+    clock = TokenClock()
+    prompts, sequences, config, batch, _ = start(target, tokenizer, prompt, config, **fields)
+    if batch:
+        raise ValueError(f"speculative_generate takes one prompt, got a batch of {len(prompts)}: "
+                         "call it once per prompt")
+    decoder = SpeculativeDecoder(target, draft, k, config)
+    stats = decoder.run(prompts[0], sequences[0], on_tokens=lambda s: clock.tick([s]))
+    s = sequences[0]
+    result = SpeculativeGeneration(text=s.text, token_ids=s.token_ids,
+                                   finish_reason=s.finish_reason, prompt_token_ids=s.prompt_ids,
+                                   stats=stats)
+    result.metrics = clock.metrics(sequences)[0]
+    return result
