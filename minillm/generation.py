@@ -52,54 +52,11 @@ class Generation:
 # --- the decoding seam (chapter 04 fills it in) -----------------------------------------------------
 
 def _decoding():
-    """Chapter 04's GenerationConfig, logits processors and token choice (greedy argmax until
-    that chapter's package is there)."""
-    try:
-        from . import decoding
+    """Chapter 04's pieces: GenerationConfig, build_processors, make_generator,
+    choose_next_token (greedy argmax unless do_sample) and beam_search."""
+    from . import decoding
 
-        decoding.GenerationConfig, decoding.build_processors, decoding.choose_next_token
-        decoding.make_generator
-        return decoding
-    except (ImportError, AttributeError):
-        return _Greedy
-
-
-class _Greedy:
-    """Stand-in for minillm.decoding: greedy argmax only."""
-
-    @dataclass(frozen=True)
-    class GenerationConfig:
-        max_new_tokens: int = 64
-        do_sample: bool = False
-        num_beams: int = 1
-        eos_token_id: int | list[int] | None = None
-        seed: int | None = None
-        stop: list[str] | None = None
-
-        @classmethod
-        def merge(cls, config=None, **fields):
-            import dataclasses
-
-            names = [f.name for f in dataclasses.fields(cls)]
-            unknown = sorted(set(fields) - set(names))
-            if unknown:
-                raise TypeError(f"unknown generation option(s) {', '.join(unknown)}; the "
-                                f"options are: {', '.join(names)}")
-            if fields.get("do_sample") or fields.get("num_beams", 1) != 1:
-                raise ValueError("sampling and beam search arrive with minillm.decoding")
-            return dataclasses.replace(config or cls(), **fields)
-
-    @staticmethod
-    def build_processors(config, eos_token_ids=None):
-        return lambda input_ids, scores: scores
-
-    @staticmethod
-    def make_generator(config, device="cpu"):
-        return None
-
-    @staticmethod
-    def choose_next_token(scores, config, generator=None):
-        return scores.argmax(dim=-1)
+    return decoding
 
 
 # --- inputs ---------------------------------------------------------------------------------------

@@ -300,3 +300,28 @@ def test_cache_bytes_match_the_formula(tiny):
     c = tiny.config
     assert cache.length == 5
     assert cache.nbytes == 2 * c.n_layers * c.n_kv_heads * c.head_dim * 5 * 4
+
+
+# --- the chapter 04 seam --------------------------------------------------------------------------
+
+def test_sampling_goes_through_the_decoding_seam_and_is_seeded(tiny):
+    runs = [generate(tiny, Letters(), [5, 9, 2], max_new_tokens=12, eos_token_id=NO_EOS,
+                     do_sample=True, temperature=1.5, seed=seed).token_ids for seed in (3, 3, 4)]
+    assert runs[0] == runs[1] and runs[0] != runs[2]
+    greedy = generate(tiny, Letters(), [5, 9, 2], max_new_tokens=12, eos_token_id=NO_EOS)
+    assert greedy.token_ids != runs[0]
+
+
+def test_processors_apply_to_each_step(tiny):
+    plain = generate(tiny, Letters(), [5, 9, 2], max_new_tokens=1, eos_token_id=NO_EOS)
+    banned = generate(tiny, Letters(), [5, 9, 2], max_new_tokens=1, eos_token_id=NO_EOS,
+                      bad_words_ids=[[plain.token_ids[0]]])
+    assert banned.token_ids != plain.token_ids
+
+
+def test_beam_search_returns_scored_sequences(tiny):
+    out = generate(tiny, Letters(), [5, 9, 2], max_new_tokens=6, eos_token_id=NO_EOS,
+                   num_beams=3, num_return_sequences=2)
+    assert len(out.sequences) == 2 and out.sequences[0] is out
+    assert out.sequences[0].score >= out.sequences[1].score
+    assert all(len(s.token_ids) == 6 and s.finish_reason == "length" for s in out.sequences)
