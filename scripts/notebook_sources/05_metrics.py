@@ -1,0 +1,456 @@
+# %% [markdown]
+# # 05 · Measuring inference (性能指标): TTFT, TPOT, throughput, and a fast engine
+#
+# How fast is a model? "Tokens per second" hides two very different waits: the wait for the
+# first word, and the pace of the words after it. This chapter defines the four numbers that
+# describe a model's speed, measures each on the real model, and then asks *why* they are what
+# they are: the answer is the memory bandwidth of the machine.
+#
+# Every number below is measured in this run, on this machine. When the environment variable
+# `CI` is set (the course's tests), the sizes shrink so the notebook runs in a minute or two.
+
+# %%
+import os
+import time
+
+import matplotlib.pyplot as plt
+import torch
+from tqdm.auto import tqdm
+
+import minillm
+from minillm import fast as fast_engine
+from minillm.bench.bandwidth import decode_bound, read_bandwidth, weight_bytes
+from minillm.devices import describe, pick_device
+from minillm.metrics import predict_latency, throughput
+
+CI = bool(os.environ.get("CI"))
+torch.manual_seed(0)
+device = pick_device("auto")
+for key, value in describe().items():
+    print(f"{key:>12}: {value}")
+if hasattr(os, "getloadavg"):
+    print(f"load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs "
+          "(other programs share the machine: the timings move with them)")
+
+# %% [markdown]
+# We load SmolLM2-135M with minillm's own code, and make its fast copy with `minillm.fast`
+# (section 6 looks inside). `minillm.generate` runs either one; the fast one gives the same tokens.
+
+# %%
+model, tokenizer = minillm.load("smollm2-135m", device=device)
+fast = fast_engine.optimize(model)
+prompt = tokenizer.apply_chat_template(
+    [{"role": "user", "content": "Why is the sky blue?"}], add_generation_prompt=True)
+N_NEW = 16 if CI else 48
+print(f"prompt: {len(tokenizer.encode(prompt))} tokens; we ask for up to {N_NEW} new tokens")
+
+# %% [markdown]
+# ## 1 · The four metrics
+#
+# For one request, from the moment it starts and the moment each new token is ready:
+#
+# - **TTFT**, time to first token (首个词元生成时间): start → first token. Tokenizing and the
+#   prefill (预填充) pass over the whole prompt happen here.
+# - **TPOT**, time per output token (每个输出词元的时间): the mean gap between tokens *after*
+#   the first. The first token is left out: it came from prefill, not decode.
+# - **End-to-end latency** (端到端延迟): start → last token.
+# - **Tokens per second** (每秒词元数): for one request, decode speed = 1 / TPOT; across many
+#   requests, **throughput** (吞吐量) = all their tokens / the wall time they took together.
+#
+# `minillm.generate` records the time of every token; each result carries them as `.metrics`.
+
+# %%
+start = time.perf_counter()
+out = minillm.generate(fast, tokenizer, prompt, max_new_tokens=N_NEW)
+wall = time.perf_counter() - start
+m = out.metrics
+print(out.text)
+print()
+print(m)
+
+# %% [markdown]
+# The definitions are a few lines each:
+
+# %%
+minillm.show_source(minillm.metrics.RequestMetrics)
+
+# %% [markdown]
+# **Latency = TTFT + TPOT × (n − 1).** The source text writes "TTFT + TPOT × tokens"; with n
+# new tokens the first one is inside the TTFT, so n − 1 gaps follow. We check the formula against
+# the wall time measured around the whole call, with a stopwatch of our own:
+
+# %%
+predicted = predict_latency(m.ttft, m.tpot, m.n_tokens)
+print(f"TTFT {1000 * m.ttft:.1f} ms + TPOT {1000 * m.tpot:.1f} ms x ({m.n_tokens} - 1) "
+      f"= {1000 * predicted:.1f} ms")
+print(f"measured around the call:            {1000 * wall:.1f} ms "
+      f"(the rest: {1000 * (wall - predicted):.2f} ms of bookkeeping after the last token)")
+assert abs(wall - predicted) < 0.05 * wall + 0.02
+
+# %% [markdown]
+# Is this fast? The source text's yardstick: a TPOT of 100 ms is 10 tokens/s, about 450 words a
+# minute, faster than people read (an English word is about 1.3 tokens).
+
+# %%
+words_per_minute = 60 / m.tpot / 1.3
+print(f"TPOT {1000 * m.tpot:.1f} ms = {m.decode_tokens_per_second:.1f} tokens/s "
+      f"= about {words_per_minute:.0f} words a minute")
+
+# %% [markdown]
+# ### Watching it live
+#
+# The chart below streams a generation and draws, as tokens arrive, each token's latency: the
+# first bar is the TTFT (orange), the others the gap since the previous token, the line the
+# running TPOT. Type another prompt and press *Generate* to try your own; it runs on whatever
+# device the model is on.
+
+# %%
+from minillm.widgets.latency import LatencyChart
+
+chart = LatencyChart(fast, tokenizer, prompt="Write a haiku about the sea.",
+                     max_new_tokens=N_NEW, redraw_seconds=1.0)
+display(chart)
+live = chart.run()
+print(live.metrics)
+
+# %% [markdown]
+# ## 2 · More users: throughput rises, each user waits longer
+#
+# A server that runs B requests in one batch does one forward pass per step for all of them.
+# Each step reads the weights once whatever B is, so the step grows slowly while it makes B
+# tokens. We send the same prompt B times at once.
+
+# %%
+BATCHES = [1, 2, 4] if CI else [1, 2, 4, 8, 16, 32]
+N_BATCH = 6 if CI else 16
+sweep = []
+for b in tqdm(BATCHES, desc="batch sizes"):
+    outs = minillm.generate(fast, tokenizer, [prompt] * b, max_new_tokens=N_BATCH)
+    t = throughput([o.metrics for o in outs])
+    sweep.append((b, t))
+    print(f"batch {b:>2}: {t.tokens_per_second:7.1f} tokens/s in all, "
+          f"TPOT {1000 * t.mean_tpot:6.1f} ms, TTFT {1000 * t.mean_ttft:6.1f} ms")
+
+# %%
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.4))
+bs = [b for b, _ in sweep]
+ax1.plot(bs, [t.tokens_per_second for _, t in sweep], "o-")
+ax1.set(xscale="log", xlabel="batch size (users at once)", ylabel="tokens/s, all users",
+        title="throughput rises")
+ax2.plot(bs, [1000 * t.mean_tpot for _, t in sweep], "o-", color="tab:red")
+ax2.set(xscale="log", xlabel="batch size (users at once)", ylabel="ms",
+        title="each user's TPOT grows")
+for ax in (ax1, ax2):
+    ax.set_xticks(bs, [str(b) for b in bs])
+plt.tight_layout()
+plt.show()
+first, last = sweep[0][1], sweep[-1][1]
+print(f"batch {bs[-1]} against 1: {last.tokens_per_second / first.tokens_per_second:.1f}x the "
+      f"throughput, {last.mean_tpot / first.mean_tpot:.1f}x the TPOT")
+
+# %% [markdown]
+# This is the trade-off the source text describes with 16 users: serving more people at once
+# raises the throughput, and each of them sees a longer TPOT. Chapter 06 builds the scheduler
+# that makes this work when requests arrive at different times.
+#
+# ## 3 · 512 more input tokens, or 8 more output tokens?
+#
+# The source text says adding 512 input tokens usually costs less latency than generating 8 more
+# output tokens. Input tokens are processed in one parallel prefill pass; output tokens one pass
+# each. We test it here: the TTFT of a short prompt and of the same prompt with 512 more tokens,
+# against 8 × TPOT.
+
+# %%
+EXTRA = 128 if CI else 512
+filler = tokenizer.encode(" The sky is blue because air scatters blue light more than red.")
+short_ids = tokenizer.encode(prompt)
+long_ids = (filler * (EXTRA // len(filler) + 1))[:EXTRA] + short_ids
+
+
+def ttft_of(ids, repeats=2):
+    return min(minillm.generate(fast, tokenizer, ids, max_new_tokens=1).metrics.ttft
+               for _ in range(repeats))
+
+
+extra_prefill = ttft_of(long_ids) - ttft_of(short_ids)
+eight_tokens = 8 * m.tpot
+print(f"{EXTRA} more input tokens: +{1000 * extra_prefill:.0f} ms of TTFT")
+print(f"8 more output tokens:     +{1000 * eight_tokens:.0f} ms (8 x TPOT)")
+verdict = "holds" if extra_prefill < eight_tokens else "does NOT hold"
+print(f"on this machine ({device}) the claim {verdict}")
+
+# %% [markdown]
+# Why does the answer depend on the machine? Prefill does about 2 × parameters floating-point
+# operations per token, all tokens in one pass: it is **compute-bound** (计算受限). Decode does
+# the same 2 × parameters operations for a single token but must read every weight from memory
+# to do it: it is **bandwidth-bound** (带宽受限). So the claim holds where the machine does many
+# operations per byte it reads (its *machine balance*), as a GPU does (an H100 does about 300
+# bf16 operations per byte of memory traffic); a CPU does only a few. We measure both rates here:
+
+# %%
+def matmul_flops(n=1024, repeats=3):
+    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
+    best = float("inf")
+    for _ in range(repeats):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        a @ b
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n ** 3 / best
+
+
+flops = matmul_flops()
+bandwidth = read_bandwidth(device, megabytes=64 if CI else 256)
+n_params = sum(p.numel() for p in model.parameters())
+n_bytes = weight_bytes(fast)
+balance = flops / bandwidth
+needed = (2 * n_params * EXTRA) / (8 * n_bytes)  # prefill FLOPs per byte decode reads
+print(f"matrix multiply: {flops / 1e9:.0f} GFLOP/s; read bandwidth: {bandwidth / 1e9:.1f} GB/s")
+print(f"machine balance: {balance:.1f} FLOP per byte")
+print(f"the claim needs more than {needed:.0f} FLOP per byte "
+      f"({EXTRA} tokens x 2 x {n_params / 1e6:.0f} M parameters against 8 reads of "
+      f"{n_bytes / 1e6:.0f} MB)")
+
+# %% [markdown]
+# Long inputs are not free, though: each input token also takes KV-cache memory (chapter 03), and
+# that, not time, is what limits long prompts on a GPU.
+#
+# ## 4 · The memory-bandwidth bound (内存带宽瓶颈)
+#
+# Every decode step reads every weight once to make one token. A machine that reads B bytes/s
+# cannot decode faster than B / (bytes of weights) tokens per second at batch 1, however fast its
+# arithmetic. Decode does 2 operations (a multiply and an add) per 4-byte float32 weight it reads:
+# 0.5 FLOP per byte, far below the machine balance above. The arithmetic units wait for memory.
+
+# %%
+bound = decode_bound(n_bytes, bandwidth)
+print(f"weights read per token: {n_bytes / 1e6:.0f} MB (float32)")
+print(f"bound: {bandwidth / 1e9:.1f} GB/s / {n_bytes / 1e6:.0f} MB = {bound:.1f} tokens/s")
+print(f"achieved: {m.decode_tokens_per_second:.1f} tokens/s "
+      f"({100 * m.decode_tokens_per_second / bound:.0f} % of the bound)")
+
+# %% [markdown]
+# The gap to the bound is Python and kernel overhead per step, and matrix-vector kernels that do
+# not read memory at full speed. This is also why batching (section 2) is nearly free per step:
+# the weights are read once for the whole batch.
+#
+# ## 5 · float32 against bfloat16
+#
+# bfloat16 (bf16) stores each weight in 2 bytes instead of 4: half the bytes to read per token,
+# so the bound doubles. Whether the speed follows depends on the hardware having fast bf16
+# arithmetic (GPUs do; many CPUs, without AVX-512 BF16 or AMX, convert in software).
+
+# %%
+fast16 = fast_engine.optimize(model, dtype=torch.bfloat16)
+rows = {}
+for name, engine in [("float32", fast), ("bfloat16", fast16)]:
+    result = minillm.generate(engine, tokenizer, prompt, max_new_tokens=N_NEW)
+    rows[name] = result
+    bound_dtype = decode_bound(weight_bytes(engine), bandwidth)
+    print(f"{name:>9}: {result.metrics}  bound {bound_dtype:.0f} tok/s")
+print("CPU capability:", torch.backends.cpu.get_cpu_capability() if device.type == "cpu"
+      else device)
+print("same text:", rows["float32"].text == rows["bfloat16"].text)
+
+# %% [markdown]
+# bf16 rounds every weight to 8 bits of mantissa, so after a few dozen tokens its greedy text
+# may part from float32's. Chapter 07 measures such quality costs properly.
+#
+# ## 6 · Inside the fast engine
+#
+# `minillm.fast.optimize` builds a copy of the model for batch-1 decoding: the q, k and v
+# matrices fused into one (one multiply instead of three), gate and up fused, every matrix stored
+# in the layout that multiplies fastest here (it times both), the RoPE tables computed once, the
+# KV cache preallocated, and a decode step with no input checks and no extra copies. The same
+# forward contract, so `generate` runs it unchanged, with the same greedy tokens:
+
+# %%
+minillm.show_source(fast_engine.FastLlama._decode)
+
+# %%
+plain = minillm.generate(model, tokenizer, prompt, max_new_tokens=N_NEW)
+print(f"plain minillm: {plain.metrics}")
+print(f"fast minillm:  {out.metrics}")
+print(f"layout chosen: {fast.layout}; same tokens: {plain.token_ids == out.token_ids}")
+assert plain.token_ids == out.token_ids
+
+# %% [markdown]
+# `python -m minillm bench` compares the fast engine with transformers' `generate()` on the same
+# weights, in the same process, interleaved: TTFT, TPOT, decode and prefill tokens per second,
+# the ratios, and this bandwidth bound. Run it in a terminal (it takes about three minutes).
+#
+# ## 7 · CPU against GPU
+
+# %%
+if torch.cuda.is_available():
+    gpu_model = fast_engine.optimize(minillm.load("smollm2-135m", device="cuda")[0])
+    cpu_model = fast_engine.optimize(minillm.load("smollm2-135m", device="cpu")[0])
+    for name, engine in [("cpu", cpu_model), ("cuda", gpu_model)]:
+        minillm.generate(engine, tokenizer, prompt, max_new_tokens=2)  # warm up
+        r = minillm.generate(engine, tokenizer, prompt, max_new_tokens=N_NEW)
+        rows[name] = r
+        print(f"{name:>5}: {r.metrics}")
+    print(f"GPU / CPU decode speed: {rows['cuda'].metrics.decode_tokens_per_second / rows['cpu'].metrics.decode_tokens_per_second:.1f}x")
+else:
+    print(f"No CUDA GPU here ({device}); nothing to time on a GPU.")
+
+# %% [markdown]
+# The source text's rule of thumb: a 7B model decodes at about 10 tokens/s on a CPU and 100+ on
+# one A6000 GPU, about 10:1. Section 4 says why: decode speed follows memory bandwidth, and an
+# A6000 reads about 768 GB/s (its published figure) against the tens of GB/s a CPU reads (the
+# measured figure is above). For a small model like ours the GPU's advantage is smaller than the
+# bandwidth ratio says: each token's 30 layers launch hundreds of small GPU kernels, and their
+# launch overhead, not memory, dominates. When a CUDA GPU is present the cell above times it;
+# `scripts/gpu_check.sh` runs this chapter and the benchmark on one.
+#
+# ## 8 · Latency against model size
+#
+# The source text says latency grows more slowly than model size: MPT-30B is about 2.5× slower
+# than MPT-7B (4.3× the parameters). We test it with SmolLM2's own family: the same Llama
+# architecture at the published shapes of SmolLM2-360M and -1.7B, with random weights (speed does
+# not depend on the values). To spare memory we build each shape with one and with three layers,
+# time a decode step of both, and take the difference as the cost of two layers: the full model's
+# step is the one-layer step plus (layers − 1) × that per-layer cost.
+
+# %%
+from minillm.kv_cache import KVCache
+from minillm.model import LlamaModel, ModelConfig
+
+SHAPES = {  # SmolLM2's published configs: hidden, layers, heads, kv heads, feed-forward
+    "135M": (576, 30, 9, 3, 1536),
+    "360M": (960, 32, 15, 5, 2560),
+    "1.7B": (2048, 24, 32, 32, 8192),
+}
+if CI:
+    SHAPES.pop("1.7B")
+
+
+def shape_config(hidden, layers, heads, kv, ffn):
+    return ModelConfig(arch="llama", vocab_size=49152, hidden_size=hidden, n_layers=layers,
+                       n_heads=heads, n_kv_heads=kv, head_dim=64, intermediate_size=ffn,
+                       rope_theta=100000.0, max_seq_len=2048, tie_embeddings=True)
+
+
+def step_seconds(config, steps):
+    torch.manual_seed(0)
+    engine = fast_engine.optimize(LlamaModel(config).to(device).eval().requires_grad_(False))
+    cache = KVCache.for_model(engine, 1, 64)
+    ids = torch.tensor([[1, 2, 3, 4]], device=device)
+    with torch.inference_mode():
+        engine(ids, cache=cache)
+        best = float("inf")
+        for _ in range(steps):
+            t0 = time.perf_counter()
+            engine(ids[:, :1], cache=cache).cpu()
+            best = min(best, time.perf_counter() - t0)
+    return best
+
+
+sizes = {}
+for name, (hidden, layers, heads, kv, ffn) in tqdm(SHAPES.items(), desc="model shapes"):
+    one = step_seconds(shape_config(hidden, 1, heads, kv, ffn), 5)
+    three = step_seconds(shape_config(hidden, 3, heads, kv, ffn), 5)
+    per_layer = max(three - one, 0.0) / 2
+    d, f = hidden, ffn  # tied embeddings; q and o are d x d, k and v d x (kv heads x 64)
+    params = 49152 * d + layers * (2 * d * d + 2 * d * kv * 64 + 3 * d * f + 2 * d) + d
+    sizes[name] = (params, one + (layers - 1) * per_layer)
+    print(f"{name}: {params / 1e6:6.0f} M parameters, decode step {1000 * sizes[name][1]:6.1f} ms")
+
+# %%
+base_params, base_time = sizes["135M"]
+for name, (params, seconds) in sizes.items():
+    print(f"{name}: {params / base_params:5.1f}x the parameters, {seconds / base_time:5.1f}x the "
+          "latency per token")
+
+# %% [markdown]
+# At these sizes on a CPU, a bigger model's step reads proportionally more bytes, so the latency
+# follows the parameter count closely once the fixed per-step overhead is small next to it; at
+# the smallest size the overhead (Python, kernel launches, the embedding-sized LM head) makes
+# latency grow more slowly than the parameters. The source's MPT and LLaMA-2 figures were measured
+# on GPUs with large batches, where more of the work is compute spread over more parallel units;
+# we cannot reproduce those here, and our measurement says how far the claim carries to batch-1
+# CPU decoding.
+#
+# ## 9 · Compiling the decode step
+#
+# The source text names TorchScript among specialised inference engines; its successor is
+# `torch.compile`, which traces a function and generates fused kernels (C++ on a CPU, Triton on a
+# GPU). We compile one layer's feed-forward block (RMSNorm, the fused gate-up multiply, SiLU, the
+# down multiply, the residual add) and time it against eager mode. Compiling takes a while the
+# first time, so this cell runs only outside CI.
+
+# %%
+import torch.nn.functional as F
+
+layer = fast._layers[0]
+_, _, _, _, _, norm_w, w_gu, _, w_down, _ = layer
+hidden_size, ffn_size = model.config.hidden_size, model.config.intermediate_size
+
+
+def mlp_block(x):
+    h = F.rms_norm(x, (hidden_size,), norm_w, model.config.norm_eps)
+    gu = h @ w_gu if fast.layout == "in_out" else h @ w_gu.t()
+    act = F.silu(gu[:, :ffn_size]) * gu[:, ffn_size:]
+    return x + (act @ w_down if fast.layout == "in_out" else act @ w_down.t())
+
+
+def per_call(fn, x, calls=200):
+    with torch.inference_mode():
+        fn(x)
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn(x)
+        return (time.perf_counter() - t0) / calls
+
+
+x = torch.randn(1, hidden_size, device=device)
+if CI:
+    print("skipped under CI: compiling takes tens of seconds on a small CPU")
+else:
+    t0 = time.perf_counter()
+    compiled = torch.compile(mlp_block)
+    with torch.inference_mode():
+        torch.testing.assert_close(compiled(x), mlp_block(x), atol=1e-4, rtol=1e-4)
+    compile_seconds = time.perf_counter() - t0
+    eager_t, compiled_t = per_call(mlp_block, x), per_call(compiled, x)
+    print(f"compiling took {compile_seconds:.0f} s")
+    print(f"eager {1e6 * eager_t:.0f} us, compiled {1e6 * compiled_t:.0f} us per call "
+          f"({eager_t / compiled_t:.2f}x)")
+
+# %% [markdown]
+# A compiler fuses the small element-wise operations (the norm, SiLU, the multiply, the add) into
+# fewer kernels; it cannot make the two big matrix-vector products read memory faster. At batch 1
+# those dominate, so the gain is small on a CPU; on a GPU, where each tiny kernel costs a launch,
+# compiling (and CUDA graphs, `mode="reduce-overhead"`) matters far more.
+#
+# ## 10 · Offline against interactive
+#
+# The two uses want different things, and the batch sweep above already measured both:
+
+# %%
+best_throughput = max(sweep, key=lambda s: s[1].tokens_per_second)
+print(f"interactive (a chat, one user): batch 1 -> TTFT {1000 * sweep[0][1].mean_ttft:.0f} ms, "
+      f"TPOT {1000 * sweep[0][1].mean_tpot:.0f} ms")
+print(f"offline (a pile of documents): batch {best_throughput[0]} -> "
+      f"{best_throughput[1].tokens_per_second:.0f} tokens/s in all, "
+      f"{best_throughput[1].tokens_per_second / sweep[0][1].tokens_per_second:.1f}x batch 1")
+
+# %% [markdown]
+# - **Interactive** use (chat, code completion) is judged by TTFT (how soon the answer starts)
+#   and TPOT (whether it streams faster than one reads). Small batches, short prompts.
+# - **Offline** use (summarising a thousand files overnight) only cares about throughput: TTFT
+#   barely matters, so batch as large as memory allows.
+#
+# ## Summary
+#
+# - TTFT, TPOT, latency = TTFT + TPOT × (n − 1), throughput: every `minillm.generate` result
+#   carries them as `.metrics`; `minillm.metrics.timed_stream` and the live chart stream them.
+# - Batch-1 decode is bound by memory bandwidth: each token reads every weight. Batching shares
+#   that read among users; bf16 halves it where the hardware computes in bf16.
+# - Prefill is compute-bound; whether 512 input tokens beat 8 output tokens depends on the
+#   machine's balance of arithmetic to bandwidth, which we measured.
+# - The exercise notebook `exercises/05_metrics.ipynb` computes these metrics from raw
+#   timestamps. Chapter 06 builds continuous batching on top of them.
