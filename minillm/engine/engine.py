@@ -47,6 +47,7 @@ class StepRecord:
     used_tokens: int = 0
     paged_slots: int = 0
     contiguous_slots: int = 0
+    running: int = 0
     waiting: int = 0
 
 
@@ -239,7 +240,7 @@ class Engine:
             start, time.perf_counter(), [(r.id, n, k) for (r, n), k in zip(items, kinds)],
             used_tokens=sum(r.num_computed for r in self.scheduler.running if not r.ghost),
             paged_slots=sum(len(r.block_table) for r in live) * self.blocks.block_size,
-            contiguous_slots=sum(r.max_tokens for r in live),
+            contiguous_slots=sum(r.max_tokens for r in live), running=len(live),
             waiting=len(self.scheduler.waiting)))
 
     # --- running to the end -----------------------------------------------------------------------

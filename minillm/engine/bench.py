@@ -1,0 +1,150 @@
+"""Measuring the engine: a fixed workload, offline throughput, KV memory use, and an online mode
+with requests arriving at random (Poisson) times. `scripts/bench_batching.py` and the chapter 06
+lesson both use these, so the lesson's figures and the benchmark's are made the same way.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+
+from ..metrics import throughput
+from .engine import Engine
+
+IGNORE_EOS = [-1]  # an id no model produces: every request runs to its own max_new_tokens
+
+
+@dataclass
+class Work:
+    """One request of a workload: prompt token ids and how many tokens to generate."""
+
+    prompt: list[int]
+    max_new_tokens: int
+
+
+def make_workload(tokenizer, n: int = 64, prompt_lengths=(16, 512), output_lengths=(16, 256),
+                  seed: int = 0, text: str | None = None) -> list[Work]:
+    """`n` requests with prompt and output lengths drawn uniformly from the given ranges
+    (inclusive), the prompts cut from real text so the model sees ordinary tokens."""
+    if text is None:
+        from ..tokenizer.samples import corpus
+
+        text = corpus("english")[:60_000]
+    ids = list(tokenizer.encode(text))
+    rng = random.Random(seed)
+    work = []
+    for _ in range(n):
+        length = rng.randint(*prompt_lengths)
+        start = rng.randrange(0, len(ids) - length)
+        work.append(Work(ids[start:start + length], rng.randint(*output_lengths)))
+    return work
+
+
+def run_engine(engine: Engine, work: list[Work], progress: bool = False) -> dict:
+    """Run every request of `work` through `engine` at once (offline); returns the outputs and
+    the throughput figures."""
+    start = time.perf_counter()
+    outs = engine.generate([w.prompt for w in work],
+                           [{"max_new_tokens": w.max_new_tokens} for w in work],
+                           eos_token_id=IGNORE_EOS, progress=progress)
+    wall = time.perf_counter() - start
+    tokens = sum(len(o.token_ids) for o in outs)
+    return {"outputs": outs, "wall_s": wall, "new_tokens": tokens, "tokens_per_s": tokens / wall,
+            "steps": len(engine.steps) or None, "preemptions": engine.scheduler.num_preemptions}
+
+
+def memory_use(steps, max_len: int | None = None) -> dict:
+    """KV memory actually used over memory reserved, token-weighted over a run's steps:
+    paged (blocks held), contiguous per request (prompt + max_new_tokens reserved up front), and
+    contiguous at `max_len` per running request (a preallocated max-length cache)."""
+    used = sum(s.used_tokens for s in steps)
+    out = {"paged": used / max(1, sum(s.paged_slots for s in steps)),
+           "contiguous_per_request": used / max(1, sum(s.contiguous_slots for s in steps))}
+    if max_len:
+        out["contiguous_max_length"] = used / max(1, sum(s.running * max_len for s in steps))
+    return out
+
+
+def hf_generate(model, tokenizer, work: list[Work], batch_size: int = 16,
+                progress: bool = False) -> dict:
+    """transformers' batched `generate()` on the same requests: batches of `batch_size` in
+    arrival order, left-padded, each batch run to its longest max_new_tokens (static batching).
+    Only each request's own max_new_tokens count as useful tokens."""
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    batches = [work[i:i + batch_size] for i in range(0, len(work), batch_size)]
+    if progress:
+        from tqdm.auto import tqdm
+
+        batches = tqdm(batches, desc="transformers generate", unit="batch")
+    start = time.perf_counter()
+    device = next(model.parameters()).device
+    for batch in batches:
+        longest = max(len(w.prompt) for w in batch)
+        ids = torch.full((len(batch), longest), pad, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for row, w in enumerate(batch):
+            ids[row, longest - len(w.prompt):] = torch.tensor(w.prompt)
+            mask[row, longest - len(w.prompt):] = 1
+        with torch.inference_mode():
+            model.generate(input_ids=ids.to(device), attention_mask=mask.to(device),
+                           max_new_tokens=max(w.max_new_tokens for w in batch),
+                           min_new_tokens=max(w.max_new_tokens for w in batch),
+                           do_sample=False, pad_token_id=pad)
+    wall = time.perf_counter() - start
+    tokens = sum(w.max_new_tokens for w in work)
+    return {"wall_s": wall, "new_tokens": tokens, "tokens_per_s": tokens / wall}
+
+
+def poisson_arrivals(n: int, rate: float, seed: int = 0) -> list[float]:
+    """`n` arrival times (seconds from 0) of a Poisson process with `rate` requests a second:
+    the gaps are exponential with mean 1 / rate."""
+    if rate <= 0:
+        raise ValueError(f"rate must be > 0 requests per second, got {rate}")
+    rng, t, times = random.Random(seed), 0.0, []
+    for _ in range(n):
+        t += rng.expovariate(rate)
+        times.append(t)
+    return times
+
+
+def percentile(values, q: float) -> float:
+    values = sorted(v for v in values if not math.isnan(v))
+    if not values:
+        return math.nan
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[min(98, max(0, round(q) - 1))]
+
+
+def run_online(engine: Engine, work: list[Work], rate: float, seed: int = 0) -> dict:
+    """Serve `work` with requests arriving at `rate` per second (Poisson), as a server would:
+    each step first admits every request that has arrived. TTFT counts from the arrival."""
+    arrivals = poisson_arrivals(len(work), rate, seed)
+    t0 = time.perf_counter()
+    pending = list(zip(arrivals, work))
+    final = {}
+    while pending or engine.has_unfinished():
+        now = time.perf_counter() - t0
+        while pending and pending[0][0] <= now:
+            at, w = pending.pop(0)
+            rid = engine.add_request(w.prompt, max_new_tokens=w.max_new_tokens,
+                                     eos_token_id=IGNORE_EOS, arrival_time=t0 + at)
+        if not engine.has_unfinished():
+            time.sleep(max(0.0, pending[0][0] - (time.perf_counter() - t0)))
+            continue
+        for out in engine.step():
+            if out.finished:
+                final[out.request_id] = out
+    metrics = [o.metrics for o in final.values()]
+    ttft = [m.ttft for m in metrics]
+    tpot = [m.tpot for m in metrics]
+    total = throughput(metrics)
+    return {"rate": rate, "requests": len(metrics), "ttft_p50": percentile(ttft, 50),
+            "ttft_p99": percentile(ttft, 99), "tpot_p50": percentile(tpot, 50),
+            "tpot_p99": percentile(tpot, 99), "tokens_per_s": total.tokens_per_second,
+            "metrics": metrics}

@@ -1,0 +1,144 @@
+"""Benchmark chapter 06's engine: continuous against static batching, against transformers'
+batched generate(), paged KV memory use, and latency under Poisson arrivals.
+
+    .venv/bin/python scripts/bench_batching.py [--small] [--json results.json] [--threads 1]
+
+One fixed-seed workload (default: 64 requests, prompts of 16-512 tokens cut from the English
+corpus, 16-256 new tokens each, EOS ignored so each request runs to its own length), run in the
+same process, one after another:
+
+  1. continuous batching (minillm.engine.Engine, paged cache, token budget)
+  2. static batching (the same engine, scheduler="static": a batch ends with its longest request)
+  3. transformers' generate() in left-padded batches of the same size, on the same weights
+  4. KV memory used over reserved during run 1: paged blocks against contiguous preallocation
+  5. online: requests arrive as a Poisson process at three rates (fractions of the capacity
+     measured in run 1); TTFT and TPOT p50 / p99
+
+Prints a table and a JSON summary (machine, versions, settings, figures). Nothing is asserted:
+on a shared machine timings are noisy, so compare the ratios from one run. `--small` runs 16
+requests with prompts of 16-128 and outputs of 16-64 tokens (a few minutes on a 2-core CPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--small", action="store_true", help="a quick run (16 short requests)")
+    parser.add_argument("--requests", type=int, help="number of requests (default 64; 16 small)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-num-seqs", type=int, default=16, help="batch size of all three")
+    parser.add_argument("--budget", type=int, default=512, help="tokens per continuous step")
+    parser.add_argument("--block-size", type=int, default=16)
+    parser.add_argument("--rates", default="0.3,0.6,0.9",
+                        help="online arrival rates, as fractions of the measured capacity")
+    parser.add_argument("--threads", type=int, help="torch threads (1 is faster on a busy CPU)")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--skip-hf", action="store_true", help="leave out transformers")
+    parser.add_argument("--json", help="also write the summary to this file")
+    args = parser.parse_args(argv)
+
+    import torch
+
+    import minillm
+    from minillm.engine import Engine
+    from minillm.engine.bench import hf_generate, make_workload, memory_use, run_engine, run_online
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    n = args.requests or (16 if args.small else 64)
+    prompts, outputs = ((16, 128), (16, 64)) if args.small else ((16, 512), (16, 256))
+    device = minillm.pick_device(args.device)
+    model, tokenizer = minillm.load("smollm2-135m", dtype=torch.float32, device=device)
+    work = make_workload(tokenizer, n, prompts, outputs, seed=args.seed)
+    longest = prompts[1] + outputs[1]
+    num_blocks = args.max_num_seqs * -(-longest // args.block_size)
+
+    def engine(kind, **kw):
+        return Engine(model, tokenizer, scheduler=kind, num_blocks=num_blocks,
+                      block_size=args.block_size, max_num_seqs=args.max_num_seqs,
+                      max_num_batched_tokens=args.budget, record=True, **kw)
+
+    print(f"{n} requests, prompts {prompts[0]}-{prompts[1]} tokens, outputs {outputs[0]}-"
+          f"{outputs[1]}, batch {args.max_num_seqs}, device {device}, "
+          f"{torch.get_num_threads()} threads", flush=True)
+    results = {}
+    cont_engine = engine("continuous", enable_prefix_caching=False)
+    results["continuous"] = run_engine(cont_engine, work, progress=True)
+    results["static"] = run_engine(engine("static"), work, progress=True)
+    if not args.skip_hf:
+        reference, ref_tokenizer = minillm.load_reference()
+        reference.to(device)
+        results["transformers"] = hf_generate(reference, ref_tokenizer, work,
+                                              args.max_num_seqs, progress=True)
+    memory = memory_use(cont_engine.steps, max_len=longest)
+
+    capacity = n / results["continuous"]["wall_s"]  # requests per second, offline
+    online = []
+    n_online = max(8, n // 2)
+    for fraction in [float(f) for f in args.rates.split(",")]:
+        rate = fraction * capacity
+        print(f"online: {n_online} requests at {rate:.3f} req/s ({fraction:.0%} of capacity)",
+              flush=True)
+        row = run_online(engine("continuous"), work[:n_online], rate, seed=args.seed)
+        row.pop("metrics")
+        row["fraction_of_capacity"] = fraction
+        online.append(row)
+
+    cont = results["continuous"]["tokens_per_s"]
+    print()
+    print(f"{'run':<14}{'new tokens':>12}{'seconds':>10}{'tok/s':>10}{'continuous is':>16}")
+    for name, r in results.items():
+        ratio = cont / r["tokens_per_s"]
+        print(f"{name:<14}{r['new_tokens']:>12}{r['wall_s']:>10.1f}{r['tokens_per_s']:>10.1f}"
+              f"{ratio:>15.2f}x")
+    print()
+    print("KV memory used / reserved (token-weighted over the continuous run's steps):")
+    print(f"  paged blocks of {args.block_size}:                 {memory['paged']:.1%}")
+    print(f"  contiguous, prompt + max_new_tokens each: {memory['contiguous_per_request']:.1%}")
+    print(f"  contiguous, {longest} tokens each (max length):  "
+          f"{memory['contiguous_max_length']:.1%}")
+    print()
+    print(f"{'rate req/s':>10}{'of cap.':>9}{'TTFT p50':>10}{'TTFT p99':>10}{'TPOT p50':>10}"
+          f"{'TPOT p99':>10}  (seconds)")
+    for row in online:
+        print(f"{row['rate']:>10.3f}{row['fraction_of_capacity']:>9.0%}{row['ttft_p50']:>10.3f}"
+              f"{row['ttft_p99']:>10.3f}{row['tpot_p50']:>10.3f}{row['tpot_p99']:>10.3f}")
+
+    summary = {
+        "machine": {"platform": platform.platform(), "processor": platform.processor(),
+                    "cpus": os.cpu_count(), "device": str(device),
+                    "torch_threads": torch.get_num_threads(),
+                    "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None},
+        "versions": {"python": sys.version.split()[0], "torch": torch.__version__,
+                     "minillm": minillm.__version__},
+        "settings": {"requests": n, "prompt_lengths": prompts, "output_lengths": outputs,
+                     "max_num_seqs": args.max_num_seqs, "budget": args.budget,
+                     "block_size": args.block_size, "num_blocks": num_blocks, "seed": args.seed,
+                     "when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())},
+        "throughput": {k: {f: v for f, v in r.items() if f != "outputs"}
+                       for k, r in results.items()},
+        "continuous_over_static": cont / results["static"]["tokens_per_s"],
+        "continuous_over_transformers": (cont / results["transformers"]["tokens_per_s"]
+                                         if "transformers" in results else None),
+        "memory_used_over_reserved": memory,
+        "online": online,
+    }
+    print()
+    print(json.dumps(summary, indent=1, default=str))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(summary, f, indent=1, default=str)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+"""The engine on the real model (SmolLM2-135M): 21 requests of mixed lengths in one continuous
+batch, some sharing a system prompt (prefix-cache hits), on a pool small enough to preempt. Each
+request's greedy tokens equal `minillm.generate` on that request alone. Outputs are kept short
+(2 to 6 tokens) so the whole file runs in well under a minute on 2 cores."""
+
+import random
+
+import pytest
+import torch
+
+import minillm
+from minillm.engine import Engine
+
+pytestmark = pytest.mark.slow
+
+SYSTEM = ("You are a helpful assistant. Answer in one short sentence, use plain words, and never "
+          "make up facts you are not sure about. Question: ")
+QUESTIONS = ["What is the capital of France?", "Why is the sky blue?", "Name a prime number.",
+             "What do bees make?", "How many legs does a spider have?", "What is ice?",
+             "Who wrote Hamlet?", "What colour is grass?"]
+OTHERS = ["Hi", "The capital of France is", "def add(a, b):", "1, 2, 3, 4,", "Once upon a time",
+          "Water boils at", "The largest planet in the solar system is",
+          "In 1969, Neil Armstrong became the first person to walk on",
+          "To make a cup of tea, first boil some water, then put a tea bag in a cup, and",
+          "Photosynthesis", "A haiku about the sea:", "SELECT name FROM users WHERE",
+          "Paris, Rome, Berlin,"]
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One thread: on a busy 2-core machine two threads wait on each other (10x slower)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    torch.manual_seed(0)
+    return minillm.load("smollm2-135m", dtype=torch.float32, device="cpu")
+
+
+def test_continuous_batch_equals_each_request_alone(smollm2):
+    model, tokenizer = smollm2
+    prompts = [SYSTEM + q for q in QUESTIONS] + OTHERS
+    rng = random.Random(0)
+    order = list(range(len(prompts)))
+    rng.shuffle(order)
+    prompts = [prompts[i] for i in order]
+    news = [rng.randint(2, 6) for _ in prompts]
+    lengths = [len(tokenizer.encode(p)) for p in prompts]
+    assert len(prompts) >= 20 and min(lengths) <= 3 and max(lengths) >= 30
+
+    engine = Engine(model, tokenizer, num_blocks=16, block_size=16, max_num_seqs=8,
+                    max_num_batched_tokens=256)
+    outs = engine.generate(prompts, [{"max_new_tokens": n} for n in news])
+    for p, n, out in zip(prompts, news, outs):
+        want = minillm.generate(model, tokenizer, p, max_new_tokens=n)
+        assert out.token_ids == want.token_ids, p
+        assert out.finish_reason == want.finish_reason
+    assert sum(o.num_cached_tokens for o in outs) >= 32  # the system prompt was shared
+    assert engine.blocks.num_free == engine.blocks.num_blocks
