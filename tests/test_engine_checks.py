@@ -78,7 +78,7 @@ def test_a_scheduler_that_never_preempts_is_caught(solutions):
         plan = solutions["schedule_step"](running, waiting, big, block_size, budget, max_seqs)
         return {**plan, "free_blocks": free_blocks - (big - plan["free_blocks"])}
 
-    with pytest.raises(CheckFailed, match="expected \\['b'\\]. Preempt only when"):
+    with pytest.raises(CheckFailed, match="the free blocks allow"):
         checks.check_schedule_step(no_preemption)
 
 
