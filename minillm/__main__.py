@@ -36,6 +36,12 @@ def _bench(args) -> int:
     return run_cli(args)
 
 
+def _serve(args) -> int:
+    from .server.launch import serve_cli
+
+    return serve_cli(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m minillm",
                                      description="minillm: the course's inference engine")
@@ -63,6 +69,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench = commands.add_parser("bench", help="time minillm against transformers (TTFT, TPOT, "
                                 "tokens/s, prefill, bandwidth bound)")
     bench_options(bench).set_defaults(run=_bench)
+    from .server.options import add_arguments as serve_options
+
+    serve = commands.add_parser("serve", help="serve the model over HTTP with the OpenAI API "
+                                "(127.0.0.1 unless told otherwise)")
+    serve_options(serve).set_defaults(run=_serve)
     return parser
 
 

@@ -1,0 +1,264 @@
+"""The HTTP app (FastAPI): the chapter 06 engine behind the OpenAI API.
+
+    GET  /health                 "ok" while the engine thread runs, and its counters
+    GET  /v1/models              the one model this server serves
+    POST /v1/completions         continue a prompt          (stream: true -> server-sent events)
+    POST /v1/chat/completions    answer a conversation      (stream: true -> server-sent events)
+
+A streamed answer is a series of `data: {json}` events, one per engine step that made text ready,
+then `data: [DONE]`: the shape OpenAI's client libraries and load tools read. Bad requests get a
+4xx answer with OpenAI's error body; the server never answers a client's mistake with a 500.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ..generation import encode_prompts
+from .protocol import (FINISH_REASONS, APIError, ChatCompletionRequest, CompletionRequest,
+                       error_body)
+from .runner import EngineLoop, now
+
+MAX_BODY_BYTES = 1 << 20  # 1 MiB of JSON is far more than any prompt the context window holds
+
+
+class BodyLimit:
+    """ASGI middleware: a request body over `limit` bytes gets 413 before it is parsed."""
+
+    def __init__(self, app, limit: int = MAX_BODY_BYTES):
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = dict(scope.get("headers") or [])
+        length = headers.get(b"content-length")
+        too_big = length is not None and length.isdigit() and int(length) > self.limit
+        seen = 0
+
+        async def limited_receive():
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.limit:
+                raise _TooLarge()
+            return message
+
+        if not too_big:
+            try:
+                return await self.app(scope, limited_receive, send)
+            except _TooLarge:
+                pass
+        response = JSONResponse(error_body(f"the request body is over {self.limit} bytes"),
+                                status_code=413)
+        await response(scope, receive, send)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _validation_message(errors) -> tuple[str, str | None]:
+    """Pydantic's errors in one sentence, naming the fields."""
+    parts, param = [], None
+    for e in errors:
+        loc = [str(p) for p in e.get("loc", ()) if p != "body"]
+        where = ".".join(loc) or "body"
+        param = param or (loc[0] if loc else None)
+        if e.get("type") == "json_invalid":
+            return ("the body is not valid JSON: " + e.get("msg", "") +
+                    f" (at character {loc[-1] if loc else '?'})"), None
+        if e.get("type") == "extra_forbidden":
+            parts.append(f"unknown field {where!r}")
+        elif e.get("type") == "missing":
+            parts.append(f"{where} is required")
+        else:
+            parts.append(f"{where}: {e.get('msg')} (got {e.get('input')!r})"[:300])
+    return "invalid request: " + "; ".join(parts), param
+
+
+def create_app(engine, model_name: str = "minillm", *, default_max_tokens: int = 256,
+               max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
+    """The app serving `engine` (a minillm.engine.Engine) as `model_name`.
+    The engine thread starts with the app (uvicorn's lifespan) and stops with it."""
+    loop = EngineLoop(engine)
+
+    @asynccontextmanager
+    async def lifespan(app):
+        loop.start()
+        try:
+            yield
+        finally:
+            loop.stop()
+
+    app = FastAPI(title="minillm", lifespan=lifespan,
+                  description="The course's engine behind the OpenAI API")
+    app.state.loop = loop
+    app.add_middleware(BodyLimit, limit=max_body_bytes)
+    context = engine.max_seq_len
+    tokenizer = engine.tokenizer
+    started = now()
+
+    # --- errors, all in OpenAI's shape ---------------------------------------------------
+
+    @app.exception_handler(APIError)
+    async def _api_error(request, error: APIError):
+        return JSONResponse(error.body(), status_code=error.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request, error: RequestValidationError):
+        message, param = _validation_message(error.errors())
+        return JSONResponse(error_body(message, param=param), status_code=400)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request, error: StarletteHTTPException):
+        kind = "not_found_error" if error.status_code == 404 else "invalid_request_error"
+        detail = error.detail if isinstance(error.detail, str) else json.dumps(error.detail)
+        if error.status_code == 404:
+            detail = (f"no route {request.method} {request.url.path}; the routes are /health, "
+                      "/v1/models, /v1/completions and /v1/chat/completions")
+        return JSONResponse(error_body(detail, kind), status_code=error.status_code)
+
+    @app.exception_handler(Exception)
+    async def _bug(request, error: Exception):  # a bug of ours: say so, show no traceback
+        return JSONResponse(error_body(f"internal error ({type(error).__name__})",
+                                       "server_error"), status_code=500)
+
+    # --- routes ------------------------------------------------------------------------------
+
+    @app.get("/health")
+    async def health():
+        status = 200 if loop.alive else 503
+        return JSONResponse({"status": "ok" if loop.alive else "engine stopped",
+                             "model": model_name, **loop.stats()}, status_code=status)
+
+    @app.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": [{"id": model_name, "object": "model",
+                                            "created": started, "owned_by": "minillm",
+                                            "max_model_len": context}]}
+
+    def check_model(body):
+        if body.model is not None and body.model != model_name:
+            raise APIError(404, f"the model {body.model!r} does not exist here; this server "
+                                f"serves {model_name!r} (see /v1/models)", "model",
+                           "not_found_error", "model_not_found")
+
+    async def prepare(body, prompt, max_tokens, default):
+        """Token ids and the engine config; the prompt's length decides the default length."""
+        try:
+            ids = (await asyncio.to_thread(encode_prompts, tokenizer, prompt,
+                                           engine.model.config.vocab_size))[0][0]
+        except (ValueError, TypeError) as error:
+            raise APIError(400, str(error), "prompt") from None
+        room = context - len(ids)
+        if room < 1:
+            raise APIError(400, f"the prompt has {len(ids)} tokens; the model's context window "
+                                f"is {context} tokens, with room for at least one new token",
+                           "prompt", code="context_length_exceeded")
+        if max_tokens is None:
+            max_tokens = min(default, room)
+        elif max_tokens > room:
+            raise APIError(400, f"max_tokens={max_tokens} is too large: the prompt has "
+                                f"{len(ids)} tokens and the context window {context}, so at "
+                                f"most {room} new tokens fit", "max_tokens",
+                           code="context_length_exceeded")
+        return ids, body.generation_config(max_tokens)
+
+    @app.post("/v1/completions")
+    async def completions(body: CompletionRequest, request: Request):
+        check_model(body)
+        ids, config = await prepare(body, body.one_prompt(), body.max_tokens, 16)
+        rid, queue = await loop.submit(ids, config, "cmpl")
+        return await _answer(request, body, rid, queue, chat=False)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(body: ChatCompletionRequest, request: Request):
+        check_model(body)
+        if not hasattr(tokenizer, "apply_chat_template"):
+            raise APIError(400, f"{model_name} has no chat template: use /v1/completions")
+        try:
+            text = tokenizer.apply_chat_template(body.conversation())
+        except (ValueError, TypeError) as error:
+            raise APIError(400, f"the chat template failed: {error}", "messages") from None
+        ids, config = await prepare(body, text, body.max_completion_tokens or body.max_tokens,
+                                    default_max_tokens)
+        rid, queue = await loop.submit(ids, config, "chatcmpl")
+        return await _answer(request, body, rid, queue, chat=True)
+
+    async def _answer(request, body, rid, queue, chat):
+        created = now()
+        if body.stream:
+            usage = body.stream_options is not None and body.stream_options.include_usage
+            return StreamingResponse(_events(rid, queue, created, chat, usage),
+                                     media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache"})
+        final = None
+        outputs = loop.outputs(rid, queue)
+        try:
+            while final is None:
+                try:  # wake now and then to notice a client that hung up
+                    out = await asyncio.wait_for(anext(outputs), timeout=1.0)
+                except asyncio.TimeoutError:
+                    if await request.is_disconnected():
+                        return JSONResponse(error_body("client disconnected"), status_code=499)
+                    continue
+                if out.finished:
+                    final = out
+        finally:
+            await outputs.aclose()
+        return _full(rid, final, created, chat)
+
+    def _usage(out) -> dict:
+        p, c = len(out.prompt_token_ids), len(out.token_ids)
+        return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+
+    def _full(rid, out, created, chat) -> dict:
+        reason = FINISH_REASONS.get(out.finish_reason, out.finish_reason)
+        if chat:
+            choice = {"index": 0, "message": {"role": "assistant", "content": out.text},
+                      "logprobs": None, "finish_reason": reason}
+        else:
+            choice = {"index": 0, "text": out.text, "logprobs": None, "finish_reason": reason}
+        return {"id": rid, "object": "chat.completion" if chat else "text_completion",
+                "created": created, "model": model_name, "choices": [choice],
+                "usage": _usage(out)}
+
+    def _chunk(rid, created, chat, text, reason, first=False) -> str:
+        if chat:
+            delta = {"role": "assistant", "content": text} if first else \
+                ({"content": text} if text or reason is None else {})
+            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
+        data = {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion",
+                "created": created, "model": model_name, "choices": [choice]}
+        return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
+
+    async def _events(rid, queue, created, chat, include_usage):
+        if chat:
+            yield _chunk(rid, created, chat, "", None, first=True)
+        async for out in loop.outputs(rid, queue):
+            reason = FINISH_REASONS.get(out.finish_reason, out.finish_reason) \
+                if out.finished else None
+            if out.new_text or reason is not None:
+                yield _chunk(rid, created, chat, out.new_text, reason)
+            if out.finished and include_usage:
+                data = {"id": rid, "object": "chat.completion.chunk" if chat
+                        else "text_completion", "created": created, "model": model_name,
+                        "choices": [], "usage": _usage(out)}
+                yield f"data: {json.dumps(data)}\n\n"
+        yield "data: [DONE]\n\n"
+
+    return app
+
+
+__all__ = ["create_app", "MAX_BODY_BYTES"]

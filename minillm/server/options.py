@@ -1,0 +1,31 @@
+"""The command line of `python -m minillm serve` (kept apart so that building it imports nothing
+heavy)."""
+
+from __future__ import annotations
+
+LOOPBACK = "127.0.0.1"
+
+
+def add_arguments(parser):
+    parser.add_argument("--model", default="smollm2-135m",
+                        help="a model name, a .gguf file or a Hugging Face folder "
+                             "(default smollm2-135m)")
+    parser.add_argument("--tiny", action="store_true",
+                        help="serve a tiny random model instead (for tests: fast, nonsense)")
+    parser.add_argument("--served-model-name", default=None,
+                        help="the name clients use in 'model' (default: --model)")
+    parser.add_argument("--host", default=LOOPBACK,
+                        help="address to listen on (default 127.0.0.1: this machine only)")
+    parser.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, mps or auto (default cpu)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads")
+    parser.add_argument("--max-num-seqs", type=int, default=16,
+                        help="most requests in one batch (default 16)")
+    parser.add_argument("--num-blocks", type=int, default=512,
+                        help="KV-cache blocks in the pool (default 512)")
+    parser.add_argument("--block-size", type=int, default=16, help="tokens per block (16)")
+    parser.add_argument("--max-num-batched-tokens", type=int, default=512,
+                        help="token budget of one step (default 512)")
+    parser.add_argument("--default-max-tokens", type=int, default=256,
+                        help="chat answers' length when a request gives no max_tokens (256)")
+    return parser

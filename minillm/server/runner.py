@@ -1,0 +1,149 @@
+"""One background thread drives the engine; every HTTP request waits on its own queue.
+
+    handler (event loop)                 engine thread
+    --------------------                 -------------
+    submit(prompt, config) ---add----->  engine.step()   one forward pass for the whole batch
+    async for out in stream:  <--out---  each output goes to its request's asyncio.Queue
+    (client gone) abort(id) --cancel-->  engine.cancel(id): its KV blocks go back to the pool
+
+Requests that arrive while others run join the running batch at the next step: continuous
+batching (连续批处理) across HTTP clients. The engine's lock makes add/cancel safe from other
+threads; `submit` runs `add_request` in a worker thread so the event loop never waits for a step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+import time
+import uuid
+from collections import deque
+
+from .protocol import APIError
+
+
+class EngineLoop:
+    """Own an `Engine` and step it in a daemon thread while any request is unfinished."""
+
+    def __init__(self, engine, poll_s: float = 0.05):
+        self.engine = engine
+        self.poll_s = poll_s
+        self._queues: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
+        self._cancels: deque = deque()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._ids = itertools.count()
+        self.steps = 0
+        self.max_batch = 0      # the most requests that shared one step
+        self.completed = 0
+        self.cancelled = 0
+        self.error: str | None = None
+
+    # --- the thread --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="minillm-engine", daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _run(self) -> None:
+        engine = self.engine
+        while not self._stop.is_set():
+            while self._cancels:
+                if engine.cancel(self._cancels.popleft()):
+                    self.cancelled += 1
+            if not engine.wait_for_work(timeout=self.poll_s):
+                continue
+            try:
+                outputs = engine.step()
+            except Exception as error:  # a bug: fail the waiting requests, keep serving
+                self.error = f"{type(error).__name__}: {error}"
+                for rid in list(self._queues):
+                    engine.cancel(rid)
+                    self._deliver(rid, error)
+                continue
+            self.steps += 1
+            self.max_batch = max(self.max_batch, len(engine.scheduler.running))
+            for out in outputs:
+                self._deliver(out.request_id, out)
+                if out.finished:  # the engine keeps every request it saw; a server must not
+                    engine.requests.pop(out.request_id, None)
+
+    def _deliver(self, rid, item) -> None:
+        target = self._queues.get(rid)
+        if target is None:
+            return
+        loop, queue = target
+        finished = isinstance(item, Exception) or item.finished
+        if finished:
+            self._queues.pop(rid, None)
+            if not isinstance(item, Exception) and item.finish_reason != "cancelled":
+                self.completed += 1
+        try:
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+        except RuntimeError:  # the event loop has closed: nobody is waiting any more
+            pass
+
+    # --- the handlers' side ------------------------------------------------------------------
+
+    async def submit(self, prompt, config, prefix: str = "cmpl") -> tuple[str, asyncio.Queue]:
+        """Queue a request; returns its id and the queue its outputs will arrive on.
+        A request the engine refuses raises APIError(400) with the engine's reason."""
+        if not self.alive:
+            raise APIError(503, "the engine loop is not running", type="server_error")
+        rid = f"{prefix}-{uuid.uuid4().hex[:24]}"
+        queue: asyncio.Queue = asyncio.Queue()
+        self._queues[rid] = (asyncio.get_running_loop(), queue)
+        try:
+            await asyncio.to_thread(self.engine.add_request, prompt, config, request_id=rid)
+        except (ValueError, TypeError) as error:
+            self._queues.pop(rid, None)
+            raise APIError(400, str(error), "prompt" if "prompt" in str(error) else None) \
+                from None
+        except BaseException:
+            self._queues.pop(rid, None)
+            self.abort(rid)
+            raise
+        return rid, queue
+
+    def abort(self, rid) -> None:
+        """Cancel a request (its client went away); the engine thread frees its blocks."""
+        if self._queues.pop(rid, None) is not None or rid in self.engine.requests:
+            self._cancels.append(rid)
+
+    async def outputs(self, rid, queue: asyncio.Queue):
+        """Yield the request's outputs until it finishes; cancel it if the caller stops early."""
+        finished = False
+        try:
+            while True:
+                item = await queue.get()
+                if isinstance(item, Exception):
+                    raise APIError(500, f"the engine failed: {type(item).__name__}: {item}",
+                                   type="server_error")
+                yield item
+                if item.finished:
+                    finished = True
+                    return
+        finally:
+            if not finished:
+                self.abort(rid)
+
+    def stats(self) -> dict:
+        return {"steps": self.steps, "max_batch": self.max_batch, "completed": self.completed,
+                "cancelled": self.cancelled, "waiting_clients": len(self._queues),
+                "engine_error": self.error, **self.engine.stats()}
+
+
+def now() -> int:
+    return int(time.time())
