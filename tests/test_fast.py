@@ -89,9 +89,10 @@ def test_last_logits_only_gives_the_last_position():
         torch.testing.assert_close(out[:, -1], model(ids)[:, -1], atol=1e-4, rtol=0)
 
 
-def test_bfloat16_stays_close_to_float32():
+@pytest.mark.parametrize("kernel", [False, "auto"])
+def test_bfloat16_stays_close_to_float32(kernel):
     model = _tiny()
-    fast = optimize(model, dtype=torch.bfloat16)
+    fast = optimize(model, dtype=torch.bfloat16, kernel=kernel)
     assert fast.dtype == torch.bfloat16
     ids = torch.tensor([[1, 2, 3, 4, 5, 6]])
     c = KVCache.for_model(fast, 1, 10)
@@ -149,3 +150,28 @@ def test_smollm2_greedy_tokens_and_logits_match(gguf_path):
     ids = torch.tensor([a.prompt_token_ids + a.token_ids])
     with torch.inference_mode():
         torch.testing.assert_close(fast(ids), model(ids), atol=2e-3, rtol=0)
+
+
+def test_bf16_kernel_matches_torch_where_it_can_be_built():
+    from minillm.fast import kernel
+
+    if kernel.load() is None:
+        pytest.skip("no C compiler or no x86-64 AVX2 CPU here: minillm uses torch's kernels")
+    gen = torch.Generator().manual_seed(0)
+    for n, k in [(7, 5), (96, 48), (300, 576), (40, 1537)]:  # tails shorter than 16 values too
+        w = torch.randn(n, k, generator=gen).to(torch.bfloat16)
+        x = torch.randn(k, generator=gen)
+        torch.testing.assert_close(kernel.gemv_bf16(x, w), w.float() @ x, atol=1e-4, rtol=1e-5)
+    with pytest.raises(ValueError, match="bfloat16"):
+        kernel.gemv_bf16(x, w.float())
+    with pytest.raises(ValueError, match="float32"):
+        kernel.gemv_bf16(x[:3], w)
+    model = _tiny()
+    fast = optimize(model, dtype=torch.bfloat16, kernel=True)
+    assert fast.layout == "out_in"
+    c = KVCache.for_model(fast, 1, 10)
+    with torch.inference_mode():
+        fast(torch.tensor([[1, 2, 3]]), cache=c)
+        step = fast(torch.tensor([[4]]), cache=c)  # the kernel's decode step
+        want = model(torch.tensor([[1, 2, 3, 4]]))[:, -1:]
+    torch.testing.assert_close(step, want, atol=0.15, rtol=0)

@@ -4,6 +4,7 @@
                                                speed, a lean decode step; `minillm.generate`
                                                runs it unchanged
     layout.py                                  which weight layout multiplies fastest here
+    kernel.py                                  a bf16 matrix-vector kernel for AVX2 CPUs
     model.py                                   FastLlama
 
     >>> model, tokenizer = minillm.load("smollm2-135m")
@@ -23,7 +24,7 @@ __all__ = ["optimize", "FastLlama", "best_layout", "time_layouts"]
 
 
 def optimize(model, dtype: torch.dtype | None = None, *, layout: str = "auto",
-             logits: str = "all") -> FastLlama:
+             logits: str = "all", kernel="auto") -> FastLlama:
     """A fast copy of a minillm Llama/Qwen2 `model` (from `minillm.load`).
 
     dtype   None keeps the model's dtype; torch.bfloat16 halves the bytes each token reads.
@@ -31,6 +32,9 @@ def optimize(model, dtype: torch.dtype | None = None, *, layout: str = "auto",
     logits  "all": logits at every position (the forward contract). "last": a prompt's forward
             pass returns only its last position's logits, which is all generation needs, as
             transformers' generate() does; it skips most of the LM head's work in prefill.
+    kernel  bf16 on a CPU: "auto" uses minillm's own bf16 matrix-vector kernel for batch-1
+            decode where it can be built (kernel.py; x86-64 AVX2 and a C compiler), False
+            never, True insists (RuntimeError where it cannot be built).
 
     The original model is left as it is; the copy holds its own weights (about as many bytes
     again, plus the LM head when the embeddings are tied)."""
@@ -40,4 +44,4 @@ def optimize(model, dtype: torch.dtype | None = None, *, layout: str = "auto",
         raise TypeError(f"optimize takes a minillm Llama/Qwen2 model (from minillm.load), got "
                         f"{type(model).__name__}")
     with torch.no_grad():
-        return FastLlama(model, dtype=dtype, layout=layout, logits=logits)
+        return FastLlama(model, dtype=dtype, layout=layout, logits=logits, kernel=kernel)

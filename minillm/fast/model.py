@@ -48,7 +48,8 @@ def _rotate_matrix(head_dim: int, dtype) -> torch.Tensor:
 class FastLlama(nn.Module):
     """Build with `minillm.fast.optimize(model)`; see the module docstring."""
 
-    def __init__(self, model, dtype=None, layout: str = "auto", logits: str = "all"):
+    def __init__(self, model, dtype=None, layout: str = "auto", logits: str = "all",
+                 kernel="auto"):
         super().__init__()
         config = model.config
         if config.arch not in ("llama", "qwen2"):
@@ -66,6 +67,18 @@ class FastLlama(nn.Module):
         device = model.embed.weight.device
         self.config = config
         self.logits = logits
+        # bf16 on a CPU without bf16 arithmetic: our own matrix-vector kernel (kernel.py) for the
+        # batch-1 decode step, which wants rows of W contiguous ("out_in").
+        self._kernel = None
+        if dtype == torch.bfloat16 and device.type == "cpu" and kernel in ("auto", True):
+            from .kernel import load
+
+            self._kernel = load()
+            if kernel is True and self._kernel is None:
+                raise RuntimeError("the bf16 kernel cannot be built here (it needs an x86-64 "
+                                   "AVX2 CPU and a C compiler); use kernel='auto'")
+        if self._kernel is not None and layout == "auto":
+            layout = "out_in"
         self.layout = best_layout(dtype, device) if layout == "auto" else layout
         if self.layout not in ("in_out", "out_in"):
             raise ValueError(f"layout must be 'auto', 'in_out' or 'out_in', got {layout!r}")
@@ -117,6 +130,14 @@ class FastLlama(nn.Module):
                          self.norms[2 * i + 1], self.wgu[i], self.mlp_bias[i][0], self.wd[i],
                          self.mlp_bias[i][1]) for i in range(len(self.wqkv))]
         self._upcast = dtype in (torch.bfloat16, torch.float16) and device.type == "cpu"
+        if self._kernel is not None:
+            if self.layout != "out_in":
+                raise ValueError("the bf16 kernel needs layout 'out_in' (or 'auto')")
+            f32 = (lambda t: None if t is None else t.float())
+            self._f32 = {"cos": self.cos.float(), "sin": self.sin.float(), "rot": self.rot.float(),
+                         "final_norm": self.final_norm.float(),
+                         "layers": [(f32(bqkv), f32(bo), n1.float(), n2.float(), f32(gb), f32(db))
+                                    for (_, bqkv, _, bo, n1, n2, _, gb, _, db) in self._layers]}
         self.eval()
 
     # --- pieces ----------------------------------------------------------------------------
@@ -164,8 +185,45 @@ class FastLlama(nn.Module):
             return self._decode(input_ids, cache)
         return self._general(input_ids, cache, position_ids, attention_mask)
 
+    def _decode_kernel(self, input_ids, cache):
+        """The decode step with bf16 weights on a CPU without bf16 arithmetic: activations in
+        float32, each matrix-vector product by the kernel of kernel.py (it reads the bf16 weights
+        and widens them in registers). Batch 1 only."""
+        pos, gemv, f = cache.length, self._gemv, self._f32
+        x = self.embed[input_ids[0, 0]].float()[None]  # (1, d)
+        cos, sin, rot = f["cos"][pos], f["sin"][pos], f["rot"]
+        nq, nkv, hd = self.n_heads, self.n_kv, self.head_dim
+        for i, (wqkv, _, wo, _, _, _, wgu, _, wd, _) in enumerate(self._layers):
+            bqkv, bo, n1, n2, gb, db = f["layers"][i]
+            h = F.rms_norm(x, n1.shape, n1, self.eps)
+            qkv = gemv(h, wqkv, bqkv)
+            qk = qkv[:, :self.q_size + self.kv_size].view(1, nq + nkv, hd)
+            qk = torch.addcmul(qk * cos, qk @ rot, sin)
+            keys, values = cache.keys[i], cache.values[i]
+            keys[:, :, pos] = qk[:, nq:]
+            values[:, :, pos] = qkv[:, self.q_size + self.kv_size:].view(1, nkv, hd)
+            q = qk[:, :nq].reshape(1, nkv, nq // nkv, hd)
+            out = F.scaled_dot_product_attention(q, keys[:, :, :pos + 1].float(),
+                                                 values[:, :, :pos + 1].float())
+            x = x + gemv(out.reshape(1, nq * hd), wo, bo)
+            h = F.rms_norm(x, n2.shape, n2, self.eps)
+            gu = gemv(h, wgu, gb)
+            act = F.silu(gu[:, :self.intermediate]).mul_(gu[:, self.intermediate:])
+            x = x + gemv(act, wd, db)
+        cache.advance(1)
+        x = F.rms_norm(x, f["final_norm"].shape, f["final_norm"], self.eps)
+        return gemv(x, self.head)[:, None, :]
+
+    def _gemv(self, x, w, bias=None):
+        out = torch.empty(1, w.shape[0], dtype=torch.float32)
+        self._kernel(w.data_ptr(), x.contiguous().data_ptr(), out.data_ptr(), w.shape[0],
+                     w.shape[1], torch.get_num_threads())
+        return out if bias is None else out.add_(bias)
+
     def _decode(self, input_ids, cache):
         """One new token per row, no padding: the hot path of generation."""
+        if self._kernel is not None and input_ids.shape[0] == 1:
+            return self._decode_kernel(input_ids, cache)
         b, pos = input_ids.shape[0], cache.length
         x = self.embed[input_ids[:, 0]]  # (b, d)
         cos, sin = self.cos[pos], self.sin[pos]
