@@ -21,6 +21,9 @@ _EXPORTS = {
     "load": "model",
     "generate": "generation",
     "GenerationConfig": "decoding",
+    "RequestMetrics": "metrics",
+    "throughput": "metrics",
+    "timed_stream": "metrics",
     "quantize": "quant",
 }
 
