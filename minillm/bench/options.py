@@ -32,4 +32,7 @@ def build_parser(parser):
     parser.add_argument("--no-transformers", action="store_true",
                         help="time minillm alone (no ratios)")
     parser.add_argument("--json", default=None, help="also write the JSON report to this file")
+    from ..loadtest.options import add_arguments  # --url: load-test a server instead (chapter 09)
+
+    add_arguments(parser)
     return parser
