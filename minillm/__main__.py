@@ -31,6 +31,10 @@ def _progress(args) -> int:
 
 
 def _bench(args) -> int:
+    if args.url:  # a load test of a server (chapter 09)
+        from .loadtest.cli import run_cli
+
+        return run_cli(args)
     from .bench.run import run_cli
 
     return run_cli(args)
