@@ -7,7 +7,8 @@ Prints, then writes as JSON on the last line:
     copy was missing),
   - transformers' load time from the GGUF file (it dequantizes on every load) and from the
     safetensors copy `minillm.load_reference()` keeps,
-  - the max absolute logit difference (fp32) and top-1 agreement for prompts of 1, 7, 64, 512 tokens.
+  - the max absolute logit difference (fp32) and top-1 agreement for prompts of 1, 7, 64, 512 tokens,
+  - one batch-1 decode step's time, minillm against transformers (median of 20).
 """
 
 from __future__ import annotations
@@ -84,6 +85,43 @@ def main():
         figures["max_abs_logit_diff"][n], figures["top1_agree"][n] = diff, agree
         print(f"prompt of {n:3d} tokens: max |logit diff| = {diff:.3g}, top-1 agreement "
               f"{agree:.0%}")
+
+    # One batch-1 decode step after a 128-token prompt, each library with its own cache.
+    from transformers import DynamicCache
+
+    from minillm.kv_cache import KVCache
+
+    def decode_seconds(step, steps=20):
+        times = []
+        for _ in range(steps):
+            start = time.perf_counter()
+            step()
+            times.append(time.perf_counter() - start)
+        return sorted(times)[len(times) // 2]
+
+    prompt, token = ids[:, :128], ids[:, 128:129]
+    with torch.inference_mode():
+        cache = KVCache.for_model(model, batch_size=1, max_tokens=256)
+        model(prompt, cache=cache)
+
+        def ours():
+            model(token, cache=cache)
+            cache.crop(128)
+
+        ref_cache = DynamicCache(config=ref.config)
+        ref(prompt, past_key_values=ref_cache, use_cache=True)
+        position = torch.tensor([[128]], device=args.device)
+
+        def theirs():
+            ref(token, past_key_values=ref_cache, use_cache=True, position_ids=position)
+            ref_cache.crop(-1)  # transformers 5 removes the last token so
+
+        figures["decode_step_ms"] = {"minillm": 1e3 * decode_seconds(ours),
+                                     "transformers": 1e3 * decode_seconds(theirs)}
+    step = figures["decode_step_ms"]
+    print(f"one decode step (batch 1, 128 cached tokens, median of 20): minillm "
+          f"{step['minillm']:.1f} ms, transformers {step['transformers']:.1f} ms "
+          f"(ratio {step['transformers'] / step['minillm']:.2f}x)")
     print(json.dumps(figures))
 
 

@@ -76,7 +76,12 @@ class GPT2Model(nn.Module):
                         else nn.Linear(config.hidden_size, config.vocab_size, bias=False))
 
     def forward(self, input_ids, cache=None, position_ids=None, attention_mask=None):
-        """Logits (batch, seq, vocab) in float32 for token ids (batch, seq)."""
+        """Logits (batch, seq, vocab) in float32 for token ids (batch, seq).
+
+        With `cache` (a minillm KVCache) each layer appends its new keys and values and attends
+        over all of them; the cache advances by seq at the end. `position_ids` default to
+        cache.length + arange(seq); for a left-padded batch pass them (e.g. counted from each
+        row's first real token) together with `attention_mask` (batch, cached + seq), 1 = real."""
         position_ids, mask = prepare(self.config, input_ids, cache, position_ids, attention_mask)
         x = self.embed(input_ids) + self.pos_embed(position_ids)
         for layer in self.layers:
