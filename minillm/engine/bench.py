@@ -16,7 +16,7 @@ import torch
 from ..metrics import throughput
 from .engine import Engine
 
-IGNORE_EOS = [-1]  # an id no model produces: every request runs to its own max_new_tokens
+IGNORE_EOS = [10**9]  # an id beyond any vocabulary: every request runs to its own max_new_tokens
 
 
 @dataclass
@@ -53,6 +53,9 @@ def run_engine(engine: Engine, work: list[Work], progress: bool = False) -> dict
                            [{"max_new_tokens": w.max_new_tokens} for w in work],
                            eos_token_id=IGNORE_EOS, progress=progress)
     wall = time.perf_counter() - start
+    rejected = [o.error for o in outs if o.finish_reason == "rejected"]
+    if rejected:
+        raise ValueError(f"{len(rejected)} requests were rejected, the first: {rejected[0]}")
     tokens = sum(len(o.token_ids) for o in outs)
     return {"outputs": outs, "wall_s": wall, "new_tokens": tokens, "tokens_per_s": tokens / wall,
             "steps": len(engine.steps) or None, "preemptions": engine.scheduler.num_preemptions}

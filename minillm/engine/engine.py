@@ -72,7 +72,7 @@ class Engine:
             self.scheduler = StaticScheduler(self.blocks, max_num_seqs, max_num_batched_tokens,
                                              self.max_seq_len)
         self.kind = scheduler
-        self.requests: dict[object, Request] = {}
+        self.requests: dict[object, Request] = {}  # live requests; forgotten once ended
         self.record = record
         self.steps: list[StepRecord] = []
         self._ids = itertools.count()
@@ -118,7 +118,7 @@ class Engine:
                 request_id = next(self._ids)
                 while request_id in self.requests:
                     request_id = next(self._ids)
-            elif request_id in self.requests and not self.requests[request_id].finished:
+            elif request_id in self.requests:
                 raise ValueError(f"request id {request_id!r} is already in use")
             request = Request(request_id, ids, config, processors, generator, self.tokenizer,
                               eos, arrival_time)
@@ -137,6 +137,7 @@ class Engine:
             self.scheduler.cancel(request)
             self._finish(request, "cancelled", time.perf_counter())
             self._cancelled.append(request.output())
+            del self.requests[request_id]
             self._work.notify_all()
             return True
 
@@ -182,6 +183,9 @@ class Engine:
                 outputs.append(request.output(piece))
             if self.record:
                 self._record(start, batch.items, kinds)
+            for out in outputs:  # an ended request is reported once, then forgotten
+                if out.finished:
+                    self.requests.pop(out.request_id, None)
             return outputs
 
     def _kind(self, request: Request, n: int) -> str:
@@ -252,7 +256,7 @@ class Engine:
         if progress:
             from tqdm.auto import tqdm
 
-            bar = tqdm(total=sum(not r.finished for r in self.requests.values()),
+            bar = tqdm(total=len(self.requests),
                        desc="requests", unit="req")
         while self.has_unfinished():
             for out in self.step():

@@ -1,0 +1,363 @@
+# %% [markdown]
+# # 06 · Batching and paged attention: serving many users at once
+#
+# So far one prompt at a time. A server answers many users at once, and each decode step reads
+# every weight of the model whether it computes one token or sixteen (chapter 05: decode is bound
+# by memory bandwidth). Running many requests in one batch shares that cost. This chapter builds
+# the two ideas that vLLM and Text Generation Inference are known for, small enough to read:
+#
+# - **continuous batching (连续批处理)**: decide who runs before *every* forward pass, so a
+#   finished request's seat is taken at once, instead of **static batching (静态批处理)**, where a
+#   batch runs until its longest member ends;
+# - **a paged KV cache (分页 KV 缓存)**, PagedAttention's idea: the cache is cut into fixed-size
+#   blocks (块), each sequence keeps a **block table (块表)**, and memory is taken as it is used.
+#   Full blocks are shared between requests with the same prefix: **prefix caching (前缀缓存)**.
+#
+# The engine lives in `minillm/engine/`: `block_manager.py`, `paged_cache.py`, `scheduler.py`,
+# `request.py`, `engine.py`. Every number below is measured in this run. When the environment
+# variable `CI` is set (the course's tests), the sizes shrink so the notebook runs in a minute or
+# two.
+
+# %%
+import os
+import time
+
+import matplotlib.pyplot as plt
+import torch
+from ipywidgets import IntSlider, interact
+
+import minillm
+from minillm.engine import BlockManager, ContinuousScheduler, Engine, PagedBatch
+from minillm.engine.bench import (IGNORE_EOS, make_workload, memory_use, run_engine,
+                                  run_online)
+
+CI = bool(os.environ.get("CI"))
+torch.manual_seed(0)
+device = minillm.pick_device("auto")
+model, tokenizer = minillm.load("smollm2-135m", dtype=torch.float32, device=device)
+print(f"device: {device}, {torch.get_num_threads()} CPU threads")
+
+# %% [markdown]
+# ## 1 · A workload
+#
+# A fixed set of requests (seed 0): prompts cut from the course's English text, each with its own
+# output length. EOS is ignored so each request runs exactly to its own `max_new_tokens`: the
+# lengths differ, as they do between real users.
+
+# %%
+N = 8 if CI else 16
+work = make_workload(tokenizer, N, prompt_lengths=(8, 48 if CI else 128),
+                     output_lengths=(4, 24 if CI else 64), seed=0)
+print("prompt tokens:", [len(w.prompt) for w in work])
+print("new tokens:   ", [w.max_new_tokens for w in work])
+
+# %% [markdown]
+# ## 2 · Static against continuous batching
+#
+# Both runs use the same engine, the same paged cache and at most `SEATS` requests per forward
+# pass. Only the scheduler (调度器) differs:
+#
+# - `static`: take `SEATS` requests, prefill them together, decode until the *longest* has
+#   finished; a request that finished early keeps its row (a "ghost", grey below), as a padded
+#   `generate()` batch does. Then the next batch.
+# - `continuous`: before every pass, running requests go first, then waiting ones are admitted
+#   while there are seats, blocks and token budget (词元预算) left.
+
+# %%
+SEATS = 4
+
+
+def new_engine(kind, **options):
+    settings = dict(num_blocks=128, block_size=16, max_num_seqs=SEATS,
+                    max_num_batched_tokens=256, record=True)
+    return Engine(model, tokenizer, scheduler=kind, **{**settings, **options})
+
+
+runs = {}
+for kind in ["static", "continuous"]:
+    engine = new_engine(kind)
+    runs[kind] = run_engine(engine, work)
+    runs[kind]["engine"] = engine
+    print(f"{kind:>10}: {runs[kind]['new_tokens']} tokens in {runs[kind]['wall_s']:.1f} s "
+          f"= {runs[kind]['tokens_per_s']:.1f} tokens/s, {len(engine.steps)} forward steps")
+
+speedup = runs["continuous"]["tokens_per_s"] / runs["static"]["tokens_per_s"]
+print(f"continuous batching: {speedup:.2f}x the throughput (吞吐量) of static batching")
+
+# %% [markdown]
+# Both give every request the same tokens (greedy decoding, each as if alone):
+
+# %%
+same = all(a.token_ids == b.token_ids for a, b in
+           zip(runs["static"]["outputs"], runs["continuous"]["outputs"]))
+assert same
+print("identical outputs:", same)
+
+# %% [markdown]
+# The timeline shows why. Each row is a request; each bar is a forward pass it took part in
+# (prefill, decode, or ghost: a finished row still computed).
+
+# %%
+COLOURS = {"prefill": "tab:orange", "decode": "tab:blue", "recompute": "tab:red",
+           "ghost": "lightgrey"}
+
+
+def timeline(ax, engine, title):
+    t0 = engine.steps[0].start
+    for step in engine.steps:
+        for rid, n, kind in step.items:
+            ax.barh(rid, step.end - step.start, left=step.start - t0, height=0.8,
+                    color=COLOURS[kind], linewidth=0)
+    ax.set_title(title)
+    ax.set_ylabel("request")
+    ax.invert_yaxis()
+
+
+fig, axes = plt.subplots(2, 1, figsize=(9, 5.5), sharex=True)
+for ax, kind in zip(axes, ["static", "continuous"]):
+    timeline(ax, runs[kind]["engine"], f"{kind} batching: {runs[kind]['wall_s']:.1f} s")
+axes[1].set_xlabel("seconds")
+handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLOURS.values()]
+axes[0].legend(handles, COLOURS.keys(), loc="lower right", fontsize=8)
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# How much of the static run's work was wasted on ghost rows, and how full were the batches?
+
+# %%
+def row_steps(engine, kinds):
+    return sum(1 for s in engine.steps for _, _, k in s.items if k in kinds)
+
+
+static = runs["static"]["engine"]
+ghost = row_steps(static, {"ghost"}) / row_steps(static, set(COLOURS))
+print(f"static: {ghost:.0%} of the row-steps computed tokens nobody asked for")
+for kind, run in runs.items():
+    e = run["engine"]
+    rows = sum(len(s.items) for s in e.steps) / len(e.steps)
+    print(f"{kind:>10}: {rows:.2f} rows per forward pass on average (of {SEATS} seats)")
+
+# %% [markdown]
+# ## 3 · KV memory: contiguous against paged
+#
+# A contiguous KV cache (chapter 03) reserves, for each sequence, room for its longest possible
+# length before it starts: here prompt + `max_new_tokens`, and in many servers the model's whole
+# context. Most of that room stays empty for most of the request's life: **memory fragmentation
+# (内存碎片)**. The paged cache takes one block of 16 slots at a time, so at most 15 slots per
+# sequence are empty.
+#
+# Replay the continuous run step by step and keep a picture of the pool after each step:
+
+# %%
+engine = new_engine("continuous", num_blocks=64)
+for w in work:
+    engine.add_request(w.prompt, max_new_tokens=w.max_new_tokens, eos_token_id=IGNORE_EOS)
+snapshots = []
+while engine.has_unfinished():
+    engine.step()
+    snapshots.append({r.id: (list(r.block_table), r.num_computed, r.max_tokens)
+                      for r in engine.scheduler.running})
+print(f"{len(snapshots)} steps recorded")
+
+# %%
+def block_map(step):
+    snap = snapshots[step]
+    bs, n_blocks = engine.blocks.block_size, engine.blocks.num_blocks
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.2))
+    # contiguous: one row per running request, reserved up to its prompt + max_new_tokens
+    for row, (rid, (table, used, reserved)) in enumerate(sorted(snap.items())):
+        left.barh(row, reserved, color="mistyrose")
+        left.barh(row, used, color=f"C{rid % 10}")
+        left.text(reserved, row, f" {used}/{reserved}", va="center", fontsize=8)
+    left.set_title("contiguous: reserved (pink) vs used")
+    left.set_xlabel("token slots")
+    left.set_yticks([])
+    # paged: the pool as a grid of blocks, coloured by owner, shaded by how full
+    grid = torch.ones(n_blocks // 16, 16, 4)
+    for rid, (table, used, _) in snap.items():
+        for k, block in enumerate(table):
+            fill = min(bs, used - k * bs) / bs
+            colour = torch.tensor(plt.get_cmap("tab10")(rid % 10))
+            grid[block // 16, block % 16] = 1 - (1 - colour) * max(fill, 0.25)
+    right.imshow(grid.numpy(), aspect="auto")
+    right.set_title(f"paged: {n_blocks} blocks of {bs} (pale = part-filled)")
+    right.set_xticks([])
+    right.set_yticks([])
+    used = sum(u for _, u, _ in snap.values())
+    paged = sum(len(t) for t, _, _ in snap.values()) * bs
+    contiguous = sum(r for _, _, r in snap.values())
+    fig.suptitle(f"step {step}: {used} tokens stored; paged holds {paged} slots "
+                 f"({used / max(paged, 1):.0%} used), contiguous {contiguous} "
+                 f"({used / max(contiguous, 1):.0%} used)", fontsize=10)
+    plt.tight_layout()
+    plt.show()
+
+
+interact(block_map, step=IntSlider(value=len(snapshots) // 2, min=0,
+                                   max=len(snapshots) - 1, description="step"));
+
+# %% [markdown]
+# Over the whole continuous run (each step weighted by the tokens it held):
+
+# %%
+longest = max(len(w.prompt) + w.max_new_tokens for w in work)
+memory = memory_use(runs["continuous"]["engine"].steps, max_len=longest)
+for name, share in memory.items():
+    print(f"{name:>24}: {share:.1%} of the reserved KV memory holds tokens")
+
+# %% [markdown]
+# ## 4 · The block table, walked through
+#
+# Take one request after it finished its prompt. Token `t` lives in block `table[t // 16]`, slot
+# `t % 16`; the pool stores all layers' keys as rows `block * 16 + slot`.
+
+# %%
+engine = new_engine("continuous", num_blocks=32)
+for w in work[:3]:
+    engine.add_request(w.prompt, max_new_tokens=w.max_new_tokens, eos_token_id=IGNORE_EOS)
+for _ in range(3):
+    engine.step()
+request = engine.scheduler.running[0]
+table, length = request.block_table, request.num_computed
+print(f"request {request.id}: {length} tokens in the cache, block table {table}")
+for t in [0, 15, 16, length - 1]:
+    block, slot = table[t // 16], t % 16
+    print(f"  token {t:>3} -> block {block:>2}, slot {slot:>2} -> pool row {block * 16 + slot}")
+
+# %% [markdown]
+# Reading the keys back through the table gives exactly what a plain contiguous cache
+# (`minillm.KVCache`, chapter 03) holds after running the same tokens alone:
+
+# %%
+cache = minillm.KVCache.for_model(model, batch_size=1, max_tokens=length)
+with torch.inference_mode():
+    model(torch.tensor([request.tokens[:length]], device=device), cache=cache)
+paged_keys, _ = engine.pool.gather(5, table, length)  # layer 5
+contiguous_keys = cache.keys[5][0, :, :length]
+torch.testing.assert_close(paged_keys, contiguous_keys, rtol=1e-4, atol=1e-4)
+print("layer 5 keys, paged vs contiguous: max difference "
+      f"{(paged_keys - contiguous_keys).abs().max().item():.1e}")
+
+# %% [markdown]
+# In the forward pass, each layer hands its new keys and values to the cache and attends over what
+# comes back. The paged cache writes them into their slots, then gathers every row's keys through
+# its block table; the attention mask hides the padding between rows of different lengths, so the
+# model code is the same as in chapter 02:
+
+# %%
+minillm.show_source(PagedBatch.append)
+
+# %% [markdown]
+# ## 5 · Prefix caching on a shared system prompt
+#
+# Chat requests often start with the same system prompt. A full block is named by a hash of its
+# tokens *and* the name of the block before it, so equal names mean equal prefixes. A new request
+# looks its blocks up; each hit is shared (reference count, 引用计数, + 1) and not recomputed.
+
+# %%
+minillm.show_source(BlockManager.match_prefix)
+
+# %%
+SYSTEM = ("You are a friendly assistant for a cooking website. Answer briefly and politely, "
+          "suggest simple recipes with common ingredients, and always mention cooking times. ")
+QUESTIONS = ["How do I boil an egg?", "What goes well with rice?", "How long to bake bread?",
+             "Can I freeze soup?", "What is a quick breakfast?", "How do I cook pasta?"]
+chats = [SYSTEM + q for q in (QUESTIONS[:4] if CI else QUESTIONS)]
+print(f"system prompt: {len(tokenizer.encode(SYSTEM))} tokens")
+
+prefix = {}
+for caching in [False, True]:
+    engine = new_engine("continuous", enable_prefix_caching=caching, max_num_seqs=2)
+    start = time.perf_counter()
+    outs = engine.generate(chats, max_new_tokens=8)
+    computed = sum(n for s in engine.steps for _, n, k in s.items if k == "prefill")
+    prefix[caching] = (outs, time.perf_counter() - start, computed, engine.stats())
+    print(f"prefix caching {'on ' if caching else 'off'}: {computed} prompt tokens computed, "
+          f"{prefix[caching][1]:.1f} s, hit rate {engine.stats()['prefix_cache_hit_rate']:.0%}")
+
+assert [o.token_ids for o in prefix[True][0]] == [o.token_ids for o in prefix[False][0]]
+print("same answers with and without the cache:", repr(prefix[True][0][0].text))
+
+# %% [markdown]
+# The first two requests run together before any block is full, so they both compute the system
+# prompt; every later one finds its full blocks in the cache. The last, part-filled block of the
+# prefix is never shared: only full blocks have a name.
+#
+# ## 6 · Preemption: when the blocks run out
+#
+# With a pool too small for every running request, the scheduler preempts (抢占) the most recently
+# admitted one: it gives all its blocks back and waits at the front of the queue. When it comes
+# back, its prompt and the tokens it already generated are recomputed (its full blocks may still be
+# in the prefix cache), so nothing is lost:
+
+# %%
+tight = new_engine("continuous", num_blocks=12)
+outs = tight.generate([w.prompt for w in work],
+                      [{"max_new_tokens": w.max_new_tokens} for w in work],
+                      eos_token_id=IGNORE_EOS)
+assert [o.token_ids for o in outs] == [o.token_ids for o in runs["continuous"]["outputs"]]
+assert tight.blocks.num_free == tight.blocks.num_blocks  # every block came back
+print(f"12 blocks: {tight.scheduler.num_preemptions} preemptions, the same tokens, "
+      f"{tight.blocks.num_free}/{tight.blocks.num_blocks} blocks free at the end")
+
+# %% [markdown]
+# The scheduler in full: decodes first, then prompt chunks (分块预填充, chunked prefill) under the
+# token budget, preemption when a block is missing, then admission:
+
+# %%
+minillm.show_source(ContinuousScheduler.schedule)
+
+# %% [markdown]
+# ## 7 · Online: requests that arrive while others run
+#
+# A server does not get all requests at once. Here they arrive as a Poisson process (exponential
+# gaps) at three rates, fractions of the capacity measured offline above. Each request's time to
+# first token (TTFT) counts from its arrival, so waiting in the queue shows up in it.
+
+# %%
+capacity = N / runs["continuous"]["wall_s"]
+n_online = 6 if CI else 12
+online = []
+for fraction in [0.3, 0.6, 0.9]:
+    row = run_online(new_engine("continuous"), work[:n_online], fraction * capacity, seed=1)
+    online.append((fraction, row))
+    print(f"{fraction:.0%} of capacity ({row['rate']:.2f} req/s): "
+          f"TTFT p50 {row['ttft_p50']:.2f} s, p99 {row['ttft_p99']:.2f} s; "
+          f"TPOT p50 {1000 * row['tpot_p50']:.0f} ms, p99 {1000 * row['tpot_p99']:.0f} ms")
+
+# %%
+fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3))
+x = [f"{f:.0%}" for f, _ in online]
+for q, style in [(50, "o-"), (99, "s--")]:
+    a.plot(x, [r[f"ttft_p{q}"] for _, r in online], style, label=f"p{q}")
+    b.plot(x, [1000 * r[f"tpot_p{q}"] for _, r in online], style, label=f"p{q}")
+a.set(title="time to first token", xlabel="load (share of capacity)", ylabel="seconds")
+b.set(title="time per output token", xlabel="load (share of capacity)", ylabel="ms")
+a.legend()
+b.legend()
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# More load means more requests share each pass: each user's TPOT grows (chapter 05's trade-off),
+# and at high load new requests wait for a seat, so TTFT's tail (p99) grows first.
+#
+# ## 8 · What we measured
+
+# %%
+print(f"continuous / static throughput:      {speedup:.2f}x")
+print(f"static batching, ghost row-steps:    {ghost:.0%}")
+print(f"KV memory used / reserved, paged:    {memory['paged']:.0%}")
+print(f"  contiguous (prompt + max_new):     {memory['contiguous_per_request']:.0%}")
+print(f"prefix cache: prompt tokens computed {prefix[False][2]} -> {prefix[True][2]}")
+print(f"preemptions with 12 blocks:          {tight.scheduler.num_preemptions}, same outputs")
+
+# %% [markdown]
+# The full benchmark (64 requests, prompts of 16–512 tokens, outputs of 16–256, against
+# transformers' batched `generate()` too) is `python scripts/bench_batching.py`; `--small` runs a
+# quick version. On a GPU the gap between static and continuous batching grows: a decode step
+# costs nearly the same for one row as for sixteen, so every idle seat is throughput lost.
+#
+# Next, chapter 07 makes each weight smaller (quantization), so each of these steps reads less
+# memory.
