@@ -24,6 +24,7 @@ _EXPORTS = {
     "RequestMetrics": "metrics",
     "throughput": "metrics",
     "timed_stream": "metrics",
+    "Engine": "engine",
     "quantize": "quant",
 }
 
