@@ -1,0 +1,66 @@
+"""The benchmark helpers (minillm.engine.bench) on a tiny model: the workload, Poisson arrivals,
+percentiles, memory ratios and the online mode."""
+
+import statistics
+
+import pytest
+import torch
+
+from minillm.engine import Engine, StepRecord
+from minillm.engine.bench import (Work, make_workload, memory_use, percentile, poisson_arrivals,
+                                  run_engine, run_online)
+from minillm.engine.toy import tiny_model
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_workload_lengths_are_in_range_and_fixed_by_the_seed():
+    _, tok = tiny_model()
+    text = "abcdefghij" * 200
+    work = make_workload(tok, 20, (5, 30), (2, 9), seed=3, text=text)
+    assert len(work) == 20
+    assert all(5 <= len(w.prompt) <= 30 and 2 <= w.max_new_tokens <= 9 for w in work)
+    assert work == make_workload(tok, 20, (5, 30), (2, 9), seed=3, text=text)
+
+
+def test_poisson_gaps_have_mean_one_over_the_rate():
+    times = poisson_arrivals(4000, rate=5.0, seed=0)
+    gaps = [b - a for a, b in zip([0.0] + times, times)]
+    assert all(g > 0 for g in gaps)
+    assert statistics.fmean(gaps) == pytest.approx(0.2, rel=0.05)
+    with pytest.raises(ValueError, match="rate must be > 0"):
+        poisson_arrivals(3, rate=0)
+
+
+def test_percentile():
+    values = list(range(1, 101))
+    assert percentile(values, 50) == pytest.approx(50.5)
+    assert percentile(values, 99) == pytest.approx(99.01)
+    assert percentile([3.0], 99) == 3.0
+
+
+def test_memory_use_is_token_weighted_over_steps():
+    steps = [StepRecord(0, 1, used_tokens=10, paged_slots=16, contiguous_slots=40, running=1),
+             StepRecord(1, 2, used_tokens=30, paged_slots=32, contiguous_slots=40, running=1)]
+    got = memory_use(steps, max_len=100)
+    assert got == {"paged": 40 / 48, "contiguous_per_request": 40 / 80,
+                   "contiguous_max_length": 40 / 200}
+
+
+def test_offline_and_online_runs_finish_every_request():
+    model, tok = tiny_model()
+    work = [Work(list(range(1, 2 + i)), 3 + i % 4) for i in range(6)]
+    new = lambda: Engine(model, tok, num_blocks=32, block_size=8, record=True)  # noqa: E731
+    offline = run_engine(new(), work)
+    assert offline["new_tokens"] == sum(w.max_new_tokens for w in work)
+    online = run_online(new(), work, rate=200.0, seed=0)
+    assert online["requests"] == 6
+    assert 0 < online["ttft_p50"] <= online["ttft_p99"]
+    assert all(m.n_tokens == w.max_new_tokens for m, w in
+               zip(sorted(online["metrics"], key=lambda m: m.start), work))
