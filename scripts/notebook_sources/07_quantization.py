@@ -1,0 +1,368 @@
+# %% [markdown]
+# # 07 · Quantization: smaller weights, measured on the real model
+#
+# **Quantization (量化)** stores a model's weights with fewer bits: 16-bit floats instead of 32,
+# or 8-bit and 4-bit integers with a few float scales. This chapter builds int8 and int4 weights
+# into minillm, decodes the 4-bit format the course model actually ships in, and measures on
+# SmolLM2-135M what each scheme costs in quality and what it buys in memory and speed.
+#
+# Every number below is measured in this run, on this machine. When the environment variable `CI`
+# is set (the course's tests), the sizes shrink so the notebook runs in a minute or two; the full
+# measurement is `scripts/bench_quantization.py`.
+
+# %%
+import copy
+import importlib.util
+import os
+import time
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import minillm
+from minillm import quant
+from minillm.bench.bandwidth import read_bandwidth
+from minillm.quant.bench import benchmark, held_out_ids, machine, plot_benchmark, table
+
+CI = bool(os.environ.get("CI"))
+torch.manual_seed(0)
+device = minillm.pick_device("auto")
+model, tokenizer = minillm.load("smollm2-135m", device=device)
+n_params = sum(p.numel() for p in model.parameters())
+print(f"{n_params / 1e6:.1f} M parameters on {device}; {torch.get_num_threads()} threads")
+
+# %% [markdown]
+# ## 1 · Why quantize: memory and bandwidth
+#
+# A weight in float32 (fp32) takes 4 bytes; in bfloat16 (bf16) or float16 (fp16) 2; in int8 1;
+# in int4 half a byte (plus the scales). Memory is the first reason: a model of n billion
+# parameters needs about 2n GB in fp16, so halving the bytes halves the machine it needs.
+#
+# Speed is the second. Chapter 05 showed that a decode step at batch 1 reads *every* weight once
+# to make one token, so decode speed is capped by memory bandwidth (内存带宽) / bytes of weights.
+# Fewer bytes, higher cap:
+
+# %%
+bandwidth = read_bandwidth(device, megabytes=64 if CI else 256)
+print(f"this machine reads about {bandwidth / 1e9:.1f} GB/s")
+for name, bits in [("fp32", 32), ("bf16/fp16", 16), ("int8", 8 + 32 / 576),
+                   ("int4 (Q4_1)", 5)]:
+    gb = n_params * bits / 8 / 1e9
+    print(f"{name:>12}: {gb:.3f} GB of weights -> at most {bandwidth / 1e9 / gb:7.1f} tokens/s")
+
+# %% [markdown]
+# The cap assumes the kernel reads the small weights *directly*. Whether it does is the whole
+# story of section 6.
+#
+# ## 2 · Floats with fewer bits: fp16 and bf16
+#
+# Both 16-bit formats keep a sign, an exponent and a mantissa (尾数). fp16 spends more bits on the
+# mantissa (finer steps, small range); bf16 keeps fp32's 8 exponent bits (the same range, coarser
+# steps). `torch.finfo` shows the trade:
+
+# %%
+for dtype in (torch.float32, torch.bfloat16, torch.float16):
+    info = torch.finfo(dtype)
+    print(f"{str(dtype):>15}: {info.bits} bits, largest {info.max:.3g}, "
+          f"step after 1.0 = {info.eps:.3g}")
+w = model.layers[0].mlp.gate_proj.weight.detach().float().cpu()
+for dtype in (torch.bfloat16, torch.float16):
+    err = (w.to(dtype).float() - w).abs()
+    print(f"{str(dtype):>15}: a real weight matrix rounds with mean error {err.mean():.2e}")
+
+# %% [markdown]
+# ## 3 · Integers: absmax and zero-point on a small tensor
+#
+# **absmax (对称量化)**: one scale s = max|x| / 127 maps x to integers q = round(x / s) in
+# -127..127, and back to q · s. Zero stays exactly zero.
+#
+# **zero-point (非对称量化)**: a scale and a minimum, s = (max − min) / (2^bits − 1),
+# q = round((x − min) / s) in 0..2^bits − 1, back to q · s + min. It uses every code when the
+# numbers are not centred on zero. GGUF's Q4_1 stores exactly this: a scale d and a minimum m.
+
+# %%
+x = torch.tensor([-1.2, -0.4, 0.0, 0.3, 0.9, 2.5])
+q, scale = quant.absmax_quantize(x, bits=8)
+print("absmax int8   q =", q.flatten().tolist(), f" scale = {scale.item():.5f}")
+print("  back:", [round(v, 4) for v in quant.absmax_dequantize(q, scale, x.shape).tolist()])
+q, scale, lo = quant.zeropoint_quantize(x, bits=4, granularity="tensor")
+print("zero-point int4 q =", q.flatten().tolist(),
+      f" scale = {scale.item():.4f}, minimum = {lo.item()}")
+print("  back:", [round(v, 4) for v in quant.zeropoint_dequantize(q, scale, lo, x.shape).tolist()])
+print("4-bit absmax error:", (quant.roundtrip(x, "absmax", 4) - x).abs().max().item(),
+      " 4-bit zero-point error:", (quant.roundtrip(x, "zeropoint", 4) - x).abs().max().item())
+
+# %% [markdown]
+# The source of the scale matters more than the formula. One scale per tensor (per-tensor) lets a
+# single large number spoil the resolution of all the others; one per output row (per-channel,
+# 逐通道) or per group of 32 numbers in a row (group-wise, 分组) fits each scale to fewer numbers.
+# On a real weight matrix of the model:
+
+# %%
+w = model.layers[5].mlp.down_proj.weight.detach().float().cpu()
+results = {}
+for bits, method in [(8, "absmax"), (4, "zeropoint")]:
+    for granularity in ("tensor", "channel", "group"):
+        back = quant.roundtrip(w, method, bits, granularity, 32)
+        results[(bits, granularity)] = (back - w).pow(2).mean().sqrt().item()
+fig, ax = plt.subplots(figsize=(6, 3))
+labels = [f"int{b}\n{g}" for b, g in results]
+ax.bar(labels, list(results.values()), color=["C0"] * 3 + ["C1"] * 3)
+ax.set(ylabel="RMS error", yscale="log", title="layers.5.mlp.down_proj: error by granularity")
+plt.show()
+for (bits, g), e in results.items():
+    print(f"int{bits} {g:>8}: RMS error {e:.2e}")
+
+# %% [markdown]
+# ## 4 · minillm's quantized layers
+#
+# minillm keeps two storage formats. **int8** is weight-only (仅权重量化), symmetric, one scale per
+# output channel. **int4** cuts each row into groups of 32 with a float16 scale and minimum each,
+# two 4-bit numbers a byte: GGUF Q4_1's scheme, 5 bits a weight.
+
+# %%
+minillm.show_source(quant.quantize_int8)
+minillm.show_source(quant.quantize_int4)
+
+# %% [markdown]
+# A quantized linear layer keeps the small numbers and, in its plain teaching path, rebuilds the
+# float weight on every call before an ordinary matrix multiply. `quantize(model, scheme)` swaps
+# every `nn.Linear` of a copy of the model for one; `minillm.model` itself does not change.
+
+# %%
+minillm.show_source(quant.QuantizedLinear.forward_dequantize)
+minillm.show_source(quant.quantize)
+
+# %%
+int8_model = minillm.quantize(model, "int8")
+print(int8_model.layers[0].mlp)
+print(f"weights: fp32 {quant.weight_bytes(model) / 1e6:.1f} MB -> int8 "
+      f"{quant.weight_bytes(int8_model) / 1e6:.1f} MB (linear layers "
+      f"{quant.weight_bytes(model, linear_only=True) / 1e6:.1f} -> "
+      f"{quant.weight_bytes(int8_model, linear_only=True) / 1e6:.1f} MB)")
+
+# %% [markdown]
+# The embedding table stays in fp32: SmolLM2 ties it to the LM head (the same matrix turns the
+# last hidden state into logits), and minillm reads it as a plain tensor. It is a fifth of the
+# parameters, which is why the whole model shrinks less than its linear layers.
+#
+# ## 5 · The course model's file, decoded by hand
+#
+# The GGUF file stores every linear weight as Q4_1 blocks of 20 bytes: a float16 scale d, a
+# float16 minimum m, and 16 bytes holding 32 numbers of 4 bits (byte j: weight j in the low
+# nibble, weight j + 16 in the high one). The first block of layer 0's gate projection:
+
+# %%
+path = minillm.model_file("smollm2-135m")
+blocks = quant.q4_1_blocks(path, "blk.0.ffn_gate.weight")
+fields = quant.gguf_q4_1.block_fields(blocks[0])
+print(f"{len(blocks)} blocks; block 0 bytes: {fields['hex']}")
+print(f"d = {fields['d']}, m = {fields['m']}")
+print("q =", fields["q"])
+
+# %%
+minillm.show_source(quant.decode_q4_1_block)
+
+# %%
+by_hand = quant.decode_q4_1_block(blocks[0])
+by_gguf = quant.gguf_dequantize_q4_1(blocks[:1])[0]
+print(by_hand[:6])
+assert np.array_equal(by_hand.view(np.uint32), by_gguf.view(np.uint32))
+ours = model.layers[0].mlp.gate_proj.weight[0, :32].detach().cpu().numpy()
+assert np.array_equal(by_hand, ours)
+print("by hand == gguf's dequantize, bit for bit, == minillm's weight row 0, numbers 0..31")
+
+# %% [markdown]
+# So minillm's "fp32" model is the Q4_1 file expanded: every weight already lies on a Q4_1 grid.
+# int4 with the same groups of 32 finds that grid again almost exactly; groups of 64 straddle two
+# blocks and must round. Keep this in mind when reading the table: the fp32 baseline *is* a 4-bit
+# model, so "int4" here measures re-quantization, and "int4 g64" shows what coarser groups cost.
+
+# %%
+w = model.layers[0].mlp.gate_proj.weight.detach().float().cpu()
+for g in (32, 64):
+    back = quant.dequantize_int4(*quant.quantize_int4(w, g))
+    print(f"int4, groups of {g}: max |error| {(back - w).abs().max().item():.2e}")
+
+# %% [markdown]
+# ## 6 · The measurement: memory against quality against speed
+#
+# Every scheme on the same held-out English text (`data/factbook_europe.txt`, World Factbook
+# country summaries, public domain, none of it in the model's prompts):
+#
+# - **perplexity (困惑度)**: exp(mean negative log-likelihood of each next token); lower is better;
+# - **logit error** against fp32 (maximum and mean |Δ| over every position and vocabulary entry)
+#   and **top-1 agreement**: the share of positions whose most likely token is fp32's;
+# - **prefill and decode tokens/s** from `minillm.generate`'s metrics (chapter 05).
+#
+# "int8" runs PyTorch's fused int8 kernel for decode steps; "int8 dequant" rebuilds the float
+# weight every call.
+
+# %%
+if CI:
+    sizes = dict(text_tokens=64, window=64, prompt_tokens=8, new_tokens=3)
+    rows = ("fp32", "bf16", "fp16", "int8", "int8 dequant", "int4")
+else:
+    sizes = dict(text_tokens=512, window=256, prompt_tokens=32, new_tokens=8)
+    rows = ("fp32", "bf16", "fp16", "int8", "int8 dequant", "int4", "int4 g64")
+measured = benchmark(model, tokenizer, rows, **sizes)
+print(table(measured))
+
+# %%
+fig = plot_benchmark(measured, f"SmolLM2-135M, {sizes['text_tokens']} held-out tokens")
+plt.show()
+by = {r["row"]: r for r in measured}
+for name in rows[1:]:
+    r = by[name]
+    print(f"{name:>13}: {r['weight_bytes'] / by['fp32']['weight_bytes']:.0%} of fp32's bytes, "
+          f"perplexity {r['perplexity'] - by['fp32']['perplexity']:+.3f}, decode "
+          f"{r['decode_tokens_per_s'] / by['fp32']['decode_tokens_per_s']:.2f}x fp32's speed")
+
+# %% [markdown]
+# Read the quality columns first: the 16-bit floats and int8 barely move the logits; int4 with
+# GGUF's groups returns the same weights (section 5); coarser groups cost more. Then the speed
+# columns, which on a CPU usually do *not* follow the bytes. The next section shows why.
+#
+# ## 7 · Why an int8 path can be slower than fp16 (and fp32)
+#
+# The source text notes that Hugging Face's int8 inference is often clearly slower than fp16 while
+# using much less memory. A weight-only int8 layer saves bytes at rest, but the plain path
+# *rebuilds* a float copy of the weight on every call: it reads the int8 weight, writes a full-size
+# float one, then reads that again for the multiply. A fused kernel (融合算子) multiplies with the
+# int8 numbers directly. We time one layer (1536 × 576, the gate projection) at batch 1 (a decode
+# step) and with 128 rows (a prefill):
+
+# %%
+def time_call(fn, repeats):
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+lin = copy.deepcopy(model.layers[0].mlp.gate_proj).float().cpu()  # timed on the CPU
+layer8, layer4 = quant.Int8Linear.from_linear(lin), quant.Int4Linear.from_linear(lin)
+w32 = lin.weight.detach()
+w16, wbf = w32.half(), w32.bfloat16()
+repeats = 5 if CI else 30
+kernel_times = {}
+with torch.inference_mode():
+    for rows_in in (1, 128):
+        x = torch.randn(rows_in, 576)
+        calls = {
+            "fp32": lambda: F.linear(x, w32),
+            "bf16": lambda: F.linear(x.bfloat16(), wbf),
+            "fp16": lambda: F.linear(x.half(), w16),
+            "int8 dequantize": lambda: layer8.forward_dequantize(x),
+            "int4 dequantize": lambda: layer4(x),
+        }
+        if quant.fused_int8_available():
+            calls["int8 fused"] = lambda: layer8.forward_fused(x)
+        for name, fn in calls.items():
+            kernel_times[(name, rows_in)] = time_call(fn, repeats)
+names = list(dict.fromkeys(n for n, _ in kernel_times))
+fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
+for ax, rows_in in zip(axes, (1, 128)):
+    ax.barh(names, [1e3 * kernel_times[(n, rows_in)] for n in names])
+    ax.set(xlabel="ms per call (median)", title=f"{rows_in} row(s): "
+           + ("decode step" if rows_in == 1 else "prefill"))
+fig.tight_layout()
+plt.show()
+for rows_in in (1, 128):
+    base = kernel_times[("fp32", rows_in)]
+    print(f"{rows_in:>3} row(s): " + ", ".join(
+        f"{n} {kernel_times[(n, rows_in)] / base:.1f}x" for n in names) + " (time / fp32's)")
+
+# %% [markdown]
+# What to look for in these ratios (they change from machine to machine):
+#
+# - the **dequantize** paths pay for a full-size float weight on every call, so they lose to fp32
+#   at batch 1, where the multiply itself is cheap: the "slow int8" of the source text;
+# - the **fused** int8 kernel skips that copy and is faster than dequantizing; whether it beats
+#   fp32 depends on the CPU: PyTorch's CPU int8 kernel is not tuned for every instruction set
+#   (this machine's: `torch.backends.cpu.get_cpu_capability()` below), and fp32 matrix products
+#   have decades of tuning behind them;
+# - **fp16/bf16** on a CPU without native 16-bit arithmetic are converted on the fly and can be
+#   slower than fp32; on a GPU they are the fast path.
+
+# %%
+print("CPU instruction set PyTorch uses here:", torch.backends.cpu.get_cpu_capability())
+dq, fu = kernel_times[("int8 dequantize", 1)], kernel_times.get(("int8 fused", 1))
+if fu is not None:
+    print(f"batch 1: fused int8 is {dq / fu:.1f}x the speed of dequantize-then-matmul, and "
+          f"{kernel_times[('fp32', 1)] / fu:.2f}x the speed of fp32")
+
+# %% [markdown]
+# ## 8 · What a dedicated kernel reaches: llama.cpp
+#
+# llama.cpp runs the very same Q4_1 file with hand-written SIMD kernels that multiply with the
+# 4-bit blocks directly, never building a float weight. On the machine this course was written on
+# it decoded SmolLM2-135M at about **110 tokens/s** — a published figure of that machine, *not*
+# measured in this run: llama.cpp's Python binding (`llama-cpp-python`) builds from source and is
+# not installed here. If it is installed on yours, the next cell measures it.
+
+# %%
+if importlib.util.find_spec("llama_cpp") is None:
+    print("llama_cpp is not installed: the ~110 tokens/s figure is not measured here")
+    fastest = max(measured, key=lambda r: r["decode_tokens_per_s"])
+    print(f"minillm's fastest row in this run: {fastest['row']}, "
+          f"{fastest['decode_tokens_per_s']:.1f} tokens/s decode")
+else:
+    from llama_cpp import Llama
+
+    llm = Llama(model_path=str(path), n_ctx=256, verbose=False, seed=0)
+    llm("The capital of France is", max_tokens=2)
+    start = time.perf_counter()
+    out = llm("The capital of France is", max_tokens=32, temperature=0.0)
+    n = out["usage"]["completion_tokens"]
+    print(f"llama.cpp: {n / (time.perf_counter() - start):.1f} tokens/s (prefill included)")
+
+# %% [markdown]
+# ## 9 · Pruning and distillation, in brief
+#
+# Quantization keeps every weight with fewer bits. Two other ways to shrink a model:
+#
+# - **Pruning (剪枝)** removes weights. Magnitude pruning zeroes the smallest |w| of each row.
+#   Unstructured zeros save nothing unless a sparse format or kernel uses them; structured pruning
+#   (whole heads, channels or layers) shrinks the matrices themselves but needs retraining.
+# - **Knowledge distillation (知识蒸馏)** trains a small *student* model to match a large *teacher*'s
+#   output distribution (a KL-divergence loss on the teacher's softened probabilities), not just
+#   the right token. SmolLM2 itself is a small model trained to be good at its size.
+#
+# How quickly does quality fall when weights go away, without retraining?
+
+# %%
+ids = held_out_ids(tokenizer, 64 if CI else 256)
+fractions = [0.0, 0.3, 0.6] if CI else [0.0, 0.1, 0.2, 0.3, 0.5, 0.7]
+ppl = [quant.perplexity(quant.magnitude_prune(model, f), ids, window=len(ids))
+       for f in fractions]
+fig, ax = plt.subplots(figsize=(5, 3))
+ax.plot([100 * f for f in fractions], ppl, "o-")
+ax.set(xlabel="% of each linear layer's weights zeroed", ylabel="perplexity", yscale="log",
+       title="magnitude pruning, no retraining")
+plt.show()
+for f, p in zip(fractions, ppl):
+    print(f"{f:4.0%} pruned: perplexity {p:.2f}")
+
+# %% [markdown]
+# ## 10 · Where this fits
+#
+# - `minillm.quantize(model, scheme)` works on the plain model from `minillm.load`; the result
+#   runs in `minillm.generate` unchanged.
+# - The fast decode path of chapter 05 (`minillm.fast.optimize`) fuses float weights; its bf16
+#   mode is the fast cousin of the bf16 row. It does not take quantized layers: quantize *or*
+#   optimize, not both.
+# - On a GPU, the same story holds with bigger numbers: weight-only int4/int8 kernels (in vLLM,
+#   TGI, llama.cpp) read the small weights directly and decode faster than fp16 because decode is
+#   bandwidth-bound; a dequantize-every-call path does not.
+#
+# The full table on this machine: `.venv/bin/python scripts/bench_quantization.py` (2,048
+# held-out tokens; `--small` for a quick run). Exercises: `exercises/07_quantization.ipynb`.
+
+# %%
+print(machine())
