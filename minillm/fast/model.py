@@ -130,6 +130,7 @@ class FastLlama(nn.Module):
                          self.norms[2 * i + 1], self.wgu[i], self.mlp_bias[i][0], self.wd[i],
                          self.mlp_bias[i][1]) for i in range(len(self.wqkv))]
         self._upcast = dtype in (torch.bfloat16, torch.float16) and device.type == "cpu"
+        self._upcast_rows = 8  # measured on AVX2: even at 11 rows, 4x faster at 128
         if self._kernel is not None:
             if self.layout != "out_in":
                 raise ValueError("the bf16 kernel needs layout 'out_in' (or 'auto')")
@@ -144,7 +145,7 @@ class FastLlama(nn.Module):
     def _mm(self, x, w, bias=None, residual=None):
         """x (rows, in) times the stored matrix, plus `bias` and `residual` when given."""
         w = w if self.layout == "in_out" else w.t()
-        if self._upcast and x.shape[0] >= 16:
+        if self._upcast and x.shape[0] >= self._upcast_rows:
             # Many rows (prefill) on a CPU without native bf16/fp16 arithmetic: the multiply is
             # compute-bound and float32's kernels are several times faster, so widen the weights
             # for it (the bytes read once per pass matter little here).
