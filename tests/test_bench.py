@@ -69,7 +69,7 @@ def test_options_scale_down_under_ci(monkeypatch):
     assert (args.tokens, args.prompt_tokens, args.repeats) == (8, 64, 1)
     monkeypatch.delenv("CI")
     args = build_parser(argparse.ArgumentParser()).parse_args([])
-    assert (args.tokens, args.prompt_tokens, args.repeats) == (64, 512, 3)
+    assert (args.tokens, args.prompt_tokens, args.repeats) == (32, 512, 3)
 
 
 def test_bad_settings_are_refused():
