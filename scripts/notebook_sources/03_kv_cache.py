@@ -61,8 +61,7 @@ def generate_no_cache(model, ids, new_tokens):
             seen += len(ids) - 1
     return ids, seen
 
-prompt = tokenizer.apply_chat_template(
-    [{"role": "user", "content": "What is the capital of France?"}])
+prompt = "The history of the printing press begins in"
 prompt_ids = tokenizer.encode(prompt)
 plain_ids, plain_seen = generate_no_cache(model, prompt_ids, 16)
 print(repr(tokenizer.decode(plain_ids[len(prompt_ids):])))
@@ -209,13 +208,15 @@ print(f"{steps} new tokens: {total_cached:.2f} s with the cache, {total_nocache:
       f"{total_nocache / total_cached:.1f}x faster")
 print(f"a step near token {steps}: {1e3 * np.median(cached_times[late]):.1f} ms with the "
       f"cache, {1e3 * np.median(nocache_times[late]):.1f} ms without")
-growth = np.polyfit(range(1, steps), cached_times[1:], 1)[0]
-print(f"the cached step grows by {1e6 * growth:.1f} µs per token already in the cache")
+early = slice(1, 1 + stride)
+print(f"cached steps: median {1e3 * np.median(cached_times[early]):.1f} ms over steps 1-{stride}, "
+      f"{1e3 * np.median(cached_times[late]):.1f} ms over the last {stride}")
 
 # %% [markdown]
 # The left chart: without the cache each step grows with the sequence, because it reprocesses it
-# all; with the cache the step time is almost flat (it still rises slowly: attention reads one
-# more cached key and value per step). The right chart is the total work: the area under the
+# all; with the cache the step time stays nearly flat. (It does grow in principle: attention
+# reads one more cached key and value per step. For a small model at these lengths that cost
+# hides under the cost of reading the weights, and under the timing noise.) The right chart is the total work: the area under the
 # left curves. Without the cache it bends upwards, O(n²); with it, it is a straight line, O(n).
 # The gap widens with every token (the benchmark `scripts/bench_kv_cache.py` goes to 512).
 
@@ -307,9 +308,9 @@ print(f"from {crossing} requests at once, the cache outweighs the model itself")
 # %%
 question = tokenizer.apply_chat_template([{"role": "user", "content": "Name three fruits."}])
 for options in [dict(max_new_tokens=64), dict(max_new_tokens=5),
-                dict(max_new_tokens=64, stop=[","])]:
+                dict(max_new_tokens=64, stop=["\n2."])]:
     out = generate(model, tokenizer, question, **options)
-    print(f"{str(options):<36} -> {out.finish_reason:<6} {len(out.token_ids):>2} tokens "
+    print(f"{str(options):<38} -> {out.finish_reason:<6} {len(out.token_ids):>2} tokens "
           f"{out.text!r}")
 
 # %% [markdown]
