@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from ..stopping import Sequence
+from ..stopping import Sequence, check_stop_strings
 
 WAITING, RUNNING, FINISHED = "waiting", "running", "finished"
 FINISH_REASONS = ("eos", "length", "stop", "cancelled")
@@ -59,8 +59,7 @@ class Request:
         self.processors = processors
         self.generator = generator
         self.sequence = Sequence(self.prompt_ids, tokenizer, eos_ids, config.max_new_tokens,
-                                 tuple(config.stop or ()) if not isinstance(config.stop, str)
-                                 else (config.stop,))
+                                 check_stop_strings(config.stop))
         self.tokens = list(self.prompt_ids)  # prompt + generated (+ padding for a static ghost)
         self.num_computed = 0
         self.block_table: list[int] = []
