@@ -82,6 +82,9 @@ def encode_prompts(tokenizer, prompt, vocab_size: int | None = None) -> tuple[li
     ids = []
     for n, p in enumerate(prompts):
         where = f"prompt {n} (of {len(prompts)}) in the batch" if batch else "the prompt"
+        if isinstance(p, str) and tokenizer is None:
+            raise TypeError(f"{where} is text, but there is no tokenizer (the model was loaded "
+                            "without one): pass token ids instead")
         if isinstance(p, str):
             p = list(tokenizer.encode(p)) if p else []
         elif not _is_ids(p):
@@ -206,6 +209,9 @@ def start(model, tokenizer, prompt, config=None, **fields):
     _check_context(prompts, config.max_new_tokens, model.config.max_seq_len, batch)
     eos = eos_ids(model, tokenizer, config)
     stop = check_stop_strings(config.stop)
+    if stop and tokenizer is None:
+        raise ValueError("stop strings need a tokenizer to see text; without one, stop with "
+                         "eos_token_id or max_new_tokens")
     sequences = [Sequence(p, tokenizer, eos, config.max_new_tokens, stop) for p in prompts]
     return prompts, sequences, config, batch, _pad_id(tokenizer, eos)
 

@@ -37,8 +37,20 @@ class DiffDecoder:
         return piece
 
 
+class NoText:
+    """The decoder when there is no tokenizer (a model folder without one): ids only, no text."""
+
+    def push(self, token_id: int) -> str:
+        return ""
+
+    def flush(self) -> str:
+        return ""
+
+
 def stream_decoder(tokenizer):
     """The tokenizer's own incremental decoder when it has one, else a `DiffDecoder`."""
+    if tokenizer is None:
+        return NoText()
     make = getattr(tokenizer, "stream_decoder", None)
     return make() if callable(make) else DiffDecoder(tokenizer)
 
