@@ -7,6 +7,8 @@
     scheduler.py      StaticScheduler and ContinuousScheduler (token budget, chunked prefill,
                       preemption by recompute)
     engine.py         Engine: add_request, step, cancel, run, generate
+    bench.py          workloads, offline throughput, KV memory ratios, Poisson online mode
+    toy.py            a tiny random Llama and a letter tokenizer for tests and checkers
 """
 
 from .block_manager import Block, BlockManager, block_hash
