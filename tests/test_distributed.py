@@ -57,10 +57,7 @@ def test_tensor_parallel_tiny_model_matches_one_process(tiny_folder):
     assert report.max_abs_diff < 1e-5, report
     assert report.top1_agree and report.tokens_equal, report
     assert [r["kv_heads"] for r in report.ranks] == [[0, 1], [2]]
-
-
-def test_all_reduces_are_counted_and_match_the_formula(tiny_folder):
-    report = compare_tensor_parallel(str(tiny_folder), PROMPT, world_size=2, new_tokens=0)
+    # The all-reduces counted during the prompt's forward pass are the formula's.
     config = load_model(tiny_folder, device="cpu").config
     calls, nbytes = all_reduce_cost(config, len(PROMPT))
     for rank in report.ranks:
