@@ -268,3 +268,24 @@ def test_serve_command_starts_answers_and_stops():
                        json={"prompt": "hi", "max_tokens": 3, "model": "tiny"}, timeout=60)
         assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 3
     assert server.process.poll() is not None  # stopped
+
+
+def test_an_engine_failure_is_reported_and_the_server_goes_on(tiny):
+    engine = Engine(*tiny, num_blocks=32, block_size=8)
+    real_step, calls = engine.step, []
+
+    def flaky_step():
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("boom")
+        return real_step()
+
+    engine.step = flaky_step
+    with ServerThread(engine, "tiny") as server:
+        with httpx.Client(base_url=server.url, timeout=60) as c:
+            r = c.post("/v1/completions", json={"prompt": "ab", "max_tokens": 3})
+            assert r.status_code == 500 and "boom" in r.json()["error"]["message"]
+            assert r.json()["error"]["type"] == "server_error" and "Traceback" not in r.text
+            r = c.post("/v1/completions", json={"prompt": "ab", "max_tokens": 3})
+            assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 3
+        assert wait_until(lambda: engine.blocks.num_free == engine.blocks.num_blocks)

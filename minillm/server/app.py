@@ -246,16 +246,19 @@ def create_app(engine, model_name: str = "minillm", *, default_max_tokens: int =
     async def _events(rid, queue, created, chat, include_usage):
         if chat:
             yield _chunk(rid, created, chat, "", None, first=True)
-        async for out in loop.outputs(rid, queue):
-            reason = FINISH_REASONS.get(out.finish_reason, out.finish_reason) \
-                if out.finished else None
-            if out.new_text or reason is not None:
-                yield _chunk(rid, created, chat, out.new_text, reason)
-            if out.finished and include_usage:
-                data = {"id": rid, "object": "chat.completion.chunk" if chat
-                        else "text_completion", "created": created, "model": model_name,
-                        "choices": [], "usage": _usage(out)}
-                yield f"data: {json.dumps(data)}\n\n"
+        try:
+            async for out in loop.outputs(rid, queue):
+                reason = FINISH_REASONS.get(out.finish_reason, out.finish_reason) \
+                    if out.finished else None
+                if out.new_text or reason is not None:
+                    yield _chunk(rid, created, chat, out.new_text, reason)
+                if out.finished and include_usage:
+                    data = {"id": rid, "object": "chat.completion.chunk" if chat
+                            else "text_completion", "created": created, "model": model_name,
+                            "choices": [], "usage": _usage(out)}
+                    yield f"data: {json.dumps(data)}\n\n"
+        except APIError as error:  # the status line is sent already: say it in the stream
+            yield f"data: {json.dumps(error.body())}\n\n"
         yield "data: [DONE]\n\n"
 
     return app
