@@ -1,0 +1,206 @@
+"""Chapter 10: the interview lesson's shape (questions in Chinese and English, each proved by a
+cell that asserts), the exercise checkers, and the self-check quiz."""
+
+import math
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from minillm.checks import ch10_interview as checks
+from minillm.checks._base import CheckFailed
+from minillm.model.config import ModelConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+LESSON = ROOT / "notebooks" / "10_interview_qa.ipynb"
+HAN = re.compile(r"[\u4e00-\u9fff]")
+QUESTION = re.compile(r"^##\s*Q(\d+)\b")
+
+SOURCE_QUESTIONS = ["大模型生成为什么是自回归的", "Temperature 如何影响生成结果",
+                    "Top-k 和 Top-p 有什么区别", "如何减少大模型生成的重复",
+                    "为什么大模型推理时显存占用一直很高", "如何提高推理吞吐量"]
+
+SMOLLM2 = ModelConfig(arch="llama", vocab_size=49152, hidden_size=576, n_layers=30, n_heads=9,
+                      n_kv_heads=3, head_dim=64, intermediate_size=1536, max_seq_len=8192,
+                      tie_embeddings=True)
+
+
+def _questions():
+    cells = nbformat.read(LESSON, as_version=4).cells
+    found = []
+    for i, cell in enumerate(cells):
+        if cell.cell_type == "markdown" and QUESTION.match(cell.source):
+            found.append((cell, cells[i + 1] if i + 1 < len(cells) else None))
+    return found
+
+
+def test_lesson_has_at_least_21_numbered_questions():
+    numbers = [int(QUESTION.match(q.source).group(1)) for q, _ in _questions()]
+    assert len(numbers) >= 21, f"only {len(numbers)} questions"
+    assert numbers == list(range(1, len(numbers) + 1)), f"questions out of order: {numbers}"
+
+
+def test_each_question_is_answered_in_chinese_and_english():
+    for question, _ in _questions():
+        title = question.source.splitlines()[0]
+        table = [line for line in question.source.splitlines() if line.startswith("| ")]
+        assert table, f"{title}: no side-by-side answer table"
+        answers = [row for row in table if row.count("|") >= 3 and "---" not in row][1:]
+        assert answers, f"{title}: the table has no answer row"
+        for row in answers:
+            chinese, english = [c.strip() for c in row.strip().strip("|").split(" | ", 1)]
+            assert len(HAN.findall(chinese)) >= 40, f"{title}: the Chinese answer is too short"
+            assert len(re.findall(r"[A-Za-z]+", english)) >= 40, \
+                f"{title}: the English answer is too short"
+        assert HAN.search(title) and re.search(r"[A-Za-z]{3,} [A-Za-z]{2,}", title), \
+            f"{title}: the question should be asked in both languages"
+
+
+def test_each_question_is_followed_by_a_code_cell_that_asserts():
+    for question, after in _questions():
+        title = question.source.splitlines()[0]
+        assert after is not None and after.cell_type == "code", \
+            f"{title}: the next cell is not code"
+        assert re.search(r"^assert ", after.source, re.M), f"{title}: its cell has no assert"
+
+
+def test_the_source_texts_six_questions_come_first():
+    titles = [q.source.splitlines()[0] for q, _ in _questions()]
+    for n, text in enumerate(SOURCE_QUESTIONS):
+        assert text in titles[n], f"Q{n + 1} should be the source's {text!r}: {titles[n]}"
+
+
+def test_the_top_k_top_p_order_and_imprecisions_are_discussed():
+    text = LESSON.read_text(encoding="utf-8")
+    assert "TopKProcessor(k), TopPProcessor(p)" in text and "TopPProcessor(p), TopKProcessor(k)" \
+        in text, "the lesson must apply both orders to real logits"
+    assert text.count("⚠️") >= 3
+
+
+def test_lesson_has_no_outputs():
+    for cell in nbformat.read(LESSON, as_version=4).cells:
+        if cell.cell_type == "code":
+            assert not cell.outputs and cell.execution_count is None
+
+
+# --- the exercise checkers ------------------------------------------------------------------------
+
+def weight_memory_gb(n, bits):
+    return n * bits / 8 / 1e9
+
+
+def kv_cache_gb(layers, heads, dim, tokens, batch, nbytes):
+    return 2 * layers * heads * dim * tokens * batch * nbytes / 1e9
+
+
+def max_batch(gpu, weights, kv):
+    return max(0, int((gpu - weights) // kv))
+
+
+def decode_bound(weight_bytes, bandwidth):
+    return bandwidth * 1e9 / weight_bytes
+
+
+def test_checkers_pass_correct_answers(capsys):
+    checks.check_weight_memory_gb(weight_memory_gb)
+    checks.check_kv_cache_gb(kv_cache_gb)
+    checks.check_max_batch(max_batch)
+    checks.check_decode_bound(decode_bound)
+    assert capsys.readouterr().out.count("✅") == 4
+
+
+def test_the_worked_numbers():
+    assert weight_memory_gb(70e9, 4) == 35
+    assert math.isclose(kv_cache_gb(32, 32, 128, 4096, 1, 2), 2.147483648)
+    assert max_batch(80, 14, 2.147483648) == 30
+    assert math.isclose(decode_bound(14e9, 3350), 239.2857142857, rel_tol=1e-9)
+
+
+def _stub(*args):
+    raise NotImplementedError
+
+
+@pytest.mark.parametrize("check", [checks.check_weight_memory_gb, checks.check_kv_cache_gb,
+                                   checks.check_max_batch, checks.check_decode_bound])
+def test_checkers_say_an_unwritten_stub_is_not_written_yet(check):
+    with pytest.raises(CheckFailed, match="not written yet"):
+        check(_stub)
+
+
+@pytest.mark.parametrize("check, wrong, words", [
+    (checks.check_weight_memory_gb, lambda n, b: n * b / 8, "bytes"),
+    (checks.check_weight_memory_gb, lambda n, b: n * b / 8 / 2 ** 30, "GiB"),
+    (checks.check_weight_memory_gb, lambda n, b: n * b / 1e9, "divide by 8"),
+    (checks.check_kv_cache_gb, lambda L, H, D, T, B, n: L * H * D * T * B * n / 1e9, "AND values"),
+    (checks.check_kv_cache_gb, lambda L, H, D, T, B, n: 2 * L * H * D * T * n / 1e9, "batch"),
+    (checks.check_kv_cache_gb, lambda L, H, D, T, B, n: 2 * L * H * D * T * B * n / 2 ** 30, "GiB"),
+    (checks.check_max_batch, lambda g, w, k: (g - w) / k, "round down"),
+    (checks.check_max_batch, lambda g, w, k: int(g // k), "weights take"),
+    (checks.check_max_batch, lambda g, w, k: int((g - w) // k), "return 0"),
+    (checks.check_decode_bound, lambda w, b: w / (b * 1e9), "seconds per token"),
+    (checks.check_decode_bound, lambda w, b: b / w, "multiply by 1e9"),
+])
+def test_checkers_name_the_usual_mistakes(check, wrong, words):
+    with pytest.raises(CheckFailed, match=words):
+        check(wrong)
+
+
+def test_checker_reports_an_exception_in_plain_words():
+    with pytest.raises(CheckFailed, match="raised ZeroDivisionError"):
+        checks.check_weight_memory_gb(lambda n, b: n / 0)
+
+
+# --- the quiz -------------------------------------------------------------------------------------
+
+def test_quiz_numbers_come_from_the_config():
+    questions = checks.build_quiz(SMOLLM2)
+    kv = questions[1]
+    assert kv.numeric and math.isclose(kv.answer, 2 * 30 * 3 * 64 * 8192 * 2 / 1e9)
+    assert math.isclose(questions[2].answer, 3 * kv.answer)
+    assert math.isclose(questions[3].answer, 2 * 30 * 3 * 64 * 2 / 1e3)
+    assert any(not q.numeric for q in questions) and sum(q.numeric for q in questions) >= 3
+
+
+def test_grade_numeric_within_tolerance_and_choices_by_index_or_text():
+    q = checks.QuizQuestion("How many?", answer=100.0, explanation="", tolerance=0.05, unit="GB")
+    assert checks.grade(q, "104")[0] and checks.grade(q, 96.0)[0]
+    assert not checks.grade(q, "106")[0]
+    assert "not a number" in checks.grade(q, "lots")[1]
+    assert "No answer" in checks.grade(q, " ")[1]
+    c = checks.QuizQuestion("Which?", answer=1, explanation="why", choices=("a", "b"))
+    assert checks.grade(c, 1)[0] and checks.grade(c, "b")[0] and not checks.grade(c, "a")[0]
+    ok, message = checks.grade(c, 0)
+    assert not ok and "Answer: b" in message and "why" in message
+
+
+def test_quiz_keeps_score_once_per_question():
+    quiz = checks.Quiz(checks.build_quiz(SMOLLM2))
+    assert quiz.check(None)[0] is False and quiz.results == {}  # no answer: not counted
+    assert quiz.check(1)[0] and quiz.score == 1
+    quiz.check(0)  # a second try does not change the score
+    assert quiz.score == 1 and len(quiz.results) == 1
+    quiz.next()
+    quiz.check("0")  # wrong number
+    assert quiz.score == 1 and len(quiz.results) == 2 and not quiz.done
+    assert "score 1 / 2" in quiz.status()
+    with pytest.raises(ValueError):
+        checks.Quiz([])
+
+
+def test_quiz_widget_buttons_change_what_is_shown():
+    pytest.importorskip("ipywidgets")
+    box = checks.quiz_widget(checks.build_quiz(SMOLLM2))
+    title, choices, number, buttons, feedback, score = box.children
+    check, nxt = buttons.children
+    first_title, first_feedback = title.value, feedback.value
+    check.click()
+    assert feedback.value != first_feedback and "No answer" in feedback.value
+    choices.value = choices.options[1]
+    check.click()
+    assert "Right" in feedback.value and box.quiz.score == 1
+    nxt.click()
+    assert title.value != first_title and number.layout.display != "none"
+    number.value = f"{box.quiz.current.answer:.4f}"
+    check.click()
+    assert "Right" in feedback.value and box.quiz.score == 2
