@@ -13,11 +13,12 @@ from .beam_search import Hypothesis, beam_search
 from .config import GenerationConfig
 from .processors import (BadWordsProcessor, MinPProcessor, NoRepeatNGramProcessor, ProcessorList,
                          RepetitionPenaltyProcessor, TemperatureProcessor, TopKProcessor,
-                         TopPProcessor, build_processors)
+                         TopPProcessor, bad_words_ids, build_processors)
 from .sampling import choose_next_token, make_generator
 
 __all__ = [
     "GenerationConfig", "build_processors", "choose_next_token", "make_generator", "beam_search",
     "Hypothesis", "ProcessorList", "TemperatureProcessor", "TopKProcessor", "TopPProcessor",
     "MinPProcessor", "RepetitionPenaltyProcessor", "NoRepeatNGramProcessor", "BadWordsProcessor",
+    "bad_words_ids",
 ]

@@ -181,3 +181,17 @@ def build_processors(config, eos_token_ids=None) -> ProcessorList:
         if config.min_p is not None:
             processors.append(MinPProcessor(config.min_p))
     return processors
+
+
+def bad_words_ids(tokenizer, words: list[str]) -> list[list[int]]:
+    """Token-id sequences for `bad_words_ids`: each word as it appears at the start of a text and
+    after a space (" word"), which a byte-level BPE tokenizes differently."""
+    if isinstance(words, str) or not all(isinstance(w, str) and w for w in words):
+        raise ValueError(f"words must be a list of non-empty strings, got {words!r}")
+    sequences = []
+    for word in words:
+        for variant in (word, " " + word):
+            ids = list(tokenizer.encode(variant))
+            if ids and ids not in sequences:
+                sequences.append(ids)
+    return sequences
