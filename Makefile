@@ -5,7 +5,9 @@ PY := $(VENV)/bin/python
 # A range that admits a newer torch pulls a multi-GB CUDA build on some machines: pin it first.
 TORCH_SPEC ?= torch==2.13.0
 INSTALLED := $(VENV)/.minillm-installed
-PYTEST_ARGS ?=
+# Two test workers (one per core on the 2-core CI machine), each notebook kept whole in one worker,
+# each worker's torch on one thread so the two do not fight over the cores.
+PYTEST_ARGS ?= -n 2 --dist loadscope
 BUNDLE ?= dist/minillm-bundle
 MODEL_FILE := SmolLM2-135M-Instruct.Q4_1.gguf
 # `make course OFFLINE=path/to/bundle` installs from a bundle made by `make bundle`, with no network.
@@ -51,7 +53,7 @@ $(CHROMIUM):
 browser: $(CHROMIUM)
 
 test: setup browser
-	$(PY) -m pytest --nbval-lax tests notebooks solutions $(PYTEST_ARGS)
+	OMP_NUM_THREADS=1 $(PY) -m pytest --nbval-lax tests notebooks solutions $(PYTEST_ARGS)
 
 doctor: setup
 	$(PY) -m minillm doctor
