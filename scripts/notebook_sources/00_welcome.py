@@ -188,12 +188,12 @@ print(f"decode:  {1000 * decode_per_token:.2f} ms per new token "
 # | 02 | [forward pass (前向传播)](02_forward_pass.ipynb) | the transformer, loading the real weights |
 # | 03 | [prefill, decode and the KV cache](03_kv_cache.ipynb) | the generation loop and KV cache |
 # | 04 | [decoding strategies (解码策略)](04_decoding.ipynb) | greedy, beam search, sampling, top-k, top-p |
-# | 05 | measuring inference (性能指标) | TTFT, TPOT, throughput, a fast engine |
-# | 06 | batching and paged attention | continuous batching, a paged KV cache |
-# | 07 | quantization (量化) | int8 and int4 weights |
-# | 08 | speculative decoding (推测解码) | draft and verify |
-# | 09 | scaling out | tensor parallelism, serving |
-# | 10 | interview questions (面试题) | every answer shown on the real model |
+# | 05 | [measuring inference (性能指标)](05_metrics.ipynb) | TTFT, TPOT, throughput, a fast engine |
+# | 06 | [batching and paged attention](06_batching.ipynb) | continuous batching, a paged KV cache |
+# | 07 | [quantization (量化)](07_quantization.ipynb) | int8 and int4 weights |
+# | 08 | [speculative decoding (推测解码)](08_speculative.ipynb) | draft and verify |
+# | 09 | [scaling out](09_scaling.ipynb) | tensor parallelism, serving |
+# | 10 | [interview questions (面试题)](10_interview_qa.ipynb) | every answer shown on the real model |
 #
 # Each chapter has an exercise notebook in `exercises/` (its solution is in `solutions/`).
 # Start with `exercises/00_welcome.ipynb`: three warm-up tasks on the numbers you just measured.
