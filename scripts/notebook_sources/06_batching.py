@@ -324,7 +324,7 @@ minillm.show_source(ContinuousScheduler.schedule)
 
 # %%
 capacity = N / runs["continuous"]["wall_s"]
-n_online = 6 if CI else 12
+n_online = 4 if CI else 12
 online = []
 for fraction in [0.3, 0.6, 0.9]:
     row = run_online(new_engine("continuous"), work[:n_online], fraction * capacity, seed=1)
