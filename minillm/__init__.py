@@ -26,6 +26,7 @@ _EXPORTS = {
     "timed_stream": "metrics",
     "Engine": "engine",
     "quantize": "quant",
+    "speculative_generate": "speculative",
 }
 
 __all__ = sorted(_EXPORTS)
