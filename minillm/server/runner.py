@@ -14,7 +14,6 @@ threads; `submit` runs `add_request` in a worker thread so the event loop never 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import threading
 import time
 import uuid
@@ -33,7 +32,6 @@ class EngineLoop:
         self._cancels: deque = deque()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._ids = itertools.count()
         self.steps = 0
         self.max_batch = 0      # the most requests that shared one step
         self.completed = 0
