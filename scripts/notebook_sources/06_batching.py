@@ -118,7 +118,8 @@ for ax, kind in zip(axes, ["static", "continuous"]):
     timeline(ax, runs[kind]["engine"], f"{kind} batching: {runs[kind]['wall_s']:.1f} s")
 axes[1].set_xlabel("seconds")
 handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLOURS.values()]
-axes[0].legend(handles, COLOURS.keys(), loc="lower right", fontsize=8)
+axes[0].legend(handles, COLOURS.keys(), loc="upper left", bbox_to_anchor=(1.0, 1.0),
+               fontsize=8)
 plt.tight_layout()
 plt.show()
 
@@ -167,10 +168,10 @@ def block_map(step):
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.2))
     # contiguous: one row per running request, reserved up to its prompt + max_new_tokens
     for row, (rid, (table, used, reserved)) in enumerate(sorted(snap.items())):
-        left.barh(row, reserved, color="mistyrose")
+        left.barh(row, reserved, color="gainsboro")
         left.barh(row, used, color=f"C{rid % 10}")
         left.text(reserved, row, f" {used}/{reserved}", va="center", fontsize=8)
-    left.set_title("contiguous: reserved (pink) vs used")
+    left.set_title("contiguous: reserved (grey) vs used")
     left.set_xlabel("token slots")
     left.set_yticks([])
     # paged: the pool as a grid of blocks, coloured by owner, shaded by how full
@@ -205,6 +206,9 @@ longest = max(len(w.prompt) + w.max_new_tokens for w in work)
 memory = memory_use(runs["continuous"]["engine"].steps, max_len=longest)
 for name, share in memory.items():
     print(f"{name:>24}: {share:.1%} of the reserved KV memory holds tokens")
+mean_len = sum(len(w.prompt) + w.max_new_tokens for w in work) / len(work)
+print(f"requests here end at {mean_len:.0f} tokens on average; a paged sequence wastes at most "
+      f"15 slots of its last block, so longer requests waste a smaller share")
 
 # %% [markdown]
 # ## 4 · The block table, walked through
@@ -259,12 +263,19 @@ minillm.show_source(PagedBatch.append)
 minillm.show_source(BlockManager.match_prefix)
 
 # %%
-SYSTEM = ("You are a friendly assistant for a cooking website. Answer briefly and politely, "
-          "suggest simple recipes with common ingredients, and always mention cooking times. ")
+SYSTEM = ("You are a friendly assistant for a cooking website. Answer briefly and politely. "
+          "Suggest simple recipes that use common ingredients found in most kitchens, give the "
+          "cooking time and the oven temperature when there is one, warn about allergens such "
+          "as nuts, milk and eggs, and never recommend raw meat or raw fish.")
 QUESTIONS = ["How do I boil an egg?", "What goes well with rice?", "How long to bake bread?",
              "Can I freeze soup?", "What is a quick breakfast?", "How do I cook pasta?"]
-chats = [SYSTEM + q for q in (QUESTIONS[:4] if CI else QUESTIONS)]
-print(f"system prompt: {len(tokenizer.encode(SYSTEM))} tokens")
+chats = [tokenizer.apply_chat_template([{"role": "system", "content": SYSTEM},
+                                        {"role": "user", "content": q}])
+         for q in (QUESTIONS[:4] if CI else QUESTIONS)]
+ids = [tokenizer.encode(c) for c in chats]
+shared = next(i for i, (a, b) in enumerate(zip(*ids[:2])) if a != b)
+print(f"{len(chats)} chats of {min(map(len, ids))}-{max(map(len, ids))} tokens; the first "
+      f"{shared} tokens are the same in all: {shared // 16} full blocks of 16 can be shared")
 
 prefix = {}
 for caching in [False, True]:
@@ -277,7 +288,7 @@ for caching in [False, True]:
           f"{prefix[caching][1]:.1f} s, hit rate {engine.stats()['prefix_cache_hit_rate']:.0%}")
 
 assert [o.token_ids for o in prefix[True][0]] == [o.token_ids for o in prefix[False][0]]
-print("same answers with and without the cache:", repr(prefix[True][0][0].text))
+print("same answers with and without the cache; the first:", repr(prefix[True][0][0].text))
 
 # %% [markdown]
 # The first two requests run together before any block is full, so they both compute the system
