@@ -9,6 +9,8 @@ all in one forward pass, and an acceptance rule keeps exactly the target's distr
                    `first_layers(model, 8)`: SmolLM2's first 8 layers with its final norm and head)
     loop.py        draft, verify, roll the KV cache back: SpeculativeDecoder and
                    speculative_generate, which returns the text with acceptance statistics
+    bench.py       the three measured tasks (edit, summarise, chat) and `compare`, which times
+                   plain against speculative decoding (scripts/bench_speculative.py, the lesson)
 
     >>> out = speculative_generate(model, tokenizer, prompt, PromptLookupDraft(), k=4,
     ...                            max_new_tokens=64)
