@@ -289,3 +289,21 @@ def test_an_engine_failure_is_reported_and_the_server_goes_on(tiny):
             r = c.post("/v1/completions", json={"prompt": "ab", "max_tokens": 3})
             assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 3
         assert wait_until(lambda: engine.blocks.num_free == engine.blocks.num_blocks)
+
+
+def test_whole_answers_survive_steps_slower_than_the_disconnect_poll(tiny):
+    """The handler wakes every second to look for a hung-up client; that must not end a request
+    whose engine steps are slow (a big model on a busy CPU)."""
+    engine = Engine(*tiny, num_blocks=32, block_size=8)
+    real_step = engine.step
+
+    def slow_step():
+        time.sleep(0.6)
+        return real_step()
+
+    engine.step = slow_step
+    with ServerThread(engine, "tiny") as server:
+        r = httpx.post(server.url + "/v1/completions", timeout=60,
+                       json={"prompt": "slow", "max_tokens": 3, "temperature": 0})
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["completion_tokens"] == 3

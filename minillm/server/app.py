@@ -201,19 +201,22 @@ def create_app(engine, model_name: str = "minillm", *, default_max_tokens: int =
                                      media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache"})
         final = None
-        outputs = loop.outputs(rid, queue)
         try:
             while final is None:
                 try:  # wake now and then to notice a client that hung up
-                    out = await asyncio.wait_for(anext(outputs), timeout=1.0)
+                    item = await asyncio.wait_for(queue.get(), timeout=1.0)
                 except asyncio.TimeoutError:
                     if await request.is_disconnected():
                         return JSONResponse(error_body("client disconnected"), status_code=499)
                     continue
-                if out.finished:
-                    final = out
+                if isinstance(item, Exception):
+                    raise APIError(500, f"the engine failed: {type(item).__name__}: {item}",
+                                   type="server_error")
+                if item.finished:
+                    final = item
         finally:
-            await outputs.aclose()
+            if final is None:
+                loop.abort(rid)
         return _full(rid, final, created, chat)
 
     def _usage(out) -> dict:
