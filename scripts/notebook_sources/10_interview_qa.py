@@ -283,7 +283,7 @@ assert merges[0] == min(pair for pair, n in counts.items() if n == best)  # ties
 #
 # | 中文 | English |
 # |---|---|
-# | 特殊词元是词表中不由普通文本切分产生的标记，例如 `<|im_start|>`、`<|im_end|>`、`<|endoftext|>`：它们标出对话轮次、角色和结束。对话模板把消息列表写成模型训练时见过的格式（SmolLM2 用 ChatML）。模板错了，指令模型会答非所问；结束标记就是生成的停止信号（EOS）。 | Special tokens are vocabulary entries that ordinary text never splits into, such as `<|im_start|>`, `<|im_end|>`, `<|endoftext|>`: they mark turns, roles and the end. The chat template writes a list of messages in the format the model was trained on (ChatML for SmolLM2). With the wrong template an instruct model answers badly; the end marker is the stop signal (EOS) of generation. |
+# | 特殊词元是词表中不由普通文本切分产生的标记，例如 `<\|im_start\|>`、`<\|im_end\|>`、`<\|endoftext\|>`：它们标出对话轮次、角色和结束。对话模板把消息列表写成模型训练时见过的格式（SmolLM2 用 ChatML）。模板错了，指令模型会答非所问；结束标记就是生成的停止信号（EOS）。 | Special tokens are vocabulary entries that ordinary text never splits into, such as `<\|im_start\|>`, `<\|im_end\|>`, `<\|endoftext\|>`: they mark turns, roles and the end. The chat template writes a list of messages in the format the model was trained on (ChatML for SmolLM2). With the wrong template an instruct model answers badly; the end marker is the stop signal (EOS) of generation. |
 
 # %%
 chat = tokenizer.apply_chat_template([{"role": "user", "content": "Hi!"}])
@@ -377,7 +377,7 @@ assert mha == gqa * c.n_heads // c.n_kv_heads
 #
 # | 中文 | English |
 # |---|---|
-# | 三种条件：① 模型生成了结束词元（EOS，对话模型里是 `<|im_end|>`）；② 达到 max_new_tokens 或上下文窗口；③ 用户条件，例如停止字符串（出现后截断，不返回它）。停止后这个序列的 KV 缓存就可以释放。 | Three conditions: (1) the model produces an end token (EOS; `<|im_end|>` for a chat model); (2) max_new_tokens or the context window is reached; (3) a user condition such as a stop string (the text is cut before it). Once stopped, the sequence's KV cache can be freed. |
+# | 三种条件：① 模型生成了结束词元（EOS，对话模型里是 `<\|im_end\|>`）；② 达到 max_new_tokens 或上下文窗口；③ 用户条件，例如停止字符串（出现后截断，不返回它）。停止后这个序列的 KV 缓存就可以释放。 | Three conditions: (1) the model produces an end token (EOS; `<\|im_end\|>` for a chat model); (2) max_new_tokens or the context window is reached; (3) a user condition such as a stop string (the text is cut before it). Once stopped, the sequence's KV cache can be freed. |
 
 # %%
 first = out.token_ids  # Q1's greedy tokens
