@@ -192,7 +192,7 @@ print(f"decode:  {1000 * decode_per_token:.2f} ms per new token "
 # | 06 | [batching and paged attention](06_batching.ipynb) | continuous batching, a paged KV cache |
 # | 07 | [quantization (量化)](07_quantization.ipynb) | int8 and int4 weights |
 # | 08 | [speculative decoding (推测解码)](08_speculative.ipynb) | draft and verify |
-# | 09 | [scaling out](09_scaling.ipynb) | tensor parallelism, serving |
+# | 09 | [scaling out](09_scaling_out.ipynb) | tensor parallelism, serving |
 # | 10 | [interview questions (面试题)](10_interview_qa.ipynb) | every answer shown on the real model |
 #
 # Each chapter has an exercise notebook in `exercises/` (its solution is in `solutions/`).

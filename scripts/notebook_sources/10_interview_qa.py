@@ -40,7 +40,7 @@ from minillm.quant import perplexity, quantize, weight_bytes
 from minillm.step_timing import decode_step_times, kv_cache_formula_bytes, prefill_time
 
 CI = bool(os.environ.get("CI"))  # fewer tokens when the notebook runs in the test suite
-N = 8 if CI else 24              # new tokens per demonstration
+N = 8 if CI else 16              # new tokens per demonstration
 torch.manual_seed(0)
 for key, value in describe().items():
     print(f"{key:>12}: {value}")
@@ -461,7 +461,7 @@ assert measured < 3 * bound  # a bound: noise on a shared machine aside, decode 
 # %%
 from minillm.engine.bench import memory_use
 
-lengths = [8, 2, 2, 8] if CI else [24, 4, 4, 24]
+lengths = [8, 2, 2, 8] if CI else [16, 4, 4, 16]
 requests = [f"Request {i}: tell me about rivers." for i in range(len(lengths))]
 configs = [{"max_new_tokens": n, "eos_token_id": NEVER} for n in lengths]
 engines, results = {}, {}
