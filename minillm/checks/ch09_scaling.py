@@ -1,4 +1,4 @@
-"""Checkers for exercises/09_scaling.ipynb: splitting a linear layer for tensor parallelism, the
+"""Checkers for exercises/09_scaling_out.ipynb: splitting a linear layer for tensor parallelism, the
 communication a tensor- or pipeline-parallel forward needs, and a load test's percentiles."""
 
 from __future__ import annotations

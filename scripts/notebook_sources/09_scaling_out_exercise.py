@@ -7,7 +7,7 @@
 # percentile a load test reports.
 #
 # Write each function in its cell, run it, then run the check cell below it. Check your work from
-# a terminal with `pytest --nbval-lax exercises/09_scaling.ipynb`.
+# a terminal with `pytest --nbval-lax exercises/09_scaling_out.ipynb`.
 
 # %%
 import torch
