@@ -175,3 +175,17 @@ def test_bf16_kernel_matches_torch_where_it_can_be_built():
         step = fast(torch.tensor([[4]]), cache=c)  # the kernel's decode step
         want = model(torch.tensor([[1, 2, 3, 4]]))[:, -1:]
     torch.testing.assert_close(step, want, atol=0.15, rtol=0)
+
+
+def test_a_quantized_model_is_refused_with_a_clear_error():
+    from minillm.model import ModelConfig, build_model
+    from minillm.fast import optimize
+    from minillm.quant import quantize
+
+    config = ModelConfig(arch="llama", vocab_size=40, hidden_size=64, n_layers=1, n_heads=2,
+                         n_kv_heads=1, head_dim=32, intermediate_size=64, max_seq_len=32)
+    with torch.device("meta"):
+        shapes = build_model.__globals__["MODEL_CLASSES"]["llama"](config).state_dict()
+    model = build_model(config, {n: torch.randn(t.shape) for n, t in shapes.items()})
+    with pytest.raises(TypeError, match="Quantize or optimize, not both"):
+        optimize(quantize(model, "int8"))

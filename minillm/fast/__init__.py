@@ -43,5 +43,11 @@ def optimize(model, dtype: torch.dtype | None = None, *, layout: str = "auto",
     if not hasattr(model, "config") or not hasattr(model, "layers"):
         raise TypeError(f"optimize takes a minillm Llama/Qwen2 model (from minillm.load), got "
                         f"{type(model).__name__}")
+    from ..quant import is_quantized
+
+    if is_quantized(model):
+        raise TypeError("optimize takes a float model; this one is quantized (minillm.quantize). "
+                        "Quantize or optimize, not both: optimize(model, dtype=torch.bfloat16) "
+                        "is the fast path for smaller weights")
     with torch.no_grad():
         return FastLlama(model, dtype=dtype, layout=layout, logits=logits, kernel=kernel)
