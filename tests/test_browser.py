@@ -5,14 +5,12 @@ Screenshots go to test-artifacts/browser/ (printed in the output)."""
 
 from __future__ import annotations
 
-import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from browser.jupyter import (ARTIFACTS, CHROMIUM, CHROMIUM_FLAGS, ROOT, api, error_outputs,
-                             jupyterlab, open_notebook, run_all, screenshot)
+from browser.jupyter import (CHROMIUM, CHROMIUM_FLAGS, ROOT, api, error_outputs, jupyterlab,
+                             open_notebook, run_all, screenshot, shutdown_kernels)
 
 pytestmark = pytest.mark.slow
 
@@ -126,6 +124,7 @@ def test_widgets_respond_in_jupyterlab(browser, lab, notebook, capsys):
         assert problems == [], f"{notebook}: JavaScript errors: {problems}"
     finally:
         page.close()
+        shutdown_kernels(base, token)
 
 
 def test_make_course_serves_the_welcome_notebook_and_its_first_cells_run(browser, tmp_path, capsys):

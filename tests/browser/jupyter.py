@@ -106,6 +106,14 @@ def api(base: str, token: str, path: str) -> dict:
         return json.loads(r.read())
 
 
+def shutdown_kernels(base: str, token: str) -> None:
+    """Stop every kernel the server runs, so notebooks opened one after another do not pile up."""
+    for kernel in api(base, token, "/api/kernels"):
+        request = urllib.request.Request(f"{base}/api/kernels/{kernel['id']}?token={token}",
+                                         method="DELETE")
+        urllib.request.urlopen(request, timeout=30).close()
+
+
 # --- the page side -------------------------------------------------------------------------------
 
 KERNEL_IDLE = """() => {
