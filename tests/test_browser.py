@@ -20,17 +20,26 @@ WIDGET_NOTEBOOKS = sorted(
     if "minillm.widgets" in p.read_text(encoding="utf-8")
     or "ipywidgets" in p.read_text(encoding="utf-8"))
 
-# What a control can show: widget output areas, HTML/label widgets, images (charts).
+# What a control can show: widget output areas, HTML widgets (charts, text), text boxes.
 OUTPUT_DIGEST = """() => Array.from(document.querySelectorAll(
-    '.jupyter-widgets-output-area, .widget-html-content, .widget-textarea textarea[disabled]'))
-  .map(e => e.innerHTML.length + ':' + e.innerHTML.slice(-4000)).join('|')"""
+    '.jupyter-widgets-output-area, .widget-html-content, .widget-textarea textarea'))
+  .map(e => (e.value !== undefined ? e.value : '') + e.innerHTML.length + ':' +
+            e.innerHTML.slice(-4000)).join('|')"""
 
 CONTROLS = {
     "slider": ".jp-Notebook .widget-slider .noUi-handle, .jp-Notebook .widget-hslider .noUi-handle",
     "dropdown": ".jp-Notebook .widget-dropdown select",
     "checkbox": ".jp-Notebook .widget-checkbox input[type=checkbox]",
+    "text": ".jp-Notebook .widget-text input, .jp-Notebook .widget-textarea textarea:not([disabled])",
     "button": ".jp-Notebook button.jupyter-button",
 }
+# A control with no observer of its own takes effect when its widget's button is pressed.
+PRESS_OWN_BUTTON = """e => {
+  const area = e.closest('.jp-OutputArea-output');
+  const button = area && area.querySelector('button.jupyter-button');
+  if (button) button.click();
+  return !!button;
+}"""
 IGNORED_CONSOLE = ("favicon", "Failed to load resource: the server responded with a status of 404")
 
 
@@ -66,38 +75,51 @@ def _watched_page(browser):
     return page, problems
 
 
-def _changes_output(page, act, timeout_s: float = 60) -> bool:
+def _changes_output(page, act, timeout_s: float) -> bool:
     before = page.evaluate(OUTPUT_DIGEST)
     act()
-    for _ in range(int(timeout_s * 2)):
-        page.wait_for_timeout(500)
+    for _ in range(int(timeout_s * 4)):
+        page.wait_for_timeout(250)
         if page.evaluate(OUTPUT_DIGEST) != before:
             page.wait_for_timeout(500)
             return True
     return False
 
 
-def _actions(page):
-    """Every control on the page, with a function that changes it."""
-    found = []
+def _act(kind, element):
+    if kind == "slider":
+        element.focus()
+        for _ in range(3):
+            element.press("ArrowRight")
+    elif kind == "dropdown":
+        options = element.eval_on_selector_all("option", "os => os.map(o => o.value)")
+        current = element.input_value()
+        element.select_option(next(v for v in options if v != current))
+    elif kind == "text":
+        element.fill("7" if element.get_attribute("type") == "number" else "Once upon a time")
+        element.press("Enter" if element.evaluate("e => e.tagName") == "INPUT" else "Tab")
+    else:
+        element.scroll_into_view_if_needed()
+        element.click()
+
+
+def _exercise_controls(page) -> tuple[list[str], list[str]]:
+    """Change every control; each must change what the page shows, by itself (an observer) or
+    when its widget's button is pressed. Returns (controls used, controls that changed nothing)."""
+    used, dead = [], []
     for kind, selector in CONTROLS.items():
         for i, element in enumerate(page.query_selector_all(selector)):
-            if kind == "slider":
-                def act(e=element):
-                    e.focus()
-                    for _ in range(3):
-                        e.press("ArrowRight")
-            elif kind == "dropdown":
-                def act(e=element):
-                    options = e.eval_on_selector_all("option", "os => os.map(o => o.value)")
-                    current = e.input_value()
-                    e.select_option(next(v for v in options if v != current))
-            else:
-                def act(e=element):
-                    e.scroll_into_view_if_needed()
-                    e.click()
-            found.append((f"{kind} {i + 1}", act))
-    return found
+            name = f"{kind} {i + 1}"
+            used.append(name)
+            if not element.is_visible():
+                element.scroll_into_view_if_needed()
+            if _changes_output(page, lambda: _act(kind, element),
+                               timeout_s=120 if kind == "button" else 6):
+                continue
+            if kind == "button" or not _changes_output(
+                    page, lambda: element.evaluate(PRESS_OWN_BUTTON), timeout_s=120):
+                dead.append(name)
+    return used, dead
 
 
 def test_every_widget_lesson_is_covered():
@@ -112,13 +134,12 @@ def test_widgets_respond_in_jupyterlab(browser, lab, notebook, capsys):
         open_notebook(page, base, token, notebook)
         run_all(page)
         assert error_outputs(page) == [], f"{notebook} has error outputs"
-        actions = _actions(page)
-        assert actions, f"{notebook} shows no controls in the browser"
-        dead = [name for name, act in actions if not _changes_output(page, act)]
+        used, dead = _exercise_controls(page)
+        assert used, f"{notebook} shows no controls in the browser"
         shot = screenshot(page, Path(notebook).stem)
         with capsys.disabled():
-            print(f"\n{notebook}: moved {len(actions)} controls "
-                  f"({', '.join(n for n, _ in actions)}); screenshot {shot}")
+            print(f"\n{notebook}: changed {len(used)} controls ({', '.join(used)}); "
+                  f"screenshot {shot}")
         assert not dead, f"{notebook}: these controls changed nothing visible: {dead}"
         assert error_outputs(page) == [], f"{notebook} has error outputs after using its controls"
         assert problems == [], f"{notebook}: JavaScript errors: {problems}"
