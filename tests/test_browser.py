@@ -130,6 +130,7 @@ def test_every_widget_lesson_is_covered():
 def test_widgets_respond_in_jupyterlab(browser, lab, notebook, capsys):
     base, token = lab
     page, problems = _watched_page(browser)
+    original = (ROOT / notebook).read_bytes()
     try:
         open_notebook(page, base, token, notebook)
         run_all(page)
@@ -146,6 +147,7 @@ def test_widgets_respond_in_jupyterlab(browser, lab, notebook, capsys):
     finally:
         page.close()
         shutdown_kernels(base, token)
+    assert (ROOT / notebook).read_bytes() == original, f"the browser run saved into {notebook}"
 
 
 def test_make_course_serves_the_welcome_notebook_and_its_first_cells_run(browser, tmp_path, capsys):

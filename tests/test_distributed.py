@@ -54,7 +54,7 @@ PROMPT = [5, 17, 3, 40, 22, 9, 31]
 
 def test_tensor_parallel_tiny_model_matches_one_process(tiny_folder):
     report = compare_tensor_parallel(str(tiny_folder), PROMPT, world_size=2, new_tokens=6)
-    assert report.max_abs_diff < 1e-5, report
+    assert report.max_abs_diff < 1e-4, report  # partial sums add up in another order
     assert report.top1_agree and report.tokens_equal, report
     assert [r["kv_heads"] for r in report.ranks] == [[0, 1], [2]]
     # The all-reduces counted during the prompt's forward pass are the formula's.

@@ -41,9 +41,14 @@ def isolated_env(home: Path) -> dict:
     env["MINILLM_CACHE"] = str(cache_dir())
     env.pop("MPLBACKEND", None)
     # No "get notified about Jupyter news?" toast over the controls, and no request for the news.
-    settings = home / "lab-settings" / "@jupyterlab" / "apputils-extension"
-    settings.mkdir(parents=True, exist_ok=True)
-    (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
+    settings = home / "lab-settings" / "@jupyterlab"
+    (settings / "apputils-extension").mkdir(parents=True, exist_ok=True)
+    (settings / "apputils-extension" / "notification.jupyterlab-settings").write_text(
+        '{"fetchNews": "false"}')
+    # The tests run the course's own notebooks: never save their outputs into the repository.
+    (settings / "docmanager-extension").mkdir(parents=True, exist_ok=True)
+    (settings / "docmanager-extension" / "plugin.jupyterlab-settings").write_text(
+        '{"autosave": false}')
     env["JUPYTERLAB_SETTINGS_DIR"] = str(home / "lab-settings")
     return env
 
