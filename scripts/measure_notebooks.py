@@ -4,6 +4,8 @@ the timing table of `docs/instructor.md` (between its `times` markers).
 
     python scripts/measure_notebooks.py            # run every notebook (several minutes)
     python scripts/measure_notebooks.py --render   # only rewrite the table from the JSON file
+    python scripts/measure_notebooks.py --from-junit report.xml
+        # take the run times nbval measured in a test run (`make test PYTEST_ARGS=--junitxml=...`)
 
 The learner estimates are rules of thumb, stated here so they can be argued with:
 - a lesson: its prose read at 150 words a minute, its code read at 20 lines a minute, plus twice its
@@ -75,6 +77,36 @@ def measure() -> dict:
             "measured": time.strftime("%Y-%m-%d"), "chapters": chapters}
 
 
+def from_junit(path: Path) -> dict:
+    """Run times per notebook summed from nbval's per-cell test times in a JUnit XML report."""
+    import xml.etree.ElementTree as ET
+
+    seconds: dict[tuple[str, str], float] = {}
+    for case in ET.parse(path).iter("testcase"):
+        match = re.match(r"^(notebooks|solutions)\.(\d\d_\w+)\.ipynb$", case.get("classname", ""))
+        if match:
+            key = (match.group(1), match.group(2))
+            seconds[key] = seconds.get(key, 0.0) + float(case.get("time", 0))
+    chapters = {}
+    for lesson in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        if ("notebooks", lesson.stem) not in seconds:
+            raise SystemExit(f"{path} has no nbval times for notebooks/{lesson.name}")
+        entry = {"lesson_run_s": round(seconds[("notebooks", lesson.stem)], 1),
+                 **lesson_size(lesson)}
+        solution = ROOT / "solutions" / lesson.name
+        if ("solutions", lesson.stem) in seconds:
+            entry["exercise_run_s"] = round(seconds[("solutions", lesson.stem)], 1)
+            entry.update(exercise_size(solution))
+        chapters[lesson.stem] = entry
+    import torch
+
+    mtime = time.strftime("%Y-%m-%d", time.localtime(path.stat().st_mtime))
+    return {"machine": {"platform": platform.platform(), "python": platform.python_version(),
+                        "torch": torch.__version__, "cpu_threads": torch.get_num_threads()},
+            "measured": mtime, "source": f"nbval cell times from {path.name}",
+            "chapters": chapters}
+
+
 def lesson_minutes(c: dict) -> float:
     return (c["words"] / READ_WORDS_PER_MIN + c["code_lines"] / READ_CODE_LINES_PER_MIN
             + 2 * c["lesson_run_s"] / 60)
@@ -97,9 +129,9 @@ def render(data: dict) -> str:
                     f"{lesson_minutes(c):.0f} min | {tasks} |")
     m = data["machine"]
     rows.append("")
-    rows.append(f"Measured on {data['measured']} by `python scripts/measure_notebooks.py` on "
-                f"{m['platform']}, Python {m['python']}, torch {m['torch']}, "
-                f"{m['cpu_threads']} CPU threads.")
+    how = data.get("source", "running each notebook")
+    rows.append(f"Measured on {data['measured']} ({how}) by `python scripts/measure_notebooks.py` "
+                f"on {m['platform']}, Python {m['python']}, torch {m['torch']}.")
     return "\n".join(rows)
 
 
@@ -117,9 +149,14 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--render", action="store_true",
                         help="rewrite the guide's table from docs/notebook_times.json only")
+    parser.add_argument("--from-junit", type=Path, metavar="XML",
+                        help="take the run times from a JUnit report of a test run")
     args = parser.parse_args(argv)
     if args.render:
         data = json.loads(TIMES.read_text())
+    elif args.from_junit:
+        data = from_junit(args.from_junit)
+        TIMES.write_text(json.dumps(data, indent=2) + "\n")
     else:
         data = measure()
         TIMES.write_text(json.dumps(data, indent=2) + "\n")
