@@ -22,7 +22,7 @@ WIDGET_NOTEBOOKS = sorted(
 
 # What a control can show: widget output areas, HTML widgets (charts, text), text boxes.
 OUTPUT_DIGEST = """() => Array.from(document.querySelectorAll(
-    '.jupyter-widgets-output-area, .widget-html-content, .widget-textarea textarea'))
+    '.widget-output, .jupyter-widgets-output-area, .widget-html-content, .widget-textarea textarea'))
   .map(e => (e.value !== undefined ? e.value : '') + e.innerHTML.length + ':' +
             e.innerHTML.slice(-4000)).join('|')"""
 
