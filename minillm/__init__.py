@@ -4,7 +4,7 @@ Names are imported on first use, so `import minillm` stays fast and each chapter
 read on its own.
 """
 
-from importlib import import_module
+from .lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -32,13 +32,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name):
-    if name in _EXPORTS:
-        value = getattr(import_module(f".{_EXPORTS[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'minillm' has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

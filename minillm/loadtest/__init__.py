@@ -9,7 +9,7 @@
 The figures follow minillm.metrics' definitions (chapter 05).
 """
 
-from importlib import import_module
+from minillm.lazy import lazy_exports
 
 _EXPORTS = {"Workload": "workload", "run": "client", "run_async": "client",
             "RequestResult": "client", "summarize": "report", "table": "report",
@@ -18,13 +18,4 @@ _EXPORTS = {"Workload": "workload", "run": "client", "run_async": "client",
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name):
-    if name in _EXPORTS:
-        value = getattr(import_module(f".{_EXPORTS[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'minillm.loadtest' has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

@@ -9,7 +9,7 @@
 Names are imported on first use, so `python -m minillm --help` does not import FastAPI or torch.
 """
 
-from importlib import import_module
+from minillm.lazy import lazy_exports
 
 _EXPORTS = {"create_app": "app", "ServerThread": "launch", "ServerProcess": "launch",
             "free_port": "launch", "make_engine": "launch", "EngineLoop": "runner",
@@ -19,13 +19,4 @@ _EXPORTS = {"create_app": "app", "ServerThread": "launch", "ServerProcess": "lau
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name):
-    if name in _EXPORTS:
-        value = getattr(import_module(f".{_EXPORTS[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'minillm.server' has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

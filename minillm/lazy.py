@@ -1,0 +1,20 @@
+"""Lazy exports for a package: names are imported from their modules on first use, so importing
+the package (and `python -m minillm --help`) stays fast and pulls in no heavy dependency."""
+
+from importlib import import_module
+
+
+def lazy_exports(package: str, namespace: dict, exports: dict[str, str]):
+    """`__getattr__` and `__dir__` for `package`, whose `exports` map a name to its module."""
+
+    def __getattr__(name):
+        if name in exports:
+            value = getattr(import_module(f".{exports[name]}", package), name)
+            namespace[name] = value
+            return value
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    def __dir__():
+        return sorted(set(namespace) | set(exports))
+
+    return __getattr__, __dir__
