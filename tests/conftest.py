@@ -16,3 +16,15 @@ def reference(gguf_path):
     import minillm
 
     return minillm.load_reference("smollm2-135m")
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Run a test on one torch thread: tiny matrices run fastest so, and on a busy 2-core
+    machine two threads wait on each other."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -11,7 +11,7 @@ import torch
 import minillm
 from minillm.engine import Engine
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
 SYSTEM = ("You are a helpful assistant. Answer in one short sentence, use plain words, and never "
           "make up facts you are not sure about. Question: ")
@@ -24,15 +24,6 @@ OTHERS = ["Hi", "The capital of France is", "def add(a, b):", "1, 2, 3, 4,", "On
           "To make a cup of tea, first boil some water, then put a tea bag in a cup, and",
           "Photosynthesis", "A haiku about the sea:", "SELECT name FROM users WHERE",
           "Paris, Rome, Berlin,"]
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One thread: on a busy 2-core machine two threads wait on each other (10x slower)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

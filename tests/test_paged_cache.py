@@ -9,13 +9,7 @@ from minillm.engine.block_manager import block_hash
 from minillm.engine.toy import tiny_model
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny matrices run fastest on one thread (and a busy machine makes two much slower)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
