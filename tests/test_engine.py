@@ -6,7 +6,6 @@ import random
 import threading
 
 import pytest
-import torch
 
 import minillm
 from minillm.engine import Engine
