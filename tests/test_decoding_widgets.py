@@ -98,15 +98,24 @@ def smollm2():
     return minillm.load("smollm2-135m", dtype=torch.float32, device="cpu")
 
 
-def test_temperature_and_filter_explorers_redraw(smollm2):
+def test_temperature_and_filter_explorers_redraw(smollm2, monkeypatch):
+    import matplotlib.pyplot as plt
+
     from minillm.widgets import temperature_explorer, top_k_top_p_explorer
 
+    titles = []
+    monkeypatch.setattr(plt, "show", lambda: titles.append(plt.gcf().axes[0].get_title()))
     model, tokenizer = smollm2
     box = temperature_explorer(model, tokenizer, "The capital of France is")
     box.slider.value = 2.5  # redraws through the observer
+    assert len(titles) == 2 and "T = 1.00" in titles[0] and "T = 2.50" in titles[1]
     box = top_k_top_p_explorer(model, tokenizer, "The capital of France is")
+    assert int(titles[-1].split()[0]) > 5  # top_p=0.9 alone keeps more than five
+    box.controls["top_p"].value = 1.0
     box.controls["top_k"].value = 5
-    box.controls["top_p"].value = 0.5
+    assert titles[-1].startswith("5 tokens kept")
+    box.controls["top_p"].value = 0.01  # the top token alone crosses any p this small
+    assert len(titles) == 6 and titles[-1].startswith("1 tokens kept")
 
 
 def test_playground_streams_and_runs_beams(smollm2):
@@ -117,11 +126,13 @@ def test_playground_streams_and_runs_beams(smollm2):
     box.controls["max_new_tokens"].value = 6
     box.run()
     assert box.output.value and box.status.value.startswith("done")
+    assert "sampling · max_new_tokens=6 · top_p=0.9 · seed=0" in box.status.value
     box.controls["do_sample"].value = False
     box.controls["num_beams"].value = 2
     box.controls["num_return_sequences"].value = 2
     box.run()
     assert box.output.value.count("score") == 2
+    assert "beam search, 2 beams" in box.status.value
     box.controls["num_return_sequences"].value = 3  # more than num_beams: an error, shown
     box.run()
     assert "num_return_sequences" in box.status.value
@@ -133,3 +144,14 @@ def test_repetition_explorer_counts_repeats(smollm2):
     model, tokenizer = smollm2
     box = repetition_explorer(model, tokenizer, max_new_tokens=16)
     assert box.output.value.count("n-grams repeat") == 3
+
+
+def test_playground_describe_names_the_mode_and_flags_options_it_ignores():
+    from minillm.decoding import GenerationConfig
+    from minillm.widgets.playground import describe
+
+    assert describe(GenerationConfig()) == "greedy"
+    assert describe(GenerationConfig(temperature=0.7, length_penalty=2.0)) == (
+        "greedy · temperature=0.7 (sampling only) · length_penalty=2.0 (beam search only)")
+    assert describe(GenerationConfig(num_beams=3, early_stopping="never")) == (
+        "beam search, 3 beams · early_stopping='never'")

@@ -30,6 +30,32 @@ def config_from_values(values: dict, tokenizer=None) -> GenerationConfig:
     return GenerationConfig.merge(None, **fields)
 
 
+SAMPLING_ONLY = ("temperature", "top_k", "top_p", "min_p", "seed")
+BEAM_ONLY = ("length_penalty", "early_stopping", "num_return_sequences")
+
+
+def describe(config: GenerationConfig) -> str:
+    """The decoding mode and every option that differs from its default, marking those the mode
+    ignores, e.g. "sampling · temperature=0.7 · length_penalty=2.0 (beam search only)"."""
+    if config.is_beam_search:
+        mode = f"beam search, {config.num_beams} beams"
+    else:
+        mode = "sampling" if config.do_sample else "greedy"
+    default = GenerationConfig()
+    parts = [mode]
+    for name in GenerationConfig.field_names():
+        value = getattr(config, name)
+        if name in ("do_sample", "num_beams") or value == getattr(default, name):
+            continue
+        note = ""
+        if name in SAMPLING_ONLY and not config.do_sample:
+            note = " (sampling only)"
+        elif name in BEAM_ONLY and not config.is_beam_search:
+            note = " (beam search only)"
+        parts.append(f"{name}={value!r}{note}")
+    return " · ".join(parts)
+
+
 def _controls():
     import ipywidgets as w
 
@@ -95,7 +121,8 @@ def playground(model, tokenizer, prompt: str = "Write a short poem about the sea
             rows = [f"<b>score {r.score:.3f}</b> ({r.finish_reason})<pre style='white-space:"
                     f"pre-wrap'>{html.escape(r.text)}</pre>" for r in result.sequences]
             output.value = "".join(rows)
-        status.value = f"done in {time.perf_counter() - start:.1f} s"
+        seconds = time.perf_counter() - start
+        status.value = f"done in {seconds:.1f} s · {html.escape(describe(config))}"
 
     button.on_click(run)
     columns = w.HBox([w.VBox(labelled[:8]), w.VBox(labelled[8:])])
