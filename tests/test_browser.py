@@ -5,13 +5,14 @@ Screenshots go to test-artifacts/browser/ (printed in the output)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from browser.jupyter import (CHROMIUM, CHROMIUM_FLAGS, ROOT, api, error_outputs, jupyterlab,
-                             open_notebook, run_all, screenshot, shutdown_kernels)
+from browser.jupyter import (CHROMIUM, CHROMIUM_FLAGS, KERNEL_IDLE, ROOT, api, error_outputs,
+                             jupyterlab, open_notebook, run_all, screenshot, shutdown_kernels)
 
 pytestmark = pytest.mark.slow
 
@@ -41,6 +42,8 @@ PRESS_OWN_BUTTON = """e => {
   if (button) button.click();
   return !!button;
 }"""
+# The longest a control may keep the kernel busy (a generation on a loaded 2-core machine).
+BUSY_LIMIT_S = 180
 IGNORED_CONSOLE = ("favicon", "Failed to load resource: the server responded with a status of 404")
 
 
@@ -76,15 +79,36 @@ def _watched_page(browser):
     return page, problems
 
 
+def _settle(page, timeout_s: float) -> None:
+    """Wait until the kernel has been idle for a whole second: whatever a control's change set off
+    (an observer, a button's callback, a queued request) has finished and reached the page."""
+    idle_since = None
+    for _ in range(int(timeout_s * 4)):
+        page.wait_for_timeout(250)
+        if not page.evaluate(KERNEL_IDLE):
+            idle_since = None
+        elif idle_since is None:
+            idle_since = time.monotonic()
+        elif time.monotonic() - idle_since >= 1.0:
+            return
+    raise AssertionError(f"the kernel was still busy after {timeout_s:.0f} s")
+
+
 def _changes_output(page, act, timeout_s: float) -> bool:
     before = page.evaluate(OUTPUT_DIGEST)
     act()
-    for _ in range(int(timeout_s * 4)):
-        page.wait_for_timeout(250)
-        if page.evaluate(OUTPUT_DIGEST) != before:
-            page.wait_for_timeout(500)
-            return True
-    return False
+    _settle(page, timeout_s)
+    return page.evaluate(OUTPUT_DIGEST) != before
+
+
+def _state(kind, element):
+    if kind == "slider":
+        return element.get_attribute("aria-valuenow")
+    if kind == "checkbox":
+        return element.is_checked()
+    if kind in ("dropdown", "text"):
+        return element.input_value()
+    return None
 
 
 def _act(kind, element):
@@ -98,14 +122,37 @@ def _act(kind, element):
         element.select_option(next(v for v in options if v != current))
     elif kind == "text":
         element.fill("7" if element.get_attribute("type") == "number" else "Once upon a time")
-        element.press("Enter" if element.evaluate("e => e.tagName") == "INPUT" else "Tab")
+        _commit_text(element)
     else:
         element.click(timeout=10_000)
 
 
+def _commit_text(element):
+    element.press("Enter" if element.evaluate("e => e.tagName") == "INPUT" else "Tab")
+
+
+def _restore(kind, element, state):
+    """Put a control back as the lesson left it, so each control is tried from the same start
+    (the playground's beam-only sliders mean nothing while num_beams=4 meets do_sample)."""
+    if kind == "slider":
+        for _ in range(3):
+            if element.get_attribute("aria-valuenow") == state:
+                break
+            element.focus()
+            element.press("ArrowLeft")
+    elif kind == "checkbox" and element.is_checked() != state:
+        element.click(timeout=10_000)
+    elif kind == "dropdown":
+        element.select_option(state)
+    elif kind == "text":
+        element.fill(state)
+        _commit_text(element)
+
+
 def _exercise_controls(page) -> tuple[list[str], list[str]]:
-    """Change every control; each must change what the page shows, by itself (an observer) or
-    when its widget's button is pressed. Returns (controls used, controls that changed nothing)."""
+    """Change every control, one at a time from the lesson's starting state; each must change
+    what the page shows, by itself (an observer) or when its widget's button is pressed.
+    Returns (controls used, controls that changed nothing)."""
     used, dead = [], []
     for kind, selector in CONTROLS.items():
         for i, element in enumerate(page.query_selector_all(selector)):
@@ -117,12 +164,13 @@ def _exercise_controls(page) -> tuple[list[str], list[str]]:
             if not element.is_visible():
                 continue
             used.append(name)
-            if _changes_output(page, lambda: _act(kind, element),
-                               timeout_s=120 if kind == "button" else 6):
-                continue
-            if kind == "button" or not _changes_output(
-                    page, lambda: element.evaluate(PRESS_OWN_BUTTON), timeout_s=120):
-                dead.append(name)
+            state = _state(kind, element)
+            if not _changes_output(page, lambda: _act(kind, element), timeout_s=BUSY_LIMIT_S):
+                if kind == "button" or not _changes_output(
+                        page, lambda: element.evaluate(PRESS_OWN_BUTTON), timeout_s=BUSY_LIMIT_S):
+                    dead.append(name)
+            _restore(kind, element, state)
+            _settle(page, BUSY_LIMIT_S)
     return used, dead
 
 
@@ -136,14 +184,17 @@ def test_widgets_respond_in_jupyterlab(browser, lab, notebook, capsys):
     page, problems = _watched_page(browser)
     original = (ROOT / notebook).read_bytes()
     try:
+        start = time.monotonic()
         open_notebook(page, base, token, notebook)
         run_all(page)
+        ran = time.monotonic()
         assert error_outputs(page) == [], f"{notebook} has error outputs"
         used, dead = _exercise_controls(page)
+        timing = f"run all {ran - start:.0f} s, controls {time.monotonic() - ran:.0f} s"
         assert used, f"{notebook} shows no controls in the browser"
         shot = screenshot(page, Path(notebook).stem)
         with capsys.disabled():
-            print(f"\n{notebook}: changed {len(used)} controls ({', '.join(used)}); "
+            print(f"\n{notebook}: changed {len(used)} controls ({', '.join(used)}); {timing}; "
                   f"screenshot {shot}")
         assert not dead, f"{notebook}: these controls changed nothing visible: {dead}"
         assert error_outputs(page) == [], f"{notebook} has error outputs after using its controls"
