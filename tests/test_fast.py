@@ -13,11 +13,11 @@ from minillm.kv_cache import KVCache
 from minillm.model import LlamaModel, ModelConfig
 
 
-def _tiny(arch="llama", tied=True, bias=False, seed=0):
+def _tiny(arch="llama", tied=True, bias=False, seed=0, max_seq_len=64):
     torch.manual_seed(seed)
     config = ModelConfig(arch=arch, vocab_size=80, hidden_size=48, n_layers=3, n_heads=6,
                          n_kv_heads=2, head_dim=8, intermediate_size=40, rope_theta=10000.0,
-                         norm_eps=1e-6, max_seq_len=64, tie_embeddings=tied, eos_token_ids=(),
+                         norm_eps=1e-6, max_seq_len=max_seq_len, tie_embeddings=tied, eos_token_ids=(),
                          attention_bias=bias, mlp_bias=bias)
     model = LlamaModel(config)
     with torch.no_grad():
@@ -189,3 +189,32 @@ def test_a_quantized_model_is_refused_with_a_clear_error():
     model = build_model(config, {n: torch.randn(t.shape) for n, t in shapes.items()})
     with pytest.raises(TypeError, match="Quantize or optimize, not both"):
         optimize(quantize(model, "int8"))
+
+
+@pytest.mark.parametrize("length", [1, 5, 16, 17, 40])
+def test_blockwise_causal_attention_equals_the_masked_whole(length):
+    """Blocks of 16 queries here: lengths below, at and past a block edge."""
+    from minillm.fast.model import causal_attention
+
+    gen = torch.Generator().manual_seed(length)
+    q, k, v = (torch.randn(2, 3, length, 8, generator=gen) for _ in range(3))
+    whole = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    torch.testing.assert_close(causal_attention(q, k, v, chunk=16), whole, atol=1e-6, rtol=0)
+
+
+def test_a_prompt_longer_than_one_attention_block_matches_the_plain_model():
+    model = _tiny(max_seq_len=160)
+    fast = optimize(model)
+    ids = torch.randint(0, 80, (2, 150), generator=torch.Generator().manual_seed(3))
+    with torch.inference_mode():
+        torch.testing.assert_close(fast(ids), model(ids), atol=1e-4, rtol=0)
+
+
+def test_rope_by_halves_equals_the_rotate_half_formula():
+    from minillm.fast.model import apply_rope
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 5, 8, generator=gen)
+    cos, sin = torch.randn(8, generator=gen), torch.randn(8, generator=gen)
+    rotated = torch.cat([-x[..., 4:], x[..., :4]], dim=-1)
+    torch.testing.assert_close(apply_rope(x, cos, sin), x * cos + rotated * sin)

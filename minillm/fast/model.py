@@ -13,10 +13,14 @@ The same weights and the same forward contract,
    the cheap ones, the residual added inside the matrix multiply (`addmm`), the keys and values
    written straight into the preallocated `KVCache`, attention over the cache as it is (the
    query heads of a group fold into the query axis, so keys and values are never repeated).
+5. A prefill that skips work the plain model does: RoPE as two in-place half updates (no
+   rotated copy), and on a CPU causal attention a block of queries at a time, each reading only
+   the keys before it (`causal_attention`).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -36,13 +40,45 @@ def _rope_tables(head_dim: int, theta: float, max_positions: int, dtype):
     return angles.cos().to(dtype), angles.sin().to(dtype)
 
 
-def _rotate_matrix(head_dim: int, dtype) -> torch.Tensor:
-    """R with x @ R == rotate_half(x) = cat(-x[half:], x[:half])."""
-    half = head_dim // 2
-    r = torch.zeros(head_dim, head_dim, dtype=dtype)
-    r[torch.arange(half) + half, torch.arange(half)] = -1.0
-    r[torch.arange(half), torch.arange(half) + half] = 1.0
-    return r
+def apply_rope(x, cos, sin):
+    """x (..., heads, head_dim) rotated: x * cos + rotate_half(x) * sin, with rotate_half(x) =
+    cat(-x[half:], x[:half]) written as two in-place halves (no concatenated copy, no matmul)."""
+    half = x.shape[-1] // 2
+    out = x * cos
+    out[..., :half].addcmul_(x[..., half:], sin[..., :half], value=-1)
+    out[..., half:].addcmul_(x[..., :half], sin[..., half:])
+    return out
+
+
+@functools.lru_cache(maxsize=16)
+def _causal_blocks(length: int, chunk: int, dtype, device) -> tuple:
+    """(start, end, additive mask of the block's queries over keys 0..end) for each block after
+    the first; built once per prompt length and reused by every layer."""
+    positions = torch.arange(length, device=device)
+    blocks = []
+    for start in range(chunk, length, chunk):
+        end = min(start + chunk, length)
+        mask = torch.zeros(end - start, end, dtype=dtype, device=device)
+        mask.masked_fill_(positions[None, :end] > positions[start:end, None], float("-inf"))
+        blocks.append((start, end, mask))
+    return tuple(blocks)
+
+
+def causal_attention(q, k, v, chunk: int = 64):
+    """Causal self-attention of a whole prompt, q, k, v (b, heads, s, head_dim), a block of
+    `chunk` queries at a time. Each block reads only the keys up to its last position: PyTorch's
+    CPU kernel splits the keys into blocks of 512, so for prompts up to that length it computes
+    the whole masked upper triangle; skipping it halves the work."""
+    s = q.shape[2]
+    if s <= chunk:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    out = torch.empty_like(q)
+    out[:, :, :chunk] = F.scaled_dot_product_attention(q[:, :, :chunk], k[:, :, :chunk],
+                                                       v[:, :, :chunk], is_causal=True)
+    for start, end, mask in _causal_blocks(s, chunk, q.dtype, q.device):
+        out[:, :, start:end] = F.scaled_dot_product_attention(q[:, :, start:end], k[:, :, :end],
+                                                              v[:, :, :end], attn_mask=mask)
+    return out
 
 
 class FastLlama(nn.Module):
@@ -120,8 +156,6 @@ class FastLlama(nn.Module):
         cos, sin = _rope_tables(self.head_dim, config.rope_theta, config.max_seq_len, dtype)
         self.register_buffer("cos", cos.to(device), persistent=False)
         self.register_buffer("sin", sin.to(device), persistent=False)
-        self.register_buffer("rot", _rotate_matrix(self.head_dim, dtype).to(device),
-                             persistent=False)
         self.intermediate = config.intermediate_size
         self.q_size = self.n_heads * self.head_dim
         self.kv_size = self.n_kv * self.head_dim
@@ -135,7 +169,7 @@ class FastLlama(nn.Module):
             if self.layout != "out_in":
                 raise ValueError("the bf16 kernel needs layout 'out_in' (or 'auto')")
             f32 = (lambda t: None if t is None else t.float())
-            self._f32 = {"cos": self.cos.float(), "sin": self.sin.float(), "rot": self.rot.float(),
+            self._f32 = {"cos": self.cos.float(), "sin": self.sin.float(),
                          "final_norm": self.final_norm.float(),
                          "layers": [(f32(bqkv), f32(bo), n1.float(), n2.float(), f32(gb), f32(db))
                                     for (_, bqkv, _, bo, n1, n2, _, gb, _, db) in self._layers]}
@@ -170,10 +204,6 @@ class FastLlama(nn.Module):
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         return weight * x32.to(x.dtype)
 
-    def _rope(self, x, cos, sin):
-        """x (..., heads, head_dim) rotated; cos, sin broadcast against it."""
-        return torch.addcmul(x * cos, x @ self.rot, sin)
-
     # --- forward ---------------------------------------------------------------------------
     def forward(self, input_ids, cache=None, position_ids=None, attention_mask=None):
         """Logits (batch, seq, vocab) in float32 (only the last position when built with
@@ -192,14 +222,14 @@ class FastLlama(nn.Module):
         and widens them in registers). Batch 1 only."""
         pos, gemv, f = cache.length, self._gemv, self._f32
         x = self.embed[input_ids[0, 0]].float()[None]  # (1, d)
-        cos, sin, rot = f["cos"][pos], f["sin"][pos], f["rot"]
+        cos, sin = f["cos"][pos], f["sin"][pos]
         nq, nkv, hd = self.n_heads, self.n_kv, self.head_dim
         for i, (wqkv, _, wo, _, _, _, wgu, _, wd, _) in enumerate(self._layers):
             bqkv, bo, n1, n2, gb, db = f["layers"][i]
             h = F.rms_norm(x, n1.shape, n1, self.eps)
             qkv = gemv(h, wqkv, bqkv)
             qk = qkv[:, :self.q_size + self.kv_size].view(1, nq + nkv, hd)
-            qk = torch.addcmul(qk * cos, qk @ rot, sin)
+            qk = apply_rope(qk, cos, sin)
             keys, values = cache.keys[i], cache.values[i]
             keys[:, :, pos] = qk[:, nq:]
             values[:, :, pos] = qkv[:, self.q_size + self.kv_size:].view(1, nkv, hd)
@@ -232,7 +262,7 @@ class FastLlama(nn.Module):
         for i, (wqkv, bqkv, wo, bo, n1, n2, wgu, gb, wd, db) in enumerate(self._layers):
             h = self._norm(x, n1)
             qkv = self._mm(h, wqkv, bqkv)  # (b, (nq + 2 nkv) hd)
-            qk = self._rope(qkv[:, :self.q_size + self.kv_size].view(b, nq + nkv, hd), cos, sin)
+            qk = apply_rope(qkv[:, :self.q_size + self.kv_size].view(b, nq + nkv, hd), cos, sin)
             keys, values = cache.keys[i], cache.values[i]
             keys[:, :, pos] = qk[:, nq:]
             values[:, :, pos] = qkv[:, self.q_size + self.kv_size:].view(b, nkv, hd)
@@ -260,7 +290,7 @@ class FastLlama(nn.Module):
         for i in range(len(self.wqkv)):
             h = self._norm(x, self.norms[2 * i])
             qkv = self._mm(h, self.wqkv[i], self.bqkv[i]).view(b, s, nq + 2 * nkv, hd)
-            qk = self._rope(qkv[:, :, :nq + nkv], cos, sin)
+            qk = apply_rope(qkv[:, :, :nq + nkv], cos, sin)
             q = qk[:, :, :nq].transpose(1, 2)
             k = qk[:, :, nq:].transpose(1, 2)
             v = qkv[:, :, nq + nkv:].transpose(1, 2)
@@ -270,6 +300,8 @@ class FastLlama(nn.Module):
             v = v[:, :, None].expand(b, nkv, groups, v.shape[2], hd).reshape(b, nq, -1, hd)
             if mask is not None:
                 out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            elif start == 0 and x.device.type == "cpu":
+                out = causal_attention(q, k, v)
             elif start == 0:
                 out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
             else:
