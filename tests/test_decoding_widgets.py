@@ -122,8 +122,8 @@ def test_playground_streams_and_runs_beams(smollm2):
     from minillm.widgets import playground
 
     model, tokenizer = smollm2
-    box = playground(model, tokenizer, "Name a colour.")
-    box.controls["max_new_tokens"].value = 6
+    box = playground(model, tokenizer, "Name a colour.", max_new_tokens=6)
+    assert box.controls["max_new_tokens"].value == 6
     box.run()
     assert box.output.value and box.status.value.startswith("done")
     assert "sampling · max_new_tokens=6 · top_p=0.9 · seed=0" in box.status.value
@@ -155,3 +155,11 @@ def test_playground_describe_names_the_mode_and_flags_options_it_ignores():
         "greedy · temperature=0.7 (sampling only) · length_penalty=2.0 (beam search only)")
     assert describe(GenerationConfig(num_beams=3, early_stopping="never")) == (
         "beam search, 3 beams · early_stopping='never'")
+
+
+@pytest.mark.parametrize("bad", [0, 301, 2.5, True, "60"])
+def test_playground_rejects_a_starting_length_outside_its_slider(bad):
+    from minillm.widgets import playground
+
+    with pytest.raises(ValueError, match="max_new_tokens must be an int from 1 to 300"):
+        playground(None, None, max_new_tokens=bad)

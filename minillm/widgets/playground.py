@@ -56,12 +56,13 @@ def describe(config: GenerationConfig) -> str:
     return " · ".join(parts)
 
 
-def _controls():
+def _controls(max_new_tokens: int):
     import ipywidgets as w
 
     narrow = w.Layout(width="300px")
     return {
-        "max_new_tokens": w.IntSlider(value=60, min=1, max=300, layout=narrow),
+        "max_new_tokens": w.IntSlider(value=max_new_tokens, min=1, max=300,
+                                       layout=narrow),
         "do_sample": w.Checkbox(value=True),
         "temperature": w.FloatSlider(value=1.0, min=0.01, max=3.0, step=0.01, layout=narrow),
         "top_k": w.IntSlider(value=0, min=0, max=200, layout=narrow),
@@ -81,16 +82,21 @@ def _controls():
     }
 
 
-def playground(model, tokenizer, prompt: str = "Write a short poem about the sea."):
-    """The whole GenerationConfig as controls. Chat-style prompts go through the chat template
-    when "chat" is ticked."""
+def playground(model, tokenizer, prompt: str = "Write a short poem about the sea.",
+               max_new_tokens: int = 60):
+    """The whole GenerationConfig as controls, starting at `max_new_tokens` (1-300). Chat-style
+    prompts go through the chat template when "chat" is ticked."""
     import ipywidgets as w
+
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) \
+            or not 1 <= max_new_tokens <= 300:
+        raise ValueError(f"max_new_tokens must be an int from 1 to 300, got {max_new_tokens!r}")
 
     from ..generation import generate, stream
 
     box_prompt = w.Textarea(value=prompt, layout=w.Layout(width="95%", height="60px"))
     chat = w.Checkbox(value=True, description="chat template")
-    controls = _controls()
+    controls = _controls(max_new_tokens)
     labelled = [w.HBox([w.Label(name, layout=w.Layout(width="150px")), c])
                 for name, c in controls.items()]
     button = w.Button(description="Generate", button_style="primary")

@@ -295,7 +295,7 @@ assert a.text == b.text
 # %%
 from minillm.widgets import playground  # noqa: E402
 
-playground(model, tokenizer)
+playground(model, tokenizer, max_new_tokens=N if CI else 60)
 
 # %% [markdown]
 # ## 7. Banning words: the simplest content filter
