@@ -82,9 +82,9 @@ def _watched_page(browser):
 def _settle(page, timeout_s: float) -> None:
     """Wait until the kernel has been idle for a whole second: whatever a control's change set off
     (an observer, a button's callback, a queued request) has finished and reached the page."""
-    idle_since = None
-    for _ in range(int(timeout_s * 4)):
-        page.wait_for_timeout(250)
+    idle_since, deadline = None, time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        page.wait_for_timeout(100)
         if not page.evaluate(KERNEL_IDLE):
             idle_since = None
         elif idle_since is None:
