@@ -30,6 +30,7 @@ def config_from_values(values: dict, tokenizer=None) -> GenerationConfig:
     return GenerationConfig.merge(None, **fields)
 
 
+MAX_NEW_TOKENS = 300  # the slider's top
 SAMPLING_ONLY = ("temperature", "top_k", "top_p", "min_p", "seed")
 BEAM_ONLY = ("length_penalty", "early_stopping", "num_return_sequences")
 
@@ -61,7 +62,7 @@ def _controls(max_new_tokens: int):
 
     narrow = w.Layout(width="300px")
     return {
-        "max_new_tokens": w.IntSlider(value=max_new_tokens, min=1, max=300,
+        "max_new_tokens": w.IntSlider(value=max_new_tokens, min=1, max=MAX_NEW_TOKENS,
                                        layout=narrow),
         "do_sample": w.Checkbox(value=True),
         "temperature": w.FloatSlider(value=1.0, min=0.01, max=3.0, step=0.01, layout=narrow),
@@ -89,8 +90,9 @@ def playground(model, tokenizer, prompt: str = "Write a short poem about the sea
     import ipywidgets as w
 
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) \
-            or not 1 <= max_new_tokens <= 300:
-        raise ValueError(f"max_new_tokens must be an int from 1 to 300, got {max_new_tokens!r}")
+            or not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
+        raise ValueError(f"max_new_tokens must be an int from 1 to {MAX_NEW_TOKENS}, got "
+                         f"{max_new_tokens!r}")
 
     from ..generation import generate, stream
 
