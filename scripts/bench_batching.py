@@ -7,11 +7,16 @@ One fixed-seed workload (default: 64 requests, prompts of 16-512 tokens cut from
 corpus, 16-256 new tokens each, EOS ignored so each request runs to its own length), run in the
 same process, one after another:
 
-  1. continuous batching (minillm.engine.Engine, paged cache, token budget)
-  2. static batching (the same engine, scheduler="static": a batch ends with its longest request)
-  3. transformers' generate() in left-padded batches of the same size, on the same weights
-  4. KV memory used over reserved during run 1: paged blocks against contiguous preallocation
-  5. online: requests arrive as a Poisson process at three rates (fractions of the capacity
+  1. continuous batching (minillm.engine.Engine, paged cache, token budget), at most as many
+     sequences at once as static batching runs (--max-num-seqs)
+  2. continuous batching with the same KV pool but a looser sequence limit (--pool-max-num-seqs):
+     paged blocks hold only the tokens a sequence has, so the pool that static batching fills
+     with 16 max-length reservations holds more sequences; the pool, not the limit, bounds them
+     (vLLM's argument: memory saved is batch gained)
+  3. static batching (the same engine, scheduler="static": a batch ends with its longest request)
+  4. transformers' generate() in left-padded batches of --max-num-seqs, on the same weights
+  5. KV memory used over reserved during run 1: paged blocks against contiguous preallocation
+  6. online: requests arrive as a Poisson process at three rates (fractions of the capacity
      measured in run 1); TTFT and TPOT p50 / p99
 
 Prints a table and a JSON summary (machine, versions, settings, figures). Nothing is asserted:
@@ -36,7 +41,10 @@ def main(argv=None):
     parser.add_argument("--small", action="store_true", help="a quick run (16 short requests)")
     parser.add_argument("--requests", type=int, help="number of requests (default 64; 16 small)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--max-num-seqs", type=int, default=16, help="batch size of all three")
+    parser.add_argument("--max-num-seqs", type=int, default=16,
+                        help="batch size of static, transformers and the first continuous run")
+    parser.add_argument("--pool-max-num-seqs", type=int, default=48,
+                        help="sequence limit of the continuous run bounded by the KV pool (0: skip)")
     parser.add_argument("--budget", type=int, default=512, help="tokens per continuous step")
     parser.add_argument("--block-size", type=int, default=16)
     parser.add_argument("--rates", default="0.3,0.6,0.9",
@@ -63,9 +71,9 @@ def main(argv=None):
     longest = prompts[1] + outputs[1]
     num_blocks = args.max_num_seqs * -(-longest // args.block_size)
 
-    def engine(kind, **kw):
+    def engine(kind, max_num_seqs=args.max_num_seqs, **kw):
         return Engine(model, tokenizer, scheduler=kind, num_blocks=num_blocks,
-                      block_size=args.block_size, max_num_seqs=args.max_num_seqs,
+                      block_size=args.block_size, max_num_seqs=max_num_seqs,
                       max_num_batched_tokens=args.budget, record=True, **kw)
 
     print(f"{n} requests, prompts {prompts[0]}-{prompts[1]} tokens, outputs {outputs[0]}-"
@@ -74,6 +82,10 @@ def main(argv=None):
     results = {}
     cont_engine = engine("continuous", enable_prefix_caching=False)
     results["continuous"] = run_engine(cont_engine, work, progress=True)
+    if args.pool_max_num_seqs:
+        results["continuous, pool-bound"] = run_engine(
+            engine("continuous", args.pool_max_num_seqs, enable_prefix_caching=False), work,
+            progress=True)
     results["static"] = run_engine(engine("static"), work, progress=True)
     if not args.skip_hf:
         reference, ref_tokenizer = minillm.load_reference()
@@ -96,11 +108,20 @@ def main(argv=None):
 
     cont = results["continuous"]["tokens_per_s"]
     print()
-    print(f"{'run':<14}{'new tokens':>12}{'seconds':>10}{'tok/s':>10}{'continuous is':>16}")
+    static = results["static"]["tokens_per_s"]
+    print(f"{'run':<24}{'seqs':>5}{'new tokens':>12}{'seconds':>9}{'tok/s':>8}"
+          f"{'over static':>13}{'preemptions':>13}{'rows computed':>15}")
     for name, r in results.items():
-        ratio = cont / r["tokens_per_s"]
-        print(f"{name:<14}{r['new_tokens']:>12}{r['wall_s']:>10.1f}{r['tokens_per_s']:>10.1f}"
-              f"{ratio:>15.2f}x")
+        seqs = args.pool_max_num_seqs if name == "continuous, pool-bound" else args.max_num_seqs
+        print(f"{name:<24}{seqs:>5}{r['new_tokens']:>12}{r['wall_s']:>9.1f}"
+              f"{r['tokens_per_s']:>8.1f}{r['tokens_per_s'] / static:>12.2f}x"
+              f"{r.get('preemptions', ''):>13}{r.get('computed_rows') or '':>15}")
+    work_ratio = results["static"]["computed_rows"] / results["continuous"]["computed_rows"]
+    print(f"static batching computed {work_ratio:.2f}x the token positions continuous batching did "
+          "(padding and ghost rows):\n  where time follows work (a compute-bound CPU) that is the "
+          "most continuous batching can gain at the same batch size")
+    print(f"KV pool: {num_blocks} blocks of {args.block_size} tokens = {args.max_num_seqs} "
+          f"sequences of {longest} tokens (static batching's reservation)")
     print()
     print("KV memory used / reserved (token-weighted over the continuous run's steps):")
     print(f"  paged blocks of {args.block_size}:                 {memory['paged']:.1%}")
@@ -122,12 +143,17 @@ def main(argv=None):
         "versions": {"python": sys.version.split()[0], "torch": torch.__version__,
                      "minillm": minillm.__version__},
         "settings": {"requests": n, "prompt_lengths": prompts, "output_lengths": outputs,
-                     "max_num_seqs": args.max_num_seqs, "budget": args.budget,
+                     "max_num_seqs": args.max_num_seqs,
+                     "pool_max_num_seqs": args.pool_max_num_seqs, "budget": args.budget,
                      "block_size": args.block_size, "num_blocks": num_blocks, "seed": args.seed,
                      "when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())},
         "throughput": {k: {f: v for f, v in r.items() if f != "outputs"}
                        for k, r in results.items()},
-        "continuous_over_static": cont / results["static"]["tokens_per_s"],
+        "continuous_over_static": cont / static,
+        "static_over_continuous_computed_rows": work_ratio,
+        "pool_bound_continuous_over_static": (
+            results["continuous, pool-bound"]["tokens_per_s"] / static
+            if "continuous, pool-bound" in results else None),
         "continuous_over_transformers": (cont / results["transformers"]["tokens_per_s"]
                                          if "transformers" in results else None),
         "memory_used_over_reserved": memory,

@@ -52,3 +52,31 @@ def test_continuous_batch_equals_each_request_alone(smollm2):
         assert out.finish_reason == want.finish_reason
     assert sum(o.num_cached_tokens for o in outs) >= 32  # the system prompt was shared
     assert engine.blocks.num_free == engine.blocks.num_blocks
+
+
+def test_the_batching_benchmark_runs_and_reports_measured_ratios(tmp_path):
+    """scripts/bench_batching.py end to end at a toy size: every run measured, ratios computed
+    from those measurements (the full-size figures are in the README)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).parent.parent / "scripts/bench_batching.py"
+    out = tmp_path / "bench.json"
+    done = subprocess.run(
+        [sys.executable, str(script), "--small", "--requests", "4", "--skip-hf", "--rates", "3",
+         "--pool-max-num-seqs", "8", "--threads", "1", "--json", str(out)],
+        capture_output=True, text=True, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads(out.read_text())
+    runs = summary["throughput"]
+    assert set(runs) == {"continuous", "continuous, pool-bound", "static"}
+    assert all(r["new_tokens"] == runs["static"]["new_tokens"] > 0 for r in runs.values())
+    ratio = runs["continuous"]["tokens_per_s"] / runs["static"]["tokens_per_s"]
+    assert summary["continuous_over_static"] == pytest.approx(ratio)
+    assert summary["static_over_continuous_computed_rows"] >= 1
+    assert 0 < summary["memory_used_over_reserved"]["paged"] <= 1
+    assert [row["requests"] for row in summary["online"]] == [4]
+    assert "over static" in done.stdout and "TTFT p50" in done.stdout

@@ -162,6 +162,21 @@ def test_explicit_attention_matches_sdpa(queries, keys, heads, kv_heads):
     assert (attention(q, k, v, mask) - attention_explicit(q, k, v, mask)).abs().max() < 1e-5
 
 
+@pytest.mark.parametrize("mask_shape", [(7, 10), (1, 1, 7, 10), (2, 1, 7, 10), (2, 6, 7, 10)])
+def test_grouped_query_folding_takes_every_mask_shape(mask_shape):
+    """With a mask, each kv head's query heads are folded into the query axis instead of the keys
+    being repeated; every mask shape SDPA takes must mean the same, and the keys may be a strided
+    view (the paged cache hands over (batch, keys, kv_heads, dim) transposed)."""
+    g = torch.Generator().manual_seed(len(mask_shape))
+    q = torch.randn(2, 6, 7, 16, generator=g)
+    k = torch.randn(2, 10, 2, 16, generator=g).transpose(1, 2)
+    v = torch.randn(2, 10, 2, 16, generator=g).transpose(1, 2)
+    mask = torch.rand(*mask_shape, generator=g) > 0.4
+    mask[..., -1] = True
+    want = attention_explicit(q, k, v, mask.expand(2, 6, 7, 10))
+    assert (attention(q, k, v, mask) - want).abs().max() < 1e-5
+
+
 def test_explicit_attention_is_causal():
     """Changing a later token's key and value leaves earlier queries' outputs unchanged."""
     g = torch.Generator().manual_seed(0)
@@ -226,6 +241,19 @@ def test_cache_overflowing_the_context_window(small):
 def test_bad_attention_mask_shape(small):
     with pytest.raises(ValueError, match="attention_mask must have shape"):
         small(torch.zeros(1, 3, dtype=torch.long), attention_mask=torch.ones(1, 2))
+
+
+@pytest.mark.parametrize("keep", [1, 2, 4])
+def test_logits_to_keep_returns_the_last_positions_unchanged(small, keep):
+    ids = torch.tensor([[1, 2, 3, 4], [5, 6, 7, 8]])
+    torch.testing.assert_close(small(ids, logits_to_keep=keep), small(ids)[:, -keep:],
+                               rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("keep", [-1, 1.0, True, "1"])
+def test_bad_logits_to_keep(small, keep):
+    with pytest.raises(ValueError, match="logits_to_keep must be an int >= 0"):
+        small(torch.zeros(1, 3, dtype=torch.long), logits_to_keep=keep)
 
 
 def _copy_folder(src, dst):

@@ -58,7 +58,8 @@ def run_engine(engine: Engine, work: list[Work], progress: bool = False) -> dict
         raise ValueError(f"{len(rejected)} requests were rejected, the first: {rejected[0]}")
     tokens = sum(len(o.token_ids) for o in outs)
     return {"outputs": outs, "wall_s": wall, "new_tokens": tokens, "tokens_per_s": tokens / wall,
-            "steps": len(engine.steps) or None, "preemptions": engine.scheduler.num_preemptions}
+            "steps": len(engine.steps) or None, "preemptions": engine.scheduler.num_preemptions,
+            "computed_rows": sum(s.computed_rows for s in engine.steps) or None}
 
 
 def memory_use(steps, max_len: int | None = None) -> dict:

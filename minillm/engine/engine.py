@@ -39,6 +39,8 @@ class StepRecord:
     used_tokens      tokens whose keys and values sit in the cache for running requests
     paged_slots      slots in the blocks those requests hold (blocks in use x block size)
     contiguous_slots slots a contiguous cache would reserve for them: prompt + max_new_tokens each
+    computed_rows    token positions the forward passes computed: batch x padded length per pass,
+                     so padding and ghost rows count (the work the hardware did)
     """
 
     start: float
@@ -49,6 +51,7 @@ class StepRecord:
     contiguous_slots: int = 0
     running: int = 0
     waiting: int = 0
+    computed_rows: int = 0
 
 
 class Engine:
@@ -162,7 +165,7 @@ class Engine:
                 return outputs
             start = time.perf_counter()
             kinds = [self._kind(r, n) for r, n in batch.items]
-            logits = self._forward(batch.items)
+            logits, computed_rows = self._forward(batch.items)
             now = time.perf_counter()
             for (request, n), row in zip(batch.items, logits):
                 if request.ghost and not request.block_table:
@@ -182,7 +185,7 @@ class Engine:
                     self.scheduler.finish(request)
                 outputs.append(request.output(piece))
             if self.record:
-                self._record(start, batch.items, kinds)
+                self._record(start, batch.items, kinds, computed_rows)
             for out in outputs:  # an ended request is reported once, then forgotten
                 if out.finished:
                     self.requests.pop(out.request_id, None)
@@ -195,10 +198,12 @@ class Engine:
             return "recompute"
         return "prefill" if request.in_prefill else "decode"
 
-    def _forward(self, items) -> list[torch.Tensor]:
-        """Last-token logits for every (request, n) item. One-token rows run together; prompt
-        chunks run in groups of similar length (a static batch: all in one padded pass)."""
+    def _forward(self, items) -> tuple[list[torch.Tensor], int]:
+        """Last-token logits for every (request, n) item, and the token positions computed.
+        One-token rows run together; prompt chunks run in groups of similar length (a static
+        batch: all in one padded pass)."""
         out: list = [None] * len(items)
+        computed = 0
         singles = [i for i, (_, n) in enumerate(items) if n == 1]
         chunks = sorted((i for i, (_, n) in enumerate(items) if n > 1),
                         key=lambda i: -items[i][1])
@@ -224,7 +229,8 @@ class Engine:
                                        [r.num_computed for r in reqs], rows)
                 for i, row in zip(group, logits):
                     out[i] = row
-        return out
+                computed += len(group) * max(len(r) for r in rows)
+        return out, computed
 
     def _choose(self, request: Request, logits: torch.Tensor) -> int:
         scores = logits[None].float()
@@ -238,14 +244,14 @@ class Engine:
         request.finish_reason = reason
         request.finish_time = now
 
-    def _record(self, start: float, items, kinds) -> None:
+    def _record(self, start: float, items, kinds, computed_rows: int) -> None:
         live = [r for r in self.scheduler.running if not r.ghost]
         self.steps.append(StepRecord(
             start, time.perf_counter(), [(r.id, n, k) for (r, n), k in zip(items, kinds)],
             used_tokens=sum(r.num_computed for r in self.scheduler.running if not r.ghost),
             paged_slots=sum(len(r.block_table) for r in live) * self.blocks.block_size,
             contiguous_slots=sum(r.max_tokens for r in live), running=len(live),
-            waiting=len(self.scheduler.waiting)))
+            waiting=len(self.scheduler.waiting), computed_rows=computed_rows))
 
     # --- running to the end -----------------------------------------------------------------------
 

@@ -18,6 +18,9 @@ so the model code is unchanged:
 
 from __future__ import annotations
 
+import functools
+import inspect
+
 import torch
 
 
@@ -31,6 +34,18 @@ class PagedKVPool:
         self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
         self.num_blocks, self.block_size = num_blocks, block_size
         self.device = torch.device(device)
+        self._scratch = (self.keys[0][:0], self.values[0][:0])
+
+    def scratch(self, rows: int):
+        """Two buffers of `rows` slots for one layer's gathered keys and values. The same memory
+        every call (grown when too small): what a layer gathers is read before the next layer
+        gathers, so one pair serves a whole forward pass."""
+        if self._scratch[0].shape[0] < rows:
+            shape = (rows, *self.keys[0].shape[1:])
+            t = self.keys[0]
+            self._scratch = (torch.empty(shape, dtype=t.dtype, device=t.device),
+                             torch.empty(shape, dtype=t.dtype, device=t.device))
+        return self._scratch[0][:rows], self._scratch[1][:rows]
 
     @classmethod
     def for_model(cls, model, num_blocks: int, block_size: int = 16) -> "PagedKVPool":
@@ -125,7 +140,13 @@ class PagedBatch:
         pk, pv = self.pool.keys[layer], self.pool.values[layer]
         pk[self.write_index] = k.transpose(1, 2)[self.new_mask].to(pk.dtype)
         pv[self.write_index] = v.transpose(1, 2)[self.new_mask].to(pv.dtype)
-        return (pk[self.gather_index].transpose(1, 2), pv[self.gather_index].transpose(1, 2))
+        flat, shape = self.gather_index.view(-1), (*self.gather_index.shape, *pk.shape[1:])
+        # index_select copies whole slots (rows of kv_heads x head_dim), much faster than pk[idx],
+        # into the pool's scratch buffers, reused by every layer and pass (no fresh pages each time)
+        k_out, v_out = self.pool.scratch(flat.numel())
+        torch.index_select(pk, 0, flat, out=k_out)
+        torch.index_select(pv, 0, flat, out=v_out)
+        return k_out.view(shape).transpose(1, 2), v_out.view(shape).transpose(1, 2)
 
     def advance(self, new_tokens: int) -> None:
         """Nothing to count here: the engine tracks each sequence's length itself."""
@@ -142,6 +163,14 @@ def paged_forward(model, pool: PagedKVPool, tables, contexts, rows: list[list[in
     """Run `model` on each row's new tokens `rows[i]`, after `contexts[i]` tokens already in the
     pool; returns the logits of each row's last token, (batch, vocab)."""
     batch = PagedBatch(pool, tables, contexts, [len(r) for r in rows])
+    last = {"logits_to_keep": 1} if _takes_logits_to_keep(type(model)) else {}
     logits = model(batch.input_ids(rows), cache=batch, position_ids=batch.position_ids,
-                   attention_mask=batch.attention_mask)
+                   attention_mask=batch.attention_mask, **last)
     return logits[:, -1, :]
+
+
+@functools.lru_cache(maxsize=None)
+def _takes_logits_to_keep(model_type) -> bool:
+    """Whether this model class can return the last position's logits alone (minillm's models
+    can); other models compute every position's and the engine keeps the last."""
+    return "logits_to_keep" in inspect.signature(model_type.forward).parameters

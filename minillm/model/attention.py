@@ -47,18 +47,28 @@ def attention_explicit(q, k, v, mask=None):
 def attention(q, k, v, mask=None):
     """The same result as `attention_explicit`, with the fused kernel.
 
-    A one-token query with no mask (the batch-1 decode step) folds the query heads of each group
-    into the query axis, so the cached keys and values are read as they are, never copied."""
+    Whenever a mask is in play (a decode step, a chunk after cached tokens, a padded batch), each
+    key/value head's group of query heads is folded into the query axis, so the keys and values
+    are read as they are, never repeated or copied. Only the plain causal prefill repeats them."""
     n_groups = q.shape[1] // k.shape[1]
     b, h, s, d = q.shape
-    if s == 1 and mask is None:
-        q = q.reshape(b, k.shape[1], n_groups, d)  # group's heads become its "queries"
-        out = F.scaled_dot_product_attention(q, k, v)
-        return out.reshape(b, h, 1, d)
-    k, v = repeat_kv(k, n_groups), repeat_kv(v, n_groups)
-    if mask is None:
-        if s != k.shape[2]:
-            mask = causal_mask(s, k.shape[2], q.device)
-        else:
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    if mask is None and s == k.shape[2]:
+        k, v = repeat_kv(k, n_groups), repeat_kv(v, n_groups)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    if mask is None and s > 1:
+        mask = causal_mask(s, k.shape[2], q.device)
+    if n_groups == 1:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    n_kv, keys = k.shape[1], k.shape[2]
+    if mask is not None and mask.dim() == 4 and mask.shape[1] not in (1, h):
+        k, v = repeat_kv(k, n_groups), repeat_kv(v, n_groups)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    q = q.reshape(b, n_kv, n_groups * s, d)  # a group's heads become more "queries"
+    if mask is not None and mask.dim() == 2:  # (s, keys): the same rows for every head
+        mask = mask.repeat(n_groups, 1)
+    elif mask is not None and mask.shape[1] == 1:  # (batch, 1, s, keys)
+        mask = mask[:, :, None].expand(-1, 1, n_groups, s, keys).reshape(-1, 1, n_groups * s, keys)
+    elif mask is not None:  # (batch, heads, s, keys), heads in groups of n_groups
+        mask = mask.reshape(-1, n_kv, n_groups * s, keys)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    return out.reshape(b, h, s, d)

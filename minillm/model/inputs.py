@@ -59,3 +59,13 @@ def prepare(config, input_ids, cache=None, position_ids=None, attention_mask=Non
         own = torch.arange(seq, device=input_ids.device)
         mask[:, :, own, start + own] = True
     return position_ids, mask
+
+
+def keep_last(x, logits_to_keep: int):
+    """The hidden states (batch, seq, hidden) whose logits a forward pass returns: the last
+    `logits_to_keep` positions, or all of them for 0. Generation needs only the last one; the
+    LM head over a whole prompt is a fifth of a small model's prefill work, thrown away."""
+    if not isinstance(logits_to_keep, int) or isinstance(logits_to_keep, bool) or logits_to_keep < 0:
+        raise ValueError(f"logits_to_keep must be an int >= 0 (0 keeps every position), "
+                         f"got {logits_to_keep!r}")
+    return x[:, -logits_to_keep:] if logits_to_keep else x

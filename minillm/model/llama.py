@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from .attention import attention
 from .config import ModelConfig
-from .inputs import prepare
+from .inputs import keep_last, prepare
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -125,13 +125,15 @@ class LlamaModel(nn.Module):
         self.lm_head = (None if config.tie_embeddings
                         else nn.Linear(config.hidden_size, config.vocab_size, bias=False))
 
-    def forward(self, input_ids, cache=None, position_ids=None, attention_mask=None):
+    def forward(self, input_ids, cache=None, position_ids=None, attention_mask=None,
+                logits_to_keep: int = 0):
         """Logits (batch, seq, vocab) in float32 for token ids (batch, seq).
 
         With `cache` (a minillm KVCache) each layer appends its new keys and values and attends
         over all of them; the cache advances by seq at the end. `position_ids` default to
         cache.length + arange(seq); for a left-padded batch pass them (e.g. counted from each
-        row's first real token) together with `attention_mask` (batch, cached + seq), 1 = real."""
+        row's first real token) together with `attention_mask` (batch, cached + seq), 1 = real.
+        `logits_to_keep=n` returns only the last n positions' logits (0: all), as transformers'."""
         position_ids, mask = prepare(self.config, input_ids, cache, position_ids, attention_mask)
         x = self.embed(input_ids)
         cos, sin = rope_cos_sin(position_ids, self.config.head_dim, self.config.rope_theta,
@@ -140,7 +142,7 @@ class LlamaModel(nn.Module):
             x = layer(x, cos, sin, mask, cache)
         if cache is not None:
             cache.advance(input_ids.shape[1])
-        x = self.norm(x)
+        x = self.norm(keep_last(x, logits_to_keep))
         head = self.embed.weight if self.lm_head is None else self.lm_head.weight
         return F.linear(x, head).float()
 
