@@ -27,6 +27,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..model.attention import attention
 from ..model.inputs import prepare
 from .layout import best_layout
 
@@ -296,18 +297,15 @@ class FastLlama(nn.Module):
             v = qkv[:, :, nq + nkv:].transpose(1, 2)
             if cache is not None:
                 k, v = cache.append(i, k, v)
-            k = k[:, :, None].expand(b, nkv, groups, k.shape[2], hd).reshape(b, nq, -1, hd)
-            v = v[:, :, None].expand(b, nkv, groups, v.shape[2], hd).reshape(b, nq, -1, hd)
-            if mask is not None:
-                out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-            elif start == 0 and x.device.type == "cpu":
-                out = causal_attention(q, k, v)
-            elif start == 0:
-                out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            if mask is not None or start > 0:  # query groups folded, keys never copied
+                out = attention(q, k, v, mask)
             else:
-                causal = (torch.arange(start + s, device=x.device)[None, :]
-                          <= start + torch.arange(s, device=x.device)[:, None])
-                out = F.scaled_dot_product_attention(q, k, v, attn_mask=causal)
+                k = k[:, :, None].expand(b, nkv, groups, k.shape[2], hd).reshape(b, nq, -1, hd)
+                v = v[:, :, None].expand(b, nkv, groups, v.shape[2], hd).reshape(b, nq, -1, hd)
+                if x.device.type == "cpu":
+                    out = causal_attention(q, k, v)
+                else:
+                    out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
             x = self._mm(out.transpose(1, 2).reshape(b * s, nq * hd), self.wo[i], self.bo[i],
                          residual=x)
             h = self._norm(x, self.norms[2 * i + 1])
