@@ -155,3 +155,20 @@ def test_pool_bytes_follow_the_kv_formula(tiny):
     pool = PagedKVPool.for_model(tiny, num_blocks=5, block_size=16)
     assert pool.bytes_per_block == 2 * c.n_layers * c.n_kv_heads * c.head_dim * 16 * 4
     assert pool.nbytes == 5 * pool.bytes_per_block
+
+
+def test_gathered_keys_land_in_one_reused_scratch_buffer(tiny):
+    """Every layer and pass gathers into the same two buffers (grown when a pass needs more), so
+    a long run allocates no fresh memory per layer; each layer reads its keys before the next
+    layer's gather overwrites them."""
+    pool = PagedKVPool.for_model(tiny, num_blocks=8, block_size=4)
+    k1, v1 = pool.scratch(6)
+    k2, _ = pool.scratch(5)
+    assert k2.data_ptr() == k1.data_ptr() and k1.data_ptr() != v1.data_ptr()
+    k3, _ = pool.scratch(20)
+    assert k3.shape[0] == 20 and pool.scratch(6)[0].data_ptr() == k3.data_ptr()
+    ids = [[3, 1, 4, 1, 5, 9, 2]]
+    with torch.inference_mode():
+        want = tiny(torch.tensor(ids))[:, -1]
+        got = paged_forward(tiny, pool, [[2, 5]], [0], ids)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
