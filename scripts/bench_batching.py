@@ -118,8 +118,8 @@ def main(argv=None):
               f"{r.get('preemptions', ''):>13}{r.get('computed_rows') or '':>15}")
     work_ratio = results["static"]["computed_rows"] / results["continuous"]["computed_rows"]
     print(f"static batching computed {work_ratio:.2f}x the token positions continuous batching did "
-          "(padding and ghost rows):\n  where time follows work (a compute-bound CPU) that is the "
-          "most continuous batching can gain at the same batch size")
+          "(padding and ghost rows):\n  where time follows work (a compute-bound CPU) continuous "
+          "batching gains about that much at the same batch size")
     print(f"KV pool: {num_blocks} blocks of {args.block_size} tokens = {args.max_num_seqs} "
           f"sequences of {longest} tokens (static batching's reservation)")
     print()
