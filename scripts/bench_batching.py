@@ -35,6 +35,8 @@ import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+POOL_BOUND = "continuous, pool-bound"  # the continuous run that only the KV pool limits
+
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -44,7 +46,8 @@ def main(argv=None):
     parser.add_argument("--max-num-seqs", type=int, default=16,
                         help="batch size of static, transformers and the first continuous run")
     parser.add_argument("--pool-max-num-seqs", type=int, default=48,
-                        help="sequence limit of the continuous run bounded by the KV pool (0: skip)")
+                        help="sequence limit of the continuous run bounded by the KV pool "
+                             "(0: skip)")
     parser.add_argument("--budget", type=int, default=512, help="tokens per continuous step")
     parser.add_argument("--block-size", type=int, default=16)
     parser.add_argument("--rates", default="0.3,0.6,0.9",
@@ -83,7 +86,7 @@ def main(argv=None):
     cont_engine = engine("continuous", enable_prefix_caching=False)
     results["continuous"] = run_engine(cont_engine, work, progress=True)
     if args.pool_max_num_seqs:
-        results["continuous, pool-bound"] = run_engine(
+        results[POOL_BOUND] = run_engine(
             engine("continuous", args.pool_max_num_seqs, enable_prefix_caching=False), work,
             progress=True)
     results["static"] = run_engine(engine("static"), work, progress=True)
@@ -112,7 +115,7 @@ def main(argv=None):
     print(f"{'run':<24}{'seqs':>5}{'new tokens':>12}{'seconds':>9}{'tok/s':>8}"
           f"{'over static':>13}{'preemptions':>13}{'rows computed':>15}")
     for name, r in results.items():
-        seqs = args.pool_max_num_seqs if name == "continuous, pool-bound" else args.max_num_seqs
+        seqs = args.pool_max_num_seqs if name == POOL_BOUND else args.max_num_seqs
         print(f"{name:<24}{seqs:>5}{r['new_tokens']:>12}{r['wall_s']:>9.1f}"
               f"{r['tokens_per_s']:>8.1f}{r['tokens_per_s'] / static:>12.2f}x"
               f"{r.get('preemptions', ''):>13}{r.get('computed_rows') or '':>15}")
@@ -152,8 +155,8 @@ def main(argv=None):
         "continuous_over_static": cont / static,
         "static_over_continuous_computed_rows": work_ratio,
         "pool_bound_continuous_over_static": (
-            results["continuous, pool-bound"]["tokens_per_s"] / static
-            if "continuous, pool-bound" in results else None),
+            results[POOL_BOUND]["tokens_per_s"] / static
+            if POOL_BOUND in results else None),
         "continuous_over_transformers": (cont / results["transformers"]["tokens_per_s"]
                                          if "transformers" in results else None),
         "memory_used_over_reserved": memory,

@@ -27,7 +27,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..model.attention import attention
+from ..model.attention import attention, repeat_kv
 from ..model.inputs import prepare
 from .layout import best_layout
 
@@ -300,8 +300,7 @@ class FastLlama(nn.Module):
             if mask is not None or start > 0:  # query groups folded, keys never copied
                 out = attention(q, k, v, mask)
             else:
-                k = k[:, :, None].expand(b, nkv, groups, k.shape[2], hd).reshape(b, nq, -1, hd)
-                v = v[:, :, None].expand(b, nkv, groups, v.shape[2], hd).reshape(b, nq, -1, hd)
+                k, v = repeat_kv(k, groups), repeat_kv(v, groups)
                 if x.device.type == "cpu":
                     out = causal_attention(q, k, v)
                 else:

@@ -60,15 +60,17 @@ def attention(q, k, v, mask=None):
     if n_groups == 1:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     n_kv, keys = k.shape[1], k.shape[2]
-    if mask is not None and mask.dim() == 4 and mask.shape[1] not in (1, h):
-        k, v = repeat_kv(k, n_groups), repeat_kv(v, n_groups)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    if mask is not None:  # each query row's mask, repeated for every head of its group
+        if mask.dim() == 2:  # (s, keys): the same rows for every head
+            mask = mask.repeat(n_groups, 1)
+        elif mask.shape[1] == 1:  # (batch, 1, s, keys)
+            mask = mask[:, :, None].expand(-1, 1, n_groups, s, keys).reshape(-1, 1, n_groups * s,
+                                                                             keys)
+        elif mask.shape[1] == h:  # (batch, heads, s, keys), heads in groups of n_groups
+            mask = mask.reshape(-1, n_kv, n_groups * s, keys)
+        else:  # a head count that does not fold: let SDPA broadcast (or refuse) it as given
+            k, v = repeat_kv(k, n_groups), repeat_kv(v, n_groups)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     q = q.reshape(b, n_kv, n_groups * s, d)  # a group's heads become more "queries"
-    if mask is not None and mask.dim() == 2:  # (s, keys): the same rows for every head
-        mask = mask.repeat(n_groups, 1)
-    elif mask is not None and mask.shape[1] == 1:  # (batch, 1, s, keys)
-        mask = mask[:, :, None].expand(-1, 1, n_groups, s, keys).reshape(-1, 1, n_groups * s, keys)
-    elif mask is not None:  # (batch, heads, s, keys), heads in groups of n_groups
-        mask = mask.reshape(-1, n_kv, n_groups * s, keys)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     return out.reshape(b, h, s, d)

@@ -2,9 +2,10 @@
 # # 06 · Batching and paged attention: serving many users at once
 #
 # So far one prompt at a time. A server answers many users at once, and each decode step reads
-# every weight of the model whether it computes one token or sixteen (chapter 05: one row's decode
-# is bound by memory bandwidth). Running many requests in one batch shares that cost. This chapter builds
-# the two ideas that vLLM and Text Generation Inference are known for, small enough to read:
+# every weight of the model whether it computes one token or sixteen (chapter 05: one row's
+# decode is bound by memory bandwidth). Running many requests in one batch shares that cost.
+# This chapter builds the two ideas that vLLM and Text Generation Inference are known for, small
+# enough to read:
 #
 # - **continuous batching (连续批处理)**: decide who runs before *every* forward pass, so a
 #   finished request's seat is taken at once, instead of **static batching (静态批处理)**, where a
