@@ -122,7 +122,10 @@ def _check_context(prompts: list[list[int]], max_new_tokens: int, max_seq_len: i
 
 
 def eos_ids(model, tokenizer, config) -> list[int]:
-    """The ids that end a sequence: the config's when set, else the model's and tokenizer's."""
+    """The ids that end a sequence: none with `ignore_eos`, the config's when set, else the
+    model's and tokenizer's."""
+    if config.ignore_eos:
+        return []
     if config.eos_token_id is not None:
         value = config.eos_token_id
         return [value] if isinstance(value, int) else list(value)

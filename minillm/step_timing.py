@@ -27,11 +27,9 @@ def decode_step_times(model, tokenizer, prompt, new_tokens: int, *, use_cache: b
     False). Returns `(seconds per step, new token ids)`; seconds[0] is the prefill."""
     prompts, sequences, config, batch, pad_id = start(model, tokenizer, prompt,
                                                       max_new_tokens=new_tokens,
-                                                      do_sample=False)
+                                                      do_sample=False, ignore_eos=ignore_eos)
     if batch:
         raise ValueError("decode_step_times takes one prompt")
-    if ignore_eos:
-        sequences[0].eos_token_ids = frozenset()
     device = next(model.parameters()).device
     times = []
     _sync(device)

@@ -21,8 +21,22 @@ def test_field_names_are_transformers_names():
     from transformers import GenerationConfig as HFConfig
 
     hf_fields = set(vars(HFConfig()))
-    ours = set(GenerationConfig.field_names()) - {"stop", "seed"}  # minillm additions
+    additions = {"stop", "seed", "ignore_eos"}  # minillm's (ignore_eos is vLLM's name)
+    ours = set(GenerationConfig.field_names()) - additions
     assert ours <= hf_fields, ours - hf_fields
+
+
+def test_ignore_eos_runs_to_max_new_tokens_and_is_checked():
+    from minillm.generation import eos_ids
+
+    class Model:
+        class config:
+            eos_token_ids = (2,)
+
+    assert eos_ids(Model, None, GenerationConfig()) == [2]
+    assert eos_ids(Model, None, GenerationConfig(eos_token_id=[5], ignore_eos=True)) == []
+    with pytest.raises(TypeError, match="ignore_eos must be True or False"):
+        GenerationConfig(ignore_eos="yes")
 
 
 def test_merge_returns_a_new_validated_config():

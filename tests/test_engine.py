@@ -11,7 +11,6 @@ import minillm
 from minillm.engine import Engine
 from minillm.engine.toy import tiny_model
 
-NO_EOS = [999]
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -45,9 +44,9 @@ def test_greedy_outputs_equal_each_request_run_alone(tiny, scheduler, num_blocks
     prompts, news = prompts_and_lengths(12)
     engine = Engine(*tiny, scheduler=scheduler, num_blocks=num_blocks, block_size=8,
                     max_num_seqs=6, max_num_batched_tokens=48)
-    outs = engine.generate(prompts, [{"max_new_tokens": n} for n in news], eos_token_id=NO_EOS)
+    outs = engine.generate(prompts, [{"max_new_tokens": n} for n in news], ignore_eos=True)
     for p, n, out in zip(prompts, news, outs):
-        want = alone(tiny, p, max_new_tokens=n, eos_token_id=NO_EOS)
+        want = alone(tiny, p, max_new_tokens=n, ignore_eos=True)
         assert out.token_ids == want.token_ids and out.finish_reason == "length"
     if num_blocks == 10:  # 80 slots for 6 sequences of up to 60 tokens: preemption must happen
         assert engine.scheduler.num_preemptions > 0
@@ -78,7 +77,7 @@ def test_each_request_keeps_its_own_sampling_settings_in_one_batch(tiny):
         {"repetition_penalty": 1.5},
         {"do_sample": True, "min_p": 0.1, "no_repeat_ngram_size": 2, "seed": 4},
     ]
-    settings = [{**s, "max_new_tokens": n, "eos_token_id": NO_EOS} for s, n in zip(settings, news)]
+    settings = [{**s, "max_new_tokens": n, "ignore_eos": True} for s, n in zip(settings, news)]
     outs = Engine(*tiny, num_blocks=64, block_size=8).generate(prompts, settings)
     for p, s, out in zip(prompts, settings, outs):
         assert out.token_ids == alone(tiny, p, **s).token_ids
@@ -92,7 +91,7 @@ def test_prefix_cache_hits_are_counted_and_change_nothing(tiny):
     for caching in (False, True):
         engine = Engine(*tiny, num_blocks=64, block_size=8, max_num_seqs=4,
                         enable_prefix_caching=caching)
-        runs[caching] = engine.generate(prompts, max_new_tokens=6, eos_token_id=NO_EOS)
+        runs[caching] = engine.generate(prompts, max_new_tokens=6, ignore_eos=True)
         assert_no_leaks(engine)
     assert [o.token_ids for o in runs[True]] == [o.token_ids for o in runs[False]]
     assert sum(o.num_cached_tokens for o in runs[False]) == 0
@@ -103,7 +102,7 @@ def test_prefix_cache_hits_are_counted_and_change_nothing(tiny):
 
 def test_streamed_pieces_join_to_the_text_and_metrics_are_filled(tiny):
     engine = Engine(*tiny, num_blocks=32, block_size=8)
-    rid = engine.add_request([1, 2, 3], max_new_tokens=7, eos_token_id=NO_EOS)
+    rid = engine.add_request([1, 2, 3], max_new_tokens=7, ignore_eos=True)
     pieces, final = [], None
     while engine.has_unfinished():
         for out in engine.step():
@@ -123,10 +122,10 @@ def test_an_invalid_setting_rejects_that_request_alone(tiny):
     assert not engine.has_unfinished()
     outs = engine.generate([[1, 2], [3, 4], [5, 6]],
                            [{"max_new_tokens": 3}, {"temperature": -1.0, "do_sample": True}, None],
-                           eos_token_id=NO_EOS)
+                           ignore_eos=True)
     assert outs[1].finish_reason == "rejected" and "temperature" in outs[1].error
     assert outs[0].token_ids == alone(tiny, [1, 2], max_new_tokens=3,
-                                      eos_token_id=NO_EOS).token_ids
+                                      ignore_eos=True).token_ids
     assert outs[2].finish_reason == "length"
     assert_no_leaks(engine)
 
@@ -158,8 +157,8 @@ def test_bad_engine_arguments(tiny):
 
 def test_cancelling_mid_generation_gives_the_blocks_back(tiny):
     engine = Engine(*tiny, num_blocks=32, block_size=4)
-    keep = engine.add_request(list(range(10)), max_new_tokens=12, eos_token_id=NO_EOS)
-    drop = engine.add_request(list(range(20, 30)), max_new_tokens=30, eos_token_id=NO_EOS)
+    keep = engine.add_request(list(range(10)), max_new_tokens=12, ignore_eos=True)
+    drop = engine.add_request(list(range(20, 30)), max_new_tokens=30, ignore_eos=True)
     for _ in range(4):
         engine.step()
     held = len(engine.requests[drop].block_table)
@@ -170,13 +169,13 @@ def test_cancelling_mid_generation_gives_the_blocks_back(tiny):
     final = engine.run()
     assert final[drop].finish_reason == "cancelled" and len(final[drop].token_ids) == 4
     assert final[keep].token_ids == alone(tiny, list(range(10)), max_new_tokens=12,
-                                          eos_token_id=NO_EOS).token_ids
+                                          ignore_eos=True).token_ids
     assert_no_leaks(engine)
 
 
 def test_cancelling_a_waiting_request_and_a_static_batch_member(tiny):
     engine = Engine(*tiny, scheduler="static", num_blocks=64, block_size=4, max_num_seqs=2)
-    ids = [engine.add_request([i + 1] * 5, max_new_tokens=8, eos_token_id=NO_EOS)
+    ids = [engine.add_request([i + 1] * 5, max_new_tokens=8, ignore_eos=True)
            for i in range(3)]
     engine.step()
     assert engine.cancel(ids[2])  # still waiting
@@ -200,7 +199,7 @@ def test_requests_added_from_other_threads_while_one_loop_steps(tiny):
     worker = threading.Thread(target=loop)
     worker.start()
     adders = [threading.Thread(target=lambda k=k: [
-        engine.add_request([k + 1, j + 1], max_new_tokens=5, eos_token_id=NO_EOS,
+        engine.add_request([k + 1, j + 1], max_new_tokens=5, ignore_eos=True,
                            request_id=(k, j)) for j in range(5)]) for k in range(4)]
     for t in adders:
         t.start()
@@ -218,7 +217,7 @@ def test_requests_added_from_other_threads_while_one_loop_steps(tiny):
 def test_memory_records_paged_against_contiguous(tiny):
     prompts, news = prompts_and_lengths(10, seed=2)
     engine = Engine(*tiny, num_blocks=64, block_size=8, record=True)
-    engine.generate(prompts, [{"max_new_tokens": n} for n in news], eos_token_id=NO_EOS)
+    engine.generate(prompts, [{"max_new_tokens": n} for n in news], ignore_eos=True)
     steps = engine.steps
     assert steps and all(s.used_tokens <= s.paged_slots <= s.contiguous_slots + 8 * 16
                          for s in steps)

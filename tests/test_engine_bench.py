@@ -38,11 +38,12 @@ def test_poisson_gaps_have_mean_one_over_the_rate():
         poisson_arrivals(3, rate=0)
 
 
-def test_percentile():
-    values = list(range(1, 101))
-    assert percentile(values, 50) == pytest.approx(50.5)
-    assert percentile(values, 99) == pytest.approx(99.01)
-    assert percentile([3.0], 99) == 3.0
+def test_engine_bench_and_load_client_share_one_percentile():
+    import minillm.loadtest
+    import minillm.stats
+
+    assert percentile is minillm.stats.percentile is minillm.loadtest.percentile
+    assert percentile(list(range(1, 101)), 99) == pytest.approx(99.01)
 
 
 def test_memory_use_is_token_weighted_over_steps():

@@ -98,7 +98,6 @@ class NextLetter(nn.Module):
         return nn.functional.one_hot(following, 28).float() * self.scale
 
 
-NO_EOS = [999]  # an id the vocabulary lacks: TinyLM runs to max_new_tokens
 PROMPTS = [[5, 9, 2], [7], [3, 3, 8, 1, 12, 30, 4], [11, 22], [6, 6, 6, 6, 6]]
 
 
@@ -111,26 +110,26 @@ def tiny():
 
 def test_cache_equals_recompute_on_a_random_model(tiny):
     for prompt in PROMPTS:
-        with_cache = generate(tiny, Letters(), prompt, max_new_tokens=20, eos_token_id=NO_EOS)
+        with_cache = generate(tiny, Letters(), prompt, max_new_tokens=20, ignore_eos=True)
         without = generate(tiny, Letters(), prompt, max_new_tokens=20, use_cache=False,
-                           eos_token_id=NO_EOS)
+                           ignore_eos=True)
         assert with_cache.token_ids == without.token_ids
         assert len(with_cache.token_ids) == 20
 
 
 def test_decode_feeds_one_token_per_step(tiny):
-    generate(tiny, Letters(), [5, 9, 2], max_new_tokens=6, eos_token_id=NO_EOS)
+    generate(tiny, Letters(), [5, 9, 2], max_new_tokens=6, ignore_eos=True)
     assert tiny.calls == [(1, 3)] + [(1, 1)] * 5  # prefill, then 5 decode steps
     tiny.calls.clear()
-    generate(tiny, Letters(), [5, 9, 2], max_new_tokens=6, eos_token_id=NO_EOS, use_cache=False)
+    generate(tiny, Letters(), [5, 9, 2], max_new_tokens=6, ignore_eos=True, use_cache=False)
     assert tiny.calls == [(1, n) for n in range(3, 9)]  # the whole sequence, every step
 
 
 def test_batch_of_different_lengths_equals_each_alone(tiny):
-    alone = [generate(tiny, Letters(), p, max_new_tokens=16, eos_token_id=NO_EOS).token_ids
+    alone = [generate(tiny, Letters(), p, max_new_tokens=16, ignore_eos=True).token_ids
              for p in PROMPTS]
     for use_cache in (True, False):
-        batch = generate(tiny, Letters(), PROMPTS, max_new_tokens=16, eos_token_id=NO_EOS,
+        batch = generate(tiny, Letters(), PROMPTS, max_new_tokens=16, ignore_eos=True,
                          use_cache=use_cache)
         assert [r.token_ids for r in batch] == alone
         assert [r.prompt_token_ids for r in batch] == PROMPTS
@@ -261,7 +260,7 @@ def test_prompt_longer_than_the_context_window():
     with pytest.raises(ValueError, match="prompt 1 .* in the batch has 10 tokens"):
         generate(NextLetter(max_seq_len=64), Letters(), ["a", "abcdefghij"], max_new_tokens=60)
     exactly_full = generate(TinyLM(max_seq_len=64), Letters(), [3, 4, 5, 6], max_new_tokens=60,
-                            eos_token_id=NO_EOS)
+                            ignore_eos=True)
     assert len(exactly_full.token_ids) == 60
 
 
@@ -305,22 +304,22 @@ def test_cache_bytes_match_the_formula(tiny):
 # --- the chapter 04 seam --------------------------------------------------------------------------
 
 def test_sampling_goes_through_the_decoding_seam_and_is_seeded(tiny):
-    runs = [generate(tiny, Letters(), [5, 9, 2], max_new_tokens=12, eos_token_id=NO_EOS,
+    runs = [generate(tiny, Letters(), [5, 9, 2], max_new_tokens=12, ignore_eos=True,
                      do_sample=True, temperature=1.5, seed=seed).token_ids for seed in (3, 3, 4)]
     assert runs[0] == runs[1] and runs[0] != runs[2]
-    greedy = generate(tiny, Letters(), [5, 9, 2], max_new_tokens=12, eos_token_id=NO_EOS)
+    greedy = generate(tiny, Letters(), [5, 9, 2], max_new_tokens=12, ignore_eos=True)
     assert greedy.token_ids != runs[0]
 
 
 def test_processors_apply_to_each_step(tiny):
-    plain = generate(tiny, Letters(), [5, 9, 2], max_new_tokens=1, eos_token_id=NO_EOS)
-    banned = generate(tiny, Letters(), [5, 9, 2], max_new_tokens=1, eos_token_id=NO_EOS,
+    plain = generate(tiny, Letters(), [5, 9, 2], max_new_tokens=1, ignore_eos=True)
+    banned = generate(tiny, Letters(), [5, 9, 2], max_new_tokens=1, ignore_eos=True,
                       bad_words_ids=[[plain.token_ids[0]]])
     assert banned.token_ids != plain.token_ids
 
 
 def test_beam_search_returns_scored_sequences(tiny):
-    out = generate(tiny, Letters(), [5, 9, 2], max_new_tokens=6, eos_token_id=NO_EOS,
+    out = generate(tiny, Letters(), [5, 9, 2], max_new_tokens=6, ignore_eos=True,
                    num_beams=3, num_return_sequences=2)
     assert len(out.sequences) == 2 and out.sequences[0] is out
     assert out.sequences[0].score >= out.sequences[1].score

@@ -180,10 +180,10 @@ def test_quantized_model_generates():
         def decode(self, ids):
             return "".join(chr(65 + i % 26) for i in ids)
 
-    ref = minillm.generate(model, Tok(), [3, 4, 5], max_new_tokens=5, eos_token_id=[999])
+    ref = minillm.generate(model, Tok(), [3, 4, 5], max_new_tokens=5, ignore_eos=True)
     for scheme in ("int8", "int4"):
         out = minillm.generate(quantize(model, scheme), Tok(), [3, 4, 5], max_new_tokens=5,
-                               eos_token_id=[999])
+                               ignore_eos=True)
         assert len(out.token_ids) == 5
         assert out.metrics.decode_tokens_per_second > 0
     assert len(ref.token_ids) == 5

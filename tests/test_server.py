@@ -16,7 +16,6 @@ from minillm.engine import Engine
 from minillm.engine.toy import LetterTokenizer, tiny_model
 from minillm.server import ServerProcess, ServerThread
 
-NO_EOS = [999]
 
 
 class ChatLetters(LetterTokenizer):

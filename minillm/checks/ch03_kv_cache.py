@@ -126,7 +126,7 @@ def check_greedy_decode(greedy_decode, model, tokenizer) -> None:
     for text in prompts:
         ids = tokenizer.encode(text)
         want = generate(model, tokenizer, ids, max_new_tokens=12, do_sample=False,
-                        eos_token_id=[model.config.vocab_size]).token_ids
+                        ignore_eos=True).token_ids
         spy = _Spy(model)
         got = call(greedy_decode, spy, list(ids), 12, [])
         expect(isinstance(got, list) and all(isinstance(t, int) for t in got),

@@ -56,6 +56,9 @@ class GenerationConfig:
                           [[1234], [56, 78]]. None: off. Default None.
     eos_token_id          the token id(s) that end generation. None: the tokenizer's own.
                           Default None.
+    ignore_eos            True: no token ends generation; every sequence runs to
+                          max_new_tokens (or a stop string). vLLM's name, for benchmarks and
+                          tests that need answers of a known length. Default False.
     seed                  seeds the sampler's torch.Generator, so the same seed gives the same
                           text. None: a fresh random seed. Default None.
     stop                  strings that end generation as soon as the text contains one; the
@@ -76,6 +79,7 @@ class GenerationConfig:
     num_return_sequences: int = 1
     bad_words_ids: list[list[int]] | None = None
     eos_token_id: int | list[int] | None = None
+    ignore_eos: bool = False
     seed: int | None = None
     stop: list[str] | None = field(default=None)
 
@@ -113,12 +117,7 @@ class GenerationConfig:
 
 # --- validation -----------------------------------------------------------------------------------
 
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+from ..validate import is_int as _is_int, is_number as _is_number  # noqa: E402
 
 
 def _int(name, value, low, allowed, allow_none=False):
@@ -201,6 +200,8 @@ def _validate(c: GenerationConfig) -> None:
             _token_ids("eos_token_id", c.eos_token_id,
                        "a token id >= 0, a non-empty list of them, or None")
             object.__setattr__(c, "eos_token_id", list(c.eos_token_id))
+    if not isinstance(c.ignore_eos, bool):
+        raise TypeError(f"ignore_eos must be True or False, got {c.ignore_eos!r}")
     if c.seed is not None and not _is_int(c.seed):
         raise TypeError(f"seed must be an int or None, got {c.seed!r}")
     if c.seed is not None and c.seed < 0:

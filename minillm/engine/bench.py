@@ -5,19 +5,15 @@ lesson both use these, so the lesson's figures and the benchmark's are made the 
 
 from __future__ import annotations
 
-import math
 import random
-import statistics
 import time
 from dataclasses import dataclass
 
 import torch
 
 from ..metrics import throughput
+from ..stats import percentile
 from .engine import Engine
-
-IGNORE_EOS = [10**9]  # an id beyond any vocabulary: every request runs to its own max_new_tokens
-
 
 @dataclass
 class Work:
@@ -51,7 +47,7 @@ def run_engine(engine: Engine, work: list[Work], progress: bool = False) -> dict
     start = time.perf_counter()
     outs = engine.generate([w.prompt for w in work],
                            [{"max_new_tokens": w.max_new_tokens} for w in work],
-                           eos_token_id=IGNORE_EOS, progress=progress)
+                           ignore_eos=True, progress=progress)
     wall = time.perf_counter() - start
     rejected = [o.error for o in outs if o.finish_reason == "rejected"]
     if rejected:
@@ -116,15 +112,6 @@ def poisson_arrivals(n: int, rate: float, seed: int = 0) -> list[float]:
     return times
 
 
-def percentile(values, q: float) -> float:
-    values = sorted(v for v in values if not math.isnan(v))
-    if not values:
-        return math.nan
-    if len(values) == 1:
-        return values[0]
-    return statistics.quantiles(values, n=100, method="inclusive")[min(98, max(0, round(q) - 1))]
-
-
 def run_online(engine: Engine, work: list[Work], rate: float, seed: int = 0) -> dict:
     """Serve `work` with requests arriving at `rate` per second (Poisson), as a server would:
     each step first admits every request that has arrived. TTFT counts from the arrival."""
@@ -137,7 +124,7 @@ def run_online(engine: Engine, work: list[Work], rate: float, seed: int = 0) -> 
         while pending and pending[0][0] <= now:
             at, w = pending.pop(0)
             rid = engine.add_request(w.prompt, max_new_tokens=w.max_new_tokens,
-                                     eos_token_id=IGNORE_EOS, arrival_time=t0 + at)
+                                     ignore_eos=True, arrival_time=t0 + at)
         if not engine.has_unfinished():
             time.sleep(max(0.0, pending[0][0] - (time.perf_counter() - t0)))
             continue

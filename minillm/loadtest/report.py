@@ -3,7 +3,7 @@
 p50 is the median: half the requests did better. p99: one request in a hundred did worse; it is
 what the unluckiest users see, and what serving systems promise (a service-level objective,
 服务等级目标). Percentiles interpolate linearly between the two nearest values, as numpy's
-default does.
+default does (one definition for every minillm report: `minillm.stats.percentile`).
 """
 
 from __future__ import annotations
@@ -14,22 +14,9 @@ import platform
 import statistics
 
 from ..metrics import throughput
+from ..stats import percentile
 
 PERCENTILES = (50, 90, 99)
-
-
-def percentile(values, q: float) -> float:
-    """The q-th percentile (0 to 100) of `values`, linear between closest ranks (numpy's
-    default); NaN for no values."""
-    if not 0 <= q <= 100:
-        raise ValueError(f"q must be from 0 to 100, got {q!r}")
-    data = sorted(v for v in values if not math.isnan(v))
-    if not data:
-        return math.nan
-    position = (len(data) - 1) * q / 100
-    low = math.floor(position)
-    high = min(low + 1, len(data) - 1)
-    return data[low] + (data[high] - data[low]) * (position - low)
 
 
 def _spread(values_s) -> dict:

@@ -170,7 +170,7 @@ def create_app(engine, model_name: str = "minillm", *, default_max_tokens: int =
                                 f"{len(ids)} tokens and the context window {context}, so at "
                                 f"most {room} new tokens fit", "max_tokens",
                            code="context_length_exceeded")
-        return ids, body.generation_config(max_tokens, engine.model.config.vocab_size)
+        return ids, body.generation_config(max_tokens)
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request):

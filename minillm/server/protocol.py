@@ -68,9 +68,9 @@ class Sampling(BaseModel):
     logprobs: None = None
     user: str | None = None
 
-    def generation_config(self, max_tokens: int, vocab_size: int) -> GenerationConfig:
-        """The engine's settings for this request. temperature 0 means greedy, as in OpenAI.
-        ignore_eos sets the end-of-sequence id to `vocab_size`, an id no step can choose."""
+    def generation_config(self, max_tokens: int) -> GenerationConfig:
+        """The engine's settings for this request. temperature 0 means greedy, as in OpenAI;
+        ignore_eos (vLLM's extension) is GenerationConfig's field of the same name."""
         for name in ("presence_penalty", "frequency_penalty"):
             if getattr(self, name) != 0.0:
                 raise APIError(400, f"{name} is not supported by this server (only 0); use "
@@ -94,7 +94,7 @@ class Sampling(BaseModel):
             fields.update(temperature=self.temperature, top_p=self.top_p,
                           top_k=max(self.top_k, 0))
         if self.ignore_eos:
-            fields["eos_token_id"] = [vocab_size]
+            fields["ignore_eos"] = True
         try:
             return GenerationConfig(**fields)
         except (ValueError, TypeError) as error:

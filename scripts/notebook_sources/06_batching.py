@@ -29,7 +29,7 @@ from ipywidgets import IntSlider, interact
 
 import minillm
 from minillm.engine import BlockManager, ContinuousScheduler, Engine, PagedBatch
-from minillm.engine.bench import (IGNORE_EOS, make_workload, memory_use, run_engine,
+from minillm.engine.bench import (make_workload, memory_use, run_engine,
                                   run_online)
 
 CI = bool(os.environ.get("CI"))
@@ -212,7 +212,7 @@ plt.show()
 # %%
 engine = new_engine("continuous", num_blocks=64)
 for w in work:
-    engine.add_request(w.prompt, max_new_tokens=w.max_new_tokens, eos_token_id=IGNORE_EOS)
+    engine.add_request(w.prompt, max_new_tokens=w.max_new_tokens, ignore_eos=True)
 snapshots = []
 while engine.has_unfinished():
     engine.step()
@@ -278,7 +278,7 @@ print(f"requests here end at {mean_len:.0f} tokens on average; a paged sequence 
 # %%
 engine = new_engine("continuous", num_blocks=32)
 for w in work[:3]:
-    engine.add_request(w.prompt, max_new_tokens=w.max_new_tokens, eos_token_id=IGNORE_EOS)
+    engine.add_request(w.prompt, max_new_tokens=w.max_new_tokens, ignore_eos=True)
 for _ in range(3):
     engine.step()
 request = engine.scheduler.running[0]
@@ -370,7 +370,7 @@ at_start = sum(-(-(len(w.prompt) + 1) // 16) for w in few)  # all four after the
 tight = new_engine("continuous", num_blocks=max(need, at_start))
 outs = tight.generate([w.prompt for w in few],
                       [{"max_new_tokens": w.max_new_tokens} for w in few],
-                      eos_token_id=IGNORE_EOS)
+                      ignore_eos=True)
 assert tight.scheduler.num_preemptions > 0
 assert [o.token_ids for o in outs] == [runs["continuous"]["outputs"][i].token_ids for i in order]
 assert tight.blocks.num_free == tight.blocks.num_blocks  # every block came back
