@@ -45,6 +45,18 @@ def model_device(model) -> torch.device:
     return torch.device("cpu")
 
 
+def model_dtype(model) -> torch.dtype:
+    """The dtype of a model's activations (and so of its KV cache): its `dtype` attribute when
+    it has one, else its first floating parameter's; float32 for an object without tensors."""
+    dtype = getattr(model, "dtype", None)
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    for p in model.parameters() if hasattr(model, "parameters") else ():
+        if p.is_floating_point():
+            return p.dtype
+    return torch.float32
+
+
 def synchronize(device=None) -> None:
     """Wait until every kernel queued on `device` (a torch.device, a name, or a model) has run.
     Nothing to wait for on a CPU."""

@@ -21,32 +21,28 @@ give alone.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 
+from .devices import model_device
 from .kv_cache import KVCache
+from .metrics import RequestMetrics, TokenClock, TokenEvent
+from .results import Completion
 from .stopping import Sequence, check_stop_strings
 
 
 @dataclass
-class Generation:
-    """One prompt's result.
+class Generation(Completion):
+    """One prompt's result from `generate`: the fields every runner shares (minillm.results:
+    text, token_ids, finish_reason, prompt_token_ids, metrics), plus beam search's
 
-    text              the new text (a stop string and everything after it cut off; EOS not shown)
-    token_ids         the new token ids only (an EOS token that ended it is included)
-    finish_reason     "eos", "length" or "stop"
-    prompt_token_ids  the prompt's token ids
-    metrics           its timing (minillm.metrics.RequestMetrics: TTFT, TPOT, latency), or None
+    score      the beam's length-normalised log-probability (beam search only)
+    sequences  every returned beam, best first (beam search only)
     """
 
-    text: str
-    token_ids: list[int]
-    finish_reason: str
-    prompt_token_ids: list[int]
     score: float | None = None
     sequences: list["Generation"] = field(default_factory=list, repr=False)
-    metrics: object = field(default=None, repr=False)
 
 
 # --- the decoding seam (chapter 04 fills it in) -----------------------------------------------------
@@ -141,10 +137,6 @@ def _pad_id(tokenizer, eos: list[int]) -> int:
     return int(pad) if pad is not None else (eos[0] if eos else 0)
 
 
-def _device(model) -> torch.device:
-    return next(model.parameters()).device
-
-
 def left_pad(prompts: list[list[int]], pad_id: int, device="cpu"):
     """(input_ids, attention_mask), both (batch, longest): shorter prompts padded on the left."""
     longest = max(len(p) for p in prompts)
@@ -169,7 +161,7 @@ def token_steps(model, prompts: list[list[int]], sequences: list[Sequence], conf
     chooses one token per row, records it in that row's `Sequence`, and yields the text each row
     can show now ("" for rows that have finished). It ends when every row has finished."""
     decoding = _decoding()
-    device = _device(model)
+    device = model_device(model)
     process = decoding.build_processors(config, sorted(sequences[0].eos_token_ids))
     generator = decoding.make_generator(config, device) if config.do_sample else None
     input_ids, mask = left_pad(prompts, pad_id, device)
@@ -180,7 +172,7 @@ def token_steps(model, prompts: list[list[int]], sequences: list[Sequence], conf
     all_ids = input_ids
     with torch.inference_mode():
         logits = model(input_ids, cache=cache, position_ids=positions(mask) if padded else None,
-                       attention_mask=mask if padded else None)  # prefill
+                       attention_mask=mask if padded else None, logits_to_keep=1)  # prefill
         while True:
             scores = process(all_ids, logits[:, -1, :].float())
             chosen = decoding.choose_next_token(scores, config, generator)
@@ -195,14 +187,47 @@ def token_steps(model, prompts: list[list[int]], sequences: list[Sequence], conf
             if use_cache:  # decode: feed only the new token; the cache holds the rest
                 logits = model(chosen[:, None], cache=cache,
                                position_ids=positions(mask)[:, -1:] if padded else None,
-                               attention_mask=mask if padded else None)
+                               attention_mask=mask if padded else None, logits_to_keep=1)
             else:  # no cache: recompute the whole sequence
                 logits = model(all_ids, position_ids=positions(mask) if padded else None,
-                               attention_mask=mask if padded else None)
+                               attention_mask=mask if padded else None, logits_to_keep=1)
 
 
-def start(model, tokenizer, prompt, config=None, **fields):
-    """Check the inputs and set up a generation: `(prompts, sequences, config, batch, pad_id)`."""
+@dataclass
+class Setup:
+    """A checked generation, ready to run: what `start` returns.
+
+    prompts     each prompt's token ids
+    sequences   one `Sequence` per prompt: its new tokens, text and stopping rules
+    config      the GenerationConfig in force
+    batch       whether the caller passed a batch (a list of prompts)
+    pad_id      the id left padding uses
+    """
+
+    model: object
+    prompts: list[list[int]]
+    sequences: list[Sequence]
+    config: object
+    batch: bool
+    pad_id: int
+
+    def steps(self, use_cache: bool = True) -> Iterator[list[str]]:
+        """The generation loop (`token_steps`) over these prompts."""
+        return token_steps(self.model, self.prompts, self.sequences, self.config,
+                           use_cache=use_cache, pad_id=self.pad_id)
+
+    def results(self, clock: TokenClock | None = None) -> list[Generation]:
+        """Each sequence as a `Generation`, with its timing from `clock` when given."""
+        results = [Generation(text=s.text, token_ids=s.token_ids, finish_reason=s.finish_reason,
+                              prompt_token_ids=s.prompt_ids) for s in self.sequences]
+        if clock is not None:
+            for result, metrics in zip(results, clock.metrics(self.sequences)):
+                result.metrics = metrics
+        return results
+
+
+def start(model, tokenizer, prompt, config=None, **fields) -> Setup:
+    """Check the inputs and set up a generation (see `Setup`)."""
     decoding = _decoding()
     if "max_new_tokens" in fields:
         _check_max_new_tokens(fields["max_new_tokens"])
@@ -216,20 +241,16 @@ def start(model, tokenizer, prompt, config=None, **fields):
         raise ValueError("stop strings need a tokenizer to see text; without one, stop with "
                          "eos_token_id or max_new_tokens")
     sequences = [Sequence(p, tokenizer, eos, config.max_new_tokens, stop) for p in prompts]
-    return prompts, sequences, config, batch, _pad_id(tokenizer, eos)
+    return Setup(model, prompts, sequences, config, batch, _pad_id(tokenizer, eos))
 
 
-def _result(s: Sequence) -> Generation:
-    return Generation(text=s.text, token_ids=s.token_ids, finish_reason=s.finish_reason,
-                      prompt_token_ids=s.prompt_ids)
-
-
-def _beam_results(model, tokenizer, prompts, config, eos, batch):
+def _beam_results(setup: Setup, tokenizer) -> list[Generation]:
     """Beam search (chapter 04) for each prompt: the best hypothesis, with all returned ones."""
     results = []
+    config, eos = setup.config, sorted(setup.sequences[0].eos_token_ids)
     stop = check_stop_strings(config.stop)
-    for p in prompts:
-        hypotheses = _decoding().beam_search(model, p, config, eos)
+    for p in setup.prompts:
+        hypotheses = _decoding().beam_search(setup.model, p, config, eos)
         returned = []
         for h in hypotheses:
             s = Sequence(p, tokenizer, eos, max(len(h.token_ids), 1), stop)
@@ -237,14 +258,14 @@ def _beam_results(model, tokenizer, prompts, config, eos, batch):
                 if s.done:
                     break
                 s.add(t)
-            r = _result(s)
-            r.token_ids, r.score = list(h.token_ids), float(h.score)
-            r.finish_reason = "stop" if s.finish_reason == "stop" else h.finish_reason
-            returned.append(r)
+            returned.append(Generation(
+                text=s.text, token_ids=list(h.token_ids), prompt_token_ids=s.prompt_ids,
+                finish_reason="stop" if s.finish_reason == "stop" else h.finish_reason,
+                score=float(h.score)))
         best = returned[0]
         best.sequences = returned
         results.append(best)
-    return results if batch else results[0]
+    return results
 
 
 def generate(model, tokenizer, prompt, config=None, *, use_cache: bool = True, **fields):
@@ -255,39 +276,81 @@ def generate(model, tokenizer, prompt, config=None, *, use_cache: bool = True, *
         >>> out = generate(model, tokenizer, "The capital of France is", max_new_tokens=8)
         >>> out.text, out.finish_reason
     """
-    from .metrics import TokenClock
-
     clock = TokenClock()  # the request starts now: TTFT includes tokenizing and prefill
-    prompts, sequences, config, batch, pad_id = start(model, tokenizer, prompt, config,
-                                                      **fields)
-    if config.num_beams > 1:
-        return _beam_results(model, tokenizer, prompts, config,
-                             list(sequences[0].eos_token_ids), batch)
-    for _ in token_steps(model, prompts, sequences, config, use_cache=use_cache, pad_id=pad_id):
-        clock.tick(sequences)
-    results = [_result(s) for s in sequences]
-    for result, metrics in zip(results, clock.metrics(sequences)):
-        result.metrics = metrics
-    return results if batch else results[0]
+    setup = start(model, tokenizer, prompt, config, **fields)
+    if setup.config.num_beams > 1:
+        results = _beam_results(setup, tokenizer)
+    else:
+        for _ in setup.steps(use_cache):
+            clock.tick(setup.sequences)
+        results = setup.results(clock)
+    return results if setup.batch else results[0]
 
 
-def stream(model, tokenizer, prompt, config=None, *, use_cache: bool = True, **fields):
-    """Generate for one prompt, yielding text pieces as they become ready. Joined, the pieces
-    equal `generate(...).text`. A piece may hold several tokens' text or none (a token that ends
-    inside a UTF-8 character, or text that may be the start of a stop string, waits)."""
-    prompts, sequences, config, batch, pad_id = start(model, tokenizer, prompt, config,
-                                                      **fields)
-    if batch:
-        raise ValueError(f"stream takes one prompt, got a batch of {len(prompts)}: use "
-                         "generate for a batch")
-    if config.num_beams > 1:
-        raise ValueError("stream does not run beam search (num_beams > 1): the best beam is "
-                         "known only at the end; use generate")
+class TimedStream:
+    """A streaming generation that times every token: iterate it for text pieces; joined, the
+    pieces equal `generate(...).text`. A piece may hold several tokens' text or none (a token
+    that ends inside a UTF-8 character, or text that may be the start of a stop string, waits).
+    `metrics` grows as tokens arrive; `result` is the finished `Generation`, with `.metrics`,
+    once the iteration is over.
 
-    def pieces():
-        for step in token_steps(model, prompts, sequences, config, use_cache=use_cache,
-                                pad_id=pad_id):
+    The clock starts when the stream is made (the request's arrival): tokenizing, prefill and
+    the first token are in the TTFT. `on_token(event)`, when given, is called for each new token
+    with a `minillm.metrics.TokenEvent`."""
+
+    def __init__(self, model, tokenizer, prompt, config=None, *,
+                 on_token: Callable[[TokenEvent], None] | None = None, use_cache: bool = True,
+                 **fields):
+        if on_token is not None and not callable(on_token):
+            raise TypeError(f"on_token must be a function of one TokenEvent, got "
+                            f"{type(on_token).__name__}")
+        self._clock = TokenClock()
+        self._setup = setup = start(model, tokenizer, prompt, config, **fields)
+        if setup.batch:
+            raise ValueError(f"a stream takes one prompt, got a batch of {len(setup.prompts)}: "
+                             "use minillm.generate for a batch (each result has .metrics)")
+        if setup.config.num_beams > 1:
+            raise ValueError("a stream does not run beam search (num_beams > 1): the best beam "
+                             "is known only at the end; use minillm.generate")
+        self.on_token, self.use_cache = on_token, use_cache
+        self.prompt_tokens = len(setup.prompts[0])
+        self._started = False
+        self.result: Generation | None = None
+
+    @property
+    def metrics(self) -> RequestMetrics:
+        return self._clock.metrics(self._setup.sequences)[0]
+
+    def __iter__(self) -> Iterator[str]:
+        if self._started:
+            raise RuntimeError("a stream runs once; make a new one to generate again")
+        self._started = True
+        clock, seq = self._clock, self._setup.sequences[0]
+        last = clock.start
+        for step in self._setup.steps(self.use_cache):
+            before = len(clock.times[0]) if clock.times else 0
+            now = clock.tick(self._setup.sequences)
+            if self.on_token is not None:
+                for i in range(before, len(seq.token_ids)):
+                    self.on_token(TokenEvent(i, seq.token_ids[i], step[0], now - clock.start,
+                                             now - last))
+            last = now
             if step[0]:
                 yield step[0]
+        self.result = self._setup.results(clock)[0]
 
-    return pieces()
+
+def stream(model, tokenizer, prompt, config=None, *, on_token=None, use_cache: bool = True,
+           **fields) -> TimedStream:
+    """Generate for one prompt, yielding text pieces as they become ready, each token timed
+    (see `TimedStream`).
+
+        >>> s = stream(model, tokenizer, "Hello", max_new_tokens=16)
+        >>> text = "".join(s)
+        >>> s.metrics.ttft, s.metrics.tpot, s.result.text == text
+    """
+    return TimedStream(model, tokenizer, prompt, config, on_token=on_token, use_cache=use_cache,
+                       **fields)
+
+
+timed_stream = stream  # the chapter 05 name: every stream is timed

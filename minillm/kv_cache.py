@@ -1,18 +1,50 @@
 """The KV cache (KV 缓存): keys and values of every past token, kept so decode reads them instead of
 recomputing them.
 
-One preallocated tensor pair per layer, shaped (batch, kv_heads, max_tokens, head_dim). A forward
-pass appends its new keys and values layer by layer at position `length`, then the model calls
-`advance(new_tokens)` once, after the last layer. Memory is
+`KVCacheProtocol` is the contract between a model and any cache: what the attention layer calls
+(`append`) and what the model's forward pass reads and calls (`n_layers`, `batch_size`,
+`length`, `advance`). Two classes keep it: `KVCache` here (one sequence or a padded batch, one
+preallocated tensor pair per layer) and the engine's `PagedBatch` (minillm.engine.paged_cache:
+each row's keys read through its block table from a shared pool).
+
+`KVCache` holds one tensor pair per layer, shaped (batch, kv_heads, max_tokens, head_dim). A
+forward pass appends its new keys and values layer by layer at position `length`, then the model
+calls `advance(new_tokens)` once, after the last layer. Memory is
 2 (keys and values) x layers x kv_heads x head_dim x tokens x bytes per value, per sequence.
 """
 
 from __future__ import annotations
 
+from typing import Protocol, runtime_checkable
+
 import torch
 
 
+@runtime_checkable
+class KVCacheProtocol(Protocol):
+    """What a model needs of a KV cache.
+
+    n_layers, batch_size   must match the model and its input (the model checks)
+    length                 tokens already stored per row before this pass; the default
+                           positions of the new tokens start there
+    append(layer, k, v)    store this pass's keys and values of one layer, each (batch,
+                           kv_heads, new_tokens, head_dim); return the keys and values to attend
+                           over, (batch, kv_heads, keys, head_dim) each, the new ones last
+    advance(new_tokens)    called once per forward pass, after the last layer
+    """
+
+    n_layers: int
+    batch_size: int
+    length: int
+
+    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor): ...
+
+    def advance(self, new_tokens: int) -> None: ...
+
+
 class KVCache:
+    """Contiguous keys and values for `batch_size` rows of up to `max_tokens` tokens."""
+
     def __init__(self, n_layers: int, batch_size: int, n_kv_heads: int, head_dim: int,
                  max_tokens: int, dtype: torch.dtype = torch.float32, device="cpu"):
         for field, value in [("n_layers", n_layers), ("batch_size", batch_size),
@@ -28,11 +60,13 @@ class KVCache:
 
     @classmethod
     def for_model(cls, model, batch_size: int, max_tokens: int) -> "KVCache":
-        """A cache shaped for `model` (anything with a minillm `config`), on its device and dtype."""
+        """A cache shaped for `model` (anything with a minillm `config`), on its device, in the
+        dtype of its activations."""
+        from .devices import model_device, model_dtype
+
         c = model.config
-        param = next(model.parameters())
         return cls(c.n_layers, batch_size, c.n_kv_heads, c.head_dim, max_tokens,
-                   dtype=param.dtype, device=param.device)
+                   dtype=model_dtype(model), device=model_device(model))
 
     @property
     def n_layers(self) -> int:

@@ -15,8 +15,9 @@ Across many requests, throughput (吞吐量) is all their new tokens divided by 
 the first start to the last end: serving more users at once raises it, while each user's TPOT grows.
 
 `RequestMetrics` holds one request's timestamps and computes the numbers. `TokenClock` records
-them inside the generation loop (`minillm.generate` attaches them to each result as `.metrics`),
-`timed_stream` streams text pieces and records them, and `throughput` sums up many requests.
+them inside a generation loop (`minillm.generate` and `minillm.stream` attach them to each result
+as `.metrics`), and `throughput` sums up many requests. This file is the arithmetic only: it
+runs no model (the generation loops in minillm.generation and minillm.engine use it).
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ import math
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Sequence
 
-__all__ = ["RequestMetrics", "Throughput", "TokenClock", "TokenEvent", "TimedStream",
-           "timed_stream", "throughput", "predict_latency"]
+__all__ = ["RequestMetrics", "Throughput", "TokenClock", "TokenEvent", "throughput",
+           "predict_latency"]
 
 
 def _check_times(start: float, token_times: Sequence[float]) -> None:
@@ -207,85 +208,10 @@ class TokenClock:
 
 @dataclass(frozen=True)
 class TokenEvent:
-    """What `timed_stream` reports for each new token (to its `on_token` callback)."""
+    """What a stream (`minillm.stream`) reports for each new token to its `on_token` callback."""
 
     index: int        # 0 for the first new token
     token_id: int
     piece: str        # the text this token made ready ("" while a character or stop string waits)
     time: float       # seconds since the request started
     gap: float        # seconds since the previous token (TTFT for the first)
-
-
-class TimedStream:
-    """A streaming generation that times every token. Iterate it for text pieces (as
-    `minillm.generation.stream`); `metrics` grows as tokens arrive; `result` is the finished
-    `Generation`, with `.metrics`, once the iteration is over.
-
-    The clock starts when the iteration starts (tokenizing, prefill and the first token are in
-    the TTFT)."""
-
-    def __init__(self, model, tokenizer, prompt, config=None, *, on_token=None,
-                 use_cache: bool = True, **fields):
-        from .generation import start
-
-        if on_token is not None and not callable(on_token):
-            raise TypeError(f"on_token must be a function of one TokenEvent, got "
-                            f"{type(on_token).__name__}")
-        self._args = (model, tokenizer, prompt, config, fields)
-        self.on_token, self.use_cache = on_token, use_cache
-        prompts, _, config, batch, _ = start(model, tokenizer, prompt, config, **fields)
-        if batch:
-            raise ValueError(f"timed_stream takes one prompt, got a batch of {len(prompts)}: use "
-                             "minillm.generate for a batch (each result has .metrics)")
-        if config.num_beams > 1:
-            raise ValueError("timed_stream does not run beam search (num_beams > 1): the best "
-                             "beam is known only at the end; use minillm.generate")
-        self.prompt_tokens = len(prompts[0])
-        self._clock: TokenClock | None = None
-        self._sequences = None
-        self.result = None
-
-    @property
-    def metrics(self) -> RequestMetrics:
-        if self._clock is None:
-            raise RuntimeError("the stream has not started: iterate it first")
-        return self._clock.metrics(self._sequences)[0]
-
-    def __iter__(self) -> Iterator[str]:
-        from .generation import _result, start, token_steps
-
-        if self._clock is not None:
-            raise RuntimeError("a TimedStream runs once; make a new one to generate again")
-        model, tokenizer, prompt, config, fields = self._args
-        self._clock = clock = TokenClock()
-        prompts, sequences, config, _, pad_id = start(model, tokenizer, prompt, config, **fields)
-        self._sequences = sequences
-        seq = sequences[0]
-        last = clock.start
-        for step in token_steps(model, prompts, sequences, config, use_cache=self.use_cache,
-                                pad_id=pad_id):
-            before = len(clock.times[0]) if clock.times else 0
-            now = clock.tick(sequences)
-            if self.on_token is not None:
-                for i in range(before, len(seq.token_ids)):
-                    self.on_token(TokenEvent(i, seq.token_ids[i], step[0], now - clock.start,
-                                             now - last))
-            last = now
-            if step[0]:
-                yield step[0]
-        self.result = _result(seq)
-        self.result.metrics = self.metrics
-
-
-def timed_stream(model, tokenizer, prompt, config=None, *, on_token=None, use_cache=True,
-                 **fields) -> TimedStream:
-    """Generate for one prompt, yielding text pieces as they are ready, and time every token.
-
-        >>> s = timed_stream(model, tokenizer, "Hello", max_new_tokens=16)
-        >>> text = "".join(s)
-        >>> s.metrics.ttft, s.metrics.tpot, s.result.text == text
-
-    `on_token(event)`, when given, is called for each new token with a `TokenEvent`
-    (index, token_id, piece, time since the start, gap since the previous token)."""
-    return TimedStream(model, tokenizer, prompt, config, on_token=on_token, use_cache=use_cache,
-                       **fields)

@@ -9,54 +9,39 @@
 
 from __future__ import annotations
 
-import time
-
 import torch
 
-from .generation import start, token_steps
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+from .devices import Timer, best_time, model_device, now
+from .generation import start
 
 
 def decode_step_times(model, tokenizer, prompt, new_tokens: int, *, use_cache: bool = True,
                       ignore_eos: bool = True):
     """Greedy generation of exactly `new_tokens` tokens (EOS ignored unless `ignore_eos` is
     False). Returns `(seconds per step, new token ids)`; seconds[0] is the prefill."""
-    prompts, sequences, config, batch, pad_id = start(model, tokenizer, prompt,
-                                                      max_new_tokens=new_tokens,
-                                                      do_sample=False, ignore_eos=ignore_eos)
-    if batch:
+    setup = start(model, tokenizer, prompt, max_new_tokens=new_tokens, do_sample=False,
+                  ignore_eos=ignore_eos)
+    if setup.batch:
         raise ValueError("decode_step_times takes one prompt")
-    device = next(model.parameters()).device
+    device = model_device(model)
     times = []
-    _sync(device)
-    last = time.perf_counter()
-    for _ in token_steps(model, prompts, sequences, config, use_cache=use_cache, pad_id=pad_id):
-        _sync(device)
-        now = time.perf_counter()
-        times.append(now - last)
-        last = now
-    return times, sequences[0].token_ids
+    last = now(device)
+    for _ in setup.steps(use_cache):
+        t = now(device)
+        times.append(t - last)
+        last = t
+    return times, setup.sequences[0].token_ids
 
 
 def recompute_step_time(model, n_tokens: int, repeats: int = 1, seed: int = 0) -> float:
     """Seconds for one no-cache decode step at sequence length `n_tokens`: a forward pass over
     all of them (random ids) and the argmax of the last position. The best of `repeats`."""
     gen = torch.Generator().manual_seed(seed)
-    device = next(model.parameters()).device
+    device = model_device(model)
     ids = torch.randint(model.config.vocab_size, (1, n_tokens), generator=gen).to(device)
-    best = float("inf")
     with torch.inference_mode():
-        for _ in range(repeats):
-            _sync(device)
-            begin = time.perf_counter()
-            model(ids)[:, -1].argmax(-1).tolist()
-            _sync(device)
-            best = min(best, time.perf_counter() - begin)
-    return best
+        return best_time(lambda: model(ids, logits_to_keep=1)[:, -1].argmax(-1).tolist(),
+                         device, repeats)
 
 
 def prefill_time(model, n_tokens: int, repeats: int = 1, seed: int = 0) -> float:
@@ -65,17 +50,15 @@ def prefill_time(model, n_tokens: int, repeats: int = 1, seed: int = 0) -> float
     from .kv_cache import KVCache
 
     gen = torch.Generator().manual_seed(seed)
-    device = next(model.parameters()).device
+    device = model_device(model)
     ids = torch.randint(model.config.vocab_size, (1, n_tokens), generator=gen).to(device)
     best = float("inf")
     with torch.inference_mode():
         for _ in range(repeats):
             cache = KVCache.for_model(model, 1, n_tokens + 1)
-            _sync(device)
-            begin = time.perf_counter()
-            model(ids, cache=cache)[:, -1].argmax(-1).tolist()
-            _sync(device)
-            best = min(best, time.perf_counter() - begin)
+            with Timer(device) as t:
+                model(ids, cache=cache, logits_to_keep=1)[:, -1].argmax(-1).tolist()
+            best = min(best, t.seconds)
     return best
 
 

@@ -6,7 +6,7 @@ import torch
 
 from minillm.distributed import (all_reduce_cost, compare_pipeline_parallel,
                                  compare_tensor_parallel, split_evenly)
-from minillm.distributed.tensor_parallel import TensorParallelLlama
+from minillm.distributed import tensor_parallel
 from minillm.model import load_model
 
 pytestmark = pytest.mark.slow
@@ -75,16 +75,17 @@ def test_pipeline_parallel_tiny_model_matches_one_process(tiny_folder):
 
 def test_single_process_tensor_parallel_is_the_whole_model(tiny_folder):
     """world_size 1 needs no process group: a quick check of the sharding arithmetic alone."""
-    model = load_model(tiny_folder, device="cpu")
+    model = load_model(tiny_folder, device="cpu", fast=False)
     ids = torch.tensor([PROMPT])
     with torch.inference_mode():
-        torch.testing.assert_close(TensorParallelLlama(model, 0, 1)(ids), model(ids))
+        want = model(ids)
+        torch.testing.assert_close(tensor_parallel(model, 0, 1)(ids), want)
 
 
 def test_more_ranks_than_heads_is_a_clear_error(tiny_folder):
-    model = load_model(tiny_folder, device="cpu")
+    model = load_model(tiny_folder, device="cpu", fast=False)
     with pytest.raises(ValueError, match="cannot split 3 items over 4 ranks"):
-        TensorParallelLlama(model, 0, 4)
+        tensor_parallel(model, 0, 4)
 
 
 def test_smollm2_on_two_processes(gguf_path):

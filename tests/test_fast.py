@@ -2,15 +2,16 @@
 
 Tolerances: float32 logits within 1e-4 (absolute, on logits of size ~1-10; the fused matrices
 add the same products in a different order); bfloat16 logits within 0.15 of the float32 model's
-on the tiny models (bf16 keeps 8 bits of mantissa)."""
+on the tiny models (bf16 keeps 8 bits of mantissa); int8 within 0.6 (weights and, in a decode
+step, activations in 8 bits)."""
 
 import pytest
 import torch
 
 import minillm
-from minillm.fast import FastLlama, optimize, time_layouts
+from minillm.fast import FastLinear, is_optimized, optimize, time_layouts
 from minillm.kv_cache import KVCache
-from minillm.model import LlamaModel, ModelConfig
+from minillm.model import LlamaModel, ModelConfig, load_model
 
 
 def _tiny(arch="llama", tied=True, bias=False, seed=0, max_seq_len=64):
@@ -81,22 +82,49 @@ def test_generate_runs_the_fast_model_unchanged_and_gives_the_same_greedy_tokens
 
 def test_last_logits_only_gives_the_last_position():
     model = _tiny()
-    fast = optimize(model, logits="last")
+    fast = optimize(model)
     ids = torch.tensor([[1, 2, 3, 4, 5]])
     with torch.inference_mode():
-        out = fast(ids)
+        out = fast(ids, logits_to_keep=1)
         assert out.shape == (1, 1, 80)
         torch.testing.assert_close(out[:, -1], model(ids)[:, -1], atol=1e-4, rtol=0)
+
+
+def test_the_fast_model_is_the_same_class_with_fused_named_layers():
+    model = _tiny()
+    fast = optimize(model)
+    assert type(fast) is type(model) and is_optimized(fast) and not is_optimized(model)
+    attn, mlp = fast.layers[0].attn, fast.layers[0].mlp
+    assert attn.is_fused and mlp.is_fused and not hasattr(attn, "q_proj")
+    assert isinstance(attn.qkv_proj, FastLinear) and isinstance(fast.lm_head, FastLinear)
+    c = model.config
+    assert attn.qkv_proj.out_features == (c.n_heads + 2 * c.n_kv_heads) * c.head_dim
+    assert mlp.gate_up_proj.out_features == 2 * c.intermediate_size
+    assert fast.weight_format == "fp32" and fast.layout in ("in_out", "out_in")
+
+
+def test_registered_parameters_move_and_save_with_the_model():
+    """Biases included: .to() and state_dict() see every tensor the fast model computes with."""
+    model = _tiny("qwen2", tied=False, bias=True)
+    fast = optimize(model)
+    state = fast.state_dict()
+    assert "layers.0.attn.qkv_proj.bias" in state and "lm_head.weight" in state
+    wide = fast.to(torch.float64)
+    assert all(t.dtype == torch.float64 for t in wide.state_dict().values())
+    ids = torch.tensor([[1, 2, 3]])
+    with torch.inference_mode():
+        torch.testing.assert_close(wide(ids).float(), model(ids), atol=1e-4, rtol=0)
 
 
 @pytest.mark.parametrize("kernel", [False, "auto"])
 def test_bfloat16_stays_close_to_float32(kernel):
     model = _tiny()
-    fast = optimize(model, dtype=torch.bfloat16, kernel=kernel)
-    assert fast.dtype == torch.bfloat16
+    fast = optimize(model, torch.bfloat16, kernel=kernel)
+    assert fast.weight_format == "bf16" and fast.lm_head.weight.dtype == torch.bfloat16
+    assert fast.dtype == torch.float32  # on a CPU only the stored weights narrow
     ids = torch.tensor([[1, 2, 3, 4, 5, 6]])
     c = KVCache.for_model(fast, 1, 10)
-    assert c.keys[0].dtype == torch.bfloat16
+    assert c.keys[0].dtype == torch.float32
     with torch.inference_mode():
         got = fast(ids, cache=c)
         step = fast(torch.tensor([[7]]), cache=c)
@@ -106,22 +134,38 @@ def test_bfloat16_stays_close_to_float32(kernel):
     torch.testing.assert_close(step, want[:, 6:], atol=0.15, rtol=0)
 
 
+def test_int8_weights_stay_close_to_float32():
+    model = _tiny()
+    fast = optimize(model, "int8")
+    assert fast.weight_format == "int8"
+    ids = torch.tensor([[1, 2, 3, 4, 5, 6]])
+    c = KVCache.for_model(fast, 1, 10)
+    with torch.inference_mode():
+        got = fast(ids, cache=c)
+        step = fast(torch.tensor([[7]]), cache=c)
+        want = model(torch.tensor([[1, 2, 3, 4, 5, 6, 7]]))
+    torch.testing.assert_close(got, want[:, :6], atol=0.6, rtol=0)
+    torch.testing.assert_close(step, want[:, 6:], atol=0.6, rtol=0)
+
+
 def test_the_original_model_is_left_alone_and_bad_arguments_are_refused():
     model = _tiny()
     before = {n: p.clone() for n, p in model.state_dict().items()}
     fast = optimize(model)
     assert all(torch.equal(before[n], p) for n, p in model.state_dict().items())
-    assert isinstance(fast, FastLlama)
-    with pytest.raises(TypeError, match="already a FastLlama"):
+    assert hasattr(model.layers[0].attn, "q_proj")
+    with pytest.raises(TypeError, match="already optimized"):
         optimize(fast)
-    with pytest.raises(TypeError, match="minillm Llama"):
+    with pytest.raises(TypeError, match="minillm model"):
         optimize(torch.nn.Linear(2, 2))
     with pytest.raises(ValueError, match="layout"):
         optimize(model, layout="diagonal")
-    with pytest.raises(ValueError, match="logits"):
-        optimize(model, logits="first")
-    with pytest.raises(TypeError, match="dtype"):
-        optimize(model, dtype=torch.int8)
+    with pytest.raises(ValueError, match="weights must be one of fp32, bf16, fp16, int8"):
+        optimize(model, "int4")
+    with pytest.raises(TypeError, match="weights must be one of"):
+        optimize(model, torch.int32)
+    with pytest.raises(ValueError, match="kernel must be"):
+        optimize(model, kernel="yes")
     with pytest.raises(ValueError, match="out of range"):
         fast(torch.tensor([[99]]))
 
@@ -142,7 +186,7 @@ def test_time_layouts_measures_both():
 
 
 def test_smollm2_greedy_tokens_and_logits_match(gguf_path):
-    model, tok = minillm.load("smollm2-135m", device="cpu")
+    model, tok = minillm.load("smollm2-135m", device="cpu", fast=False)
     fast = optimize(model)
     a = minillm.generate(model, tok, "The capital of France is", max_new_tokens=12)
     b = minillm.generate(fast, tok, "The capital of France is", max_new_tokens=12)
@@ -167,8 +211,8 @@ def test_bf16_kernel_matches_torch_where_it_can_be_built():
     with pytest.raises(ValueError, match="float32"):
         kernel.gemv_bf16(x[:3], w)
     model = _tiny()
-    fast = optimize(model, dtype=torch.bfloat16, kernel=True)
-    assert fast.layout == "out_in"
+    fast = optimize(model, "bf16", kernel=True)
+    assert fast.layout == "out_in" and fast.lm_head.kernel
     c = KVCache.for_model(fast, 1, 10)
     with torch.inference_mode():
         fast(torch.tensor([[1, 2, 3]]), cache=c)
@@ -185,7 +229,7 @@ def test_a_quantized_model_is_refused_with_a_clear_error():
     config = ModelConfig(arch="llama", vocab_size=40, hidden_size=64, n_layers=1, n_heads=2,
                          n_kv_heads=1, head_dim=32, intermediate_size=64, max_seq_len=32)
     with torch.device("meta"):
-        shapes = build_model.__globals__["MODEL_CLASSES"]["llama"](config).state_dict()
+        shapes = LlamaModel(config).state_dict()
     model = build_model(config, {n: torch.randn(t.shape) for n, t in shapes.items()})
     with pytest.raises(TypeError, match="Quantize or optimize, not both"):
         optimize(quantize(model, "int8"))
@@ -194,7 +238,7 @@ def test_a_quantized_model_is_refused_with_a_clear_error():
 @pytest.mark.parametrize("length", [1, 5, 16, 17, 40])
 def test_blockwise_causal_attention_equals_the_masked_whole(length):
     """Blocks of 16 queries here: lengths below, at and past a block edge."""
-    from minillm.fast.model import causal_attention
+    from minillm.layers import causal_attention
 
     gen = torch.Generator().manual_seed(length)
     q, k, v = (torch.randn(2, 3, length, 8, generator=gen) for _ in range(3))
@@ -210,11 +254,23 @@ def test_a_prompt_longer_than_one_attention_block_matches_the_plain_model():
         torch.testing.assert_close(fast(ids), model(ids), atol=1e-4, rtol=0)
 
 
-def test_rope_by_halves_equals_the_rotate_half_formula():
-    from minillm.fast.model import apply_rope
+def test_loading_gives_the_fast_path_by_default_and_the_readable_model_on_request(tmp_path):
+    import transformers as tf
 
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(3, 5, 8, generator=gen)
-    cos, sin = torch.randn(8, generator=gen), torch.randn(8, generator=gen)
-    rotated = torch.cat([-x[..., 4:], x[..., :4]], dim=-1)
-    torch.testing.assert_close(apply_rope(x, cos, sin), x * cos + rotated * sin)
+    torch.manual_seed(0)
+    hf = tf.LlamaForCausalLM(tf.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=40,
+                                            num_hidden_layers=2, num_attention_heads=4,
+                                            num_key_value_heads=2, max_position_embeddings=64))
+    hf.save_pretrained(tmp_path)
+    fast, _ = minillm.load(tmp_path, device="cpu")
+    readable, _ = minillm.load(tmp_path, device="cpu", fast=False)
+    int8 = load_model(tmp_path, device="cpu", weights="int8")
+    assert is_optimized(fast) and not is_optimized(readable) and int8.weight_format == "int8"
+    assert hasattr(readable.layers[0].attn, "q_proj")
+    ids = torch.tensor([[1, 2, 3, 4]])
+    with torch.inference_mode():
+        torch.testing.assert_close(fast(ids), readable(ids), atol=1e-4, rtol=0)
+    with pytest.raises(ValueError, match="weights= chooses the fast path"):
+        load_model(tmp_path, device="cpu", fast=False, weights="int8")
+    with pytest.raises(TypeError, match="fast must be True"):
+        load_model(tmp_path, device="cpu", fast="yes")

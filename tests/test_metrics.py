@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import minillm
-from minillm.metrics import (RequestMetrics, TokenClock, predict_latency, throughput,
-                             timed_stream)
+from minillm.generation import timed_stream
+from minillm.metrics import RequestMetrics, TokenClock, predict_latency, throughput
 
 
 def test_definitions_on_fixed_timestamps():

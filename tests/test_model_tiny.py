@@ -10,7 +10,7 @@ import torch
 from minillm.kv_cache import KVCache
 from minillm.model import (ModelConfig, attention, attention_explicit, build_model, load,
                            load_model)
-from minillm.model.gguf_loader import unpermute
+from minillm.model.llama import unpermute
 
 VOCAB = 96
 

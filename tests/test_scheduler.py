@@ -16,15 +16,8 @@ def make(rid, prompt_len, new=4, first=1):
 def fake_step(scheduler, batch):
     """What the engine does after the forward pass, with token 0 as every new token."""
     for r, n in batch.items:
-        if r.ghost and not r.block_table:
-            continue
-        scheduler.computed(r, n)
-        if r.remaining == 0:
-            if r.ghost:
-                r.tokens.append(0)
-                continue
-            r.sequence.add(0)
-            r.tokens.append(0)
+        if scheduler.computed(r, n):
+            r.add_token(0, 0.0)
             if r.sequence.done:
                 r.status = "finished"
                 scheduler.finish(r)

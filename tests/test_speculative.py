@@ -15,7 +15,7 @@ from minillm.checks.ch08_speculative import chi_square_p_value
 from minillm.generation import generate
 from minillm.kv_cache import KVCache
 from minillm.model import LlamaModel, ModelConfig
-from minillm.speculative import (Draft, FirstLayers, ModelDraft, PromptLookupDraft,
+from minillm.speculative import (Draft, ModelDraft, PromptLookupDraft,
                                  SpeculativeDecoder, first_layers, speculative_generate)
 from minillm.stopping import Sequence
 
@@ -226,7 +226,8 @@ def test_prompt_lookup_proposals():
 
 def test_first_layers_shares_weights_and_matches_a_shorter_model(tiny):
     short = first_layers(tiny, 2)
-    assert isinstance(short, FirstLayers) and short.config.n_layers == 2
+    assert type(short) is type(tiny) and short.config.n_layers == 2
+    assert tiny.config.n_layers == 3 and len(tiny.layers) == 3  # the original is untouched
     assert short.embed.weight.data_ptr() == tiny.embed.weight.data_ptr()
     assert short.layers[1].mlp.up_proj.weight.data_ptr() == \
         tiny.layers[1].mlp.up_proj.weight.data_ptr()
@@ -245,7 +246,7 @@ def test_first_layers_shares_weights_and_matches_a_shorter_model(tiny):
 @pytest.mark.parametrize("call, error, words", [
     (lambda m: first_layers(m, 0), ValueError, "from 1 to 3"),
     (lambda m: first_layers(m, 4), ValueError, "from 1 to 3"),
-    (lambda m: first_layers(torch.nn.Linear(2, 2), 1), TypeError, "Llama/Qwen2"),
+    (lambda m: first_layers(torch.nn.Linear(2, 2), 1), TypeError, "minillm model"),
     (lambda m: PromptLookupDraft(max_ngram=0), ValueError, "max_ngram"),
     (lambda m: PromptLookupDraft(max_ngram=1, min_ngram=2), ValueError, "<= max_ngram"),
     (lambda m: speculative_generate(m, Digits(), [1, 2], k=0), ValueError, "k (tokens"),

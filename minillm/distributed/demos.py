@@ -9,14 +9,16 @@ import torch
 
 from .launch import run_distributed
 from .pipeline_parallel import PipelineStage
-from .tensor_parallel import TensorParallelLlama, all_reduce_cost
+from .tensor_parallel import all_reduce_cost, tensor_parallel
 
 
-def _load(source):
+def _load(source, fast: bool = True):
+    """The model (on the CPU: the ranks here are processes on one machine; with a GPU each, the
+    launcher would give rank r cuda:r) and its tokenizer."""
     from ..model import load_model
     from ..tokenizer import load_tokenizer
 
-    model = load_model(source, device="cpu")
+    model = load_model(source, device="cpu", fast=fast)
     try:
         tokenizer = load_tokenizer(source)
     except (ValueError, TypeError, FileNotFoundError):
@@ -32,8 +34,10 @@ def _greedy_ids(model, tokenizer, prompt_ids, new_tokens):
 
 
 def tensor_parallel_rank(rank, world_size, source, prompt_ids, new_tokens):
-    model, tokenizer = _load(source)
-    tp = TensorParallelLlama(model, rank, world_size)
+    from ..fast import optimize_in_place
+
+    model, tokenizer = _load(source, fast=False)  # split the readable layers, then fuse
+    tp = optimize_in_place(tensor_parallel(model, rank, world_size))
     with torch.inference_mode():
         logits = tp(torch.tensor([prompt_ids]))
     prefill = (tp.comm.calls, tp.comm.bytes)

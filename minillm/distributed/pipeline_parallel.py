@@ -10,20 +10,20 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
 from ..model.inputs import prepare
-from ..model.llama import rms_norm, rope_cos_sin
 from .tensor_parallel import split_evenly
 
 
 class PipelineStage:
-    """Layers `layers` of a Llama-family model, run as stage `rank` of `world_size`."""
+    """Layers `layers` of a minillm model, run as stage `rank` of `world_size`. The stage runs
+    the model's own three steps (`embed_tokens`, `run_layers`, `logits`), each on its share."""
 
     def __init__(self, model, rank: int, world_size: int):
+        from ..model import registry
+
         config = model.config
-        if config.arch not in ("llama", "qwen2"):
-            raise ValueError(f"pipeline stages here split llama and qwen2 models, not {config.arch!r}")
+        registry.require(config, "pipeline_parallel")
         self.model, self.config, self.rank, self.world_size = model, config, rank, world_size
         self.layers = split_evenly(config.n_layers, world_size)[rank]
         for i in range(config.n_layers):  # a stage keeps only its own layers' weights
@@ -42,19 +42,16 @@ class PipelineStage:
         """Run this stage on the prompt `input_ids` (batch, seq), which every stage knows.
         Returns the logits on the last stage, None elsewhere."""
         c, m = self.config, self.model
-        position_ids, mask = prepare(c, input_ids)
+        input_ids, position_ids, mask = prepare(c, input_ids, device=m.device)
         batch, seq = input_ids.shape
         if self.rank == 0:
-            x = m.embed(input_ids)
+            x = m.embed_tokens(input_ids, position_ids)
         else:
-            x = torch.empty(batch, seq, c.hidden_size, dtype=m.dtype)
+            x = torch.empty(batch, seq, c.hidden_size, dtype=m.dtype, device=m.device)
             dist.recv(x, src=self.rank - 1)
-        cos, sin = rope_cos_sin(position_ids, c.head_dim, c.rope_theta, x.dtype)
-        for i in self.layers:
-            x = m.layers[i](x, cos, sin, mask)
+        x = m.run_layers(x, position_ids, mask, layers=[m.layers[i] for i in self.layers])
         if not self.is_last:
             dist.send(x.contiguous(), dst=self.rank + 1)
             self.sent_bytes += x.numel() * x.element_size()
             return None
-        head = m.embed.weight if m.lm_head is None else m.lm_head.weight
-        return F.linear(rms_norm(x, m.norm.weight, c.norm_eps), head).float()
+        return m.logits(x)

@@ -13,6 +13,12 @@ norms and the LM head are replicated: every rank ends with the same logits.
 Heads are split by key/value head, each with its group of query heads, so grouped-query attention
 needs no communication. When the heads do not divide evenly (SmolLM2 has 3 key/value heads; two
 ranks get 2 and 1), the split is uneven but the result is the same.
+
+`tensor_parallel(model, rank, world_size)` does this to a minillm model in place, by slicing the
+weights of its own layers (minillm.layers): the column-parallel projections keep their rows, the
+row-parallel ones become `RowParallelLinear` (their columns, then the all-reduce). The blocks,
+the attention and the forward pass stay the family's own code; any family the registry marks
+"tensor_parallel" can be split (Llama, Qwen2, Qwen3).
 """
 
 from __future__ import annotations
@@ -22,11 +28,8 @@ from dataclasses import dataclass, field, replace
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-import torch.nn.functional as F
 
-from ..model.attention import attention
-from ..model.inputs import prepare
-from ..model.llama import apply_rope, rms_norm, rope_cos_sin
+from ..layers.linear import plain_linear
 
 
 def split_evenly(total: int, parts: int) -> list[range]:
@@ -65,86 +68,61 @@ def all_reduce_cost(config, tokens: int, bytes_per_value: int = 4) -> tuple[int,
     return calls, calls * tokens * config.hidden_size * bytes_per_value
 
 
-class TPAttention(nn.Module):
-    def __init__(self, full, config, kv_heads: range, layer_idx: int):
+class RowParallelLinear(nn.Module):
+    """This rank's input columns of a linear layer. Each rank's product is a partial sum of the
+    full output; one all-reduce adds them up, then the bias is added (once)."""
+
+    def __init__(self, linear: nn.Linear, cols: range, comm: CommStats, group=None):
         super().__init__()
-        d, groups = config.head_dim, config.n_groups
-        q_rows = slice(kv_heads.start * groups * d, kv_heads.stop * groups * d)
-        kv_rows = slice(kv_heads.start * d, kv_heads.stop * d)
-        self.layer_idx, self.head_dim = layer_idx, d
-        self.n_heads, self.n_kv_heads = len(kv_heads) * groups, len(kv_heads)
-        self.wq, self.bq = full.q_proj.weight[q_rows], _bias(full.q_proj, q_rows)
-        self.wk, self.bk = full.k_proj.weight[kv_rows], _bias(full.k_proj, kv_rows)
-        self.wv, self.bv = full.v_proj.weight[kv_rows], _bias(full.v_proj, kv_rows)
-        self.wo = full.o_proj.weight[:, q_rows]  # row-parallel: this rank's input columns
-        self.bo = full.o_proj.bias  # added once, by rank 0, before the all-reduce
+        self.linear = plain_linear(linear.weight.detach()[:, cols.start:cols.stop].contiguous())
+        self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach(),
+                                                                  requires_grad=False)
+        self.comm, self.group = comm, group
 
-    def forward(self, x, cos, sin, mask, cache, rank):
-        b, s, _ = x.shape
-        q = F.linear(x, self.wq, self.bq).view(b, s, self.n_heads, self.head_dim).transpose(1, 2)
-        k = F.linear(x, self.wk, self.bk).view(b, s, self.n_kv_heads, self.head_dim).transpose(1, 2)
-        v = F.linear(x, self.wv, self.bv).view(b, s, self.n_kv_heads, self.head_dim).transpose(1, 2)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        if cache is not None:
-            k, v = cache.append(self.layer_idx, k, v)
-        out = attention(q, k, v, mask).transpose(1, 2).reshape(b, s, -1)
-        return F.linear(out, self.wo, self.bo if rank == 0 else None)  # a partial sum
+    def forward(self, x):
+        y = self.comm.all_reduce(self.linear(x), self.group)
+        return y if self.bias is None else y + self.bias
 
 
-class TPFeedForward(nn.Module):
-    def __init__(self, full, rows: range):
-        super().__init__()
-        cut = slice(rows.start, rows.stop)
-        self.w_gate, self.b_gate = full.gate_proj.weight[cut], _bias(full.gate_proj, cut)
-        self.w_up, self.b_up = full.up_proj.weight[cut], _bias(full.up_proj, cut)
-        self.w_down, self.b_down = full.down_proj.weight[:, cut], full.down_proj.bias
-
-    def forward(self, x, rank):
-        h = F.silu(F.linear(x, self.w_gate, self.b_gate)) * F.linear(x, self.w_up, self.b_up)
-        return F.linear(h, self.w_down, self.b_down if rank == 0 else None)  # a partial sum
+def _rows(linear: nn.Linear, rows: range) -> nn.Linear:
+    """A column-parallel share: the output rows `rows` (and their biases)."""
+    cut = slice(rows.start, rows.stop)
+    bias = None if linear.bias is None else linear.bias.detach()[cut].contiguous()
+    return plain_linear(linear.weight.detach()[cut].contiguous(), bias)
 
 
-def _bias(linear, rows):
-    return None if linear.bias is None else linear.bias[rows]
+def tensor_parallel(model, rank: int, world_size: int, group=None):
+    """Make `model` (a readable minillm model: `minillm.load(..., fast=False)`) this rank's
+    share of a `world_size`-way tensor-parallel run, in place, and return it. It keeps the same
+    forward contract (the KV cache included: the cache holds this rank's key/value heads, as
+    `model.config`, now this rank's view, says). `model.comm` counts the all-reduces;
+    `model.full_config` is the whole model's config."""
+    from ..model import registry
 
-
-class TensorParallelLlama(nn.Module):
-    """This rank's share of a Llama-family model. Called like the full model (same forward
-    contract, KV cache included: the cache holds this rank's key/value heads only)."""
-
-    def __init__(self, model, rank: int, world_size: int, group=None):
-        super().__init__()
-        config = model.config
-        if config.arch not in ("llama", "qwen2"):
-            raise ValueError(f"tensor parallelism here splits llama and qwen2 models, "
-                             f"not {config.arch!r}")
-        self.rank, self.world_size, self.group = rank, world_size, group
-        self.kv_heads = split_evenly(config.n_kv_heads, world_size)[rank]
-        # This rank's view: its own heads only, so KVCache.for_model and generate() work as they are.
-        self.full_config = config
-        self.config = replace(config, n_kv_heads=len(self.kv_heads),
-                              n_heads=len(self.kv_heads) * config.n_groups)
-        self.ffn_rows = split_evenly(config.intermediate_size, world_size)[rank]
-        self.embed, self.norm_weight = model.embed.weight, model.norm.weight
-        self.head = model.embed.weight if model.lm_head is None else model.lm_head.weight
-        self.blocks = [(layer.attn_norm.weight, TPAttention(layer.attn, config, self.kv_heads, i),
-                        layer.mlp_norm.weight, TPFeedForward(layer.mlp, self.ffn_rows))
-                       for i, layer in enumerate(model.layers)]
-        self.comm = CommStats()
-
-    def forward(self, input_ids, cache=None, position_ids=None, attention_mask=None):
-        c = self.config
-        position_ids, mask = prepare(c, input_ids, cache, position_ids, attention_mask)
-        x = F.embedding(input_ids, self.embed)
-        cos, sin = rope_cos_sin(position_ids, c.head_dim, c.rope_theta, x.dtype)
-        for attn_norm, attn, mlp_norm, mlp in self.blocks:
-            x = x + self.comm.all_reduce(attn(rms_norm(x, attn_norm, c.norm_eps), cos, sin, mask,
-                                              cache, self.rank), self.group)
-            x = x + self.comm.all_reduce(mlp(rms_norm(x, mlp_norm, c.norm_eps), self.rank),
-                                         self.group)
-        if cache is not None:
-            cache.advance(input_ids.shape[1])
-        return F.linear(rms_norm(x, self.norm_weight, c.norm_eps), self.head).float()
-
-    def parameters(self, recurse: bool = True):  # for KVCache.for_model: dtype and device
-        yield self.embed
+    config = model.config
+    registry.require(config, "tensor_parallel")
+    if getattr(model, "weight_format", None) is not None:
+        raise TypeError("split the readable model (minillm.load(..., fast=False)); optimize "
+                        "each rank's share afterwards")
+    kv_heads = split_evenly(config.n_kv_heads, world_size)[rank]
+    ffn_rows = split_evenly(config.intermediate_size, world_size)[rank]
+    d, groups = config.head_dim, config.n_groups
+    q_rows = range(kv_heads.start * groups * d, kv_heads.stop * groups * d)
+    kv_rows = range(kv_heads.start * d, kv_heads.stop * d)
+    comm = CommStats()
+    for layer in model.layers:
+        attn, mlp = layer.attn, layer.mlp
+        attn.q_proj, attn.k_proj, attn.v_proj = (_rows(attn.q_proj, q_rows),
+                                                 _rows(attn.k_proj, kv_rows),
+                                                 _rows(attn.v_proj, kv_rows))
+        attn.o_proj = RowParallelLinear(attn.o_proj, q_rows, comm, group)
+        attn.n_heads, attn.n_kv_heads = len(kv_heads) * groups, len(kv_heads)
+        mlp.gate_proj, mlp.up_proj = _rows(mlp.gate_proj, ffn_rows), _rows(mlp.up_proj, ffn_rows)
+        mlp.down_proj = RowParallelLinear(mlp.down_proj, ffn_rows, comm, group)
+        mlp.intermediate_size = len(ffn_rows)
+    model.full_config = config
+    model.config = replace(config, n_kv_heads=len(kv_heads), n_heads=len(kv_heads) * groups,
+                           intermediate_size=len(ffn_rows))
+    model.comm, model.rank, model.world_size = comm, rank, world_size
+    model.kv_heads, model.ffn_rows = kv_heads, ffn_rows
+    return model

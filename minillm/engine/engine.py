@@ -23,11 +23,12 @@ from dataclasses import dataclass, field
 import torch
 
 from ..decoding import GenerationConfig, build_processors, choose_next_token, make_generator
+from ..devices import model_device
 from ..generation import eos_ids, encode_prompts
 from .block_manager import BlockManager
 from .paged_cache import PagedKVPool, paged_forward
 from .request import FINISHED, Request, RequestOutput
-from .scheduler import ContinuousScheduler, StaticScheduler
+from .scheduler import SCHEDULERS, Scheduler
 
 
 @dataclass
@@ -55,26 +56,26 @@ class StepRecord:
 
 
 class Engine:
-    """Serve many requests with one model. `scheduler` is "continuous" or "static"."""
+    """Serve many requests with one model. `scheduler` names a policy ("continuous" or
+    "static", the keys of minillm.engine.scheduler.SCHEDULERS) or is a Scheduler subclass."""
 
-    def __init__(self, model, tokenizer, *, scheduler: str = "continuous",
+    def __init__(self, model, tokenizer, *, scheduler="continuous",
                  num_blocks: int = 256, block_size: int = 16, max_num_seqs: int = 16,
                  max_num_batched_tokens: int = 512, enable_prefix_caching: bool = True,
                  record: bool = False):
-        if scheduler not in ("continuous", "static"):
-            raise ValueError(f"scheduler must be 'continuous' or 'static', got {scheduler!r}")
+        policy = SCHEDULERS.get(scheduler) if isinstance(scheduler, str) else scheduler
+        if not (isinstance(policy, type) and issubclass(policy, Scheduler)):
+            raise ValueError(f"scheduler must be {' or '.join(map(repr, SCHEDULERS))} or a "
+                             f"Scheduler subclass, got {scheduler!r}")
         self.model, self.tokenizer = model, tokenizer
-        self.device = next(model.parameters()).device
+        self.device = model_device(model)
         self.max_seq_len = model.config.max_seq_len
         self.blocks = BlockManager(num_blocks, block_size,
-                                   enable_prefix_caching and scheduler == "continuous")
+                                   enable_prefix_caching and policy.uses_prefix_cache)
         self.pool = PagedKVPool.for_model(model, num_blocks, block_size)
-        if scheduler == "continuous":
-            self.scheduler = ContinuousScheduler(self.blocks, max_num_seqs, max_num_batched_tokens)
-        else:
-            self.scheduler = StaticScheduler(self.blocks, max_num_seqs, max_num_batched_tokens,
-                                             self.max_seq_len)
-        self.kind = scheduler
+        self.scheduler = policy(self.blocks, max_num_seqs, max_num_batched_tokens,
+                                self.max_seq_len)
+        self.kind = scheduler if isinstance(scheduler, str) else policy.__name__
         self.requests: dict[object, Request] = {}  # live requests; forgotten once ended
         self.record = record
         self.steps: list[StepRecord] = []
@@ -156,7 +157,7 @@ class Engine:
     # --- one iteration ----------------------------------------------------------------------------
 
     def step(self) -> list[RequestOutput]:
-        """Schedule, run one forward pass per group of rows, pick tokens, finish requests.
+        """Schedule, run the scheduled forward passes, pick tokens, finish requests.
         Returns an output for every request that gained text or ended in this step."""
         with self._lock:
             outputs, self._cancelled = self._cancelled, []
@@ -164,22 +165,13 @@ class Engine:
             if not batch:
                 return outputs
             start = time.perf_counter()
-            kinds = [self._kind(r, n) for r, n in batch.items]
-            logits, computed_rows = self._forward(batch.items)
-            now = time.perf_counter()
+            kinds = [self.scheduler.kind(r, n) for r, n in batch.items]
+            logits, computed_rows = self._forward(batch)
+            now = time.perf_counter()  # the logits are on the host (read below): tokens ready
             for (request, n), row in zip(batch.items, logits):
-                if request.ghost and not request.block_table:
-                    continue  # its static batch ended earlier in this loop
-                self.scheduler.computed(request, n)
-                if request.remaining > 0:
-                    continue  # a prompt chunk: more of it next step
-                if request.ghost:
-                    request.tokens.append(request.tokens[-1])  # padding for a finished row
-                    continue
-                token = self._choose(request, row)
-                piece = request.sequence.add(token)
-                request.tokens.append(token)
-                request.token_times.append(now)
+                if not self.scheduler.computed(request, n):
+                    continue  # a prompt chunk with more to come, or a row with no token to give
+                piece = request.add_token(self._choose(request, row), now)
                 if request.sequence.done:
                     self._finish(request, request.sequence.finish_reason, now)
                     self.scheduler.finish(request)
@@ -191,37 +183,14 @@ class Engine:
                     self.requests.pop(out.request_id, None)
             return outputs
 
-    def _kind(self, request: Request, n: int) -> str:
-        if request.ghost:
-            return "ghost"
-        if request.num_preemptions and request.num_computed < len(request.tokens) - 1:
-            return "recompute"
-        return "prefill" if request.in_prefill else "decode"
-
-    def _forward(self, items) -> tuple[list[torch.Tensor], int]:
-        """Last-token logits for every (request, n) item, and the token positions computed.
-        One-token rows run together; prompt chunks run in groups of similar length (a static
-        batch: all in one padded pass)."""
+    def _forward(self, batch) -> tuple[list[torch.Tensor], int]:
+        """Last-token logits for every item of the batch, one forward pass per group the
+        scheduler planned, and the token positions those passes computed."""
+        items = batch.items
         out: list = [None] * len(items)
         computed = 0
-        singles = [i for i, (_, n) in enumerate(items) if n == 1]
-        chunks = sorted((i for i, (_, n) in enumerate(items) if n > 1),
-                        key=lambda i: -items[i][1])
-        groups = [singles] if singles else []
-        if self.kind == "static":
-            groups += [chunks] if chunks else []
-        else:
-            for i in chunks:  # start a new group when padding would waste over a quarter
-                group = groups[-1] if groups and groups[-1] is not singles else None
-                if group is not None:
-                    longest = items[group[0]][1]
-                    tokens = sum(items[j][1] for j in group) + items[i][1]
-                    if longest * (len(group) + 1) <= 1.25 * tokens:
-                        group.append(i)
-                        continue
-                groups.append([i])
         with torch.inference_mode():
-            for group in groups:
+            for group in batch.passes:
                 reqs = [items[i][0] for i in group]
                 rows = [r.tokens[r.num_computed:r.num_computed + items[i][1]]
                         for i, r in zip(group, reqs)]
@@ -245,10 +214,10 @@ class Engine:
         request.finish_time = now
 
     def _record(self, start: float, items, kinds, computed_rows: int) -> None:
-        live = [r for r in self.scheduler.running if not r.ghost]
+        live = self.scheduler.live()
         self.steps.append(StepRecord(
             start, time.perf_counter(), [(r.id, n, k) for (r, n), k in zip(items, kinds)],
-            used_tokens=sum(r.num_computed for r in self.scheduler.running if not r.ghost),
+            used_tokens=sum(r.num_computed for r in live),
             paged_slots=sum(len(r.block_table) for r in live) * self.blocks.block_size,
             contiguous_slots=sum(r.max_tokens for r in live), running=len(live),
             waiting=len(self.scheduler.waiting), computed_rows=computed_rows))
@@ -295,13 +264,28 @@ class Engine:
                     rid = self.add_request(prompt, config, **fields)
             except (ValueError, TypeError) as error:
                 rid = ("rejected", n)
-                rejected[rid] = RequestOutput(rid, [], finished=True, finish_reason="rejected",
+                rejected[rid] = RequestOutput(request_id=rid, finished=True,
+                                              finish_reason="rejected",
                                               error=f"{type(error).__name__}: {error}")
             ids.append(rid)
         final = self.run(progress=progress)
         return [rejected[i] if i in rejected else final[i] for i in ids]
 
     # --- numbers ----------------------------------------------------------------------------------
+
+    def num_running(self) -> int:
+        """Requests that ran in the last step's batch and still produce tokens."""
+        with self._lock:
+            return len(self.scheduler.live())
+
+    def num_waiting(self) -> int:
+        with self._lock:
+            return len(self.scheduler.waiting)
+
+    def is_active(self, request_id) -> bool:
+        """Whether `request_id` is queued or running (not yet ended)."""
+        with self._lock:
+            return request_id in self.requests
 
     def stats(self) -> dict:
         return {"scheduler": self.kind, "steps": len(self.steps),

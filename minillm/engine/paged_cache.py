@@ -4,9 +4,9 @@
 (num_blocks * block_size, kv_heads, head_dim): slot `block * block_size + offset` holds one token.
 
 `PagedBatch` is what the model sees for one forward pass over a batch of sequences, each with
-`context` tokens already in the pool and `new` tokens to run now. It keeps the duck-typed contract of
-`minillm.KVCache` (`append(layer, k, v)` returns the keys and values to attend over, `advance(n)`),
-so the model code is unchanged:
+`context` tokens already in the pool and `new` tokens to run now. It keeps
+`minillm.kv_cache.KVCacheProtocol` (`append(layer, k, v)` returns the keys and values to attend
+over, `advance(n)`), so the model code is unchanged:
 
 - the batch's new tokens are left-padded to the longest (`seq`), and each row's keys are laid out
   so that its last key sits at the end: row i's keys occupy the last `context_i + new_i` of
@@ -18,10 +18,9 @@ so the model code is unchanged:
 
 from __future__ import annotations
 
-import functools
-import inspect
-
 import torch
+
+from ..devices import model_device, model_dtype
 
 
 class PagedKVPool:
@@ -49,9 +48,9 @@ class PagedKVPool:
 
     @classmethod
     def for_model(cls, model, num_blocks: int, block_size: int = 16) -> "PagedKVPool":
-        c, p = model.config, next(model.parameters())
-        return cls(c.n_layers, num_blocks, block_size, c.n_kv_heads, c.head_dim, p.dtype,
-                   p.device)
+        c = model.config
+        return cls(c.n_layers, num_blocks, block_size, c.n_kv_heads, c.head_dim,
+                   model_dtype(model), model_device(model))
 
     @property
     def n_layers(self) -> int:
@@ -124,7 +123,7 @@ class PagedBatch:
         self.batch = b
         self.seq = seq
 
-    # --- the KVCache contract the model calls ------------------------------------------------------
+    # --- KVCacheProtocol ---------------------------------------------------------------------------
 
     @property
     def n_layers(self) -> int:
@@ -163,14 +162,6 @@ def paged_forward(model, pool: PagedKVPool, tables, contexts, rows: list[list[in
     """Run `model` on each row's new tokens `rows[i]`, after `contexts[i]` tokens already in the
     pool; returns the logits of each row's last token, (batch, vocab)."""
     batch = PagedBatch(pool, tables, contexts, [len(r) for r in rows])
-    last = {"logits_to_keep": 1} if _takes_logits_to_keep(type(model)) else {}
     logits = model(batch.input_ids(rows), cache=batch, position_ids=batch.position_ids,
-                   attention_mask=batch.attention_mask, **last)
+                   attention_mask=batch.attention_mask, logits_to_keep=1)
     return logits[:, -1, :]
-
-
-@functools.lru_cache(maxsize=None)
-def _takes_logits_to_keep(model_type) -> bool:
-    """Whether this model class can return the last position's logits alone (minillm's models
-    can); other models compute every position's and the engine keeps the last."""
-    return "logits_to_keep" in inspect.signature(model_type.forward).parameters

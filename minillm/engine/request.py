@@ -15,8 +15,10 @@ token, which is checked against this request's own stopping rules.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from ..metrics import RequestMetrics
+from ..results import Completion
 from ..stopping import Sequence, check_stop_strings
 
 WAITING, RUNNING, FINISHED = "waiting", "running", "finished"
@@ -24,25 +26,23 @@ FINISH_REASONS = ("eos", "length", "stop", "cancelled")
 
 
 @dataclass
-class RequestOutput:
-    """The state of one request after an engine step.
+class RequestOutput(Completion):
+    """The state of one request after an engine step: the fields every runner shares
+    (minillm.results: text and token_ids so far, finish_reason, prompt_token_ids, and metrics
+    once it has finished), plus
 
-    new_text        text that became ready in this step (stream it)
-    text            all text so far (a stop string and what follows it cut off)
-    token_ids       all new token ids so far
-    finished        True once it has ended; finish_reason is then "eos", "length", "stop" or
-                    "cancelled" (or "rejected" in `Engine.generate` for a request it refused)
-    metrics         minillm.metrics.RequestMetrics (TTFT, TPOT, latency), set when finished
+    request_id         the id `add_request` returned
+    new_text           text that became ready in this step (stream it)
+    finished           True once it has ended; finish_reason is then "eos", "length", "stop" or
+                       "cancelled" (or "rejected" in `Engine.generate` for a request it refused)
+    num_cached_tokens  prompt tokens found in the prefix cache
+    num_preemptions    times it lost its blocks and was recomputed
+    error              why `Engine.generate` rejected it
     """
 
-    request_id: object
-    prompt_token_ids: list[int]
-    text: str = ""
+    request_id: object = None
     new_text: str = ""
-    token_ids: list[int] = field(default_factory=list)
     finished: bool = False
-    finish_reason: str | None = None
-    metrics: object = field(default=None, repr=False)
     num_cached_tokens: int = 0
     num_preemptions: int = 0
     error: str | None = None
@@ -60,7 +60,7 @@ class Request:
         self.generator = generator
         self.sequence = Sequence(self.prompt_ids, tokenizer, eos_ids, config.max_new_tokens,
                                  check_stop_strings(config.stop))
-        self.tokens = list(self.prompt_ids)  # prompt + generated (+ padding for a static ghost)
+        self.tokens = list(self.prompt_ids)  # prompt + generated (a policy may add padding)
         self.num_computed = 0
         self.block_table: list[int] = []
         self.block_hashes: list[int] = []  # hashes of the full blocks at the table's start
@@ -71,8 +71,6 @@ class Request:
         self.finish_reason: str | None = None
         self.num_cached_tokens = 0  # prompt tokens found in the prefix cache at first admission
         self.num_preemptions = 0
-        self.ghost = False  # static batching: finished, but its row keeps running with the batch
-        self.ghost_limit = 0
         self.admitted = False
 
     @property
@@ -97,17 +95,25 @@ class Request:
     def finished(self) -> bool:
         return self.status == FINISHED
 
+    def add_token(self, token: int, now: float) -> str:
+        """Record the token chosen for this request at time `now`; return the text it made
+        ready."""
+        piece = self.sequence.add(token)
+        self.tokens.append(token)
+        self.token_times.append(now)
+        return piece
+
     def output(self, new_text: str = "") -> RequestOutput:
         metrics = None
         if self.finished:
-            from ..metrics import RequestMetrics
-
             end = max([self.finish_time, *self.token_times[-1:]])
             metrics = RequestMetrics(self.arrival_time, tuple(self.token_times),
                                      len(self.prompt_ids), end)
-        return RequestOutput(self.id, self.prompt_ids, self.sequence.text, new_text,
-                             list(self.sequence.token_ids), self.finished, self.finish_reason,
-                             metrics, self.num_cached_tokens, self.num_preemptions)
+        return RequestOutput(text=self.sequence.text, token_ids=list(self.sequence.token_ids),
+                             finish_reason=self.finish_reason, prompt_token_ids=self.prompt_ids,
+                             metrics=metrics, request_id=self.id, new_text=new_text,
+                             finished=self.finished, num_cached_tokens=self.num_cached_tokens,
+                             num_preemptions=self.num_preemptions)
 
     def __repr__(self):
         return (f"Request({self.id!r}, {self.status}, prompt={len(self.prompt_ids)}, "

@@ -19,18 +19,27 @@ still in the prefix cache are reused), so no output is lost.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections import deque
 from dataclasses import dataclass, field
 
+from ..validate import check_int
 from .block_manager import BlockManager
 from .request import RUNNING, WAITING, Request
 
 
 @dataclass
 class ScheduledBatch:
-    """One pass's plan: `items` are (request, tokens to run) pairs; `preempted` lost their blocks."""
+    """One step's plan.
+
+    items      (request, tokens to run) pairs
+    passes     how the items are grouped into forward passes: lists of indices into `items`
+               (rows of one pass are left-padded to its longest)
+    preempted  requests that lost their blocks this step
+    """
 
     items: list[tuple[Request, int]] = field(default_factory=list)
+    passes: list[list[int]] = field(default_factory=list)
     preempted: list[Request] = field(default_factory=list)
 
     @property
@@ -41,40 +50,94 @@ class ScheduledBatch:
         return bool(self.items)
 
 
-class Scheduler:
-    """What both schedulers share: the waiting queue, the running list, finishing and freeing."""
+class Scheduler(ABC):
+    """The contract between the engine and a scheduling policy, and what every policy shares.
+
+    The engine calls, and only calls:
+
+        add(request)            a new request waits
+        schedule()              -> ScheduledBatch: what the next step runs, and in which passes
+        computed(request, n)    after a pass: n more tokens of request are in the KV cache;
+                                True when the request now needs its next token chosen
+        finish(request)         the request has ended (its last token was chosen): free it
+        cancel(request)         drop it wherever it is
+        has_unfinished()        anything left to do?
+        kind(request, n)        what an item of the last schedule was, for records: "prefill",
+                                "decode", "recompute" or a policy's own ("ghost")
+        live()                  the running requests that still produce tokens
+
+    A policy subclasses this and implements `schedule()`; it keeps its own bookkeeping."""
+
+    uses_prefix_cache = True  # whether the block manager may share cached prompt blocks
 
     def __init__(self, block_manager: BlockManager, max_num_seqs: int = 16,
-                 max_num_batched_tokens: int = 512):
-        for name, value in [("max_num_seqs", max_num_seqs),
-                            ("max_num_batched_tokens", max_num_batched_tokens)]:
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+                 max_num_batched_tokens: int = 512, max_seq_len: int | None = None):
+        check_int("max_num_seqs", max_num_seqs, 1, allowed="a positive int")
+        check_int("max_num_batched_tokens", max_num_batched_tokens, 1, allowed="a positive int")
         self.blocks = block_manager
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
+        self.max_seq_len = max_seq_len
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.num_preemptions = 0
+
+    @abstractmethod
+    def schedule(self) -> ScheduledBatch:
+        """What the next step runs (see ScheduledBatch)."""
 
     def add(self, request: Request) -> None:
         request.status = WAITING
         self.waiting.append(request)
 
     def has_unfinished(self) -> bool:
-        return bool(self.waiting) or any(not r.ghost for r in self.running)
+        return bool(self.waiting) or bool(self.live())
 
-    def computed(self, request: Request, n: int) -> None:
-        """`n` more tokens of `request` are in the cache: name the blocks that became full."""
+    def live(self) -> list[Request]:
+        return list(self.running)
+
+    def kind(self, request: Request, n: int) -> str:
+        if request.num_preemptions and request.num_computed < len(request.tokens) - 1:
+            return "recompute"
+        return "prefill" if request.in_prefill else "decode"
+
+    def group(self, items) -> list[list[int]]:
+        """Forward passes for `items`: all one-token rows together, then prompt chunks in groups
+        of similar length (a new group when padding would waste over a quarter of it)."""
+        singles = [i for i, (_, n) in enumerate(items) if n == 1]
+        chunks = sorted((i for i, (_, n) in enumerate(items) if n > 1), key=lambda i: -items[i][1])
+        passes = [singles] if singles else []
+        for i in chunks:
+            group = passes[-1] if passes and passes[-1] is not singles else None
+            if group is not None:
+                longest = items[group[0]][1]
+                tokens = sum(items[j][1] for j in group) + items[i][1]
+                if longest * (len(group) + 1) <= 1.25 * tokens:
+                    group.append(i)
+                    continue
+            passes.append([i])
+        return passes
+
+    def computed(self, request: Request, n: int) -> bool:
+        """`n` more tokens of `request` are in the cache: name the blocks that became full.
+        True when the request has caught up and needs its next token."""
         request.num_computed += n
         bs, table = self.blocks.block_size, request.block_table
         for k in range(len(request.block_hashes), request.num_computed // bs):
             parent = request.block_hashes[-1] if request.block_hashes else None
             tokens = request.tokens[k * bs:(k + 1) * bs]
             request.block_hashes.append(self.blocks.register(table[k], parent, tokens))
+        return request.remaining == 0
 
     def finish(self, request: Request) -> None:
-        """`request` has ended (or was cancelled): give its blocks back."""
+        """`request` has ended: give its blocks back."""
+        self._release(request)
+
+    def cancel(self, request: Request) -> None:
+        """Drop `request` wherever it is and give its blocks back."""
+        self._release(request)
+
+    def _release(self, request: Request) -> None:
         if request in self.waiting:
             self.waiting.remove(request)
         if request in self.running:
@@ -82,9 +145,9 @@ class Scheduler:
         self.blocks.free_table(request.block_table)
         request.block_hashes = []
 
-    def cancel(self, request: Request) -> None:
-        """Drop `request` wherever it is and give its blocks back."""
-        Scheduler.finish(self, request)
+    def _planned(self, batch: ScheduledBatch) -> ScheduledBatch:
+        batch.passes = self.group(batch.items)
+        return batch
 
     def _admit(self, request: Request, hits: list[int]) -> None:
         for block_id in hits:
@@ -127,7 +190,7 @@ class ContinuousScheduler(Scheduler):
             batch.items.append((request, n))
             budget -= n
         if batch.preempted:  # short of blocks: admit nobody new this step
-            return batch
+            return self._planned(batch)
         # 2. waiting requests, first come first served
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             request = self.waiting[0]
@@ -142,7 +205,7 @@ class ContinuousScheduler(Scheduler):
             bm.grow(request.block_table, request.num_computed + n)
             batch.items.append((request, n))
             budget -= n
-        return batch
+        return self._planned(batch)
 
     def preempt(self, request: Request) -> None:
         """Take all of `request`'s blocks back; it waits at the front and is recomputed later."""
@@ -158,31 +221,61 @@ class ContinuousScheduler(Scheduler):
 
 class StaticScheduler(Scheduler):
     """Batch-level scheduling: a batch is admitted together, whole prompts are prefilled in one
-    padded pass, and nobody new joins until every member has finished (early finishers keep
-    running as ghosts). Blocks for every row up to the batch's longest possible length are
-    checked at admission, so a static batch never needs preemption."""
+    padded pass, and nobody new joins until every member has finished. A member that finishes
+    early keeps its row as a "ghost": its row runs padding (the last token again) until the
+    batch's longest member is done, as a padded `generate()` batch does. Blocks for every row
+    up to the batch's longest possible length are checked at admission, so a static batch never
+    needs preemption. No prefix cache: each batch starts from nothing."""
+
+    uses_prefix_cache = False
 
     def __init__(self, block_manager: BlockManager, max_num_seqs: int = 16,
                  max_num_batched_tokens: int = 512, max_seq_len: int | None = None):
-        super().__init__(block_manager, max_num_seqs, max_num_batched_tokens)
-        self.max_seq_len = max_seq_len
+        super().__init__(block_manager, max_num_seqs, max_num_batched_tokens, max_seq_len)
+        self.ghosts: set = set()     # finished members whose rows still run
+        self.limits: dict = {}       # each member's row length at the batch's longest answer
+
+    def live(self) -> list[Request]:
+        return [r for r in self.running if r not in self.ghosts]
+
+    def kind(self, request: Request, n: int) -> str:
+        return "ghost" if request in self.ghosts else super().kind(request, n)
+
+    def group(self, items) -> list[list[int]]:
+        """One pass for the one-token rows, one padded pass for every prompt of a new batch."""
+        singles = [i for i, (_, n) in enumerate(items) if n == 1]
+        prompts = [i for i, (_, n) in enumerate(items) if n > 1]
+        return [p for p in (singles, prompts) if p]
+
+    def computed(self, request: Request, n: int) -> bool:
+        if request not in self.running:
+            return False  # its batch ended earlier in this step
+        needs_token = super().computed(request, n)
+        if request in self.ghosts:
+            if needs_token:
+                request.tokens.append(request.tokens[-1])  # padding for a finished row
+            return False
+        return needs_token
 
     def finish(self, request: Request) -> None:
-        if request in self.running and not request.ghost:
-            request.ghost = True  # keeps its row and blocks until the batch ends
+        if request in self.running:
+            self.ghosts.add(request)  # keeps its row and blocks until the batch ends
         else:
-            super().finish(request)
+            self._release(request)
         self._end_batch_if_done()
 
     def cancel(self, request: Request) -> None:
-        super().cancel(request)
+        self._release(request)
+        self.ghosts.discard(request)
         self._end_batch_if_done()
 
     def _end_batch_if_done(self) -> None:
         """When every row of the batch is a ghost, the batch is over: free all its blocks."""
-        if self.running and all(r.ghost for r in self.running):
+        if self.running and all(r in self.ghosts for r in self.running):
             for r in list(self.running):
-                super().finish(r)
+                self._release(r)
+            self.ghosts.clear()
+            self.limits.clear()
 
     def _limit(self, request: Request, longest_new: int) -> int:
         limit = len(request.prompt_ids) + longest_new
@@ -205,12 +298,15 @@ class StaticScheduler(Scheduler):
             for request in chosen:
                 self.waiting.remove(request)
                 self._admit(request, [])
-                request.ghost_limit = self._limit(request, longest)
+                self.limits[request] = self._limit(request, longest)
         batch = ScheduledBatch()
         for request in self.running:
-            if request.ghost and request.num_tokens >= request.ghost_limit:
+            if request in self.ghosts and request.num_tokens >= self.limits[request]:
                 continue  # a ghost that has reached the batch's longest possible length
             n = request.remaining
             bm.grow(request.block_table, request.num_computed + n)
             batch.items.append((request, n))
-        return batch
+        return self._planned(batch)
+
+
+SCHEDULERS = {"continuous": ContinuousScheduler, "static": StaticScheduler}

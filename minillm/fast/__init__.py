@@ -1,53 +1,146 @@
-"""minillm.fast: the fast batch-1 decode path (chapter 05).
+"""minillm.fast: the fast path. The same network, the same layer code, faster linear layers.
 
-    optimize(model, dtype=None) -> FastLlama   the same network, weights fused and laid out for
-                                               speed, a lean decode step; `minillm.generate`
-                                               runs it unchanged
-    layout.py                                  which weight layout multiplies fastest here
-    kernel.py                                  a bf16 matrix-vector kernel for AVX2 CPUs
-    model.py                                   FastLlama
+    optimize(model, weights=None) -> model   a copy of a minillm model whose q/k/v and gate/up
+                                             projections are fused into one matrix each and
+                                             whose every linear layer (LM head included) is a
+                                             FastLinear (or, for "int8", minillm.quant's
+                                             Int8Linear); `minillm.load` returns one by default
+    linear.py                                FastLinear: layout, storage dtype, bf16 kernel
+    layout.py                                which weight layout multiplies fastest here
+    kernel.py                                a bf16 matrix-vector kernel for CPUs
 
-    >>> model, tokenizer = minillm.load("smollm2-135m")
-    >>> fast = minillm.fast.optimize(model)                        # float32
-    >>> fast16 = minillm.fast.optimize(model, dtype=torch.bfloat16)
-    >>> minillm.generate(fast, tokenizer, "Hello", max_new_tokens=20).metrics
+Nothing else changes: the copy is the same class (LlamaModel, Qwen3Model, ...), runs the same
+blocks and attention (minillm.layers), keeps the same forward contract, and gives the same
+tokens. What the fused copy saves is work per step: 4 matrix multiplications per layer instead
+of 7, each in the fastest layout, and the LM head read in its fastest layout too.
+
+    >>> model, tokenizer = minillm.load("smollm2-135m", fast=False)   # the readable model
+    >>> fast = minillm.fast.optimize(model)                          # float32
+    >>> fast16 = minillm.fast.optimize(model, "bf16")                # bf16 weights
+    >>> fast8 = minillm.fast.optimize(model, "int8")                 # int8 weights
 """
 
 from __future__ import annotations
 
+import copy
+
 import torch
+import torch.nn as nn
 
+from ..layers.linear import replace_module
 from .layout import best_layout, time_layouts
-from .model import FastLlama
+from .linear import FastLinear
 
-__all__ = ["optimize", "FastLlama", "best_layout", "time_layouts"]
+__all__ = ["optimize", "is_optimized", "FastLinear", "best_layout", "time_layouts",
+           "WEIGHT_FORMATS"]
+
+WEIGHT_FORMATS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
+                  "int8": torch.int8}
 
 
-def optimize(model, dtype: torch.dtype | None = None, *, layout: str = "auto",
-             logits: str = "all", kernel="auto") -> FastLlama:
-    """A fast copy of a minillm Llama/Qwen2 `model` (from `minillm.load`).
+def is_optimized(model) -> bool:
+    return getattr(model, "weight_format", None) is not None
 
-    dtype   None keeps the model's dtype; torch.bfloat16 halves the bytes each token reads.
-    layout  "auto" (time both and keep the faster), "in_out" (x @ W) or "out_in" (F.linear).
-    logits  "all": logits at every position (the forward contract). "last": a prompt's forward
-            pass returns only its last position's logits, which is all generation needs, as
-            transformers' generate() does; it skips most of the LM head's work in prefill.
-    kernel  bf16 on a CPU: "auto" uses minillm's own bf16 matrix-vector kernel for batch-1
-            decode where it can be built (kernel.py; x86-64 AVX2 and a C compiler), False
-            never, True insists (RuntimeError where it cannot be built).
+
+def weight_format(weights, model_dtype: torch.dtype) -> str:
+    """A weight format's name from a name, a torch dtype, or None (the model's own dtype)."""
+    if weights is None:
+        weights = model_dtype
+    if isinstance(weights, torch.dtype):
+        names = {v: k for k, v in WEIGHT_FORMATS.items() if v.is_floating_point}
+        if weights not in names:
+            raise TypeError(f"weights must be one of {', '.join(WEIGHT_FORMATS)} or a floating "
+                            f"torch.dtype, got {weights!r}")
+        return names[weights]
+    if weights not in WEIGHT_FORMATS:
+        raise ValueError(f"weights must be one of {', '.join(WEIGHT_FORMATS)} (or a floating "
+                         f"torch.dtype), got {weights!r}")
+    return weights
+
+
+def optimize(model, weights=None, *, layout: str = "auto", kernel="auto"):
+    """A fast copy of a minillm `model` (from `minillm.load(..., fast=False)`).
+
+    weights  None keeps the model's dtype; "bf16" (or torch.bfloat16) or "fp16" halve the bytes
+             each token reads, "int8" quarters them (minillm.quant.Int8Linear). On a CPU the
+             activations stay in the model's dtype (float32): only the stored weights narrow.
+             On a GPU a float format casts the whole model (its arithmetic is fast in bf16).
+    layout   "auto" (time both and keep the faster), "in_out" (x @ W) or "out_in" (F.linear).
+    kernel   bf16 weights on a CPU: "auto" multiplies one row with minillm's own bf16 kernel
+             where it can be built (kernel.py), False never, True insists (ValueError where it
+             cannot be built).
 
     The original model is left as it is; the copy holds its own weights (about as many bytes
     again, plus the LM head when the embeddings are tied)."""
-    if isinstance(model, FastLlama):
-        raise TypeError("this model is already a FastLlama; optimize the original model")
-    if not hasattr(model, "config") or not hasattr(model, "layers"):
-        raise TypeError(f"optimize takes a minillm Llama/Qwen2 model (from minillm.load), got "
-                        f"{type(model).__name__}")
+    fmt = _check(model, weights, layout, kernel)
+    with torch.no_grad():
+        return optimize_in_place(copy.deepcopy(model), fmt, layout=layout, kernel=kernel)
+
+
+def optimize_in_place(model, weights=None, *, layout: str = "auto", kernel="auto"):
+    """`optimize` without the copy: `model` itself is rebuilt (what `minillm.load` does, so a
+    load holds one set of weights, not two)."""
+    fmt = _check(model, weights, layout, kernel)
+    with torch.no_grad():
+        fast = model
+        if fast.device.type != "cpu" and fmt in ("bf16", "fp16"):
+            fast.to(WEIGHT_FORMATS[fmt])  # GPUs compute in bf16/fp16 natively
+        make = _linear_maker(fmt, fast.dtype, fast.device, layout, kernel)
+        for module in list(fast.modules()):
+            if hasattr(module, "fuse"):
+                module.fuse(make)
+        for name, module in list(fast.named_modules()):
+            if isinstance(module, nn.Linear):
+                replace_module(fast, name, make(module.weight, module.bias))
+        fast.lm_head = make(fast.lm_head.matrix, None)
+    fast.weight_format = fmt
+    fast.layout = next((m.layout for m in fast.modules() if isinstance(m, FastLinear)), None)
+    return fast.eval().requires_grad_(False)
+
+
+def _check(model, weights, layout, kernel) -> str:
+    from ..model import registry
     from ..quant import is_quantized
 
+    if is_optimized(model):
+        raise TypeError("this model is already optimized; optimize the original model "
+                        "(minillm.load(..., fast=False))")
+    if not isinstance(model, nn.Module) or not hasattr(model, "config") \
+            or not hasattr(model, "lm_head"):
+        raise TypeError(f"optimize takes a minillm model (from minillm.load(..., fast=False)), "
+                        f"got {type(model).__name__}")
+    registry.require(model.config, "fast")
     if is_quantized(model):
         raise TypeError("optimize takes a float model; this one is quantized (minillm.quantize). "
-                        "Quantize or optimize, not both: optimize(model, dtype=torch.bfloat16) "
-                        "is the fast path for smaller weights")
-    with torch.no_grad():
-        return FastLlama(model, dtype=dtype, layout=layout, logits=logits, kernel=kernel)
+                        "Quantize or optimize, not both: optimize(model, 'int8') is the fast "
+                        "path for int8 weights")
+    if layout not in ("auto", "in_out", "out_in"):
+        raise ValueError(f"layout must be 'auto', 'in_out' or 'out_in', got {layout!r}")
+    if kernel not in ("auto", True, False):
+        raise ValueError(f"kernel must be 'auto', True or False, got {kernel!r}")
+    return weight_format(weights, model.dtype)
+
+
+def _linear_maker(fmt: str, act_dtype, device, layout: str, kernel):
+    if fmt == "int8":
+        from ..quant.linear import Int8Linear
+
+        return lambda w, b: Int8Linear.from_weight(w, b)
+    dtype = WEIGHT_FORMATS[fmt]
+    use_kernel = False
+    if dtype == torch.bfloat16 and act_dtype == torch.float32 and device.type == "cpu" \
+            and kernel in ("auto", True):
+        from .kernel import load
+
+        use_kernel = load() is not None
+        if kernel is True and not use_kernel:
+            raise ValueError("the bf16 kernel cannot be built here (it needs an x86-64 AVX2 "
+                             "CPU and a C compiler); use kernel='auto'")
+    elif kernel is True:
+        raise ValueError("kernel=True needs bf16 weights with float32 activations on a CPU")
+
+    def make(weight, bias):
+        return FastLinear(weight, None if bias is None else bias.to(act_dtype), dtype=dtype,
+                          layout=layout, kernel=use_kernel)
+
+    return make

@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, fields
 
-ARCHITECTURES = ("llama", "qwen2", "gpt2")
+from .registry import architecture
 
 
 @dataclass(frozen=True)
 class ModelConfig:
     """The shape of a transformer, read from a GGUF file's metadata or a Hugging Face config.json.
 
-    arch                "llama", "qwen2" (Llama with biases on q, k, v) or "gpt2"
+    arch                a name in minillm.model.registry: "llama", "qwen2", "qwen3", "gpt2"
     vocab_size          rows of the embedding table
     hidden_size         width of the residual stream (d_model)
     n_layers            transformer blocks
@@ -25,6 +25,9 @@ class ModelConfig:
     tie_embeddings      the LM head reuses the token embedding matrix
     eos_token_ids       the ids that end generation (may be empty)
     bos_token_id        the beginning-of-sequence id, or None
+    attention_bias      biases on the q, k and v projections (Qwen2 has them)
+    attention_out_bias  a bias on the attention's output projection
+    mlp_bias            biases on the feed-forward layer's projections
     """
 
     arch: str
@@ -41,13 +44,12 @@ class ModelConfig:
     tie_embeddings: bool = False
     eos_token_ids: tuple = ()
     bos_token_id: int | None = None
-    attention_bias: bool = False  # biases on q, k, v (Qwen2 always has them)
+    attention_bias: bool = False
+    attention_out_bias: bool = False
     mlp_bias: bool = False
 
     def __post_init__(self):
-        if self.arch not in ARCHITECTURES:
-            raise ValueError(f"unsupported architecture {self.arch!r}; minillm runs "
-                             f"{', '.join(ARCHITECTURES)}")
+        architecture(self.arch)  # ValueError naming the architectures minillm runs
         for name in ("vocab_size", "hidden_size", "n_layers", "n_heads", "n_kv_heads",
                      "head_dim", "intermediate_size", "max_seq_len"):
             value = getattr(self, name)

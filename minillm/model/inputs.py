@@ -1,15 +1,21 @@
-"""What every model's forward pass does before its first layer: check the inputs, choose the
-positions, and build the attention mask (only when padding needs one)."""
+"""What every model's forward pass does before its first layer: check the inputs, move them to
+the model's device, choose the positions, and build the attention mask (only when padding needs
+one).
+
+The device rule, for every runner in minillm: a model's `forward` accepts token ids, position
+ids and masks on any device and moves them to its own; everything else a runner creates for a
+model (caches, buffers, masks) it creates on the model's device from the start."""
 
 from __future__ import annotations
 
 import torch
 
-from .attention import causal_mask
+from ..layers.attention import causal_mask
 
 
-def prepare(config, input_ids, cache=None, position_ids=None, attention_mask=None):
-    """Check a forward pass's arguments; return `(position_ids, mask)`.
+def prepare(config, input_ids, cache=None, position_ids=None, attention_mask=None, device=None):
+    """Check a forward pass's arguments; return `(input_ids, position_ids, mask)`, all on
+    `device` (default: where input_ids are).
 
     `position_ids` default to cache.length + arange(seq). `mask` is None for the plain causal case
     (the attention function applies it itself), else booleans (batch, 1, seq, keys) combining the
@@ -21,6 +27,8 @@ def prepare(config, input_ids, cache=None, position_ids=None, attention_mask=Non
         raise TypeError(f"input_ids must hold integer token ids (torch.long), got {input_ids.dtype}")
     if input_ids.dim() != 2:
         raise ValueError(f"input_ids must have shape (batch, seq), got {tuple(input_ids.shape)}")
+    if device is not None:
+        input_ids = input_ids.to(device)
     batch, seq = input_ids.shape
     if seq == 0 or batch == 0:
         raise ValueError(f"input_ids is empty (shape {tuple(input_ids.shape)}): the model needs "
@@ -46,6 +54,8 @@ def prepare(config, input_ids, cache=None, position_ids=None, attention_mask=Non
     elif tuple(position_ids.shape) != (batch, seq):
         raise ValueError(f"position_ids must have shape {(batch, seq)} like input_ids, "
                          f"got {tuple(position_ids.shape)}")
+    else:
+        position_ids = position_ids.to(input_ids.device)
 
     mask = None
     if attention_mask is not None:
@@ -54,11 +64,11 @@ def prepare(config, input_ids, cache=None, position_ids=None, attention_mask=Non
             raise ValueError(f"attention_mask must have shape (batch, cached + new tokens) = "
                              f"{(batch, keys)}, got {tuple(attention_mask.shape)}")
         causal = causal_mask(seq, keys, input_ids.device)
-        mask = causal & attention_mask.bool()[:, None, None, :]
+        mask = causal & attention_mask.to(input_ids.device).bool()[:, None, None, :]
         # A padding query sees no real key; let it see itself so its row is never all -inf (NaN).
         own = torch.arange(seq, device=input_ids.device)
         mask[:, :, own, start + own] = True
-    return position_ids, mask
+    return input_ids, position_ids, mask
 
 
 def keep_last(x, logits_to_keep: int):

@@ -4,109 +4,34 @@
                                           RMSNorm -> SwiGLU feed-forward -> add]
               -> RMSNorm -> LM head -> logits
 
-Qwen2 is the same network with biases on the q, k and v projections.
+Every piece is a shared layer from minillm.layers; this file stacks them and says how Llama and
+Qwen2 checkpoints (Hugging Face folders and GGUF files) map onto them. Qwen2 is the same network
+with biases on the q, k and v projections: a config flag, not a special case.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
-from .attention import attention
+from ..layers import Attention, GatedMLP, LMHead, RMSNorm, RotaryEmbedding
 from .config import ModelConfig
 from .inputs import keep_last, prepare
-
-
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """RMSNorm (均方根归一化): x / sqrt(mean(x²) + eps) * weight, computed in float32."""
-    x32 = x.float()
-    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * x32.to(x.dtype)
-
-
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x):
-        return rms_norm(x, self.weight, self.eps)
-
-
-def rope_cos_sin(position_ids: torch.Tensor, head_dim: int, theta: float, dtype=torch.float32):
-    """Rotary position embedding (旋转位置编码, RoPE) tables for `position_ids` (batch, seq).
-
-    Pair i of a head's dimensions, (i, i + head_dim/2), turns by the angle position x theta^(-2i/d).
-    Returns cos and sin, each (batch, seq, head_dim)."""
-    exponents = torch.arange(0, head_dim, 2, device=position_ids.device).float() / head_dim
-    inv_freq = 1.0 / (theta ** exponents)  # (head_dim/2,) angle per position, per pair
-    angles = position_ids.float()[..., None] * inv_freq  # (batch, seq, head_dim/2)
-    angles = torch.cat([angles, angles], dim=-1)
-    return angles.cos().to(dtype), angles.sin().to(dtype)
-
-
-def rotate_half(x):
-    half = x.shape[-1] // 2
-    return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate x (batch, heads, seq, head_dim) by the angles of cos, sin (batch, seq, head_dim)."""
-    cos, sin = cos[:, None], sin[:, None]  # broadcast over the heads
-    return x * cos + rotate_half(x) * sin
-
-
-class LlamaAttention(nn.Module):
-    def __init__(self, config: ModelConfig, layer_idx: int):
-        super().__init__()
-        self.layer_idx = layer_idx
-        self.n_heads, self.n_kv_heads, self.head_dim = (config.n_heads, config.n_kv_heads,
-                                                        config.head_dim)
-        qkv_bias = config.attention_bias or config.arch == "qwen2"
-        out_bias = config.attention_bias and config.arch == "llama"
-        self.q_proj = nn.Linear(config.hidden_size, self.n_heads * self.head_dim, bias=qkv_bias)
-        self.k_proj = nn.Linear(config.hidden_size, self.n_kv_heads * self.head_dim, bias=qkv_bias)
-        self.v_proj = nn.Linear(config.hidden_size, self.n_kv_heads * self.head_dim, bias=qkv_bias)
-        self.o_proj = nn.Linear(self.n_heads * self.head_dim, config.hidden_size, bias=out_bias)
-
-    def forward(self, x, cos, sin, mask=None, cache=None):
-        b, s, _ = x.shape
-        q = self.q_proj(x).view(b, s, self.n_heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(b, s, self.n_kv_heads, self.head_dim).transpose(1, 2)
-        v = self.v_proj(x).view(b, s, self.n_kv_heads, self.head_dim).transpose(1, 2)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        if cache is not None:  # store this step's keys and values, attend over all so far
-            k, v = cache.append(self.layer_idx, k, v)
-        out = attention(q, k, v, mask)  # (b, n_heads, s, head_dim)
-        return self.o_proj(out.transpose(1, 2).reshape(b, s, self.n_heads * self.head_dim))
-
-
-class SwiGLU(nn.Module):
-    """The feed-forward layer (前馈网络): down(silu(gate(x)) * up(x))."""
-
-    def __init__(self, config: ModelConfig):
-        super().__init__()
-        d, f, bias = config.hidden_size, config.intermediate_size, config.mlp_bias
-        self.gate_proj = nn.Linear(d, f, bias=bias)
-        self.up_proj = nn.Linear(d, f, bias=bias)
-        self.down_proj = nn.Linear(f, d, bias=bias)
-
-    def forward(self, x):
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
 class LlamaBlock(nn.Module):
     """One transformer layer: attention then feed-forward, each on a normalised copy of the
     residual stream, each adding its result back (pre-norm residual)."""
 
+    attention_class = Attention
+
     def __init__(self, config: ModelConfig, layer_idx: int):
         super().__init__()
         self.attn_norm = RMSNorm(config.hidden_size, config.norm_eps)
-        self.attn = LlamaAttention(config, layer_idx)
+        self.attn = self.attention_class(config, layer_idx)
         self.mlp_norm = RMSNorm(config.hidden_size, config.norm_eps)
-        self.mlp = SwiGLU(config)
+        self.mlp = GatedMLP(config)
 
     def forward(self, x, cos, sin, mask=None, cache=None):
         x = x + self.attn(self.attn_norm(x), cos, sin, mask, cache)
@@ -114,42 +39,196 @@ class LlamaBlock(nn.Module):
 
 
 class LlamaModel(nn.Module):
+    """The whole network. Its forward pass is three steps, each a method, so that pipeline
+    stages (minillm.distributed) can run one part: `embed_tokens`, `run_layers`, `logits`."""
+
+    block_class = LlamaBlock
+
     def __init__(self, config: ModelConfig):
         super().__init__()
-        if config.arch not in ("llama", "qwen2"):
-            raise ValueError(f"LlamaModel runs llama and qwen2, not {config.arch!r}")
         self.config = config
         self.embed = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(LlamaBlock(config, i) for i in range(config.n_layers))
+        self.rotary = RotaryEmbedding(config.head_dim, config.rope_theta, config.max_seq_len)
+        self.layers = nn.ModuleList(self.block_class(config, i) for i in range(config.n_layers))
         self.norm = RMSNorm(config.hidden_size, config.norm_eps)
-        self.lm_head = (None if config.tie_embeddings
-                        else nn.Linear(config.hidden_size, config.vocab_size, bias=False))
+        self.lm_head = LMHead(config, self.embed)
 
     def forward(self, input_ids, cache=None, position_ids=None, attention_mask=None,
                 logits_to_keep: int = 0):
-        """Logits (batch, seq, vocab) in float32 for token ids (batch, seq).
+        """Logits (batch, seq, vocab) in float32 for token ids (batch, seq), on any device (they
+        are moved to the model's).
 
-        With `cache` (a minillm KVCache) each layer appends its new keys and values and attends
-        over all of them; the cache advances by seq at the end. `position_ids` default to
-        cache.length + arange(seq); for a left-padded batch pass them (e.g. counted from each
-        row's first real token) together with `attention_mask` (batch, cached + seq), 1 = real.
-        `logits_to_keep=n` returns only the last n positions' logits (0: all), as transformers'."""
-        position_ids, mask = prepare(self.config, input_ids, cache, position_ids, attention_mask)
-        x = self.embed(input_ids)
-        cos, sin = rope_cos_sin(position_ids, self.config.head_dim, self.config.rope_theta,
-                                x.dtype)
-        for layer in self.layers:
-            x = layer(x, cos, sin, mask, cache)
+        With `cache` (a minillm KVCache, or anything that keeps KVCacheProtocol) each layer
+        appends its new keys and values and attends over all of them; the cache advances by seq
+        at the end. `position_ids` default to cache.length + arange(seq); for a left-padded batch
+        pass them (e.g. counted from each row's first real token) together with `attention_mask`
+        (batch, cached + seq), 1 = real. `logits_to_keep=n` returns only the last n positions'
+        logits (0: all), as transformers' does."""
+        input_ids, position_ids, mask = prepare(self.config, input_ids, cache, position_ids,
+                                                attention_mask, self.device)
+        x = self.run_layers(self.embed_tokens(input_ids, position_ids), position_ids, mask, cache)
         if cache is not None:
             cache.advance(input_ids.shape[1])
-        x = self.norm(keep_last(x, logits_to_keep))
-        head = self.embed.weight if self.lm_head is None else self.lm_head.weight
-        return F.linear(x, head).float()
+        return self.logits(x, logits_to_keep)
+
+    def embed_tokens(self, input_ids, position_ids=None):
+        return self.embed(input_ids)
+
+    def run_layers(self, x, position_ids, mask=None, cache=None, layers=None):
+        """x through `layers` (default: all), with the rotary angles of `position_ids`."""
+        cos, sin = self.rotary(position_ids, x.dtype)
+        for layer in self.layers if layers is None else layers:
+            x = layer(x, cos, sin, mask, cache)
+        return x
+
+    def logits(self, x, logits_to_keep: int = 0):
+        """The final norm and the LM head, in float32, for the last `logits_to_keep` positions."""
+        return self.lm_head(self.norm(keep_last(x, logits_to_keep))).float()
 
     @property
     def dtype(self) -> torch.dtype:
+        """The dtype activations and the KV cache use (the embedding table's)."""
         return self.embed.weight.dtype
 
     @property
     def device(self) -> torch.device:
         return self.embed.weight.device
+
+
+MODEL = LlamaModel
+
+
+# --- checkpoints: Hugging Face folders ------------------------------------------------------------
+
+def rope_theta_from_hf(cfg: dict, folder) -> float:
+    params = cfg.get("rope_parameters") or {}
+    scaling = cfg.get("rope_scaling") or {}
+    kind = params.get("rope_type") or scaling.get("rope_type") or scaling.get("type") or "default"
+    if kind != "default":
+        raise ValueError(f"{folder}: rope scaling {kind!r} is not supported by minillm "
+                         "(only plain RoPE)")
+    return float(params.get("rope_theta", cfg.get("rope_theta", 10000.0)))
+
+
+def config_from_hf(cfg: dict, arch: str, folder, eos: tuple = ()) -> ModelConfig:
+    if cfg.get("hidden_act", "silu") != "silu":
+        raise ValueError(f"{folder}: activation {cfg['hidden_act']!r} is not supported (silu only)")
+    if cfg.get("use_sliding_window"):
+        raise ValueError(f"{folder}: sliding-window attention is not supported")
+    hidden, heads = cfg["hidden_size"], cfg["num_attention_heads"]
+    qkv_bias = arch == "qwen2" or bool(cfg.get("attention_bias", False))
+    return ModelConfig(
+        arch=arch, vocab_size=cfg["vocab_size"], hidden_size=hidden,
+        n_layers=cfg["num_hidden_layers"], n_heads=heads,
+        n_kv_heads=cfg.get("num_key_value_heads") or heads,
+        head_dim=cfg.get("head_dim") or hidden // heads,
+        intermediate_size=cfg["intermediate_size"], rope_theta=rope_theta_from_hf(cfg, folder),
+        norm_eps=cfg.get("rms_norm_eps", 1e-6), max_seq_len=cfg["max_position_embeddings"],
+        tie_embeddings=cfg.get("tie_word_embeddings", False), eos_token_ids=eos,
+        bos_token_id=cfg.get("bos_token_id"), attention_bias=qkv_bias,
+        attention_out_bias=arch == "llama" and qkv_bias, mlp_bias=bool(cfg.get("mlp_bias", False)))
+
+
+HF_PARTS = {"attn_norm": "input_layernorm", "mlp_norm": "post_attention_layernorm",
+            "attn.q_proj": "self_attn.q_proj", "attn.k_proj": "self_attn.k_proj",
+            "attn.v_proj": "self_attn.v_proj", "attn.o_proj": "self_attn.o_proj",
+            "mlp.gate_proj": "mlp.gate_proj", "mlp.up_proj": "mlp.up_proj",
+            "mlp.down_proj": "mlp.down_proj"}
+
+
+def hf_weight_names(config: ModelConfig, found=None, parts=HF_PARTS) -> dict[str, str]:
+    """minillm's parameter name -> the Hugging Face tensor name (biases where the config has
+    them; any `parts` without a bias are norms or unbiased)."""
+    p = "model."
+    names = {"embed.weight": p + "embed_tokens.weight", "norm.weight": p + "norm.weight"}
+    biased = set()
+    if config.attention_bias:
+        biased |= {"attn.q_proj", "attn.k_proj", "attn.v_proj"}
+    if config.attention_out_bias:
+        biased.add("attn.o_proj")
+    if config.mlp_bias:
+        biased |= {"mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"}
+    for i in range(config.n_layers):
+        for a, b in parts.items():
+            names[f"layers.{i}.{a}.weight"] = f"{p}layers.{i}.{b}.weight"
+            if a in biased:
+                names[f"layers.{i}.{a}.bias"] = f"{p}layers.{i}.{b}.bias"
+    if not config.tie_embeddings:
+        names["lm_head.weight"] = "lm_head.weight"
+    return names
+
+
+def hf_weight(name: str, tensor: torch.Tensor) -> torch.Tensor:
+    return tensor
+
+
+# --- checkpoints: GGUF files ----------------------------------------------------------------------
+
+def unpermute(w: np.ndarray, n_heads: int) -> np.ndarray:
+    """Undo llama.cpp's `permute` of q/k rows: per head, rows (0, 2, 4, ..., 1, 3, 5, ...) of the
+    interleaved layout go back to the (first half, second half) layout. When llama.cpp converts a
+    Hugging Face Llama it reorders the rows of the query and key projections so that each head's
+    rotary pairs sit side by side, where Hugging Face's RoPE pairs dimension i with
+    i + head_dim/2. Works on weights (rows, cols) and biases (rows,)."""
+    head_dim = w.shape[0] // n_heads
+    rest = w.shape[1:]
+    return (w.reshape(n_heads, head_dim // 2, 2, *rest).swapaxes(1, 2).reshape(w.shape))
+
+
+def config_from_gguf(field, arch: str, tensors: dict, path) -> ModelConfig:
+    """`field(key, default, required)` reads one GGUF metadata value."""
+    p = arch + "."
+    scaling = field(p + "rope.scaling.type", "none")
+    if scaling not in ("none", None):
+        raise ValueError(f"{path.name}: rope scaling {scaling!r} is not supported by minillm")
+    hidden = int(field(p + "embedding_length", required=True))
+    n_heads = int(field(p + "attention.head_count", required=True))
+    head_dim = field(p + "attention.key_length") or field(p + "rope.dimension_count") \
+        or hidden // n_heads
+    return ModelConfig(
+        arch=arch, n_heads=n_heads, hidden_size=hidden, head_dim=int(head_dim),
+        n_kv_heads=int(field(p + "attention.head_count_kv", n_heads)),
+        rope_theta=float(field(p + "rope.freq_base", 10000.0)),
+        norm_eps=float(field(p + "attention.layer_norm_rms_epsilon", 1e-5)),
+        attention_bias=arch == "qwen2", **gguf_common(field, arch, tensors))
+
+
+def gguf_common(field, arch: str, tensors: dict) -> dict:
+    """The config fields every family reads the same way from a GGUF file."""
+    p = arch + "."
+    eos = [field(k) for k in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id")]
+    bos = field("tokenizer.ggml.bos_token_id")
+    vocab = field(p + "vocab_size") or tensors["token_embd.weight"].shape[-1]
+    return dict(vocab_size=int(vocab), n_layers=int(field(p + "block_count", required=True)),
+                intermediate_size=int(field(p + "feed_forward_length", required=True)),
+                max_seq_len=int(field(p + "context_length", required=True)),
+                tie_embeddings="output.weight" not in tensors,
+                eos_token_ids=tuple(dict.fromkeys(int(e) for e in eos if e is not None)),
+                bos_token_id=None if bos is None else int(bos))
+
+
+GGUF_PARTS = {"attn_norm": "attn_norm", "attn.q_proj": "attn_q", "attn.k_proj": "attn_k",
+              "attn.v_proj": "attn_v", "attn.o_proj": "attn_output", "mlp_norm": "ffn_norm",
+              "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+
+
+def gguf_weight_names(config: ModelConfig) -> dict[str, str]:
+    names = {"embed.weight": "token_embd.weight", "norm.weight": "output_norm.weight"}
+    if not config.tie_embeddings:
+        names["lm_head.weight"] = "output.weight"
+    for i in range(config.n_layers):
+        ours, theirs = f"layers.{i}.", f"blk.{i}."
+        for a, b in GGUF_PARTS.items():
+            names[f"{ours}{a}.weight"] = f"{theirs}{b}.weight"
+        if config.attention_bias:
+            for a, b in [("q_proj", "attn_q"), ("k_proj", "attn_k"), ("v_proj", "attn_v")]:
+                names[f"{ours}attn.{a}.bias"] = f"{theirs}{b}.bias"
+    return names
+
+
+def gguf_weight(name: str, w: np.ndarray, config: ModelConfig) -> np.ndarray:
+    if config.arch == "llama" and ".attn.q_proj." in name:
+        return unpermute(w, config.n_heads)
+    if config.arch == "llama" and ".attn.k_proj." in name:
+        return unpermute(w, config.n_kv_heads)
+    return w

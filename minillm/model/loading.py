@@ -9,11 +9,8 @@ from pathlib import Path
 
 import torch
 
+from . import registry
 from .config import ModelConfig
-from .gpt2 import GPT2Model
-from .llama import LlamaModel
-
-MODEL_CLASSES = {"llama": LlamaModel, "qwen2": LlamaModel, "gpt2": GPT2Model}
 
 
 def resolve_device(device) -> torch.device:
@@ -32,7 +29,7 @@ def build_model(config: ModelConfig, weights: dict[str, torch.Tensor],
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise TypeError(f"dtype must be a floating torch.dtype such as torch.float32, got {dtype!r}")
     with torch.device("meta"):
-        model = MODEL_CLASSES[config.arch](config)
+        model = registry.architecture(config.arch).model_class(config)
     expected = model.state_dict()
     missing = [n for n in expected if n not in weights]
     if missing:
@@ -86,29 +83,50 @@ def _source(name_or_path) -> tuple[str, Path]:
                          f"name ({error})") from None
 
 
-def load_model(name_or_path, dtype=torch.float32, device="auto") -> torch.nn.Module:
+def load_model(name_or_path, dtype=torch.float32, device="auto", *, fast: bool = True,
+               weights=None) -> torch.nn.Module:
     """minillm's model alone (no tokenizer): see `load`."""
     kind, path = _source(name_or_path)
     if kind == "gguf":
-        config, weights = _gguf_weights(path)
+        config, tensors = _gguf_weights(path)
     else:
         from .hf_loader import read_hf_folder
-        config, weights = read_hf_folder(path)
-    return build_model(config, weights, dtype=dtype, device=device)
+        config, tensors = read_hf_folder(path)
+    if not isinstance(fast, bool):
+        raise TypeError(f"fast must be True (the fast path) or False (the readable model), "
+                        f"got {fast!r}")
+    if weights is not None and not fast:
+        raise ValueError("weights= chooses the fast path's weight format; it needs fast=True")
+    model = build_model(config, tensors, dtype=dtype, device=device)
+    if fast and "fast" in registry.architecture(config.arch).features:
+        from ..fast import optimize_in_place
+
+        model = optimize_in_place(model, weights)
+    elif weights is not None:
+        registry.require(config, "fast")
+    return model
 
 
-def load(name_or_path="smollm2-135m", dtype=torch.float32, device="auto"):
+def load(name_or_path="smollm2-135m", dtype=torch.float32, device="auto", *, fast: bool = True,
+         weights=None):
     """Load a model with minillm's own code. Returns `(model, tokenizer)`.
 
     `name_or_path` is a known model name ("smollm2-135m"), a .gguf file, or a local Hugging Face
-    folder (config.json + safetensors; Llama, Qwen2 or GPT-2). A GGUF file is dequantized once and
-    a float32 copy kept in the cache (safetensors), so later loads take about a second.
-    `device="auto"` picks the GPU when there is one.
+    folder (config.json + safetensors; the families of minillm.model.registry: Llama, Qwen2,
+    Qwen3, GPT-2). A GGUF file is dequantized once and a float32 copy kept in the cache
+    (safetensors), so later loads take about a second. `device="auto"` picks the GPU when there
+    is one.
+
+    `fast=True` (the default) gives the fast path (`minillm.fast.optimize`): the same network and
+    the same tokens, its projections fused and its linear layers stored for speed, and `weights`
+    ("fp32", "bf16", "fp16", "int8"; default: `dtype`) chooses how those are stored. `fast=False`
+    gives the readable model the lessons open up: q_proj, k_proj, v_proj, ... as chapter 02
+    draws them.
 
     The tokenizer is minillm's own (`minillm.load_tokenizer`). A folder without tokenizer files
     gives `(model, None)`; so does a folder whose tokenizer minillm cannot read (with a warning)."""
     kind, path = _source(name_or_path)
-    model = load_model(path, dtype=dtype, device=device)
+    model = load_model(path, dtype=dtype, device=device, fast=fast, weights=weights)
     from ..tokenizer import load_tokenizer
 
     if kind == "gguf":

@@ -20,6 +20,7 @@ import copy
 import torch
 import torch.nn as nn
 
+from ..layers.linear import replace_module
 from .int4 import GROUP_SIZE, _check_int4_group
 from .linear import Int4Linear, Int8Linear, QuantizedLinear
 
@@ -37,12 +38,6 @@ def is_quantized(model: nn.Module) -> bool:
 def _linear_layers(model: nn.Module, skip) -> list[tuple[str, nn.Linear]]:
     return [(name, m) for name, m in model.named_modules()
             if isinstance(m, nn.Linear) and name.split(".")[-1] not in skip]
-
-
-def _replace(model: nn.Module, name: str, new: nn.Module) -> None:
-    parent_name, _, child = name.rpartition(".")
-    parent = model.get_submodule(parent_name) if parent_name else model
-    setattr(parent, child, new)
 
 
 def quantize(model: nn.Module, scheme: str, *, group_size: int = GROUP_SIZE,
@@ -85,7 +80,7 @@ def quantize(model: nn.Module, scheme: str, *, group_size: int = GROUP_SIZE,
             for name, linear in _linear_layers(out, skip):
                 new = (Int8Linear.from_linear(linear, path=int8_path) if scheme == "int8"
                        else Int4Linear.from_linear(linear, group_size))
-                _replace(out, name, new.to(linear.weight.device))
+                replace_module(out, name, new.to(linear.weight.device))
     out.quant_scheme = scheme
     return out.eval().requires_grad_(False)
 

@@ -72,11 +72,9 @@ class EngineLoop:
                     self._deliver(rid, error)
                 continue
             self.steps += 1
-            self.max_batch = max(self.max_batch, len(engine.scheduler.running))
+            self.max_batch = max(self.max_batch, engine.num_running())
             for out in outputs:
                 self._deliver(out.request_id, out)
-                if out.finished:  # the engine keeps every request it saw; a server must not
-                    engine.requests.pop(out.request_id, None)
 
     def _deliver(self, rid, item) -> None:
         target = self._queues.get(rid)
@@ -117,7 +115,7 @@ class EngineLoop:
 
     def abort(self, rid) -> None:
         """Cancel a request (its client went away); the engine thread frees its blocks."""
-        if self._queues.pop(rid, None) is not None or rid in self.engine.requests:
+        if self._queues.pop(rid, None) is not None or self.engine.is_active(rid):
             self._cancels.append(rid)
 
     async def outputs(self, rid, queue: asyncio.Queue):

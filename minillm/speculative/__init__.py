@@ -19,12 +19,12 @@ all in one forward pass, and an acceptance rule keeps exactly the target's distr
 
 from .acceptance import (accept_or_resample, accept_probability, expected_tokens_per_pass,
                          residual_distribution, verify_greedy, verify_sampled)
-from .drafts import Draft, FirstLayers, ModelDraft, PromptLookupDraft, first_layers
+from .drafts import Draft, ModelDraft, PromptLookupDraft, first_layers
 from .loop import SpeculativeDecoder, SpeculativeGeneration, SpeculativeStats, speculative_generate
 
 __all__ = [
     "accept_or_resample", "accept_probability", "residual_distribution", "verify_greedy",
     "verify_sampled", "expected_tokens_per_pass", "Draft", "PromptLookupDraft", "ModelDraft",
-    "FirstLayers", "first_layers", "SpeculativeDecoder", "SpeculativeGeneration",
+    "first_layers", "SpeculativeDecoder", "SpeculativeGeneration",
     "SpeculativeStats", "speculative_generate",
 ]

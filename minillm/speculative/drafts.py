@@ -22,13 +22,15 @@ Two drafts:
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import torch
 import torch.nn as nn
 
+from ..devices import model_device
 from ..kv_cache import KVCache
-from ..model.llama import LlamaModel
+from ..validate import check_int
 
 
 class Draft:
@@ -103,10 +105,7 @@ class ModelDraft(Draft):
         token out, so there is always one to feed); return the tokens still to feed."""
         if self.cache is None or self.cache.max_tokens < len(ids) + k:
             size = min(max(self.max_tokens, len(ids) + k + 64), self.model.config.max_seq_len)
-            param = next(self.model.parameters())
-            c = self.model.config
-            self.cache = KVCache(c.n_layers, 1, c.n_kv_heads, c.head_dim, size,
-                                 dtype=param.dtype, device=param.device)
+            self.cache = KVCache.for_model(self.model, 1, size)
             self.cached = []
         common = 0
         limit = min(len(self.cached), len(ids) - 1)
@@ -120,7 +119,7 @@ class ModelDraft(Draft):
         ids = list(ids)
         if k < 1:
             return [], None
-        device = next(self.model.parameters()).device
+        device = model_device(self.model)
         feed = self._sync(ids, k)
         context = torch.tensor([ids], device=device)
         tokens, probs = [], []
@@ -144,32 +143,21 @@ class ModelDraft(Draft):
         return tokens, (torch.stack(probs) if do_sample else None)
 
 
-class FirstLayers(LlamaModel):
-    """The first `n_layers` layers of a minillm Llama/Qwen2 model, then its final norm and LM
-    head: a cheaper model over the same vocabulary. It shares the original's weights (no copy)
-    and follows the same forward contract; its config is the original's with n_layers changed,
-    so `KVCache.for_model` sizes its cache."""
-
-    def __init__(self, model: nn.Module, n_layers: int):
-        nn.Module.__init__(self)
-        if not isinstance(model, LlamaModel):
-            raise TypeError(f"first_layers takes a minillm Llama/Qwen2 model from minillm.load "
-                            f"(not a FastLlama or a transformers model), got "
-                            f"{type(model).__name__}")
-        total = model.config.n_layers
-        if not isinstance(n_layers, int) or isinstance(n_layers, bool) or \
-                not 1 <= n_layers <= total:
-            raise ValueError(f"n_layers must be an int from 1 to {total} (the model's layers), "
-                             f"got {n_layers!r}")
-        self.config = dataclasses.replace(model.config, n_layers=n_layers)
-        self.embed = model.embed
-        self.layers = nn.ModuleList(list(model.layers)[:n_layers])
-        self.norm = model.norm
-        self.lm_head = model.lm_head
-    # forward, dtype and device are LlamaModel's: they run self.layers, which holds the prefix.
-
-
-def first_layers(model: nn.Module, n_layers: int) -> FirstLayers:
-    """SmolLM2 (or any minillm Llama/Qwen2 model) cut down to its first `n_layers` layers, for a
-    draft: `ModelDraft(first_layers(model, 8))`. Shares the weights."""
-    return FirstLayers(model, n_layers)
+def first_layers(model: nn.Module, n_layers: int) -> nn.Module:
+    """`model` (any minillm model, fast or readable) cut down to its first `n_layers` layers,
+    then its final norm and LM head: a cheaper model over the same vocabulary, for a draft:
+    `ModelDraft(first_layers(model, 8))`. It is a model of the same class sharing the original's
+    weights (no copy), with the same forward contract; its config is the original's with
+    n_layers changed, so `KVCache.for_model` sizes its cache."""
+    if not isinstance(model, nn.Module) or not hasattr(model, "config") \
+            or not isinstance(getattr(model, "layers", None), nn.ModuleList):
+        raise TypeError(f"first_layers takes a minillm model from minillm.load (not a "
+                        f"transformers model), got {type(model).__name__}")
+    n_layers = check_int("n_layers", n_layers, 1, model.config.n_layers,
+                         allowed=f"an int from 1 to {model.config.n_layers} (the model's layers)")
+    short = copy.copy(model)  # the same submodules and weights; its own registries below
+    short._modules, short._parameters = dict(model._modules), dict(model._parameters)
+    short._buffers = dict(model._buffers)
+    short.layers = nn.ModuleList(list(model.layers)[:n_layers])
+    short.config = dataclasses.replace(model.config, n_layers=n_layers)
+    return short

@@ -17,13 +17,14 @@ position or 9, so a round costs about one decode step and yields 1 to n + 1 toke
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 import torch
 
+from ..devices import Timer, model_device
 from ..generation import Generation, start
 from ..kv_cache import KVCache
+from ..metrics import TokenClock
 from .acceptance import verify_greedy, verify_sampled
 from .drafts import Draft, PromptLookupDraft
 
@@ -97,16 +98,16 @@ class SpeculativeDecoder:
             raise ValueError("speculative decoding runs greedy decoding or sampling, not beam "
                              f"search (num_beams={self.config.num_beams}); use num_beams=1")
         self.process = build_processors(self.config)
-        self.device = next(target.parameters()).device
+        self.device = model_device(target)
         self.generator = make_generator(self.config, self.device) if self.config.do_sample \
             else None
         self.cache: KVCache | None = None
         self.stats = SpeculativeStats(k=k)
 
     def _forward(self, tokens: list[int]) -> torch.Tensor:
-        start_time = time.perf_counter()
-        logits = self.target(torch.tensor([tokens], device=self.device), cache=self.cache)
-        self.stats.target_seconds += time.perf_counter() - start_time
+        with Timer(self.device) as t:
+            logits = self.target(torch.tensor([tokens], device=self.device), cache=self.cache)
+        self.stats.target_seconds += t.seconds
         return logits[0].float()
 
     def run(self, prompt_ids: list[int], sequence, on_tokens=None) -> SpeculativeStats:
@@ -125,11 +126,11 @@ class SpeculativeDecoder:
                 # never draft more than can still be used: the round adds one token of its own
                 room = max_new - len(sequence.token_ids) - 1
                 n_draft = min(self.k, room)
-                t0 = time.perf_counter()
-                drafted, q = self.draft.propose(ids, n_draft, self.process,
-                                                self.config.do_sample, self.generator) \
-                    if n_draft > 0 else ([], None)
-                stats.draft_seconds += time.perf_counter() - t0
+                with Timer(self.device) as t:
+                    drafted, q = self.draft.propose(ids, n_draft, self.process,
+                                                    self.config.do_sample, self.generator) \
+                        if n_draft > 0 else ([], None)
+                stats.draft_seconds += t.seconds
                 drafted = [int(t) for t in drafted][:n_draft]
                 if q is not None:
                     q = q[:len(drafted)].to(self.device)
@@ -178,23 +179,18 @@ def speculative_generate(target, tokenizer, prompt, draft: Draft | str = "prompt
         ...                            max_new_tokens=32)
         >>> out.stats.summary()
     """
-    from ..metrics import TokenClock
-
     if isinstance(draft, str):
         if draft not in ("prompt_lookup", "lookup"):
             raise ValueError(f"draft must be a Draft object or 'prompt_lookup', got {draft!r}")
         draft = PromptLookupDraft()
     _check_k(k)
     clock = TokenClock()
-    prompts, sequences, config, batch, _ = start(target, tokenizer, prompt, config, **fields)
-    if batch:
-        raise ValueError(f"speculative_generate takes one prompt, got a batch of {len(prompts)}: "
-                         "call it once per prompt")
-    decoder = SpeculativeDecoder(target, draft, k, config)
-    stats = decoder.run(prompts[0], sequences[0], on_tokens=lambda s: clock.tick([s]))
-    s = sequences[0]
-    result = SpeculativeGeneration(text=s.text, token_ids=s.token_ids,
-                                   finish_reason=s.finish_reason, prompt_token_ids=s.prompt_ids,
-                                   stats=stats)
-    result.metrics = clock.metrics(sequences)[0]
-    return result
+    setup = start(target, tokenizer, prompt, config, **fields)
+    if setup.batch:
+        raise ValueError(f"speculative_generate takes one prompt, got a batch of "
+                         f"{len(setup.prompts)}: call it once per prompt")
+    decoder = SpeculativeDecoder(target, draft, k, setup.config)
+    stats = decoder.run(setup.prompts[0], setup.sequences[0],
+                        on_tokens=lambda s: clock.tick([s]))
+    (result,) = setup.results(clock)
+    return SpeculativeGeneration(**vars(result), stats=stats)

@@ -100,7 +100,7 @@ class LatencyChart:
     def run(self, prompt: str | None = None):
         """Generate for `prompt` (the box's text when None), updating the chart as tokens arrive.
         Returns the `Generation`, with `.metrics`."""
-        from ..metrics import timed_stream
+        from ..generation import timed_stream
 
         if prompt is not None:
             self.prompt.value = prompt

@@ -1,0 +1,81 @@
+"""FastLinear: a linear layer stored and multiplied for speed, the fast path's only new layer.
+
+Decoding multiplies a row vector by every weight matrix, so a decode step's time is mostly the
+time to read the matrices. Three choices make that read fast, and this layer makes them once:
+
+1. Layout. PyTorch reads the two layouts of a matrix at different speeds, and which one wins
+   depends on the dtype and the machine (`layout.best_layout` times both): (in, out) for
+   `x @ W`, or (out, in) for `F.linear`.
+2. Storage dtype. The weights may be narrower than the activations: bfloat16 weights with
+   float32 activations on a CPU without fast bf16 arithmetic. Then one row is multiplied by
+   minillm's bf16 kernel (`kernel.py`, which widens each weight in registers), a few rows by
+   PyTorch's bf16 matmul, and many rows (a prefill) by widening the weights once for the call.
+3. The bias is added inside the multiplication (`addmm`).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from . import kernel as bf16_kernel
+from .layout import best_layout
+
+# Rows at which a prefill on a CPU widens bf16/fp16 weights to float32 for the multiply: at many
+# rows the multiply is compute-bound and float32's kernels are several times faster (measured on
+# AVX2: even at 11 rows, 4x faster at 128).
+UPCAST_ROWS = 8
+
+
+class FastLinear(nn.Module):
+    """y = x Wᵀ + b with W (out, in) stored as `dtype` in `layout` ("auto": the faster here)."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
+                 dtype: torch.dtype | None = None, layout: str = "auto", kernel: bool = False):
+        super().__init__()
+        dtype = weight.dtype if dtype is None else dtype
+        self.out_features, self.in_features = weight.shape
+        self.kernel = bool(kernel)  # one row through minillm's bf16 matrix-vector kernel
+        if self.kernel:
+            if dtype != torch.bfloat16 or weight.device.type != "cpu" or bf16_kernel.load() is None:
+                raise ValueError("the bf16 kernel takes bfloat16 weights on a CPU where it can "
+                                 "be built (x86-64 AVX2 and a C compiler)")
+            layout = "out_in"  # the kernel reads rows of W
+        self.layout = best_layout(dtype, weight.device) if layout == "auto" else layout
+        if self.layout not in ("in_out", "out_in"):
+            raise ValueError(f"layout must be 'auto', 'in_out' or 'out_in', got {layout!r}")
+        w = weight.detach().to(dtype)
+        self.weight = nn.Parameter((w.t() if self.layout == "in_out" else w).contiguous(),
+                                   requires_grad=False)
+        self.bias = None if bias is None else nn.Parameter(bias.detach().clone(),
+                                                           requires_grad=False)
+
+    def matrix(self, dtype=None) -> torch.Tensor:
+        """W as (in, out), for x @ W, in `dtype` (default: as stored)."""
+        w = self.weight if self.layout == "in_out" else self.weight.t()
+        return w if dtype is None else w.to(dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        lead = x.shape[:-1]
+        x = x.reshape(-1, self.in_features)
+        bias = self.bias
+        if self.weight.dtype == x.dtype:
+            y = x @ self.matrix() if bias is None else torch.addmm(bias, x, self.matrix())
+        elif x.shape[0] == 1 and self.kernel:
+            y = torch.empty(1, self.out_features, dtype=torch.float32, device=x.device)
+            bf16_kernel.load()(self.weight.data_ptr(), x.float().contiguous().data_ptr(),
+                               y.data_ptr(), self.out_features, self.in_features,
+                               torch.get_num_threads())
+            y = y.to(x.dtype) if bias is None else y.to(x.dtype).add_(bias)
+        elif x.shape[0] >= UPCAST_ROWS:
+            w = self.matrix(x.dtype)
+            y = x @ w if bias is None else torch.addmm(bias, x, w)
+        else:
+            y = (x.to(self.weight.dtype) @ self.matrix()).to(x.dtype)
+            y = y if bias is None else y.add_(bias)
+        return y.view(*lead, self.out_features)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"dtype={self.weight.dtype}, layout={self.layout!r}, bias={self.bias is not None}"
+                + (", kernel=bf16 gemv" if self.kernel else ""))

@@ -1,0 +1,53 @@
+"""The feed-forward layers (前馈网络): SwiGLU for the Llama family, GELU for GPT-2."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .linear import plain_linear
+
+
+class GatedMLP(nn.Module):
+    """SwiGLU: down(silu(gate(x)) * up(x)). `fuse()` stacks gate and up into one matrix."""
+
+    def __init__(self, config):
+        super().__init__()
+        d, f, bias = config.hidden_size, config.intermediate_size, config.mlp_bias
+        self.intermediate_size = f
+        self.gate_proj = nn.Linear(d, f, bias=bias)
+        self.up_proj = nn.Linear(d, f, bias=bias)
+        self.down_proj = nn.Linear(f, d, bias=bias)
+
+    @property
+    def is_fused(self) -> bool:
+        return "gate_up_proj" in self._modules
+
+    def fuse(self, make_linear=None) -> None:
+        """Replace gate_proj and up_proj by one `gate_up_proj` (one multiplication, same numbers)."""
+        if self.is_fused:
+            return
+        parts = (self.gate_proj, self.up_proj)
+        weight = torch.cat([p.weight.detach() for p in parts])
+        bias = None if parts[0].bias is None else torch.cat([p.bias.detach() for p in parts])
+        self.gate_up_proj = (make_linear or plain_linear)(weight, bias)
+        del self.gate_proj, self.up_proj
+
+    def forward(self, x):
+        if self.is_fused:
+            gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)
+            return self.down_proj(F.silu(gate).mul_(up))
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class GeluMLP(nn.Module):
+    """GPT-2's feed-forward layer: down(gelu(up(x))), with the tanh approximation."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size)
+
+    def forward(self, x):
+        return self.down_proj(F.gelu(self.up_proj(x), approximate="tanh"))
