@@ -4,10 +4,11 @@
 import pytest
 import torch
 
-from minillm.bench.bandwidth import decode_bound, read_bandwidth, weight_bytes
+from minillm.bench.bandwidth import decode_bound, read_bandwidth
 from minillm.bench.options import build_parser
 from minillm.bench.run import minillm_engine, table, transformers_engine
 from minillm.fast import optimize
+from minillm.model.memory import bytes_per_token, weight_bytes
 from tests.test_fast import _Tok, _tiny
 
 
@@ -17,7 +18,17 @@ def test_minillm_engine_times_every_token_and_ignores_eos():
     engine = minillm_engine(model, _Tok(), "fp32")
     m = engine.decode([1, 2, 3], 9)
     assert m.n_tokens == 9 and m.prompt_tokens == 3 and m.tpot > 0
-    assert engine.bytes_per_token == model.weight_bytes
+    assert engine.bytes_per_token == bytes_per_token(model)
+
+
+def test_bytes_per_token_reads_one_embedding_row_unless_the_head_is_the_table():
+    readable = _tiny(tied=True)
+    table_bytes = readable.embed.weight.numel() * 4
+    assert bytes_per_token(readable) == weight_bytes(readable)  # the tied head reads it all
+    fast = optimize(readable)  # the head is a copy in its own layout: the table gives one row
+    assert bytes_per_token(fast) == weight_bytes(fast) - table_bytes + 48 * 4
+    int8 = optimize(readable, "int8")
+    assert bytes_per_token(int8) < 0.45 * bytes_per_token(fast)
 
 
 def test_transformers_engine_leaves_the_prompt_out_of_the_token_times():
@@ -40,25 +51,35 @@ def test_bandwidth_bound():
         read_bandwidth(megabytes=0)
     assert read_bandwidth(megabytes=4, repeats=2) > 1e8  # any machine reads 100 MB/s
     tied = torch.nn.Linear(4, 4, bias=False)
-    two = torch.nn.Sequential(tied, tied)  # the same weight twice is read once
+    two = torch.nn.Sequential(tied, tied)  # the same weight twice is counted once
     assert weight_bytes(two) == 16 * 4
 
 
-def test_table_shows_the_ratios():
-    report = {
-        "machine": {"device": "cpu", "torch_threads": 2, "cpu_count": 2, "load_average_1min": 1.0},
-        "settings": {"new_tokens": 64, "short_prompt_tokens": 11, "prefill_prompt_tokens": 512,
-                     "repeats": 3},
-        "bandwidth_gb_s": 20.0, "seconds": 100.0,
-        "results": [
-            {"engine": "transformers", "dtype": "fp32", "ttft_ms": 100.0, "tpot_ms": 70.0,
-             "decode_tok_s": 14.0, "prefill_tok_s": 500.0, "decode_x_transformers": 1.0,
-             "prefill_x_transformers": 1.0, "bound_tok_s": 37.0, "of_bound": 0.38},
-            {"engine": "minillm", "dtype": "fp32", "ttft_ms": 90.0, "tpot_ms": 50.0,
-             "decode_tok_s": 20.0, "prefill_tok_s": 520.0, "decode_x_transformers": 20 / 14,
-             "prefill_x_transformers": 1.04, "bound_tok_s": 37.0, "of_bound": 0.54}]}
+def test_table_shows_the_ratios_and_the_spread():
+    from minillm.bench.run import _ratios
+
+    def row(engine, dtype, decode, prefill, low, high):
+        return {"engine": engine, "dtype": dtype, "threads": 1, "ttft_ms": 90.0, "tpot_ms": 50.0,
+                "decode_tok_s": decode, "decode_spread": [low, high], "prefill_tok_s": prefill,
+                "prefill_spread": [prefill, prefill], "bound_tok_s": 37.0,
+                "of_bound": decode / 37.0}
+
+    rows = [row("transformers", "fp32", 14.0, 500.0, 13, 15),
+            row("minillm", "fp32", 20.0, 520.0, 18, 21),
+            row("minillm", "int8", 40.0, 400.0, 39, 44), row("llama.cpp", "Q4_1", 50.0, 300.0, 49, 52)]
+    _ratios(rows)
+    assert rows[2]["decode_x_minillm_fp32"] == 2.0 and rows[2]["decode_x_llama_cpp"] == 0.8
+    assert rows[2]["decode_x_transformers"] == 40 / 14  # int8 against transformers' fp32
+    assert "decode_x_minillm_fp32" not in rows[1]  # not against itself
+    report = {"machine": {"device": "cpu", "cpu_count": 2, "load_average_1min": 1.0},
+              "settings": {"new_tokens": 64, "short_prompt_tokens": 11,
+                           "prefill_prompt_tokens": 512, "repeats": {1: 3}},
+              "bandwidth_gb_s": {1: 20.0}, "seconds": 100.0, "results": rows,
+              "notes": ["llama.cpp note"]}
     text = table(report)
     assert "1.43x" in text and "1.04x" in text and "minillm fp32" in text and "54%" in text
+    assert "40.0 (39-44)" in text and "2.00x" in text and "0.80x" in text
+    assert text.endswith("llama.cpp note")
 
 
 def test_options_scale_down_under_ci(monkeypatch):
@@ -75,7 +96,9 @@ def test_options_scale_down_under_ci(monkeypatch):
 def test_bad_settings_are_refused():
     from minillm.bench.run import run
 
-    with pytest.raises(ValueError, match="dtype"):
-        run(dtypes=("fp8",))
+    with pytest.raises(ValueError, match="weight format"):
+        run(formats=("fp8",))
     with pytest.raises(ValueError, match="tokens"):
         run(tokens=1)
+    with pytest.raises(ValueError, match="threads must be a list of ints >= 1"):
+        run(threads=[0])

@@ -9,7 +9,7 @@ weights, in the same process (chapter 05).
 from importlib import import_module
 
 _NAMES = {"run": "run", "table": "run", "run_cli": "run", "read_bandwidth": "bandwidth",
-          "decode_bound": "bandwidth", "weight_bytes": "bandwidth", "main": "options",
+          "decode_bound": "bandwidth", "main": "options",
           "build_parser": "options"}
 __all__ = sorted(_NAMES)
 

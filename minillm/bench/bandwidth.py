@@ -7,16 +7,9 @@ however fast its arithmetic is. `read_bandwidth` measures B; `decode_bound` does
 
 from __future__ import annotations
 
-import time
-
 import torch
 
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type == "mps":
-        torch.mps.synchronize()
+from ..devices import best_time
 
 
 def read_bandwidth(device="cpu", megabytes: int = 256, repeats: int = 5) -> float:
@@ -26,31 +19,7 @@ def read_bandwidth(device="cpu", megabytes: int = 256, repeats: int = 5) -> floa
     if megabytes < 1 or repeats < 1:
         raise ValueError("megabytes and repeats must be >= 1")
     data = torch.ones(megabytes * 1024 * 1024 // 4, device=device)
-    data.sum()
-    best = float("inf")
-    for _ in range(repeats):
-        _sync(device)
-        start = time.perf_counter()
-        data.sum()
-        _sync(device)
-        best = min(best, time.perf_counter() - start)
-    return data.numel() * 4 / best
-
-
-def weight_bytes(model) -> int:
-    """Bytes of the weights one decode step reads. A FastLlama knows its own (its LM head is
-    read, its embedding table only one row); for other models: every parameter, the embedding
-    table counted once (a tied LM head reads it)."""
-    known = getattr(model, "weight_bytes", None)
-    if isinstance(known, int):
-        return known
-    seen, total = set(), 0
-    for p in model.parameters():
-        if p.data_ptr() in seen:
-            continue
-        seen.add(p.data_ptr())
-        total += p.numel() * p.element_size()
-    return total
+    return data.numel() * 4 / best_time(data.sum, device, repeats, warmup=1)
 
 
 def decode_bound(n_bytes: int, bandwidth: float) -> float:

@@ -16,16 +16,18 @@ def main(argv=None) -> int:
 
 def build_parser(parser):
     ci = bool(os.environ.get("CI"))
-    parser.add_argument("--dtypes", default="fp32,bf16",
-                        help="comma-separated: fp32, bf16, fp16 (default fp32,bf16)")
+    parser.add_argument("--dtypes", default="fp32,bf16,int8",
+                        help="comma-separated weight formats: fp32, bf16, fp16, int8 "
+                             "(default fp32,bf16,int8)")
     parser.add_argument("--tokens", type=int, default=8 if ci else 32,
                         help="new tokens per decode run (default 32; 8 when CI is set)")
     parser.add_argument("--prompt-tokens", type=int, default=64 if ci else 512,
                         help="prompt length of the prefill run (default 512; 64 when CI is set)")
     parser.add_argument("--repeats", type=int, default=1 if ci else 3,
                         help="interleaved repetitions (default 3; 1 when CI is set)")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch threads (default: PyTorch's own choice)")
+    parser.add_argument("--threads", default=None,
+                        help="comma-separated thread counts, every engine at each, e.g. 1,2 "
+                             "(default: PyTorch's own choice)")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or mps")
     parser.add_argument("--budget", type=float, default=120.0,
                         help="start no new repetition after this many seconds (default 120)")

@@ -1,14 +1,18 @@
-"""`python -m minillm bench`: minillm against transformers' generate() on the same weights.
+"""`python -m minillm bench latency`: minillm against transformers' generate() (and llama.cpp,
+when installed) on the same weights, batch 1, in the same process.
 
-One process, one machine, the same prompt and token counts. The engines take turns (interleaved,
-the order rotated each repetition) so a change in the machine's load hits all of them alike, and
-each figure is the median over the repetitions. For each engine and dtype:
+One process, one machine, the same prompt and token counts. For each thread count the engines
+take turns (interleaved, the order rotated each repetition), so a change in the machine's load
+hits all of them alike. Each figure is the median over the repetitions, shown with its spread
+(min–max): on a shared machine one run can be far from the next. For each engine:
 
     TTFT, TPOT, decode tokens/s     greedy, `tokens` new tokens (EOS ignored), a short chat prompt
     prefill tokens/s                a `prompt_tokens`-token prompt, one new token: prompt / TTFT
-    x transformers                  the ratio against transformers in the same dtype, same run
+    x transformers                  the ratio against transformers in the same dtype (fp32 for
+                                    int8 and llama.cpp's Q4_1), same thread count, same run
+    bound                           measured read bandwidth / bytes of weights one token reads
 
-and the bandwidth bound: measured read bandwidth / bytes of weights read per token.
+minillm runs as a user runs it: `minillm.load(..., weights=fmt)` then `minillm.generate`.
 A table goes to the screen, then one JSON line with the machine, versions and settings.
 """
 
@@ -24,20 +28,28 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..metrics import RequestMetrics, TokenClock
-from .bandwidth import decode_bound, read_bandwidth, weight_bytes
+from ..devices import synchronize
+from ..metrics import RequestMetrics
+from ..model.memory import bytes_per_token
+from ..stats import spread
+from .bandwidth import decode_bound, read_bandwidth
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+FLOAT_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+FORMATS = (*FLOAT_DTYPES, "int8")
 PROMPT = "Explain in a few sentences why the sky is blue."
+LLAMA_CPP_HOWTO = ("llama.cpp is not installed, so it has no row. It is optional (not a "
+                   "dependency of minillm): CMAKE_ARGS=-DGGML_NATIVE=ON .venv/bin/pip install "
+                   "llama-cpp-python==0.3.36 diskcache builds it from source in about 6 minutes; "
+                   "then this benchmark times it on the same GGUF file.")
 
 
 @dataclass
 class Engine:
     name: str          # "minillm", "transformers", "llama.cpp"
-    dtype: str
-    decode: object     # (ids, n) -> RequestMetrics
+    dtype: str         # the weights' format: "fp32", "bf16", "fp16", "int8", "Q4_1"
+    decode: object     # (ids, n, threads) -> RequestMetrics
     bytes_per_token: int | None = None
-    runs: dict = field(default_factory=lambda: {"decode": [], "prefill": []})
+    runs: dict = field(default_factory=dict)  # threads -> {"decode": [...], "prefill": [...]}
 
     @property
     def label(self) -> str:
@@ -46,19 +58,14 @@ class Engine:
 
 # --- the engines ------------------------------------------------------------------------------
 
-def minillm_engine(model, tokenizer, dtype: str) -> Engine:
-    from ..generation import start, token_steps
-    from ..stopping import Sequence
+def minillm_engine(model, tokenizer, fmt: str) -> Engine:
+    """minillm as a user runs it: `minillm.generate` on a model from `minillm.load`."""
+    from ..generation import generate
 
-    def run(ids, n):
-        clock = TokenClock()
-        prompts, _, config, _, pad_id = start(model, tokenizer, list(ids), max_new_tokens=n)
-        sequences = [Sequence(prompts[0], tokenizer, (), n)]  # no EOS: always n tokens
-        for _ in token_steps(model, prompts, sequences, config, pad_id=pad_id):
-            clock.tick(sequences)
-        return clock.metrics(sequences)[0]
+    def run(ids, n, threads=None):
+        return generate(model, tokenizer, list(ids), max_new_tokens=n, ignore_eos=True).metrics
 
-    return Engine("minillm", dtype, run, weight_bytes(model))
+    return Engine("minillm", fmt, run, bytes_per_token(model))
 
 
 def transformers_engine(model, dtype: str) -> Engine:
@@ -80,12 +87,13 @@ def transformers_engine(model, dtype: str) -> Engine:
         def end(self):
             pass
 
-    device = next(model.parameters()).device
+    device = model.device
     eos = model.config.eos_token_id
     pad = eos[0] if isinstance(eos, (list, tuple)) else eos
 
-    def run(ids, n):
+    def run(ids, n, threads=None):
         stamps = Stamps()
+        synchronize(device)
         start = time.perf_counter()
         input_ids = torch.tensor([list(ids)], device=device)
         with torch.inference_mode():
@@ -94,18 +102,24 @@ def transformers_engine(model, dtype: str) -> Engine:
                            pad_token_id=pad, top_k=None, top_p=None, temperature=None)
         return RequestMetrics(start, tuple(stamps.times), len(ids))
 
-    return Engine("transformers", dtype, run, weight_bytes(model))
+    return Engine("transformers", dtype, run, bytes_per_token(model))
 
 
-def llama_cpp_engine(path, threads: int, context: int) -> Engine | None:
-    """llama.cpp's Python binding on the same GGUF file (its own Q4_1 kernels), when installed."""
+def llama_cpp_engine(path, context: int) -> Engine | None:
+    """llama.cpp's Python binding on the same GGUF file (its own Q4_1 kernels), when installed.
+    One `Llama` per thread count, made on first use."""
     try:
         from llama_cpp import Llama
     except ImportError:
         return None
-    llm = Llama(model_path=str(path), n_ctx=context, n_threads=threads, verbose=False)
+    instances = {}
 
-    def run(ids, n):
+    def run(ids, n, threads=None):
+        threads = threads or torch.get_num_threads()
+        if threads not in instances:
+            instances[threads] = Llama(model_path=str(path), n_ctx=context, n_threads=threads,
+                                       n_threads_batch=threads, verbose=False)
+        llm = instances[threads]
         llm.reset()
         start, times = time.perf_counter(), []
         for _ in llm.generate(list(ids), top_k=1, temp=0.0, reset=True):
@@ -121,8 +135,7 @@ def llama_cpp_engine(path, threads: int, context: int) -> Engine | None:
 
 def _machine(device: torch.device) -> dict:
     info = {"platform": platform.platform(), "machine": platform.machine(),
-            "processor": _cpu_name(), "cpu_count": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(), "device": str(device)}
+            "processor": _cpu_name(), "cpu_count": os.cpu_count(), "device": str(device)}
     if hasattr(os, "getloadavg"):
         info["load_average_1min"] = round(os.getloadavg()[0], 2)
     if device.type == "cuda":
@@ -146,16 +159,11 @@ def _versions() -> dict:
 
     out = {"python": platform.python_version(), "torch": torch.__version__,
            "minillm": minillm.__version__}
-    try:
-        import transformers
-        out["transformers"] = transformers.__version__
-    except ImportError:
-        pass
-    try:
-        import llama_cpp
-        out["llama_cpp"] = llama_cpp.__version__
-    except ImportError:
-        pass
+    for name in ("transformers", "llama_cpp"):
+        try:
+            out[name] = __import__(name).__version__
+        except ImportError:
+            pass
     return out
 
 
@@ -171,120 +179,156 @@ def prompt_ids(tokenizer, n: int | None = None) -> list[int]:
     return ids[:n]
 
 
-def run(dtypes=("fp32", "bf16"), tokens: int = 64, prompt_tokens: int = 512, repeats: int = 3,
-        device="auto", threads: int | None = None, budget_s: float = 150.0,
+def _check(formats, tokens, prompt_tokens, repeats, threads) -> tuple:
+    from ..validate import check_int
+
+    unknown = [d for d in formats if d not in FORMATS]
+    if unknown or not formats:
+        raise ValueError(f"unknown weight format(s) {unknown}; choose from {', '.join(FORMATS)}")
+    check_int("tokens", tokens, 2)
+    check_int("prompt_tokens", prompt_tokens, 1)
+    check_int("repeats", repeats, 1)
+    threads = tuple(dict.fromkeys(threads or (torch.get_num_threads(),)))
+    for t in threads:
+        check_int("threads", t, 1, allowed="a list of ints >= 1")
+    return threads
+
+
+def run(formats=("fp32", "bf16", "int8"), tokens: int = 64, prompt_tokens: int = 512,
+        repeats: int = 3, device="auto", threads=None, budget_s: float = 150.0,
         with_transformers: bool = True, with_llama_cpp: bool = True, progress=print) -> dict:
-    """Run the benchmark; return the report (what the JSON line holds)."""
+    """Run the benchmark; return the report (what the JSON line holds). `threads` is a list of
+    thread counts (default: PyTorch's own choice); every engine runs at each."""
     import minillm
     from ..devices import pick_device
     from ..fast import optimize
 
-    unknown = [d for d in dtypes if d not in DTYPES]
-    if unknown or not dtypes:
-        raise ValueError(f"unknown dtype(s) {unknown}; choose from {', '.join(DTYPES)}")
-    for name, value in [("tokens", tokens), ("prompt_tokens", prompt_tokens),
-                        ("repeats", repeats)]:
-        if not isinstance(value, int) or value < (2 if name == "tokens" else 1):
-            raise ValueError(f"{name} must be an int >= {2 if name == 'tokens' else 1}, "
-                             f"got {value!r}")
-    if threads is not None:
-        torch.set_num_threads(threads)
+    threads = _check(formats, tokens, prompt_tokens, repeats, threads)
     device = pick_device(device)
     began = time.perf_counter()
     progress(f"loading the models on {device} ...")
-    base, tokenizer = minillm.load("smollm2-135m", device=device)
+    readable, tokenizer = minillm.load("smollm2-135m", device=device, fast=False)
     engines = []
-    reference = None
-    if with_transformers:
-        reference, _ = minillm.load_reference("smollm2-135m")
-    for d in dtypes:
-        if with_transformers:  # a converted copy per dtype, the fp32 original kept
-            ref = reference.to(device) if d == "fp32" else \
-                copy.deepcopy(reference).to(device=device, dtype=DTYPES[d])
-            engines.append(transformers_engine(ref, d))
-        engines.append(minillm_engine(optimize(base, dtype=DTYPES[d], logits="last"),
-                                      tokenizer, d))
+    reference = minillm.load_reference("smollm2-135m")[0] if with_transformers else None
+    for fmt in formats:
+        if with_transformers and fmt in FLOAT_DTYPES:  # a converted copy per dtype
+            ref = reference.to(device) if fmt == "fp32" else \
+                copy.deepcopy(reference).to(device=device, dtype=FLOAT_DTYPES[fmt])
+            engines.append(transformers_engine(ref, fmt))
+        engines.append(minillm_engine(optimize(readable, fmt), tokenizer, fmt))
+    notes = []
     if with_llama_cpp and device.type == "cpu":
-        engine = llama_cpp_engine(minillm.model_file("smollm2-135m"),
-                                  torch.get_num_threads(), prompt_tokens + tokens + 8)
+        engine = llama_cpp_engine(minillm.model_file("smollm2-135m"), prompt_tokens + tokens + 8)
         if engine is not None:
             engines.append(engine)
-    del base
+        else:
+            notes.append(LLAMA_CPP_HOWTO)
+    del readable
 
-    short = prompt_ids(tokenizer)
-    long = prompt_ids(tokenizer, prompt_tokens)
-    progress("warming up ...")
-    for e in engines:
-        e.decode(short, 2)
-    progress("measuring the read bandwidth ...")
-    bandwidth = read_bandwidth(device)
-    done_reps = 0
-    for rep in range(repeats):
-        order = engines[rep % len(engines):] + engines[:rep % len(engines)]
-        for e in order:
-            e.runs["decode"].append(e.decode(short, tokens))
-            e.runs["prefill"].append(e.decode(long, 1))
-        done_reps += 1
-        progress(f"repetition {rep + 1}/{repeats} done ({time.perf_counter() - began:.0f} s)")
-        if time.perf_counter() - began > budget_s and rep + 1 < repeats:
-            progress(f"stopping after {rep + 1} repetitions: the time budget of {budget_s:.0f} s "
-                     "is spent")
-            break
-
-    rows = []
-    for e in engines:
-        dec, pre = e.runs["decode"], e.runs["prefill"]
-        row = {"engine": e.name, "dtype": e.dtype,
-               "ttft_ms": 1000 * statistics.median(m.ttft for m in dec),
-               "tpot_ms": 1000 * statistics.median(m.tpot for m in dec),
-               "decode_tok_s": statistics.median(m.decode_tokens_per_second for m in dec),
-               "prefill_tok_s": statistics.median(m.prefill_tokens_per_second for m in pre),
-               "weight_bytes": e.bytes_per_token}
-        if e.bytes_per_token:
-            row["bound_tok_s"] = decode_bound(e.bytes_per_token, bandwidth)
-            row["of_bound"] = row["decode_tok_s"] / row["bound_tok_s"]
-        rows.append(row)
-    for row in rows:
-        ref = next((r for r in rows if r["engine"] == "transformers"
-                    and r["dtype"] == (row["dtype"] if row["dtype"] in DTYPES else "fp32")), None)
-        if ref is not None:
-            row["decode_x_transformers"] = row["decode_tok_s"] / ref["decode_tok_s"]
-            row["prefill_x_transformers"] = row["prefill_tok_s"] / ref["prefill_tok_s"]
-            row["ttft_x_transformers"] = row["ttft_ms"] / ref["ttft_ms"]
+    short, long = prompt_ids(tokenizer), prompt_ids(tokenizer, prompt_tokens)
+    bandwidth = {}
+    done = {}
+    for t in threads:
+        torch.set_num_threads(t)
+        progress(f"{t} thread(s): warming up, measuring the read bandwidth ...")
+        for e in engines:
+            e.decode(short, 2, t)
+            e.runs[t] = {"decode": [], "prefill": []}
+        bandwidth[t] = read_bandwidth(device)
+        done[t] = 0
+        for rep in range(repeats):
+            order = engines[rep % len(engines):] + engines[:rep % len(engines)]
+            for e in order:
+                e.runs[t]["decode"].append(e.decode(short, tokens, t))
+                e.runs[t]["prefill"].append(e.decode(long, 1, t))
+            done[t] += 1
+            progress(f"{t} thread(s): repetition {rep + 1}/{repeats} done "
+                     f"({time.perf_counter() - began:.0f} s)")
+            if time.perf_counter() - began > budget_s * (threads.index(t) + 1) / len(threads) \
+                    and rep + 1 < repeats:
+                progress(f"stopping after {rep + 1} repetitions: this thread count's share of "
+                         f"the time budget ({budget_s:.0f} s in all) is spent")
+                break
+    rows = [_row(e, t, bandwidth[t]) for t in threads for e in engines]
+    _ratios(rows)
     machine = _machine(device)
     if hasattr(os, "getloadavg"):
         machine["load_average_1min_after"] = round(os.getloadavg()[0], 2)
     return {"machine": machine, "versions": _versions(),
-            "settings": {"model": "smollm2-135m", "dtypes": list(dtypes), "new_tokens": tokens,
+            "settings": {"model": "smollm2-135m", "formats": list(formats), "new_tokens": tokens,
                          "short_prompt_tokens": len(short), "prefill_prompt_tokens": prompt_tokens,
-                         "repeats": done_reps, "batch": 1, "greedy": True,
-                         "interleaved": True, "statistic": "median"},
-            "bandwidth_gb_s": bandwidth / 1e9, "results": rows,
-            "seconds": time.perf_counter() - began}
+                         "repeats": done, "threads": list(threads), "batch": 1, "greedy": True,
+                         "interleaved": True, "statistic": "median (min-max)"},
+            "bandwidth_gb_s": {t: b / 1e9 for t, b in bandwidth.items()}, "results": rows,
+            "notes": notes, "seconds": time.perf_counter() - began}
+
+
+def _row(e: Engine, threads: int, bandwidth: float) -> dict:
+    dec, pre = e.runs[threads]["decode"], e.runs[threads]["prefill"]
+    decode = spread(m.decode_tokens_per_second for m in dec)
+    prefill = spread(m.prefill_tokens_per_second for m in pre)
+    row = {"engine": e.name, "dtype": e.dtype, "threads": threads,
+           "ttft_ms": 1000 * statistics.median(m.ttft for m in dec),
+           "tpot_ms": 1000 * statistics.median(m.tpot for m in dec),
+           "decode_tok_s": decode["median"], "decode_spread": [decode["min"], decode["max"]],
+           "prefill_tok_s": prefill["median"], "prefill_spread": [prefill["min"], prefill["max"]],
+           "bytes_per_token": e.bytes_per_token}
+    if e.bytes_per_token:
+        row["bound_tok_s"] = decode_bound(e.bytes_per_token, bandwidth)
+        row["of_bound"] = row["decode_tok_s"] / row["bound_tok_s"]
+    return row
+
+
+def _ratios(rows: list[dict]) -> None:
+    """Each row against transformers in its dtype (fp32 for int8 and Q4_1), against minillm
+    fp32 and against llama.cpp, at the same thread count."""
+    def find(engine, dtype, threads):
+        return next((r for r in rows if r["engine"] == engine and r["dtype"] == dtype
+                     and r["threads"] == threads), None)
+
+    for row in rows:
+        t = row["threads"]
+        for key, ref in [("transformers", find("transformers", row["dtype"] if row["dtype"]
+                                               in FLOAT_DTYPES else "fp32", t)),
+                         ("minillm_fp32", find("minillm", "fp32", t)),
+                         ("llama_cpp", find("llama.cpp", "Q4_1", t))]:
+            if ref is None or ref is row:
+                continue
+            row[f"decode_x_{key}"] = row["decode_tok_s"] / ref["decode_tok_s"]
+            row[f"prefill_x_{key}"] = row["prefill_tok_s"] / ref["prefill_tok_s"]
 
 
 def table(report: dict) -> str:
     """The report as a plain-text table."""
-    head = (f"{'engine':<22}{'TTFT ms':>9}{'TPOT ms':>9}{'decode tok/s':>14}{'x HF':>7}"
-            f"{'prefill tok/s':>15}{'x HF':>7}{'bound tok/s':>13}{'of bound':>10}")
+    def figure(r, key):
+        low, high = r[key.replace("tok_s", "spread")]
+        return f"{r[key]:>7.1f} ({low:.0f}-{high:.0f})"
+
+    def ratio(r, key):
+        return f"{r[key]:>6.2f}x" if key in r else f"{'':>7}"
+
+    head = (f"{'threads':>7}  {'engine':<19}{'TTFT ms':>8}{'decode tok/s':>19}{'x HF':>7}"
+            f"{'x fp32':>7}{'x l.cpp':>8}{'prefill tok/s':>20}{'x HF':>7}{'bound':>7}"
+            f"{'of bound':>9}")
     lines = [head, "-" * len(head)]
     for r in report["results"]:
-        def ratio(key):
-            return f"{r[key]:>6.2f}x" if key in r else f"{'':>7}"
         lines.append(
-            f"{r['engine'] + ' ' + r['dtype']:<22}{r['ttft_ms']:>9.1f}{r['tpot_ms']:>9.1f}"
-            f"{r['decode_tok_s']:>14.1f}{ratio('decode_x_transformers')}"
-            f"{r['prefill_tok_s']:>15.1f}{ratio('prefill_x_transformers')}"
-            f"{r.get('bound_tok_s', float('nan')):>13.1f}"
-            f"{100 * r.get('of_bound', float('nan')):>9.0f}%")
-    s = report["settings"]
-    m = report["machine"]
+            f"{r['threads']:>7}  {r['engine'] + ' ' + r['dtype']:<19}{r['ttft_ms']:>8.1f}"
+            f"{figure(r, 'decode_tok_s'):>19}{ratio(r, 'decode_x_transformers')}"
+            f"{ratio(r, 'decode_x_minillm_fp32')}{ratio(r, 'decode_x_llama_cpp'):>8}"
+            f"{figure(r, 'prefill_tok_s'):>20}{ratio(r, 'prefill_x_transformers')}"
+            f"{r.get('bound_tok_s', float('nan')):>7.1f}"
+            f"{100 * r.get('of_bound', float('nan')):>8.0f}%")
+    s, m = report["settings"], report["machine"]
+    reps = ", ".join(f"{n} at {t} thread(s)" for t, n in s["repeats"].items())
     lines.append(f"batch 1, greedy, {s['new_tokens']} new tokens after a "
                  f"{s['short_prompt_tokens']}-token prompt; prefill at {s['prefill_prompt_tokens']} "
-                 f"tokens; median of {s['repeats']} interleaved repetitions")
-    lines.append(f"read bandwidth {report['bandwidth_gb_s']:.1f} GB/s; {m['device']}, "
-                 f"{m['torch_threads']} threads, load average {m.get('load_average_1min', '?')} "
-                 f"on {m['cpu_count']} CPUs; {report['seconds']:.0f} s")
+                 f"tokens; median (min-max) of interleaved repetitions ({reps})")
+    bw = ", ".join(f"{b:.1f} GB/s at {t} thread(s)" for t, b in report["bandwidth_gb_s"].items())
+    lines.append(f"read bandwidth {bw}; {m['device']}, load average "
+                 f"{m.get('load_average_1min', '?')} on {m['cpu_count']} CPUs; "
+                 f"{report['seconds']:.0f} s")
+    lines += report.get("notes", [])
     return "\n".join(lines)
 
 
@@ -292,9 +336,11 @@ def run_cli(args) -> int:
     import sys
 
     try:
-        report = run(dtypes=tuple(d.strip() for d in args.dtypes.split(",") if d.strip()),
+        threads = [int(t) for t in str(args.threads).split(",") if t.strip()] \
+            if args.threads is not None else None
+        report = run(formats=tuple(d.strip() for d in args.dtypes.split(",") if d.strip()),
                      tokens=args.tokens, prompt_tokens=args.prompt_tokens,
-                     repeats=args.repeats, device=args.device, threads=args.threads,
+                     repeats=args.repeats, device=args.device, threads=threads,
                      budget_s=args.budget, with_transformers=not args.no_transformers,
                      progress=lambda msg: print(msg, file=sys.stderr, flush=True))
     except ValueError as error:

@@ -21,6 +21,7 @@ import torch
 import torch.nn as nn
 
 from ..layers.linear import replace_module
+from ..model.memory import weight_bytes  # noqa: F401  (minillm.quant.weight_bytes)
 from .int4 import GROUP_SIZE, _check_int4_group
 from .linear import Int4Linear, Int8Linear, QuantizedLinear
 
@@ -93,27 +94,3 @@ def set_int8_path(model: nn.Module, path: str) -> nn.Module:
     for layer in layers:
         layer.path = path
     return model
-
-
-def weight_bytes(model: nn.Module, linear_only: bool = False) -> int:
-    """Bytes the model's weights take: every parameter and buffer, a shared (tied) tensor once.
-    `linear_only`: only the linear layers that `quantize` replaces (float or quantized), not the
-    LM head."""
-    if linear_only:
-        tensors = []
-        for name, m in model.named_modules():
-            if name.split(".")[-1] == "lm_head":
-                continue
-            if isinstance(m, QuantizedLinear):
-                tensors += [*m.buffers(), *m.parameters()]
-            elif isinstance(m, nn.Linear):
-                tensors += list(m.parameters())
-    else:
-        tensors = [*model.parameters(), *model.buffers()]
-    seen, total = set(), 0
-    for t in tensors:
-        key = (t.data_ptr(), t.numel(), t.dtype)
-        if key not in seen:
-            seen.add(key)
-            total += t.numel() * t.element_size()
-    return total
