@@ -14,6 +14,9 @@ def _fetch(args) -> int:
     except (ModelFileError, ValueError) as error:
         print(f"minillm fetch: {error}", file=sys.stderr)
         return 1
+    from .tokenizer import read_gguf_metadata
+
+    read_gguf_metadata(path)  # parsed once here, so the first tokenizer load is quick
     print(path)
     return 0
 

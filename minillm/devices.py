@@ -13,6 +13,10 @@ import time
 import torch
 
 
+FLOAT_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+"""The float dtypes minillm names, by the short names the commands and reports use."""
+
+
 def pick_device(device: str | torch.device = "auto") -> torch.device:
     """"auto" is a CUDA GPU when there is one, then Apple's MPS, else the CPU."""
     if isinstance(device, torch.device):

@@ -25,7 +25,7 @@ os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 import torch  # noqa: E402
 
 import minillm  # noqa: E402
-from minillm.model import load_model  # noqa: E402
+from minillm.loading import load_model  # noqa: E402
 from minillm.model.converted import read_converted  # noqa: E402
 
 TEXT = ("The weather today is sunny, and the children are playing in the park. Large language "

@@ -7,7 +7,7 @@ import torch
 from minillm.distributed import (all_reduce_cost, compare_pipeline_parallel,
                                  compare_tensor_parallel, split_evenly)
 from minillm.distributed import tensor_parallel
-from minillm.model import load_model
+from minillm.loading import load_model
 
 pytestmark = pytest.mark.slow
 

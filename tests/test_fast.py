@@ -11,7 +11,8 @@ import torch
 import minillm
 from minillm.fast import FastLinear, is_optimized, optimize, time_layouts
 from minillm.kv_cache import KVCache
-from minillm.model import LlamaModel, ModelConfig, load_model
+from minillm.loading import load_model
+from minillm.model import LlamaModel, ModelConfig
 
 
 def _tiny(arch="llama", tied=True, bias=False, seed=0, max_seq_len=64):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from minillm.model import load_model
+from minillm.loading import load_model
 
 from test_model_tiny import VOCAB, _hf_model, _ids, _llama_cpp_permute
 

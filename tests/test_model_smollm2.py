@@ -6,7 +6,7 @@ import torch
 
 import minillm
 from minillm.kv_cache import KVCache
-from minillm.model import load_model
+from minillm.loading import load_model
 
 pytestmark = pytest.mark.slow
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from minillm.kv_cache import KVCache
-from minillm.model import (ModelConfig, attention, attention_explicit, build_model, load,
-                           load_model)
+from minillm.loading import load, load_model
+from minillm.model import ModelConfig, attention, attention_explicit, build_model
 from minillm.model.llama import unpermute
 
 VOCAB = 96

@@ -28,13 +28,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..devices import synchronize
+from ..devices import FLOAT_DTYPES, synchronize
 from ..metrics import RequestMetrics
 from ..model.memory import bytes_per_token
 from ..stats import spread
 from .bandwidth import decode_bound, read_bandwidth
 
-FLOAT_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 FORMATS = (*FLOAT_DTYPES, "int8")
 PROMPT = "Explain in a few sentences why the sky is blue."
 LLAMA_CPP_HOWTO = ("llama.cpp is not installed, so it has no row. It is optional (not a "

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..devices import model_device
+
 from ..kv_cache import KVCache
 from .processors import build_processors
 
@@ -69,7 +71,7 @@ def beam_search(model, prompt_ids: list[int], config, eos_token_ids=None) -> lis
     early_stopping = config.early_stopping
     processors = build_processors(config, eos)
 
-    device = next(model.parameters()).device if hasattr(model, "parameters") else "cpu"
+    device = model_device(model)
     prompt_len = len(prompt_ids)
     max_len = prompt_len + config.max_new_tokens
     eos_tensor = torch.tensor(eos, dtype=torch.long, device=device)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from ..devices import model_device
+
 
 def _ngrams(tokens, n: int) -> list[tuple]:
     if not isinstance(n, int) or n < 1:
@@ -58,7 +60,7 @@ def mean_logprob(model, prompt_ids, new_ids) -> float:
     new_ids = list(new_ids)
     if not new_ids:
         raise ValueError("mean_logprob needs at least one new token")
-    device = next(model.parameters()).device if hasattr(model, "parameters") else "cpu"
+    device = model_device(model)
     ids = torch.tensor([list(prompt_ids) + new_ids], device=device)
     logits = model(ids)[0, len(prompt_ids) - 1:-1].float()
     logp = torch.log_softmax(logits, dim=-1)

@@ -15,7 +15,7 @@ from .tensor_parallel import all_reduce_cost, tensor_parallel
 def _load(source, fast: bool = True):
     """The model (on the CPU: the ranks here are processes on one machine; with a GPU each, the
     launcher would give rank r cuda:r) and its tokenizer."""
-    from ..model import load_model
+    from ..loading import load_model
     from ..tokenizer import load_tokenizer
 
     model = load_model(source, device="cpu", fast=fast)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..devices import model_device
 from ..metrics import throughput
 from ..stats import percentile
 from .engine import Engine
@@ -82,7 +83,7 @@ def hf_generate(model, tokenizer, work: list[Work], batch_size: int = 16,
 
         batches = tqdm(batches, desc="transformers generate", unit="batch")
     start = time.perf_counter()
-    device = next(model.parameters()).device
+    device = model_device(model)
     for batch in batches:
         longest = max(len(w.prompt) for w in batch)
         ids = torch.full((len(batch), longest), pad, dtype=torch.long)

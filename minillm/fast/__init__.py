@@ -27,6 +27,7 @@ import copy
 import torch
 import torch.nn as nn
 
+from ..devices import FLOAT_DTYPES
 from ..layers.linear import replace_module
 from .layout import best_layout, time_layouts
 from .linear import FastLinear
@@ -34,8 +35,7 @@ from .linear import FastLinear
 __all__ = ["optimize", "is_optimized", "FastLinear", "best_layout", "time_layouts",
            "WEIGHT_FORMATS"]
 
-WEIGHT_FORMATS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
-                  "int8": torch.int8}
+WEIGHT_FORMATS = {**FLOAT_DTYPES, "int8": torch.int8}
 
 
 def is_optimized(model) -> bool:

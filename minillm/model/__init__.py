@@ -10,7 +10,10 @@ minillm.layers, and the loaders that fill it with real weights.
     gguf_loader.py  a GGUF file -> config + dequantized weights
     hf_loader.py    a Hugging Face folder (config.json + safetensors) -> config + weights
     converted.py    the dequantized copy of a GGUF file kept in the cache (safetensors)
-    loading.py      load(), load_model(), build_model()
+
+`minillm.load` (minillm/loading.py) joins this package, the fast path and the tokenizer.
+    memory.py       weight_bytes (at rest) and bytes_per_token (what a decode step reads)
+    build.py        build_model(config, weights): the checked model on its device
 """
 
 from ..layers import (Attention, GatedMLP, RMSNorm, apply_rope, attention, attention_explicit,
@@ -18,10 +21,10 @@ from ..layers import (Attention, GatedMLP, RMSNorm, apply_rope, attention, atten
 from .config import ModelConfig
 from .gpt2 import GPT2Model
 from .llama import LlamaBlock, LlamaModel
-from .loading import build_model, load, load_model
+from .build import build_model
 from .qwen3 import Qwen3Model
 
 __all__ = ["ModelConfig", "LlamaModel", "Qwen3Model", "GPT2Model", "LlamaBlock",
            "Attention", "GatedMLP", "RMSNorm", "rms_norm", "rope_cos_sin", "apply_rope",
-           "rotate_half", "attention", "attention_explicit", "causal_mask", "repeat_kv", "load",
-           "load_model", "build_model"]
+           "rotate_half", "attention", "attention_explicit", "causal_mask", "repeat_kv",
+           "build_model"]

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from ..devices import model_device
+
 
 def _windows(token_ids, window: int) -> list[torch.Tensor]:
     if not isinstance(window, int) or isinstance(window, bool) or window < 2:
@@ -29,10 +31,6 @@ def _windows(token_ids, window: int) -> list[torch.Tensor]:
     if ids.numel() < 2:
         raise ValueError(f"need at least 2 tokens to measure perplexity, got {ids.numel()}")
     return [ids[i:i + window] for i in range(0, ids.numel(), window) if ids[i:i + window].numel() > 1]
-
-
-def _device(model) -> torch.device:
-    return next(model.parameters()).device
 
 
 @dataclass
@@ -63,7 +61,7 @@ def evaluate(model, token_ids, window: int = 512, reference: list | None = None,
     nll, count, max_err, sum_err, n_err, agree = 0.0, 0, 0.0, 0.0, 0, 0
     kept = []
     for i, chunk in enumerate(chunks):
-        logits = model(chunk[None].to(_device(model)))[0].float().cpu()
+        logits = model(chunk[None].to(model_device(model)))[0].float().cpu()
         nll += F.cross_entropy(logits[:-1], chunk[1:], reduction="sum").item()
         count += chunk.numel() - 1
         if reference is not None:
@@ -92,8 +90,8 @@ def logit_error(model, reference_model, token_ids) -> dict:
     """Max and mean |logits - reference logits| and top-1 agreement on one window of tokens."""
     ids = torch.as_tensor(token_ids, dtype=torch.long).reshape(1, -1)
     with torch.inference_mode():
-        a = model(ids.to(_device(model)))[0].float().cpu()
-        b = reference_model(ids.to(_device(reference_model)))[0].float().cpu()
+        a = model(ids.to(model_device(model)))[0].float().cpu()
+        b = reference_model(ids.to(model_device(reference_model)))[0].float().cpu()
     diff = (a - b).abs()
     return {"max": diff.max().item(), "mean": diff.mean().item(),
             "top1": (a.argmax(-1) == b.argmax(-1)).float().mean().item()}
@@ -107,14 +105,10 @@ def speed(model, tokenizer, prompt_ids, new_tokens: int = 32, repeats: int = 1) 
     best = {"prefill_tokens_per_s": 0.0, "decode_tokens_per_s": 0.0}
     for _ in range(repeats):
         out = generate(model, tokenizer, list(prompt_ids), max_new_tokens=new_tokens,
-                       eos_token_id=_never_eos(model))
+                       ignore_eos=True)
         m = out.metrics
         best["prefill_tokens_per_s"] = max(best["prefill_tokens_per_s"], len(prompt_ids) / m.ttft)
         best["decode_tokens_per_s"] = max(best["decode_tokens_per_s"],
                                           m.decode_tokens_per_second)
     return best
 
-
-def _never_eos(model) -> int:
-    """A stop token id the vocabulary lacks, so every run makes exactly `new_tokens` tokens."""
-    return int(model.config.vocab_size)

@@ -20,13 +20,13 @@ import copy
 import torch
 import torch.nn as nn
 
+from ..devices import FLOAT_DTYPES
 from ..layers.linear import replace_module
 from ..model.memory import weight_bytes  # noqa: F401  (minillm.quant.weight_bytes)
 from .int4 import GROUP_SIZE, _check_int4_group
 from .linear import Int4Linear, Int8Linear, QuantizedLinear
 
 SCHEMES = ("fp32", "bf16", "fp16", "int8", "int4")
-FLOAT_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def is_quantized(model: nn.Module) -> bool:

@@ -42,7 +42,7 @@ def make_engine(model: str = "smollm2-135m", *, tiny: bool = False, device: str 
 
         m, tok = tiny_model()
     else:
-        from ..model import load
+        from ..loading import load
 
         m, tok = load(model, device=device)
         if tok is None:

@@ -11,21 +11,22 @@ the metadata under llama.cpp's names:
     tokenizer.ggml.bos_token_id / eos_token_id / padding_token_id / unknown_token_id
     tokenizer.chat_template     a Jinja template
 
-Only the metadata is read (about 0.1 s), not the 100 MB of weights after it.
+The `gguf` package (llama.cpp's own reader, which the model loader uses too) parses the file.
+It builds a NumPy view of every one of the ~100,000 vocabulary and merge strings, which takes
+several seconds, so the metadata it reads is kept in minillm's cache as JSON (keyed by the
+file's name, size and modification time): later loads read that in a fraction of a second.
 """
 
 from __future__ import annotations
 
-import struct
+import json
+import os
+import tempfile
 from pathlib import Path
 
 from .bytes_unicode import bytes_to_unicode
 from .pretokenize import GGUF_PRE_PATTERNS, GPT2_PATTERN, PreTokenizer
 
-# value type -> struct format (the scalar types); 8 is a string, 9 an array
-_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q",
-            12: "d"}
-_STRING, _ARRAY = 8, 9
 CONTROL, USER_DEFINED = 3, 4
 
 
@@ -35,58 +36,38 @@ class GGUFMetadataError(ValueError):
 
 def read_gguf_metadata(path) -> dict:
     """All key-value metadata of a GGUF file, as Python values (arrays become lists)."""
+    from ..files import cache_dir
+
     path = Path(path)
     with open(path, "rb") as f:
-        reader = _Reader(f)
-        if reader.read(4) != b"GGUF":
+        if f.read(4) != b"GGUF":
             raise GGUFMetadataError(f"{path} is not a GGUF file (it does not start with 'GGUF')")
-        version = reader.unpack("I")
-        if version not in (2, 3):
-            raise GGUFMetadataError(f"{path}: GGUF version {version} is not supported (2 or 3)")
-        reader.unpack("Q")  # tensor count
-        count = reader.unpack("Q")
-        metadata = {}
-        for _ in range(count):
-            key = reader.string()
-            metadata[key] = reader.value(reader.unpack("I"))
+    st = path.stat()
+    cached = cache_dir() / "gguf-metadata" / f"{path.stem}-{st.st_size}-{st.st_mtime_ns}.json"
+    if cached.is_file():
+        try:
+            return json.loads(cached.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            pass  # a damaged copy: read the file again
+    metadata = _parse(path)
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=cached.parent, delete=False,
+                                     suffix=".partial") as f:
+        json.dump(metadata, f)
+    os.replace(f.name, cached)  # atomic: a parallel reader never sees half a file
     return metadata
 
 
-class _Reader:
-    """Little-endian reading from a file, in 1 MB blocks."""
+def _parse(path: Path) -> dict:
+    import gguf
 
-    def __init__(self, f):
-        self.f, self.buf, self.pos = f, b"", 0
-
-    def read(self, n: int) -> bytes:
-        if self.pos + n > len(self.buf):
-            self.buf = self.buf[self.pos:] + self.f.read(max(n, 1 << 20))
-            self.pos = 0
-            if n > len(self.buf):
-                raise GGUFMetadataError("the GGUF file ends inside its metadata (truncated?)")
-        data = self.buf[self.pos:self.pos + n]
-        self.pos += n
-        return data
-
-    def unpack(self, fmt: str):
-        size = struct.calcsize(fmt)
-        return struct.unpack("<" + fmt, self.read(size))[0]
-
-    def string(self) -> str:
-        return self.read(self.unpack("Q")).decode("utf-8", errors="replace")
-
-    def value(self, kind: int):
-        if kind in _SCALARS:
-            return self.unpack(_SCALARS[kind])
-        if kind == _STRING:
-            return self.string()
-        if kind == _ARRAY:
-            item_kind, n = self.unpack("I"), self.unpack("Q")
-            if item_kind in _SCALARS:
-                fmt = _SCALARS[item_kind]
-                return list(struct.unpack(f"<{n}{fmt}", self.read(n * struct.calcsize(fmt))))
-            return [self.value(item_kind) for _ in range(n)]
-        raise GGUFMetadataError(f"unknown GGUF value type {kind}")
+    try:
+        fields = gguf.GGUFReader(str(path)).fields
+    except (ValueError, IndexError, OSError) as error:  # a cut or damaged file
+        raise GGUFMetadataError(f"{path}: cannot read its GGUF metadata ({error}); is the file "
+                                "truncated?") from None
+    return {name: field.contents() for name, field in fields.items()
+            if not name.startswith("GGUF.")}
 
 
 def tokenizer_from_gguf(path):

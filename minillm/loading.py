@@ -1,5 +1,6 @@
-"""`minillm.load`: a model name, a GGUF file or a Hugging Face folder -> minillm's model (and
-tokenizer)."""
+"""`minillm.load`: a model name, a GGUF file or a Hugging Face folder -> minillm's model (the
+fast path by default) and its tokenizer. It sits above minillm.model (the network), minillm.fast
+(the faster copy of it) and minillm.tokenizer, and joins them."""
 
 from __future__ import annotations
 
@@ -9,48 +10,12 @@ from pathlib import Path
 
 import torch
 
-from . import registry
-from .config import ModelConfig
-
-
-def resolve_device(device) -> torch.device:
-    """"auto" is a CUDA GPU when there is one, then Apple's MPS, else the CPU."""
-    from ..devices import pick_device
-
-    return pick_device("auto" if device is None else device)
-
-
-def build_model(config: ModelConfig, weights: dict[str, torch.Tensor],
-                dtype=torch.float32, device="cpu") -> torch.nn.Module:
-    """minillm's model for `config`, holding `weights` (minillm's names), in eval mode.
-
-    The model is first built on the "meta" device (shapes only, no memory, no random init), so the
-    weights are checked against the config's shapes and then used as they are."""
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise TypeError(f"dtype must be a floating torch.dtype such as torch.float32, got {dtype!r}")
-    with torch.device("meta"):
-        model = registry.architecture(config.arch).model_class(config)
-    expected = model.state_dict()
-    missing = [n for n in expected if n not in weights]
-    if missing:
-        raise ValueError(f"missing tensor(s) {missing[:5]} for a {config.arch} model")
-    unexpected = [n for n in weights if n not in expected]
-    if unexpected:
-        raise ValueError(f"unexpected tensor(s) {unexpected[:5]} for this {config.arch} config")
-    for name, want in expected.items():
-        got = tuple(weights[name].shape)
-        if got != tuple(want.shape):
-            raise ValueError(f"the config disagrees with the weights: tensor {name} has shape "
-                             f"{got}, the config implies {tuple(want.shape)}")
-    device = resolve_device(device)
-    weights = {n: w.to(device=device, dtype=dtype) for n, w in weights.items()}
-    model.load_state_dict(weights, strict=True, assign=True)
-    return model.eval().requires_grad_(False)
+from .model import build_model, registry
 
 
 def _gguf_weights(path: Path):
-    from .converted import read_converted, write_converted
-    from .gguf_loader import read_gguf
+    from .model.converted import read_converted, write_converted
+    from .model.gguf_loader import read_gguf
 
     cached = read_converted(path)
     if cached is not None:
@@ -62,7 +27,7 @@ def _gguf_weights(path: Path):
 
 def _source(name_or_path) -> tuple[str, Path]:
     """("gguf", file) or ("hf", folder) for a model name or a path."""
-    from ..files import model_file
+    from .files import model_file
 
     if not isinstance(name_or_path, (str, os.PathLike)):
         raise TypeError(f"load takes a model name, a .gguf file or a model folder, "
@@ -90,7 +55,7 @@ def load_model(name_or_path, dtype=torch.float32, device="auto", *, fast: bool =
     if kind == "gguf":
         config, tensors = _gguf_weights(path)
     else:
-        from .hf_loader import read_hf_folder
+        from .model.hf_loader import read_hf_folder
         config, tensors = read_hf_folder(path)
     if not isinstance(fast, bool):
         raise TypeError(f"fast must be True (the fast path) or False (the readable model), "
@@ -99,7 +64,7 @@ def load_model(name_or_path, dtype=torch.float32, device="auto", *, fast: bool =
         raise ValueError("weights= chooses the fast path's weight format; it needs fast=True")
     model = build_model(config, tensors, dtype=dtype, device=device)
     if fast and "fast" in registry.architecture(config.arch).features:
-        from ..fast import optimize_in_place
+        from .fast import optimize_in_place
 
         model = optimize_in_place(model, weights)
     elif weights is not None:
@@ -127,7 +92,7 @@ def load(name_or_path="smollm2-135m", dtype=torch.float32, device="auto", *, fas
     gives `(model, None)`; so does a folder whose tokenizer minillm cannot read (with a warning)."""
     kind, path = _source(name_or_path)
     model = load_model(path, dtype=dtype, device=device, fast=fast, weights=weights)
-    from ..tokenizer import load_tokenizer
+    from .tokenizer import load_tokenizer
 
     if kind == "gguf":
         is_name = not Path(name_or_path).expanduser().exists()

@@ -1,0 +1,131 @@
+"""The package's shape, pinned: no import cycles (a module never needs, even lazily, a module
+that needs it), every architecture guard reads the registry, and the Llama block is written once."""
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+import minillm
+from minillm.model import registry
+
+PACKAGE = Path(minillm.__file__).parent
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = path
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the package modules it imports anywhere in its file (inside functions too).
+    Importing a.b runs a's __init__ first, so an edge to a.b is also an edge to a (unless the
+    importer lives inside a)."""
+    modules, graph = _modules(), defaultdict(set)
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                base = package.split(".")[:len(package.split(".")) - node.level + 1] \
+                    if node.level else []
+                target = ".".join(base + ([node.module] if node.module else []))
+                targets = {f"{target}.{a.name}" if f"{target}.{a.name}" in modules else target
+                           for a in node.names}
+            elif isinstance(node, ast.Import):
+                targets = {a.name for a in node.names}
+            else:
+                continue
+            for t in targets & set(modules):
+                if t != name:
+                    graph[name].add(t)
+                parts = t.split(".")
+                for i in range(1, len(parts)):
+                    parent = ".".join(parts[:i])
+                    if parent in modules and not name.startswith(parent + "."):
+                        graph[name].add(parent)
+    return graph
+
+
+def cycles(graph) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index, low, stack, on, found, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in list(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_package_has_no_import_cycles():
+    assert cycles(import_graph()) == []
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_module_chooses_by_architecture_name_outside_the_registry_and_the_families():
+    allowed = {"model/registry.py", "model/config.py", "model/llama.py", "model/qwen3.py",
+               "model/gpt2.py"}
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE).as_posix()
+        if rel in allowed:
+            continue
+        text = path.read_text()
+        for arch in registry.names():
+            assert f'arch == "{arch}"' not in text and f"arch == '{arch}'" not in text, rel
+            assert f'"{arch}")' not in text.replace(f'("{arch}")', ""), (rel, arch)
+
+
+def test_the_llama_block_is_written_once():
+    """Only the family files define a block's forward; the fast path and the parallel runners
+    build on them (a FastLinear is a linear layer, not a block)."""
+    blocks = [p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py")
+              if "self.mlp(self.mlp_norm(" in p.read_text()]
+    assert sorted(blocks) == ["model/gpt2.py", "model/llama.py"]
+
+
+def test_every_guard_names_the_architectures_the_registry_allows():
+    from minillm.distributed import tensor_parallel
+    from minillm.fast import optimize
+    from minillm.model import GPT2Model, ModelConfig
+
+    gpt2 = GPT2Model(ModelConfig(arch="gpt2", vocab_size=16, hidden_size=8, n_layers=1,
+                                 n_heads=2, n_kv_heads=2, head_dim=4, intermediate_size=16,
+                                 max_seq_len=16))
+    with pytest.raises(ValueError, match="tensor parallelism .* runs llama, qwen2, qwen3, not "
+                                         "'gpt2'"):
+        tensor_parallel(gpt2, 0, 1)
+    assert registry.names("fast") == ["llama", "qwen2", "qwen3", "gpt2"]
+    assert optimize(gpt2).weight_format == "fp32"
+    with pytest.raises(ValueError, match="unsupported architecture 'mamba'; minillm runs llama, "
+                                         "qwen2, qwen3, gpt2"):
+        ModelConfig(arch="mamba", vocab_size=16, hidden_size=8, n_layers=1, n_heads=2,
+                    n_kv_heads=2, head_dim=4, intermediate_size=16)
