@@ -36,7 +36,8 @@ class TinyLM(nn.Module):
         self.head = nn.Linear(dim, vocab)
         self.calls = []  # (batch, seq) of every forward pass
 
-    def forward(self, input_ids, cache=None, position_ids=None, attention_mask=None):
+    def forward(self, input_ids, cache=None, position_ids=None, attention_mask=None,
+                logits_to_keep=0):
         b, t = input_ids.shape
         self.calls.append((b, t))
         past = cache.length if cache is not None else 0
@@ -64,7 +65,7 @@ class TinyLM(nn.Module):
             x = x + self.out[layer]((att @ v).transpose(1, 2).reshape(b, t, -1))
         if cache is not None:
             cache.advance(t)
-        return self.head(x) * 3
+        return self.head(x[:, -logits_to_keep:]) * 3  # -0: keeps every position
 
 
 class Letters:
@@ -89,8 +90,9 @@ class NextLetter(nn.Module):
                                       max_seq_len=max_seq_len, eos_token_ids=(1,))
         self.scale = nn.Parameter(torch.ones(()))
 
-    def forward(self, input_ids, cache=None, position_ids=None, attention_mask=None):
-        following = torch.where(input_ids >= 27, 1, input_ids + 1)
+    def forward(self, input_ids, cache=None, position_ids=None, attention_mask=None,
+                logits_to_keep=0):
+        following = torch.where(input_ids >= 27, 1, input_ids + 1)[:, -logits_to_keep:]
         if cache is not None:
             b, t = input_ids.shape
             cache.append(0, torch.zeros(b, 1, t, 1), torch.zeros(b, 1, t, 1))

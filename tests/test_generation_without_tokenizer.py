@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import minillm
-from minillm.model import ModelConfig, build_model
+from minillm.model import LlamaModel, ModelConfig, build_model
 
 
 @pytest.fixture(scope="module")
@@ -15,7 +15,7 @@ def model():
                          eos_token_ids=())
     torch.manual_seed(0)
     with torch.device("meta"):
-        shapes = build_model.__globals__["MODEL_CLASSES"]["llama"](config).state_dict()
+        shapes = LlamaModel(config).state_dict()
     weights = {name: torch.randn(t.shape) * 0.5 for name, t in shapes.items()}
     return build_model(config, weights)
 

@@ -99,3 +99,20 @@ def test_bad_limits():
         ContinuousScheduler(BlockManager(4), max_num_seqs=0)
     with pytest.raises(ValueError, match="max_num_batched_tokens must be a positive int"):
         ContinuousScheduler(BlockManager(4), max_num_batched_tokens=-1)
+
+
+def test_a_request_preempted_after_it_was_planned_leaves_the_plan():
+    """Decodes are planned first; an older request's prompt chunk may then need the blocks of a
+    newer request whose decode is already planned. That newer request is preempted, so it must
+    not run in this step (its blocks are gone)."""
+    s = ContinuousScheduler(BlockManager(3, 4), max_num_seqs=4, max_num_batched_tokens=64)
+    old, new = make("old", 12, new=4), make("new", 3, new=4, first=20)
+    for r, computed in [(old, 4), (new, 3)]:
+        s._admit(r, [])
+        r.num_computed = computed
+        s.blocks.grow(r.block_table, computed)
+    new.add_token(0, 0.0)  # new has a token to decode; old has 8 prompt tokens to go
+    batch = s.schedule()
+    assert [(r.id, n) for r, n in batch.items] == [("old", 8)]
+    assert batch.preempted == [new] and not new.block_table and new in s.waiting
+    s.blocks.check()

@@ -182,6 +182,10 @@ class ContinuousScheduler(Scheduler):
                 victim = self.running[-1]  # the most recently admitted
                 self.preempt(victim)
                 batch.preempted.append(victim)
+                planned = next((item for item in batch.items if item[0] is victim), None)
+                if planned is not None:  # its decode was planned earlier in this step: undo it
+                    batch.items.remove(planned)
+                    budget += planned[1]
                 if victim is request:
                     break
             if request.status != RUNNING:
