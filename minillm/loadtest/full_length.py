@@ -20,7 +20,9 @@ loses both `min_tokens` and `logit_bias` when one request has both.
 
 So before the test, `probe` sends one short request with every spelling and, if the server
 refuses it, finds which spellings it refuses and leaves those out. Whether a server *honoured*
-what it accepted shows in the report: the answers that ended before `max_tokens`.
+what it accepted shows in the report: the answers that ended before `max_tokens`. (No field helps
+with one cause: llama-cpp-python's server cuts a stream short, with no finish reason, when
+another request arrives, unless started with `--interrupt_requests False`.)
 """
 
 from __future__ import annotations

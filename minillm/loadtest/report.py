@@ -98,7 +98,12 @@ def _counted_by(report: dict) -> str:
         ways = ", ".join(f"{'tokenizer ' + str(name) if way == 'tokenizer' else way} {n}"
                          for way, n in sorted(report["counted_by"][what].items()))
         parts.append(f"{what} {ways}")
-    return "tokens counted by (requests): " + "; ".join(parts)
+    line = "tokens counted by (requests): " + "; ".join(parts)
+    check = (report.get("tokenizer") or {}).get("prompt_check")
+    if check:
+        line += (f" (the probe's prompt: {check['tokenizer']} tokens by the tokenizer, "
+                 f"{check['server']} by the server)")
+    return line
 
 
 def _full_length_line(report: dict) -> str:
