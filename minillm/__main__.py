@@ -33,14 +33,34 @@ def _progress(args) -> int:
     return main(args.folder, verbose=args.verbose)
 
 
-def _bench(args) -> int:
-    if args.url:  # a load test of a server (chapter 09)
-        from .loadtest.cli import run_cli
-
-        return run_cli(args)
+def _bench_latency(args) -> int:
     from .bench.run import run_cli
 
     return run_cli(args)
+
+
+def _bench_serve(args) -> int:
+    from .loadtest.cli import run_cli
+
+    return run_cli(args)
+
+
+def new_bench_spelling(argv: list[str]) -> tuple[list[str], str | None]:
+    """The command line with `bench`'s subcommand put in where an old spelling left it out, and a
+    note naming the new spelling (None when nothing changed). Before the subcommands,
+    `bench [options]` timed minillm here and `bench --url URL [options]` load-tested a server."""
+    if not argv or argv[0] != "bench":
+        return argv, None
+    rest = argv[1:]
+    if rest and (rest[0] in ("-h", "--help") or not rest[0].startswith("-")):
+        return argv, None  # a subcommand (or a misspelt one, which argparse names), or the help
+    if any(a == "--url" or a.startswith("--url=") for a in rest):
+        command, note = "serve", ("minillm: `bench --url URL` is now spelled "
+                                  "`python -m minillm bench serve --url URL`; running that")
+    else:
+        command, note = "latency", ("minillm: `bench` without a subcommand is now spelled "
+                                    "`python -m minillm bench latency`; running that")
+    return ["bench", command, *rest], note
 
 
 def _serve(args) -> int:
@@ -71,11 +91,29 @@ def build_parser() -> argparse.ArgumentParser:
     progress.add_argument("folder", nargs="?", default="exercises")
     progress.add_argument("-v", "--verbose", action="store_true", help="show each failing check")
     progress.set_defaults(run=_progress)
-    from .bench.options import build_parser as bench_options
+    from .bench.options import build_parser as latency_options
+    from .loadtest.options import add_arguments as load_test_options
 
-    bench = commands.add_parser("bench", help="time minillm against transformers (TTFT, TPOT, "
-                                "tokens/s, prefill, bandwidth bound)")
-    bench_options(bench).set_defaults(run=_bench)
+    bench = commands.add_parser(
+        "bench", help="benchmarks: `bench latency` (minillm against transformers, here) or "
+                      "`bench serve --url URL` (load-test a server)",
+        description="Two benchmarks, named as vLLM names them (`vllm bench latency|serve`). "
+                    "The spellings from before, `bench [latency options]` and `bench --url URL "
+                    "[serve options]`, still run, with a note.")
+    kinds = bench.add_subparsers(dest="bench", required=True, metavar="{latency,serve}")
+    latency = kinds.add_parser(
+        "latency", help="time minillm against transformers in this process (TTFT, TPOT, "
+                        "tokens/s, prefill, bandwidth bound)",
+        description="minillm's fast engine against transformers' generate() on the same "
+                    "weights, in this process (chapter 05).")
+    latency_options(latency).set_defaults(run=_bench_latency)
+    serve = kinds.add_parser(
+        "serve", help="load-test an OpenAI-compatible server (TTFT, TPOT, latency "
+                      "p50/p90/p99, throughput)",
+        description="Send a seeded workload to an OpenAI-compatible server (vLLM, SGLang, "
+                    "Text Generation Inference, llama.cpp's server, minillm serve) and report "
+                    "TTFT, TPOT and latency percentiles and throughput (chapter 09).")
+    load_test_options(serve).set_defaults(run=_bench_serve)
     from .server.options import add_arguments as serve_options
 
     serve = commands.add_parser("serve", help="serve the model over HTTP with the OpenAI API "
@@ -85,6 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    argv, note = new_bench_spelling(list(sys.argv[1:] if argv is None else argv))
+    if note:
+        print(note, file=sys.stderr)
     args = build_parser().parse_args(argv)
     return args.run(args)
 

@@ -32,10 +32,10 @@ command -v nvidia-smi >/dev/null && nvidia-smi > "$OUT/nvidia-smi.txt" || true
 "$PYTHON" -m minillm fetch > /dev/null
 
 echo "== benchmark on the GPU"
-timeout 600 "$PYTHON" -m minillm bench --device cuda --json "$OUT/bench_cuda.json" \
+timeout 600 "$PYTHON" -m minillm bench latency --device cuda --json "$OUT/bench_cuda.json" \
   | tee "$OUT/bench_cuda.txt"
 echo "== benchmark on the CPU (same machine, for the CPU:GPU ratio)"
-timeout 600 "$PYTHON" -m minillm bench --device cpu --dtypes fp32 --repeats 2 \
+timeout 600 "$PYTHON" -m minillm bench latency --device cpu --dtypes fp32 --repeats 2 \
   --json "$OUT/bench_cpu.json" | tee "$OUT/bench_cpu.txt"
 
 echo "== the lesson, executed on the GPU"

@@ -1,5 +1,5 @@
-"""`python -m minillm bench`: minillm's fast engine against transformers' generate() on the same
-weights, in the same process (chapter 05).
+"""`python -m minillm bench latency`: minillm's fast engine against transformers' generate() on
+the same weights, in the same process (chapter 05).
 
     run.py        the workload, the interleaved repetitions, the table and the JSON line
     bandwidth.py  the measured read bandwidth and the decode bound it implies

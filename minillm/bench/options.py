@@ -1,4 +1,6 @@
-"""The command line of `python -m minillm bench` (kept apart so that building it imports no torch)."""
+"""The command line of `python -m minillm bench latency` (kept apart so that building it imports
+no torch). The load test of a server, `bench serve`, has its own options in
+minillm.loadtest.options."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ def main(argv=None) -> int:
 
     from .run import run_cli
 
-    parser = build_parser(argparse.ArgumentParser(prog="python -m minillm bench"))
+    parser = build_parser(argparse.ArgumentParser(prog="python -m minillm bench latency"))
     return run_cli(parser.parse_args(argv))
 
 
@@ -34,7 +36,4 @@ def build_parser(parser):
     parser.add_argument("--no-transformers", action="store_true",
                         help="time minillm alone (no ratios)")
     parser.add_argument("--json", default=None, help="also write the JSON report to this file")
-    from ..loadtest.options import add_arguments  # --url: load-test a server instead (chapter 09)
-
-    add_arguments(parser)
     return parser

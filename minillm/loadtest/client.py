@@ -1,10 +1,13 @@
 """Send a workload to an OpenAI-compatible server and time every answer.
 
-For each request the client notes when it sent it and when each streamed piece of text arrived.
-A server may send several tokens in one event (or one token as several); the token count is the
-server's `usage.completion_tokens` when it reports one, else the number of events with text. The
-tokens are then placed at the first piece's time, the last piece's time, and evenly between, so
-that minillm.metrics' definitions give
+Before the test, a few one-token requests find which spellings of "answer exactly max_tokens
+tokens" the server accepts (full_length.py); their prompt is not one of the test's, so no prefix
+cache holds a test prompt. For each request the client notes when it sent it and when each
+streamed piece of text arrived. A server may send several tokens in one event (or one token as
+several); the token count is the server's `usage.completion_tokens` when it reports one, else the
+answer's text counted with the tokenizer (tokens.py). The tokens are then placed at the first
+piece's time, the last piece's time, and evenly between, so that minillm.metrics' definitions
+give
 
     TTFT      first piece - sent                  (what the user waits before text appears)
     TPOT      (last piece - first piece) / (n - 1)
@@ -17,12 +20,14 @@ time from the first request sent to the last answer complete.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import threading
 import time
 from dataclasses import dataclass, field
 
 from ..metrics import RequestMetrics
+from .tokens import DEFAULT_TOKENIZER
 from .workload import Workload
 
 
@@ -37,6 +42,8 @@ class RequestResult:
     text: str = ""
     prompt_tokens: int | None = None
     output_tokens: int = 0
+    prompt_tokens_by: str | None = None  # "server", "tokenizer" or "unknown" (see tokens.py)
+    output_tokens_by: str | None = None  # "server", "tokenizer", "events" or "unknown"
     finish_reason: str | None = None
     response_id: str | None = None
     status: int | None = None
@@ -80,8 +87,8 @@ async def send_one(client, url: str, body: dict, index: int) -> RequestResult:
             async with client.stream("POST", url, json=body) as response:
                 result.status = response.status_code
                 if response.status_code != 200:
-                    raw = await response.aread()
-                    raise _Failed(f"HTTP {response.status_code}: {raw[:300].decode(errors='replace')}")
+                    raw = (await response.aread())[:300].decode(errors="replace")
+                    raise _Failed(f"HTTP {response.status_code}: {raw}")
                 done = False
                 async for line in response.aiter_lines():
                     if not line.startswith("data:"):
@@ -95,8 +102,7 @@ async def send_one(client, url: str, body: dict, index: int) -> RequestResult:
                         raise _Failed(f"error event: {event['error']}")
                     result.response_id = result.response_id or event.get("id")
                     if event.get("usage"):
-                        result.prompt_tokens = event["usage"].get("prompt_tokens")
-                        result.output_tokens = event["usage"].get("completion_tokens") or 0
+                        _read_usage(result, event["usage"])
                     for choice in event.get("choices") or ():
                         piece = _piece(choice)
                         if piece:
@@ -105,8 +111,9 @@ async def send_one(client, url: str, body: dict, index: int) -> RequestResult:
                         result.finish_reason = choice.get("finish_reason") or result.finish_reason
                 if not done:
                     raise _Failed("the stream ended without data: [DONE]")
-                if not result.output_tokens:
-                    result.output_tokens = len(result.chunk_times)
+                if result.output_tokens_by is None:
+                    result.output_tokens, result.output_tokens_by = len(result.chunk_times), \
+                        "events"
         else:
             response = await client.post(url, json=body)
             result.status = response.status_code
@@ -117,9 +124,8 @@ async def send_one(client, url: str, body: dict, index: int) -> RequestResult:
             result.text = choice.get("text") or (choice.get("message") or {}).get("content", "")
             result.finish_reason = choice.get("finish_reason")
             result.response_id = answer.get("id")
-            usage = answer.get("usage") or {}
-            result.prompt_tokens = usage.get("prompt_tokens")
-            result.output_tokens = usage.get("completion_tokens") or 0
+            _read_usage(result, answer.get("usage") or {})
+            result.output_tokens_by = result.output_tokens_by or "unknown"
     except _Failed as error:
         result.error = str(error)
     except (httpx.HTTPError, json.JSONDecodeError, KeyError, IndexError, TypeError) as error:
@@ -130,6 +136,13 @@ async def send_one(client, url: str, body: dict, index: int) -> RequestResult:
 
 class _Failed(Exception):
     pass
+
+
+def _read_usage(result: RequestResult, usage: dict) -> None:
+    if usage.get("prompt_tokens") is not None:
+        result.prompt_tokens, result.prompt_tokens_by = usage["prompt_tokens"], "server"
+    if usage.get("completion_tokens") is not None:
+        result.output_tokens, result.output_tokens_by = usage["completion_tokens"], "server"
 
 
 async def find_model(client, base_url: str) -> str | None:
@@ -147,27 +160,37 @@ async def find_model(client, base_url: str) -> str | None:
 
 
 async def run_async(base_url: str, workload: Workload, model: str | None = None,
-                    progress: bool = False, api_key: str | None = None) -> dict:
-    """Send `workload` to the server at `base_url`; return the results and the wall time."""
+                    progress: bool = False, api_key: str | None = None,
+                    tokenizer=DEFAULT_TOKENIZER) -> dict:
+    """Send `workload` to the server at `base_url`; return the report (see report.summarize).
+    `tokenizer` counts tokens where the server sends no usage (see tokens.TokenCounter)."""
     import httpx
 
+    from .full_length import Probe, probe
     from .report import summarize
+    from .tokens import TokenCounter, fill_missing_counts
 
     base_url = base_url.rstrip("/")
     prompts, arrivals = workload.prompts(), workload.arrivals()
+    probe_prompt = dataclasses.replace(workload, requests=workload.requests + 1).prompts()[-1]
+    url = base_url + workload.path
     limits = httpx.Limits(max_connections=workload.concurrency,
                           max_keepalive_connections=workload.concurrency)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=workload.requests, desc="requests", unit="req")
     results: list[RequestResult] = []
     async with httpx.AsyncClient(limits=limits, timeout=workload.timeout_s,
                                  headers=headers) as client:
         if model is None:
             model = await find_model(client, base_url)
+        asked = Probe()
+        if workload.full_length:
+            asked = await probe(lambda body: send_one(client, url, body, -1), workload, model,
+                                probe_prompt)
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=workload.requests, desc="requests", unit="req")
         slots = asyncio.Semaphore(workload.concurrency)
         began = time.perf_counter()
         deadline = began + workload.max_seconds
@@ -179,8 +202,8 @@ async def run_async(base_url: str, workload: Workload, model: str | None = None,
                                       error="not sent: the test's time limit (max_seconds) "
                                             "was reached")
                 else:
-                    r = await send_one(client, base_url + workload.path,
-                                       workload.payload(prompts[i], model), i)
+                    r = await send_one(client, url,
+                                       workload.payload(prompts[i], model, asked.sent), i)
             results.append(r)
             if bar is not None:
                 bar.update(1)
@@ -196,19 +219,27 @@ async def run_async(base_url: str, workload: Workload, model: str | None = None,
     if bar is not None:
         bar.close()
     results.sort(key=lambda r: r.index)
-    return summarize(results, workload, seconds, base_url, model)
+    counter = TokenCounter(tokenizer)
+    chat = workload.endpoint == "chat"
+    fill_missing_counts(results, prompts, chat, counter)
+    return summarize(results, workload, seconds, base_url, model, probe=asked,
+                     tokenizer=counter.summary(probe_prompt, chat, asked.prompt_tokens))
 
 
 def run(base_url: str, workload: Workload | None = None, *, model: str | None = None,
-        progress: bool = False, api_key: str | None = None, **settings) -> dict:
+        progress: bool = False, api_key: str | None = None, tokenizer=DEFAULT_TOKENIZER,
+        **settings) -> dict:
     """Run a load test and return its report (see `report.summarize`). `settings` build the
-    Workload when none is given. Works inside Jupyter too (it runs in its own thread)."""
+    Workload when none is given. `tokenizer` (a name or path `minillm.load_tokenizer` reads, or
+    a tokenizer) counts tokens where the server sends no usage; it is loaded only then. Works
+    inside Jupyter too (it runs in its own thread)."""
     workload = workload or Workload(**settings)
     out: dict = {}
 
     def target():
         try:
-            out["report"] = asyncio.run(run_async(base_url, workload, model, progress, api_key))
+            out["report"] = asyncio.run(run_async(base_url, workload, model, progress, api_key,
+                                                  tokenizer))
         except BaseException as error:  # handed to the caller's thread
             out["error"] = error
 

@@ -11,6 +11,8 @@ import math
 import random
 from dataclasses import asdict, dataclass
 
+from .full_length import FIELDS, full_length_fields
+
 WORDS = ("the of and to in is was for on that with as by at from his her it an were are which "
          "this be or has had first one their its new after who they two have but been also "
          "time city year world state school part people during used water river house music "
@@ -31,10 +33,11 @@ class Workload:
     rate            requests per second, arriving as a Poisson process (seeded); None: send the
                     next one as soon as a slot is free
     prompt_tokens   words per prompt (about as many tokens)
-    output_tokens   max_tokens of every request; with ignore_eos each answer is this long
+    output_tokens   max_tokens of every request; with full_length each answer should be this long
     stream          ask for server-sent events: needed to measure TTFT and TPOT
     endpoint        "completions" or "chat"
-    ignore_eos      send vLLM's `ignore_eos: true` so every answer has `output_tokens` tokens
+    full_length     ask for answers of exactly `output_tokens` tokens (vLLM's `ignore_eos` and
+                    `min_tokens`: see full_length.py); False lets answers end at end of text
     temperature     0 is greedy
     seed            fixes the prompts and the arrival times
     timeout_s       the most seconds one request may take
@@ -48,7 +51,7 @@ class Workload:
     output_tokens: int = 16
     stream: bool = True
     endpoint: str = "completions"
-    ignore_eos: bool = True
+    full_length: bool = True
     temperature: float = 0.0
     seed: int = 0
     timeout_s: float = 120.0
@@ -75,6 +78,9 @@ class Workload:
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not 0 < value < math.inf:
                 raise ValueError(f"{name} must be a number of seconds > 0, got {value!r}")
+        for name in ("stream", "full_length"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if not isinstance(self.temperature, (int, float)) or not 0 <= self.temperature <= 2:
             raise ValueError(f"temperature must be from 0 to 2, got {self.temperature!r}")
 
@@ -96,8 +102,11 @@ class Workload:
             t += rng.expovariate(self.rate)
         return times
 
-    def payload(self, prompt: str, model: str | None) -> dict:
-        """The JSON body of one request."""
+    def payload(self, prompt: str, model: str | None, full_length=None) -> dict:
+        """The JSON body of one request. `full_length`: the spellings of "answer exactly
+        max_tokens tokens" to send (default: all of full_length.FIELDS, or none when
+        `self.full_length` is False)."""
+
         body = {"max_tokens": self.output_tokens, "temperature": self.temperature,
                 "stream": self.stream}
         if model:
@@ -108,8 +117,9 @@ class Workload:
             body["prompt"] = prompt
         if self.stream:
             body["stream_options"] = {"include_usage": True}
-        if self.ignore_eos:
-            body["ignore_eos"] = True
+        if full_length is None:
+            full_length = FIELDS if self.full_length else ()
+        body.update(full_length_fields(full_length, self.output_tokens))
         return body
 
     @property

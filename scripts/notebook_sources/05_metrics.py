@@ -283,9 +283,10 @@ print(f"layout chosen: {fast.layout}; the same token at {same} of {len(out.token
 assert plain.token_ids[:16] == out.token_ids[:16]  # float32 sums in another order: ~1e-4 apart
 
 # %% [markdown]
-# `python -m minillm bench` compares the fast engine with transformers' `generate()` on the same
-# weights, in the same process, interleaved: TTFT, TPOT, decode and prefill tokens per second,
-# the ratios, and this bandwidth bound. Run it in a terminal (it takes about three minutes).
+# `python -m minillm bench latency` compares the fast engine with transformers' `generate()` on
+# the same weights, in the same process, interleaved: TTFT, TPOT, decode and prefill tokens per
+# second, the ratios, and this bandwidth bound. Run it in a terminal (it takes about three
+# minutes).
 #
 # ## 7 · CPU against GPU
 

@@ -228,7 +228,7 @@ plt.show()
 #
 # ```
 # vllm serve HuggingFaceTB/SmolLM2-135M-Instruct --port 8000       # on the GPU machine
-# python -m minillm bench --url http://127.0.0.1:8000 --requests 200 --concurrency 16 \
+# python -m minillm bench serve --url http://127.0.0.1:8000 --requests 200 --concurrency 16 \
 #     --prompt-tokens 256 --tokens 128 --json vllm.json
 # ```
 #
@@ -286,10 +286,10 @@ print(bad.status_code, bad.json()["error"]["message"])
 # %% [markdown]
 # ## 7 · Load-testing the server
 #
-# The load client (`minillm.loadtest`, or `python -m minillm bench --url URL`) sends a fixed,
-# seeded workload with a given **concurrency (并发数)**, streams every answer, and reports TTFT,
-# TPOT and latency (chapter 05's definitions) at p50, p90 and p99, and the throughput. We run
-# it at a few concurrencies: more requests share each forward pass.
+# The load client (`minillm.loadtest`, or `python -m minillm bench serve --url URL`) sends a
+# fixed, seeded workload with a given **concurrency (并发数)**, streams every answer, and reports
+# TTFT, TPOT and latency (chapter 05's definitions) at p50, p90 and p99, and the throughput. We
+# run it at a few concurrencies: more requests share each forward pass.
 
 # %%
 from minillm import loadtest
