@@ -88,11 +88,12 @@ def call(fn, *args, what: str | None = None, may_change=(), **kwargs):
         raise CheckFailed(f"{what} raised {type(error).__name__}: {error}") from error
     names = _parameter_names(fn, len(args))
     for key, value, copy in copies:
-        name = names.get(key, key) if isinstance(key, int) else key
+        name = names.get(key) if isinstance(key, int) else key
         if key in may_change or name in may_change or copy is _OPAQUE:
             continue
         if not _same(value, copy):
-            raise CheckFailed(f"{what} changed its argument `{name}`: {_leave_alone(value)}")
+            which = f"`{name}`" if name else f"number {key + 1}"
+            raise CheckFailed(f"{what} changed its argument {which}: {_leave_alone(value)}")
     return result
 
 
@@ -130,7 +131,7 @@ def _parameter_names(fn, n_args: int) -> dict:
                                                   params[i].POSITIONAL_OR_KEYWORD):
             names[i] = params[i].name
         else:
-            names[i] = f"argument {i + 1}"
+            names[i] = None
     return names
 
 
