@@ -65,11 +65,12 @@ def _shown_argument(value) -> str:
 
 # --- calling the learner's code ---------------------------------------------------------------
 
-def call(fn, *args, what: str | None = None, may_change=(), **kwargs):
+def call(fn, *args, what: str | None = None, may_change=(), if_raises: str = "", **kwargs):
     """`fn(*args, **kwargs)`, with every failure turned into a CheckFailed in plain words.
 
     `what` names the call in messages (default: the call as written). Arguments must come back
-    unchanged, except the parameters named in `may_change` (names or positions)."""
+    unchanged, except the parameters named in `may_change` (names or positions). `if_raises` is
+    added to the message when the call raises: what about this case the learner may have missed."""
     if not callable(fn):
         raise CheckFailed(f"expected a function, got {type(fn).__name__} {short(fn)}: pass the "
                           "function itself, without calling it")
@@ -85,7 +86,8 @@ def call(fn, *args, what: str | None = None, may_change=(), **kwargs):
     except CheckFailed:
         raise
     except Exception as error:
-        raise CheckFailed(f"{what} raised {type(error).__name__}: {error}") from error
+        raise CheckFailed(f"{what} raised {type(error).__name__}: {error}"
+                          + (f". {if_raises}" if if_raises else "")) from error
     names = _parameter_names(fn, len(args))
     for key, value, copy in copies:
         name = names.get(key) if isinstance(key, int) else key
