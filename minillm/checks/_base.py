@@ -3,8 +3,10 @@ tensor it returned, and failing in plain words.
 
 - `call(fn, *args)` runs the learner's code. A stub still raising NotImplementedError becomes
   "not written yet"; any other exception becomes a message naming the call; and every argument
-  must come back unchanged (the learner gets the real objects, compared with a copy after), unless
-  the task says to write into it (`may_change`).
+  must come back unchanged, unless the task says to write into it (`may_change`): the learner
+  gets a fresh copy of each list, dict and tensor, compared with the checker's object after the
+  call (so a change is seen, and the checker's own cases stay as they were). Objects that cannot
+  be copied (a model, a tokenizer, a generator) are passed as they are.
 - `expect_raises` checks a call that the task says must fail, with the exception it names.
 - `as_number` / `as_int` accept whatever number type equals the answer: Python ints and floats,
   NumPy scalars, 0-d arrays and 0-d tensors; `same_number` compares one with the answer.
@@ -69,16 +71,24 @@ def call(fn, *args, what: str | None = None, may_change=(), if_raises: str = "",
     """`fn(*args, **kwargs)`, with every failure turned into a CheckFailed in plain words.
 
     `what` names the call in messages (default: the call as written). Arguments must come back
-    unchanged, except the parameters named in `may_change` (names or positions). `if_raises` is
+    unchanged, except the parameters named in `may_change` (names or positions), which are
+    passed as they are so that the caller sees what the learner wrote into them. `if_raises` is
     added to the message when the call raises: what about this case the learner may have missed."""
     if not callable(fn):
         raise CheckFailed(f"expected a function, got {type(fn).__name__} {short(fn)}: pass the "
                           "function itself, without calling it")
     what = what or shown_call(fn, args, kwargs)
-    copies = [(i, a, _snapshot(a)) for i, a in enumerate(args)]
-    copies += [(k, a, _snapshot(a)) for k, a in kwargs.items()]
+    names = _parameter_names(fn, len(args))
+    given = []  # (name, the caller's object, the copy the learner gets)
+    for key, value in list(enumerate(args)) + list(kwargs.items()):
+        name = names.get(key) if isinstance(key, int) else key
+        keep = key in may_change or name in may_change
+        copy = _OPAQUE if keep else _snapshot(value)
+        given.append((name or f"number {key + 1}", value, value if copy is _OPAQUE else copy,
+                      copy is _OPAQUE))
+    n = len(args)
     try:
-        result = fn(*args, **kwargs)
+        result = fn(*[g[2] for g in given[:n]], **{k: g[2] for k, g in zip(kwargs, given[n:])})
     except NotImplementedError:
         raise CheckFailed(f"`{_owner(fn)}` is not written yet: replace `raise "
                           "NotImplementedError` with your code, run its cell, then run this "
@@ -88,14 +98,11 @@ def call(fn, *args, what: str | None = None, may_change=(), if_raises: str = "",
     except Exception as error:
         raise CheckFailed(f"{what} raised {type(error).__name__}: {error}"
                           + (f". {if_raises}" if if_raises else "")) from error
-    names = _parameter_names(fn, len(args))
-    for key, value, copy in copies:
-        name = names.get(key) if isinstance(key, int) else key
-        if key in may_change or name in may_change or copy is _OPAQUE:
-            continue
-        if not _same(value, copy):
-            which = f"`{name}`" if name else f"number {key + 1}"
-            raise CheckFailed(f"{what} changed its argument {which}: {_leave_alone(value)}")
+    for name, original, passed_copy, untouched in given:
+        if not untouched and not _same(passed_copy, original):
+            which = name if name.startswith("number ") else f"`{name}`"
+            raise CheckFailed(f"{what} changed its argument {which}: "
+                              f"{_leave_alone(passed_copy)}")
     return result
 
 
@@ -172,13 +179,16 @@ def _snapshot(value):
         return value.detach().clone()
     if _is_array(value):
         return value.copy()
-    if isinstance(value, (list, tuple)):
-        return type(value)(_snapshot(v) for v in value) if type(value) in (list, tuple) \
-            else [_snapshot(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _snapshot(v) for k, v in value.items()}
-    if isinstance(value, (set, frozenset)):
-        return set(value)
+    if type(value) in (list, tuple):
+        parts = [_snapshot(v) for v in value]
+        if any(p is _OPAQUE for p in parts):
+            return _OPAQUE
+        return type(value)(parts)
+    if type(value) is dict:
+        parts = {k: _snapshot(v) for k, v in value.items()}
+        return _OPAQUE if any(p is _OPAQUE for p in parts.values()) else parts
+    if type(value) in (set, frozenset):
+        return type(value)(value)
     if is_number(value):
         return value
     return _OPAQUE
