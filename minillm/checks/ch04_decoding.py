@@ -50,15 +50,15 @@ def _score_difference(got: torch.Tensor, want: torch.Tensor) -> str:
             "others exactly as they were")
 
 
-def _check_all(fn, name, cases, reference, mistakes, describe, fallback) -> None:
-    """Run `fn` on every case (args tuples), compare with `reference(*args)`; on a difference
-    name the mistake whose scores match everywhere, else `fallback(got, want)`."""
+def _check_all(fn, name, cases, reference, mistakes, describe, fallback, scores_at=0) -> None:
+    """Run `fn` on every case (args tuples, the logits at position `scores_at`), compare with
+    `reference(*args)`; on a difference name the mistake whose scores match everywhere, else
+    `fallback(got, want)`."""
     answers = []
     for args, if_raises in cases:
         what = describe(*args)
         answers.append(_as_scores(call(fn, *args, what=what, if_raises=if_raises), what,
-                                  args[-2].shape if name == "repetition_penalty"
-                                  else args[0].shape))
+                                  args[scores_at].shape))
     wants = [reference(*args) for args, _ in cases]
     wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if not _same_scores(g, w)]
     if not wrong:
@@ -250,7 +250,7 @@ def check_repetition_penalty(repetition_penalty) -> None:
                                 f"of shape {tuple(logits.shape)}, {p})"),
         lambda got, want: (f"{int((~torch.isclose(got, want)).sum())} scores differ: each token "
                            "seen in its row's input_ids gets score / penalty if positive, "
-                           "score * penalty if negative"))
+                           "score * penalty if negative"), scores_at=1)
 
 
 # --- 5. one beam-search step ------------------------------------------------------------------
