@@ -70,7 +70,8 @@ except NotImplementedError:
 # Write `answer(model, tokenizer, messages, max_new_tokens)`: the whole path of the welcome
 # notebook, returning the answer's text.
 #
-# 1. the prompt: your `chat_prompt(messages)`;
+# 1. the prompt: `tokenizer.apply_chat_template(messages, add_generation_prompt=True,
+#    tokenize=False)`, the string your `chat_prompt` builds;
 # 2. text → tokens: `tokenizer(prompt, return_tensors="pt").input_ids`;
 # 3. prefill and decode: `model.generate(ids, max_new_tokens=..., do_sample=False)` (greedy)
 #    inside `with torch.inference_mode():`;
@@ -83,7 +84,8 @@ def answer(model, tokenizer, messages, max_new_tokens):
     raise NotImplementedError
 # ==== solution ====
 def answer(model, tokenizer, messages, max_new_tokens):
-    ids = tokenizer(chat_prompt(messages), return_tensors="pt").input_ids
+    prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    ids = tokenizer(prompt, return_tensors="pt").input_ids
     with torch.inference_mode():
         out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
                              max_new_tokens=max_new_tokens, pad_token_id=tokenizer.eos_token_id)
