@@ -101,7 +101,7 @@ THREE_HOURS = {
 AGENDAS = (ONE_DAY, THREE_HOURS)
 
 
-# --- sizes ------------------------------------------------------------------------------------------
+# --- sizes ----------------------------------------------------------------------------------------
 
 def text_size(markdown: str) -> dict:
     """English words and CJK characters of a text: a Chinese clause is many characters, not one
@@ -112,7 +112,8 @@ def text_size(markdown: str) -> dict:
 
 
 def _code_lines(source: str) -> int:
-    return sum(1 for line in source.splitlines() if line.strip() and not line.strip().startswith("#"))
+    return sum(1 for line in source.splitlines()
+               if line.strip() and not line.strip().startswith("#"))
 
 
 def lesson_size(path: Path) -> dict:

@@ -219,3 +219,47 @@ def test_a_loop_that_appends_to_the_prompt_is_named():
 
     with pytest.raises(CheckFailed, match="changed its argument `prompt_ids`"):
         check_decode(appends)
+
+
+def test_a_loop_without_the_cache_is_named():
+    def uncached(model, prompt_ids, max_new_tokens, eos_token_ids):
+        ids = list(prompt_ids)
+        with torch.inference_mode():
+            for _ in range(max_new_tokens):
+                ids.append(int(model(torch.tensor([ids]))[0, -1].argmax()))
+        return ids[len(prompt_ids):]
+
+    with pytest.raises(CheckFailed, match="ran without the cache"):
+        check_decode(uncached)
+
+
+def test_one_pass_too_many_is_named():
+    def extra_pass(model, prompt_ids, max_new_tokens, eos_token_ids):
+        cache = KVCache.for_model(model, 1, len(prompt_ids) + max_new_tokens + 1)
+        new = []
+        with torch.inference_mode():
+            logits = model(torch.tensor([prompt_ids]), cache=cache)
+            while len(new) < max_new_tokens:
+                new.append(int(logits[0, -1].argmax()))
+                logits = model(torch.tensor([[new[-1]]]), cache=cache)
+        return new
+
+    with pytest.raises(CheckFailed, match="the last token needs no pass after it"):
+        check_decode(extra_pass)
+
+
+def test_a_prefill_in_pieces_is_named():
+    def token_by_token(model, prompt_ids, max_new_tokens, eos_token_ids):
+        cache = KVCache.for_model(model, 1, len(prompt_ids) + max_new_tokens)
+        with torch.inference_mode():
+            for token in prompt_ids:
+                logits = model(torch.tensor([[token]]), cache=cache)
+            new = []
+            while True:
+                new.append(int(logits[0, -1].argmax()))
+                if new[-1] in eos_token_ids or len(new) == max_new_tokens:
+                    return new
+                logits = model(torch.tensor([[new[-1]]]), cache=cache)
+
+    with pytest.raises(CheckFailed, match="the first pass \\(prefill\\) should see the whole"):
+        check_decode(token_by_token)

@@ -8,7 +8,7 @@ import torch
 
 from minillm.checks import ch10_interview as checks
 from minillm.checks._base import CheckFailed
-from minillm.decoding.processors import TemperatureProcessor, TopKProcessor, TopPProcessor
+from minillm.decoding.processors import TopKProcessor, TopPProcessor
 
 from test_tokenizer_checks import assert_hints_are_specific
 

@@ -18,7 +18,8 @@ def column(x, w, world):
 
 
 def row(x, w, world):
-    return [x[..., r.start:r.stop] @ w[:, r.start:r.stop].T for r in split_evenly(w.shape[1], world)]
+    return [x[..., r.start:r.stop] @ w[:, r.start:r.stop].T
+            for r in split_evenly(w.shape[1], world)]
 
 
 def tp_ffn(x, mlp, world):

@@ -125,3 +125,24 @@ def test_an_accept_step_that_changes_p_is_named():
 
     with pytest.raises(CheckFailed, match="changed its argument `p`"):
         checks.check_accept_step(normalises_in_place)
+
+
+def test_tokens_that_follow_the_draft_are_named():
+    def always_accepts(p, q, token, generator):
+        torch.rand((), generator=generator)  # draws, but ignores what it drew
+        return int(token), True
+
+    with pytest.raises(CheckFailed, match="rejected and a different token drawn"):
+        checks.check_accept_step(always_accepts)
+
+    def reversed_residual(p, q, token, generator):  # max(0, q - p): the draft's leftover
+        x = int(token)
+        if p[x] == 0:
+            return int(torch.multinomial(p, 1, generator=generator)), False
+        if torch.rand((), generator=generator, dtype=p.dtype) < torch.clamp(p[x] / q[x], max=1):
+            return x, True
+        residual = torch.clamp(q - p, min=0)
+        return int(torch.multinomial(residual / residual.sum(), 1, generator=generator)), False
+
+    with pytest.raises(CheckFailed, match="follow the draft q, not the target p"):
+        checks.check_accept_step(reversed_residual)

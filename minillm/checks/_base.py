@@ -10,12 +10,15 @@ tensor it returned, and failing in plain words.
 - `expect_raises` checks a call that the task says must fail, with the exception it names.
 - `as_number` / `as_int` accept whatever number type equals the answer: Python ints and floats,
   NumPy scalars, 0-d arrays and 0-d tensors; `same_number` compares one with the answer.
+- `checker` wraps each public check function, so that even an answer of a kind no check foresaw
+  gets a message instead of a traceback.
 - `matching_mistake` names a mistake only when the learner's answers equal that mistake's answers
   on every case tried, so a hint fires for the mistake it names and for no other.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 
@@ -24,6 +27,23 @@ from ..validate import is_int, is_number
 
 class CheckFailed(AssertionError):
     """A learner's function gave a wrong answer; the message says what and why."""
+
+
+def checker(check):
+    """A checker that never crashes: an error while it reads the learner's answer (an object of an
+    unexpected kind, say) becomes a CheckFailed that says so, like every other failure."""
+    @functools.wraps(check)
+    def run(*args, **kwargs):
+        try:
+            return check(*args, **kwargs)
+        except CheckFailed:
+            raise
+        except Exception as error:
+            raise CheckFailed(f"your answer could not be checked: reading it raised "
+                              f"{type(error).__name__}: {error}. Return the kind of value the "
+                              "task describes") from error
+
+    return run
 
 
 def expect(condition: bool, message: str) -> None:

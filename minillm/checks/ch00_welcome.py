@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..metrics import RequestMetrics
 from ..tokenizer.chat import SMOLLM_SYSTEM, chatml
-from ._base import (CheckFailed, as_number, call, expect, expect_raises, is_close,
+from ._base import (CheckFailed, as_number, call, checker, expect, expect_raises, is_close,
                     matching_mistake, passed, short)
 
 # --- 1 · the chat prompt ----------------------------------------------------------------------
@@ -49,6 +49,7 @@ def _first_difference(got: str, want: str) -> str:
             f"{want[i:i + 25]!r}")
 
 
+@checker
 def check_chat_prompt(chat_prompt) -> None:
     """`chat_prompt(messages)` must give the ChatML string SmolLM2's template gives, with the
     assistant's turn opened at the end."""
@@ -108,6 +109,7 @@ def _answer_mistakes(model, tokenizer, cases, runs):
                                            k)[1], skip_special_tokens=True) for m, k in cases])
 
 
+@checker
 def check_answer(answer, model, tokenizer) -> None:
     """`answer(model, tokenizer, messages, max_new_tokens)` must return the text of the greedy
     answer: chat template, tokens, generate, then only the new tokens back to text."""
@@ -162,6 +164,7 @@ def _decode_mistakes(cases):
     ]
 
 
+@checker
 def check_decode_speed(decode_speed) -> None:
     """`decode_speed(token_times)` must give decode tokens per second, leaving out the first token
     (it comes from prefill, not decode), as RequestMetrics.decode_tokens_per_second does."""

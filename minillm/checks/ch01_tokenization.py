@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 from ..tokenizer.bpe import encode_with_merges, merge_pair, pair_counts
 from ..tokenizer.train import learn_merges
-from ._base import CheckFailed, as_int, call, expect, matching_mistake, passed, short
+from ._base import CheckFailed, as_int, call, checker, expect, matching_mistake, passed, short
 
 # --- 1. counting adjacent pairs ------------------------------------------------------------
 
@@ -71,6 +71,7 @@ def _plain_counts(got, what) -> dict:
     return out
 
 
+@checker
 def check_pair_counts(fn) -> None:
     """`fn(ids)` must return {(a, b): count} for every adjacent pair in the list `ids`."""
     cases = _pair_cases(random.Random(1))
@@ -155,6 +156,7 @@ def _merge_mistakes(cases):
     ]
 
 
+@checker
 def check_merge_pair(fn) -> None:
     """`fn(ids, pair, new_id)` must return a new list where every occurrence of `pair`, found
     left to right without overlapping, is replaced by `new_id`."""
@@ -251,6 +253,7 @@ def _train_mistakes(cases):
     ]
 
 
+@checker
 def check_train_merges(fn) -> None:
     """`fn(word_counts, num_merges)` must return the merges BPE training learns: the most frequent
     adjacent pair inside the words (weighted by each word's count) each time, ties to the
@@ -361,6 +364,7 @@ def _offset_ids(text, merges):
     return ids
 
 
+@checker
 def check_encode_with_merges(fn) -> None:
     """`fn(text, merges)` must return the token ids of `text`, where `merges[i]` is the pair of
     ids that training merged into the new id 256 + i."""

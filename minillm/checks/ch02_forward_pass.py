@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from ..model import (LlamaBlock, ModelConfig, apply_rope, attention_explicit, rms_norm,
                      rope_cos_sin)
-from ._base import CheckFailed, call, expect, matching_mistake, passed
+from ._base import CheckFailed, call, checker, expect, matching_mistake, passed
 
 
 def _tensor(got, what, shape):
@@ -79,6 +79,7 @@ def _rms_mistakes(inputs):
     ]
 
 
+@checker
 def check_rms_norm(fn) -> None:
     """`fn(x, weight, eps)` must equal x / sqrt(mean(x², last axis) + eps) * weight."""
     inputs, answers = [], []
@@ -155,6 +156,7 @@ def _rope_mistakes(inputs):
     ]
 
 
+@checker
 def check_rope(fn) -> None:
     """`fn(x, position_ids, theta)` must rotate pair (i, i + d/2) of each head's dimensions by
     the angle position x theta^(-2i/d), as minillm's `apply_rope` does."""
@@ -229,6 +231,7 @@ def _attention_mistakes(inputs):
     ]
 
 
+@checker
 def check_causal_attention(fn) -> None:
     """`fn(q, k, v)` with q (b, heads, s, d) and k, v (b, kv_heads, s, d) must give
     softmax(q kᵀ/√d + causal mask) v, each query head using key/value head head // group."""
@@ -332,6 +335,7 @@ def _block_mistakes(inputs):
     ]
 
 
+@checker
 def check_transformer_block(fn) -> None:
     """`fn(x, block, config, position_ids)` must compute a Llama block with the weights of
     `block`: x + attention(rms_norm(x)), then + SwiGLU(rms_norm(...))."""
@@ -365,6 +369,7 @@ def check_transformer_block(fn) -> None:
                                  "each part adds its result to its input"))
 
 
+@checker
 def check_whole_model(fn, model, token_ids) -> None:
     """Run the real model with `fn` in place of every one of its blocks, at positions 0, 1, 2, ...
     and at other positions (37, 39, 41, ...: as if tokens were left out); the logits must match

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 from ..kv_cache import KVCache
-from ._base import (CheckFailed, as_int, call, expect, expect_raises, matching_mistake, passed,
-                    short)
+from ._base import (CheckFailed, as_int, call, checker, expect, expect_raises, matching_mistake,
+                    passed, short)
 
 SIZE_CASES = [  # (n_layers, n_kv_heads, head_dim, tokens, bytes_per_value)
     (30, 3, 64, 1, 4),
@@ -35,6 +35,7 @@ def _size_mistakes():
     ]
 
 
+@checker
 def check_kv_cache_bytes(kv_cache_bytes) -> None:
     """`kv_cache_bytes(n_layers, n_kv_heads, head_dim, tokens, bytes_per_value)` must give the
     bytes a KV cache holds: 2 x layers x kv_heads x head_dim x tokens x bytes."""
@@ -87,6 +88,7 @@ def _returned_pair(got, what):
     return got
 
 
+@checker
 def check_append_kv(append_kv) -> None:
     """`append_kv(keys, values, k, v, length)` must write `k`, `v` (batch, heads, new, dim) into
     the preallocated `keys`, `values` (batch, heads, max_tokens, dim) at positions
@@ -160,6 +162,7 @@ DECODE_PROMPTS = [("The capital of France is", 12), ("Once upon a time, in a lan
                   ("1, 2, 3, 4,", 1), ("Water boils at", 17)]
 
 
+@checker
 def check_greedy_decode(greedy_decode, model, tokenizer) -> None:
     """`greedy_decode(model, prompt_ids, max_new_tokens, eos_token_ids)` must return the new token
     ids that greedy decoding with a KV cache gives: one prefill pass over the prompt, then one

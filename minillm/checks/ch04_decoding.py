@@ -9,7 +9,7 @@ import torch
 
 from ..decoding.processors import (RepetitionPenaltyProcessor, TemperatureProcessor,
                                    TopKProcessor, TopPProcessor)
-from ._base import CheckFailed, call, expect, matching_mistake, passed, short
+from ._base import CheckFailed, call, checker, expect, matching_mistake, passed, short
 
 NEG_INF = float("-inf")
 
@@ -76,6 +76,7 @@ TEMPERATURES = [(0, 3, 20, 1.0), (1, 3, 20, 0.5), (2, 2, 50, 2.0), (3, 3, 20, 0.
                 (4, 1, 7, 1.3), (5, 4, 100, 0.8)]
 
 
+@checker
 def check_apply_temperature(apply_temperature) -> None:
     """`apply_temperature(logits, temperature)` -> logits / temperature."""
     cases = [((_logits(seed, batch, vocab), t), "") for seed, batch, vocab, t in TEMPERATURES]
@@ -113,6 +114,7 @@ def _top_k_variant(logits, k, *, shift=0, largest=True, fill=NEG_INF):
     return logits.masked_fill(drop, fill)
 
 
+@checker
 def check_top_k(top_k_filter) -> None:
     """`top_k_filter(logits, k)`: keep the k highest scores of each row (and any tied with the
     k-th), set the rest to -inf."""
@@ -180,6 +182,7 @@ def _one_too_many(logits, p):
     return logits.masked_fill(remove.scatter(-1, order, remove), NEG_INF)
 
 
+@checker
 def check_top_p(top_p_filter) -> None:
     """`top_p_filter(logits, p)`: keep the smallest set of most likely tokens whose probability
     adds up to at least p — including the token that crosses p — and set the rest to -inf."""
@@ -225,6 +228,7 @@ def _per_occurrence(ids, logits, penalty):
     return out
 
 
+@checker
 def check_repetition_penalty(repetition_penalty) -> None:
     """`repetition_penalty(input_ids, logits, penalty)`: each token that appears in input_ids
     (prompt included) has its score divided by penalty when positive, multiplied when negative —
@@ -304,6 +308,7 @@ def _per_beam_best(log_probs, beam_scores, num_beams):
     return best.values[order], order, best.indices[order]
 
 
+@checker
 def check_beam_step(beam_step) -> None:
     """`beam_step(log_probs, beam_scores, num_beams)` -> (scores, parents, tokens), each of
     length num_beams, best first: the num_beams best continuations over ALL beams, scored

@@ -7,8 +7,8 @@ import math
 import random
 
 from ..metrics import RequestMetrics, predict_latency, throughput
-from ._base import (CheckFailed, as_number, call, expect, is_close, matching_mistake, passed,
-                    short)
+from ._base import (CheckFailed, as_number, call, checker, expect, is_close, matching_mistake,
+                    passed, short)
 
 # (start, token_times): fixed requests, seconds
 REQUESTS = [
@@ -65,6 +65,7 @@ def _reference_metrics(start, times) -> dict:
     return {"ttft": m.ttft, "tpot": m.tpot, "latency": m.latency}
 
 
+@checker
 def check_request_metrics(request_metrics) -> None:
     """`request_metrics(start, token_times)` -> {"ttft", "tpot", "latency"}, as
     `minillm.metrics.RequestMetrics` computes them (tpot NaN with a single token)."""
@@ -98,6 +99,7 @@ def check_request_metrics(request_metrics) -> None:
 
 # --- 2 · predicting the latency -----------------------------------------------------------------
 
+@checker
 def check_predict_latency(predict) -> None:
     """`predict_latency(ttft, tpot, n_tokens)`: TTFT + TPOT x (n_tokens - 1), checked against
     minillm.metrics.predict_latency and against the measured latency of each request."""
@@ -166,6 +168,7 @@ def _expected_timing(start, gaps, items):
     return start, times, list(items)
 
 
+@checker
 def check_time_stream(time_stream) -> None:
     """`time_stream(stream, clock)` -> (start, token_times, items): `start` read from `clock`
     before the first item is asked for, each time read right after its item arrived."""
@@ -223,6 +226,7 @@ THROUGHPUT_CASES = [REQUESTS[:2], REQUESTS[2:4], REQUESTS, [REQUESTS[0]],
                     _random_requests(random.Random(8), 16), _random_requests(random.Random(9), 3)]
 
 
+@checker
 def check_throughput(throughput_fn) -> None:
     """`throughput(requests)`: all new tokens of [(start, token_times), ...] divided by the wall
     time from the first start to the last token, as minillm.metrics.throughput."""

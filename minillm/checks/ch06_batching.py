@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import random
 
-from ._base import (CheckFailed, as_int, call, expect, expect_raises, matching_mistake, passed,
-                    short)
+from ._base import (CheckFailed, as_int, call, checker, expect, expect_raises, matching_mistake,
+                    passed, short)
 
 # --- 1. the block allocator -----------------------------------------------------------------------
 
@@ -115,6 +115,7 @@ def _replay_allocator(BlockAllocator, num_blocks, trace):
                               f"BlockAllocator({num_blocks}); expected {want_free}{hint}")
 
 
+@checker
 def check_block_allocator(BlockAllocator) -> None:
     """`BlockAllocator(num_blocks)` with allocate(), share(block), free(block) and num_free;
     RuntimeError when no block is free and when a free block is freed again."""
@@ -273,6 +274,7 @@ def _admit_reference(waiting, free_blocks, budget, free_seats, block_size):
     return {"run": out["run"], "free_blocks": out["free_blocks"]}
 
 
+@checker
 def check_admit_waiting(admit_waiting) -> None:
     """`admit_waiting(waiting, free_blocks, budget, free_seats, block_size)` admits waiting
     requests first come, first served, as ContinuousScheduler does when nothing is running."""
@@ -339,6 +341,7 @@ RUNNING_CASES = [  # (running, free_blocks, budget, block_size)
 ]
 
 
+@checker
 def check_plan_running(plan_running) -> None:
     """`plan_running(running, free_blocks, budget, block_size)` plans the running requests of one
     step, preempting when blocks run out, as ContinuousScheduler does when nobody waits."""
@@ -402,6 +405,7 @@ def _step_variant(running, waiting, free_blocks, block_size=4, budget=16, max_se
             "free_blocks": admitted["free_blocks"]}
 
 
+@checker
 def check_schedule_step(schedule_step) -> None:
     """`schedule_step(running, waiting, free_blocks, block_size, budget, max_seqs)` must plan
     the step exactly as minillm's ContinuousScheduler does."""

@@ -9,8 +9,8 @@ import torch
 
 from ..quant.basics import zeropoint_quantize
 from ..quant.int8 import dequantize_int8, quantize_int8
-from ._base import (CheckFailed, call, expect, expect_raises, matching_mistake, number_or_none,
-                    passed, short)
+from ._base import (CheckFailed, call, checker, expect, expect_raises, matching_mistake,
+                    number_or_none, passed, short)
 
 
 def _rand(*shape, seed, scale=1.0):
@@ -53,6 +53,7 @@ def _one_scale(scale, what) -> float:
                       "Python float or a 0-d tensor)")
 
 
+@checker
 def check_absmax_int8(quantize_absmax, dequantize_absmax) -> None:
     """`quantize_absmax(x)` -> (q, scale): int8 q = round(x / scale) with scale = max|x| / 127;
     `dequantize_absmax(q, scale)` -> q * scale, the float tensor q stands for."""
@@ -119,6 +120,7 @@ def _channel_cases():
             ("a (1, 5) weight", _rand(1, 5, seed=14, scale=3.0))]
 
 
+@checker
 def check_quantize_int8(quantize_per_channel) -> None:
     """`quantize_per_channel(w)` -> (q int8 (out, in), scale (out,)): the row's max|w| / 127 for
     each row (1 for an all-zero row), q = round(w / scale[:, None]), as quantize_int8."""
@@ -166,6 +168,7 @@ INT4_CASES = [((4, 64), 32), ((3, 96), 32), ((2, 64), 16), ((5, 128), 64), ((1, 
               ((6, 48), 16)]
 
 
+@checker
 def check_int4_groups(quantize_groups, dequantize_groups) -> None:
     """`quantize_groups(w, group_size)` -> (q, scale, minimum), per group of `group_size` numbers of
     a row: minimum = the group's min, scale = (max - min) / 15, q = round((w - minimum) / scale)

@@ -16,7 +16,7 @@ import torch
 
 from ..speculative.acceptance import verify_greedy
 from ..speculative.drafts import PromptLookupDraft
-from ._base import CheckFailed, as_int, call, expect, matching_mistake, passed, short
+from ._base import CheckFailed, as_int, call, checker, expect, matching_mistake, passed, short
 
 # A toy target p and draft q over six tokens (the lesson uses the same pair).
 P = torch.tensor([0.40, 0.25, 0.15, 0.10, 0.06, 0.04], dtype=torch.float64)
@@ -71,6 +71,7 @@ def _one(accept_step, p, q, token, generator):
     return token_out, accepted
 
 
+@checker
 def check_accept_step(accept_step, draws: int = 10_000) -> None:
     """`accept_step(p, q, draft_token, generator) -> (token, accepted)` must emit tokens that
     follow the target distribution p, whatever the draft q."""
@@ -92,7 +93,9 @@ def check_accept_step(accept_step, draws: int = 10_000) -> None:
         token, accepted = _one(accept_step, p0, q0, 0, g)
         expect(not accepted and token != 0,
                f"p = {p0.tolist()} gives token 0 probability 0, so draft token 0 must be "
-               f"rejected and a different token drawn; got token {token}, accepted={accepted}")
+               f"rejected and a different token drawn; got token {token}, accepted={accepted} "
+               "(a rejected token is drawn from max(0, p - q), normalised, which has no mass "
+               "where p is 0)")
     # 4. every draw comes from the generator it is given
     with torch.random.fork_rng():
         _check_generator_use(accept_step)
@@ -186,6 +189,7 @@ def _lookup_variant(ids, k, max_ngram, *, most_recent=True, longest_first=True, 
     return []
 
 
+@checker
 def check_prompt_lookup(prompt_lookup) -> None:
     """`prompt_lookup(ids, k, max_ngram)`: up to k tokens that followed the most recent earlier
     occurrence of the context's last n tokens, trying n = max_ngram first, down to 1."""
@@ -256,6 +260,7 @@ def _verify_variant(scores, draft, *, bonus=True, keep_draft=False, go_on=False,
     return (out + [best[len(draft)]] if bonus else out), accepted
 
 
+@checker
 def check_verify_greedy(verify) -> None:
     """`verify_greedy(target_scores, draft_tokens)` -> (new_tokens, n_accepted): drafted tokens
     kept while each is the target's argmax, then the target's own token at the first mismatch,

@@ -10,8 +10,8 @@ import torch
 
 from ..distributed.tensor_parallel import TPFeedForward, split_evenly
 from ..stats import percentile as reference_percentile
-from ._base import (CheckFailed, as_int, call, expect, expect_raises, is_close, matching_mistake,
-                    number_or_none, passed, short)
+from ._base import (CheckFailed, as_int, call, checker, expect, expect_raises, is_close,
+                    matching_mistake, number_or_none, passed, short)
 
 # --- 1 · sharing features out among ranks ---------------------------------------------------------
 
@@ -53,6 +53,7 @@ def _split_variant(total, parts, kind):
     return [(bounds[i], bounds[i + 1]) for i in range(parts)]
 
 
+@checker
 def check_split_evenly(split) -> None:
     """`split(total, parts)`: `parts` contiguous ranges covering 0..total-1 whose sizes differ by
     at most one, the larger ones first; ValueError when parts is not from 1 to total."""
@@ -112,6 +113,7 @@ def _parts(got, world, what):
     return list(got)
 
 
+@checker
 def check_column_parallel(column_parallel_parts) -> None:
     """`column_parallel_parts(x, weight, world_size)`: rank r's output features,
     x @ weight[rows_r].T, with rows_r = split_evenly(out_features, world_size)[r]."""
@@ -141,6 +143,7 @@ def check_column_parallel(column_parallel_parts) -> None:
     passed("column_parallel_parts", len(SHAPES))
 
 
+@checker
 def check_row_parallel(row_parallel_parts) -> None:
     """`row_parallel_parts(x, weight, world_size)`: rank r's partial sum,
     x[..., cols_r] @ weight[:, cols_r].T, with cols_r = split_evenly(in_features, world_size)[r]."""
@@ -184,6 +187,7 @@ def _ffn(hidden, ffn, seed):
     return mlp, x
 
 
+@checker
 def check_tp_feed_forward(tp_feed_forward_parts) -> None:
     """`tp_feed_forward_parts(x, mlp, world_size)`: rank r's partial output of the SwiGLU block
     `mlp`: gate and up column-parallel, down row-parallel, over r's share of the hidden
@@ -207,8 +211,9 @@ def check_tp_feed_forward(tp_feed_forward_parts) -> None:
                                   "rank uses only its own share of the hidden features")
             rows = split_evenly(ffn, world)[r]
             expect(torch.allclose(part.to(want.dtype), want, atol=1e-9),
-                   f"{what}: rank {r}'s part differs from down[:, {rows.start}:{rows.stop}] applied "
-                   f"to silu(gate[{rows.start}:{rows.stop}] x) * up[{rows.start}:{rows.stop}] x: "
+                   f"{what}: rank {r}'s part differs from down[:, {rows.start}:{rows.stop}] "
+                   f"applied to silu(gate[{rows.start}:{rows.stop}] x) * "
+                   f"up[{rows.start}:{rows.stop}] x: "
                    "the gate's and up's rows and down's columns are the SAME hidden features")
         expect(torch.allclose(sum(parts).to(full.dtype), full, atol=1e-9),
                f"{what}: the parts, added up, do not give mlp(x)")
@@ -237,6 +242,7 @@ def _percentile_variant(values, q, kind):
     return data[low] + (data[high] - data[low]) * (position - low)
 
 
+@checker
 def check_percentile(percentile) -> None:
     """`percentile(values, q)`: numpy's default (linear between closest ranks), as
     minillm.stats.percentile."""

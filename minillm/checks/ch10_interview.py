@@ -22,7 +22,7 @@ from ..decoding import GenerationConfig
 from ..decoding.processors import (TemperatureProcessor, TopKProcessor, TopPProcessor,
                                    build_processors)
 from ..model.config import ModelConfig
-from ._base import (CheckFailed, as_int, call, expect, matching_mistake, passed, short)
+from ._base import CheckFailed, as_int, call, checker, expect, matching_mistake, passed, short
 
 GB = 1e9
 
@@ -75,6 +75,7 @@ def _same_scores(got, want) -> bool:
     return bool(torch.allclose(got[keep].float(), want[keep].float(), rtol=1e-5, atol=1e-6))
 
 
+@checker
 def check_sampling_filter(sampling_filter) -> None:
     """`sampling_filter(logits, temperature, top_k, top_p)`: the scores generate() samples from:
     temperature, then top-k (0: off), then top-p (1.0: off)."""
@@ -146,6 +147,7 @@ def _param_variant(c, *, head=None, norms=True, gqa=True, mlp_matrices=3):
     return total + (0 if tied else c.vocab_size * c.hidden_size)
 
 
+@checker
 def check_count_parameters(count_parameters) -> None:
     """`count_parameters(config)`: the parameters of a Llama model with this config, as the
     model minillm builds from it has."""
@@ -209,6 +211,7 @@ def _kv_variant(c, tokens, batch, dtype, *, heads="kv", factor=2, size=None, wit
     return factor * c.n_layers * n * c.head_dim * tokens * (batch if with_batch else 1) * size
 
 
+@checker
 def check_kv_cache_bytes(kv_cache_bytes) -> None:
     """`kv_cache_bytes(config, tokens, batch, dtype)`: the bytes of the keys and values of
     `batch` sequences of `tokens` tokens, as a minillm KVCache holds them."""

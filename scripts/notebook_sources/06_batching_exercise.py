@@ -101,8 +101,9 @@ def blocks_to_add(request, n, block_size):
 # `waiting` in order (first come, first served). While budget is left and fewer than
 # `free_seats` requests have been admitted, the next request runs `n = min(tokens, budget left)`
 # tokens (a long prompt is cut into chunks: chunked prefill, 分块预填充) and needs
-# `blocks_to_add(request, n, block_size)` free blocks. Stop at the first request that does not fit,
-# even if a later one would. Return `{"run": [(id, n), ...], "free_blocks": blocks free afterwards}`.
+# `blocks_to_add(request, n, block_size)` free blocks. Stop at the first request that does not
+# fit, even if a later one would. Return `{"run": [(id, n), ...], "free_blocks": blocks free
+# afterwards}`.
 
 # %% [task]
 def admit_waiting(waiting, free_blocks, budget, free_seats, block_size):
