@@ -1,23 +1,34 @@
-"""Measure how long every lesson and solution notebook takes to run on this machine, and estimate
-the time a learner needs for each chapter and each exercise. Writes `docs/notebook_times.json` and
-the timing table of `docs/instructor.md` (between its `times` markers).
+"""Measure how long every lesson and solution notebook takes to run on this machine, estimate the
+time a learner needs for each chapter and each exercise task, and lay out the workshop agendas
+from those estimates. Writes `docs/notebook_times.json` and, in `docs/instructor.md`, the timing
+table and both agendas (each between its markers).
 
-    python scripts/measure_notebooks.py            # run every notebook (several minutes)
-    python scripts/measure_notebooks.py --render   # only rewrite the table from the JSON file
+    python scripts/measure_notebooks.py              # run every notebook (several minutes)
+    python scripts/measure_notebooks.py --exercises  # run only the solution notebooks; the
+                                                     # lesson times stay as they were measured
+    python scripts/measure_notebooks.py --sizes      # only recount the notebooks' words, lines
+                                                     # and tasks; every run time stays
+    python scripts/measure_notebooks.py --render     # only rewrite the guide from the JSON file
     python scripts/measure_notebooks.py --from-junit report.xml
         # take the run times nbval measured in a test run (`make test PYTEST_ARGS=--junitxml=...`)
 
 The learner estimates are rules of thumb, stated here so they can be argued with:
-- a lesson: its prose read at 150 words a minute, its code read at 20 lines a minute, plus twice its
-  measured run time (learners run cells more than once);
-- an exercise: 8 minutes per task, plus 1 minute per line of the reference solution, plus its
-  measured run time.
+- a lesson: its English prose read at 150 words a minute, its Chinese (CJK) text at 170
+  characters a minute (a character is not a word: the IReST study measured 255 characters a
+  minute in Chinese against 228 words in English for the same texts; scaled to our 150 words),
+  its code read at 20 lines a minute, plus twice its measured run time (learners run cells more
+  than once);
+- an exercise task: 8 minutes, plus 1 minute per line of its reference solution, plus its share
+  of the exercise notebook's measured run time.
+The agendas give each slot the estimate of what it covers (a lesson, some exercise tasks, a
+break), rounded up to 5 minutes, so the day adds up.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import platform
 import re
 import time
@@ -29,9 +40,111 @@ ROOT = Path(__file__).resolve().parents[1]
 TIMES = ROOT / "docs" / "notebook_times.json"
 GUIDE = ROOT / "docs" / "instructor.md"
 START, END = "<!-- times:start -->", "<!-- times:end -->"
-READ_WORDS_PER_MIN, READ_CODE_LINES_PER_MIN = 150, 20
+READ_WORDS_PER_MIN, READ_CJK_CHARS_PER_MIN, READ_CODE_LINES_PER_MIN = 150, 170, 20
 MIN_PER_TASK, MIN_PER_SOLUTION_LINE = 8, 1
+SLOT_ROUNDING = 5  # minutes
 
+CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+
+
+# --- the agendas: what each slot covers; its length comes from the estimates ----------------------
+# A slot is (chapter, parts, what): parts are "lesson" and/or exercise task numbers; a chapter of
+# None is a break of `parts` minutes. An agenda must end by its "end by" time (a test checks).
+
+ONE_DAY = {
+    "marker": "agenda-day",
+    "start": 9 * 60,
+    "end by": 17 * 60 + 30,
+    "slots": [
+        ("00_welcome", ("lesson", 1, 2, 3), "00 welcome + exercises; `make doctor` problems fixed"),
+        ("01_tokenization", ("lesson", 1, 2), "01 tokenization + exercise tasks 1–2 (counting "
+                                              "and merging pairs)"),
+        (None, 15, "Break"),
+        ("02_forward_pass", ("lesson", 1, 3, 4), "02 forward pass + exercise tasks 1, 3 and 4 "
+                                                 "(RMSNorm, causal attention, one block)"),
+        (None, 60, "Lunch"),
+        ("03_kv_cache", ("lesson", 1, 3), "03 KV cache + exercise tasks 1 and 3 (its size, the "
+                                          "decode loop)"),
+        ("04_decoding", ("lesson", 1, 2, 3), "04 decoding strategies + exercise tasks 1–3 (the "
+                                             "widgets are the favourite part: leave time)"),
+        (None, 15, "Break"),
+        ("05_metrics", ("lesson", 1, 3), "05 measuring inference + exercise tasks 1 and 3 (one "
+                                         "request's metrics, timing a stream)"),
+        ("06_batching", ("lesson", 1), "06 batching and paged attention + exercise task 1 (the "
+                                       "block allocator); or 07 quantization, by the group's "
+                                       "interest"),
+        ("10_interview_qa", (1,), "10 interview questions in pairs (exercise task 1: top-k and "
+                                  "top-p together); `python -m minillm progress` to see what is "
+                                  "left"),
+    ],
+}
+
+THREE_HOURS = {
+    "marker": "agenda-short",
+    "start": 0,
+    "end by": 3 * 60,
+    "slots": [
+        ("00_welcome", ("lesson", 1), "Set-up check (`make doctor`), the inference path end to "
+                                      "end: 00 lesson, exercise task 1"),
+        ("01_tokenization", ("lesson", 1, 2), "Tokenization: BPE by hand, why Chinese costs more "
+                                              "tokens: 01 lesson, exercise tasks 1–2"),
+        (None, 10, "Break"),
+        ("03_kv_cache", ("lesson",), "Prefill, decode and the KV cache: the O(n²) loop and its "
+                                     "fix: 03 lesson"),
+        ("04_decoding", ("lesson", 1, 2), "Decoding strategies with the widgets: temperature, "
+                                          "top-k, top-p: 04 lesson, exercise tasks 1–2"),
+        ("10_interview_qa", (1,), "Interview round: top-k and top-p together, which order? "
+                                  "(10, exercise task 1)"),
+    ],
+}
+
+AGENDAS = (ONE_DAY, THREE_HOURS)
+
+
+# --- sizes ----------------------------------------------------------------------------------------
+
+def text_size(markdown: str) -> dict:
+    """English words and CJK characters of a text: a Chinese clause is many characters, not one
+    word."""
+    cjk = len(CJK.findall(markdown))
+    words = len(re.findall(r"\w+", CJK.sub(" ", markdown)))
+    return {"words": words, "cjk_chars": cjk}
+
+
+def _code_lines(source: str) -> int:
+    return sum(1 for line in source.splitlines()
+               if line.strip() and not line.strip().startswith("#"))
+
+
+def lesson_size(path: Path) -> dict:
+    nb = nbformat.read(path, as_version=4)
+    prose = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    code = sum(_code_lines(c.source) for c in nb.cells if c.cell_type == "code")
+    return {**text_size(prose), "code_lines": code}
+
+
+def exercise_size(path: Path) -> dict:
+    nb = nbformat.read(path, as_version=4)
+    lines = [_code_lines(c.source) for c in nb.cells if "task" in c.metadata.get("tags", [])]
+    return {"tasks": len(lines), "solution_lines": sum(lines), "task_lines": lines}
+
+
+def _lessons():
+    return sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+def recount(data: dict) -> dict:
+    """`data` with every chapter's sizes counted again from the notebooks (run times kept)."""
+    for lesson in _lessons():
+        entry = data["chapters"].setdefault(lesson.stem, {})
+        entry.update(lesson_size(lesson))
+        solution = ROOT / "solutions" / lesson.name
+        if solution.exists():
+            entry.update(exercise_size(solution))
+    return data
+
+
+# --- run times ----------------------------------------------------------------------------------
 
 def run_seconds(path: Path) -> float:
     from nbclient import NotebookClient
@@ -43,38 +156,38 @@ def run_seconds(path: Path) -> float:
     return time.perf_counter() - start
 
 
-def _code_lines(source: str) -> int:
-    return sum(1 for line in source.splitlines() if line.strip() and not line.strip().startswith("#"))
-
-
-def lesson_size(path: Path) -> dict:
-    nb = nbformat.read(path, as_version=4)
-    words = sum(len(re.findall(r"\w+", c.source)) for c in nb.cells if c.cell_type == "markdown")
-    code = sum(_code_lines(c.source) for c in nb.cells if c.cell_type == "code")
-    return {"words": words, "code_lines": code}
-
-
-def exercise_size(path: Path) -> dict:
-    nb = nbformat.read(path, as_version=4)
-    tasks = [c for c in nb.cells if "task" in c.metadata.get("tags", [])]
-    return {"tasks": len(tasks), "solution_lines": sum(_code_lines(c.source) for c in tasks)}
-
-
-def measure() -> dict:
-    chapters = {}
-    for lesson in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
-        solution = ROOT / "solutions" / lesson.name
-        entry = {"lesson_run_s": round(run_seconds(lesson), 1), **lesson_size(lesson)}
-        if solution.exists():
-            entry["exercise_run_s"] = round(run_seconds(solution), 1)
-            entry.update(exercise_size(solution))
-        chapters[lesson.stem] = entry
-        print(f"{lesson.stem}: {entry}", flush=True)
+def _machine() -> dict:
     import torch
 
-    return {"machine": {"platform": platform.platform(), "python": platform.python_version(),
-                        "torch": torch.__version__, "cpu_threads": torch.get_num_threads()},
-            "measured": time.strftime("%Y-%m-%d"), "chapters": chapters}
+    return {"platform": platform.platform(), "python": platform.python_version(),
+            "torch": torch.__version__, "cpu_threads": torch.get_num_threads()}
+
+
+def _how(source: str) -> str:
+    import os
+
+    return source + (" with CI set (reduced sizes)" if os.environ.get("CI") else "")
+
+
+def measure(lessons: bool = True, old: dict | None = None) -> dict:
+    """Run the solution notebooks (and the lessons, unless `lessons` is False: then their times
+    come from `old`)."""
+    data = {"chapters": {}} if old is None else json.loads(json.dumps(old))
+    today = time.strftime("%Y-%m-%d")
+    for lesson in _lessons():
+        entry = data["chapters"].setdefault(lesson.stem, {})
+        if lessons:
+            entry["lesson_run_s"] = round(run_seconds(lesson), 1)
+        solution = ROOT / "solutions" / lesson.name
+        if solution.exists():
+            entry["exercise_run_s"] = round(run_seconds(solution), 1)
+        print(f"{lesson.stem}: {entry}", flush=True)
+    data["machine"] = _machine()
+    how = _how("running each notebook")
+    if lessons:
+        data.update(measured=today, source=how)
+    data.update(exercises_measured=today, exercises_source=how)
+    return recount(data)
 
 
 def from_junit(path: Path) -> dict:
@@ -88,28 +201,33 @@ def from_junit(path: Path) -> dict:
             key = (match.group(1), match.group(2))
             seconds[key] = seconds.get(key, 0.0) + float(case.get("time", 0))
     chapters = {}
-    for lesson in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+    for lesson in _lessons():
         if ("notebooks", lesson.stem) not in seconds:
             raise SystemExit(f"{path} has no nbval times for notebooks/{lesson.name}")
-        entry = {"lesson_run_s": round(seconds[("notebooks", lesson.stem)], 1),
-                 **lesson_size(lesson)}
-        solution = ROOT / "solutions" / lesson.name
+        entry = {"lesson_run_s": round(seconds[("notebooks", lesson.stem)], 1)}
         if ("solutions", lesson.stem) in seconds:
             entry["exercise_run_s"] = round(seconds[("solutions", lesson.stem)], 1)
-            entry.update(exercise_size(solution))
         chapters[lesson.stem] = entry
-    import torch
-
     mtime = time.strftime("%Y-%m-%d", time.localtime(path.stat().st_mtime))
-    return {"machine": {"platform": platform.platform(), "python": platform.python_version(),
-                        "torch": torch.__version__, "cpu_threads": torch.get_num_threads()},
-            "measured": mtime, "source": f"nbval cell times from {path.name}",
-            "chapters": chapters}
+    how = f"nbval cell times from {path.name}"
+    return recount({"machine": _machine(), "measured": mtime, "source": how,
+                    "exercises_measured": mtime, "exercises_source": how, "chapters": chapters})
 
+
+# --- estimates ------------------------------------------------------------------------------------
 
 def lesson_minutes(c: dict) -> float:
-    return (c["words"] / READ_WORDS_PER_MIN + c["code_lines"] / READ_CODE_LINES_PER_MIN
-            + 2 * c["lesson_run_s"] / 60)
+    return (c["words"] / READ_WORDS_PER_MIN + c.get("cjk_chars", 0) / READ_CJK_CHARS_PER_MIN
+            + c["code_lines"] / READ_CODE_LINES_PER_MIN + 2 * c["lesson_run_s"] / 60)
+
+
+def task_minutes(c: dict, task: int) -> float:
+    """Exercise task `task` (counted from 1): its own work and its share of the run time."""
+    lines = c.get("task_lines") or [c["solution_lines"] / c["tasks"]] * c["tasks"]
+    if not 1 <= task <= len(lines):
+        raise ValueError(f"exercise task {task} does not exist: the chapter has {len(lines)}")
+    return (MIN_PER_TASK + lines[task - 1] * MIN_PER_SOLUTION_LINE
+            + c["exercise_run_s"] / 60 / len(lines))
 
 
 def exercise_minutes(c: dict) -> float:
@@ -118,6 +236,18 @@ def exercise_minutes(c: dict) -> float:
     return (c["tasks"] * MIN_PER_TASK + c["solution_lines"] * MIN_PER_SOLUTION_LINE
             + c["exercise_run_s"] / 60)
 
+
+def slot_minutes(data: dict, chapter, parts) -> int:
+    """A slot's length: the estimate of what it covers, rounded up to SLOT_ROUNDING minutes."""
+    if chapter is None:
+        return parts
+    c = data["chapters"][chapter]
+    total = sum(lesson_minutes(c) if part == "lesson" else task_minutes(c, part)
+                for part in parts)
+    return SLOT_ROUNDING * math.ceil(total / SLOT_ROUNDING)
+
+
+# --- the guide ------------------------------------------------------------------------------------
 
 def render(data: dict) -> str:
     rows = ["| chapter | lesson runs in | exercise runs in | learner: lesson | learner: exercises "
@@ -130,37 +260,77 @@ def render(data: dict) -> str:
     m = data["machine"]
     rows.append("")
     how = data.get("source", "running each notebook")
-    rows.append(f"Measured on {data['measured']} ({how}) by `python scripts/measure_notebooks.py` "
-                f"on {m['platform']}, Python {m['python']}, torch {m['torch']}.")
+    line = f"Lessons measured on {data['measured']} ({how})"
+    if data.get("exercises_measured"):
+        line += (f"; exercises (their solution notebooks) on {data['exercises_measured']} "
+                 f"({data['exercises_source']})")
+    rows.append(f"{line}, by `python scripts/measure_notebooks.py` on {m['platform']}, Python "
+                f"{m['python']}, torch {m['torch']}.")
     return "\n".join(rows)
 
 
-def write_guide_table(data: dict) -> None:
-    text = GUIDE.read_text(encoding="utf-8")
-    if START not in text or END not in text:
-        raise SystemExit(f"{GUIDE} has no {START} ... {END} markers")
-    head, rest = text.split(START, 1)
-    _, tail = rest.split(END, 1)
-    GUIDE.write_text(f"{head}{START}\n{render(data)}\n{END}{tail}", encoding="utf-8")
+def _clock(minutes: int, relative: bool) -> str:
+    return f"{minutes // 60}:{minutes % 60:02d}" if relative else \
+        f"{minutes // 60:02d}:{minutes % 60:02d}"
+
+
+def render_agenda(data: dict, agenda: dict) -> str:
+    relative = agenda["start"] == 0
+    rows = ["| time | what | minutes |", "|---|---|---:|"]
+    now = agenda["start"]
+    for chapter, parts, what in agenda["slots"]:
+        minutes = slot_minutes(data, chapter, parts)
+        rows.append(f"| {_clock(now, relative)} | {what} | {minutes} |")
+        now += minutes
+    rows.append(f"| {_clock(now, relative)} | End | |")
+    return "\n".join(rows)
+
+
+def _markers(name: str) -> tuple[str, str]:
+    return f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+
+
+def _replace(text: str, start: str, end: str, body: str) -> str:
+    if start not in text or end not in text:
+        raise SystemExit(f"{GUIDE} has no {start} ... {end} markers")
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{start}\n{body}\n{end}{tail}"
+
+
+def write_guide(data: dict) -> None:
+    text = _replace(GUIDE.read_text(encoding="utf-8"), START, END, render(data))
+    for agenda in AGENDAS:
+        text = _replace(text, *_markers(agenda["marker"]), render_agenda(data, agenda))
+    GUIDE.write_text(text, encoding="utf-8")
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--render", action="store_true",
-                        help="rewrite the guide's table from docs/notebook_times.json only")
-    parser.add_argument("--from-junit", type=Path, metavar="XML",
-                        help="take the run times from a JUnit report of a test run")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--render", action="store_true",
+                      help="rewrite the guide from docs/notebook_times.json only")
+    mode.add_argument("--sizes", action="store_true",
+                      help="recount the notebooks' sizes; keep every measured run time")
+    mode.add_argument("--exercises", action="store_true",
+                      help="run only the solution notebooks; keep the lessons' run times")
+    mode.add_argument("--from-junit", type=Path, metavar="XML",
+                      help="take the run times from a JUnit report of a test run")
     args = parser.parse_args(argv)
     if args.render:
         data = json.loads(TIMES.read_text())
-    elif args.from_junit:
-        data = from_junit(args.from_junit)
-        TIMES.write_text(json.dumps(data, indent=2) + "\n")
     else:
-        data = measure()
-        TIMES.write_text(json.dumps(data, indent=2) + "\n")
-    write_guide_table(data)
+        if args.sizes:
+            data = recount(json.loads(TIMES.read_text()))
+        elif args.exercises:
+            data = measure(lessons=False, old=json.loads(TIMES.read_text()))
+        elif args.from_junit:
+            data = from_junit(args.from_junit)
+        else:
+            data = measure()
+        TIMES.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    write_guide(data)
     print(f"wrote {GUIDE.relative_to(ROOT)}")
     return 0
 

@@ -1,4 +1,5 @@
-"""The chapter 04 checkers pass correct code and name the usual mistakes."""
+"""The chapter 04 checkers pass correct code, leave no room for in-place edits, and give each usual
+mistake its own hint (and no other mistake that hint)."""
 
 import pytest
 import torch
@@ -7,28 +8,124 @@ from minillm.checks import ch04_decoding as checks
 from minillm.checks._base import CheckFailed
 from minillm.decoding import RepetitionPenaltyProcessor, TopKProcessor, TopPProcessor
 
-
-def test_correct_functions_pass(capsys):
-    checks.check_apply_temperature(lambda logits, t: logits / t)
-    checks.check_top_k(lambda logits, k: TopKProcessor(k)(None, logits))
-    checks.check_top_p(lambda logits, p: TopPProcessor(p)(None, logits))
-    checks.check_repetition_penalty(
-        lambda ids, logits, p: RepetitionPenaltyProcessor(p)(ids, logits))
-    checks.check_beam_step(checks.reference_beam_step)
-    assert capsys.readouterr().out.count("✅") == 5
+from test_tokenizer_checks import assert_hints_are_specific
 
 
-def drops_crossing_token(logits, p):
+def right_top_k(logits, k):
+    k = min(k, logits.shape[-1])
+    return logits.masked_fill(logits < torch.topk(logits, k).values[..., -1:], float("-inf"))
+
+
+def right_top_p(logits, p):
     sorted_logits, order = torch.sort(logits, descending=True)
-    remove = sorted_logits.softmax(-1).cumsum(-1) > p
+    probs = sorted_logits.softmax(-1)
+    remove = probs.cumsum(-1) - probs >= p
     return logits.masked_fill(remove.scatter(-1, order, remove), float("-inf"))
 
 
-def strict_top_k(logits, k):
-    k = min(k, logits.shape[-1])
-    keep = torch.zeros_like(logits, dtype=torch.bool).scatter(-1, torch.topk(logits, k).indices,
-                                                              True)
-    return logits.masked_fill(~keep, float("-inf"))
+def right_penalty(ids, logits, p):
+    seen = torch.gather(logits, 1, ids)
+    return logits.scatter(1, ids, torch.where(seen < 0, seen * p, seen / p))
+
+
+def test_correct_functions_pass(capsys):
+    checks.check_apply_temperature(lambda logits, t: logits / t)
+    checks.check_top_k(right_top_k)
+    checks.check_top_k(lambda logits, k: TopKProcessor(k)(None, logits))
+    checks.check_top_p(right_top_p)
+    checks.check_top_p(lambda logits, p: TopPProcessor(p)(None, logits))
+    checks.check_repetition_penalty(right_penalty)
+    checks.check_repetition_penalty(
+        lambda ids, logits, p: RepetitionPenaltyProcessor(p)(ids, logits))
+    checks.check_beam_step(checks.reference_beam_step)
+    assert capsys.readouterr().out.count("✅") == 8
+
+
+def test_beam_step_accepts_lists(capsys):
+    checks.check_beam_step(lambda *a: tuple(t.tolist() for t in checks.reference_beam_step(*a)))
+    assert "✅" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("check, in_place", [
+    (checks.check_apply_temperature, lambda logits, t: logits.div_(t)),
+    (checks.check_top_k, lambda logits, k: logits.masked_fill_(
+        logits < torch.topk(logits, min(k, logits.shape[-1])).values[..., -1:], float("-inf"))),
+    (checks.check_top_p, lambda logits, p: logits.copy_(right_top_p(logits, p))),
+    (checks.check_repetition_penalty, lambda ids, logits, p: logits.scatter_(
+        1, ids, right_penalty(ids, logits, p).gather(1, ids))),
+])
+def test_changing_the_logits_in_place_is_named(check, in_place):
+    with pytest.raises(CheckFailed, match="changed its argument `logits`"):
+        check(in_place)
+
+
+def test_temperature_hints_are_specific():
+    assert_hints_are_specific(checks.check_apply_temperature, {
+        "multiplied": (lambda logits, t: logits * t, "multiplied by the temperature"),
+        "probabilities": (lambda logits, t: torch.softmax(logits / t, -1),
+                          "returned probabilities"),
+        "subtracted": (lambda logits, t: logits - t, "subtracted the temperature"),
+    })
+
+
+def test_top_k_hints_are_specific():
+    assert_hints_are_specific(checks.check_top_k, {
+        "strict": (checks._strict_top_k, "tied with the k-th best"),
+        "k + 1": (lambda logits, k: checks._top_k_variant(logits, k, shift=1), "kept k + 1"),
+        "k - 1": (lambda logits, k: checks._top_k_variant(logits, k, shift=-1), "kept k - 1"),
+        "lowest": (lambda logits, k: checks._top_k_variant(logits, k, largest=False),
+                   "the k lowest"),
+        "zero": (lambda logits, k: checks._top_k_variant(logits, k, fill=0.0), "not 0"),
+    })
+
+
+def test_top_k_above_the_vocabulary_is_explained_where_it_crashes():
+    def no_min(logits, k):
+        return logits.masked_fill(logits < torch.topk(logits, k).values[..., -1:], float("-inf"))
+
+    with pytest.raises(CheckFailed, match=r"raised RuntimeError.*k = 50 is at least the "
+                                          r"vocabulary size \(20\).*min\(k, vocab\)"):
+        checks.check_top_k(no_min)
+
+
+def test_top_k_returning_a_mask_is_named():
+    with pytest.raises(CheckFailed, match="not a mask or indices"):
+        checks.check_top_k(lambda logits, k: ~torch.isneginf(right_top_k(logits, k)))
+
+
+def test_top_p_hints_are_specific():
+    assert_hints_are_specific(checks.check_top_p, {
+        "drops crossing": (lambda logits, p: checks._top_p_variant(logits, p, crossing=False),
+                           "dropped the token that crosses p"),
+        "one too many": (checks._one_too_many, "one token too many"),
+        "ascending": (lambda logits, p: checks._top_p_variant(logits, p, descending=False),
+                      "least likely tokens"),
+        "no softmax": (lambda logits, p: checks._top_p_variant(logits, p, softmax=False),
+                       "added up the logits"),
+        "sorted order": (lambda logits, p: checks._top_p_variant(logits, p, unsort=False),
+                         "still in sorted order"),
+    })
+
+
+def test_repetition_penalty_hints_are_specific():
+    assert_hints_are_specific(checks.check_repetition_penalty, {
+        "divides negatives": (lambda ids, logits, p: logits.scatter(1, ids,
+                                                                    logits.gather(1, ids) / p),
+                              "divided negative scores"),
+        "per occurrence": (checks._per_occurrence, "once per occurrence"),
+        "wrong way round": (lambda ids, logits, p: logits.scatter(1, ids, torch.where(
+            logits.gather(1, ids) < 0, logits.gather(1, ids) / p, logits.gather(1, ids) * p)),
+            "the wrong way round"),
+        "rows mixed": (lambda ids, logits, p: RepetitionPenaltyProcessor(p)(
+            ids.reshape(1, -1).expand(ids.shape[0], -1), logits), "row b in row b only"),
+    })
+
+
+def test_the_per_occurrence_mistake_gives_a_quarter():
+    """The hand case: 2.0 penalised three times by 2.0 is 0.25, which is what the hint says."""
+    got = checks._per_occurrence(torch.tensor([[0, 0, 0, 1]]), torch.tensor([[2.0, -2.0, 2.0,
+                                                                              1.0]]), 2.0)
+    assert got[0, 0].item() == 0.25
 
 
 def swapped_beam_step(log_probs, beam_scores, num_beams):
@@ -36,17 +133,17 @@ def swapped_beam_step(log_probs, beam_scores, num_beams):
     return scores, tokens, parents
 
 
-@pytest.mark.parametrize("check, wrong, message", [
-    (checks.check_apply_temperature, lambda logits, t: logits * t, "multiplied"),
-    (checks.check_top_k, strict_top_k, "tied"),
-    (checks.check_top_p, drops_crossing_token, "crosses"),
-    (checks.check_repetition_penalty,
-     lambda ids, logits, p: logits.scatter(1, ids, logits.gather(1, ids) / p), "negative"),
-    (checks.check_beam_step, swapped_beam_step, "swapped"),
-    (checks.check_beam_step,
-     lambda lp, bs, n: checks.reference_beam_step(lp, torch.zeros_like(bs), n),
-     "running scores"),
-])
-def test_usual_mistakes_get_a_plain_message(check, wrong, message):
-    with pytest.raises(CheckFailed, match=message):
-        check(wrong)
+def test_beam_step_hints_are_specific():
+    assert_hints_are_specific(checks.check_beam_step, {
+        "swapped": (swapped_beam_step, "swapped"),
+        "no running scores": (lambda lp, bs, n: checks.reference_beam_step(
+            lp, torch.zeros_like(bs), n), "ignore the beams' running scores"),
+        "per beam": (checks._per_beam_best, "best token of each beam"),
+        "worst first": (lambda lp, bs, n: tuple(t.flip(0) for t in checks.reference_beam_step(
+            lp, bs, n)), "best first"),
+    })
+
+
+def test_beam_step_wrong_count_is_named():
+    with pytest.raises(CheckFailed, match="expected num_beams"):
+        checks.check_beam_step(lambda lp, bs, n: checks.reference_beam_step(lp, bs, 1))

@@ -1,6 +1,8 @@
 """The chapter 03 exercise checkers: a right answer passes, and typical wrong answers fail with a
-message that says what is wrong. The decode-loop checker runs on the small stand-in model."""
+message that says what is wrong (and only they get it). The decode-loop checker runs on the small
+stand-in model."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -9,6 +11,7 @@ from minillm.checks._base import CheckFailed
 from minillm.kv_cache import KVCache
 
 from test_generation import TinyLM
+from test_tokenizer_checks import assert_hints_are_specific
 
 
 def right_bytes(n_layers, n_kv_heads, head_dim, tokens, bytes_per_value):
@@ -48,6 +51,10 @@ class Chars:
         return "".join(chr(65 + i) for i in ids)
 
 
+def check_decode(fn):
+    checks.check_greedy_decode(fn, TinyLM(), Chars())
+
+
 def stub(*args):
     raise NotImplementedError
 
@@ -55,20 +62,35 @@ def stub(*args):
 def test_right_answers_pass(capsys):
     checks.check_kv_cache_bytes(right_bytes)
     checks.check_append_kv(right_append)
-    checks.check_greedy_decode(right_decode, TinyLM(), Chars())
+    check_decode(right_decode)
     assert capsys.readouterr().out.count("✅") == 3
 
 
 @pytest.mark.parametrize("check", [checks.check_kv_cache_bytes, checks.check_append_kv,
-                                   lambda fn: checks.check_greedy_decode(fn, TinyLM(), Chars())])
+                                   check_decode])
 def test_stubs_fail_with_a_plain_message(check):
     with pytest.raises(CheckFailed, match="not written yet"):
         check(stub)
 
 
-def test_forgetting_the_values_is_named():
-    with pytest.raises(CheckFailed, match="keys AND values"):
-        checks.check_kv_cache_bytes(lambda l, h, d, t, b: l * h * d * t * b)
+@pytest.mark.parametrize("kind", [np.int64, float, lambda n: torch.tensor(n)])
+def test_any_whole_number_type_is_accepted(kind, capsys):
+    checks.check_kv_cache_bytes(lambda *a: kind(right_bytes(*a)))
+    assert "✅" in capsys.readouterr().out
+
+
+def test_kv_cache_bytes_hints_are_specific():
+    assert_hints_are_specific(checks.check_kv_cache_bytes, {
+        "no factor 2": (lambda l, h, d, t, b: l * h * d * t * b, "keys AND values"),
+        "no layers": (lambda l, h, d, t, b: 2 * h * d * t * b, "multiply by n_layers"),
+        "values not bytes": (lambda l, h, d, t, b: 2 * l * h * d * t, "counts values, not bytes"),
+        "bits": (lambda l, h, d, t, b: 16 * l * h * d * t * b, "do not multiply by 8"),
+    })
+
+
+def test_a_fraction_of_a_byte_is_named():
+    with pytest.raises(CheckFailed, match="whole number"):
+        checks.check_kv_cache_bytes(lambda *a: right_bytes(*a) / 3)
 
 
 def test_a_copy_instead_of_an_in_place_write_is_named():
@@ -81,6 +103,50 @@ def test_a_copy_instead_of_an_in_place_write_is_named():
         checks.check_append_kv(copies)
 
 
+def test_append_kv_returning_lists_gets_a_message_not_a_crash():
+    def lists(keys, values, k, v, length):
+        keys_so_far, values_so_far = right_append(keys, values, k, v, length)
+        return keys_so_far.tolist(), values_so_far.tolist()
+
+    with pytest.raises(CheckFailed, match="not lists"):
+        checks.check_append_kv(lists)
+    with pytest.raises(CheckFailed, match="return a tuple"):
+        checks.check_append_kv(lambda *a: list(right_append(*a)))
+
+
+def test_append_kv_shape_mistakes_are_named():
+    def whole_buffer(keys, values, k, v, length):
+        right_append(keys, values, k, v, length)
+        return keys, values
+
+    def only_new(keys, values, k, v, length):
+        right_append(keys, values, k, v, length)
+        return k, v
+
+    with pytest.raises(CheckFailed, match="the whole buffer"):
+        checks.check_append_kv(whole_buffer)
+    with pytest.raises(CheckFailed, match="only the new tokens"):
+        checks.check_append_kv(only_new)
+
+
+def test_append_kv_at_the_wrong_position_is_named():
+    def at_zero(keys, values, k, v, length):
+        right_append(keys, values, k, v, 0)
+        return keys[:, :, :length + k.shape[2]], values[:, :, :length + k.shape[2]]
+
+    with pytest.raises(CheckFailed, match="belong to earlier tokens"):
+        checks.check_append_kv(at_zero)
+
+
+def test_append_kv_that_changes_the_new_keys_is_named():
+    def scales_k(keys, values, k, v, length):
+        k.mul_(2.0)
+        return right_append(keys, values, k, v, length)
+
+    with pytest.raises(CheckFailed, match="changed its argument `k`"):
+        checks.check_append_kv(scales_k)
+
+
 def test_no_error_when_full_is_named():
     def never_full(keys, values, k, v, length):
         end = length + k.shape[2]
@@ -88,8 +154,18 @@ def test_no_error_when_full_is_named():
         values[:, :, length:end] = v[:, :, :keys.shape[2] - length]
         return keys[:, :, :end], values[:, :, :end]
 
-    with pytest.raises(CheckFailed, match="cache is full"):
+    with pytest.raises(CheckFailed, match="the cache is full: raise ValueError"):
         checks.check_append_kv(never_full)
+
+
+def test_the_wrong_error_when_full_is_named():
+    def index_error(keys, values, k, v, length):
+        if length + k.shape[2] > keys.shape[2]:
+            raise IndexError("out of range")
+        return right_append(keys, values, k, v, length)
+
+    with pytest.raises(CheckFailed, match="raised IndexError.*raise ValueError"):
+        checks.check_append_kv(index_error)
 
 
 def test_recomputing_the_whole_sequence_is_named():
@@ -103,15 +179,23 @@ def test_recomputing_the_whole_sequence_is_named():
         return ids[len(prompt_ids):]
 
     with pytest.raises(CheckFailed, match="feed only the newest token"):
-        checks.check_greedy_decode(no_cache, TinyLM(), Chars())
+        check_decode(no_cache)
 
 
 def test_returning_the_prompt_too_is_named():
     def with_prompt(model, prompt_ids, max_new_tokens, eos_token_ids):
         return list(prompt_ids) + right_decode(model, prompt_ids, max_new_tokens, eos_token_ids)
 
-    with pytest.raises(CheckFailed, match="only the new tokens|returned .* tokens"):
-        checks.check_greedy_decode(with_prompt, TinyLM(), Chars())
+    with pytest.raises(CheckFailed, match="return only the new tokens"):
+        check_decode(with_prompt)
+
+
+def test_a_fixed_number_of_steps_is_caught():
+    def always_12(model, prompt_ids, max_new_tokens, eos_token_ids):
+        return right_decode(model, prompt_ids, 12, eos_token_ids)
+
+    with pytest.raises(CheckFailed, match="exactly max_new_tokens = 5"):
+        check_decode(always_12)
 
 
 def test_not_stopping_at_eos_is_named():
@@ -119,4 +203,63 @@ def test_not_stopping_at_eos_is_named():
         return right_decode(model, prompt_ids, max_new_tokens, [])
 
     with pytest.raises(CheckFailed, match="stop right after the first EOS"):
-        checks.check_greedy_decode(ignores_eos, TinyLM(), Chars())
+        check_decode(ignores_eos)
+
+
+def test_tensor_token_ids_are_accepted(capsys):
+    check_decode(lambda *a: [torch.tensor(t) for t in right_decode(*a)])
+    assert "✅" in capsys.readouterr().out
+
+
+def test_a_loop_that_appends_to_the_prompt_is_named():
+    def appends(model, prompt_ids, max_new_tokens, eos_token_ids):
+        new = right_decode(model, prompt_ids, max_new_tokens, eos_token_ids)
+        prompt_ids.extend(new)
+        return new
+
+    with pytest.raises(CheckFailed, match="changed its argument `prompt_ids`"):
+        check_decode(appends)
+
+
+def test_a_loop_without_the_cache_is_named():
+    def uncached(model, prompt_ids, max_new_tokens, eos_token_ids):
+        ids = list(prompt_ids)
+        with torch.inference_mode():
+            for _ in range(max_new_tokens):
+                ids.append(int(model(torch.tensor([ids]))[0, -1].argmax()))
+        return ids[len(prompt_ids):]
+
+    with pytest.raises(CheckFailed, match="ran without the cache"):
+        check_decode(uncached)
+
+
+def test_one_pass_too_many_is_named():
+    def extra_pass(model, prompt_ids, max_new_tokens, eos_token_ids):
+        cache = KVCache.for_model(model, 1, len(prompt_ids) + max_new_tokens + 1)
+        new = []
+        with torch.inference_mode():
+            logits = model(torch.tensor([prompt_ids]), cache=cache)
+            while len(new) < max_new_tokens:
+                new.append(int(logits[0, -1].argmax()))
+                logits = model(torch.tensor([[new[-1]]]), cache=cache)
+        return new
+
+    with pytest.raises(CheckFailed, match="the last token needs no pass after it"):
+        check_decode(extra_pass)
+
+
+def test_a_prefill_in_pieces_is_named():
+    def token_by_token(model, prompt_ids, max_new_tokens, eos_token_ids):
+        cache = KVCache.for_model(model, 1, len(prompt_ids) + max_new_tokens)
+        with torch.inference_mode():
+            for token in prompt_ids:
+                logits = model(torch.tensor([[token]]), cache=cache)
+            new = []
+            while True:
+                new.append(int(logits[0, -1].argmax()))
+                if new[-1] in eos_token_ids or len(new) == max_new_tokens:
+                    return new
+                logits = model(torch.tensor([[new[-1]]]), cache=cache)
+
+    with pytest.raises(CheckFailed, match="the first pass \\(prefill\\) should see the whole"):
+        check_decode(token_by_token)

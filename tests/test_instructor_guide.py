@@ -1,8 +1,12 @@
-"""docs/instructor.md: both agendas, and a timing table generated from measured run times."""
+"""docs/instructor.md: both agendas and the timing table, generated from measured run times, and
+agendas that add up from the same estimates."""
 
 import importlib.util
 import json
+import re
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -15,6 +19,20 @@ def _script():
     return module
 
 
+@pytest.fixture(scope="module")
+def script():
+    return _script()
+
+
+@pytest.fixture(scope="module")
+def data(script):
+    return json.loads(script.TIMES.read_text())
+
+
+def _between(text, start, end):
+    return text.split(start)[1].split(end)[0].strip()
+
+
 def test_the_guide_has_both_agendas_and_the_workshop_tools():
     text = (ROOT / "docs" / "instructor.md").read_text(encoding="utf-8")
     for heading in ["A 3-hour workshop", "A one-day workshop", "Common mistakes",
@@ -25,21 +43,64 @@ def test_the_guide_has_both_agendas_and_the_workshop_tools():
         assert command in text
 
 
-def test_the_timing_table_is_the_measured_one_and_covers_every_lesson():
-    script = _script()
-    data = json.loads(script.TIMES.read_text())
+def test_the_timing_table_is_the_measured_one_and_covers_every_lesson(script, data):
     lessons = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
     assert sorted(data["chapters"]) == lessons, "re-run scripts/measure_notebooks.py"
     text = script.GUIDE.read_text(encoding="utf-8")
-    table = text.split(script.START)[1].split(script.END)[0].strip()
-    assert table == script.render(data).strip(), \
+    assert _between(text, script.START, script.END) == script.render(data).strip(), \
         "the guide's table is not the one measure_notebooks.py renders from notebook_times.json"
     assert all(c["lesson_run_s"] > 0 for c in data["chapters"].values())
 
 
-def test_learner_estimates_follow_the_stated_rules():
-    script = _script()
-    chapter = {"words": 1500, "code_lines": 100, "lesson_run_s": 60.0, "tasks": 3,
-               "solution_lines": 12, "exercise_run_s": 30.0}
-    assert script.lesson_minutes(chapter) == 1500 / 150 + 100 / 20 + 2 * 60 / 60
+def test_the_exercise_sizes_are_those_of_the_solution_notebooks(script, data):
+    """Exercises are this change's to keep in step: tasks and solution lines as measured now."""
+    for name, c in data["chapters"].items():
+        size = script.exercise_size(ROOT / "solutions" / f"{name}.ipynb")
+        assert {k: c[k] for k in size} == size, \
+            f"{name}: run scripts/measure_notebooks.py --exercises (or --sizes)"
+        assert 2 <= c["tasks"] <= 5, f"{name} has {c['tasks']} exercise tasks; each has 2 to 5"
+
+
+@pytest.mark.parametrize("which", ["ONE_DAY", "THREE_HOURS"])
+def test_each_agenda_is_rendered_from_the_estimates_and_adds_up(script, data, which):
+    agenda = getattr(script, which)
+    text = script.GUIDE.read_text(encoding="utf-8")
+    shown = _between(text, *script._markers(agenda["marker"]))
+    assert shown == script.render_agenda(data, agenda), \
+        "the guide's agenda is not the one measure_notebooks.py renders: run it with --render"
+    rows = [line.split("|")[1:4] for line in shown.splitlines()[2:]]
+    starts = [int(h) * 60 + int(m) for h, m in (re.match(r"\s*(\d+):(\d\d)", r[0]).groups()
+                                                 for r in rows)]
+    minutes = [int(r[2]) for r in rows[:-1]]
+    assert rows[-1][1].strip() == "End", "an agenda ends with its end time"
+    assert [b - a for a, b in zip(starts, starts[1:])] == minutes, "each slot starts when the " \
+                                                                   "one before it ends"
+    for (chapter, parts, _), slot in zip(agenda["slots"], minutes):
+        if chapter is None:
+            continue
+        c = data["chapters"][chapter]
+        need = sum(script.lesson_minutes(c) if p == "lesson" else script.task_minutes(c, p)
+                   for p in parts)
+        assert need <= slot < need + script.SLOT_ROUNDING, (chapter, parts, need, slot)
+    assert starts[-1] <= agenda["end by"], f"{which} runs past its end"
+
+
+def test_the_task_estimates_add_up_to_the_exercise_estimate(script, data):
+    for c in data["chapters"].values():
+        total = sum(script.task_minutes(c, t) for t in range(1, c["tasks"] + 1))
+        assert abs(total - script.exercise_minutes(c)) < 1e-9
+
+
+def test_learner_estimates_follow_the_stated_rules(script):
+    chapter = {"words": 1500, "cjk_chars": 340, "code_lines": 100, "lesson_run_s": 60.0,
+               "tasks": 3, "solution_lines": 12, "task_lines": [2, 4, 6], "exercise_run_s": 30.0}
+    assert script.lesson_minutes(chapter) == 1500 / 150 + 340 / 170 + 100 / 20 + 2 * 60 / 60
     assert script.exercise_minutes(chapter) == 3 * 8 + 12 * 1 + 30 / 60
+    assert script.task_minutes(chapter, 3) == 8 + 6 + 30 / 60 / 3
+
+
+def test_chinese_text_counts_characters_not_clauses(script):
+    assert script.text_size("你好，世界！") == {"words": 0, "cjk_chars": 4}
+    assert script.text_size("prefill (预填充) and the KV cache (KV 缓存)") == \
+        {"words": 6, "cjk_chars": 5}
+    assert script.text_size("大模型生成为什么是自回归的？") == {"words": 0, "cjk_chars": 13}

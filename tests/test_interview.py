@@ -1,5 +1,6 @@
 """Chapter 10: the interview lesson's shape (questions in Chinese and English, each proved by a
-cell that asserts), the exercise checkers, and the self-check quiz."""
+cell that asserts) and the self-check quiz. The exercise checkers are tested in
+test_interview_checks.py."""
 
 import math
 import re
@@ -9,7 +10,6 @@ import nbformat
 import pytest
 
 from minillm.checks import ch10_interview as checks
-from minillm.checks._base import CheckFailed
 from minillm.model.config import ModelConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,73 +82,6 @@ def test_lesson_has_no_outputs():
     for cell in nbformat.read(LESSON, as_version=4).cells:
         if cell.cell_type == "code":
             assert not cell.outputs and cell.execution_count is None
-
-
-# --- the exercise checkers ------------------------------------------------------------------------
-
-def weight_memory_gb(n, bits):
-    return n * bits / 8 / 1e9
-
-
-def kv_cache_gb(layers, heads, dim, tokens, batch, nbytes):
-    return 2 * layers * heads * dim * tokens * batch * nbytes / 1e9
-
-
-def max_batch(gpu, weights, kv):
-    return max(0, int((gpu - weights) // kv))
-
-
-def decode_bound(weight_bytes, bandwidth):
-    return bandwidth * 1e9 / weight_bytes
-
-
-def test_checkers_pass_correct_answers(capsys):
-    checks.check_weight_memory_gb(weight_memory_gb)
-    checks.check_kv_cache_gb(kv_cache_gb)
-    checks.check_max_batch(max_batch)
-    checks.check_decode_bound(decode_bound)
-    assert capsys.readouterr().out.count("✅") == 4
-
-
-def test_the_worked_numbers():
-    assert weight_memory_gb(70e9, 4) == 35
-    assert math.isclose(kv_cache_gb(32, 32, 128, 4096, 1, 2), 2.147483648)
-    assert max_batch(80, 14, 2.147483648) == 30
-    assert math.isclose(decode_bound(14e9, 3350), 239.2857142857, rel_tol=1e-9)
-
-
-def _stub(*args):
-    raise NotImplementedError
-
-
-@pytest.mark.parametrize("check", [checks.check_weight_memory_gb, checks.check_kv_cache_gb,
-                                   checks.check_max_batch, checks.check_decode_bound])
-def test_checkers_say_an_unwritten_stub_is_not_written_yet(check):
-    with pytest.raises(CheckFailed, match="not written yet"):
-        check(_stub)
-
-
-@pytest.mark.parametrize("check, wrong, words", [
-    (checks.check_weight_memory_gb, lambda n, b: n * b / 8, "bytes"),
-    (checks.check_weight_memory_gb, lambda n, b: n * b / 8 / 2 ** 30, "GiB"),
-    (checks.check_weight_memory_gb, lambda n, b: n * b / 1e9, "divide by 8"),
-    (checks.check_kv_cache_gb, lambda L, H, D, T, B, n: L * H * D * T * B * n / 1e9, "AND values"),
-    (checks.check_kv_cache_gb, lambda L, H, D, T, B, n: 2 * L * H * D * T * n / 1e9, "batch"),
-    (checks.check_kv_cache_gb, lambda L, H, D, T, B, n: 2 * L * H * D * T * B * n / 2 ** 30, "GiB"),
-    (checks.check_max_batch, lambda g, w, k: (g - w) / k, "round down"),
-    (checks.check_max_batch, lambda g, w, k: int(g // k), "weights take"),
-    (checks.check_max_batch, lambda g, w, k: int((g - w) // k), "return 0"),
-    (checks.check_decode_bound, lambda w, b: w / (b * 1e9), "seconds per token"),
-    (checks.check_decode_bound, lambda w, b: b / w, "multiply by 1e9"),
-])
-def test_checkers_name_the_usual_mistakes(check, wrong, words):
-    with pytest.raises(CheckFailed, match=words):
-        check(wrong)
-
-
-def test_checker_reports_an_exception_in_plain_words():
-    with pytest.raises(CheckFailed, match="raised ZeroDivisionError"):
-        checks.check_weight_memory_gb(lambda n, b: n / 0)
 
 
 # --- the quiz -------------------------------------------------------------------------------------

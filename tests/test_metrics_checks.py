@@ -1,43 +1,173 @@
-"""The chapter 05 checkers pass the right answers and name the common mistakes."""
+"""The chapter 05 checkers pass the right answers in any number type and give each common mistake
+its own hint (and no other mistake that hint)."""
 
+import math
+import time
+
+import numpy as np
 import pytest
+import torch
 
 from minillm.checks import ch05_metrics as checks
 from minillm.checks._base import CheckFailed
 
+from test_tokenizer_checks import assert_hints_are_specific
+
+
+def metrics(s, t, ttft=None, tpot=None, latency=None):
+    right = {"ttft": t[0] - s,
+             "tpot": (t[-1] - t[0]) / (len(t) - 1) if len(t) > 1 else math.nan,
+             "latency": t[-1] - s}
+    for key, f in (("ttft", ttft), ("tpot", tpot), ("latency", latency)):
+        if f is not None:
+            right[key] = f(s, t)
+    return right
+
+
+def right_time_stream(stream, clock):
+    start, times, items = clock(), [], []
+    for item in stream:
+        times.append(clock())
+        items.append(item)
+    return start, times, items
+
+
+def right_throughput(reqs):
+    return (sum(len(t) for _, t in reqs)
+            / (max(t[-1] for _, t in reqs) - min(s for s, _ in reqs)))
+
 
 def test_right_answers_pass(capsys):
-    checks.check_ttft(lambda s, t: t[0] - s)
-
-    def tpot(t):
-        if len(t) < 2:
-            raise ValueError("one token")
-        return (t[-1] - t[0]) / (len(t) - 1)
-
-    checks.check_tpot(tpot)
-    checks.check_latency(lambda s, t: t[-1] - s)
+    checks.check_request_metrics(metrics)
     checks.check_predict_latency(lambda a, b, n: a + b * (n - 1))
-    checks.check_throughput(lambda reqs: sum(len(t) for _, t in reqs)
-                            / (max(t[-1] for _, t in reqs) - min(s for s, _ in reqs)))
-    assert capsys.readouterr().out.count("✅") == 5
+    checks.check_time_stream(right_time_stream)
+    checks.check_throughput(right_throughput)
+    assert capsys.readouterr().out.count("✅") == 4
 
 
-@pytest.mark.parametrize("check,wrong,message", [
-    (checks.check_tpot, lambda t: (t[-1] - t[0]) / len(t), "gaps"),
-    (checks.check_tpot, lambda t: (t[-1] - t[0]) / max(len(t) - 1, 1), "ValueError"),
-    (checks.check_predict_latency, lambda a, b, n: a + b * n, "n_tokens - 1"),
-    (checks.check_latency, lambda s, t: t[-1] - t[0], "first token"),
-    (checks.check_ttft, lambda s, t: t[0], "subtract the start"),
-    (checks.check_throughput, lambda reqs: sum(len(t) / (t[-1] - s) for s, t in reqs), "overlap"),
-])
-def test_common_mistakes_are_named(check, wrong, message):
-    with pytest.raises(CheckFailed, match=message):
-        check(wrong)
+@pytest.mark.parametrize("kind", [np.float64, np.float32, lambda x: torch.tensor(x)])
+def test_number_types_are_accepted(kind, capsys):
+    checks.check_request_metrics(lambda s, t: {k: kind(v) for k, v in metrics(s, t).items()})
+    checks.check_throughput(lambda reqs: kind(right_throughput(reqs)))
+    assert capsys.readouterr().out.count("✅") == 2
 
 
-def test_an_unwritten_stub_says_so():
-    def tpot(t):
+def test_request_metrics_hints_are_specific():
+    assert_hints_are_specific(checks.check_request_metrics, {
+        "ttft clock time": (lambda s, t: metrics(s, t, ttft=lambda s, t: t[0]),
+                            "first token's clock time"),
+        "tpot over n": (lambda s, t: metrics(s, t, tpot=checks._tpot_over_all),
+                        "n tokens have n - 1 gaps"),
+        "tpot from start": (lambda s, t: metrics(s, t, tpot=lambda s, t: (t[-1] - s) / len(t)),
+                            "counted the time to the first token"),
+        "last gap": (lambda s, t: metrics(s, t, tpot=lambda s, t: t[-1] - t[-2] if len(t) > 1
+                                          else math.nan), "the last gap alone"),
+        "latency from first": (lambda s, t: metrics(s, t, latency=lambda s, t: t[-1] - t[0]),
+                               "it starts at the first token"),
+        "latency clock time": (lambda s, t: metrics(s, t, latency=lambda s, t: t[-1]),
+                               "last token's clock time"),
+    })
+
+
+def test_tpot_of_one_token_is_explained():
+    def crashes(s, t):
+        return {"ttft": t[0] - s, "tpot": (t[-1] - t[0]) / (len(t) - 1), "latency": t[-1] - s}
+
+    with pytest.raises(CheckFailed, match="ZeroDivisionError.*float\\('nan'\\)"):
+        checks.check_request_metrics(crashes)
+    with pytest.raises(CheckFailed, match="no gap: return float\\('nan'\\)"):
+        checks.check_request_metrics(lambda s, t: metrics(s, t, tpot=lambda s, t: (
+            (t[-1] - t[0]) / max(len(t) - 1, 1))))
+
+
+def test_request_metrics_without_a_key_is_named():
+    with pytest.raises(CheckFailed, match="keys 'ttft', 'tpot' and 'latency'"):
+        checks.check_request_metrics(lambda s, t: (t[0] - s, 0.0, t[-1] - s))
+
+
+def test_predict_latency_hints_are_specific():
+    assert_hints_are_specific(checks.check_predict_latency, {
+        "n gaps": (lambda a, b, n: a + b * n, "n_tokens - 1 gaps follow"),
+        "ttft per token": (lambda a, b, n: (a + b) * (n - 1), "TTFT comes once"),
+    })
+
+
+def time_stream_variant(kind):
+    def timed(stream, clock):
+        if kind == "start late":
+            times, items, start = [], [], None
+            for item in stream:
+                now = clock()
+                start = now if start is None else start
+                times.append(now)
+                items.append(item)
+            return (clock() if start is None else start), times, items
+        if kind == "collected":
+            start = clock()
+            items = list(stream)
+            return start, [clock() for _ in items], items
+        if kind == "before":
+            start, times, items = clock(), [], []
+            iterator = iter(stream)
+            while True:
+                now = clock()
+                try:
+                    item = next(iterator)
+                except StopIteration:
+                    return start, times, items
+                times.append(now)
+                items.append(item)
+        if kind == "perf_counter":
+            return right_time_stream(stream, time.perf_counter)
+        raise ValueError(kind)
+
+    return timed
+
+
+def test_time_stream_hints_are_specific():
+    assert_hints_are_specific(checks.check_time_stream, {
+        "start late": (time_stream_variant("start late"), "TTFT comes out 0"),
+        "collected": (time_stream_variant("collected"), "collecting the stream first"),
+        "before": (time_stream_variant("before"), "read before its item arrived"),
+        "perf_counter": (time_stream_variant("perf_counter"), "not time.perf_counter()"),
+    })
+
+
+def test_time_stream_that_loses_items_is_named():
+    def drops_first(stream, clock):
+        start, times, items = right_time_stream(stream, clock)
+        return start, times[1:], items[1:]
+
+    with pytest.raises(CheckFailed, match="expected every item of the stream"):
+        checks.check_time_stream(drops_first)
+
+
+def test_throughput_hints_are_specific():
+    assert_hints_are_specific(checks.check_throughput, {
+        "summed rates": (lambda reqs: sum(len(t) / (t[-1] - s) for s, t in reqs),
+                         "added up each request's own tokens per second"),
+        "serial": (lambda reqs: sum(len(t) for _, t in reqs) / sum(t[-1] - s for s, t in reqs),
+                   "sum of the requests' latencies"),
+        "mean rate": (lambda reqs: sum(len(t) / (t[-1] - s) for s, t in reqs) / len(reqs),
+                      "averaged each request's tokens per second"),
+        "from first token": (lambda reqs: sum(len(t) for _, t in reqs) / (
+            max(t[-1] for _, t in reqs) - min(t[0] for _, t in reqs)), "not at its first token"),
+    })
+
+
+def test_throughput_hint_says_overlap_only_when_the_requests_overlap():
+    with pytest.raises(CheckFailed) as failure:
+        checks.check_throughput(lambda reqs: sum(len(t) / (t[-1] - s) for s, t in reqs))
+    assert "overlap" not in str(failure.value)
+    assert not checks._overlap(checks.THROUGHPUT_CASES[4])
+    assert checks._overlap(checks.THROUGHPUT_CASES[0] + [(10.5, [11.0])])
+
+
+@pytest.mark.parametrize("check", [checks.check_request_metrics, checks.check_predict_latency,
+                                   checks.check_time_stream, checks.check_throughput])
+def test_an_unwritten_stub_says_so(check):
+    def stub(*args):
         raise NotImplementedError
 
     with pytest.raises(CheckFailed, match="not written yet"):
-        checks.check_tpot(tpot)
+        check(stub)

@@ -1,4 +1,5 @@
-"""The chapter 02 checkers: a right answer passes, each common mistake gets its own plain message."""
+"""The chapter 02 checkers: a right answer passes, each common mistake gets its own plain message,
+and no other mistake gets that message."""
 
 import math
 
@@ -8,6 +9,8 @@ import torch.nn.functional as F
 
 from minillm.checks import ch02_forward_pass as checks
 from minillm.checks._base import CheckFailed
+
+from test_tokenizer_checks import assert_hints_are_specific
 
 
 def rms_norm(x, weight, eps):
@@ -25,33 +28,30 @@ def rope(x, position_ids, theta, interleaved=False, sign=1):
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
 
 
-def attention(q, k, v, causal=True, interleave=True, scale=True):
+def attention(q, k, v):
     g = q.shape[1] // k.shape[1]
-    if interleave:
-        k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
-    else:
-        k, v = k.repeat(1, g, 1, 1), v.repeat(1, g, 1, 1)
-    s = q @ k.transpose(-2, -1) / (math.sqrt(q.shape[-1]) if scale else 1)
-    if causal:
-        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
+    k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
     return torch.softmax(s, -1) @ v
 
 
-def block(x, blk, config, pos, with_mlp=True):
+def block(x, blk, config, pos, eps=None, positions_from_zero=False):
     b, s, _ = x.shape
     a, m = blk.attn, blk.mlp
+    eps = config.norm_eps if eps is None else eps
+    if positions_from_zero:
+        pos = torch.arange(s).expand(b, s)
 
     def heads(t, n):
         return t.view(b, s, n, config.head_dim).transpose(1, 2)
 
-    h = rms_norm(x, blk.attn_norm.weight, config.norm_eps)
+    h = rms_norm(x, blk.attn_norm.weight, eps)
     q = rope(heads(h @ a.q_proj.weight.T, config.n_heads), pos, config.rope_theta)
     k = rope(heads(h @ a.k_proj.weight.T, config.n_kv_heads), pos, config.rope_theta)
     v = heads(h @ a.v_proj.weight.T, config.n_kv_heads)
     x = x + attention(q, k, v).transpose(1, 2).reshape(b, s, -1) @ a.o_proj.weight.T
-    if not with_mlp:
-        return x
-    h = rms_norm(x, blk.mlp_norm.weight, config.norm_eps)
+    h = rms_norm(x, blk.mlp_norm.weight, eps)
     return x + (F.silu(h @ m.gate_proj.weight.T) * (h @ m.up_proj.weight.T)) @ m.down_proj.weight.T
 
 
@@ -63,27 +63,104 @@ def test_right_answers_pass(capsys):
     assert capsys.readouterr().out.count("✅") == 4
 
 
-@pytest.mark.parametrize("check,wrong,words", [
-    (checks.check_rms_norm, lambda x, w, e: rms_norm(x, torch.ones_like(w), e), "multiply by"),
-    (checks.check_rms_norm,
-     lambda x, w, e: F.layer_norm(x, x.shape[-1:], w, None, e), "subtracted the mean"),
-    (checks.check_rms_norm,
-     lambda x, w, e: x / (x.pow(2).mean(-1, keepdim=True).sqrt() + e) * w, "inside the square"),
-    (checks.check_rms_norm, lambda x, w, e: x[..., :1], "shape"),
-    (checks.check_rope, lambda x, p, t: rope(x, p, t, interleaved=True), "neighbouring pairs"),
-    (checks.check_rope, lambda x, p, t: rope(x, p, t, sign=-1), "signs"),
-    (checks.check_rope, lambda x, p, t: rope(x, p + 1, t), "position 0"),
-    (checks.check_causal_attention, lambda q, k, v: attention(q, k, v, causal=False),
-     "every query sees every key"),
-    (checks.check_causal_attention, lambda q, k, v: attention(q, k, v, interleave=False),
-     "repeat_interleave"),
-    (checks.check_causal_attention, lambda q, k, v: attention(q, k, v, scale=False), "√head_dim"),
-    (checks.check_transformer_block, lambda *a: block(*a, with_mlp=False), "stopped after"),
-    (checks.check_transformer_block, lambda x, *a: block(x, *a) - x, "adds its result"),
-])
-def test_mistakes_get_their_message(check, wrong, words):
-    with pytest.raises(CheckFailed, match=words):
-        check(wrong)
+def rms_variant(**kind):
+    return lambda x, w, e: checks._rms_variant(x, w, e, **kind)
+
+
+def test_rms_norm_hints_are_specific():
+    assert_hints_are_specific(checks.check_rms_norm, {
+        "no weight": (rms_variant(weight=False), "multiply by `weight`"),
+        "layer norm": (lambda x, w, e: F.layer_norm(x, x.shape[-1:], w, None, e),
+                       "subtracted the mean"),
+        "eps outside": (rms_variant(eps_inside=False), "inside the square root"),
+        "sum": (rms_variant(mean=False), "you summed the squares"),
+        "eps 1e-5": (lambda x, w, e: rms_norm(x, w, 1e-5), "not a fixed 1e-5"),
+        "eps 1e-6": (lambda x, w, e: rms_norm(x, w, 1e-6), "not a fixed 1e-6"),
+        "no eps": (lambda x, w, e: rms_norm(x, w, 0.0), "leaving it out divides by zero"),
+        "wrong axis": (rms_variant(axis=0), "last axis only"),
+    })
+
+
+def test_rms_norm_in_place_is_named():
+    def in_place(x, weight, eps):
+        x.mul_(torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+        return x * weight
+
+    with pytest.raises(CheckFailed, match="changed its argument `x`"):
+        checks.check_rms_norm(in_place)
+
+
+def test_rms_norm_wrong_shape_is_named():
+    with pytest.raises(CheckFailed, match="shape"):
+        checks.check_rms_norm(lambda x, w, e: x[..., :1])
+
+
+def rope_variant(**kind):
+    return lambda x, p, t: checks._rope_variant(x, p, t, **kind)
+
+
+def test_rope_hints_are_specific():
+    assert_hints_are_specific(checks.check_rope, {
+        "interleaved": (lambda x, p, t: rope(x, p, t, interleaved=True), "neighbouring pairs"),
+        "sign": (lambda x, p, t: rope(x, p, t, sign=-1), "wrong way round"),
+        "positions ignored": (lambda x, p, t: rope(x, torch.arange(x.shape[2]).expand(
+            x.shape[0], -1), t), "must come from `position_ids`"),
+        "off by one": (lambda x, p, t: rope(x, p + 1, t), "off by one"),
+        "exponent": (rope_variant(exponent_step=1), "steps by 2/d"),
+    })
+
+
+def test_rope_that_stretches_vectors_is_named():
+    with pytest.raises(CheckFailed, match="keeps each head vector's length"):
+        checks.check_rope(lambda x, p, t: 1.5 * rope(x, p, t))
+
+
+def attention_variant(**kind):
+    return lambda q, k, v: checks._attention_variant(q, k, v, **kind)
+
+
+def test_attention_hints_are_specific():
+    assert_hints_are_specific(checks.check_causal_attention, {
+        "no mask": (attention_variant(causal=False), "every query sees every key"),
+        "repeat": (attention_variant(interleave=False), "repeat_interleave, not repeat"),
+        "no scale": (attention_variant(scale="none"), "you did not scale them"),
+        "divide by d": (attention_variant(scale="d"), "the square root, not by head_dim"),
+        "softmax axis": (attention_variant(axis=-2), "the last axis (dim=-1)"),
+        "no diagonal": (attention_variant(diagonal=False), "look at its own key"),
+        "future": (attention_variant(future=True), "the wrong way round"),
+    })
+
+
+def test_dividing_by_d_is_not_blamed_on_the_softmax_axis():
+    with pytest.raises(CheckFailed) as failure:
+        checks.check_causal_attention(attention_variant(scale="d"))
+    assert "softmax over" not in str(failure.value) and "axis" not in str(failure.value)
+
+
+def block_variant(**kind):
+    return lambda x, b, c, p: checks._block_variant(x, b, c, p, **kind)
+
+
+def test_block_hints_are_specific():
+    assert_hints_are_specific(checks.check_transformer_block, {
+        "no mlp": (block_variant(mlp=False), "stopped after attention"),
+        "no residual": (block_variant(residual=False), "the residual connection"),
+        "positions ignored": (lambda *a: block(*a, positions_from_zero=True),
+                              "must use the `position_ids`"),
+        "eps 1e-5": (lambda *a: block(*a, eps=1e-5), "not a fixed 1e-5"),
+        "eps 1e-6": (lambda *a: block(*a, eps=1e-6), "not a fixed 1e-6"),
+        "rope on v": (block_variant(rope_on_v=True), "v is used as it comes"),
+        "mlp on x": (block_variant(mlp_on_x=True), "not x itself"),
+        "silu on up": (block_variant(silu_on_up=True), "SiLU goes on the gate"),
+    })
+
+
+def test_a_crash_inside_the_block_gets_a_plain_message():
+    def wrong_view(x, blk, config, pos):
+        return x.view(-1, 7)
+
+    with pytest.raises(CheckFailed, match="raised RuntimeError"):
+        checks.check_transformer_block(wrong_view)
 
 
 def test_stub_gets_not_written_yet():
@@ -92,3 +169,35 @@ def test_stub_gets_not_written_yet():
 
     with pytest.raises(CheckFailed, match="not written yet"):
         checks.check_rms_norm(rms_norm)
+
+
+class TinyModel(torch.nn.Module):
+    """A two-layer minillm Llama with random weights, for check_whole_model."""
+
+    def __init__(self):
+        super().__init__()
+        from minillm.model import LlamaModel, ModelConfig
+
+        torch.manual_seed(0)
+        self.inner = LlamaModel(ModelConfig("llama", 64, 16, 2, 4, 2, 4, 32,
+                                            rope_theta=1000.0, max_seq_len=128)).eval()
+        for p in self.inner.parameters():
+            torch.nn.init.normal_(p, 0, 0.3)
+
+    def __getattr__(self, name):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self.inner, name)
+
+    def forward(self, *args, **kwargs):
+        return self.inner(*args, **kwargs)
+
+
+def test_whole_model_passes_the_right_block_and_catches_ignored_positions(capsys):
+    model = TinyModel()
+    checks.check_whole_model(block, model, [3, 14, 15, 9, 26])
+    assert "✅" in capsys.readouterr().out
+    with pytest.raises(CheckFailed, match="at positions 37, 39, 41.*must use position_ids"):
+        checks.check_whole_model(lambda *a: block(*a, positions_from_zero=True), model,
+                                 [3, 14, 15, 9, 26])

@@ -1,14 +1,18 @@
-"""Chapter 07's checkers: they pass correct answers and name the usual mistakes."""
+"""Chapter 07's checkers: they pass correct answers, name the usual mistakes, and give a message
+(not a crash) for the wrong kind of answer."""
 
 import pytest
 import torch
 
 from minillm.checks import ch07_quantization as checks
 from minillm.checks._base import CheckFailed
+from minillm.quant.int8 import quantize_int8
+
+from test_tokenizer_checks import assert_hints_are_specific
 
 
-def q_absmax(x, qmax=127, rounding=torch.round):
-    scale = x.abs().max().item() / qmax
+def q_absmax(x, qmax=127, rounding=torch.round, largest=lambda x: x.abs().max()):
+    scale = largest(x).item() / qmax
     return rounding(x / scale).clamp(-127, 127).to(torch.int8), scale
 
 
@@ -32,10 +36,21 @@ def dq_groups(q, scale, lo):
     return (q.float().reshape(rows, n, -1) * scale[..., None] + lo[..., None]).reshape(rows, -1)
 
 
+def per_channel(w, dim=1, keepdim=False, zero_guard=True):
+    scale = w.abs().amax(dim=dim, keepdim=keepdim) / 127
+    if zero_guard:
+        scale = torch.where(scale == 0, torch.ones_like(scale), scale)
+    shaped = scale if keepdim else (scale[:, None] if dim == 1 else scale[None])
+    return torch.round(w / shaped).clamp(-127, 127).to(torch.int8), scale
+
+
 def test_correct_answers_pass(capsys):
     checks.check_absmax_int8(q_absmax, dq_absmax)
+    checks.check_absmax_int8(lambda x: (q_absmax(x)[0], torch.tensor(q_absmax(x)[1])), dq_absmax)
+    checks.check_quantize_int8(quantize_int8)
+    checks.check_quantize_int8(per_channel)
     checks.check_int4_groups(q_groups, dq_groups)
-    assert capsys.readouterr().out.count("✅") == 2
+    assert capsys.readouterr().out.count("✅") == 5
 
 
 def test_stubs_say_not_written_yet():
@@ -45,16 +60,62 @@ def test_stubs_say_not_written_yet():
     for check in (checks.check_absmax_int8, checks.check_int4_groups):
         with pytest.raises(CheckFailed, match="not written yet"):
             check(stub, stub)
+    with pytest.raises(CheckFailed, match="not written yet"):
+        checks.check_quantize_int8(stub)
+
+
+def test_absmax_scale_hints_are_specific():
+    def with_dq(quantize):
+        return quantize
+
+    assert_hints_are_specific(lambda q: checks.check_absmax_int8(q, dq_absmax), {
+        "128": (lambda x: q_absmax(x, qmax=128), "not 128"),
+        "max - min": (lambda x: ((x / ((x.max() - x.min()).item() / 255)).round().clamp(
+            -127, 127).to(torch.int8), (x.max() - x.min()).item() / 255), "zero-point"),
+        "max not abs": (lambda x: q_absmax(x, largest=lambda x: x.max()), "largest absolute"),
+        "255": (lambda x: q_absmax(x, qmax=255), "not by 255"),
+    })
 
 
 @pytest.mark.parametrize("quantize, message", [
-    (lambda x: q_absmax(x, qmax=128), "divide max\\|x\\| by 127"),
     (lambda x: q_absmax(x, rounding=torch.trunc), "truncated towards zero"),
     (lambda x: (torch.round(x * 10).to(torch.int16), 0.1), "torch.int8"),
 ])
-def test_absmax_mistakes_are_named(quantize, message):
+def test_absmax_q_mistakes_are_named(quantize, message):
     with pytest.raises(CheckFailed, match=message):
         checks.check_absmax_int8(quantize, dq_absmax)
+
+
+def test_a_per_row_absmax_scale_gets_a_message_not_a_crash():
+    def per_row(x):
+        x2 = x.reshape(x.shape[0], -1) if x.dim() > 1 else x[None]
+        scale = x2.abs().amax(1, keepdim=True) / 127
+        return torch.round(x2 / scale).to(torch.int8).reshape(x.shape), scale
+
+    with pytest.raises(CheckFailed, match="one scale for the whole tensor"):
+        checks.check_absmax_int8(per_row, dq_absmax)
+
+
+def test_absmax_in_place_is_named():
+    def in_place(x):
+        scale = x.abs().max().item() / 127
+        x.div_(scale)
+        return x.round().to(torch.int8), scale
+
+    with pytest.raises(CheckFailed, match="changed its argument `x`"):
+        checks.check_absmax_int8(in_place, dq_absmax)
+
+
+@pytest.mark.parametrize("quantize, message", [
+    (lambda w: per_channel(w, keepdim=True), "drop the"),
+    (lambda w: (torch.round(w / (w.abs().max() / 127)).to(torch.int8),
+                (w.abs().max() / 127).reshape(1)), "one number for the whole weight"),
+    (lambda w: per_channel(w, dim=0), "one entry per column"),
+    (lambda w: per_channel(w, zero_guard=False), "all-zero row"),
+])
+def test_per_channel_mistakes_are_named(quantize, message):
+    with pytest.raises(CheckFailed, match=message):
+        checks.check_quantize_int8(quantize)
 
 
 def test_int4_mistakes_are_named():
@@ -68,5 +129,5 @@ def test_int4_mistakes_are_named():
         cut = cols - cols % g
         return q_groups(w[:, :cut], g) if cols % g else q_groups(w, g)
 
-    with pytest.raises(CheckFailed, match="32 does not divide 40"):
+    with pytest.raises(CheckFailed, match="32 does not divide 40.*raise ValueError"):
         checks.check_int4_groups(no_check, dq_groups)

@@ -1,5 +1,9 @@
-"""The chapter 01 exercise checkers: the reference passes; typical mistakes get plain words."""
+"""The chapter 01 exercise checkers: the reference passes; each typical mistake gets its own hint,
+and no other mistake gets that hint."""
 
+from collections import Counter
+
+import numpy as np
 import pytest
 
 from minillm.checks import ch01_tokenization as checks
@@ -7,11 +11,24 @@ from minillm.checks._base import CheckFailed
 from minillm.tokenizer import encode_with_merges, merge_pair, pair_counts
 
 
+def assert_hints_are_specific(check, mistakes):
+    """Each wrong function fails with its own words and without any other mistake's words."""
+    for name, (wrong, words) in mistakes.items():
+        with pytest.raises(CheckFailed) as failure:
+            check(wrong)
+        message = str(failure.value)
+        assert words in message, f"{name}: {message}"
+        for other, (_, other_words) in mistakes.items():
+            if other != name:
+                assert other_words not in message, f"{name} got the hint of {other}: {message}"
+
+
 def test_reference_passes(capsys):
     checks.check_pair_counts(pair_counts)
     checks.check_merge_pair(merge_pair)
+    checks.check_train_merges(checks._reference_merges)
     checks.check_encode_with_merges(encode_with_merges)
-    assert capsys.readouterr().out.count("✅") == 3
+    assert capsys.readouterr().out.count("✅") == 4
 
 
 def _stub(*args):
@@ -19,86 +36,210 @@ def _stub(*args):
 
 
 @pytest.mark.parametrize("check", [checks.check_pair_counts, checks.check_merge_pair,
-                                   checks.check_encode_with_merges])
+                                   checks.check_train_merges, checks.check_encode_with_merges])
 def test_unwritten_stub(check):
     with pytest.raises(CheckFailed, match="not written yet"):
         check(_stub)
 
 
-def test_pair_counts_mistakes():
-    def skips_last(ids):
-        return pair_counts(ids[:-1])
+# --- pair counts ---------------------------------------------------------------------------
 
-    with pytest.raises(CheckFailed, match="last pair"):
-        checks.check_pair_counts(skips_last)
 
-    def no_overlap(ids):
-        out, i = {}, 0
-        while i < len(ids) - 1:
-            pair = (ids[i], ids[i + 1])
-            out[pair] = out.get(pair, 0) + 1
-            i += 2 if ids[i] == ids[i + 1] else 1
-        return out
+def no_overlap(ids):
+    out, i = {}, 0
+    while i < len(ids) - 1:
+        pair = (ids[i], ids[i + 1])
+        out[pair] = out.get(pair, 0) + 1
+        i += 2 if ids[i] == ids[i + 1] else 1
+    return out
 
-    with pytest.raises(CheckFailed, match="Overlapping occurrences all count"):
-        checks.check_pair_counts(no_overlap)
+
+PAIR_MISTAKES = {
+    "skips the last pair": (lambda ids: pair_counts(ids[:-1]), "last pair was not counted"),
+    "no overlap": (no_overlap, "Overlapping occurrences all count"),
+    "a set of pairs": (lambda ids: {p: 1 for p in zip(ids, ids[1:])}, "once per occurrence"),
+    "every pair": (lambda ids: Counter((a, b) for i, a in enumerate(ids) for b in ids[i + 1:]),
+                   "side by side, ids[i] and ids[i + 1]"),
+}
+
+
+def test_pair_count_hints_are_specific():
+    assert_hints_are_specific(checks.check_pair_counts, PAIR_MISTAKES)
+
+
+def test_pair_counts_accepts_numpy_counts_and_a_counter(capsys):
+    checks.check_pair_counts(lambda ids: {p: np.int64(c) for p, c in pair_counts(ids).items()})
+    checks.check_pair_counts(lambda ids: Counter(zip(ids, ids[1:])))
+    assert capsys.readouterr().out.count("✅") == 2
+
+
+def test_pair_counts_wrong_shapes_are_named():
     with pytest.raises(CheckFailed, match="should return a dict"):
         checks.check_pair_counts(lambda ids: list(pair_counts(ids).items()))
+    with pytest.raises(CheckFailed, match="pair of ids as a tuple"):
+        checks.check_pair_counts(lambda ids: {f"{a},{b}": c for (a, b), c in
+                                              pair_counts(ids).items()})
 
 
-def test_merge_pair_mistakes():
-    def overlapping(ids, pair, new_id):
-        return [new_id if (a, b) == pair else a for a, b in zip(ids, ids[1:] + [None])]
+def test_pair_counts_that_empties_the_list_is_named():
+    def consumes(ids):
+        counts = pair_counts(ids)
+        ids.clear()
+        return counts
 
-    with pytest.raises(CheckFailed, match="shorter than the input"):
-        checks.check_merge_pair(overlapping)
+    with pytest.raises(CheckFailed, match="changed its argument `ids`"):
+        checks.check_pair_counts(consumes)
 
-    def first_only(ids, pair, new_id):
-        for i in range(len(ids) - 1):
-            if (ids[i], ids[i + 1]) == pair:
-                return ids[:i] + [new_id] + ids[i + 2:]
-        return list(ids)
 
-    with pytest.raises(CheckFailed, match="every occurrence"):
-        checks.check_merge_pair(first_only)
+# --- merge pair ----------------------------------------------------------------------------
 
+
+def merge_variant(**kind):
+    return lambda ids, pair, new_id: checks._merge_variant(ids, pair, new_id, **kind)
+
+
+def from_the_right(ids, pair, new_id):
+    return merge_pair(ids[::-1], pair[::-1], new_id)[::-1]
+
+
+MERGE_MISTAKES = {
+    "no skip": (lambda ids, pair, new_id: [new_id if (a, b) == tuple(pair) else a
+                                           for a, b in zip(ids, ids[1:] + [None])],
+                "carry on at i + 2, so the pair's second id is skipped"),
+    "keeps the second id": (merge_variant(keep_second=True), "second id was kept"),
+    "first only": (merge_variant(first_only=True), "every occurrence"),
+    "drops the last id": (merge_variant(keep_last=False), "The last id is missing"),
+    "from the right": (from_the_right, "Scan from the left"),
+}
+
+
+def test_merge_pair_hints_are_specific():
+    assert_hints_are_specific(checks.check_merge_pair, MERGE_MISTAKES)
+
+
+def test_merge_pair_by_string_replace_fails():
+    """Replacing "a b" in the space-joined ids also matches inside longer ids (11 2 -> 1[1 2])."""
+    def by_text(ids, pair, new_id):
+        text = " ".join(map(str, ids)).replace(f"{pair[0]} {pair[1]}", str(new_id))
+        return [int(x) for x in text.split()]
+
+    with pytest.raises(CheckFailed, match="Compare ids, not their text"):
+        checks.check_merge_pair(by_text)
+
+
+def test_merge_pair_in_place_is_named():
     def in_place(ids, pair, new_id):
         ids[:] = merge_pair(ids, pair, new_id)
         return ids
 
-    with pytest.raises(CheckFailed, match="changed the list"):
+    with pytest.raises(CheckFailed, match="changed its argument `ids`"):
         checks.check_merge_pair(in_place)
 
 
-def test_encode_with_merges_mistakes():
-    with pytest.raises(CheckFailed, match="without merging"):
-        checks.check_encode_with_merges(lambda text, merges: list(text.encode("utf-8")))
+def test_merge_pair_returning_a_tuple_is_named():
+    with pytest.raises(CheckFailed, match="should return a list"):
+        checks.check_merge_pair(lambda ids, pair, new_id: tuple(merge_pair(ids, pair, new_id)))
 
-    def latest_first(text, merges):
-        ids = list(text.encode("utf-8"))
-        for i in reversed(range(len(merges))):
+
+# --- training ------------------------------------------------------------------------------
+
+
+def train_variant(**kind):
+    return lambda words, k: checks._train_variant(words, k, **kind)
+
+
+def never_stops(words, k):
+    merges = checks._reference_merges(words, k)
+    return merges + [(0, 0)] * (k - len(merges))
+
+
+TRAIN_MISTAKES = {
+    "ties to the largest pair": (train_variant(tie=max), "(left id, right id): min"),
+    "ties to the first counted": (train_variant(tie=checks._first_seen), "not the first one"),
+    "unweighted": (train_variant(weighted=False), "times the word's count"),
+    "across words": (train_variant(across_words=True), "inside each word only"),
+    "never stops": (never_stops, "Stop when no adjacent pair is left"),
+}
+
+
+def test_train_merges_hints_are_specific():
+    assert_hints_are_specific(checks.check_train_merges, TRAIN_MISTAKES)
+
+
+def test_train_merges_that_crashes_with_no_pair_left_gets_a_plain_message():
+    def crashes(words, k):
+        pieces = {w: list(w.encode()) for w in words}
+        merges = []
+        for new_id in range(256, 256 + k):
+            counts = {}
+            for w, ids in pieces.items():
+                for p, c in pair_counts(ids).items():
+                    counts[p] = counts.get(p, 0) + c * words[w]
+            best = max(counts, key=lambda p: (counts[p], [-p[0], -p[1]]))
+            merges.append(best)
+            pieces = {w: merge_pair(ids, best, new_id) for w, ids in pieces.items()}
+        return merges
+
+    with pytest.raises(CheckFailed, match=r"raised ValueError: max\(\) "):
+        checks.check_train_merges(crashes)
+
+
+def test_train_merges_accepts_lists_for_pairs(capsys):
+    checks.check_train_merges(lambda w, k: [list(p) for p in checks._reference_merges(w, k)])
+    assert "✅" in capsys.readouterr().out
+
+
+# --- encode --------------------------------------------------------------------------------
+
+
+def each_merge_once(order, start=lambda t: list(t.encode("utf-8"))):
+    def encode(text, merges):
+        ids = start(text)
+        for i in order(range(len(merges))):
             ids = merge_pair(ids, tuple(merges[i]), 256 + i)
         return ids
 
-    with pytest.raises(CheckFailed, match="latest first"):
-        checks.check_encode_with_merges(latest_first)
-
-    def code_points(text, merges):
-        ids = [ord(c) for c in text]
-        for i, pair in enumerate(merges):
-            ids = merge_pair(ids, tuple(pair), 256 + i)
-        return ids
-
-    with pytest.raises(CheckFailed, match="UTF-8 bytes"):
-        checks.check_encode_with_merges(code_points)
+    return encode
 
 
-def test_merges_in_list_order_are_accepted():
-    """Applying every merge in order, each over the whole list, is the same rule: accepted."""
-    def in_order(text, merges):
+def latest_present(text, merges):
+    return checks._encode_by(text, merges, lambda present, rank, ids: max(present, key=rank.get))
+
+
+def most_frequent(text, merges):
+    return checks._encode_by(text, merges, lambda present, rank, ids: min(
+        present, key=lambda p: (-pair_counts(ids)[p], rank[p])))
+
+
+ENCODE_MISTAKES = {
+    "bytes only": (lambda text, merges: list(text.encode("utf-8")), "without merging"),
+    "code points": (each_merge_once(list, lambda t: [ord(c) for c in t]), "code points"),
+    "latest first": (each_merge_once(reversed), "applied latest first"),
+    "latest present": (latest_present, "took the one learned latest"),
+    "most frequent": (most_frequent, "most frequent pair in the text"),
+    "ids without 256": (checks._offset_ids, "makes the id 256 + i, not i"),
+}
+
+
+def test_encode_with_merges_hints_are_specific():
+    assert_hints_are_specific(checks.check_encode_with_merges, ENCODE_MISTAKES)
+
+
+def test_an_unnamed_encoding_mistake_gets_the_rule_not_a_wrong_hint():
+    def one_pass(text, merges):  # merges each pair present once, in text order
+        rank = {tuple(p): i for i, p in enumerate(merges)}
         ids = list(text.encode("utf-8"))
-        for i, pair in enumerate(merges):
-            ids = merge_pair(ids, tuple(pair), 256 + i)
+        for pair in list(pair_counts(ids)):
+            if pair in rank:
+                ids = merge_pair(ids, pair, 256 + rank[pair])
         return ids
 
-    checks.check_encode_with_merges(in_order)
+    with pytest.raises(CheckFailed, match="Keep merging until no adjacent pair") as failure:
+        checks.check_encode_with_merges(one_pass)
+    assert not any(w in str(failure.value) for _, w in ENCODE_MISTAKES.values())
+
+
+def test_merges_in_list_order_are_accepted(capsys):
+    """Applying every merge in order, each over the whole list, is the same rule: accepted."""
+    checks.check_encode_with_merges(each_merge_once(list))
+    assert "✅" in capsys.readouterr().out

@@ -1,8 +1,10 @@
 """Checkers for exercises/10_interview_qa.ipynb, and the chapter's self-check quiz.
 
-The exercise is back-of-the-envelope estimation, as an interviewer asks it: weight memory, KV-cache
-memory, how many sequences fit, and the memory-bandwidth bound on decode speed. GB here is 10^9
-bytes, as GPU makers count.
+The exercise answers three interview questions with a piece of the engine each, checked against
+minillm: the sampling filters in the order `generate()` applies them (Q3, against
+`minillm.decoding.build_processors`), a model's parameter count from its config (Q10, against a
+`minillm.model.LlamaModel` built on the meta device), and its KV-cache bytes (Q13, against a real
+`minillm.KVCache`). GB here is 10^9 bytes, as GPU makers count.
 
 The quiz (`build_quiz`, `Quiz`, `quiz_widget`) asks one question at a time, multiple-choice or
 numeric (checked with a relative tolerance), reveals the answer and keeps a score. Its numeric
@@ -14,142 +16,236 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ._base import CheckFailed, call, expect, expect_close, passed
+import torch
+
+from ..decoding import GenerationConfig
+from ..decoding.processors import (TemperatureProcessor, TopKProcessor, TopPProcessor,
+                                   build_processors)
+from ..model.config import ModelConfig
+from ._base import CheckFailed, as_int, call, checker, expect, matching_mistake, passed, short
 
 GB = 1e9
-GIB = 2 ** 30
 
 
-def _number(got, what):
-    if not isinstance(got, (int, float)) or isinstance(got, bool) or not math.isfinite(got):
-        raise CheckFailed(f"{what} returned {got!r}; return a finite number")
-    return float(got)
-
-
-def _close(a, b, rel=1e-6):
-    return math.isclose(a, b, rel_tol=rel, abs_tol=1e-12)
-
-
-# --- 1 · weight memory ---------------------------------------------------------------------------
-
-WEIGHT_CASES = [(7e9, 16), (70e9, 16), (7e9, 4), (70e9, 4), (135e6, 32), (13e9, 8)]
-
+# --- the formulas the lesson and the quiz use ----------------------------------------------------
 
 def weight_memory_gb_reference(n_params, bits_per_weight):
     return n_params * bits_per_weight / 8 / GB
-
-
-def check_weight_memory_gb(weight_memory_gb) -> None:
-    """`weight_memory_gb(n_params, bits_per_weight)`: GB (10^9 bytes) the weights take."""
-    for n, bits in WEIGHT_CASES:
-        what = f"weight_memory_gb({n:g}, {bits})"
-        want = weight_memory_gb_reference(n, bits)
-        got = _number(call(weight_memory_gb, n, bits), what)
-        if _close(got, want * GB):
-            raise CheckFailed(f"{what} returned {got:g}: that is bytes; divide by 1e9 for GB "
-                              f"({want:g})")
-        if _close(got, want * GB / GIB):
-            raise CheckFailed(f"{what} returned {got:g}: you divided by 2**30 (GiB); this "
-                              f"exercise counts GB as 1e9 bytes ({want:g})")
-        if _close(got, want * 8):
-            raise CheckFailed(f"{what} returned {got:g}: bits per weight are not bytes; divide "
-                              f"by 8 ({want:g})")
-        expect_close(got, want, what, rel=1e-6)
-    passed("weight_memory_gb", len(WEIGHT_CASES))
-
-
-# --- 2 · KV-cache memory -------------------------------------------------------------------------
-
-# (n_layers, n_kv_heads, head_dim, tokens, batch, bytes_per_value)
-KV_CASES = [
-    (32, 32, 128, 4096, 1, 2),    # Llama-2-7B, fp16, one 4k sequence
-    (80, 8, 128, 4096, 8, 2),     # Llama-2-70B (grouped-query attention), batch 8
-    (30, 3, 64, 8192, 1, 2),      # SmolLM2-135M at its full 8k context
-    (30, 3, 64, 2048, 16, 4),     # SmolLM2-135M in fp32, 16 sequences
-]
 
 
 def kv_cache_gb_reference(n_layers, n_kv_heads, head_dim, tokens, batch, bytes_per_value):
     return 2 * n_layers * n_kv_heads * head_dim * tokens * batch * bytes_per_value / GB
 
 
-def check_kv_cache_gb(kv_cache_gb) -> None:
-    """`kv_cache_gb(n_layers, n_kv_heads, head_dim, tokens, batch, bytes_per_value)`."""
-    for case in KV_CASES:
-        what = f"kv_cache_gb{case}"
-        want = kv_cache_gb_reference(*case)
-        got = _number(call(kv_cache_gb, *case), what)
-        batch = case[4]
-        if _close(got, want / 2):
-            raise CheckFailed(f"{what} returned {got:g}, half the answer: the cache holds keys "
-                              f"AND values, so count 2 tensors per layer ({want:g})")
-        if batch > 1 and _close(got, want / batch):
-            raise CheckFailed(f"{what} returned {got:g}: that is one sequence; every sequence "
-                              f"of the batch has its own cache (x {batch} = {want:g})")
-        if _close(got, want * GB):
-            raise CheckFailed(f"{what} returned {got:g}: that is bytes; divide by 1e9 ({want:g})")
-        if _close(got, want * GB / GIB):
-            raise CheckFailed(f"{what} returned {got:g}: you divided by 2**30 (GiB); use 1e9 "
-                              f"({want:g})")
-        expect_close(got, want, what, rel=1e-6)
-    passed("kv_cache_gb", len(KV_CASES))
-
-
-# --- 3 · how many sequences fit ------------------------------------------------------------------
-
-# (gpu_memory_gb, weight_gb, kv_gb_per_sequence)
-BATCH_CASES = [(80, 14, 2.147483648), (24, 14, 0.5), (80, 140, 1.0), (141, 35, 1.34217728)]
-
-
-def max_batch_reference(gpu_memory_gb, weight_gb, kv_gb_per_sequence):
-    return max(0, math.floor((gpu_memory_gb - weight_gb) / kv_gb_per_sequence))
-
-
-def check_max_batch(max_batch) -> None:
-    """`max_batch(gpu_memory_gb, weight_gb, kv_gb_per_sequence)`: whole sequences that fit."""
-    for gpu, weights, kv in BATCH_CASES:
-        what = f"max_batch({gpu}, {weights}, {kv})"
-        want = max_batch_reference(gpu, weights, kv)
-        got = call(max_batch, gpu, weights, kv)
-        if isinstance(got, float) and not got.is_integer():
-            raise CheckFailed(f"{what} returned {got}: a batch holds whole sequences; round "
-                              f"down ({want})")
-        expect(isinstance(got, (int, float)) and not isinstance(got, bool),
-               f"{what} returned {got!r}; return an int")
-        if got == math.floor(gpu / kv) and got != want:
-            raise CheckFailed(f"{what} returned {got}: the weights take {weights} GB first; "
-                              f"only the rest holds KV caches ({want})")
-        if got < 0:
-            raise CheckFailed(f"{what} returned {got}: when the weights do not fit, no "
-                              f"sequence does; return 0")
-        expect(got == want, f"{what} returned {got}, expected {want}")
-    passed("max_batch", len(BATCH_CASES))
-
-
-# --- 4 · the bandwidth bound on decode -----------------------------------------------------------
-
-# (weight_bytes, bandwidth_gb_per_s)
-BOUND_CASES = [(14e9, 3350), (14e9, 900), (3.5e9, 3350), (140e9, 4800), (0.54e9, 50)]
-
-
 def decode_bound_reference(weight_bytes, bandwidth_gb_per_s):
     return bandwidth_gb_per_s * GB / weight_bytes
 
 
-def check_decode_bound(decode_tokens_per_s_bound) -> None:
-    """`decode_tokens_per_s_bound(weight_bytes, bandwidth_gb_per_s)`: batch-1 tokens/s at most."""
-    for n_bytes, bandwidth in BOUND_CASES:
-        what = f"decode_tokens_per_s_bound({n_bytes:g}, {bandwidth})"
-        want = decode_bound_reference(n_bytes, bandwidth)
-        got = _number(call(decode_tokens_per_s_bound, n_bytes, bandwidth), what)
-        if _close(got, 1 / want):
-            raise CheckFailed(f"{what} returned {got:g}: that is seconds per token; tokens per "
-                              f"second is bandwidth / bytes per token ({want:g})")
-        if _close(got, bandwidth / n_bytes):
-            raise CheckFailed(f"{what} returned {got:g}: the bandwidth is in GB/s; multiply by "
-                              f"1e9 to get bytes per second ({want:g})")
-        expect_close(got, want, what, rel=1e-6)
-    passed("decode_tokens_per_s_bound", len(BOUND_CASES))
+# --- 1 · Q3: the sampling filters, in generate()'s order -----------------------------------------
+
+def _sampling_logits(seed, batch, vocab):
+    return torch.randn(batch, vocab, generator=torch.Generator().manual_seed(seed)) * 2.5
+
+
+SAMPLING_CASES = [  # (seed, batch, vocab, temperature, top_k, top_p)
+    (0, 3, 20, 0.7, 5, 0.9), (1, 2, 30, 1.0, 0, 0.8), (2, 3, 20, 1.3, 10, 1.0),
+    (3, 1, 12, 0.5, 3, 0.5), (4, 2, 20, 1.0, 50, 0.95), (5, 4, 50, 2.0, 8, 0.6),
+    (6, 3, 40, 0.8, 20, 0.3), (7, 2, 16, 1.0, 0, 1.0)]
+
+
+def _sampling_reference(logits, temperature, top_k, top_p):
+    config = GenerationConfig(do_sample=True, temperature=temperature, top_k=top_k, top_p=top_p)
+    return build_processors(config)(None, logits)
+
+
+def _chain(logits, temperature, top_k, top_p, order):
+    steps = {"t": TemperatureProcessor(temperature) if temperature != 1.0 else None,
+             "k": TopKProcessor(top_k) if top_k else None,
+             "p": TopPProcessor(top_p) if top_p < 1.0 else None}
+    for name in order:
+        if steps[name] is not None:
+            logits = steps[name](None, logits)
+    return logits
+
+
+def _same_scores(got, want) -> bool:
+    if got.shape != want.shape or not torch.equal(torch.isneginf(got), torch.isneginf(want)):
+        return False
+    keep = ~torch.isneginf(want)
+    return bool(torch.allclose(got[keep].float(), want[keep].float(), rtol=1e-5, atol=1e-6))
+
+
+@checker
+def check_sampling_filter(sampling_filter) -> None:
+    """`sampling_filter(logits, temperature, top_k, top_p)`: the scores generate() samples from:
+    temperature, then top-k (0: off), then top-p (1.0: off)."""
+    cases = [(_sampling_logits(seed, b, v), t, k, p) for seed, b, v, t, k, p in SAMPLING_CASES]
+    answers = []
+    for logits, t, k, p in cases:
+        what = (f"sampling_filter(logits of shape {tuple(logits.shape)}, temperature={t}, "
+                f"top_k={k}, top_p={p})")
+        got = call(sampling_filter, logits, t, k, p, what=what,
+                   if_raises="top_k = 0 means no top-k filter" if k == 0 else
+                   (f"top_k = {k} is more than the vocabulary ({logits.shape[-1]}): keep every "
+                    "token" if k > logits.shape[-1] else ""))
+        expect(isinstance(got, torch.Tensor) and tuple(got.shape) == tuple(logits.shape)
+               and got.is_floating_point(),
+               f"{what} returned {short(got)}; return the filtered scores, a float tensor shaped "
+               "like the logits, removed tokens at -inf")
+        answers.append(got.detach())
+    wants = [_sampling_reference(*c) for c in cases]
+    wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if not _same_scores(g, w)]
+    if not wrong:
+        passed("sampling_filter", len(cases))
+        return
+    i = wrong[0]
+    hint = matching_mistake(answers, [
+        ("you applied top-p before top-k, the order the source text gives; generate() applies "
+         "top-k first, then top-p over what is left, and on these logits the order changes the "
+         "result", [_chain(*c, "tpk") for c in cases]),
+        ("divide by the temperature BEFORE the filters: top-p measures probabilities, and the "
+         "temperature changes them", [_chain(*c, "kpt") for c in cases]),
+        ("the temperature is missing: divide the logits by it first",
+         [_chain(*c, "kp") for c in cases]),
+        ("return the filtered scores (logits), not probabilities: generate() takes the softmax "
+         "when it samples", [torch.softmax(w, -1) for w in wants]),
+    ], _same_scores)
+    logits, t, k, p = cases[i]
+    raise CheckFailed(f"sampling_filter(logits of shape {tuple(logits.shape)}, temperature={t}, "
+                      f"top_k={k}, top_p={p}) differs from generate()'s processors: "
+                      + (hint or "temperature first, then top-k (skipped when 0), then top-p "
+                                 "(skipped when 1.0)"))
+
+
+# --- 2 · Q10: parameters from the config ---------------------------------------------------------
+
+PARAM_CONFIGS = {
+    "SmolLM2-135M": ModelConfig("llama", 49152, 576, 30, 9, 3, 64, 1536, tie_embeddings=True),
+    "SmolLM2-360M": ModelConfig("llama", 49152, 960, 32, 15, 5, 64, 2560, tie_embeddings=True),
+    "Llama-2-7B": ModelConfig("llama", 32000, 4096, 32, 32, 32, 128, 11008),
+    "Llama-3-8B": ModelConfig("llama", 128256, 4096, 32, 32, 8, 128, 14336),
+    "a tiny model": ModelConfig("llama", 100, 16, 2, 4, 2, 4, 40),
+}
+
+
+def parameter_count_reference(config: ModelConfig) -> int:
+    """The parameters of minillm's LlamaModel for `config`, built on the meta device (no memory)."""
+    from ..model import LlamaModel
+
+    with torch.device("meta"):
+        model = LlamaModel(config)
+    return sum(p.numel() for p in model.parameters())
+
+
+def _param_variant(c, *, head=None, norms=True, gqa=True, mlp_matrices=3):
+    kv = c.n_kv_heads if gqa else c.n_heads
+    attention = c.hidden_size * c.head_dim * (2 * c.n_heads + 2 * kv)
+    layer = attention + mlp_matrices * c.hidden_size * c.intermediate_size
+    layer += 2 * c.hidden_size if norms else 0
+    tied = c.tie_embeddings if head is None else not head
+    total = c.vocab_size * c.hidden_size + c.n_layers * layer + (c.hidden_size if norms else 0)
+    return total + (0 if tied else c.vocab_size * c.hidden_size)
+
+
+@checker
+def check_count_parameters(count_parameters) -> None:
+    """`count_parameters(config)`: the parameters of a Llama model with this config, as the
+    model minillm builds from it has."""
+    names = list(PARAM_CONFIGS)
+    answers = []
+    for name in names:
+        what = f"count_parameters({name}'s config)"
+        got = call(count_parameters, PARAM_CONFIGS[name], what=what)
+        if isinstance(got, float) and not got.is_integer():
+            raise CheckFailed(f"{what} returned {got!r}; a parameter count is a whole number")
+        answers.append(as_int(got, what))
+    wants = [parameter_count_reference(PARAM_CONFIGS[n]) for n in names]
+    wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if g != w]
+    if not wrong:
+        passed("count_parameters", len(names))
+        return
+    i = wrong[0]
+    configs = [PARAM_CONFIGS[n] for n in names]
+    hint = matching_mistake(answers, [
+        ("with tie_embeddings the LM head IS the embedding matrix: count it once",
+         [_param_variant(c, head=True) for c in configs]),
+        ("without tie_embeddings the LM head is a matrix of its own, vocab_size x hidden_size",
+         [_param_variant(c, head=False) for c in configs]),
+        ("the RMSNorm weights count too: two per layer and one at the end, hidden_size each",
+         [_param_variant(c, norms=False) for c in configs]),
+        ("k_proj and v_proj have n_kv_heads x head_dim rows, not n_heads x head_dim: grouped-"
+         "query attention shares them", [_param_variant(c, gqa=False) for c in configs]),
+        ("SwiGLU has three matrices, gate, up and down, each hidden_size x intermediate_size",
+         [_param_variant(c, mlp_matrices=2) for c in configs]),
+    ], int.__eq__)
+    c = PARAM_CONFIGS[names[i]]
+    raise CheckFailed(f"count_parameters({names[i]}'s config) returned {answers[i]:,}, the "
+                      f"model has {wants[i]:,}" + (f": {hint}" if hint else
+                                                   ": embedding + per layer (q, k, v, o, gate, up, "
+                                                   "down, two norms) + final norm + LM head "
+                                                   f"(tie_embeddings={c.tie_embeddings})"))
+
+
+# --- 3 · Q13: the KV cache's bytes ---------------------------------------------------------------
+
+KV_CASES = [  # (config name, tokens, batch, dtype)
+    ("SmolLM2-135M", 8192, 1, torch.float16), ("SmolLM2-135M", 2048, 16, torch.float32),
+    ("Llama-2-7B", 4096, 1, torch.float16), ("Llama-3-8B", 8192, 8, torch.bfloat16),
+    ("a tiny model", 10, 3, torch.float32), ("a tiny model", 7, 2, torch.bfloat16),
+    ("SmolLM2-360M", 1000, 4, torch.float32)]
+
+
+def _kv_reference(config, tokens, batch, dtype):
+    from ..kv_cache import KVCache
+
+    if config.n_layers * tokens * batch <= 10_000:  # small enough to allocate for real
+        return KVCache(config.n_layers, batch, config.n_kv_heads, config.head_dim, tokens,
+                       dtype=dtype).capacity_bytes
+    size = torch.tensor([], dtype=dtype).element_size()
+    return 2 * config.n_layers * config.n_kv_heads * config.head_dim * tokens * batch * size
+
+
+def _kv_variant(c, tokens, batch, dtype, *, heads="kv", factor=2, size=None, with_batch=True):
+    size = torch.tensor([], dtype=dtype).element_size() if size is None else size
+    n = c.n_kv_heads if heads == "kv" else c.n_heads
+    return factor * c.n_layers * n * c.head_dim * tokens * (batch if with_batch else 1) * size
+
+
+@checker
+def check_kv_cache_bytes(kv_cache_bytes) -> None:
+    """`kv_cache_bytes(config, tokens, batch, dtype)`: the bytes of the keys and values of
+    `batch` sequences of `tokens` tokens, as a minillm KVCache holds them."""
+    cases = [(PARAM_CONFIGS[name], tokens, batch, dtype) for name, tokens, batch, dtype in KV_CASES]
+    answers = []
+    for (name, tokens, batch, dtype), case in zip(KV_CASES, cases):
+        what = f"kv_cache_bytes({name}'s config, tokens={tokens}, batch={batch}, {dtype})"
+        got = call(kv_cache_bytes, *case, what=what)
+        if isinstance(got, float) and not got.is_integer():
+            raise CheckFailed(f"{what} returned {got!r}; bytes are a whole number")
+        answers.append(as_int(got, what))
+    wants = [_kv_reference(*c) for c in cases]
+    wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if g != w]
+    if not wrong:
+        passed("kv_cache_bytes", len(cases))
+        return
+    i = wrong[0]
+    hint = matching_mistake(answers, [
+        ("the cache holds n_kv_heads heads per layer, not n_heads: that is what grouped-query "
+         "attention saves", [_kv_variant(*c, heads="q") for c in cases]),
+        ("half the answer: keys AND values, the factor 2", [_kv_variant(*c, factor=1)
+                                                            for c in cases]),
+        ("every sequence of the batch has its own cache: multiply by batch",
+         [_kv_variant(*c, with_batch=False) for c in cases]),
+        ("the bytes per value depend on dtype: torch.tensor([], dtype=dtype).element_size() "
+         "(2 for float16 and bfloat16, 4 for float32)", [_kv_variant(*c, size=4) for c in cases]),
+        ("element_size() is in bytes; do not multiply by 8",
+         [8 * _kv_variant(*c) for c in cases]),
+    ], int.__eq__)
+    name, tokens, batch, dtype = KV_CASES[i]
+    raise CheckFailed(f"kv_cache_bytes({name}'s config, tokens={tokens}, batch={batch}, {dtype}) "
+                      f"returned {answers[i]:,}, expected {wants[i]:,}"
+                      + (f": {hint}" if hint else ": 2 x n_layers x n_kv_heads x head_dim x "
+                                                  "tokens x batch x bytes per value"))
 
 
 # --- the self-check quiz -------------------------------------------------------------------------

@@ -1,72 +1,51 @@
 # %% [markdown]
 # # Exercises 05 · Measuring inference
 #
-# The lesson timed every token of a generation. Here you turn such timestamps into the four
-# numbers that describe a model's speed. Each request is a `start` time and a list `token_times`:
-# the moment (in seconds, one clock) each new token was ready.
+# The lesson timed every token of a generation. Here you build the measuring part of minillm
+# yourself: the metrics of one request, the latency formula, a timer for a token stream, and the
+# throughput of many requests. Each request is a `start` time and a list `token_times`: the moment
+# (in seconds, one clock) each new token was ready.
 #
-# Write each function in its cell, run it, then run the check cell below it. Check your work from
-# a terminal with `pytest --nbval-lax exercises/05_metrics.ipynb`.
+# Write each function in its cell, run it, then run the check cell below it. Each checker compares
+# your function with `minillm.metrics` on many requests. Check your work from a terminal with
+# `pytest --nbval-lax exercises/05_metrics.ipynb`.
 
 # %%
+import math
+import os
+import time
+
+import minillm
 from minillm.checks import ch05_metrics as checks
 
 start, token_times = 0.0, [0.30, 0.35, 0.40, 0.45, 0.50]
 
 # %% [markdown]
-# ## 1 · Time to first token (首个词元生成时间, TTFT)
+# ## 1 · One request's metrics
 #
-# Write `ttft(start, token_times)`: the seconds from the start of the request to its first token.
+# Write `request_metrics(start, token_times)` returning a dict with three numbers, in seconds:
+#
+# - `"ttft"`: time to first token (首个词元生成时间), from the start to the first token;
+# - `"tpot"`: time per output token (每个输出词元的时间), the mean gap between tokens *after*
+#   the first: n tokens have n − 1 gaps. The first token comes out of prefill, so it is left out.
+#   With a single token there is no gap: return `float("nan")`;
+# - `"latency"`: end-to-end latency (端到端延迟), how long the user waited for the whole answer.
 
 # %% [task]
-def ttft(start, token_times):
+def request_metrics(start, token_times):
     # YOUR CODE HERE
     raise NotImplementedError
 # ==== solution ====
-def ttft(start, token_times):
-    return token_times[0] - start
+def request_metrics(start, token_times):
+    n = len(token_times)
+    gaps = (token_times[-1] - token_times[0]) / (n - 1) if n > 1 else math.nan
+    return {"ttft": token_times[0] - start, "tpot": gaps, "latency": token_times[-1] - start}
 
 # %% [check]
-checks.check_ttft(ttft)
+checks.check_request_metrics(request_metrics)
 
 # %% [markdown]
-# ## 2 · Time per output token (每个输出词元的时间, TPOT)
-#
-# Write `tpot(token_times)`: the mean gap between tokens *after* the first one. The first token
-# comes out of prefill, so it is left out: n tokens have n − 1 gaps. With fewer than two tokens
-# there is no gap: raise `ValueError`.
-
-# %% [task]
-def tpot(token_times):
-    # YOUR CODE HERE
-    raise NotImplementedError
-# ==== solution ====
-def tpot(token_times):
-    if len(token_times) < 2:
-        raise ValueError("TPOT needs at least two tokens: one token has no gap after it")
-    return (token_times[-1] - token_times[0]) / (len(token_times) - 1)
-
-# %% [check]
-checks.check_tpot(tpot)
-
-# %% [markdown]
-# ## 3 · End-to-end latency (端到端延迟)
-#
-# Write `latency(start, token_times)`: how long the user waited for the whole answer.
-
-# %% [task]
-def latency(start, token_times):
-    # YOUR CODE HERE
-    raise NotImplementedError
-# ==== solution ====
-def latency(start, token_times):
-    return token_times[-1] - start
-
-# %% [check]
-checks.check_latency(latency)
-
-# %% [markdown]
-# ## 4 · Predict the latency
+# ## 2 · Predict the latency
 #
 # The source text says latency = TTFT + TPOT × the number of output tokens. Write
 # `predict_latency(ttft, tpot, n_tokens)` for an answer of `n_tokens` new tokens. Careful: how
@@ -85,7 +64,53 @@ def predict_latency(ttft, tpot, n_tokens):
 checks.check_predict_latency(predict_latency)
 
 # %% [markdown]
-# ## 5 · Throughput (吞吐量)
+# ## 3 · Time a token stream
+#
+# `minillm.generation.stream(model, tokenizer, prompt, ...)` yields the answer piece by piece, as
+# each becomes ready. Write `time_stream(stream, clock)` that consumes such a stream and returns
+# `(start, token_times, items)`:
+#
+# - `start = clock()`, read *before* asking the stream for anything (prefill happens while you
+#   wait for the first item, and belongs in the TTFT);
+# - for each item, read `clock()` right after it arrives, and keep the item.
+#
+# Always read the time with the `clock` you are given (the checker gives you a clock it moves
+# by hand; the demo below gives `time.perf_counter`).
+
+# %% [task]
+def time_stream(stream, clock):
+    # YOUR CODE HERE
+    raise NotImplementedError
+# ==== solution ====
+def time_stream(stream, clock):
+    start, token_times, items = clock(), [], []
+    for item in stream:
+        token_times.append(clock())
+        items.append(item)
+    return start, token_times, items
+
+# %% [check]
+checks.check_time_stream(time_stream)
+
+# %% [markdown]
+# Your two functions, on the real model:
+
+# %%
+from minillm.generation import stream
+
+model, tokenizer = minillm.load("smollm2-135m", device="cpu")
+new_tokens = 8 if os.environ.get("CI") else 24
+try:
+    t0, times, pieces = time_stream(
+        stream(model, tokenizer, "The capital of France is", max_new_tokens=new_tokens),
+        time.perf_counter)
+    print("".join(pieces))
+    print({k: f"{1000 * v:.1f} ms" for k, v in request_metrics(t0, times).items()})
+except NotImplementedError:
+    print("write time_stream and request_metrics above first")
+
+# %% [markdown]
+# ## 4 · Throughput (吞吐量)
 #
 # A server runs several requests at once. Write `throughput(requests)`, where `requests` is a list
 # of `(start, token_times)` pairs: all their new tokens divided by the wall time from the first
@@ -107,5 +132,5 @@ def throughput(requests):
 checks.check_throughput(throughput)
 
 # %% [markdown]
-# `minillm.metrics` holds the same definitions (`RequestMetrics`, `throughput`), and every
-# `minillm.generate` result carries them as `.metrics`.
+# `minillm.metrics` holds the same definitions (`RequestMetrics`, `predict_latency`, `TokenClock`,
+# `throughput`), and every `minillm.generate` result carries them as `.metrics`.

@@ -1,10 +1,11 @@
 # %% [markdown]
 # # Exercises 07 · Quantization
 #
-# Two tasks from the lesson: absmax int8 quantization of a tensor and its inverse, then
-# group-wise int4 with a scale and a minimum, the idea of GGUF's Q4_1. Write each function in its
-# cell, run the cell, then run the check cell below it. The checkers compare your numbers with
-# `minillm.quant`'s on random tensors and say in plain words what is wrong.
+# Three tasks from the lesson: absmax int8 quantization of a tensor and its inverse; int8 with one
+# scale per output channel, what minillm's `Int8Linear` stores; and group-wise int4 with a scale
+# and a minimum, the idea of GGUF's Q4_1. Write each function in its cell, run the cell, then run
+# the check cell below it. The checkers compare your numbers with `minillm.quant`'s on random
+# tensors and say in plain words what is wrong.
 #
 # Check your work from a terminal too: `pytest --nbval-lax exercises/07_quantization.ipynb`.
 
@@ -62,7 +63,46 @@ except NotImplementedError:
     print("write quantize_absmax and dequantize_absmax first")
 
 # %% [markdown]
-# ## 2 · int4 in groups, with a scale and a minimum
+# ## 2 · One scale per output channel (逐通道量化)
+#
+# One outlier spoils the resolution of the whole tensor. minillm's int8 weights therefore give
+# each row of a weight (out_features, in_features), each output channel, its own scale. Write
+# `quantize_per_channel(w)` that returns `(q, scale)`:
+#
+# - `scale[r] = max_c |w[r, c]| / 127`, a tensor of shape (out_features,); a row that is all
+#   zeros gets the scale 1 (its q is 0 anyway, and nothing is divided by 0);
+# - `q[r, c] = round(w[r, c] / scale[r])`, clamped to -127..127, as `torch.int8`.
+
+# %% [task]
+def quantize_per_channel(w):
+    # YOUR CODE HERE
+    raise NotImplementedError
+# ==== solution ====
+def quantize_per_channel(w):
+    scale = w.abs().amax(dim=1) / 127
+    scale = torch.where(scale == 0, torch.ones_like(scale), scale)
+    q = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8)
+    return q, scale
+
+# %% [check]
+checks.check_quantize_int8(quantize_per_channel)
+
+# %% [markdown]
+# Per tensor against per channel, on a weight whose rows differ in size:
+
+# %%
+w = torch.randn(64, 256) * torch.logspace(-2, 0, 64)[:, None]  # rows from 0.01 to 1
+try:
+    q, scale = quantize_absmax(w)
+    per_tensor = (dequantize_absmax(q, scale) - w).abs().mean().item()
+    q, scale = quantize_per_channel(w)
+    per_row = (q.float() * scale[:, None] - w).abs().mean().item()
+    print(f"mean error: per tensor {per_tensor:.2e}, per channel {per_row:.2e}")
+except NotImplementedError:
+    print("write quantize_absmax, dequantize_absmax and quantize_per_channel first")
+
+# %% [markdown]
+# ## 3 · int4 in groups, with a scale and a minimum
 #
 # Write `quantize_groups(w, group_size)` for a 2-D weight `w` (rows, cols). Cut each row into
 # groups of `group_size` numbers (`w.reshape(rows, cols // group_size, group_size)`). For each

@@ -2,9 +2,10 @@
 # # Exercises 09 · Scaling out
 #
 # Tensor parallelism (张量并行) splits each weight matrix across processes ("ranks"). Here you
-# split a linear layer both ways on one process, with plain tensors, and show that the pieces
-# recombine exactly; then you count the bytes the ranks must exchange, and compute the
-# percentile a load test reports.
+# build the pieces of minillm's tensor-parallel model on one process, with plain tensors: how
+# features are shared out among ranks, a linear layer split both ways, and the feed-forward
+# block split the way Megatron-LM does it; each checker shows that the pieces recombine exactly.
+# Last, the percentile a load test reports.
 #
 # Write each function in its cell, run it, then run the check cell below it. Check your work from
 # a terminal with `pytest --nbval-lax exercises/09_scaling_out.ipynb`.
@@ -12,17 +13,48 @@
 # %%
 import torch
 
+import torch.nn.functional as F
+
 from minillm.checks import ch09_scaling as checks
-from minillm.distributed import split_evenly
 
 torch.manual_seed(0)
 x = torch.randn(1, 3, 8, dtype=torch.float64)       # (batch, tokens, in_features)
 weight = torch.randn(6, 8, dtype=torch.float64)     # (out_features, in_features), as nn.Linear
 print("x @ weight.T:", tuple((x @ weight.T).shape))
-print("split_evenly(6, 4):", split_evenly(6, 4))    # how features are shared out among ranks
 
 # %% [markdown]
-# ## 1 · Column-parallel (列并行): each rank computes some output features
+# ## 1 · Share the features out among ranks
+#
+# `total` features (output rows, heads, hidden units) go to `parts` ranks as contiguous ranges
+# whose sizes differ by at most one: the first `total % parts` ranks get one more. Write
+# `split_evenly(total, parts)` returning a list of `range`s, one per rank. With fewer than 1 rank
+# or more ranks than features, raise `ValueError`.
+#
+# ```
+# split_evenly(10, 3)  ->  [range(0, 4), range(4, 7), range(7, 10)]
+# ```
+
+# %% [task]
+def split_evenly(total, parts):
+    # YOUR CODE HERE
+    raise NotImplementedError
+# ==== solution ====
+def split_evenly(total, parts):
+    if not 1 <= parts <= total:
+        raise ValueError(f"cannot split {total} items over {parts} ranks")
+    base, extra = divmod(total, parts)
+    ranges, start = [], 0
+    for rank in range(parts):
+        size = base + (1 if rank < extra else 0)
+        ranges.append(range(start, start + size))
+        start += size
+    return ranges
+
+# %% [check]
+checks.check_split_evenly(split_evenly)
+
+# %% [markdown]
+# ## 2 · Column-parallel (列并行): each rank computes some output features
 #
 # A linear layer computes `x @ weight.T`: output feature j uses row j of `weight`. Give rank r the
 # rows `split_evenly(out_features, world_size)[r]`; it computes only those output features, from
@@ -45,7 +77,7 @@ def column_parallel_parts(x, weight, world_size):
 checks.check_column_parallel(column_parallel_parts)
 
 # %% [markdown]
-# ## 2 · Row-parallel (行并行): each rank adds its share of every output
+# ## 3 · Row-parallel (行并行): each rank adds its share of every output
 #
 # Now split the *input* features: rank r holds columns `split_evenly(in_features, world_size)[r]`
 # of `weight` and the same slice of `x`. Its product is a partial sum of the whole output; adding
@@ -74,49 +106,44 @@ checks.check_row_parallel(row_parallel_parts)
 up = torch.randn(10, 8, dtype=torch.float64)     # column-parallel: 8 -> 10
 down = torch.randn(8, 10, dtype=torch.float64)   # row-parallel:    10 -> 8
 whole = torch.relu(x @ up.T) @ down.T
-parts = split_evenly(10, 2)  # rank r owns hidden features parts[r] of both layers
+parts = [range(0, 5), range(5, 10)]  # rank r owns hidden features parts[r] of both layers
 h_parts = [torch.relu(x @ up[p.start:p.stop].T) for p in parts]             # column-parallel
 partial = [h @ down[:, p.start:p.stop].T for h, p in zip(h_parts, parts)]   # row-parallel
 print("max difference after one all-reduce:", (sum(partial) - whole).abs().max().item())
 
 # %% [markdown]
-# ## 3 · The all-reduce bytes per token
+# ## 4 · The feed-forward block, split across ranks
 #
-# A tensor-parallel transformer block does this twice: after attention and after the
-# feed-forward. Each all-reduce sums one hidden vector (`hidden_size` values) per token.
+# minillm's SwiGLU block computes `down(silu(gate(x)) * up(x))` (a `minillm.model.llama.SwiGLU`
+# with `gate_proj`, `up_proj` and `down_proj`, each an `nn.Linear` without bias). Its hidden
+# features are shared out with `split_evenly(intermediate_size, world_size)`: rank r holds the
+# rows `rows_r` of `gate_proj` and `up_proj` (column-parallel) and the same columns of
+# `down_proj` (row-parallel), so the split hidden activations never travel.
 #
-# Write `all_reduce_bytes_per_token(n_layers, hidden_size, bytes_per_value)`: the bytes one rank
-# contributes to all-reduces for one token of a forward pass.
+# Write `tp_feed_forward_parts(x, mlp, world_size)`: the list of each rank's partial output,
+# `down[:, rows_r](silu(gate[rows_r] x) * up[rows_r] x)`. Added up (one all-reduce) they give
+# `mlp(x)`.
 
 # %% [task]
-def all_reduce_bytes_per_token(n_layers, hidden_size, bytes_per_value):
+def tp_feed_forward_parts(x, mlp, world_size):
     # YOUR CODE HERE
     raise NotImplementedError
 # ==== solution ====
-def all_reduce_bytes_per_token(n_layers, hidden_size, bytes_per_value):
-    return 2 * n_layers * hidden_size * bytes_per_value
+def tp_feed_forward_parts(x, mlp, world_size):
+    parts = []
+    for rows in split_evenly(mlp.gate_proj.weight.shape[0], world_size):
+        gate = x @ mlp.gate_proj.weight[rows.start:rows.stop].T
+        up = x @ mlp.up_proj.weight[rows.start:rows.stop].T
+        parts.append((F.silu(gate) * up) @ mlp.down_proj.weight[:, rows.start:rows.stop].T)
+    return parts
 
 # %% [check]
-checks.check_all_reduce_bytes(all_reduce_bytes_per_token)
+checks.check_tp_feed_forward(tp_feed_forward_parts)
 
 # %% [markdown]
-# ## 4 · Pipeline parallelism (流水线并行): bytes between stages
-#
-# A pipeline gives each of `stages` processes consecutive layers. Per token, each stage hands one
-# hidden vector to the next one.
-#
-# Write `pipeline_bytes_per_token(hidden_size, bytes_per_value, stages)`.
-
-# %% [task]
-def pipeline_bytes_per_token(hidden_size, bytes_per_value, stages):
-    # YOUR CODE HERE
-    raise NotImplementedError
-# ==== solution ====
-def pipeline_bytes_per_token(hidden_size, bytes_per_value, stages):
-    return (stages - 1) * hidden_size * bytes_per_value
-
-# %% [check]
-checks.check_pipeline_bytes(pipeline_bytes_per_token)
+# This is `minillm.distributed.tensor_parallel.TPFeedForward`; the attention block is split the
+# same way by key/value heads, so a tensor-parallel block needs two all-reduces: one after
+# attention, one after the feed-forward.
 
 # %% [markdown]
 # ## 5 · A load test's p99 (第 99 百分位)

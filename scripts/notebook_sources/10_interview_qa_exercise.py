@@ -1,101 +1,120 @@
 # %% [markdown]
-# # Exercises 10 · Interview estimates (面试估算题)
+# # Exercises 10 · Interview questions, answered in code (面试题)
 #
-# Interviewers like questions you answer on the back of an envelope: how much memory do the
-# weights take, how large is the KV cache (KV 缓存), how many users fit on one GPU, how fast can
-# decode (解码) possibly be? Each task below is one such estimate, written as a small function.
-# GB here means 10⁹ bytes, as GPU makers count.
+# Three questions from the chapter that interviewers like to ask at a whiteboard. Each answer is a
+# small piece of the engine: write it, run it, and run the check cell below it; the checker
+# compares your function with minillm's own on several real model shapes. Predict each number
+# before you run it.
 #
-# Predict the answer first, then write the function, run it, and run the check cell below it.
 # Check your work from a terminal with `pytest --nbval-lax exercises/10_interview_qa.ipynb`.
 
 # %%
+import torch
+
+import minillm
 from minillm.checks import ch10_interview as checks
+from minillm.decoding.processors import TopKProcessor, TopPProcessor
+
+smollm2 = checks.PARAM_CONFIGS["SmolLM2-135M"]
+print(smollm2)
 
 # %% [markdown]
-# ## 1 · Weight memory (权重显存)
+# ## 1 · Q3 · Top-k and top-p together: in which order? (Top-k 和 Top-p 可以同时使用吗？)
 #
-# A model of n parameters stored at b bits per weight takes n × b / 8 bytes. The source text's
-# rule "n billion parameters need about 2n GB in fp16" is this formula at b = 16.
-#
-# Write `weight_memory_gb(n_params, bits_per_weight)`. Predict first: a 70B model in int4?
+# `generate()` turns the logits into the scores it samples from in a fixed order: divide by the
+# temperature, then top-k, then top-p over what top-k left (the source text says top-p first; the
+# lesson shows that the order can change the result). Write
+# `sampling_filter(logits, temperature, top_k, top_p)` for logits of shape (batch, vocab):
+# `top_k = 0` means no top-k filter and `top_p = 1.0` no top-p filter. Use minillm's processors
+# for the two filters (`TopKProcessor(k)(None, scores)`, `TopPProcessor(p)(None, scores)`) or
+# your own from exercise 04.
 
 # %% [task]
-def weight_memory_gb(n_params, bits_per_weight):
+def sampling_filter(logits, temperature, top_k, top_p):
     # YOUR CODE HERE
     raise NotImplementedError
 # ==== solution ====
-def weight_memory_gb(n_params, bits_per_weight):
-    return n_params * bits_per_weight / 8 / 1e9
+def sampling_filter(logits, temperature, top_k, top_p):
+    scores = logits / temperature
+    if top_k:
+        scores = TopKProcessor(top_k)(None, scores)
+    if top_p < 1.0:
+        scores = TopPProcessor(top_p)(None, scores)
+    return scores
 
 # %% [check]
-checks.check_weight_memory_gb(weight_memory_gb)
+checks.check_sampling_filter(sampling_filter)
 
 # %% [markdown]
-# ## 2 · KV-cache memory (KV 缓存显存)
+# ## 2 · Q10 · How many parameters? (模型有多少参数？)
 #
-# Every layer keeps a key and a value vector per key/value head for every token of every
-# sequence: 2 × layers × kv_heads × head_dim × tokens × batch × bytes per value.
-#
-# Write `kv_cache_gb(n_layers, n_kv_heads, head_dim, tokens, batch, bytes_per_value)`. Predict
-# first: Llama-2-7B (32 layers, 32 KV heads of width 128) for one 4,096-token sequence in fp16?
+# A Llama-family model (`minillm.model.ModelConfig`) has an embedding table (vocab_size ×
+# hidden_size); in each of its n_layers blocks the projections q (n_heads × head_dim rows),
+# k and v (n_kv_heads × head_dim rows each) and o, all over hidden_size, the SwiGLU matrices gate,
+# up and down (hidden_size × intermediate_size each), and two RMSNorm weights (hidden_size each);
+# a final RMSNorm; and an LM head (vocab_size × hidden_size), unless `tie_embeddings` makes it the
+# embedding table itself. Write `count_parameters(config)`. Predict first: SmolLM2's 135M?
 
 # %% [task]
-def kv_cache_gb(n_layers, n_kv_heads, head_dim, tokens, batch, bytes_per_value):
+def count_parameters(config):
     # YOUR CODE HERE
     raise NotImplementedError
 # ==== solution ====
-def kv_cache_gb(n_layers, n_kv_heads, head_dim, tokens, batch, bytes_per_value):
-    return 2 * n_layers * n_kv_heads * head_dim * tokens * batch * bytes_per_value / 1e9
+def count_parameters(config):
+    c = config
+    attention = c.hidden_size * c.head_dim * (2 * c.n_heads + 2 * c.n_kv_heads)
+    feed_forward = 3 * c.hidden_size * c.intermediate_size
+    per_layer = attention + feed_forward + 2 * c.hidden_size
+    embedding = c.vocab_size * c.hidden_size
+    head = 0 if c.tie_embeddings else c.vocab_size * c.hidden_size
+    return embedding + c.n_layers * per_layer + c.hidden_size + head
 
 # %% [check]
-checks.check_kv_cache_gb(kv_cache_gb)
+checks.check_count_parameters(count_parameters)
 
 # %% [markdown]
-# ## 3 · How many sequences fit? (能同时服务多少请求)
+# The rule of thumb "n billion parameters need about 2n GB in fp16", for each model:
+
+# %%
+try:
+    for name in ["SmolLM2-135M", "SmolLM2-360M", "Llama-2-7B", "Llama-3-8B"]:
+        n = count_parameters(checks.PARAM_CONFIGS[name])
+        print(f"{name:>14}: {n / 1e9:7.3f} B parameters, {2 * n / 1e9:7.2f} GB in fp16")
+except NotImplementedError:
+    print("write count_parameters above first")
+
+# %% [markdown]
+# ## 3 · Q13 · How large is the KV cache? (KV 缓存有多大？)
 #
-# The weights are loaded once; what memory is left holds the KV caches, one per sequence.
-#
-# Write `max_batch(gpu_memory_gb, weight_gb, kv_gb_per_sequence)`: the number of whole sequences
-# that fit (0 when the weights alone do not fit). Predict first: a 7B fp16 model (14 GB) on an
-# 80 GB GPU with 4k-token sequences (your answer to task 2)?
+# Every layer keeps one key and one value vector per key/value head for every token of every
+# sequence. Write `kv_cache_bytes(config, tokens, batch, dtype)`: the bytes the cache of `batch`
+# sequences of `tokens` tokens takes, with values of the torch dtype `dtype`
+# (`torch.tensor([], dtype=dtype).element_size()` gives its bytes). Predict first: Llama-3-8B,
+# 8 sequences of 8,192 tokens in bfloat16, against its 16 GB of weights?
 
 # %% [task]
-def max_batch(gpu_memory_gb, weight_gb, kv_gb_per_sequence):
+def kv_cache_bytes(config, tokens, batch, dtype):
     # YOUR CODE HERE
     raise NotImplementedError
 # ==== solution ====
-def max_batch(gpu_memory_gb, weight_gb, kv_gb_per_sequence):
-    free = gpu_memory_gb - weight_gb
-    return max(0, int(free // kv_gb_per_sequence))
+def kv_cache_bytes(config, tokens, batch, dtype):
+    size = torch.tensor([], dtype=dtype).element_size()
+    return 2 * config.n_layers * config.n_kv_heads * config.head_dim * tokens * batch * size
 
 # %% [check]
-checks.check_max_batch(max_batch)
+checks.check_kv_cache_bytes(kv_cache_bytes)
 
 # %% [markdown]
-# ## 4 · The bandwidth bound on decode (带宽上限)
-#
-# At batch size 1 every decode step reads every weight once from memory, so no step can be
-# faster than (weight bytes) / (memory bandwidth).
-#
-# Write `decode_tokens_per_s_bound(weight_bytes, bandwidth_gb_per_s)`: the most tokens per second
-# a batch-1 decode can reach. Predict first: a 7B fp16 model (14e9 bytes) on a GPU with
-# 3,350 GB/s?
+# Your formula against a real cache for the course model, and what grouped-query attention saves:
 
-# %% [task]
-def decode_tokens_per_s_bound(weight_bytes, bandwidth_gb_per_s):
-    # YOUR CODE HERE
-    raise NotImplementedError
-# ==== solution ====
-def decode_tokens_per_s_bound(weight_bytes, bandwidth_gb_per_s):
-    return bandwidth_gb_per_s * 1e9 / weight_bytes
-
-# %% [check]
-checks.check_decode_bound(decode_tokens_per_s_bound)
-
-# %% [markdown]
-# ## Going further
-#
-# Apply your functions to the course model: its config is `minillm.load("smollm2-135m")[0].config`
-# (30 layers, 3 KV heads of width 64). How many 2,048-token fp32 sequences fit in 1 GB after its
-# weights? Compare your KV estimate with `minillm.KVCache.for_model(model, 1, 2048).capacity_bytes`.
+# %%
+try:
+    real = minillm.KVCache(smollm2.n_layers, 1, smollm2.n_kv_heads, smollm2.head_dim, 2048)
+    print(f"formula {kv_cache_bytes(smollm2, 2048, 1, torch.float32):,} bytes, "
+          f"KVCache.capacity_bytes {real.capacity_bytes:,}")
+    llama3 = checks.PARAM_CONFIGS["Llama-3-8B"]
+    gqa = kv_cache_bytes(llama3, 8192, 8, torch.bfloat16)
+    print(f"Llama-3-8B, 8 x 8,192 tokens: {gqa / 1e9:.1f} GB; with a K/V head per query head "
+          f"it would be {gqa * llama3.n_heads // llama3.n_kv_heads / 1e9:.1f} GB")
+except NotImplementedError:
+    print("write kv_cache_bytes above first")

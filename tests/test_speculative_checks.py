@@ -1,0 +1,148 @@
+"""The chapter 08 checkers: the right answers pass; each usual mistake gets its own hint; an
+acceptance rule that ignores its generator is caught."""
+
+import pytest
+import torch
+
+from minillm.checks import ch08_speculative as checks
+from minillm.checks._base import CheckFailed
+from minillm.speculative.acceptance import verify_greedy
+from minillm.speculative.drafts import PromptLookupDraft
+
+from test_tokenizer_checks import assert_hints_are_specific
+
+
+def accept_step(p, q, draft_token, generator, rand=None, multinomial=None):
+    rand = rand or (lambda: torch.rand((), generator=generator, dtype=p.dtype))
+    x = int(draft_token)
+    if rand() < torch.clamp(p[x] / q[x], max=1.0):
+        return x, True
+    residual = torch.clamp(p - q, min=0)
+    residual = residual / residual.sum()
+    draw = multinomial or (lambda r: torch.multinomial(r, 1, generator=generator))
+    return int(draw(residual)), False
+
+
+def test_right_answers_pass(capsys):
+    checks.check_prompt_lookup(lambda ids, k, n: PromptLookupDraft(n, 1).lookup(ids, k))
+    checks.check_verify_greedy(verify_greedy)
+    checks.check_accept_step(accept_step)
+    assert capsys.readouterr().out.count("✅") == 3
+
+
+@pytest.mark.parametrize("check", [checks.check_prompt_lookup, checks.check_verify_greedy,
+                                   checks.check_accept_step])
+def test_stubs_say_not_written_yet(check):
+    def stub(*args):
+        raise NotImplementedError
+
+    with pytest.raises(CheckFailed, match="not written yet"):
+        check(stub)
+
+
+def lookup(**kind):
+    return lambda ids, k, n: checks._lookup_variant(ids, k, n, **kind)
+
+
+def test_prompt_lookup_hints_are_specific():
+    assert_hints_are_specific(checks.check_prompt_lookup, {
+        "first occurrence": (lookup(most_recent=False), "took the first occurrence"),
+        "shortest first": (lookup(longest_first=False), "longest n-gram first"),
+        "matches itself": (lookup(self_match=True), "EARLIER occurrence"),
+        "no cap": (lookup(cap=False), "at most k tokens"),
+    })
+
+
+def verify(**kind):
+    return lambda scores, draft: checks._verify_variant(scores, draft, **kind)
+
+
+def test_verify_greedy_hints_are_specific():
+    assert_hints_are_specific(checks.check_verify_greedy, {
+        "no bonus": (verify(bonus=False), "add the bonus token"),
+        "keeps the draft": (verify(keep_draft=True), "emit the TARGET's token"),
+        "goes on": (verify(go_on=True), "stop at the first mismatch"),
+        "counts the replacement": (verify(count_replacement=True), "is not one of them"),
+    })
+
+
+def test_verify_greedy_accepts_tensors_of_tokens(capsys):
+    checks.check_verify_greedy(lambda s, d: (torch.tensor(verify_greedy(s, d)[0]).tolist(),
+                                             torch.tensor(verify_greedy(s, d)[1])))
+    assert "✅" in capsys.readouterr().out
+
+
+def test_an_accept_step_that_ignores_its_generator_is_caught():
+    def global_rng(p, q, token, generator):
+        return accept_step(p, q, token, generator, rand=lambda: torch.rand(()),
+                           multinomial=lambda r: torch.multinomial(r, 1))
+
+    with pytest.raises(CheckFailed, match="draws from the global RNG"):
+        checks.check_accept_step(global_rng)
+
+
+def test_an_accept_step_that_never_draws_is_caught():
+    def never_draws(p, q, token, generator):
+        x = int(token)
+        if p[x] >= q[x]:
+            return x, True
+        residual = torch.clamp(p - q, min=0)
+        return int(residual.argmax()), False
+
+    with pytest.raises(CheckFailed, match="differently seeded generators"):
+        checks.check_accept_step(never_draws)
+
+
+def test_the_checker_leaves_the_global_random_state_alone(capsys):
+    torch.manual_seed(7)
+    expected = torch.rand(3)
+    torch.manual_seed(7)
+    checks.check_accept_step(accept_step, draws=2000)
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_resampling_from_p_is_named():
+    def from_p(p, q, token, generator):
+        x = int(token)
+        if torch.rand((), generator=generator, dtype=p.dtype) < torch.clamp(p[x] / q[x], max=1):
+            return x, True
+        return int(torch.multinomial(p, 1, generator=generator)), False
+
+    with pytest.raises(CheckFailed, match="drawn from p itself"):
+        checks.check_accept_step(from_p)
+
+
+def test_accepting_every_draft_is_named():
+    with pytest.raises(CheckFailed, match="rejected and a different token drawn"):
+        checks.check_accept_step(lambda p, q, token, generator: (int(token), True))
+
+
+def test_an_accept_step_that_changes_p_is_named():
+    def normalises_in_place(p, q, token, generator):
+        p.div_(p.sum())
+        p.mul_(1.5)
+        return accept_step(p / 1.5, q, token, generator)
+
+    with pytest.raises(CheckFailed, match="changed its argument `p`"):
+        checks.check_accept_step(normalises_in_place)
+
+
+def test_tokens_that_follow_the_draft_are_named():
+    def always_accepts(p, q, token, generator):
+        torch.rand((), generator=generator)  # draws, but ignores what it drew
+        return int(token), True
+
+    with pytest.raises(CheckFailed, match="rejected and a different token drawn"):
+        checks.check_accept_step(always_accepts)
+
+    def reversed_residual(p, q, token, generator):  # max(0, q - p): the draft's leftover
+        x = int(token)
+        if p[x] == 0:
+            return int(torch.multinomial(p, 1, generator=generator)), False
+        if torch.rand((), generator=generator, dtype=p.dtype) < torch.clamp(p[x] / q[x], max=1):
+            return x, True
+        residual = torch.clamp(q - p, min=0)
+        return int(torch.multinomial(residual / residual.sum(), 1, generator=generator)), False
+
+    with pytest.raises(CheckFailed, match="follow the draft q, not the target p"):
+        checks.check_accept_step(reversed_residual)

@@ -1,0 +1,195 @@
+"""The chapter 00 checkers: the right answers pass, in any number type; each hint is given for the
+mistake it names and for no other."""
+
+import numpy as np
+import pytest
+import torch
+
+from minillm.checks import ch00_welcome as checks
+from minillm.checks._base import CheckFailed
+from minillm.tokenizer.chat import SMOLLM_SYSTEM, chatml
+
+# --- 1 · chat_prompt ---------------------------------------------------------------------------
+
+
+def right_prompt(messages):
+    return chatml(messages, True, SMOLLM_SYSTEM)
+
+
+CHAT_MISTAKES = {
+    "no generation prompt": (lambda m: chatml(m, False, SMOLLM_SYSTEM), "opening the assistant"),
+    "no default system": (lambda m: chatml(m, True, None), "puts its default one"),
+    "default system always": (
+        lambda m: chatml([{"role": "system", "content": SMOLLM_SYSTEM}] + m, True, None),
+        "only when the conversation has none"),
+    "no newline after im_end": (
+        lambda m: right_prompt(m).replace("<|im_end|>\n", "<|im_end|>"), "followed by a newline"),
+}
+
+
+def test_the_right_prompt_passes_and_matches_the_tokenizers_template(reference, capsys):
+    checks.check_chat_prompt(right_prompt)
+    assert "✅" in capsys.readouterr().out
+    _, tokenizer = reference
+    for messages in checks.CONVERSATIONS:
+        assert right_prompt(messages) == tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=False)
+
+
+@pytest.mark.parametrize("name", CHAT_MISTAKES)
+def test_each_chat_prompt_hint_fires_only_for_its_mistake(name):
+    wrong, words = CHAT_MISTAKES[name]
+    with pytest.raises(CheckFailed, match=words):
+        checks.check_chat_prompt(wrong)
+    for other, (other_wrong, _) in CHAT_MISTAKES.items():
+        if other != name:
+            with pytest.raises(CheckFailed) as failure:
+                checks.check_chat_prompt(other_wrong)
+            assert words not in str(failure.value)
+
+
+def test_an_unnamed_chat_prompt_mistake_shows_where_it_differs():
+    with pytest.raises(CheckFailed, match="first differ at character") as failure:
+        checks.check_chat_prompt(lambda m: right_prompt(m).replace("user", "User"))
+    assert not any(words in str(failure.value) for _, words in CHAT_MISTAKES.values())
+
+
+def test_a_prompt_that_changes_the_messages_is_named():
+    def pops(messages):
+        text = right_prompt(messages)
+        messages.pop()
+        return text
+
+    with pytest.raises(CheckFailed, match="changed its argument `messages`"):
+        checks.check_chat_prompt(pops)
+
+
+# --- 2 · answer --------------------------------------------------------------------------------
+
+
+def _generate(model, tokenizer, prompt, k):
+    ids = tokenizer(prompt, return_tensors="pt").input_ids
+    with torch.inference_mode():
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=k,
+                             do_sample=False, pad_token_id=tokenizer.eos_token_id)
+    return ids, out
+
+
+def right_answer(model, tokenizer, messages, k):
+    ids, out = _generate(model, tokenizer, right_prompt(messages), k)
+    return tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+
+
+def with_prompt(model, tokenizer, messages, k):
+    ids, out = _generate(model, tokenizer, right_prompt(messages), k)
+    return tokenizer.decode(out[0], skip_special_tokens=True)
+
+
+def with_special_tokens(model, tokenizer, messages, k):
+    ids, out = _generate(model, tokenizer, right_prompt(messages), k)
+    return tokenizer.decode(out[0, ids.shape[1]:])
+
+
+def no_template(model, tokenizer, messages, k):
+    ids, out = _generate(model, tokenizer, messages[-1]["content"], k)
+    return tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+
+
+def no_generation_prompt(model, tokenizer, messages, k):
+    ids, out = _generate(model, tokenizer, chatml(messages, False, SMOLLM_SYSTEM), k)
+    return tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+
+
+def one_token_more(model, tokenizer, messages, k):
+    return right_answer(model, tokenizer, messages, k + 1)
+
+
+ANSWER_MISTAKES = {
+    "prompt included": (with_prompt, "you returned the prompt too"),
+    "special tokens kept": (with_special_tokens, "skip_special_tokens=True"),
+    "no chat template": (no_template, "never saw the chat template"),
+    "no generation prompt": (no_generation_prompt, "carries on the user's"),
+}
+
+
+def test_the_right_answer_passes(reference, capsys):
+    checks.check_answer(right_answer, *reference)
+    assert "✅" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ANSWER_MISTAKES)
+def test_each_answer_hint_fires_only_for_its_mistake(reference, name):
+    wrong, words = ANSWER_MISTAKES[name]
+    with pytest.raises(CheckFailed, match=words) as failure:
+        checks.check_answer(wrong, *reference)
+    others = [w for n, (_, w) in ANSWER_MISTAKES.items() if n != name] + ["max_new_tokens="]
+    assert not any(w in str(failure.value) for w in others)
+
+
+def test_an_answer_past_max_new_tokens_is_named(reference):
+    with pytest.raises(CheckFailed, match="runs past max_new_tokens") as failure:
+        checks.check_answer(one_token_more, *reference)
+    assert not any(w in str(failure.value) for _, w in ANSWER_MISTAKES.values())
+
+
+def test_a_crashing_answer_gets_a_plain_message(reference):
+    with pytest.raises(CheckFailed, match="raised KeyError"):
+        checks.check_answer(lambda model, tokenizer, messages, k: messages[0]["text"], *reference)
+
+
+# --- 3 · decode_speed --------------------------------------------------------------------------
+
+
+def right_speed(times):
+    if len(times) < 2:
+        raise ValueError("no decode step")
+    return (len(times) - 1) / (times[-1] - times[0])
+
+
+@pytest.mark.parametrize("kind", [float, np.float64, np.float32, lambda x: torch.tensor(x)])
+def test_decode_speed_accepts_any_number_type(kind, capsys):
+    checks.check_decode_speed(lambda times: kind(right_speed(times)))
+    assert "✅" in capsys.readouterr().out
+
+
+DECODE_MISTAKES = {
+    "first token counted": (lambda t: len(t) / (t[-1] - t[0]), "counted the first token"),
+    "seconds per token": (lambda t: (t[-1] - t[0]) / (len(t) - 1), "seconds per token"),
+    "timed from 0": (lambda t: (len(t) - 1) / t[-1], "timed from 0"),
+}
+
+
+@pytest.mark.parametrize("name", DECODE_MISTAKES)
+def test_each_decode_speed_hint_fires_only_for_its_mistake(name):
+    wrong, words = DECODE_MISTAKES[name]
+    with pytest.raises(CheckFailed, match=words) as failure:
+        checks.check_decode_speed(wrong)
+    assert not any(w in str(failure.value) for n, (_, w) in DECODE_MISTAKES.items() if n != name)
+
+
+def test_decode_speed_must_raise_valueerror_for_one_token():
+    def no_check(times):
+        return (len(times) - 1) / max(times[-1] - times[0], 1e-9)
+
+    with pytest.raises(CheckFailed, match="raise ValueError"):
+        checks.check_decode_speed(no_check)
+
+    def index_error(times):
+        return (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else times[5]
+
+    with pytest.raises(CheckFailed, match="raised IndexError.*raise ValueError"):
+        checks.check_decode_speed(index_error)
+
+
+def test_a_string_is_not_a_number():
+    with pytest.raises(CheckFailed, match="return a number"):
+        checks.check_decode_speed(lambda t: str(right_speed(t)))
+
+
+@pytest.mark.parametrize("check", [checks.check_chat_prompt, checks.check_decode_speed])
+def test_stubs_say_not_written_yet(check):
+    def stub(*args):
+        raise NotImplementedError
+
+    with pytest.raises(CheckFailed, match="not written yet"):
+        check(stub)
