@@ -113,7 +113,7 @@ def test_the_llama_block_is_written_once():
 
 
 def test_every_guard_names_the_architectures_the_registry_allows():
-    from minillm.distributed import tensor_parallel
+    from minillm.distributed import shard_model
     from minillm.fast import optimize
     from minillm.model import GPT2Model, ModelConfig
 
@@ -122,7 +122,7 @@ def test_every_guard_names_the_architectures_the_registry_allows():
                                  max_seq_len=16))
     with pytest.raises(ValueError, match="tensor parallelism .* runs llama, qwen2, qwen3, not "
                                          "'gpt2'"):
-        tensor_parallel(gpt2, 0, 1)
+        shard_model(gpt2, 0, 1)
     assert registry.names("fast") == ["llama", "qwen2", "qwen3", "gpt2"]
     assert optimize(gpt2).weight_format == "fp32"
     with pytest.raises(ValueError, match="unsupported architecture 'mamba'; minillm runs llama, "

@@ -6,7 +6,7 @@ import torch
 
 from minillm.distributed import (all_reduce_cost, compare_pipeline_parallel,
                                  compare_tensor_parallel, split_evenly)
-from minillm.distributed import tensor_parallel
+from minillm.distributed import shard_model
 from minillm.loading import load_model
 
 pytestmark = pytest.mark.slow
@@ -79,13 +79,13 @@ def test_single_process_tensor_parallel_is_the_whole_model(tiny_folder):
     ids = torch.tensor([PROMPT])
     with torch.inference_mode():
         want = model(ids)
-        torch.testing.assert_close(tensor_parallel(model, 0, 1)(ids), want)
+        torch.testing.assert_close(shard_model(model, 0, 1)(ids), want)
 
 
 def test_more_ranks_than_heads_is_a_clear_error(tiny_folder):
     model = load_model(tiny_folder, device="cpu", fast=False)
     with pytest.raises(ValueError, match="cannot split 3 items over 4 ranks"):
-        tensor_parallel(model, 0, 4)
+        shard_model(model, 0, 4)
 
 
 def test_smollm2_on_two_processes(gguf_path):

@@ -8,7 +8,7 @@ import random
 
 import torch
 
-from ..distributed.tensor_parallel import TPFeedForward, split_evenly
+from ..distributed.tensor_parallel import shard_mlp, split_evenly
 from ..stats import percentile as reference_percentile
 from ._base import (CheckFailed, as_int, call, checker, expect, expect_raises, is_close,
                     matching_mistake, number_or_none, passed, short)
@@ -177,12 +177,12 @@ FFN_CASES = [(16, 24, 2), (8, 12, 3), (10, 7, 2), (12, 32, 4), (6, 5, 1)]  # hid
 
 
 def _ffn(hidden, ffn, seed):
-    from ..model.llama import SwiGLU
+    from ..layers import GatedMLP
     from ..model.config import ModelConfig
 
     torch.manual_seed(seed)
     config = ModelConfig("llama", 10, hidden, 1, 2, 2, 2, ffn)
-    mlp = SwiGLU(config).double().eval()
+    mlp = GatedMLP(config).double().eval()
     x = torch.randn(2, 3, hidden, dtype=torch.float64)
     return mlp, x
 
@@ -191,7 +191,7 @@ def _ffn(hidden, ffn, seed):
 def check_tp_feed_forward(tp_feed_forward_parts) -> None:
     """`tp_feed_forward_parts(x, mlp, world_size)`: rank r's partial output of the SwiGLU block
     `mlp`: gate and up column-parallel, down row-parallel, over r's share of the hidden
-    features, as minillm's TPFeedForward."""
+    features, as minillm's shard_mlp."""
     for i, (hidden, ffn, world) in enumerate(FFN_CASES):
         mlp, x = _ffn(hidden, ffn, seed=i)
         what = (f"tp_feed_forward_parts(x {tuple(x.shape)}, mlp with {ffn} hidden features, "
@@ -199,7 +199,7 @@ def check_tp_feed_forward(tp_feed_forward_parts) -> None:
         with torch.no_grad():
             parts = _parts(call(tp_feed_forward_parts, x, mlp, world, what=what), world, what)
             full = mlp(x)
-            wants = [TPFeedForward(mlp, rows)(x, r)
+            wants = [shard_mlp(mlp, rows, r)(x)
                      for r, rows in enumerate(split_evenly(ffn, world))]
         for r, (part, want) in enumerate(zip(parts, wants)):
             expect(part.shape == want.shape,

@@ -9,9 +9,9 @@
 from .demos import ParallelReport, compare_pipeline_parallel, compare_tensor_parallel
 from .launch import run_distributed
 from .pipeline_parallel import PipelineStage
-from .tensor_parallel import (CommStats, RowParallelLinear, all_reduce_cost, split_evenly,
-                              tensor_parallel)
+from .tensor_parallel import (CommStats, RowParallelLinear, all_reduce_cost, shard_attention,
+                              shard_mlp, shard_model, split_evenly)
 
-__all__ = ["tensor_parallel", "RowParallelLinear", "PipelineStage", "CommStats", "all_reduce_cost", "split_evenly",
+__all__ = ["shard_model", "shard_attention", "shard_mlp", "RowParallelLinear", "PipelineStage", "CommStats", "all_reduce_cost", "split_evenly",
            "run_distributed", "compare_tensor_parallel", "compare_pipeline_parallel",
            "ParallelReport"]

@@ -9,7 +9,7 @@ import torch
 
 from .launch import run_distributed
 from .pipeline_parallel import PipelineStage
-from .tensor_parallel import all_reduce_cost, tensor_parallel
+from .tensor_parallel import all_reduce_cost, shard_model
 
 
 def _load(source, fast: bool = True):
@@ -37,7 +37,7 @@ def tensor_parallel_rank(rank, world_size, source, prompt_ids, new_tokens):
     from ..fast import optimize_in_place
 
     model, tokenizer = _load(source, fast=False)  # split the readable layers, then fuse
-    tp = optimize_in_place(tensor_parallel(model, rank, world_size))
+    tp = optimize_in_place(shard_model(model, rank, world_size))
     with torch.inference_mode():
         logits = tp(torch.tensor([prompt_ids]))
     prefill = (tp.comm.calls, tp.comm.bytes)

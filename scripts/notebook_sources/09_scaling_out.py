@@ -91,7 +91,7 @@ plt.show()
 # %%
 from minillm.distributed import tensor_parallel
 
-minillm.show_source(tensor_parallel.TPFeedForward)
+minillm.show_source(tensor_parallel.shard_mlp)
 
 # %% [markdown]
 # ## 2 · What an all-reduce costs

@@ -141,7 +141,7 @@ def tp_feed_forward_parts(x, mlp, world_size):
 checks.check_tp_feed_forward(tp_feed_forward_parts)
 
 # %% [markdown]
-# This is `minillm.distributed.tensor_parallel.TPFeedForward`; the attention block is split the
+# This is `minillm.distributed.tensor_parallel.shard_mlp`; the attention block is split the
 # same way by key/value heads, so a tensor-parallel block needs two all-reduces: one after
 # attention, one after the feed-forward.
 
