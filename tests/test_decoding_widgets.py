@@ -250,22 +250,35 @@ def test_playground_describe_names_the_mode_rounds_and_flags_options_it_ignores(
 
 
 def test_runs_stand_side_by_side_latest_first_with_their_differences_in_bold():
-    from minillm.widgets.playground import Run, runs_html, status_html
+    from minillm.widgets.playground import Run, describe_parts, runs_html, setting_values
 
-    runs = [Run(1, ["sampling", "temperature=0.2"], ["cold text"], ["6 tokens, ended: x"], 0.4),
-            Run(2, ["sampling", "temperature=2.0"], [""], ["no text: the first token was "
-                                                           "end-of-text"], 0.1)]
+    def run(i, config, texts=(), notes=(), seconds=None):
+        return Run(i, describe_parts(config), setting_values(config), list(texts), list(notes),
+                   seconds)
+
+    cold = GenerationConfig(do_sample=True, temperature=0.20000000000000004, seed=0)
+    runs = [run(1, cold, ["cold text"], ["6 tokens, ended: x"], 0.4),
+            run(2, GenerationConfig(do_sample=True, seed=0), [""],
+                ["no text: the first token was end-of-text"], 0.1)]
     page = runs_html(runs)
     assert page.index("data-run='2'") < page.index("data-run='1'")
-    assert "<b>temperature=2.0</b>" in page and "<b>temperature=0.2</b>" in page
-    assert "<b>sampling</b>" not in page
+    # the latest run left temperature at its default: its card names it, so both can be read
+    assert "<b>temperature=0.2</b>" in page and "<b>temperature=1.0</b>" in page
+    assert "<b>sampling</b>" not in page and "seed=0" in page and "<b>seed" not in page
     assert "<i>(no text)</i>" in page and "no text: the first token was end-of-text" in page
-    runs.append(Run(3, ["greedy"]))
+    runs.append(run(3, GenerationConfig()))
     page = runs_html(runs)
     assert page.count("class='minillm-run'") == 2 and "data-run='1'" not in page
+    assert "<b>greedy</b>" in page and "<b>sampling</b>" in page
     assert "running…" in page and "generating…" in page
+
+
+def test_the_status_line_never_wraps():
+    from minillm.widgets.playground import status_html
+
     line = status_html("x" * 500)
     assert "white-space:nowrap" in line and "text-overflow:ellipsis" in line
+    assert f"title='{'x' * 500}'" in line
 
 
 @pytest.mark.parametrize("bad", [0, 301, 2.5, True, "60"])

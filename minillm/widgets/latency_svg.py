@@ -93,6 +93,7 @@ def frame_svg(frame: LatencyFrame) -> str:
         return TOP + plot_h * (1 - min(ms, frame.y_top) / frame.y_top)
 
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
+             'style="max-width:100%;height:auto" '
              f'viewBox="0 0 {WIDTH} {HEIGHT}" font-family="DejaVu Sans, sans-serif">',
              '<rect width="100%" height="100%" fill="white"/>',
              _text(LEFT + plot_w / 2, 18, frame.title, 12, id="latency-title")]

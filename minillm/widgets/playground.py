@@ -69,12 +69,18 @@ def describe(config: GenerationConfig) -> str:
     return " · ".join(describe_parts(config))
 
 
+def setting_values(config: GenerationConfig) -> dict[str, str]:
+    """Every field of `config`, rounded for people: what two runs' cards compare."""
+    return {name: number(getattr(config, name)) for name in GenerationConfig.field_names()}
+
+
 @dataclass
 class Run:
     """One press of Generate, as its card shows it."""
 
     index: int
-    settings: list[str]
+    settings: list[str]                              # describe_parts(config)
+    values: dict = field(default_factory=dict)       # setting_values(config)
     texts: list[str] = field(default_factory=list)   # one per returned sequence
     notes: list[str] = field(default_factory=list)   # per sequence: score, why it ended
     seconds: float | None = None                     # None while it runs
@@ -83,11 +89,23 @@ class Run:
 PRE = "white-space:pre-wrap;overflow-wrap:break-word;margin:4px 0;font-size:13px"
 
 
+def card_settings(run: Run, other: Run | None) -> list[tuple[str, bool]]:
+    """The settings a card lists, each with whether it differs from `other`'s: the run's own
+    description, plus any setting `other` changed that this run left at its default."""
+    differ = {name for name, value in run.values.items()
+              if other is not None and other.values.get(name) != value}
+    parts = list(run.settings)
+    named = {p.split("=")[0] for p in parts if "=" in p}
+    parts += [f"{name}={run.values[name]}" for name in run.values
+              if name in differ and name not in named]
+    mode_differs = other is not None and other.settings[:1] != run.settings[:1]
+    return [(p, p.split("=")[0] in differ if "=" in p else mode_differs) for p in parts]
+
+
 def run_card(run: Run, other: Run | None, latest: bool) -> str:
-    """One run's card; settings it does not share with `other` in bold."""
-    shared = set(other.settings) if other else set(run.settings)
-    settings = " · ".join(html.escape(s) if s in shared else f"<b>{html.escape(s)}</b>"
-                          for s in run.settings)
+    """One run's card; the settings that differ from `other`'s in bold."""
+    settings = " · ".join(f"<b>{html.escape(p)}</b>" if differs else html.escape(p)
+                          for p, differs in card_settings(run, other))
     when = "latest" if latest else "before"
     body = "".join(
         f"<pre style='{PRE}'>{html.escape(text) if text else '<i>(no text)</i>'}</pre>"
@@ -180,7 +198,7 @@ def playground(model, tokenizer, prompt: str = "Write a short poem about the sea
         if chat.value:
             text = tokenizer.apply_chat_template([{"role": "user", "content": text}],
                                                  add_generation_prompt=True)
-        current = Run(len(runs) + 1, describe_parts(config))
+        current = Run(len(runs) + 1, describe_parts(config), setting_values(config))
         button.disabled = True
         try:
             runs.append(current)

@@ -35,7 +35,8 @@ def to_svg(fig) -> str:
         warnings.filterwarnings("ignore", message=r"Glyph .* missing from font")
         fig.savefig(buffer, format="svg", metadata={"Date": None})
     svg = buffer.getvalue()
-    return svg[svg.index("<svg"):]
+    # Shrink to a narrow window instead of spilling out of it.
+    return svg[svg.index("<svg"):].replace("<svg ", '<svg style="max-width:100%;height:auto" ', 1)
 
 
 def chart_html(fig, name: str) -> str:

@@ -98,6 +98,7 @@ def temperature_figure(table: dict, labels: list[str], temperature: float,
                          (bar.get_x() + bar.get_width() / 2, max(p, FLOOR)),
                          xytext=(0, 2), textcoords="offset points", ha="center",
                          va="bottom", fontsize=7)
+    bars_ax.patch.set_gid("temperature-axes")  # the plot area, which clips the log bars
     bars_ax.set_yscale("log")
     bars_ax.set_ylim(FLOOR, 3)
     _percent_axis(bars_ax.yaxis)
