@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from browser.jupyter import (CHROMIUM, CHROMIUM_FLAGS, ROOT, api, element_screenshot,
-                             error_outputs, jupyterlab, open_notebook, run_all, screenshot, settle,
-                             shutdown_kernels)
+from browser.jupyter import (CHROMIUM, CHROMIUM_FLAGS, ROOT, api, current_notebook,
+                             element_screenshot, error_outputs, jupyterlab, open_notebook, run_all,
+                             screenshot, settle, shutdown_kernels)
 from browser.lessons import LESSON_CHECKS
 
 pytestmark = pytest.mark.slow
@@ -182,7 +182,7 @@ def test_widgets_respond_in_jupyterlab(browser, lab, notebook, capsys):
         run_all(page)
         ran = time.monotonic()
         assert error_outputs(page) == [], f"{notebook} has error outputs"
-        heading = element_screenshot(page.locator(".jp-MarkdownOutput").first,
+        heading = element_screenshot(current_notebook(page).locator(".jp-MarkdownOutput").first,
                                      f"{Path(notebook).stem}-heading")
         # What the widgets show on the first run and at the settings a learner tries.
         check = LESSON_CHECKS.get(notebook)

@@ -166,6 +166,11 @@ def error_outputs(page) -> list[str]:
     return page.evaluate(ERROR_OUTPUTS)
 
 
+def current_notebook(page):
+    """The notebook on show: JupyterLab keeps the tabs of notebooks opened before, hidden."""
+    return page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)").first
+
+
 def settle(page, timeout_s: float) -> None:
     """Wait until the kernel has been idle for a whole second: whatever a control's change set off
     (an observer, a button's callback, a queued request) has finished and reached the page."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from .jupyter import element_screenshot, settle
+from .jupyter import current_notebook, element_screenshot, settle
 from .widgets import BUSY_LIMIT_S, box, boxes, chart, count, output_area, set_slider, svg_text
 
 
@@ -170,12 +170,12 @@ def check_05(page) -> list[str]:
     assert "nan" not in svg.inner_text().lower()
     stats = area.locator(".widget-html-content").last.inner_text()
     assert stats.startswith("done") and "ended:" in stats, stats
-    outputs = page.locator(".jp-Cell", has=area).locator(".jp-OutputArea-output")
+    outputs = current_notebook(page).locator(".jp-Cell", has=area).locator(".jp-OutputArea-output")
     # no line printed under the widget, left over from Run All
     assert not any("TTFT" in t and "tokens:" in t for t in outputs.all_inner_texts())
     first = element_screenshot(area, "05_metrics-latency-first-run")
     # live: the chart redraws while the tokens come, at least 4 times a second
-    page.locator(".minillm-chart[data-chart='latency']").evaluate(COUNT_FRAMES)
+    svg.evaluate(COUNT_FRAMES)
     area.locator("button.jupyter-button", has_text="Generate").click()
     settle(page, BUSY_LIMIT_S)
     frames = page.evaluate("() => { window.__observer.disconnect(); return window.__frames; }")
@@ -215,8 +215,8 @@ def check_06(page) -> list[str]:
     assert count(svg, "blockmap-block-") == blocks
     assert "request" in svg.inner_text()  # the colour key
     shot = element_screenshot(area, "06_batching-block-map-after-drag")
-    timeline = page.locator(".jp-Cell", has=page.locator(".jp-InputArea",
-                                                         has_text="plot_timeline(")).first
+    timeline = current_notebook(page).locator(
+        ".jp-Cell", has=page.locator(".jp-InputArea", has_text="plot_timeline(")).first
     timeline_shot = element_screenshot(timeline.locator(".jp-OutputArea").first,
                                        "06_batching-timeline")
     return [f"block map: {pool!r} before and after a drag ({step.split(':')[0]} -> "

@@ -6,21 +6,22 @@ from __future__ import annotations
 
 import re
 
-from .jupyter import settle
+from .jupyter import current_notebook, settle
 
 BUSY_LIMIT_S = 180
 
 
 def output_area(page, inner_selector: str):
     """The output area of the cell whose output holds `inner_selector`."""
-    area = page.locator(".jp-OutputArea-output", has=page.locator(inner_selector))
+    area = current_notebook(page).locator(".jp-OutputArea-output",
+                                          has=page.locator(inner_selector))
     area.first.wait_for(state="attached", timeout=30_000)
     return area.first
 
 
 def chart(page, name: str):
     """A widget's chart: `<div class="minillm-chart" data-chart=name>` around an `<svg>`."""
-    return page.locator(f'.minillm-chart[data-chart="{name}"]').first
+    return current_notebook(page).locator(f'.minillm-chart[data-chart="{name}"]').first
 
 
 def slider(scope, label: str):
