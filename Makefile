@@ -18,6 +18,8 @@ endif
 
 # The browser tests drive Debian's Chromium (never a browser downloaded by playwright).
 CHROMIUM := /usr/bin/chromium
+# A CJK font, so the lessons' Chinese terms show in the browser (and its screenshots), not boxes.
+CJK_FONT := /usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 JUPYTER_ARGS ?=
 # JupyterLab refuses to run as root (as in containers and CI) unless told it may.
@@ -45,12 +47,14 @@ course: setup
 	$(VENV)/bin/jupyter lab --ServerApp.root_dir="$(CURDIR)" \
 		--LabApp.default_url=/lab/tree/notebooks/00_welcome.ipynb $(ALLOW_ROOT) $(JUPYTER_ARGS)
 
-$(CHROMIUM):
-	@echo "Installing chromium and chromium-driver from Debian for the browser tests"
+# One install for both files (a grouped target): runs when either is missing, never twice.
+$(CHROMIUM) $(CJK_FONT) &:
+	@echo "Installing chromium, chromium-driver and fonts-noto-cjk from Debian for the browser tests"
 	$(SUDO) apt-get update -qq
-	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver \
+		fonts-noto-cjk
 
-browser: $(CHROMIUM)
+browser: $(CHROMIUM) $(CJK_FONT)
 
 test: setup browser
 	OMP_NUM_THREADS=1 $(PY) -m pytest --nbval-lax tests notebooks solutions $(PYTEST_ARGS)

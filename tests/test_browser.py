@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from browser.jupyter import (CHROMIUM, CHROMIUM_FLAGS, KERNEL_IDLE, ROOT, api, error_outputs,
-                             jupyterlab, open_notebook, run_all, screenshot, shutdown_kernels)
+from browser.jupyter import (CHROMIUM, CHROMIUM_FLAGS, ROOT, api, current_notebook,
+                             element_screenshot, error_outputs, jupyterlab, open_notebook, run_all,
+                             screenshot, settle, shutdown_kernels)
+from browser.lessons import LESSON_CHECKS
 
 pytestmark = pytest.mark.slow
 
@@ -47,14 +49,20 @@ BUSY_LIMIT_S = 180
 IGNORED_CONSOLE = ("favicon", "Failed to load resource: the server responded with a status of 404")
 
 
-def _missing_chromium_message() -> str:
-    return f"{CHROMIUM} is missing: `make browser` installs Debian's chromium and chromium-driver"
+# Chinese terms in the lessons need a CJK font, or the browser draws boxes.
+CJK_FONT = "/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc"
+
+
+def _missing_message(path: str) -> str:
+    return (f"{path} is missing: `make browser` installs Debian's chromium, chromium-driver and "
+            "fonts-noto-cjk")
 
 
 @pytest.fixture(scope="module")
 def browser():
-    if not Path(CHROMIUM).exists():
-        pytest.fail(_missing_chromium_message())
+    for needed in (CHROMIUM, CJK_FONT):
+        if not Path(needed).exists():
+            pytest.fail(_missing_message(needed))
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
@@ -79,25 +87,10 @@ def _watched_page(browser):
     return page, problems
 
 
-def _settle(page, timeout_s: float) -> None:
-    """Wait until the kernel has been idle for a whole second: whatever a control's change set off
-    (an observer, a button's callback, a queued request) has finished and reached the page."""
-    idle_since, deadline = None, time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        page.wait_for_timeout(100)
-        if not page.evaluate(KERNEL_IDLE):
-            idle_since = None
-        elif idle_since is None:
-            idle_since = time.monotonic()
-        elif time.monotonic() - idle_since >= 1.0:
-            return
-    raise AssertionError(f"the kernel was still busy after {timeout_s:.0f} s")
-
-
 def _changes_output(page, act, timeout_s: float) -> bool:
     before = page.evaluate(OUTPUT_DIGEST)
     act()
-    _settle(page, timeout_s)
+    settle(page, timeout_s)
     return page.evaluate(OUTPUT_DIGEST) != before
 
 
@@ -170,7 +163,7 @@ def _exercise_controls(page) -> tuple[list[str], list[str]]:
                         page, lambda: element.evaluate(PRESS_OWN_BUTTON), timeout_s=BUSY_LIMIT_S):
                     dead.append(name)
             _restore(kind, element, state)
-            _settle(page, BUSY_LIMIT_S)
+            settle(page, BUSY_LIMIT_S)
     return used, dead
 
 
@@ -189,13 +182,22 @@ def test_widgets_respond_in_jupyterlab(browser, lab, notebook, capsys):
         run_all(page)
         ran = time.monotonic()
         assert error_outputs(page) == [], f"{notebook} has error outputs"
+        heading = element_screenshot(current_notebook(page).locator(".jp-MarkdownOutput").first,
+                                     f"{Path(notebook).stem}-heading")
+        # What the widgets show on the first run and at the settings a learner tries.
+        check = LESSON_CHECKS.get(notebook)
+        shown = check(page) if check else []
+        checked = time.monotonic()
         used, dead = _exercise_controls(page)
-        timing = f"run all {ran - start:.0f} s, controls {time.monotonic() - ran:.0f} s"
+        timing = (f"run all {ran - start:.0f} s, checks {checked - ran:.0f} s, controls "
+                  f"{time.monotonic() - checked:.0f} s")
         assert used, f"{notebook} shows no controls in the browser"
         shot = screenshot(page, Path(notebook).stem)
         with capsys.disabled():
             print(f"\n{notebook}: changed {len(used)} controls ({', '.join(used)}); {timing}; "
-                  f"screenshot {shot}")
+                  f"screenshots {heading}, {shot}")
+            for line in shown:
+                print(f"  {line}")
         assert not dead, f"{notebook}: these controls changed nothing visible: {dead}"
         assert error_outputs(page) == [], f"{notebook} has error outputs after using its controls"
         assert problems == [], f"{notebook}: JavaScript errors: {problems}"

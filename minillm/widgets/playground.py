@@ -1,19 +1,25 @@
 """Playground: a prompt box and every GenerationConfig control; generates with the real model and
-streams the text as it comes (beam search shows all returned beams at the end)."""
+streams the text as it comes (beam search shows all returned beams at the end).
+
+The last two runs stand side by side, each with its settings (those that differ between the two
+in bold), its text, why it ended and how long it took, so two settings can be compared."""
 
 from __future__ import annotations
 
 import html
-import time
+from dataclasses import dataclass, field
 
 from ..decoding.config import GenerationConfig
+from .readable import finish_reason_text, number
 
 
 def config_from_values(values: dict, tokenizer=None) -> GenerationConfig:
     """A GenerationConfig from the controls' values. Widget conventions: top_k 0, min_p 0 and
     seed -1 mean "off"; `stop` and `bad_words` are comma-separated text (bad words are turned
-    into token ids with and without a leading space, which needs `tokenizer`)."""
-    fields = dict(values)
+    into token ids with and without a leading space, which needs `tokenizer`). A slider's float
+    (0.20000000000000004) is rounded to 6 significant digits (0.2)."""
+    fields = {name: float(f"{value:.6g}") if isinstance(value, float) else value
+              for name, value in values.items()}
     if fields.get("min_p") == 0:
         fields["min_p"] = None
     if fields.get("seed") == -1:
@@ -33,11 +39,12 @@ def config_from_values(values: dict, tokenizer=None) -> GenerationConfig:
 MAX_NEW_TOKENS = 300  # the slider's top
 SAMPLING_ONLY = ("temperature", "top_k", "top_p", "min_p", "seed")
 BEAM_ONLY = ("length_penalty", "early_stopping", "num_return_sequences")
+RUNS_SHOWN = 2  # the latest run and the one before it, side by side
 
 
-def describe(config: GenerationConfig) -> str:
-    """The decoding mode and every option that differs from its default, marking those the mode
-    ignores, e.g. "sampling · temperature=0.7 · length_penalty=2.0 (beam search only)"."""
+def describe_parts(config: GenerationConfig) -> list[str]:
+    """The decoding mode, then each option that differs from its default, rounded for people
+    and marked when the mode ignores it."""
     if config.is_beam_search:
         mode = f"beam search, {config.num_beams} beams"
     else:
@@ -53,8 +60,77 @@ def describe(config: GenerationConfig) -> str:
             note = " (sampling only)"
         elif name in BEAM_ONLY and not config.is_beam_search:
             note = " (beam search only)"
-        parts.append(f"{name}={value!r}{note}")
-    return " · ".join(parts)
+        parts.append(f"{name}={number(value)}{note}")
+    return parts
+
+
+def describe(config: GenerationConfig) -> str:
+    """e.g. "sampling · temperature=0.7 · length_penalty=2.0 (beam search only)"."""
+    return " · ".join(describe_parts(config))
+
+
+def setting_values(config: GenerationConfig) -> dict[str, str]:
+    """Every field of `config`, rounded for people: what two runs' cards compare."""
+    return {name: number(getattr(config, name)) for name in GenerationConfig.field_names()}
+
+
+@dataclass
+class Run:
+    """One press of Generate, as its card shows it."""
+
+    index: int
+    settings: list[str]                              # describe_parts(config)
+    values: dict = field(default_factory=dict)       # setting_values(config)
+    texts: list[str] = field(default_factory=list)   # one per returned sequence
+    notes: list[str] = field(default_factory=list)   # per sequence: score, why it ended
+    seconds: float | None = None                     # None while it runs
+
+
+PRE = "white-space:pre-wrap;overflow-wrap:break-word;margin:4px 0;font-size:13px"
+
+
+def card_settings(run: Run, other: Run | None) -> list[tuple[str, bool]]:
+    """The settings a card lists, each with whether it differs from `other`'s: the run's own
+    description, plus any setting `other` changed that this run left at its default."""
+    differ = {name for name, value in run.values.items()
+              if other is not None and other.values.get(name) != value}
+    parts = list(run.settings)
+    named = {p.split("=")[0] for p in parts if "=" in p}
+    parts += [f"{name}={run.values[name]}" for name in run.values
+              if name in differ and name not in named]
+    mode_differs = other is not None and other.settings[:1] != run.settings[:1]
+    return [(p, p.split("=")[0] in differ if "=" in p else mode_differs) for p in parts]
+
+
+def run_card(run: Run, other: Run | None, latest: bool) -> str:
+    """One run's card; the settings that differ from `other`'s in bold."""
+    settings = " · ".join(f"<b>{html.escape(p)}</b>" if differs else html.escape(p)
+                          for p, differs in card_settings(run, other))
+    when = "latest" if latest else "before"
+    body = "".join(
+        f"<pre style='{PRE}'>{html.escape(text) if text else '<i>(no text)</i>'}</pre>"
+        f"<div style='font-size:12px;color:#555'>{html.escape(note)}</div>"
+        for text, note in zip(run.texts, run.notes)) or "<i>generating…</i>"
+    took = "running…" if run.seconds is None else f"{run.seconds:.1f} s"
+    return (f"<div class='minillm-run' data-run='{run.index}' style='flex:1 1 0;min-width:0;"
+            f"border:1px solid #ccc;border-radius:4px;padding:6px'>"
+            f"<div style='font-size:12px;color:#555'>run {run.index} · {when} · {took}</div>"
+            f"<div style='font-size:12px'>{settings}</div>{body}</div>")
+
+
+def runs_html(runs: list[Run]) -> str:
+    """The last RUNS_SHOWN runs side by side, the latest first."""
+    shown = runs[::-1][:RUNS_SHOWN]
+    cards = [run_card(r, shown[1 - i] if len(shown) == 2 else None, i == 0)
+             for i, r in enumerate(shown)]
+    return f"<div style='display:flex;gap:8px;align-items:flex-start'>{''.join(cards)}</div>"
+
+
+def status_html(text: str, error: bool = False) -> str:
+    """One line that never wraps (a long text ends in "…", all of it in the tooltip)."""
+    colour = "color:#b00;" if error else ""
+    return (f"<div title='{html.escape(text, quote=True)}' style='{colour}white-space:nowrap;"
+            f"overflow:hidden;text-overflow:ellipsis'>{html.escape(text)}</div>")
 
 
 def _controls(max_new_tokens: int):
@@ -86,7 +162,8 @@ def _controls(max_new_tokens: int):
 def playground(model, tokenizer, prompt: str = "Write a short poem about the sea.",
                max_new_tokens: int = 60):
     """The whole GenerationConfig as controls, starting at `max_new_tokens` (1-300). Chat-style
-    prompts go through the chat template when "chat" is ticked."""
+    prompts go through the chat template when "chat" is ticked. The returned box has `.run()`,
+    `.controls`, `.status`, `.output` (the runs, side by side) and `.runs`."""
     import ipywidgets as w
 
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) \
@@ -94,46 +171,81 @@ def playground(model, tokenizer, prompt: str = "Write a short poem about the sea
         raise ValueError(f"max_new_tokens must be an int from 1 to {MAX_NEW_TOKENS}, got "
                          f"{max_new_tokens!r}")
 
-    from ..generation import generate, stream
+    from ..devices import Timer
+    from ..generation import generate
+    from ..metrics import timed_stream
 
     box_prompt = w.Textarea(value=prompt, layout=w.Layout(width="95%", height="60px"))
-    chat = w.Checkbox(value=True, description="chat template")
+    chat = w.Checkbox(value=True, description="chat template", indent=False,
+                      layout=w.Layout(width="130px"))
     controls = _controls(max_new_tokens)
     labelled = [w.HBox([w.Label(name, layout=w.Layout(width="150px")), c])
                 for name, c in controls.items()]
     button = w.Button(description="Generate", button_style="primary")
-    status = w.HTML()
+    status = w.HTML(value=status_html("press Generate; the last two runs stay side by side"),
+                    layout=w.Layout(flex="1 1 0", min_width="0"))
     output = w.HTML()
+    runs: list[Run] = []
 
     def run(_=None):
         values = {name: c.value for name, c in controls.items()}
         try:
             config = config_from_values(values, tokenizer)
         except (ValueError, TypeError) as error:
-            status.value = f"<span style='color:#b00'>{html.escape(str(error))}</span>"
+            status.value = status_html(str(error), error=True)
             return
         text = box_prompt.value
         if chat.value:
             text = tokenizer.apply_chat_template([{"role": "user", "content": text}],
                                                  add_generation_prompt=True)
-        start, shown = time.perf_counter(), ""
-        output.value = ""
-        if config.num_beams == 1:
-            status.value = "generating…"
-            for piece in stream(model, tokenizer, text, config):
-                shown += piece
-                output.value = f"<pre style='white-space:pre-wrap'>{html.escape(shown)}</pre>"
-        else:
-            status.value = f"beam search with {config.num_beams} beams…"
-            result = generate(model, tokenizer, text, config)
-            rows = [f"<b>score {r.score:.3f}</b> ({r.finish_reason})<pre style='white-space:"
-                    f"pre-wrap'>{html.escape(r.text)}</pre>" for r in result.sequences]
-            output.value = "".join(rows)
-        seconds = time.perf_counter() - start
-        status.value = f"done in {seconds:.1f} s · {html.escape(describe(config))}"
+        current = Run(len(runs) + 1, describe_parts(config), setting_values(config))
+        button.disabled = True
+        try:
+            runs.append(current)
+            output.value = runs_html(runs)
+            with Timer(model) as timer:
+                if config.num_beams == 1:
+                    _stream(text, config, current)
+                else:
+                    status.value = status_html(f"beam search with {config.num_beams} beams…")
+                    result = generate(model, tokenizer, text, config)
+                    for r in result.sequences:
+                        current.texts.append(r.text)
+                        current.notes.append(f"score {r.score:.3f} · " + finish_reason_text(
+                            r.finish_reason, len(r.token_ids), r.text))
+            current.seconds = timer.seconds
+            status.value = status_html(f"run {current.index} done in {timer.seconds:.1f} s · "
+                                       f"{current.notes[0]}")
+        except (ValueError, TypeError) as error:
+            runs.remove(current)
+            status.value = status_html(str(error), error=True)
+        finally:
+            button.disabled = False
+            output.value = runs_html(runs)
+
+    def _stream(text, config, current):
+        shown = [""]
+        current.texts.append("")
+        current.notes.append("")
+
+        def tokens_so_far(event):
+            status.value = status_html(f"generating… {event.index + 1}/"
+                                       f"{config.max_new_tokens} tokens")
+
+        stream = timed_stream(model, tokenizer, text, config, on_token=tokens_so_far)
+        status.value = status_html("generating… (prefill)")
+        for piece in stream:
+            shown[0] += piece
+            current.texts[0] = shown[0]
+            output.value = runs_html(runs)
+        result = stream.result
+        current.texts[0] = result.text
+        current.notes[0] = finish_reason_text(result.finish_reason, len(result.token_ids),
+                                              result.text)
 
     button.on_click(run)
     columns = w.HBox([w.VBox(labelled[:8]), w.VBox(labelled[8:])])
-    box = w.VBox([box_prompt, w.HBox([chat, button, status]), columns, output])
-    box.run, box.controls, box.output, box.status = run, controls, output, status
+    box = w.VBox([box_prompt, w.HBox([button, chat, status]), columns, output])
+    box.run, box.controls, box.output, box.status, box.runs = run, controls, output, status, runs
+    box.button, box.chat = button, chat
     return box

@@ -131,7 +131,10 @@ for t in [0.01, 0.5, 1.0, 2.0, 3.0]:
           f"{row['probs'][0]:.3f}, {row['tokens_for_90pct']:>6} tokens cover 90%")
 
 # %% [markdown]
-# Move the slider (0.01 to 3) and watch the distribution sharpen and flatten:
+# Move the slider (0.01 to 3) and watch the distribution sharpen and flatten. The bars use a log
+# scale, so even at T = 3, where each top token holds about 0.1%, they stay visible; the grey bar
+# is the rest of the vocabulary together. The curve on the right counts how many of the most
+# likely tokens it takes to hold 90% of the probability.
 
 # %%
 from minillm.widgets import temperature_explorer  # noqa: E402
@@ -195,7 +198,11 @@ for kind, text in PROMPTS.items():
 # %% [markdown]
 # On the flat prompt top-k=5 throws most of the probability away; on the peaked one top-k=50
 # keeps dozens of tokens that together hold almost nothing. Top-p keeps many tokens when the
-# model is unsure and few when it is sure. Try it:
+# model is unsure and few when it is sure. Try it: the bars are the probabilities after
+# temperature (blue kept, orange removed by top-p, grey removed by top-k), the orange line is the
+# running sum top-p adds up (over what top-k left, renormalised, as transformers does it), and the
+# red dashed line is the cut. When the cut lies beyond the bars, an arrow says where; the panel
+# on the right shows it over the whole vocabulary.
 
 # %%
 from minillm.widgets import top_k_top_p_explorer  # noqa: E402
@@ -242,6 +249,10 @@ for penalty in tqdm([1.0, 1.3, 1.8], desc="penalties"):
 r6 = measure(dict(no_repeat_ngram_size=3))
 print(f"no_repeat_ngram_size=3: repeat-3 {r6['repeat-3']:.2f} (no 3-gram can repeat)")
 assert r6["repeat-3"] == 0.0
+
+# %% [markdown]
+# Compare the three yourself. Each slider regenerates only its own text (greedy stays as it
+# was); the progress bar counts the tokens while one is generated.
 
 # %%
 from minillm.widgets import repetition_explorer  # noqa: E402
@@ -290,7 +301,9 @@ assert a.text == b.text
 
 # %% [markdown]
 # There is no universal setting: a chat assistant, a code completer and a story writer want
-# different ones. Try them all in the playground (it streams the text as it comes):
+# different ones. Try them all in the playground: it streams the text as it comes, says why
+# each run ended, and keeps the last two runs side by side (the settings that differ in bold),
+# so you can compare two settings on the same prompt:
 
 # %%
 from minillm.widgets import playground  # noqa: E402

@@ -103,15 +103,18 @@ print(f"TPOT {1000 * m.tpot:.1f} ms = {m.decode_tokens_per_second:.1f} tokens/s 
 # first bar is the TTFT (orange), the others the gap since the previous token, the line the
 # running TPOT. Type another prompt and press *Generate* to try your own; it runs on whatever
 # device the model is on.
+#
+# A chart that draws must not time its own drawing. The generation runs in a thread of its own
+# and stamps each token when it is ready; the chart takes the stamps from a queue and redraws
+# five times a second, so the time spent drawing never falls inside a gap between two tokens.
 
 # %%
 from minillm.widgets.latency import LatencyChart
 
 chart = LatencyChart(fast, tokenizer, prompt="Write a haiku about the sea.",
-                     max_new_tokens=N_NEW, redraw_seconds=1.0)
+                     max_new_tokens=N_NEW)
 display(chart)
 live = chart.run()
-print(live.metrics)
 
 # %% [markdown]
 # ## 2 · More users: throughput rises, each user waits longer

@@ -25,7 +25,6 @@ import time
 
 import matplotlib.pyplot as plt
 import torch
-from ipywidgets import IntSlider, interact
 
 import minillm
 from minillm.engine import BlockManager, ContinuousScheduler, Engine, PagedBatch
@@ -99,28 +98,15 @@ print("identical outputs:", same)
 # (prefill, decode, or ghost: a finished row still computed).
 
 # %%
-COLOURS = {"prefill": "tab:orange", "decode": "tab:blue", "recompute": "tab:red",
-           "ghost": "lightgrey"}
-
-
-def timeline(ax, engine, title):
-    t0 = engine.steps[0].start
-    for step in engine.steps:
-        for rid, n, kind in step.items:
-            ax.barh(rid, step.end - step.start, left=step.start - t0, height=0.8,
-                    color=COLOURS[kind], linewidth=0)
-    ax.set_title(title)
-    ax.set_ylabel("request")
-    ax.invert_yaxis()
-
+from minillm.widgets.batching import COLOURS, plot_timeline, timeline_legend
 
 fig, axes = plt.subplots(2, 1, figsize=(9, 5.5), sharex=True)
+kinds = set()
 for ax, kind in zip(axes, ["static", "continuous"]):
-    timeline(ax, runs[kind]["engine"], f"{kind} batching: {runs[kind]['wall_s']:.1f} s")
+    kinds |= plot_timeline(ax, runs[kind]["engine"].steps,
+                           f"{kind} batching: {runs[kind]['wall_s']:.1f} s")
 axes[1].set_xlabel("seconds")
-handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLOURS.values()]
-axes[0].legend(handles, COLOURS.keys(), loc="upper left", bbox_to_anchor=(1.0, 1.0),
-               fontsize=8)
+timeline_legend(axes[0], kinds)
 plt.tight_layout()
 plt.show()
 
@@ -220,42 +206,15 @@ while engine.has_unfinished():
                       for r in engine.scheduler.running})
 print(f"{len(snapshots)} steps recorded")
 
+# %% [markdown]
+# Move the slider through the steps. Left, a contiguous cache: each running request's reserved
+# slots (grey) and the ones it has filled. Right, the paged pool: one cell per block, coloured by
+# the request that holds it (the key names them), pale while the block is part-filled.
+
 # %%
-def block_map(step):
-    snap = snapshots[step]
-    bs, n_blocks = engine.blocks.block_size, engine.blocks.num_blocks
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.2))
-    # contiguous: one row per running request, reserved up to its prompt + max_new_tokens
-    for row, (rid, (table, used, reserved)) in enumerate(sorted(snap.items())):
-        left.barh(row, reserved, color="gainsboro")
-        left.barh(row, used, color=f"C{rid % 10}")
-        left.text(reserved, row, f" {used}/{reserved}", va="center", fontsize=8)
-    left.set_title("contiguous: reserved (grey) vs used")
-    left.set_xlabel("token slots")
-    left.set_yticks([])
-    # paged: the pool as a grid of blocks, coloured by owner, shaded by how full
-    grid = torch.ones(n_blocks // 16, 16, 4)
-    for rid, (table, used, _) in snap.items():
-        for k, block in enumerate(table):
-            fill = min(bs, used - k * bs) / bs
-            colour = torch.tensor(plt.get_cmap("tab10")(rid % 10))
-            grid[block // 16, block % 16] = 1 - (1 - colour) * max(fill, 0.25)
-    right.imshow(grid.numpy(), aspect="auto")
-    right.set_title(f"paged: {n_blocks} blocks of {bs} (pale = part-filled)")
-    right.set_xticks([])
-    right.set_yticks([])
-    used = sum(u for _, u, _ in snap.values())
-    paged = sum(len(t) for t, _, _ in snap.values()) * bs
-    contiguous = sum(r for _, _, r in snap.values())
-    fig.suptitle(f"step {step}: {used} tokens stored; paged holds {paged} slots "
-                 f"({used / max(paged, 1):.0%} used), contiguous {contiguous} "
-                 f"({used / max(contiguous, 1):.0%} used)", fontsize=10)
-    plt.tight_layout()
-    plt.show()
+from minillm.widgets.batching import block_map_explorer
 
-
-interact(block_map, step=IntSlider(value=len(snapshots) // 2, min=0,
-                                   max=len(snapshots) - 1, description="step"));
+block_map_explorer(engine, snapshots)
 
 # %% [markdown]
 # Over the whole continuous run (each step weighted by the tokens it held):

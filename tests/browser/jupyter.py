@@ -49,6 +49,10 @@ def isolated_env(home: Path) -> dict:
     (settings / "docmanager-extension").mkdir(parents=True, exist_ok=True)
     (settings / "docmanager-extension" / "plugin.jupyterlab-settings").write_text(
         '{"autosave": false}')
+    # Every cell in the page, also those scrolled far away, so tests can find any widget.
+    (settings / "notebook-extension").mkdir(parents=True, exist_ok=True)
+    (settings / "notebook-extension" / "tracker.jupyterlab-settings").write_text(
+        '{"windowingMode": "none"}')
     env["JUPYTERLAB_SETTINGS_DIR"] = str(home / "lab-settings")
     return env
 
@@ -162,8 +166,37 @@ def error_outputs(page) -> list[str]:
     return page.evaluate(ERROR_OUTPUTS)
 
 
+def current_notebook(page):
+    """The notebook on show: JupyterLab keeps the tabs of notebooks opened before, hidden."""
+    return page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)").first
+
+
+def settle(page, timeout_s: float) -> None:
+    """Wait until the kernel has been idle for a whole second: whatever a control's change set off
+    (an observer, a button's callback, a queued request) has finished and reached the page."""
+    idle_since, deadline = None, time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        page.wait_for_timeout(100)
+        if not page.evaluate(KERNEL_IDLE):
+            idle_since = None
+        elif idle_since is None:
+            idle_since = time.monotonic()
+        elif time.monotonic() - idle_since >= 1.0:
+            return
+    raise AssertionError(f"the kernel was still busy after {timeout_s:.0f} s")
+
+
 def screenshot(page, name: str) -> Path:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / f"{name}.png"
     page.screenshot(path=str(path), full_page=False)
+    return path
+
+
+def element_screenshot(locator, name: str) -> Path:
+    """A picture of one element (a widget with its chart), scrolled into view."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    locator.scroll_into_view_if_needed()
+    locator.screenshot(path=str(path))
     return path

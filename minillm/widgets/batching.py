@@ -1,0 +1,145 @@
+"""Chapter 06's pictures of an engine at work: the timeline of who ran in which forward pass, and
+the block map, a slider over a recorded run that shows the KV memory two ways (a contiguous cache
+reserving each request's longest length, the paged pool handing out blocks).
+
+The block map keeps the block size, the pool size and the snapshots it was built with: a lesson
+that later builds another engine under the same name does not change its picture.
+"""
+
+from __future__ import annotations
+
+from .readable import plural
+from .render import chart_html, new_figure
+
+__all__ = ["COLOURS", "plot_timeline", "timeline_legend", "block_map_figure",
+           "block_map_explorer"]
+
+# The kinds of row a forward pass runs (minillm.engine.StepRecord.items), in the timeline's colours.
+COLOURS = {"prefill": "tab:orange", "decode": "tab:blue", "recompute": "tab:red",
+           "ghost": "lightgrey"}
+GRID_COLUMNS = 16  # blocks per row of the block map's grid
+
+
+def plot_timeline(ax, steps, title: str) -> set[str]:
+    """One row per request, one bar per forward pass it took part in, coloured by what the row
+    did (`COLOURS`). Returns the kinds drawn, for `timeline_legend`."""
+    from matplotlib.ticker import MaxNLocator
+
+    t0 = steps[0].start
+    kinds, requests = set(), set()
+    for step in steps:
+        for rid, _, kind in step.items:
+            ax.barh(rid, step.end - step.start, left=step.start - t0, height=0.8,
+                    color=COLOURS[kind], linewidth=0)
+            kinds.add(kind)
+            requests.add(rid)
+    ax.set_title(title)
+    ax.set_ylabel("request")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylim(max(requests) + 0.6, min(requests) - 0.6)  # request 0 on top
+    return kinds
+
+
+def timeline_legend(ax, kinds) -> None:
+    """A key for the kinds that appear (in `COLOURS`' order), outside the axes on the right."""
+    from matplotlib.patches import Patch
+
+    handles = [Patch(color=c, label=k) for k, c in COLOURS.items() if k in kinds]
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8,
+              frameon=False)
+
+
+def _request_colour(rid: int):
+    """18 strong colours (tab10, then Dark2), so pale can mean part-filled."""
+    import matplotlib
+
+    palette = matplotlib.colormaps["tab10"].colors + matplotlib.colormaps["Dark2"].colors
+    return palette[rid % len(palette)]
+
+
+def block_map_figure(snapshot: dict, block_size: int, num_blocks: int, step: int):
+    """The pool after one step. `snapshot` maps each running request's id to (block table,
+    tokens in the cache, tokens a contiguous cache would reserve). Left: the contiguous cache,
+    one bar per request; right: the paged pool, one cell per block, coloured by its owner (pale:
+    part-filled), with a key."""
+    from matplotlib.patches import Patch, Rectangle
+
+    fig = new_figure(11, 3.6)
+    left, right = fig.subplots(1, 2, width_ratios=[1, 1.15])
+    rows = sorted(snapshot.items())
+    for row, (rid, (_, used, reserved)) in enumerate(rows):
+        left.barh(row, reserved, color="gainsboro")
+        left.barh(row, used, color=_request_colour(rid))
+        left.text(reserved, row, f" {used}/{reserved}", va="center", fontsize=8)
+    left.set_yticks(range(len(rows)), [f"request {rid}" for rid, _ in rows], fontsize=8)
+    left.set_ylim(len(rows) - 0.5 if rows else 0.5, -0.5)
+    left.set_xlabel("token slots")
+    left.set_title("contiguous: reserved (grey) vs used", fontsize=10)
+    left.margins(x=0.15)
+
+    owner, fill = {}, {}
+    for rid, (table, used, _) in snapshot.items():
+        for k, block in enumerate(table):
+            owner[block] = rid
+            fill[block] = min(block_size, max(used - k * block_size, 0)) / block_size
+    n_rows = -(-num_blocks // GRID_COLUMNS)
+    for block in range(num_blocks):
+        r, c = divmod(block, GRID_COLUMNS)
+        if block in owner:
+            colour, alpha = _request_colour(owner[block]), max(fill[block], 0.25)
+        else:
+            colour, alpha = "white", 1.0
+        cell = Rectangle((c, r), 1, 1, facecolor=colour, alpha=alpha, edgecolor="none")
+        cell.set_gid(f"blockmap-block-{block}")
+        right.add_patch(cell)
+        right.add_patch(Rectangle((c, r), 1, 1, fill=False, edgecolor="#bbb", linewidth=0.5))
+    right.set_xlim(0, GRID_COLUMNS)
+    right.set_ylim(n_rows, 0)
+    right.set_aspect("equal")
+    right.set_xticks([])
+    right.set_yticks([r + 0.5 for r in range(n_rows)],
+                     [f"{r * GRID_COLUMNS}" for r in range(n_rows)], fontsize=7)
+    right.tick_params(axis="y", length=0)
+    right.set_ylabel("first block of the row", fontsize=8)
+    right.set_title(f"paged: {num_blocks} blocks of {block_size} (pale = part-filled)",
+                    fontsize=10).set_gid("blockmap-pool-title")
+    key = [Patch(color=_request_colour(rid), label=f"request {rid}") for rid, _ in rows]
+    key.append(Patch(facecolor="white", edgecolor="#bbb", label="free block"))
+    right.legend(handles=key, loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=7,
+                 frameon=False, ncols=2 if len(key) > 9 else 1)
+
+    used = sum(u for _, u, _ in snapshot.values())
+    paged = sum(len(t) for t, _, _ in snapshot.values()) * block_size
+    contiguous = sum(r for _, _, r in snapshot.values())
+    fig.suptitle(f"step {step}: {plural(used, 'token')} stored; paged holds {paged} slots "
+                 f"({used / max(paged, 1):.0%} used), contiguous {contiguous} "
+                 f"({used / max(contiguous, 1):.0%} used)", fontsize=10).set_gid(
+                     "blockmap-title")
+    return fig
+
+
+def block_map_explorer(engine, snapshots: list[dict], step: int | None = None):
+    """A step slider over `snapshots` (one dict per engine step, as `block_map_figure` takes)
+    recorded from `engine`. The engine's block size and pool size are read now, once. The box
+    has `.slider`, `.draw()` and `.figure`."""
+    import ipywidgets as w
+
+    if not snapshots:
+        raise ValueError("snapshots is empty: record at least one engine step")
+    block_size, num_blocks = engine.blocks.block_size, engine.blocks.num_blocks
+    snapshots = list(snapshots)
+    slider = w.IntSlider(value=len(snapshots) // 2 if step is None else step, min=0,
+                         max=len(snapshots) - 1, description="step", continuous_update=False,
+                         layout=w.Layout(width="480px"))
+    chart = w.HTML()
+    box = w.VBox([slider, chart])
+
+    def draw(change=None):
+        box.figure = block_map_figure(snapshots[slider.value], block_size, num_blocks,
+                                      slider.value)
+        chart.value = chart_html(box.figure, "blockmap")
+
+    slider.observe(draw, names="value")
+    draw()
+    box.draw, box.slider, box.chart = draw, slider, chart
+    return box
