@@ -198,7 +198,7 @@ def test_smollm2_greedy_tokens_and_logits_match(gguf_path):
 
 
 def test_bf16_kernel_matches_torch_where_it_can_be_built():
-    from minillm.fast import kernel
+    from minillm import kernels as kernel
 
     if kernel.load() is None:
         pytest.skip("no C compiler or no x86-64 AVX2 CPU here: minillm uses torch's kernels")
@@ -220,6 +220,29 @@ def test_bf16_kernel_matches_torch_where_it_can_be_built():
         step = fast(torch.tensor([[4]]), cache=c)  # the kernel's decode step
         want = model(torch.tensor([[1, 2, 3, 4]]))[:, -1:]
     torch.testing.assert_close(step, want, atol=0.15, rtol=0)
+
+
+def test_int8_kernel_matches_the_dequantized_product_where_it_can_be_built():
+    from minillm import kernels
+    from minillm.quant import Int8Linear
+
+    if kernels.load("gemm_int8") is None:
+        pytest.skip("no C compiler or no x86-64 AVX2 CPU here: minillm uses torch's kernels")
+    gen = torch.Generator().manual_seed(0)
+    for n, k, rows in [(7, 5, 1), (96, 48, 3), (300, 576, 1), (40, 1537, 5), (64, 64, 16)]:
+        q = torch.randint(-127, 128, (n, k), generator=gen).to(torch.int8)
+        scale, bias = torch.rand(n, generator=gen), torch.randn(n, generator=gen)
+        x = torch.randn(rows, k, generator=gen)
+        want = x @ (q.float() * scale[:, None]).t() + bias
+        got = kernels.gemm_int8(x, q, scale, bias)
+        torch.testing.assert_close(got, want, atol=1e-5 * want.abs().max().item(), rtol=1e-5)
+    layer = Int8Linear(q, scale, bias, path="kernel")
+    torch.testing.assert_close(layer(x[None]), layer.forward_dequantize(x[None]), atol=1e-3,
+                               rtol=1e-5)
+    with pytest.raises(ValueError, match="int8"):
+        kernels.gemm_int8(x, q.float(), scale)
+    with pytest.raises(ValueError, match="float32 rows"):
+        kernels.gemm_int8(x.double(), q, scale)
 
 
 def test_a_quantized_model_is_refused_with_a_clear_error():

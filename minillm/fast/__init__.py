@@ -7,7 +7,7 @@
                                              Int8Linear); `minillm.load` returns one by default
     linear.py                                FastLinear: layout, storage dtype, bf16 kernel
     layout.py                                which weight layout multiplies fastest here
-    kernel.py                                a bf16 matrix-vector kernel for CPUs
+    (minillm/kernels.py                      the bf16 and int8 CPU kernels they call)
 
 Nothing else changes: the copy is the same class (LlamaModel, Qwen3Model, ...), runs the same
 blocks and attention (minillm.layers), keeps the same forward contract, and gives the same
@@ -130,9 +130,9 @@ def _linear_maker(fmt: str, act_dtype, device, layout: str, kernel):
     use_kernel = False
     if dtype == torch.bfloat16 and act_dtype == torch.float32 and device.type == "cpu" \
             and kernel in ("auto", True):
-        from .kernel import load
+        from ..kernels import load
 
-        use_kernel = load() is not None
+        use_kernel = load("gemv_bf16") is not None
         if kernel is True and not use_kernel:
             raise ValueError("the bf16 kernel cannot be built here (it needs an x86-64 AVX2 "
                              "CPU and a C compiler); use kernel='auto'")

@@ -8,7 +8,7 @@ time to read the matrices. Three choices make that read fast, and this layer mak
    `x @ W`, or (out, in) for `F.linear`.
 2. Storage dtype. The weights may be narrower than the activations: bfloat16 weights with
    float32 activations on a CPU without fast bf16 arithmetic. Then one row is multiplied by
-   minillm's bf16 kernel (`kernel.py`, which widens each weight in registers), a few rows by
+   minillm's bf16 kernel (minillm/kernels.py, which widens each weight in registers), a few rows by
    PyTorch's bf16 matmul, and many rows (a prefill) by widening the weights once for the call.
 3. The bias is added inside the multiplication (`addmm`).
 """
@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from . import kernel as bf16_kernel
+from .. import kernels
 from .layout import best_layout
 
 # Rows at which a prefill on a CPU widens bf16/fp16 weights to float32 for the multiply: at many
@@ -37,7 +37,8 @@ class FastLinear(nn.Module):
         self.out_features, self.in_features = weight.shape
         self.kernel = bool(kernel)  # one row through minillm's bf16 matrix-vector kernel
         if self.kernel:
-            if dtype != torch.bfloat16 or weight.device.type != "cpu" or bf16_kernel.load() is None:
+            if dtype != torch.bfloat16 or weight.device.type != "cpu" \
+                    or kernels.load("gemv_bf16") is None:
                 raise ValueError("the bf16 kernel takes bfloat16 weights on a CPU where it can "
                                  "be built (x86-64 AVX2 and a C compiler)")
             layout = "out_in"  # the kernel reads rows of W
@@ -63,7 +64,7 @@ class FastLinear(nn.Module):
             y = x @ self.matrix() if bias is None else torch.addmm(bias, x, self.matrix())
         elif x.shape[0] == 1 and self.kernel:
             y = torch.empty(1, self.out_features, dtype=torch.float32, device=x.device)
-            bf16_kernel.load()(self.weight.data_ptr(), x.float().contiguous().data_ptr(),
+            kernels.load("gemv_bf16")(self.weight.data_ptr(), x.float().contiguous().data_ptr(),
                                y.data_ptr(), self.out_features, self.in_features,
                                torch.get_num_threads())
             y = y.to(x.dtype) if bias is None else y.to(x.dtype).add_(bias)

@@ -17,8 +17,12 @@ result, never building the float weight. Int8Linear has two:
 - "dynamic": fbgemm's int8 GEMM through PyTorch (`torch.ops.quantized.linear_dynamic`), which
   also quantizes the activations, one scale for the call's rows, and multiplies int8 by int8
   with the CPU's integer dot-product instructions (VNNI where there is one), then scales the
-  int32 sums back to float. Measured about 2x faster than float32 at batch 1: it reads a
-  quarter of the bytes and does the arithmetic in the narrow type. It is the fast path's int8.
+  int32 sums back to float. About 2x faster than float32 at batch 1, but the activations'
+  rounding costs accuracy: on SmolLM2 perplexity rose 1.9% decoding token by token, and 234%
+  over whole 512-token windows (one scale for 512 rows of activations with outliers).
+- "kernel": minillm's own (minillm.kernels.gemm_int8): int8 weights widened to float32 in
+  registers, activations kept in float32. It reads a quarter of float32's bytes and rounds
+  nothing but the weights. The fast path's int8 runs it for decode steps.
 """
 
 from __future__ import annotations
@@ -32,16 +36,23 @@ import torch.nn.functional as F
 from .int4 import GROUP_SIZE, dequantize_int4, quantize_int4
 from .int8 import dequantize_int8, quantize_int8
 
-INT8_PATHS = ("auto", "dynamic", "fused", "dequantize")
-# "auto" runs the dynamic (fbgemm) kernel for inputs of at most this many rows (decode steps);
-# for more (a prefill) it rebuilds the float weight: the multiply is compute-bound there, and
-# one activation scale over hundreds of tokens would cost precision.
-DYNAMIC_MAX_ROWS = 16
+INT8_PATHS = ("auto", "kernel", "dynamic", "fused", "dequantize")
+# "auto" runs minillm's int8 kernel for inputs of at most this many rows (decode steps); for
+# more (a prefill) it rebuilds the float weight once for the call: the multiply is compute-bound
+# there, and PyTorch's float32 matrix multiply is the fastest at it.
+KERNEL_MAX_ROWS = 16
 
 
 def fused_int8_available() -> bool:
     """Whether this PyTorch has the fused int8 weight-only matmul (CPU)."""
     return hasattr(torch, "_weight_int8pack_mm")
+
+
+def kernel_int8_available() -> bool:
+    """Whether minillm's own int8 kernel can be built and run here (minillm.kernels)."""
+    from ..kernels import load
+
+    return load("gemm_int8") is not None
 
 
 def dynamic_int8_available() -> bool:
@@ -109,6 +120,9 @@ class Int8Linear(QuantizedLinear):
         if value == "dynamic" and not dynamic_int8_available():
             raise ValueError("this PyTorch has no fbgemm engine (x86-64 CPUs only); use "
                              "path='dequantize'")
+        if value == "kernel" and not kernel_int8_available():
+            raise ValueError("minillm's int8 kernel cannot be built here (it needs an x86-64 "
+                             "AVX2 CPU and a C compiler); use path='dequantize'")
         self._path = value
 
     @classmethod
@@ -170,15 +184,24 @@ class Int8Linear(QuantizedLinear):
         y = y.reshape(*x.shape[:-1], self.out_features)
         return y if self.bias is None else y + self.bias.to(x.dtype)
 
+    def forward_kernel(self, x: torch.Tensor) -> torch.Tensor:
+        """minillm's kernel: each int8 weight widened to float32 in registers; x stays float32."""
+        from ..kernels import gemm_int8
+
+        if x.device.type != "cpu" or x.dtype != torch.float32:
+            raise ValueError(f"the int8 kernel takes float32 input on the CPU, got {x.dtype} on "
+                             f"{x.device.type}; use path='dequantize'")
+        y = gemm_int8(x.reshape(-1, self.in_features), self.qweight, self.scale, self.bias)
+        return y.reshape(*x.shape[:-1], self.out_features)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.path == "fused":
-            return self.forward_fused(x)
-        rows = x.numel() // max(self.in_features, 1)
-        if self.path == "dynamic" or (
-                self.path == "auto" and rows <= DYNAMIC_MAX_ROWS and x.device.type == "cpu"
-                and x.dtype == torch.float32 and dynamic_int8_available()):
-            return self.forward_dynamic(x)
-        return self.forward_dequantize(x)
+        path = self.path
+        if path == "auto":
+            rows = x.numel() // max(self.in_features, 1)
+            small = rows <= KERNEL_MAX_ROWS and x.device.type == "cpu" and x.dtype == torch.float32
+            path = "kernel" if small and kernel_int8_available() else "dequantize"
+        return {"kernel": self.forward_kernel, "dynamic": self.forward_dynamic,
+                "fused": self.forward_fused, "dequantize": self.forward_dequantize}[path](x)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "

@@ -1,0 +1,234 @@
+"""minillm's two CPU kernels: a bf16 and an int8 weight matrix times float32 rows.
+
+Decoding multiplies one row (or a few) by every weight matrix, so a decode step's time is the
+time to read the weights. Both kernels read each narrow weight once, widen it to float32 in
+registers and accumulate with fused multiply-adds, so the bytes read shrink and the speed
+follows; the activations stay float32, so nothing is lost but the weights' own rounding.
+
+- `gemv_bf16`: bf16 weights. A bf16 is the top half of a float32: shift left by 16. On CPUs
+  without bf16 arithmetic PyTorch multiplies bf16 matrices in a slow generic loop.
+- `gemm_int8`: int8 weights with one float32 scale per output row (minillm.quant.int8), for up
+  to a few rows of x at once (a batched decode step); each weight row is read from memory once
+  and from the CPU's cache for the other rows. The maintained int8 kernels measured on the
+  course machine were each either slower than float32 (torchao 0.18's int8 weight-only and
+  dynamic configs, PyTorch's `_weight_int8pack_mm`) or less accurate (fbgemm's dynamic kernel
+  quantizes the activations too: +1.9% perplexity at batch 1, +234% over whole prompts),
+  which is why minillm has its own.
+
+It is C with AVX2 (and AVX-512 where the CPU has it), compiled on first use with the system's
+C compiler (`cc`) into minillm's cache folder and called through ctypes. Where there is no
+compiler, no x86-64 AVX2 CPU, or the compile fails, `load()` returns None and minillm uses
+PyTorch's own kernels.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+
+SOURCE = r"""
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifdef __AVX512F__
+#define VW 16
+typedef __m512 vf;
+static inline vf w8(const int8_t *p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
+}
+static inline vf vload(const float *p) { return _mm512_loadu_ps(p); }
+static inline vf vfma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
+static inline vf vadd(vf a, vf b) { return _mm512_add_ps(a, b); }
+static inline vf vzero(void) { return _mm512_setzero_ps(); }
+static inline float vsum(vf a) { return _mm512_reduce_add_ps(a); }
+#else
+#define VW 8
+typedef __m256 vf;
+static inline vf w8(const int8_t *p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
+}
+static inline vf vload(const float *p) { return _mm256_loadu_ps(p); }
+static inline vf vfma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
+static inline vf vadd(vf a, vf b) { return _mm256_add_ps(a, b); }
+static inline vf vzero(void) { return _mm256_setzero_ps(); }
+static inline float vsum(vf a) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    s = _mm_hadd_ps(s, s);
+    return _mm_cvtss_f32(_mm_hadd_ps(s, s));
+}
+#endif
+
+/* sum_k w[k] * x[k], w int8, x float32: four independent accumulators keep the FMA units busy */
+static inline float dot_int8(const int8_t *w, const float *x, int64_t K) {
+    vf a0 = vzero(), a1 = vzero(), a2 = vzero(), a3 = vzero();
+    int64_t k = 0;
+    for (; k + 4 * VW <= K; k += 4 * VW) {
+        a0 = vfma(w8(w + k), vload(x + k), a0);
+        a1 = vfma(w8(w + k + VW), vload(x + k + VW), a1);
+        a2 = vfma(w8(w + k + 2 * VW), vload(x + k + 2 * VW), a2);
+        a3 = vfma(w8(w + k + 3 * VW), vload(x + k + 3 * VW), a3);
+    }
+    for (; k + VW <= K; k += VW)
+        a0 = vfma(w8(w + k), vload(x + k), a0);
+    float total = vsum(vadd(vadd(a0, a1), vadd(a2, a3)));
+    for (; k < K; k++)
+        total += (float)w[k] * x[k];
+    return total;
+}
+
+/* Y[m][n] = scale[n] * sum_k W[n][k] * X[m][k] (+ bias[n]); W int8 row-major (N, K), X (M, K),
+   Y (M, N) float32. A weight row is read from memory once; the other rows find it in cache. */
+void gemm_int8(const int8_t *W, const float *scale, const float *bias, const float *X, float *Y,
+               int64_t M, int64_t N, int64_t K, int threads) {
+    #pragma omp parallel for schedule(static) num_threads(threads) if (N * K > (1 << 16))
+    for (int64_t n = 0; n < N; n++) {
+        const int8_t *row = W + n * K;
+        float b = bias ? bias[n] : 0.0f;
+        for (int64_t m = 0; m < M; m++)
+            Y[m * N + n] = dot_int8(row, X + m * K, K) * scale[n] + b;
+    }
+}
+
+/* y[n] = sum_k W[n][k] * x[k]; W is bf16 (uint16), row-major (N, K); x and y are float32. */
+void gemv_bf16(const uint16_t *W, const float *x, float *y, int64_t N, int64_t K, int threads) {
+    #pragma omp parallel for schedule(static) num_threads(threads) if (N * K > (1 << 16))
+    for (int64_t n = 0; n < N; n++) {
+        const uint16_t *row = W + n * K;
+        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+        int64_t k = 0;
+        for (; k + 16 <= K; k += 16) {
+            __m256i w0 = _mm256_slli_epi32(
+                _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(row + k))), 16);
+            __m256i w1 = _mm256_slli_epi32(
+                _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(row + k + 8))), 16);
+            a0 = _mm256_fmadd_ps(_mm256_castsi256_ps(w0), _mm256_loadu_ps(x + k), a0);
+            a1 = _mm256_fmadd_ps(_mm256_castsi256_ps(w1), _mm256_loadu_ps(x + k + 8), a1);
+        }
+        __m256 a = _mm256_add_ps(a0, a1);
+        __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+        s = _mm_hadd_ps(s, s);
+        s = _mm_hadd_ps(s, s);
+        float total = _mm_cvtss_f32(s);
+        for (; k < K; k++) {
+            uint32_t bits = (uint32_t)row[k] << 16;
+            float w;
+            memcpy(&w, &bits, 4);
+            total += w * x[k];
+        }
+        y[n] = total;
+    }
+}
+"""
+
+_LOADED: dict[str, object] = {}
+
+
+def _supported() -> bool:
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return False
+    try:
+        capability = torch.backends.cpu.get_cpu_capability()
+    except AttributeError:
+        return False
+    return capability in ("AVX2", "AVX512")
+
+
+_ARGS = {"gemv_bf16": [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 2 + [ctypes.c_int],
+         "gemm_int8": [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 3 + [ctypes.c_int]}
+
+
+def _library():
+    """The compiled library (ctypes), or None where it cannot be built here. Built once per
+    source and CPU capability (AVX2 or AVX-512), kept in minillm's cache."""
+    if "lib" in _LOADED:
+        return _LOADED["lib"]
+    _LOADED["lib"] = None
+    compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+    if os.environ.get("MINILLM_NO_KERNEL") or not _supported() or compiler is None:
+        return None
+    from .files import cache_dir
+
+    capability = torch.backends.cpu.get_cpu_capability()
+    flags = ["-mavx2", "-mfma"] + (["-mavx512f", "-mavx512bw"] if capability == "AVX512" else [])
+    digest = hashlib.sha256((SOURCE + " ".join(flags)).encode()).hexdigest()[:12]
+    folder = cache_dir() / "kernels"
+    library = folder / f"minillm_kernels_{capability.lower()}_{digest}.so"
+    try:
+        if not library.is_file():
+            folder.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory() as tmp:
+                src = Path(tmp) / "minillm_kernels.c"
+                src.write_text(SOURCE)
+                built = Path(tmp) / library.name
+                subprocess.run([compiler, "-O3", *flags, "-fopenmp", "-shared", "-fPIC",
+                                str(src), "-o", str(built)], check=True, capture_output=True,
+                               timeout=120)
+                os.replace(built, library)  # atomic: a parallel build never sees half a file
+        lib = ctypes.CDLL(str(library))
+    except (OSError, subprocess.SubprocessError):
+        return None
+    for name, args in _ARGS.items():
+        getattr(lib, name).argtypes = args
+        getattr(lib, name).restype = None
+    _LOADED["lib"] = lib
+    return lib
+
+
+def load(name: str = "gemv_bf16"):
+    """The compiled kernel `name` ("gemv_bf16" or "gemm_int8", a ctypes function), or None
+    where it cannot be built here."""
+    if name not in _ARGS:
+        raise ValueError(f"no kernel {name!r}; minillm has {', '.join(_ARGS)}")
+    lib = _library()
+    return None if lib is None else getattr(lib, name)
+
+
+def gemv_bf16(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None,
+              threads: int | None = None) -> torch.Tensor:
+    """x (K,) or (1, K) float32, weight (N, K) bf16 contiguous on the CPU -> (N,) float32 (or
+    `out`). Raises RuntimeError where the kernel is not available (see `load`)."""
+    fn = load("gemv_bf16")
+    if fn is None:
+        raise RuntimeError("the bf16 kernel is not available on this machine")
+    if weight.dtype != torch.bfloat16 or not weight.is_contiguous() or weight.dim() != 2:
+        raise ValueError("weight must be a contiguous 2-D bfloat16 tensor")
+    n, k = weight.shape
+    x = x.reshape(-1)
+    if x.dtype != torch.float32 or x.numel() != k or not x.is_contiguous():
+        raise ValueError(f"x must be {k} contiguous float32 values, got {tuple(x.shape)} "
+                         f"{x.dtype}")
+    if out is None:
+        out = torch.empty(n, dtype=torch.float32)
+    fn(weight.data_ptr(), x.data_ptr(), out.data_ptr(), n, k, threads or torch.get_num_threads())
+    return out
+
+
+def gemm_int8(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor,
+              bias: torch.Tensor | None = None, threads: int | None = None) -> torch.Tensor:
+    """x (M, K) float32 times the int8 weight (N, K) with scales (N,), plus `bias` (N,):
+    (M, N) float32, on the CPU. Raises RuntimeError where the kernel is not available."""
+    fn = load("gemm_int8")
+    if fn is None:
+        raise RuntimeError("the int8 kernel is not available on this machine")
+    if qweight.dtype != torch.int8 or not qweight.is_contiguous() or qweight.dim() != 2:
+        raise ValueError("qweight must be a contiguous 2-D int8 tensor")
+    n, k = qweight.shape
+    x = x.reshape(-1, k) if x.numel() % k == 0 else x
+    if x.dtype != torch.float32 or x.dim() != 2 or x.shape[1] != k:
+        raise ValueError(f"x must be float32 rows of {k} values, got {tuple(x.shape)} {x.dtype}")
+    x = x.contiguous()
+    scale = scale.float().contiguous()
+    bias = None if bias is None else bias.float().contiguous()
+    out = torch.empty(x.shape[0], n, dtype=torch.float32)
+    fn(qweight.data_ptr(), scale.data_ptr(), None if bias is None else bias.data_ptr(),
+       x.data_ptr(), out.data_ptr(), x.shape[0], n, k, threads or torch.get_num_threads())
+    return out
