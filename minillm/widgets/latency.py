@@ -5,7 +5,7 @@ bar the gap since the previous token (blue), with the running TPOT (the mean of 
 as a line. The text grows beside it.
 
 A chart must not time its own drawing. So the generation runs in a thread of its own, where
-`minillm.metrics.timed_stream` stamps each token the moment it is ready on the host (the token is
+`minillm.stream` (also `minillm.timed_stream`) stamps each token the moment it is ready on the host (the token is
 read back from the device first, so on a GPU the stamp is after the work, not after the launch)
 and puts its `TokenEvent` on a queue. The notebook's thread takes the events off the queue and
 redraws on a clock of its own, every `redraw_seconds` while something new has arrived, never

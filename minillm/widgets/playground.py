@@ -173,7 +173,7 @@ def playground(model, tokenizer, prompt: str = "Write a short poem about the sea
 
     from ..devices import Timer
     from ..generation import generate
-    from ..metrics import timed_stream
+    from ..generation import timed_stream
 
     box_prompt = w.Textarea(value=prompt, layout=w.Layout(width="95%", height="60px"))
     chat = w.Checkbox(value=True, description="chat template", indent=False,

@@ -65,7 +65,7 @@ def repetition_explorer(model, tokenizer, prompt: str = "I like cats. I like dog
     (how many texts it has generated so far)."""
     import ipywidgets as w
 
-    from ..metrics import timed_stream
+    from ..generation import timed_stream
 
     wide = {"style": {"description_width": "initial"}, "continuous_update": False}
     text = w.Text(value=prompt, description="prompt", layout=w.Layout(width="480px"),

@@ -458,7 +458,7 @@ print(f"offline (a pile of documents): batch {best_throughput[0]} -> "
 # ## Summary
 #
 # - TTFT, TPOT, latency = TTFT + TPOT × (n − 1), throughput: every `minillm.generate` result
-#   carries them as `.metrics`; `minillm.metrics.timed_stream` and the live chart stream them.
+#   carries them as `.metrics`; `minillm.stream` and the live chart stream them.
 # - Batch-1 decode is bound by memory bandwidth: each token reads every weight. Batching shares
 #   that read among users; bf16 halves it where the hardware computes in bf16.
 # - Prefill is compute-bound; whether 512 input tokens beat 8 output tokens depends on the
