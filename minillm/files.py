@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,6 +54,29 @@ DEFAULT_MODEL = "smollm2-135m"
 
 class ModelFileError(RuntimeError):
     """The model file is missing, truncated or corrupted, and could not be fetched."""
+
+
+@contextmanager
+def written_aside(folder: Path, marker: str):
+    """Build a cache folder safely: yields an empty folder beside `folder` to write into; the
+    writer creates the file `marker` in it last. On success it is renamed into place (one atomic
+    step), so a reader never sees half a folder, and two processes building the same folder at
+    once (two test workers on a fresh machine) both succeed: the second finds the first's."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
+        yield partial
+        if not (partial / marker).is_file():
+            raise RuntimeError(f"{folder.name}: the writer did not finish (no {marker})")
+        if folder.exists() and not (folder / marker).is_file():
+            shutil.rmtree(folder, ignore_errors=True)  # an interrupted earlier build
+        try:
+            partial.rename(folder)
+        except OSError:  # another process finished the same folder first
+            if not (folder / marker).is_file():
+                raise
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
 
 
 def cache_dir() -> Path:

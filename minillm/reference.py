@@ -14,7 +14,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 
-from .files import DEFAULT_MODEL, cache_dir, model_file, model_source  # noqa: E402
+from .files import DEFAULT_MODEL, cache_dir, model_file, model_source, written_aside  # noqa: E402
 
 _COMPLETE = "minillm-complete"
 
@@ -38,27 +38,11 @@ def _convert(name: str, folder: Path) -> None:
     model.config.quantization_config = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    import shutil
-    import tempfile
-
-    # Written aside under a unique name, then renamed: two processes converting at once (two
-    # test workers on a fresh machine) never see each other's half-written files.
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    partial = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-    try:
+    with written_aside(folder, _COMPLETE) as partial:
         model.save_pretrained(partial)
         tokenizer.save_pretrained(partial)
         (partial / _COMPLETE).write_text(f"converted from {gguf.name} in "
                                          f"{time.perf_counter() - start:.1f} s\n")
-        if folder.exists() and not (folder / _COMPLETE).is_file():
-            shutil.rmtree(folder, ignore_errors=True)  # an interrupted earlier conversion
-        try:
-            partial.rename(folder)
-        except OSError:  # another process finished the same conversion first
-            if not (folder / _COMPLETE).is_file():
-                raise
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
 
 
 def load_reference(name: str = DEFAULT_MODEL, dtype=None, device: str = "cpu"):

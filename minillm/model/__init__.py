@@ -3,6 +3,8 @@ minillm.layers, and the loaders that fill it with real weights.
 
     config.py       ModelConfig, the numbers that describe a model
     registry.py     the families minillm runs and what each can do (every guard reads it)
+    base.py         DecoderModel: the forward contract every family shares (embed_tokens,
+                    run_layers, logits)
     inputs.py       input checks, device, positions and the padding mask, shared by the models
     llama.py        the Llama family (SmolLM2, Qwen2): RMSNorm, RoPE, grouped-query attention, SwiGLU
     qwen3.py        Qwen3: Llama plus RMSNorm on each query and key head

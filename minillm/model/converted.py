@@ -9,12 +9,11 @@ only: a pickle file could run code when loaded. A changed source file gets a new
 from __future__ import annotations
 
 import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 
-from ..files import cache_dir
+from ..files import cache_dir, written_aside
 from .config import ModelConfig
 
 FORMAT = "minillm-converted-v1"
@@ -42,21 +41,12 @@ def write_converted(source: Path, config: ModelConfig, weights: dict[str, torch.
     from safetensors.torch import save_file
 
     folder = converted_dir(source)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    partial = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-    try:
+    with written_aside(folder, _COMPLETE) as partial:
         (partial / "config.json").write_text(config.to_json())
         save_file({k: v.contiguous() for k, v in weights.items()}, partial / "model.safetensors",
                   metadata={"format": FORMAT, "source": source.name})
         (partial / _COMPLETE).write_text(FORMAT)
         for old in folder.parent.glob(f"{source.stem}-*"):  # copies of an older version
-            if old != folder:
+            if old != folder and not old.name.startswith("."):
                 shutil.rmtree(old, ignore_errors=True)
-        try:
-            partial.rename(folder)
-        except OSError:  # another process finished the same copy first
-            if not (folder / _COMPLETE).is_file():
-                raise
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
     return folder

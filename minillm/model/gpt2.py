@@ -19,8 +19,8 @@ import torch
 import torch.nn as nn
 
 from ..layers import Attention, GeluMLP, LMHead
+from .base import DecoderModel
 from .config import ModelConfig
-from .inputs import keep_last, prepare
 
 
 class GPT2Block(nn.Module):
@@ -37,7 +37,7 @@ class GPT2Block(nn.Module):
         return x + self.mlp(self.mlp_norm(x))
 
 
-class GPT2Model(nn.Module):
+class GPT2Model(DecoderModel):
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.config = config
@@ -47,16 +47,6 @@ class GPT2Model(nn.Module):
         self.norm = nn.LayerNorm(config.hidden_size, eps=config.norm_eps)
         self.lm_head = LMHead(config, self.embed)
 
-    def forward(self, input_ids, cache=None, position_ids=None, attention_mask=None,
-                logits_to_keep: int = 0):
-        """The same contract as `minillm.model.LlamaModel.forward`."""
-        input_ids, position_ids, mask = prepare(self.config, input_ids, cache, position_ids,
-                                                attention_mask, self.device)
-        x = self.run_layers(self.embed_tokens(input_ids, position_ids), position_ids, mask, cache)
-        if cache is not None:
-            cache.advance(input_ids.shape[1])
-        return self.logits(x, logits_to_keep)
-
     def embed_tokens(self, input_ids, position_ids):
         return self.embed(input_ids) + self.pos_embed(position_ids)
 
@@ -64,17 +54,6 @@ class GPT2Model(nn.Module):
         for layer in self.layers if layers is None else layers:
             x = layer(x, mask, cache)
         return x
-
-    def logits(self, x, logits_to_keep: int = 0):
-        return self.lm_head(self.norm(keep_last(x, logits_to_keep))).float()
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.embed.weight.dtype
-
-    @property
-    def device(self) -> torch.device:
-        return self.embed.weight.device
 
 
 MODEL = GPT2Model

@@ -16,8 +16,8 @@ import torch
 import torch.nn as nn
 
 from ..layers import Attention, GatedMLP, LMHead, RMSNorm, RotaryEmbedding
+from .base import DecoderModel
 from .config import ModelConfig
-from .inputs import keep_last, prepare
 
 
 class LlamaBlock(nn.Module):
@@ -38,9 +38,8 @@ class LlamaBlock(nn.Module):
         return x + self.mlp(self.mlp_norm(x))
 
 
-class LlamaModel(nn.Module):
-    """The whole network. Its forward pass is three steps, each a method, so that pipeline
-    stages (minillm.distributed) can run one part: `embed_tokens`, `run_layers`, `logits`."""
+class LlamaModel(DecoderModel):
+    """The whole network; its forward pass is DecoderModel's (minillm/model/base.py)."""
 
     block_class = LlamaBlock
 
@@ -53,46 +52,12 @@ class LlamaModel(nn.Module):
         self.norm = RMSNorm(config.hidden_size, config.norm_eps)
         self.lm_head = LMHead(config, self.embed)
 
-    def forward(self, input_ids, cache=None, position_ids=None, attention_mask=None,
-                logits_to_keep: int = 0):
-        """Logits (batch, seq, vocab) in float32 for token ids (batch, seq), on any device (they
-        are moved to the model's).
-
-        With `cache` (a minillm KVCache, or anything that keeps KVCacheProtocol) each layer
-        appends its new keys and values and attends over all of them; the cache advances by seq
-        at the end. `position_ids` default to cache.length + arange(seq); for a left-padded batch
-        pass them (e.g. counted from each row's first real token) together with `attention_mask`
-        (batch, cached + seq), 1 = real. `logits_to_keep=n` returns only the last n positions'
-        logits (0: all), as transformers' does."""
-        input_ids, position_ids, mask = prepare(self.config, input_ids, cache, position_ids,
-                                                attention_mask, self.device)
-        x = self.run_layers(self.embed_tokens(input_ids, position_ids), position_ids, mask, cache)
-        if cache is not None:
-            cache.advance(input_ids.shape[1])
-        return self.logits(x, logits_to_keep)
-
-    def embed_tokens(self, input_ids, position_ids=None):
-        return self.embed(input_ids)
-
     def run_layers(self, x, position_ids, mask=None, cache=None, layers=None):
         """x through `layers` (default: all), with the rotary angles of `position_ids`."""
         cos, sin = self.rotary(position_ids, x.dtype)
         for layer in self.layers if layers is None else layers:
             x = layer(x, cos, sin, mask, cache)
         return x
-
-    def logits(self, x, logits_to_keep: int = 0):
-        """The final norm and the LM head, in float32, for the last `logits_to_keep` positions."""
-        return self.lm_head(self.norm(keep_last(x, logits_to_keep))).float()
-
-    @property
-    def dtype(self) -> torch.dtype:
-        """The dtype activations and the KV cache use (the embedding table's)."""
-        return self.embed.weight.dtype
-
-    @property
-    def device(self) -> torch.device:
-        return self.embed.weight.device
 
 
 MODEL = LlamaModel

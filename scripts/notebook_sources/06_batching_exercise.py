@@ -140,6 +140,8 @@ checks.check_admit_waiting(admit_waiting)
 # 3. While it needs more blocks than are free, **preempt** the most recently admitted request
 #    still running (the last one left in `running`): it gives all its blocks back and does not
 #    run. If the request preempts itself, it is not run either. Skip requests already preempted.
+#    A decode planned earlier in this step can be the one preempted: take it out of the plan
+#    again, with the budget and the blocks it was given.
 #
 # Return `{"run": [(id, n), ...], "preempted": [ids], "free_blocks": blocks free afterwards}`.
 
@@ -161,6 +163,11 @@ def plan_running(running, free_blocks, budget, block_size):
             victim = still_running.pop()  # the most recently admitted
             free_blocks += victim["blocks"]
             preempted.append(victim["id"])
+            for rid, m in list(plan):
+                if rid == victim["id"]:  # planned earlier in this step: undo it
+                    plan.remove((rid, m))
+                    budget += m
+                    free_blocks += blocks_to_add(victim, m, block_size)
             if victim is request:
                 break
         if request["id"] in preempted:
