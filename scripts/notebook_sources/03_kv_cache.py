@@ -8,8 +8,8 @@
 # Generation has two phases:
 #
 # - **prefill** (预填充): one forward pass over the whole prompt, every position at once;
-# - **decode** (解码): one new token per forward pass, each depending on the one before
-#   (**autoregressive**, 自回归).
+# - **decode** (解码): one new token per forward pass, each depending on the one before: the
+#   loop is **autoregressive** (自回归).
 #
 # Done naively, every decode step recomputes the whole sequence. The **KV cache** (KV 缓存) keeps
 # what earlier steps computed, the attention keys and values, so a step only processes its new

@@ -383,8 +383,8 @@ print(f"{tight.blocks.num_blocks} blocks for 4 requests: {tight.scheduler.num_pr
       "blocks free at the end")
 
 # %% [markdown]
-# The scheduler in full: decodes first, then prompt chunks (分块预填充, chunked prefill) under the
-# token budget, preemption when a block is missing, then admission:
+# The scheduler in full: decodes first, then pieces of prompts under the token budget (a
+# **chunked prefill** (分块预填充)), preemption when a block is missing, then admission:
 
 # %%
 minillm.show_source(ContinuousScheduler.schedule)

@@ -3,7 +3,7 @@
 #
 # Twenty-four questions an LLM-inference interview asks: the six of the source text first, then
 # questions drawn from every chapter of this course. Each answer is given in Chinese and English
-# side by side (中英对照), and each is followed by a cell that shows the answer on the real model,
+# side by side, 中英对照, and each is followed by a cell that shows the answer on the real model,
 # SmolLM2-135M-Instruct, with minillm's own engine, and ends in an `assert`. An answer you can
 # prove on a real model is an answer you can defend in an interview.
 #
