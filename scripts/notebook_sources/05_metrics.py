@@ -440,8 +440,9 @@ else:
 # %% [markdown]
 # ⚠ The source text's rule of thumb: a 7B model decodes at about 10 tokens/s on a CPU and 100+
 # on one A6000 GPU, about 10:1. Section 4's bound tests it. A 7B model (Llama-2-7B: 6.74
-# billion parameters, its published count) in fp16 reads 13.5 GB per token; an A6000 reads at
-# most 768 GB/s (NVIDIA's published figure, not measured here). When can each figure hold?
+# billion parameters, its published count) in fp16 reads 2 bytes for each of them per token; an
+# A6000 reads at most 768 GB/s (NVIDIA's published figure, not measured here). When can each
+# figure hold?
 
 # %%
 PARAMS_7B, A6000 = 6.74e9, 768e9  # published: Llama-2-7B's parameters, the A6000's bytes/s
