@@ -79,7 +79,7 @@ for step in range(8):
 # %% [markdown]
 # Look at the merge `b'r' + b' '`: it glues the end of one word to the space before the next.
 # Real tokenizers prevent that. Before BPE, the text is cut into words by a regular expression,
-# the **pre-tokenizer** (预分词), and merges never cross the cuts. SmolLM2 uses
+# the **pre-tokenizer** (预分词器), and merges never cross the cuts. SmolLM2 uses
 # GPT-2's pattern: contractions, an optional space followed by letters, an optional space
 # followed by digits, other symbols, and whitespace.
 

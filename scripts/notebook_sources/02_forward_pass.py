@@ -21,7 +21,8 @@ import torch.nn.functional as F
 from ipywidgets import IntSlider, interact
 
 import minillm
-from minillm.model import apply_rope, attention, rms_norm, rope_cos_sin
+from minillm.model import (LlamaAttention, apply_rope, attention, attention_explicit, rms_norm,
+                           rope_cos_sin)
 
 torch.manual_seed(0)
 CI = bool(os.environ.get("CI"))
@@ -108,12 +109,113 @@ plt.title(f"RoPE, head_dim {head_dim}, θ = {theta:,.0f}: mean over 1,000 vector
 plt.show()
 
 # %% [markdown]
-# ## 4 · Self-attention (自注意力) as matrices
+# ## 4 · Self-attention (自注意力), first by hand on three tokens
 #
-# We take a real prompt and the input of one layer, and compute attention by hand:
-# queries Q, keys K and values V are three projections of the normalised hidden state; the
-# scores are Q Kᵀ / √d; the **causal mask** (因果掩码) hides every later token; softmax turns each
-# row into weights that sum to 1; the output is the weighted sum of the values.
+# Attention lets each token gather information from the tokens before it. Every token has three
+# vectors, made from its hidden state by three weight matrices: a **query** (查询, what it looks
+# for), a **key** (键, what it offers to be found by) and a **value** (值, what it hands over).
+# For each query the steps are:
+#
+# 1. **scores**: the dot product of the query with every key, divided by √d (d: the width of a
+#    query; the next part says why);
+# 2. the **causal mask** (因果掩码): a token may not look at later tokens, so their scores become
+#    −∞;
+# 3. **softmax** over each row: weights ≥ 0 that sum to 1;
+# 4. the **output**: the weighted sum of the values.
+#
+# Three tokens with vectors of width d = 4 (so √d = 2), numbers chosen so every step can be
+# checked on paper:
+
+# %%
+Q = torch.tensor([[2.0, 0, 0, 0],    # token 0's query
+                  [0, 2.0, 0, 0],    # token 1's
+                  [2.0, 2.0, 0, 0]])  # token 2's
+K = torch.tensor([[2.0, 0, 0, 0],
+                  [0, 2.0, 0, 0],
+                  [0, 0, 2.0, 0]])
+V = torch.tensor([[10.0, 0],
+                  [0, 10.0],
+                  [5.0, 5.0]])
+
+raw = Q @ K.T
+scaled = raw / math.sqrt(Q.shape[1])
+three_mask = torch.ones(3, 3, dtype=torch.bool).tril()
+masked = scaled.masked_fill(~three_mask, float("-inf"))
+weights3 = masked.softmax(-1)
+out3 = weights3 @ V
+for name, t in [("Q Kᵀ", raw), ("/ √d", scaled), ("masked", masked),
+                ("softmax", weights3), ("output = weights @ V", out3)]:
+    print(f"{name}:\n{t.numpy().round(3)}\n")
+
+# %% [markdown]
+# Check the rows by hand, with e² ≈ 7.389:
+#
+# - token 0 sees only itself: weight 1, output = its own value [10, 0];
+# - token 1 has scores [0, 2]: weights 1 / (1 + e²) = 0.119 and e² / (1 + e²) = 0.881, so its
+#   output is 0.119·[10, 0] + 0.881·[0, 10] = [1.19, 8.81];
+# - token 2 has scores [2, 2, 0]: e² / (2e² + 1) = 0.468 twice and 1 / (2e² + 1) = 0.063, output
+#   0.468·[10, 0] + 0.468·[0, 10] + 0.063·[5, 5] ≈ [5.0, 5.0].
+#
+# minillm writes the same four steps once, in `attention_explicit` (with batch and head axes in
+# front, and grouped-query heads, which come below). It gives the same numbers:
+
+# %%
+minillm.show_source(attention_explicit)
+
+# %%
+package_out = attention_explicit(Q[None, None], K[None, None], V[None, None])[0, 0]
+print(package_out.numpy().round(3))
+assert torch.allclose(package_out, out3)
+assert torch.allclose(out3[1], torch.tensor([10 / (1 + math.e ** 2),
+                                             10 * math.e ** 2 / (1 + math.e ** 2)]))
+
+# %% [markdown]
+# ### Why divide by √d
+#
+# A dot product of two vectors whose d entries have mean 0 and variance 1 sums d such products,
+# so it has variance d: its typical size grows like √d. Without the division, scores for d = 64
+# (SmolLM2's head width) are about 8 times larger, and softmax of large numbers is nearly one-hot:
+# each query then looks at a single key, and its gradient is almost zero during training.
+# Measured on random queries and 16 keys each:
+
+# %%
+widths = [4, 16, 64, 256]
+gen = torch.Generator().manual_seed(0)
+spread, top_weight = {}, {"q·k": [], "q·k / √d": []}
+for d in widths:
+    q_r = torch.randn(2000, 1, d, generator=gen)
+    k_r = torch.randn(2000, 16, d, generator=gen)
+    s = (q_r @ k_r.transpose(1, 2))[:, 0]  # (2000 queries, 16 keys)
+    spread[d] = s.std().item()
+    top_weight["q·k"].append(s.softmax(-1).amax(-1).mean().item())
+    top_weight["q·k / √d"].append((s / math.sqrt(d)).softmax(-1).amax(-1).mean().item())
+    print(f"d = {d:>3}: score std {spread[d]:5.2f} (√d = {math.sqrt(d):5.2f}); largest weight "
+          f"{top_weight['q·k'][-1]:.2f} unscaled, {top_weight['q·k / √d'][-1]:.2f} scaled")
+
+plt.figure(figsize=(6, 3))
+for name, values in top_weight.items():
+    plt.plot(widths, values, "o-", label=name)
+plt.xscale("log", base=2)
+plt.xlabel("head width d")
+plt.ylabel("mean largest softmax weight")
+plt.title("16 keys: without √d, softmax saturates to one key")
+plt.legend()
+plt.show()
+assert all(abs(spread[d] / math.sqrt(d) - 1) < 0.1 for d in widths)
+assert top_weight["q·k"][-1] > 0.9 > 3 * top_weight["q·k / √d"][-1]
+
+# %% [markdown]
+# ## 5 · The same attention in the real layers
+#
+# Now scale up to SmolLM2. Each layer makes its queries, keys and values from the normalised
+# hidden state with its own q, k and v projections, 9 query heads and 3 key/value heads of
+# width 64, and turns queries and keys by RoPE (section 3) before the scores. The layer's code:
+
+# %%
+minillm.show_source(LlamaAttention.forward)
+
+# %% [markdown]
+# We take a real prompt and record the hidden state that enters every layer:
 
 # %%
 prompt = "The cat sat on the mat because it was tired."
@@ -139,53 +241,70 @@ mask = torch.ones(seq, seq, dtype=torch.bool).tril()
 print(mask.int())
 
 
+# %% [markdown]
+# The first lines of that `forward`, on the recorded input of one layer, give its q, k and v;
+# `attention_explicit` does the rest, exactly as on the three tokens:
+
 # %%
-def attention_by_hand(layer_index):
-    """Q, K, V, the attention weights (heads, seq, seq) and the output of one layer."""
+def layer_qkv(layer_index):
+    """Queries (1, 9, seq, 64), keys and values (1, 3, seq, 64) of one layer, after RoPE."""
     block = model.layers[layer_index]
     h = block.attn_norm(inputs[layer_index])
     q = block.attn.q_proj(h).view(1, seq, config.n_heads, head_dim).transpose(1, 2)
     k = block.attn.k_proj(h).view(1, seq, config.n_kv_heads, head_dim).transpose(1, 2)
     v = block.attn.v_proj(h).view(1, seq, config.n_kv_heads, head_dim).transpose(1, 2)
     cos, sin = rope_cos_sin(torch.arange(seq)[None], head_dim, theta)
-    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-    group = config.n_heads // config.n_kv_heads
-    k_all, v_all = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
-    scores = q @ k_all.transpose(-2, -1) / math.sqrt(head_dim)
-    weights = scores.masked_fill(~mask, float("-inf")).softmax(-1)
-    return q, k, v, weights[0], weights @ v_all
+    return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
 
 with torch.inference_mode():
-    q, k, v, weights, out = attention_by_hand(3)
-print("q", tuple(q.shape), " k", tuple(k.shape), " v", tuple(v.shape))
-print("weights", tuple(weights.shape), "→ every row sums to 1:",
-      bool(torch.allclose(weights.sum(-1), torch.ones(config.n_heads, seq))))
+    q, k, v = layer_qkv(3)
+    out = attention_explicit(q, k, v)
+print("q", tuple(q.shape), " k", tuple(k.shape), " v", tuple(v.shape), " out", tuple(out.shape))
 
 # %% [markdown]
-# The engine does the same with PyTorch's fused `scaled_dot_product_attention`; both agree:
+# The engine computes the same with PyTorch's fused `scaled_dot_product_attention`; both agree:
 
 # %%
 with torch.inference_mode():
     fused = attention(q, k, v)
-print(f"largest difference, by hand vs fused kernel: {(fused - out).abs().max().item():.2g}")
+print(f"largest difference, explicit vs fused kernel: {(fused - out).abs().max().item():.2g}")
 assert torch.allclose(fused, out, atol=1e-5)
 
 
 # %% [markdown]
-# The weights as heatmaps: each row is one token looking back at the tokens before it. The nine
-# heads of one layer attend in different ways (some to the previous token, some to the first):
+# `attention_explicit` returns the weighted values, not the weights. To see the weights, give it
+# the identity matrix as the values: weights @ I = weights.
 
 # %%
+def attention_weights(layer_index):
+    """(heads, seq, seq): each query's weights over the keys in one layer."""
+    q, k, _ = layer_qkv(layer_index)
+    identity = torch.eye(seq).expand(1, config.n_kv_heads, seq, seq)
+    return attention_explicit(q, k, identity)[0]
+
+
 with torch.inference_mode():
-    layer_weights = attention_by_hand(3)[3]
-fig, axes = plt.subplots(3, 3, figsize=(8, 8))
+    layer_weights = attention_weights(3)
+print("every row sums to 1:",
+      bool(torch.allclose(layer_weights.sum(-1), torch.ones(config.n_heads, seq))))
+assert torch.allclose(layer_weights.sum(-1), torch.ones(config.n_heads, seq))
+assert (layer_weights.triu(1) == 0).all()  # the causal mask: no weight on a later token
+
+# %% [markdown]
+# The weights as heatmaps: each row is one token (the query, on the left) looking back at the
+# tokens before it (the keys, along the bottom). The nine heads of one layer attend in different
+# ways (some to the previous token, some to the first):
+
+# %%
+fig, axes = plt.subplots(3, 3, figsize=(11, 11))
 for head, ax in enumerate(axes.flat):
     ax.imshow(layer_weights[head], cmap="Blues")
     ax.set_title(f"head {head}", fontsize=9)
-    ax.set_xticks([])
-    ax.set_yticks([])
+    ax.set_xticks(range(seq), labels if head >= 6 else [""] * seq, rotation=90, fontsize=7)
+    ax.set_yticks(range(seq), labels if head % 3 == 0 else [""] * seq, fontsize=7)
 fig.suptitle("layer 3: the 9 heads' attention weights (rows: queries, columns: keys)")
+plt.tight_layout()
 plt.show()
 
 # %% [markdown]
@@ -194,11 +313,13 @@ plt.show()
 # %%
 def show_attention(layer=3, head=0):
     with torch.inference_mode():
-        w = attention_by_hand(layer)[3][head]
+        w = attention_weights(layer)[head]
     fig, ax = plt.subplots(figsize=(6, 5))
     ax.imshow(w, cmap="Blues")
     ax.set_xticks(range(seq), labels, rotation=90)
     ax.set_yticks(range(seq), labels)
+    ax.set_xlabel("key")
+    ax.set_ylabel("query")
     ax.set_title(f"layer {layer}, head {head}: attention weights")
     plt.show()
 
@@ -210,8 +331,8 @@ interact(show_attention, layer=IntSlider(3, 0, config.n_layers - 1),
 # ### Grouped-query attention (分组查询注意力, GQA)
 #
 # SmolLM2 has 9 query heads but only 3 key/value heads: each key/value head serves a group of 3
-# query heads (that is what `repeat_interleave` did above). The keys and values are what the KV
-# cache of chapter 03 stores, so GQA shrinks the cache 3×:
+# query heads (that is what `repeat_kv` does inside `attention_explicit`). The keys and values
+# are what the KV cache of chapter 03 stores, so GQA shrinks the cache 3×:
 
 # %%
 group = config.n_heads // config.n_kv_heads
@@ -221,7 +342,7 @@ print(f"KV cache per token: {per_token / 1024:.1f} KiB with GQA, "
       f"{per_token * group / 1024:.1f} KiB if every query head had its own")
 
 # %% [markdown]
-# ## 5 · RMSNorm (均方根归一化)
+# ## 6 · RMSNorm (均方根归一化)
 #
 # Before attention and before the feed-forward part, each token's vector is divided by its root
 # mean square, then scaled by a learned weight per dimension. Unlike LayerNorm it does not
@@ -238,7 +359,7 @@ for name, t in [("before", x), ("after", normed)]:
     print(f"RMS of the first tokens {name:>6}:", "  ".join(f"{r:6.3f}" for r in rms[:6]))
 
 # %% [markdown]
-# ## 6 · The SwiGLU feed-forward (前馈网络)
+# ## 7 · The SwiGLU feed-forward (前馈网络)
 #
 # After attention mixes information *between* tokens, the feed-forward part works on each token
 # alone: two projections up to 1,536 dimensions, one passed through SiLU (x·sigmoid(x)) and used as
@@ -257,7 +378,7 @@ plt.title("activation functions")
 plt.show()
 
 # %% [markdown]
-# ## 7 · The stack of 30 layers
+# ## 8 · The stack of 30 layers
 #
 # Each block adds its attention and feed-forward results to the **residual stream** (残差流), the
 # hidden state that runs from the embedding to the output. Its size grows through the layers.
@@ -285,10 +406,10 @@ plt.legend()
 plt.show()
 
 # %% [markdown]
-# ## 8 · The LM head (语言模型头): logits → softmax → the next token
+# ## 9 · The LM head (语言模型头): logits → softmax → the next token
 #
 # A final RMSNorm, then one matrix multiplication with the embedding table itself (SmolLM2 ties
-# the two: `tie_embeddings=True`) gives one score, a **logit** (对数几率), per vocabulary token.
+# the two: `tie_embeddings=True`) gives one score, a **logit** (未归一化的对数概率), per vocabulary token.
 # Softmax turns the logits into probabilities. The source text's example: after 今天天气 ("today's
 # weather") the model might give 晴朗 (sunny) 30%, 多云 (cloudy) 25%, ... Here is SmolLM2 on an
 # English prompt:
@@ -320,7 +441,7 @@ next_token_chart("今天天气", label=lambda t: str(tokenizer.token_bytes(t))[1
                  title="the Chinese prompt (today's weather)");
 
 # %% [markdown]
-# ## 9 · Parameters and memory
+# ## 10 · Parameters and memory
 #
 # Counting the parameters of each component (the tied LM head shares the embedding's):
 
@@ -337,18 +458,33 @@ print(f"{'total':>22}: {n_params / 1e6:7.2f} M")
 
 # %% [markdown]
 # The count follows from the config alone: per layer, attention has d·(n_heads + 2·n_kv_heads)·
-# head_dim + n_heads·head_dim·d weights and SwiGLU 3·d·f. The same arithmetic with the source's
-# figures for GPT-3 (width 12,288, 96 layers, 4 × width feed-forward, no GQA) gives about
-# 12 · layers · width² parameters:
+# head_dim + n_heads·head_dim·d weights and SwiGLU 3·d·f (gate, up and down), plus two norms.
 
 # %%
 d, f = config.hidden_size, config.intermediate_size
 attn = d * (config.n_heads + 2 * config.n_kv_heads) * head_dim + config.n_heads * head_dim * d
 formula = config.n_layers * (attn + 3 * d * f + 2 * d) + config.vocab_size * d + d
 print(f"SmolLM2 from the formula: {formula:,}  measured: {n_params:,}")
+print(f"per layer: attention {attn / d ** 2:.2f}·d², SwiGLU {3 * d * f / d ** 2:.2f}·d² "
+      f"(f = {f / d:.2f}·d)")
 assert formula == n_params
-gpt3 = 96 * 12 * 12288 ** 2
-print(f"GPT-3, 12·96·12288² = {gpt3 / 1e9:.0f} billion (the source: 175 billion)")
+
+# %% [markdown]
+# The source text's GPT-3 (width d = 12,288, 96 layers) is the older design: attention with
+# q, k, v and o all d × d (no GQA), 4d², and a feed-forward of *two* matrices through a width
+# of 4d (up, GELU, down), 8d²: 12d² a layer, about **12 · L · d²** in all. A SwiGLU feed-forward
+# has three matrices, so at width 4d it alone would be 12d², 16d² a layer. That is why
+# Llama-family models shrink the SwiGLU's width to about 8/3 · d ≈ 2.67 · d: three matrices of
+# that width are again 8d². SmolLM2's own ratio is printed above. Which formula fits GPT-3's
+# published 175 billion?
+
+# %%
+D, L = 12288, 96
+for name, per_layer in [("two-matrix feed-forward, 12·d² a layer", 12 * D ** 2),
+                        ("SwiGLU at 4d, 16·d² a layer", 16 * D ** 2)]:
+    total = L * per_layer
+    print(f"{name}: {total / 1e9:.0f} billion ({total / 175e9 - 1:+.0%} against 175 billion)")
+assert abs(L * 12 * D ** 2 / 175e9 - 1) < 0.02 < abs(L * 16 * D ** 2 / 175e9 - 1)
 
 # %% [markdown]
 # Memory is parameters × bytes per parameter. We measure the bytes of real tensors: the loaded
@@ -398,7 +534,7 @@ plt.show()
 # The rule works because fp16 stores 2 bytes per parameter; GPT-3's 175 billion then need about
 # 350 GB for the weights alone, before the KV cache (chapter 03) and activations.
 #
-# ## 10 · The live check against transformers
+# ## 11 · The live check against transformers
 #
 # The same weights loaded by transformers (the reference of this course) must give the same logits.
 
@@ -424,6 +560,9 @@ assert diff <= 1e-3 and agree == 1.0
 #
 # - The forward pass is a short pipeline: embedding lookup, 30 identical blocks of
 #   RMSNorm → attention → add, RMSNorm → SwiGLU → add, a final norm and the LM head.
+# - Attention is four steps you can do on paper: scores q·k / √d (the √d keeps softmax from
+#   saturating), the causal mask, softmax, the weighted sum of values; `attention_explicit` is
+#   those four lines, and the fused kernel gives the same numbers.
 # - RoPE makes attention scores depend on the distance between tokens; the causal mask keeps each
 #   token from seeing the future; grouped-query heads share keys and values.
 # - Memory ≈ parameters × bytes per parameter: 2n GB per n billion parameters in fp16.

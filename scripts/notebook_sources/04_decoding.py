@@ -351,6 +351,68 @@ print("other words for it that got through:", [w for w in words if w in kept.tex
 # summed log-probability, and a finished sequence is scored
 # $\sum \log p / \text{length}^{\text{length\_penalty}}$.
 
+# %% [markdown]
+# ### Where greedy loses, on paper
+#
+# Greedy decoding commits to the likeliest token at every step; a likelier *sequence* can start
+# with a less likely token. A model small enough to follow by hand (as in d2l's beam-search
+# chapter) shows it: a vocabulary of three tokens A, B, C, and a table of next-token
+# probabilities for each sequence so far (`minillm.decoding.table_model.TableModel`; a
+# sequence the table does not list gets 1/3 each). We decode three tokens.
+
+# %%
+from minillm.decoding import beam_search  # noqa: E402
+from minillm.decoding.table_model import TableModel  # noqa: E402
+
+paper = TableModel(["A", "B", "C"], {
+    (): {"A": 0.5, "B": 0.4, "C": 0.1},
+    ("A",): {"A": 0.3, "B": 0.4, "C": 0.3},
+    ("B",): {"A": 0.9, "B": 0.05, "C": 0.05},
+    ("A", "B"): {"A": 0.3, "B": 0.3, "C": 0.4},
+    ("B", "A"): {"A": 0.2, "B": 0.2, "C": 0.6},
+})
+for prefix, row in paper.table.items():
+    print(f"after {' '.join(prefix) or '(start)':<8}", dict(zip(paper.vocab, row)))
+
+# %% [markdown]
+# By hand:
+#
+# - **greedy**: A (0.5 beats B's 0.4), then B (0.4), then C (0.4): P = 0.5 × 0.4 × 0.4 = 0.08.
+# - **beam search with 2 beams**: step 1 keeps A (0.5) and B (0.4). Step 2 scores all six
+#   extensions: A A 0.15, A B 0.20, A C 0.15, **B A 0.36**, B B 0.02, B C 0.02, and keeps B A and
+#   A B. Step 3: B A C = 0.36 × 0.6 = **0.216**, the best of the six; A B's best is 0.08.
+#
+# Greedy lost because it chose A, the likelier first token, whose continuations are all
+# uncertain; B is followed by A with probability 0.9. Now the package's `beam_search` (the one
+# checked against transformers below) on the same model, against a greedy loop and against all
+# 27 possible sequences:
+
+# %%
+from itertools import product  # noqa: E402
+
+paper_prompt = [0]  # a one-token prompt; the table looks only at the tokens after it
+names = lambda ids: [paper.vocab[i] for i in ids]  # noqa: E731
+
+greedy_ids = list(paper_prompt)
+for _ in range(3):
+    greedy_ids.append(int(paper(torch.tensor([greedy_ids]))[0, -1].argmax()))
+greedy_seq = names(greedy_ids[1:])
+beams = {n: names(beam_search(paper, paper_prompt, GenerationConfig(num_beams=n, max_new_tokens=3),
+                              eos_token_ids=[])[0].token_ids) for n in (1, 2)}
+every = max(product(paper.vocab, repeat=3), key=paper.probability)
+for name, seq in [("greedy loop", greedy_seq), ("beam_search, 1 beam", beams[1]),
+                  ("beam_search, 2 beams", beams[2]), ("best of all 27", list(every))]:
+    print(f"{name:<21} {' '.join(seq)}  P = {paper.probability(seq):.3f}")
+assert greedy_seq == beams[1] == ["A", "B", "C"] and beams[2] == ["B", "A", "C"]
+assert paper.probability(beams[2]) == paper.probability(every) > paper.probability(greedy_seq)
+
+# %% [markdown]
+# Beam search is not guaranteed to find the best sequence either: with too few beams it can
+# drop the prefix of the best one as greedy did, and on a real model the likeliest sequences
+# are often the repetitive ones (section 1). It searches wider, at num_beams times the work.
+#
+# The package's beam search:
+
 # %%
 minillm.show_source(minillm.decoding.beam_search)
 

@@ -146,6 +146,7 @@ print(f"static batching computed {work_ratio:.2f}x the token positions of contin
 # each) at a few batch widths:
 
 # %%
+from minillm.devices import best_time
 from minillm.engine import PagedKVPool, paged_forward
 
 
@@ -153,18 +154,19 @@ def decode_step_seconds(rows, context=64, repeats=3):
     blocks = -(-(context + 1) // 16)
     pool = PagedKVPool.for_model(model, rows * blocks, 16)
     tables = [list(range(i * blocks, (i + 1) * blocks)) for i in range(rows)]
-    with torch.inference_mode():
-        paged_forward(model, pool, tables, [context] * rows, [[1]] * rows)  # warm-up
-        start = time.perf_counter()
-        for _ in range(repeats):
-            paged_forward(model, pool, tables, [context] * rows, [[1]] * rows)
-    return (time.perf_counter() - start) / repeats
+    with torch.inference_mode():  # the fastest of `repeats` steps after a warm-up
+        return best_time(lambda: paged_forward(model, pool, tables, [context] * rows,
+                                               [[1]] * rows), model, repeats=repeats, warmup=1)
 
 
 widths = [1, 2, 4, 8, 16]
 step_s = [decode_step_seconds(w) for w in widths]
 for w, t in zip(widths, step_s):
-    print(f"{w:>3} rows: {1000 * t:6.1f} ms per step, {w / t:6.1f} tokens/s")
+    print(f"{w:>3} rows: {1000 * t:6.1f} ms per step, {w / t:6.1f} tokens/s, "
+          f"{t / step_s[0]:4.1f}x one row's step")
+growth = step_s[-1] / step_s[0]
+print(f"up to {widths[-1]} rows: " + ("nearly free, the read sets the time" if growth < 1.5 else
+      "the step grows with the rows: the arithmetic sets the time (compute-bound)"))
 
 fig, ax = plt.subplots(figsize=(6, 3))
 ax.plot(widths, [1000 * t for t in step_s], "o-")
@@ -176,9 +178,11 @@ plt.tight_layout()
 plt.show()
 
 # %% [markdown]
-# While the step time stays nearly flat (memory-bound: the weights are read once whatever the
-# rows), time follows the number of steps: every idle seat is throughput lost, and the extra seats
-# a paged cache makes room for (section 3) are throughput for free; the usual case on a GPU.
+# The same measurement as chapter 05's batch sweep, with the same reading (its roofline says
+# where the change comes). While the step time stays nearly flat (memory-bound: the weights are
+# read once whatever the rows), time follows the number of steps: every idle seat is throughput
+# lost, and the extra seats a paged cache makes room for (section 3) are throughput for free;
+# the usual case on a GPU.
 # Where the step time grows with the rows (compute-bound: one CPU core past a few rows), time
 # follows the work: continuous batching gains about `work_ratio`, and extra seats add little.
 # The full benchmark (`scripts/bench_batching.py`, the README has its figures) measures both on
@@ -338,8 +342,8 @@ print(f"{tight.blocks.num_blocks} blocks for 4 requests: {tight.scheduler.num_pr
       "blocks free at the end")
 
 # %% [markdown]
-# The scheduler in full: decodes first, then prompt chunks (分块预填充, chunked prefill) under the
-# token budget, preemption when a block is missing, then admission:
+# The scheduler in full: decodes first, then pieces of prompts under the token budget (a
+# **chunked prefill** (分块预填充)), preemption when a block is missing, then admission:
 
 # %%
 minillm.show_source(ContinuousScheduler.schedule)

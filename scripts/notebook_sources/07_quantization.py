@@ -73,14 +73,15 @@ for dtype in (torch.bfloat16, torch.float16):
     print(f"{str(dtype):>15}: a real weight matrix rounds with mean error {err.mean():.2e}")
 
 # %% [markdown]
-# ## 3 · Integers: absmax and zero-point on a small tensor
+# ## 3 · Integers: absmax, and scale with minimum, on a small tensor
 #
-# **absmax (对称量化)**: one scale s = max|x| / 127 maps x to integers q = round(x / s) in
-# -127..127, and back to q · s. Zero stays exactly zero.
+# **absmax** (对称量化, symmetric): one scale s = max|x| / 127 maps x to integers q = round(x / s)
+# in -127..127, and back to q · s. Zero stays exactly zero.
 #
-# **zero-point (非对称量化)**: a scale and a minimum, s = (max − min) / (2^bits − 1),
+# **Scale and minimum** (非对称量化, asymmetric): s = (max − min) / (2^bits − 1),
 # q = round((x − min) / s) in 0..2^bits − 1, back to q · s + min. It uses every code when the
 # numbers are not centred on zero. GGUF's Q4_1 stores exactly this: a scale d and a minimum m.
+# (minillm's functions for it carry the common name `zeropoint_quantize`.)
 
 # %%
 x = torch.tensor([-1.2, -0.4, 0.0, 0.3, 0.9, 2.5])
@@ -88,11 +89,31 @@ q, scale = quant.absmax_quantize(x, bits=8)
 print("absmax int8   q =", q.flatten().tolist(), f" scale = {scale.item():.5f}")
 print("  back:", [round(v, 4) for v in quant.absmax_dequantize(q, scale, x.shape).tolist()])
 q, scale, lo = quant.zeropoint_quantize(x, bits=4, granularity="tensor")
-print("zero-point int4 q =", q.flatten().tolist(),
+print("scale and minimum, 4 bits: q =", q.flatten().tolist(),
       f" scale = {scale.item():.4f}, minimum = {lo.item()}")
-print("  back:", [round(v, 4) for v in quant.zeropoint_dequantize(q, scale, lo, x.shape).tolist()])
+min_back = quant.zeropoint_dequantize(q, scale, lo, x.shape)
+print("  back:", [round(v, 4) for v in min_back.tolist()])
 print("4-bit absmax error:", (quant.roundtrip(x, "absmax", 4) - x).abs().max().item(),
-      " 4-bit zero-point error:", (quant.roundtrip(x, "zeropoint", 4) - x).abs().max().item())
+      " 4-bit scale-and-minimum error:", (min_back - x).abs().max().item())
+
+# %% [markdown]
+# A true **zero-point** (零点) is different: an *integer* code z that stands for 0.0, with
+# x ≈ s · (q − z) and z = round(−min / s). It is the asymmetric scheme of PyTorch's and ONNX's
+# int8 (`torch.quantize_per_tensor(x, scale, zero_point, ...)`). Because z is a whole code, 0.0
+# comes back exactly (padding, ReLU outputs and pruned weights stay 0); the minimum of Q4_1 is
+# any float, so 0.0 lands between two codes:
+
+# %%
+s_, z = scale.item(), round(-lo.item() / scale.item())  # z: the integer code of 0.0
+q_z = (torch.round(x / s_) + z).clamp(0, 15)
+zp_back = (q_z - z) * s_
+print(f"zero-point z = {z}; q =", q_z.int().tolist())
+print("  back:", [round(v, 4) for v in zp_back.tolist()])
+at_zero = x == 0
+print(f"0.0 comes back as {min_back[at_zero].item():.4f} with scale and minimum, "
+      f"{zp_back[at_zero].item():.4f} with a zero-point; largest error "
+      f"{(min_back - x).abs().max().item():.4f} and {(zp_back - x).abs().max().item():.4f}")
+assert zp_back[at_zero].item() == 0.0 != min_back[at_zero].item()
 
 # %% [markdown]
 # The source of the scale matters more than the formula. One scale per tensor (per-tensor) lets a
@@ -224,15 +245,94 @@ for name in rows[1:]:
 # Read the quality columns first: the 16-bit floats and int8 barely move the logits; int4 with
 # GGUF's groups returns the same weights (section 5); coarser groups cost more. Then the speed
 # columns, which on a CPU usually do *not* follow the bytes. The next section shows why.
+
+# %% [markdown]
+# ## 7 · Why transformers' int8 is slower than fp16, and minillm's int8 paths
 #
-# ## 7 · Why an int8 path can be slower than fp16 (and fp32)
+# The source text notes that Hugging Face's int8 inference is often clearly slower than fp16
+# while using much less memory. What transformers runs for `load_in_8bit=True` is **LLM.int8()**
+# (Dettmers et al., 2022; the bitsandbytes library), and it is not a weight-only scheme: it
+# quantizes the *activations* as well, so that the multiply itself is int8 × int8, summed in
+# int32. Large models have a few **outlier features** (离群特征): hidden dimensions whose
+# activations are far larger than the rest. One scale per row would let them spoil every other
+# number of the row, so LLM.int8() splits each matrix product in two:
 #
-# The source text notes that Hugging Face's int8 inference is often clearly slower than fp16 while
-# using much less memory. A weight-only int8 layer saves bytes at rest, but the plain path
-# *rebuilds* a float copy of the weight on every call: it reads the int8 weight, writes a full-size
-# float one, then reads that again for the multiply. A fused kernel (融合算子) multiplies with the
-# int8 numbers directly. We time one layer (1536 × 576, the gate projection) at batch 1 (a decode
-# step) and with 128 rows (a prefill):
+# 1. find the input columns where some |x| exceeds a threshold (6.0);
+# 2. multiply those columns of x, and the matching columns of the weight, in fp16;
+# 3. quantize every other column, each row of x with its own absmax scale, and multiply with
+#    the int8 weight (one scale per output row), summing in int32;
+# 4. scale the int32 result back and add the fp16 part.
+#
+# Where an fp16 layer runs one matrix multiply, this runs half a dozen operations (find the
+# outliers, quantize x, the int8 multiply, rescale, the fp16 multiply, the sum), each a kernel
+# launch on a GPU. At batch 1 the multiply is cheap, so these extra steps cost more than the bytes
+# the int8 weight saves: memory halves, speed drops. bitsandbytes needs a CUDA GPU, so we run its
+# arithmetic written out in PyTorch (`minillm.quant.llm_int8`):
+
+# %%
+from minillm.quant.llm_int8 import THRESHOLD, LLMInt8Linear, outlier_columns  # noqa: E402
+
+minillm.show_source(LLMInt8Linear.__call__)
+
+# %% [markdown]
+# First, what it would find in SmolLM2: the activations entering every linear layer on a held-out
+# text, and the features (input columns) where some value passes the threshold of 6.0 (the
+# largest over the 30 layers of each kind):
+
+# %%
+linear_inputs = {}  # layer name -> the input it saw
+hooks = [m.register_forward_pre_hook(
+    lambda mod, args, name=name: linear_inputs.__setitem__(name, args[0][0].detach().cpu()))
+    for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
+sample = torch.tensor([held_out_ids(tokenizer, 64 if CI else 256)], device=device)
+with torch.inference_mode():
+    model(sample)
+for h in hooks:
+    h.remove()
+by_kind = {}
+for name, x_in in linear_inputs.items():
+    kind = name.split(".")[-1]
+    cols = outlier_columns(x_in, THRESHOLD)
+    row_share = (x_in.abs() > THRESHOLD).any(-1).float().mean().item()
+    n_cols, share, biggest = by_kind.get(kind, (0, 0.0, 0.0))
+    by_kind[kind] = (max(n_cols, len(cols)), max(share, row_share),
+                     max(biggest, x_in.abs().max().item()))
+for kind, (n_cols, share, biggest) in by_kind.items():
+    width = linear_inputs[next(n for n in linear_inputs if n.endswith(kind))].shape[-1]
+    print(f"{kind:>10} inputs: largest |x| {biggest:7.1f}; up to {n_cols:>3} of {width} features "
+          f"over {THRESHOLD}, touching up to {share:.0%} of the tokens")
+
+# %% [markdown]
+# Then its accuracy on one real layer and input: the linear layer whose input holds the largest
+# value. The product with the int8 weight alone is the baseline; LLM.int8() with and without the
+# outlier split; all against float32:
+
+# %%
+probe = max(linear_inputs, key=lambda name: linear_inputs[name].abs().max().item())
+x_probe = linear_inputs[probe].float()
+w_probe = dict(model.named_modules())[probe].weight.detach().float().cpu()
+exact = x_probe @ w_probe.T
+weight_only = x_probe @ quant.dequantize_int8(*quant.quantize_int8(w_probe)).T
+llm8 = LLMInt8Linear(w_probe)
+errors = {
+    "int8 weights, float activations": weight_only,
+    "LLM.int8(): outliers in fp16": llm8(x_probe),
+    "int8 x int8, no outlier split": llm8(x_probe, decompose=False),
+}
+outlier_cols = outlier_columns(x_probe).numel()
+print(f"{probe}: {outlier_cols} outlier feature(s) of {x_probe.shape[1]}")
+for name, y in errors.items():
+    rel = ((y - exact).norm() / exact.norm()).item()
+    errors[name] = rel
+    print(f"{name:>32}: relative error {rel:.2e}")
+if outlier_cols:
+    assert errors["int8 x int8, no outlier split"] > errors["LLM.int8(): outliers in fp16"]
+
+# %% [markdown]
+# And the cost of its steps, at batch 1 (a decode step) and 128 rows (a prefill), timed on this
+# CPU against one float32 multiply of the same layer. The emulation's int8 multiply is PyTorch's
+# own (`torch._int_mm`), not bitsandbytes' CUDA kernel, so the absolute times differ from a GPU's;
+# what carries over is that every step beyond the multiply is extra work:
 
 # %%
 def time_call(fn, repeats):
@@ -245,6 +345,31 @@ def time_call(fn, repeats):
     return float(np.median(times))
 
 
+repeats = 5 if CI else 30
+for rows_in in (1, 128):
+    x_rows = x_probe[torch.arange(rows_in) % x_probe.shape[0]]  # real rows, repeated if short
+    plain_t = time_call(lambda: x_rows @ w_probe.T, repeats)
+    int8_t = time_call(lambda: llm8(x_rows), repeats)
+    print(f"{rows_in:>3} row(s): float32 {1e3 * plain_t:6.3f} ms, LLM.int8() emulated "
+          f"{1e3 * int8_t:6.3f} ms ({int8_t / plain_t:.1f}x)")
+
+# %% [markdown]
+# Compare the errors: quantizing the activations costs accuracy that int8 weights alone do not,
+# and the split takes back the part the outlier features cause. (The paper finds outlier features
+# in every layer from about 6.7B parameters; the printout above shows how far SmolLM2 has them.)
+# LLM.int8() buys memory with extra steps per layer, and pays for them in time, most of all at
+# small batches, where the multiply it surrounds is cheap.
+#
+# ### minillm's weight-only int8: dequantize, or a fused kernel
+#
+# minillm's int8 is weight-only, like the int8 of llama.cpp or of GPU inference servers: int8
+# weights, float activations. Its plain teaching path rebuilds a float copy of the weight on every
+# call: it reads the int8 weight, writes a full-size float one, then reads that again for the
+# multiply, a second way an int8 path becomes slower than a float one. A fused kernel (融合算子)
+# multiplies with the int8 numbers directly. We time one layer (1536 × 576, the gate projection)
+# at batch 1 (a decode step) and with 128 rows (a prefill):
+
+# %%
 lin = copy.deepcopy(model.layers[0].mlp.gate_proj).float().cpu()  # timed on the CPU
 layer8, layer4 = quant.Int8Linear.from_linear(lin), quant.Int4Linear.from_linear(lin)
 w32 = lin.weight.detach()
@@ -283,10 +408,10 @@ for rows_in in (1, 128):
 #
 # - the **dequantize** paths pay for a full-size float weight on every call, so they lose to fp32
 #   at batch 1, where the multiply itself is cheap: the "slow int8" of the source text;
-# - the **fused** int8 kernel skips that copy and is faster than dequantizing; whether it beats
-#   fp32 depends on the CPU: PyTorch's CPU int8 kernel is not tuned for every instruction set
-#   (this machine's: `torch.backends.cpu.get_cpu_capability()` below), and fp32 matrix products
-#   have decades of tuning behind them;
+# - the **fused** int8 kernel skips that copy; whether that makes it faster than dequantizing,
+#   and than fp32, depends on the CPU: PyTorch's CPU int8 kernel is not tuned for every
+#   instruction set (this machine's: `torch.backends.cpu.get_cpu_capability()` below), and fp32
+#   matrix products have decades of tuning behind them;
 # - **fp16/bf16** on a CPU without native 16-bit arithmetic are converted on the fly and can be
 #   slower than fp32; on a GPU they are the fast path.
 
