@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from .model.attention import causal_mask
-from .model.llama import rope_cos_sin
+from .layers.attention import causal_mask
 
 
 def sliding_window_mask(queries: int, keys: int, window: int, device=None) -> torch.Tensor:
@@ -53,10 +52,11 @@ class RingKVCache:
 
     @classmethod
     def for_model(cls, model, batch_size: int, window: int) -> "RingKVCache":
+        from .devices import model_device, model_dtype
+
         c = model.config
-        param = next(model.parameters())
         return cls(c.n_layers, batch_size, c.n_kv_heads, c.head_dim, window,
-                   dtype=param.dtype, device=param.device)
+                   dtype=model_dtype(model), device=model_device(model))
 
     @property
     def n_layers(self) -> int:
@@ -98,20 +98,17 @@ class RingKVCache:
 
 @torch.inference_mode()
 def window_forward(model, input_ids: torch.Tensor, window: int) -> torch.Tensor:
-    """Logits (batch, seq, vocab) of a Llama-family minillm model with every layer's attention
-    limited to `window` keys back, no cache: the full-attention reference for `RingKVCache`."""
-    config = model.config
-    if config.arch not in ("llama", "qwen2"):
-        raise ValueError(f"window_forward runs the llama family, not {config.arch!r}")
+    """Logits (batch, seq, vocab) of a minillm model with every layer's attention limited to
+    `window` keys back, no cache: the full-attention reference for `RingKVCache`. It runs the
+    model's own steps (embed_tokens, run_layers, logits) with a window mask."""
+    from .devices import model_device
+
+    input_ids = input_ids.to(model_device(model))
     seq = input_ids.shape[1]
     mask = sliding_window_mask(seq, seq, window, input_ids.device)[None, None]
     positions = torch.arange(seq, device=input_ids.device).expand(input_ids.shape[0], seq)
-    x = model.embed(input_ids)
-    cos, sin = rope_cos_sin(positions, config.head_dim, config.rope_theta, x.dtype)
-    for layer in model.layers:
-        x = layer(x, cos, sin, mask)
-    head = model.embed.weight if model.lm_head is None else model.lm_head.weight
-    return torch.nn.functional.linear(model.norm(x), head).float()
+    x = model.run_layers(model.embed_tokens(input_ids, positions), positions, mask)
+    return model.logits(x)
 
 
 def _check_window(window) -> None:

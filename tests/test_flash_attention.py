@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from minillm.memory_peak import peak_bytes
-from minillm.model.attention import attention_explicit
+from minillm.layers.attention import attention_explicit
 from minillm.model.flash_attention import flash_attention, online_softmax
 
 

@@ -387,8 +387,7 @@ def check_whole_model(fn, model, token_ids) -> None:
                 what = f"transformer_block in layer {n} of the real model (positions {shown})"
                 x = call(fn, x, layer, config, positions, what=what)
                 _tensor(x, what, (1, s, config.hidden_size))
-            got = F.linear(model.norm(x), model.embed.weight if model.lm_head is None
-                           else model.lm_head.weight).float()
+            got = model.logits(x)  # the final norm and the LM head
             want = model(ids, position_ids=positions)
         diff = (got - want).abs().max().item()
         where = "" if start == 0 else f" at positions {shown}"

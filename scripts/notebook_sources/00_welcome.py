@@ -20,14 +20,14 @@
 
 # %%
 import os
-import time
 
 import matplotlib.pyplot as plt
 import torch
 
 import minillm
-from minillm.devices import describe
+from minillm.devices import Timer, describe, now, pick_device
 
+device = pick_device("auto")  # a CUDA GPU or Apple's MPS when there is one, else the CPU
 for key, value in describe().items():
     print(f"{key:>12}: {value}")
 
@@ -46,12 +46,14 @@ print(f"{path.stat().st_size / 1e6:.1f} MB on disk")
 # The file stores the weights in 4-bit blocks (the GGUF *Q4_1* format; chapter 07 decodes one by
 # hand). `minillm.load_reference` loads it with transformers, which expands every weight to a
 # 32-bit float. The first load converts the file and keeps the result in the cache; later loads
-# read that copy.
+# read that copy. The model goes to the device printed above, and every stopwatch in this
+# lesson waits for that device before it reads the clock (`minillm.devices.Timer`): a GPU
+# queues work and returns at once, so a clock that does not wait times the queueing.
 
 # %%
-start = time.perf_counter()
-model, tokenizer = minillm.load_reference("smollm2-135m")
-load_seconds = time.perf_counter() - start
+with Timer(device) as loading:
+    model, tokenizer = minillm.load_reference("smollm2-135m", device=device)
+load_seconds = loading.seconds
 n_params = sum(p.numel() for p in model.parameters())
 print(f"loaded in {load_seconds:.1f} s: {n_params / 1e6:.1f} M parameters, "
       f"{model.config.num_hidden_layers} layers")
@@ -69,7 +71,7 @@ prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tok
 print(prompt)
 
 # %%
-input_ids = tokenizer(prompt, return_tensors="pt").input_ids
+input_ids = tokenizer(prompt, return_tensors="pt").input_ids.to(device)
 with torch.inference_mode():
     output = model.generate(input_ids, max_new_tokens=40, do_sample=False)
 answer = tokenizer.decode(output[0, input_ids.shape[1]:], skip_special_tokens=True)
@@ -85,9 +87,9 @@ print(answer)
 
 # %%
 timings = {}
-start = time.perf_counter()
-ids = tokenizer(prompt).input_ids
-timings["tokenize"] = time.perf_counter() - start
+with Timer(device) as stage:
+    ids = tokenizer(prompt).input_ids
+timings["tokenize"] = stage.seconds
 pieces = tokenizer.convert_ids_to_tokens(ids)
 print(f"{len(ids)} tokens")
 print(pieces[:16], "...")
@@ -100,12 +102,11 @@ print(pieces[:16], "...")
 # first token is the **time to first token** (首个词元生成时间, TTFT).
 
 # %%
-input_ids = torch.tensor([ids])
-start = time.perf_counter()
-with torch.inference_mode():
+input_ids = torch.tensor([ids], device=device)
+with Timer(device) as stage, torch.inference_mode():
     out = model(input_ids, use_cache=True)
-next_id = out.logits[0, -1].argmax().item()
-timings["prefill"] = time.perf_counter() - start
+    next_id = out.logits[0, -1].argmax().item()
+timings["prefill"] = stage.seconds
 print("logits shape (batch, positions, vocabulary):", tuple(out.logits.shape))
 probs = out.logits[0, -1].softmax(-1)
 top = probs.topk(5)
@@ -123,24 +124,24 @@ max_new_tokens = 40
 new_ids = [next_id]
 past = out.past_key_values
 step_times = []
-start = time.perf_counter()
-with torch.inference_mode():
+with Timer(device) as stage, torch.inference_mode():
     while new_ids[-1] != tokenizer.eos_token_id and len(new_ids) < max_new_tokens:
-        t0 = time.perf_counter()
-        step = model(torch.tensor([[new_ids[-1]]]), past_key_values=past, use_cache=True)
+        t0 = now(device)
+        step = model(torch.tensor([[new_ids[-1]]], device=device), past_key_values=past,
+                     use_cache=True)
         past = step.past_key_values
-        new_ids.append(step.logits[0, -1].argmax().item())
-        step_times.append(time.perf_counter() - t0)
-timings["decode"] = time.perf_counter() - start
+        new_ids.append(step.logits[0, -1].argmax().item())  # .item() waits for the device
+        step_times.append(now(device) - t0)
+timings["decode"] = stage.seconds
 print(f"{len(new_ids)} new tokens; mean decode step {1000 * sum(step_times) / len(step_times):.1f} ms")
 
 # %% [markdown]
 # **Stage 4 · tokens → text.** The ids are turned back into text.
 
 # %%
-start = time.perf_counter()
-text = tokenizer.decode(new_ids, skip_special_tokens=True)
-timings["detokenize"] = time.perf_counter() - start
+with Timer(device) as stage:
+    text = tokenizer.decode(new_ids, skip_special_tokens=True)
+timings["detokenize"] = stage.seconds
 print(text)
 assert text == answer, "the hand-written loop must give generate()'s answer"
 
@@ -196,4 +197,5 @@ print(f"decode:  {1000 * decode_per_token:.2f} ms per new token "
 # | 10 | [interview questions (面试题)](10_interview_qa.ipynb) | every answer shown on the real model |
 #
 # Each chapter has an exercise notebook in `exercises/` (its solution is in `solutions/`).
-# Start with `exercises/00_welcome.ipynb`: three warm-up tasks on the numbers you just measured.
+# Start with `exercises/00_welcome.ipynb`: three warm-up tasks: build the chat prompt, turn
+# messages into an answer, and measure decode speed.

@@ -13,7 +13,6 @@
 # %%
 import math
 import os
-import time
 
 import matplotlib.pyplot as plt
 import torch
@@ -21,8 +20,9 @@ import torch.nn.functional as F
 from ipywidgets import IntSlider, interact
 
 import minillm
-from minillm.model import (LlamaAttention, apply_rope, attention, attention_explicit, rms_norm,
-                           rope_cos_sin)
+from minillm.devices import Timer
+from minillm.layers import Attention
+from minillm.model import apply_rope, attention, attention_explicit, rms_norm, rope_cos_sin
 
 torch.manual_seed(0)
 CI = bool(os.environ.get("CI"))
@@ -32,12 +32,16 @@ CI = bool(os.environ.get("CI"))
 #
 # `minillm.load` reads the GGUF file with the `gguf` package and dequantizes (反量化) every 4-bit
 # block back to a 32-bit float. That takes several seconds, so the first load keeps a float32 copy
-# in the cache as safetensors; every later load reads that copy.
+# in the cache as safetensors; every later load reads that copy. We ask for the readable model
+# (`fast=False`): its layers hold q_proj, k_proj, v_proj, ... as this chapter draws them, where
+# the default fast path fuses them (chapter 05). This chapter stays on the CPU, whatever the
+# machine has: it opens the model up tensor by tensor and checks each against transformers',
+# work that is small and that a GPU would only add copies to.
 
 # %%
-start = time.perf_counter()
-model, tokenizer = minillm.load("smollm2-135m", device="cpu")
-load_seconds = time.perf_counter() - start
+with Timer("cpu") as loading:
+    model, tokenizer = minillm.load("smollm2-135m", device="cpu", fast=False)
+load_seconds = loading.seconds
 config = model.config
 print(f"loaded in {load_seconds:.2f} s")
 config
@@ -209,10 +213,12 @@ assert top_weight["q·k"][-1] > 0.9 > 3 * top_weight["q·k / √d"][-1]
 #
 # Now scale up to SmolLM2. Each layer makes its queries, keys and values from the normalised
 # hidden state with its own q, k and v projections, 9 query heads and 3 key/value heads of
-# width 64, and turns queries and keys by RoPE (section 3) before the scores. The layer's code:
+# width 64, and turns queries and keys by RoPE (section 3) before the scores. The layer's code
+# (one `Attention` layer, `minillm/layers/attention.py`, serves every model family; Qwen3 adds a
+# normalization of q and k in `qk_norm`):
 
 # %%
-minillm.show_source(LlamaAttention.forward)
+minillm.show_source(Attention.forward)
 
 # %% [markdown]
 # We take a real prompt and record the hidden state that enters every layer:
@@ -539,9 +545,9 @@ plt.show()
 # The same weights loaded by transformers (the reference of this course) must give the same logits.
 
 # %%
-start = time.perf_counter()
-reference, ref_tokenizer = minillm.load_reference("smollm2-135m")
-ref_seconds = time.perf_counter() - start
+with Timer("cpu") as loading:
+    reference, ref_tokenizer = minillm.load_reference("smollm2-135m")
+ref_seconds = loading.seconds
 print(f"load: minillm {load_seconds:.2f} s, transformers (its cached copy) {ref_seconds:.2f} s")
 
 length = 128 if CI else 512

@@ -16,7 +16,6 @@
 
 # %%
 import os
-import time
 
 import matplotlib.pyplot as plt
 import torch
@@ -26,12 +25,14 @@ from tqdm.auto import tqdm
 import minillm
 from minillm.decoding import GenerationConfig
 from minillm.decoding.quality import distinct_n, mean_logprob, repeated_ngram_rate
+from minillm.devices import Timer
 
 CI = bool(os.environ.get("CI"))
 N = 24 if CI else 80  # new tokens per comparison run
 torch.manual_seed(0)
-model, tokenizer = minillm.load("smollm2-135m")
-print(f"CI={CI}: {N} new tokens per run, {torch.get_num_threads()} CPU threads")
+model, tokenizer = minillm.load("smollm2-135m")  # on a GPU when there is one (device="auto")
+print(f"CI={CI}: {N} new tokens per run, on {model.device}, "
+      f"{torch.get_num_threads()} CPU threads")
 
 # %% [markdown]
 # ## 1. Greedy, beam search and sampling, side by side
@@ -55,10 +56,10 @@ STRATEGIES = {
 
 
 def measure(fields, prompt_ids=prompt_ids, max_new_tokens=N):
-    start = time.perf_counter()
-    out = minillm.generate(model, tokenizer, prompt_ids, max_new_tokens=max_new_tokens,
-                           **fields)
-    seconds = time.perf_counter() - start
+    with Timer(model) as stopwatch:
+        out = minillm.generate(model, tokenizer, prompt_ids, max_new_tokens=max_new_tokens,
+                               **fields)
+    seconds = stopwatch.seconds
     ids = out.token_ids
     return {"text": out.text, "ids": ids, "distinct-2": distinct_n(ids, 2),
             "repeat-3": repeated_ngram_rate(ids, 3),

@@ -11,7 +11,6 @@
 
 # %%
 import os
-import time
 
 import matplotlib.pyplot as plt
 import torch
@@ -19,9 +18,10 @@ from tqdm.auto import tqdm
 
 import minillm
 from minillm import fast as fast_engine
-from minillm.bench.bandwidth import decode_bound, read_bandwidth, weight_bytes
-from minillm.devices import describe, pick_device
+from minillm.bench.bandwidth import decode_bound, read_bandwidth
+from minillm.devices import Timer, best_time, describe, pick_device
 from minillm.metrics import predict_latency, throughput
+from minillm.model.memory import bytes_per_token
 
 CI = bool(os.environ.get("CI"))
 torch.manual_seed(0)
@@ -33,11 +33,16 @@ if hasattr(os, "getloadavg"):
           "(other programs share the machine: the timings move with them)")
 
 # %% [markdown]
-# We load SmolLM2-135M with minillm's own code, and make its fast copy with `minillm.fast`
-# (section 7 looks inside). `minillm.generate` runs either one; the fast one gives the same tokens.
+# We load SmolLM2-135M with minillm's own code. `minillm.load` gives the fast path by default;
+# here we ask for the readable model too (`fast=False`, the one chapter 02 opened up) and make
+# the fast copy ourselves with `minillm.fast.optimize`, to compare them (section 7 looks
+# inside). `minillm.generate` runs either one; the fast one gives the same tokens. Everything
+# in this chapter runs on the device printed above, and every stopwatch waits for it
+# (`minillm.devices.Timer`): a GPU queues work and returns at once, so a clock that does not
+# wait times the queueing.
 
 # %%
-model, tokenizer = minillm.load("smollm2-135m", device=device)
+model, tokenizer = minillm.load("smollm2-135m", device=device, fast=False)
 fast = fast_engine.optimize(model)
 prompt = tokenizer.apply_chat_template(
     [{"role": "user", "content": "Why is the sky blue?"}], add_generation_prompt=True)
@@ -60,9 +65,9 @@ print(f"prompt: {len(tokenizer.encode(prompt))} tokens; we ask for up to {N_NEW}
 # `minillm.generate` records the time of every token; each result carries them as `.metrics`.
 
 # %%
-start = time.perf_counter()
-out = minillm.generate(fast, tokenizer, prompt, max_new_tokens=N_NEW)
-wall = time.perf_counter() - start
+with Timer(device) as stopwatch:
+    out = minillm.generate(fast, tokenizer, prompt, max_new_tokens=N_NEW)
+wall = stopwatch.seconds
 m = out.metrics
 print(out.text)
 print()
@@ -189,30 +194,26 @@ print(f"on this machine ({device}) the claim {verdict}")
 # the same 2 × parameters operations for a single token but must read every weight from memory
 # to do it: it is **bandwidth-bound** (带宽受限). So the claim holds where the machine does many
 # operations per byte it reads (its *machine balance*), as a GPU does (an H100 does about 300
-# bf16 operations per byte of memory traffic); a CPU does only a few. We measure both rates here:
+# bf16 operations per byte of memory traffic, on its tensor cores); a CPU does only a few. We
+# measure both rates here, the arithmetic in the dtype the machine serves in: bf16 on a CUDA GPU
+# (its tensor cores), float32 on a CPU (the dtype its fast kernels use).
 
 # %%
-def matmul_flops(n=1024, repeats=3):
-    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
-    best = float("inf")
-    for _ in range(repeats):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        a @ b
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        best = min(best, time.perf_counter() - t0)
-    return 2 * n ** 3 / best
+def matmul_flops(n=2048 if device.type == "cuda" else 1024, repeats=3):
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    return 2 * n ** 3 / best_time(lambda: a @ b, device, repeats, warmup=1), dtype
 
 
-flops = matmul_flops()
+flops, balance_dtype = matmul_flops()
 bandwidth = read_bandwidth(device, megabytes=64 if CI else 256)
 n_params = sum(p.numel() for p in model.parameters())
-n_bytes = weight_bytes(fast)
+n_bytes = bytes_per_token(fast)
 balance = flops / bandwidth
 needed = (2 * n_params * EXTRA) / (8 * n_bytes)  # prefill FLOPs per byte decode reads
-print(f"matrix multiply: {flops / 1e9:.0f} GFLOP/s; read bandwidth: {bandwidth / 1e9:.1f} GB/s")
+print(f"matrix multiply in {balance_dtype}: {flops / 1e9:.0f} GFLOP/s; "
+      f"read bandwidth: {bandwidth / 1e9:.1f} GB/s")
 print(f"machine balance: {balance:.1f} FLOP per byte")
 print(f"the claim needs more than {needed:.0f} FLOP per byte "
       f"({EXTRA} tokens x 2 x {n_params / 1e6:.0f} M parameters against 8 reads of "
@@ -375,71 +376,121 @@ assert all(achieved < 1.25 * roof.attainable(i) for i, achieved in measured_poin
 #   tokens.
 
 # %% [markdown]
-# ## 6 · float32 against bfloat16
+# ## 6 · float32 against bfloat16 and int8
 #
 # bfloat16 (bf16) stores each weight in 2 bytes instead of 4: half the bytes to read per token,
-# so the bound doubles. Whether the speed follows depends on the kernels: GPUs compute in bf16
-# natively; many CPUs (without AVX-512 BF16 or AMX) do not, and PyTorch's generic bf16 loop there
-# is slow. On such a CPU `minillm.fast` uses a 30-line C kernel of its own (`minillm/fast/
-# kernel.py`, compiled on first use) that reads the bf16 weights and widens them to float32 in
-# registers, so only the bytes read change.
+# so the bound doubles; int8 stores 1 byte (and a scale per row), so it quadruples. Whether the
+# speed follows depends on the kernels: GPUs compute in bf16 natively; many CPUs do not, and
+# PyTorch's generic bf16 loop there is slow. On a CPU `minillm.fast` therefore keeps the
+# activations in float32 and multiplies with two small C kernels of its own
+# (`minillm/kernels.py`, compiled on first use) that read the narrow weights and widen them to
+# float32 in registers: only the bytes read change. Chapter 07 tells the int8 story in full.
 
 # %%
-fast16 = fast_engine.optimize(model, dtype=torch.bfloat16)
+fast16 = fast_engine.optimize(model, "bf16")
+fast8 = fast_engine.optimize(model, "int8")
 rows = {}
-for name, engine in [("float32", fast), ("bfloat16", fast16)]:
+for name, engine in [("float32", fast), ("bfloat16", fast16), ("int8", fast8)]:
+    minillm.generate(engine, tokenizer, prompt, max_new_tokens=2)  # warm up (kernels compile)
     result = minillm.generate(engine, tokenizer, prompt, max_new_tokens=N_NEW)
     rows[name] = result
-    bound_dtype = decode_bound(weight_bytes(engine), bandwidth)
-    print(f"{name:>9}: {result.metrics}  bound {bound_dtype:.0f} tok/s")
+    bound_format = decode_bound(bytes_per_token(engine), bandwidth)
+    print(f"{name:>9}: {result.metrics}  reads {bytes_per_token(engine) / 1e6:.0f} MB a token, "
+          f"bound {bound_format:.0f} tok/s")
 if device.type == "cpu":
     print("CPU capability:", torch.backends.cpu.get_cpu_capability(),
-          "| minillm's bf16 kernel in use:", fast16._kernel is not None)
-print("same text:", rows["float32"].text == rows["bfloat16"].text)
+          "| minillm's bf16 kernel in use:", fast16.lm_head.kernel)
+print("same text as float32:", {k: r.text == rows["float32"].text for k, r in rows.items()})
 
 # %% [markdown]
-# bf16 rounds every weight to 8 bits of mantissa, so after a few dozen tokens its greedy text
-# may part from float32's. Chapter 07 measures such quality costs properly.
+# bf16 rounds every weight to 8 bits of mantissa and int8 to 255 steps per row, so after a few
+# dozen tokens their greedy text may part from float32's. Chapter 07 measures such quality costs.
 #
 # ## 7 · Inside the fast engine
 #
-# `minillm.fast.optimize` builds a copy of the model for batch-1 decoding: the q, k and v
-# matrices fused into one (one multiply instead of three), gate and up fused, every matrix stored
-# in the layout that multiplies fastest here (it times both), the RoPE tables computed once, the
-# KV cache preallocated, and a decode step with no input checks and no extra copies. The same
-# forward contract, so `generate` runs it unchanged, with the same greedy tokens:
+# `minillm.fast.optimize` does not write a second model. It copies the same network, the same
+# `LlamaBlock`s and `Attention` layers the lessons opened up, and changes what the linear layers
+# hold: q, k and v fused into one matrix (one multiply instead of three, `Attention.fuse`), gate
+# and up fused, and every matrix a `FastLinear` stored in the layout that multiplies fastest here
+# (it times both), the LM head included. Here is one layer of each:
 
 # %%
-minillm.show_source(fast_engine.FastLlama._decode)
+print(model.layers[0])
+print(fast.layers[0])
+
+# %% [markdown]
+# The attention layer's projection step is the one place that knows about the fusion:
+
+# %%
+minillm.show_source(type(fast.layers[0].attn).project)
+
+# %% [markdown]
+# and `FastLinear.forward` is the multiply itself, with its layout, the bias added inside the
+# multiplication (`addmm`), and the narrow-weight paths:
+
+# %%
+minillm.show_source(fast_engine.FastLinear.forward)
+
+# %% [markdown]
+# The same forward contract, so `generate` runs both, with the same greedy tokens:
 
 # %%
 plain = minillm.generate(model, tokenizer, prompt, max_new_tokens=N_NEW)
-print(f"plain minillm: {plain.metrics}")
-print(f"fast minillm:  {out.metrics}")
+print(f"readable minillm: {plain.metrics}")
+print(f"fast minillm:     {out.metrics}")
 same = sum(a == b for a, b in zip(plain.token_ids, out.token_ids))
 print(f"layout chosen: {fast.layout}; the same token at {same} of {len(out.token_ids)} positions")
-assert plain.token_ids[:16] == out.token_ids[:16]  # float32 sums in another order: ~1e-4 apart
+from minillm.agreement import agree  # noqa: E402
+
+# float32 sums in another order (fused matrices): ~1e-4 apart, so exact on a CPU
+assert agree(model, out.prompt_token_ids, plain.token_ids[:16], out.token_ids[:16])
 
 # %% [markdown]
 # `python -m minillm bench latency` compares the fast engine with transformers' `generate()` on
 # the same weights, in the same process, interleaved: TTFT, TPOT, decode and prefill tokens per
-# second, the ratios, and this bandwidth bound. Run it in a terminal (it takes about three
-# minutes).
+# second, the ratios, and this bandwidth bound, for float32, bf16 and int8, and llama.cpp where
+# it is installed. Run it in a terminal (it takes a few minutes).
 #
 # ## 8 · CPU against GPU
+#
+# On a GPU a 135M model's batch-1 decode is not bound by bandwidth: an H100 reads SmolLM2's
+# 540 MB of float32 weights in about 0.2 ms, while a decode step launches several hundred small
+# kernels (30 layers, a dozen operations each) at a few microseconds each. The launches, not the
+# bytes, set the pace; that is why CUDA graphs and `torch.compile` (section 10) matter so much on
+# GPUs. When this lesson runs on a CUDA GPU, the cell below measures it: the step's time against
+# the time its bytes take at the measured bandwidth, and the kernels one step launches.
 
 # %%
-if torch.cuda.is_available():
-    gpu_model = fast_engine.optimize(minillm.load("smollm2-135m", device="cuda")[0])
-    cpu_model = fast_engine.optimize(minillm.load("smollm2-135m", device="cpu")[0])
-    for name, engine in [("cpu", cpu_model), ("cuda", gpu_model)]:
+if device.type == "cuda":
+    from torch.profiler import ProfilerActivity, profile
+
+    from minillm.kv_cache import KVCache
+
+    cpu_model = minillm.load("smollm2-135m", device="cpu")[0]
+    for name, engine in [("cpu", cpu_model), ("cuda", fast)]:
         minillm.generate(engine, tokenizer, prompt, max_new_tokens=2)  # warm up
         r = minillm.generate(engine, tokenizer, prompt, max_new_tokens=N_NEW)
         rows[name] = r
         print(f"{name:>5}: {r.metrics}")
-    print(f"GPU / CPU decode speed: {rows['cuda'].metrics.decode_tokens_per_second / rows['cpu'].metrics.decode_tokens_per_second:.1f}x")
+    gpu_tpot = rows["cuda"].metrics.tpot
+    print(f"GPU / CPU decode speed: "
+          f"{rows['cuda'].metrics.decode_tokens_per_second / rows['cpu'].metrics.decode_tokens_per_second:.1f}x")
+    print(f"bytes alone would take {1000 * n_bytes / bandwidth:.2f} ms a token at the measured "
+          f"{bandwidth / 1e9:.0f} GB/s; the step takes {1000 * gpu_tpot:.2f} ms "
+          f"({gpu_tpot * bandwidth / n_bytes:.0f}x the bandwidth bound)")
+    cache = KVCache.for_model(fast, 1, 64)
+    step_ids = torch.tensor([[1, 2, 3, 4]], device=device)
+    with torch.inference_mode():
+        fast(step_ids, cache=cache)
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fast(step_ids[:, :1], cache=cache)
+            torch.cuda.synchronize()
+    launches = sum(e.count for e in prof.key_averages() if e.device_type.name == "CUDA")
+    print(f"one decode step launched {launches} GPU kernels: about "
+          f"{1e6 * gpu_tpot / max(launches, 1):.1f} us each, all told")
 else:
-    print(f"No CUDA GPU here ({device}); nothing to time on a GPU.")
+    print(f"No CUDA GPU here ({device}); the GPU measurements run when this lesson does on one "
+          "(scripts/gpu_check.sh runs the whole course on a CUDA machine).")
 
 # %% [markdown]
 # ⚠ The source text's rule of thumb: a 7B model decodes at about 10 tokens/s on a CPU and 100+
@@ -515,12 +566,7 @@ def step_seconds(config, steps):
     ids = torch.tensor([[1, 2, 3, 4]], device=device)
     with torch.inference_mode():
         engine(ids, cache=cache)
-        best = float("inf")
-        for _ in range(steps):
-            t0 = time.perf_counter()
-            engine(ids[:, :1], cache=cache).cpu()
-            best = min(best, time.perf_counter() - t0)
-    return best
+        return best_time(lambda: engine(ids[:, :1], cache=cache), device, steps)
 
 
 sizes = {}
@@ -559,38 +605,28 @@ for name, (params, seconds) in sizes.items():
 # first time, so this cell runs only outside CI.
 
 # %%
-import torch.nn.functional as F
-
-layer = fast._layers[0]
-_, _, _, _, _, norm_w, w_gu, _, w_down, _ = layer
-hidden_size, ffn_size = model.config.hidden_size, model.config.intermediate_size
+block = fast.layers[0]  # the fast model's first LlamaBlock: fused gate-up, FastLinear layers
+hidden_size = model.config.hidden_size
 
 
 def mlp_block(x):
-    h = F.rms_norm(x, (hidden_size,), norm_w, model.config.norm_eps)
-    gu = h @ w_gu if fast.layout == "in_out" else h @ w_gu.t()
-    act = F.silu(gu[:, :ffn_size]) * gu[:, ffn_size:]
-    return x + (act @ w_down if fast.layout == "in_out" else act @ w_down.t())
+    return x + block.mlp(block.mlp_norm(x))
 
 
 def per_call(fn, x, calls=200):
     with torch.inference_mode():
-        fn(x)
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn(x)
-        return (time.perf_counter() - t0) / calls
+        return best_time(lambda: [fn(x) for _ in range(calls)], device, 1, warmup=1) / calls
 
 
 x = torch.randn(1, hidden_size, device=device)
 if CI:
     print("skipped under CI: compiling takes tens of seconds on a small CPU")
 else:
-    t0 = time.perf_counter()
-    compiled = torch.compile(mlp_block)
-    with torch.inference_mode():
-        torch.testing.assert_close(compiled(x), mlp_block(x), atol=1e-4, rtol=1e-4)
-    compile_seconds = time.perf_counter() - t0
+    with Timer(device) as compiling:
+        compiled = torch.compile(mlp_block)
+        with torch.inference_mode():
+            torch.testing.assert_close(compiled(x), mlp_block(x), atol=1e-4, rtol=1e-4)
+    compile_seconds = compiling.seconds
     eager_t, compiled_t = per_call(mlp_block, x), per_call(compiled, x)
     print(f"compiling took {compile_seconds:.0f} s")
     print(f"eager {1e6 * eager_t:.0f} us, compiled {1e6 * compiled_t:.0f} us per call "

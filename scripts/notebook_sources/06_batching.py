@@ -27,6 +27,7 @@ import matplotlib.pyplot as plt
 import torch
 
 import minillm
+from minillm.devices import Timer
 from minillm.engine import BlockManager, ContinuousScheduler, Engine, PagedBatch
 from minillm.engine.bench import (make_workload, memory_use, run_engine,
                                   run_online)
@@ -85,13 +86,17 @@ speedup = runs["continuous"]["tokens_per_s"] / runs["static"]["tokens_per_s"]
 print(f"continuous batching: {speedup:.2f}x the throughput (吞吐量) of static batching")
 
 # %% [markdown]
-# Both give every request the same tokens (greedy decoding, each as if alone):
+# Both give every request the same tokens (greedy decoding, each as if alone). The batches
+# differ in shape, so the check is exact on a CPU and up to the first near tie of the top two
+# logits on a GPU, where kernels sum in shape-dependent orders (`minillm.agreement`):
 
 # %%
-same = all(a.token_ids == b.token_ids for a, b in
-           zip(runs["static"]["outputs"], runs["continuous"]["outputs"]))
+from minillm.agreement import agree, rule
+
+same = all(agree(model, w.prompt, a.token_ids, b.token_ids) for w, a, b in
+           zip(work, runs["static"]["outputs"], runs["continuous"]["outputs"]))
 assert same
-print("identical outputs:", same)
+print("same outputs, compared", rule(model), ":", same)
 
 # %% [markdown]
 # The timeline shows why. Each row is a request; each bar is a forward pass it took part in
@@ -302,14 +307,15 @@ print(f"{len(chats)} chats of {min(map(len, ids))}-{max(map(len, ids))} tokens; 
 prefix = {}
 for caching in [False, True]:
     engine = new_engine("continuous", enable_prefix_caching=caching, max_num_seqs=2)
-    start = time.perf_counter()
-    outs = engine.generate(chats, max_new_tokens=8)
-    computed = sum(n for s in engine.steps for _, n, k in s.items if k == "prefill")
-    prefix[caching] = (outs, time.perf_counter() - start, computed, engine.stats())
+    with Timer(device) as stopwatch:
+        outs = engine.generate(chats, max_new_tokens=8)
+        computed = sum(n for s in engine.steps for _, n, k in s.items if k == "prefill")
+    prefix[caching] = (outs, stopwatch.seconds, computed, engine.stats())
     print(f"prefix caching {'on ' if caching else 'off'}: {computed} prompt tokens computed, "
           f"{prefix[caching][1]:.1f} s, hit rate {engine.stats()['prefix_cache_hit_rate']:.0%}")
 
-assert [o.token_ids for o in prefix[True][0]] == [o.token_ids for o in prefix[False][0]]
+assert all(agree(model, i, a.token_ids, b.token_ids)
+           for i, a, b in zip(ids, prefix[True][0], prefix[False][0]))
 print("same answers with and without the cache; the first:", repr(prefix[True][0][0].text))
 
 # %% [markdown]
@@ -335,7 +341,8 @@ outs = tight.generate([w.prompt for w in few],
                       [{"max_new_tokens": w.max_new_tokens} for w in few],
                       ignore_eos=True)
 assert tight.scheduler.num_preemptions > 0
-assert [o.token_ids for o in outs] == [runs["continuous"]["outputs"][i].token_ids for i in order]
+assert all(agree(model, w.prompt, o.token_ids, runs["continuous"]["outputs"][i].token_ids)
+           for w, o, i in zip(few, outs, order))
 assert tight.blocks.num_free == tight.blocks.num_blocks  # every block came back
 print(f"{tight.blocks.num_blocks} blocks for 4 requests: {tight.scheduler.num_preemptions} "
       f"preemptions, the same tokens, {tight.blocks.num_free}/{tight.blocks.num_blocks} "

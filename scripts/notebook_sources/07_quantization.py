@@ -13,23 +13,27 @@
 # %%
 import copy
 import importlib.util
+import math
 import os
-import time
 
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
 import torch.nn.functional as F
+from tqdm.auto import tqdm
 
 import minillm
 from minillm import quant
 from minillm.bench.bandwidth import read_bandwidth
+from minillm.devices import Timer
+from minillm.fast import optimize
 from minillm.quant.bench import benchmark, held_out_ids, machine, plot_benchmark, table
 
 CI = bool(os.environ.get("CI"))
 torch.manual_seed(0)
 device = minillm.pick_device("auto")
-model, tokenizer = minillm.load("smollm2-135m", device=device)
+# The readable model (fast=False): this chapter swaps and inspects its linear layers one by one.
+model, tokenizer = minillm.load("smollm2-135m", device=device, fast=False)
 n_params = sum(p.numel() for p in model.parameters())
 print(f"{n_params / 1e6:.1f} M parameters on {device}; {torch.get_num_threads()} threads")
 
@@ -218,8 +222,9 @@ for g in (32, 64):
 #   and **top-1 agreement**: the share of positions whose most likely token is fp32's;
 # - **prefill and decode tokens/s** from `minillm.generate`'s metrics (chapter 05).
 #
-# "int8" runs PyTorch's fused int8 kernel for decode steps; "int8 dequant" rebuilds the float
-# weight every call.
+# "int8" (`minillm.quantize`, layer by layer; the LM head stays float32) runs minillm's int8
+# kernel for decode steps; "int8 dequant" rebuilds the float weight every call. Section 7 looks
+# at the kernels, and at the fast path that also puts the LM head in int8.
 
 # %%
 if CI:
@@ -339,9 +344,9 @@ def time_call(fn, repeats):
     fn()
     times = []
     for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
+        with Timer(device) as stopwatch:
+            fn()
+        times.append(stopwatch.seconds)
     return float(np.median(times))
 
 
@@ -360,16 +365,27 @@ for rows_in in (1, 128):
 # LLM.int8() buys memory with extra steps per layer, and pays for them in time, most of all at
 # small batches, where the multiply it surrounds is cheap.
 #
-# ### minillm's weight-only int8: dequantize, or a fused kernel
+# ### minillm's weight-only int8: four ways to multiply
 #
 # minillm's int8 is weight-only, like the int8 of llama.cpp or of GPU inference servers: int8
-# weights, float activations. Its plain teaching path rebuilds a float copy of the weight on every
-# call: it reads the int8 weight, writes a full-size float one, then reads that again for the
-# multiply, a second way an int8 path becomes slower than a float one. A fused kernel (融合算子)
-# multiplies with the int8 numbers directly. We time one layer (1536 × 576, the gate projection)
-# at batch 1 (a decode step) and with 128 rows (a prefill):
+# weights, float activations. `quant.Int8Linear` can multiply in four ways (its `path`):
+#
+# - **dequantize**: rebuild a float copy of the weight on every call, then an ordinary multiply.
+#   It reads the int8 weight, writes a full-size float one, reads that again: a second way an
+#   int8 path becomes slower than a float one.
+# - **fused**: PyTorch's weight-only int8 kernel (`torch._weight_int8pack_mm`).
+# - **dynamic**: fbgemm's int8 GEMM through PyTorch, which quantizes the *activations* too (one
+#   scale for the call's rows) and multiplies int8 by int8: LLM.int8() without the outlier split.
+# - **kernel**: minillm's own (`minillm/kernels.py`, 40 lines of C): each int8 weight is widened
+#   to float32 in a register and multiplied with the float32 activation. It reads a quarter of
+#   float32's bytes and rounds nothing but the weights. The fast path's int8 uses it.
+#
+# We time one layer (1536 × 576, the gate projection) at batch 1 (a decode step) and with 128
+# rows (a prefill):
 
 # %%
+from minillm.quant.linear import dynamic_int8_available, kernel_int8_available  # noqa: E402
+
 lin = copy.deepcopy(model.layers[0].mlp.gate_proj).float().cpu()  # timed on the CPU
 layer8, layer4 = quant.Int8Linear.from_linear(lin), quant.Int4Linear.from_linear(lin)
 w32 = lin.weight.detach()
@@ -388,6 +404,10 @@ with torch.inference_mode():
         }
         if quant.fused_int8_available():
             calls["int8 fused"] = lambda: layer8.forward_fused(x)
+        if dynamic_int8_available():
+            calls["int8 dynamic"] = lambda: layer8.forward_dynamic(x)
+        if kernel_int8_available():
+            calls["int8 kernel"] = lambda: layer8.forward_kernel(x)
         for name, fn in calls.items():
             kernel_times[(name, rows_in)] = time_call(fn, repeats)
 names = list(dict.fromkeys(n for n, _ in kernel_times))
@@ -402,25 +422,98 @@ for rows_in in (1, 128):
     base = kernel_times[("fp32", rows_in)]
     print(f"{rows_in:>3} row(s): " + ", ".join(
         f"{n} {kernel_times[(n, rows_in)] / base:.1f}x" for n in names) + " (time / fp32's)")
+print("CPU instruction set PyTorch uses here:", torch.backends.cpu.get_cpu_capability())
 
 # %% [markdown]
 # What to look for in these ratios (they change from machine to machine):
 #
 # - the **dequantize** paths pay for a full-size float weight on every call, so they lose to fp32
 #   at batch 1, where the multiply itself is cheap: the "slow int8" of the source text;
-# - the **fused** int8 kernel skips that copy; whether that makes it faster than dequantizing,
-#   and than fp32, depends on the CPU: PyTorch's CPU int8 kernel is not tuned for every
-#   instruction set (this machine's: `torch.backends.cpu.get_cpu_capability()` below), and fp32
-#   matrix products have decades of tuning behind them;
+# - a kernel that widens every weight before multiplying can be slower than fp32 too: how fast
+#   PyTorch's **fused** kernel is depends on how well it is tuned for this CPU;
+# - the **dynamic** and minillm's **kernel** paths read a quarter of the bytes and are faster at
+#   batch 1, but with 128 rows the multiply is compute-bound and fp32's matrix kernels, tuned for
+#   decades, win back: that is why the fast path rebuilds the float weight for a prefill;
 # - **fp16/bf16** on a CPU without native 16-bit arithmetic are converted on the fly and can be
 #   slower than fp32; on a GPU they are the fast path.
+#
+# Speed is half the story: the dynamic path also rounds every activation to 8 bits, as LLM.int8()
+# does without its outlier split. Decoding the held-out text token by token, the way a decode
+# step sees it, shows what that costs:
 
 # %%
-print("CPU instruction set PyTorch uses here:", torch.backends.cpu.get_cpu_capability())
-dq, fu = kernel_times[("int8 dequantize", 1)], kernel_times.get(("int8 fused", 1))
-if fu is not None:
-    print(f"batch 1: fused int8 is {dq / fu:.1f}x the speed of dequantize-then-matmul, and "
-          f"{kernel_times[('fp32', 1)] / fu:.2f}x the speed of fp32")
+from minillm.kv_cache import KVCache  # noqa: E402
+
+
+def stepwise_perplexity(m, ids):
+    """exp(mean negative log-likelihood), one token per forward pass, through the KV cache."""
+    cache, nll = KVCache.for_model(m, 1, len(ids)), 0.0
+    with torch.inference_mode():
+        for i in range(len(ids) - 1):
+            logits = m(torch.tensor([[ids[i]]]), cache=cache)[0, -1].float()
+            nll += F.cross_entropy(logits[None], torch.tensor([ids[i + 1]],
+                                                              device=logits.device)).item()
+    return math.exp(nll / (len(ids) - 1))
+
+
+step_ids = held_out_ids(tokenizer, 48 if CI else 256)
+cpu_model = model if device.type == "cpu" else copy.deepcopy(model).cpu()
+fast8 = optimize(cpu_model, "int8")
+paths = {"fp32": cpu_model}
+if kernel_int8_available():
+    paths["int8 kernel"] = fast8
+if dynamic_int8_available():
+    fast8_dynamic = copy.deepcopy(fast8)
+    quant.set_int8_path(fast8_dynamic, "dynamic")
+    paths["int8 dynamic"] = fast8_dynamic
+stepwise = {name: stepwise_perplexity(m, step_ids)
+            for name, m in tqdm(paths.items(), desc="paths")}
+for name, ppl in stepwise.items():
+    print(f"{name:>12}: perplexity {ppl:.3f} ({ppl / stepwise['fp32'] - 1:+.2%} against fp32), "
+          f"{len(step_ids) - 1} tokens decoded one at a time")
+if "int8 kernel" in stepwise and "int8 dynamic" in stepwise:
+    assert stepwise["int8 kernel"] < stepwise["int8 dynamic"]  # rounding x costs accuracy
+
+# %% [markdown]
+# ### The whole model at batch 1: int8 beats fp32 and bf16
+#
+# `minillm.load(..., weights="int8")` (or `optimize(model, "int8")`) runs every
+# linear layer of the fast path, the LM head included, through the int8 kernel. At batch 1 a
+# decode step reads every weight once, so its speed follows the bytes per token, up to the
+# bound chapter 05 measured (bandwidth / bytes). With 16 rows the kernel multiplies each weight
+# 16 times: compute-bound, where fewer bytes help little.
+
+# %%
+from minillm.bench.bandwidth import decode_bound  # noqa: E402
+from minillm.model.memory import bytes_per_token  # noqa: E402
+
+engines = {"fp32": optimize(cpu_model), "bf16": optimize(cpu_model, "bf16"), "int8": fast8}
+chat = tokenizer.apply_chat_template([{"role": "user", "content": "Why is the sky blue?"}],
+                                     add_generation_prompt=True)
+new = 12 if CI else 48
+bandwidth = read_bandwidth("cpu", megabytes=64 if CI else 256)
+speeds = {}
+for name, engine in engines.items():
+    minillm.generate(engine, tokenizer, chat, max_new_tokens=2)  # warm up
+    one = minillm.generate(engine, tokenizer, chat, max_new_tokens=new, ignore_eos=True)
+    sixteen = minillm.generate(engine, tokenizer, [chat] * 16, max_new_tokens=new // 2,
+                               ignore_eos=True)
+    speeds[name] = (one.metrics.decode_tokens_per_second,
+                    16 / sixteen[0].metrics.tpot)  # 16 rows per step
+    bound = decode_bound(bytes_per_token(engine), bandwidth)
+    print(f"{name:>5}: {bytes_per_token(engine) / 1e6:5.0f} MB a token, batch 1 "
+          f"{speeds[name][0]:5.1f} tok/s ({speeds[name][0] / bound:.0%} of its bound "
+          f"{bound:.0f}), batch 16 {speeds[name][1]:6.1f} tok/s in all")
+print(f"int8 at batch 1: {speeds['int8'][0] / speeds['fp32'][0]:.2f}x fp32, "
+      f"{speeds['int8'][0] / speeds['bf16'][0]:.2f}x bf16; at batch 16: "
+      f"{speeds['int8'][1] / speeds['fp32'][1]:.2f}x fp32")
+
+# %% [markdown]
+# So a naive int8 path is slower than float (it rebuilds a float weight, or it quantizes the
+# activations and pays in accuracy and extra steps, as LLM.int8() does), while a kernel that
+# reads the int8 weight once and keeps the activations in float is faster at batch 1, because
+# a decode step's time is the time to read the weights. Where the step is compute-bound (many
+# rows, or a prefill), the float kernels' arithmetic wins again.
 
 # %% [markdown]
 # ## 8 · What a dedicated kernel reaches: llama.cpp
@@ -442,10 +535,10 @@ else:
 
     llm = Llama(model_path=str(path), n_ctx=256, verbose=False, seed=0)
     llm("The capital of France is", max_tokens=2)
-    start = time.perf_counter()
-    out = llm("The capital of France is", max_tokens=32, temperature=0.0)
-    n = out["usage"]["completion_tokens"]
-    print(f"llama.cpp: {n / (time.perf_counter() - start):.1f} tokens/s (prefill included)")
+    with Timer(device) as stopwatch:
+        out = llm("The capital of France is", max_tokens=32, temperature=0.0)
+        n = out["usage"]["completion_tokens"]
+    print(f"llama.cpp: {n / stopwatch.seconds:.1f} tokens/s (prefill included)")
 
 # %% [markdown]
 # ## 9 · Pruning and distillation, in brief

@@ -97,7 +97,9 @@ minillm.show_source(tensor_parallel.shard_mlp)
 # ## 2 · What an all-reduce costs
 #
 # Per token, each all-reduce moves one hidden vector: `hidden_size` values. For SmolLM2 (30
-# layers, width 576) in fp32:
+# layers, width 576) in fp32. (This chapter stays on the CPU: its ranks are processes sharing
+# this machine's cores over gloo; with one GPU per rank the launcher would give rank r `cuda:r`
+# and nccl.)
 
 # %%
 model, tokenizer = minillm.load("smollm2-135m", device="cpu")
@@ -118,9 +120,9 @@ print(f"{calls} all-reduces per forward pass, {per_token:,} bytes per token per 
 # %%
 prompt_ids = tokenizer.encode("The capital of France is")
 NEW = 3 if CI else 6
-start = time.perf_counter()
-tp = compare_tensor_parallel("smollm2-135m", prompt_ids, world_size=2, new_tokens=NEW)
-tp_seconds = time.perf_counter() - start
+with Timer("cpu") as stopwatch:
+    tp = compare_tensor_parallel("smollm2-135m", prompt_ids, world_size=2, new_tokens=NEW)
+tp_seconds = stopwatch.seconds
 print(tp)
 print("one process: ", repr(tokenizer.decode(tp.reference_tokens)))
 print("two processes:", repr(tokenizer.decode(tp.parallel_tokens)))
@@ -417,9 +419,8 @@ with torch.inference_mode():
     final = model(ids)[0].argmax(-1)                       # (positions,)
 for h in hooks:
     h.remove()
-head = model.embed.weight if model.lm_head is None else model.lm_head.weight
-with torch.inference_mode():
-    tops = torch.stack([(model.norm(hidden[i][0]) @ head.T).argmax(-1)
+with torch.inference_mode():  # model.logits: the final norm and the LM head
+    tops = torch.stack([model.logits(hidden[i])[0].argmax(-1)
                         for i in sorted(hidden)])          # (layers, positions)
 n_layers = tops.shape[0]
 settled = []

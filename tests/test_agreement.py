@@ -1,0 +1,41 @@
+"""Token agreement across runs: exact on a CPU, up to the first near tie elsewhere."""
+
+import torch
+
+from minillm.agreement import agree, first_difference, rule
+
+
+class Scores(torch.nn.Module):
+    """Logits that depend on the last token only: after token t, token t+1 leads by `gap`."""
+
+    def __init__(self, gap, device="cpu"):
+        super().__init__()
+        self.gap, self.where = gap, torch.device(device)
+
+    @property
+    def device(self):
+        return self.where
+
+    def forward(self, ids, logits_to_keep=0):
+        logits = torch.zeros(ids.shape[0], ids.shape[1], 10)
+        logits[..., :] = 0.0
+        nxt = (ids + 1) % 10
+        logits.scatter_(-1, nxt[..., None], self.gap)
+        return logits[:, -logits_to_keep:]
+
+
+def test_first_difference():
+    assert first_difference([1, 2, 3], [1, 2, 3]) is None
+    assert first_difference([1, 2, 3], [1, 5, 3]) == 1
+    assert first_difference([1, 2], [1, 2, 3]) == 2
+
+
+def test_exact_on_a_cpu_and_up_to_a_near_tie_elsewhere():
+    assert agree(Scores(5.0), [1], [2, 3], [2, 3])
+    assert not agree(Scores(1e-4), [1], [2, 3], [2, 4])  # a CPU: exact, even at a near tie
+    assert "exactly" in rule(Scores(1.0))
+    gpu_tie, gpu_clear = Scores(1e-4, "meta"), Scores(5.0, "meta")
+    assert agree(gpu_tie, [1], [2, 3], [2, 4])  # the model barely preferred 3 after 2
+    assert not agree(gpu_clear, [1], [2, 3], [2, 4])  # a clear choice must agree
+    assert not agree(gpu_tie, [1], [2, 3], [2])  # one ended early: not the same answer
+    assert "near tie" in rule(gpu_tie)
