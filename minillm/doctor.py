@@ -133,13 +133,15 @@ def check_generation(new_tokens: int = 10) -> Check:
     try:
         import minillm
 
-        start = time.perf_counter()
-        model, tokenizer = minillm.load("smollm2-135m")
-        loaded = time.perf_counter() - start
-        start = time.perf_counter()
-        result = minillm.generate(model, tokenizer, "The capital of France is",
-                                  max_new_tokens=new_tokens)
-        seconds = time.perf_counter() - start
+        from .devices import Timer
+
+        with Timer() as loading:
+            model, tokenizer = minillm.load("smollm2-135m")
+        loaded = loading.seconds
+        with Timer(model) as generating:
+            result = minillm.generate(model, tokenizer, "The capital of France is",
+                                      max_new_tokens=new_tokens)
+        seconds = generating.seconds
     except Exception as error:  # the doctor reports, it does not crash
         return Check("generation", False, f"{type(error).__name__}: {error}",
                      "fix the items above first; then run `python -m minillm doctor` again")

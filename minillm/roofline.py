@@ -15,13 +15,12 @@ verify, chapter 08) reuse each weight B or k times: the same bytes, B or k times
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import torch
 
 from .bench.bandwidth import read_bandwidth
-from .devices import synchronize
+from .devices import best_time
 
 
 @dataclass(frozen=True)
@@ -87,15 +86,7 @@ def peak_matmul_flops(device="cpu", n: int = 1024, repeats: int = 3,
     device = torch.device(device)
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
-    a @ b  # warm-up
-    best = float("inf")
-    for _ in range(repeats):
-        synchronize(device)
-        start = time.perf_counter()
-        a @ b
-        synchronize(device)
-        best = min(best, time.perf_counter() - start)
-    return 2 * n ** 3 / best
+    return 2 * n ** 3 / best_time(lambda: a @ b, device, repeats, warmup=1)
 
 
 def measure_roof(device="cpu", megabytes: int = 256, n: int = 1024) -> Roof:

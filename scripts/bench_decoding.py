@@ -11,12 +11,12 @@ import argparse
 import json
 import os
 import platform
-import time
 
 import torch
 import transformers
 
 import minillm
+from minillm.devices import best_time
 from minillm.generation import eos_ids
 
 SETTINGS = {
@@ -28,12 +28,7 @@ SETTINGS = {
 
 
 def best_of(fn, repeats):
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
+    return best_time(fn, None, repeats)  # synchronizes every device in use
 
 
 def main():

@@ -19,7 +19,6 @@ import json
 import os
 import platform
 import sys
-import time
 
 import numpy as np
 import torch
@@ -27,6 +26,7 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import minillm  # noqa: E402
+from minillm.devices import Timer, now  # noqa: E402
 from minillm.kv_cache import KVCache  # noqa: E402
 from minillm.step_timing import (decode_step_times, kv_cache_formula_bytes,  # noqa: E402
                                  recompute_step_time)
@@ -58,13 +58,13 @@ def main(argv=None):
           f"{torch.get_num_threads()} threads")
 
     decode_step_times(model, tokenizer, prompt_ids, 8)  # warm-up
-    begin = time.perf_counter()
-    cached, tokens = decode_step_times(model, tokenizer, prompt_ids, args.steps)
-    print(f"with cache: {args.steps} steps in {time.perf_counter() - begin:.1f} s")
+    with Timer(model) as stopwatch:
+        cached, tokens = decode_step_times(model, tokenizer, prompt_ids, args.steps)
+    print(f"with cache: {args.steps} steps in {stopwatch.seconds:.1f} s")
 
     # step n (n = 0 is the prefill) sees p + n tokens without a cache
     if args.stride == 1:
-        begin = time.perf_counter()
+        begin = now(model)
         uncached, same = decode_step_times(model, tokenizer, prompt_ids, args.steps,
                                            use_cache=False)
         assert same == tokens, "the cache changed the tokens"
@@ -72,11 +72,11 @@ def main(argv=None):
         how = "every step, real no-cache loop"
     else:
         sampled = sorted(set(range(0, args.steps, args.stride)) | {args.steps - 1, args.at - 1})
-        begin = time.perf_counter()
+        begin = now(model)
         measured = [recompute_step_time(model, p + n) for n in sampled]
         uncached = list(np.interp(range(args.steps), sampled, measured))
         how = f"every {args.stride}th step timed, interpolated between"
-    print(f"without cache ({how}): {time.perf_counter() - begin:.1f} s")
+    print(f"without cache ({how}): {now(model) - begin:.1f} s")
 
     print(f"\n{'step':>6} {'tokens seen':>12} {'cache ms':>10} {'no cache ms':>12} {'ratio':>7}")
     show = [n for n in sampled if n % max(args.stride, 32) == 0 or n in (1, args.steps - 1)]

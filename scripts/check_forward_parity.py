@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import platform
-import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
@@ -25,6 +24,7 @@ os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 import torch  # noqa: E402
 
 import minillm  # noqa: E402
+from minillm.devices import Timer  # noqa: E402
 from minillm.loading import load_model  # noqa: E402
 from minillm.model.converted import read_converted  # noqa: E402
 
@@ -33,9 +33,9 @@ TEXT = ("The weather today is sunny, and the children are playing in the park. L
 
 
 def timed(fn):
-    start = time.perf_counter()
-    out = fn()
-    return out, time.perf_counter() - start
+    with Timer() as stopwatch:
+        out = fn()
+    return out, stopwatch.seconds
 
 
 def main():
@@ -94,9 +94,9 @@ def main():
     def decode_seconds(step, steps=20):
         times = []
         for _ in range(steps):
-            start = time.perf_counter()
-            step()
-            times.append(time.perf_counter() - start)
+            with Timer() as stopwatch:
+                step()
+            times.append(stopwatch.seconds)
         return sorted(times)[len(times) // 2]
 
     prompt, token = ids[:, :128], ids[:, 128:129]

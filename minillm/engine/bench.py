@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..devices import model_device
+from ..devices import Timer, model_device
+from ..devices import now as clock
 from ..metrics import throughput
 from ..stats import percentile
 from .engine import Engine
@@ -45,11 +46,11 @@ def make_workload(tokenizer, n: int = 64, prompt_lengths=(16, 512), output_lengt
 def run_engine(engine: Engine, work: list[Work], progress: bool = False) -> dict:
     """Run every request of `work` through `engine` at once (offline); returns the outputs and
     the throughput figures."""
-    start = time.perf_counter()
-    outs = engine.generate([w.prompt for w in work],
-                           [{"max_new_tokens": w.max_new_tokens} for w in work],
-                           ignore_eos=True, progress=progress)
-    wall = time.perf_counter() - start
+    with Timer(engine.device) as stopwatch:
+        outs = engine.generate([w.prompt for w in work],
+                               [{"max_new_tokens": w.max_new_tokens} for w in work],
+                               ignore_eos=True, progress=progress)
+    wall = stopwatch.seconds
     rejected = [o.error for o in outs if o.finish_reason == "rejected"]
     if rejected:
         raise ValueError(f"{len(rejected)} requests were rejected, the first: {rejected[0]}")
@@ -82,8 +83,8 @@ def hf_generate(model, tokenizer, work: list[Work], batch_size: int = 16,
         from tqdm.auto import tqdm
 
         batches = tqdm(batches, desc="transformers generate", unit="batch")
-    start = time.perf_counter()
     device = model_device(model)
+    start = clock(device)
     for batch in batches:
         longest = max(len(w.prompt) for w in batch)
         ids = torch.full((len(batch), longest), pad, dtype=torch.long)
@@ -96,7 +97,7 @@ def hf_generate(model, tokenizer, work: list[Work], batch_size: int = 16,
                            max_new_tokens=max(w.max_new_tokens for w in batch),
                            min_new_tokens=max(w.max_new_tokens for w in batch),
                            do_sample=False, pad_token_id=pad)
-    wall = time.perf_counter() - start
+    wall = clock(device) - start
     tokens = sum(w.max_new_tokens for w in work)
     return {"wall_s": wall, "new_tokens": tokens, "tokens_per_s": tokens / wall}
 

@@ -24,6 +24,7 @@ import torch
 
 from ..decoding import GenerationConfig, build_processors, choose_next_token, make_generator
 from ..devices import model_device
+from ..devices import now as clock
 from ..generation import eos_ids, encode_prompts
 from .block_manager import BlockManager
 from .paged_cache import PagedKVPool, paged_forward
@@ -167,7 +168,7 @@ class Engine:
             start = time.perf_counter()
             kinds = [self.scheduler.kind(r, n) for r, n in batch.items]
             logits, computed_rows = self._forward(batch)
-            now = time.perf_counter()  # the logits are on the host (read below): tokens ready
+            now = clock(self.device)  # once the device has computed them: the tokens are ready
             for (request, n), row in zip(batch.items, logits):
                 if not self.scheduler.computed(request, n):
                     continue  # a prompt chunk with more to come, or a row with no token to give

@@ -9,9 +9,9 @@ matrix the size of SmolLM2's feed-forward and remembers the answer.
 
 from __future__ import annotations
 
-import time
-
 import torch
+
+from ..devices import best_time
 
 _CHOSEN: dict[tuple, str] = {}
 
@@ -25,15 +25,10 @@ def time_layouts(dtype=torch.float32, device="cpu", shape=(576, 3072), repeats: 
     stored = {"in_out": w.t().contiguous(), "out_in": w}
     x = torch.randn(1, k, generator=gen).to(dtype=dtype, device=device)
     best = {name: float("inf") for name in stored}
-    sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
-    for _ in range(repeats):
+    for _ in range(repeats):  # interleaved, so a busy moment of the machine hits both
         for name, m in stored.items():
             m = m if name == "in_out" else m.t()
-            sync()
-            start = time.perf_counter()
-            torch.mm(x, m)
-            sync()
-            best[name] = min(best[name], time.perf_counter() - start)
+            best[name] = min(best[name], best_time(lambda: torch.mm(x, m), device, 1))
     return best
 
 

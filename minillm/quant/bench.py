@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from ..devices import Timer
 from .measure import evaluate, speed
 from .model import quantize, weight_bytes
 
@@ -76,14 +77,14 @@ def benchmark(model, tokenizer, rows=DEFAULT_ROWS, *, text_tokens: int = 2048, w
         scheme, options = ROWS[name]
         qmodel = model if name == "fp32" else quantize(model, scheme, **options)
         key = (scheme, options.get("group_size"))
-        t0 = time.perf_counter()
-        if key in done:  # same weights, another kernel: the same quality numbers
-            quality = done[key]
-        else:
-            quality = evaluate(qmodel, text, window, reference=reference,
-                               keep_logits=name == "fp32")
-            done[key] = quality
-        eval_s = time.perf_counter() - t0
+        with Timer(qmodel) as evaluating:
+            if key in done:  # same weights, another kernel: the same quality numbers
+                quality = done[key]
+            else:
+                quality = evaluate(qmodel, text, window, reference=reference,
+                                   keep_logits=name == "fp32")
+                done[key] = quality
+        eval_s = evaluating.seconds
         if name == "fp32":
             reference = quality.logits
         fast = speed(qmodel, tokenizer, prompt, new_tokens, repeats)

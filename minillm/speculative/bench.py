@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import time
 
+from ..devices import Timer
+
 PARAGRAPH = (
     "The lighthouse stood at the edge of the cliff for more than two hundred years. Every night "
     "its keeper climbed the hundred and twelve steps, cleaned the great glass lens, and lit the "
@@ -46,10 +48,11 @@ def task_prompt(tokenizer, task: str) -> list[int]:
     return list(tokenizer.encode(text))
 
 
-def _timed(fn):
-    wall, cpu = time.perf_counter(), time.process_time()
-    result = fn()
-    return result, time.perf_counter() - wall, time.process_time() - cpu
+def _timed(fn, device=None):
+    cpu = time.process_time()
+    with Timer(device) as wall:
+        result = fn()
+    return result, wall.seconds, time.process_time() - cpu
 
 
 def compare(model, tokenizer, prompt_ids: list[int], drafts: dict, ks, max_new_tokens: int,
@@ -61,7 +64,7 @@ def compare(model, tokenizer, prompt_ids: list[int], drafts: dict, ks, max_new_t
     from .loop import speculative_generate
 
     def best(fn):
-        runs = [_timed(fn) for _ in range(repeats)]
+        runs = [_timed(fn, model) for _ in range(repeats)]
         return min(runs, key=lambda r: r[1])
 
     plain, wall, cpu = best(lambda: generate(model, tokenizer, prompt_ids,
