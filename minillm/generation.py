@@ -30,6 +30,7 @@ from .kv_cache import KVCache
 from .metrics import RequestMetrics, TokenClock, TokenEvent
 from .results import Completion
 from .stopping import Sequence, check_stop_strings
+from .validate import check_int
 
 
 @dataclass
@@ -98,11 +99,7 @@ def encode_prompts(tokenizer, prompt, vocab_size: int | None = None) -> tuple[li
 
 
 def _check_max_new_tokens(value) -> None:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"max_new_tokens must be an int >= 1, got {value!r} "
-                        f"({type(value).__name__})")
-    if value < 1:
-        raise ValueError(f"max_new_tokens must be an int >= 1, got {value}")
+    check_int("max_new_tokens", value, 1)
 
 
 def _check_context(prompts: list[list[int]], max_new_tokens: int, max_seq_len: int,

@@ -1,4 +1,4 @@
-"""minillm's two CPU kernels: a bf16 and an int8 weight matrix times float32 rows.
+"""minillm's CPU kernels: a bf16, an int8 and a GGUF Q4_1 weight matrix times float32 rows.
 
 Decoding multiplies one row (or a few) by every weight matrix, so a decode step's time is the
 time to read the weights. Both kernels read each narrow weight once, widen it to float32 in
@@ -14,6 +14,9 @@ follows; the activations stay float32, so nothing is lost but the weights' own r
   dynamic configs, PyTorch's `_weight_int8pack_mm`) or less accurate (fbgemm's dynamic kernel
   quantizes the activations too: +1.9% perplexity at batch 1, +234% over whole prompts),
   which is why minillm has its own.
+- `gemm_q4_1`: the course model file's own 4-bit blocks (GGUF Q4_1: 32 weights, a float16
+  scale d and minimum m), read as they lie in the file: weight = q * d + m, widened in
+  registers. The same bytes llama.cpp reads, about a sixth of float32's.
 
 It is C with AVX2 (and AVX-512 where the CPU has it), compiled on first use with the system's
 C compiler (`cc`) into minillm's cache folder and called through ctypes. Where there is no
@@ -49,7 +52,9 @@ static inline vf vload(const float *p) { return _mm512_loadu_ps(p); }
 static inline vf vfma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
 static inline vf vadd(vf a, vf b) { return _mm512_add_ps(a, b); }
 static inline vf vzero(void) { return _mm512_setzero_ps(); }
+static inline vf vset1(float v) { return _mm512_set1_ps(v); }
 static inline float vsum(vf a) { return _mm512_reduce_add_ps(a); }
+static inline vf u8(__m128i q) { return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(q)); }
 #else
 #define VW 8
 typedef __m256 vf;
@@ -60,6 +65,8 @@ static inline vf vload(const float *p) { return _mm256_loadu_ps(p); }
 static inline vf vfma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
 static inline vf vadd(vf a, vf b) { return _mm256_add_ps(a, b); }
 static inline vf vzero(void) { return _mm256_setzero_ps(); }
+static inline vf vset1(float v) { return _mm256_set1_ps(v); }
+static inline vf u8(__m128i q) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q)); }
 static inline float vsum(vf a) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
     s = _mm_hadd_ps(s, s);
@@ -83,6 +90,46 @@ static inline float dot_int8(const int8_t *w, const float *x, int64_t K) {
     for (; k < K; k++)
         total += (float)w[k] * x[k];
     return total;
+}
+
+/* GGUF's Q4_1: a row is K/32 blocks of 20 bytes: d and m (float16), then 16 bytes whose low
+   nibbles are weights 0..15 and high nibbles weights 16..31; weight = q * d + m. */
+static inline float dot_q4_1(const uint8_t *row, const float *x, int64_t K) {
+    vf a0 = vzero(), a1 = vzero();
+    const __m128i low4 = _mm_set1_epi8(0x0F);
+    for (int64_t b = 0; b < K / 32; b++) {
+        const uint8_t *blk = row + 20 * b;
+        uint16_t hd, hm;
+        memcpy(&hd, blk, 2);
+        memcpy(&hm, blk + 2, 2);
+        vf d = vset1(_cvtsh_ss(hd)), m = vset1(_cvtsh_ss(hm));
+        __m128i q = _mm_loadu_si128((const __m128i *)(blk + 4));
+        __m128i lo = _mm_and_si128(q, low4), hi = _mm_and_si128(_mm_srli_epi16(q, 4), low4);
+        const float *xb = x + 32 * b;
+#ifdef __AVX512F__
+        a0 = vfma(vfma(u8(lo), d, m), vload(xb), a0);
+        a1 = vfma(vfma(u8(hi), d, m), vload(xb + 16), a1);
+#else
+        a0 = vfma(vfma(u8(lo), d, m), vload(xb), a0);
+        a1 = vfma(vfma(u8(_mm_srli_si128(lo, 8)), d, m), vload(xb + 8), a1);
+        a0 = vfma(vfma(u8(hi), d, m), vload(xb + 16), a0);
+        a1 = vfma(vfma(u8(_mm_srli_si128(hi, 8)), d, m), vload(xb + 24), a1);
+#endif
+    }
+    return vsum(vadd(a0, a1));
+}
+
+/* Y[m][n] = sum_k W[n][k] * X[m][k] (+ bias[n]), W in Q4_1 blocks, row-major (N, K / 32 blocks),
+   K a multiple of 32; X (M, K) and Y (M, N) float32. */
+void gemm_q4_1(const uint8_t *W, const float *bias, const float *X, float *Y,
+               int64_t M, int64_t N, int64_t K, int threads) {
+    #pragma omp parallel for schedule(static) num_threads(threads) if (N * K > (1 << 17))
+    for (int64_t n = 0; n < N; n++) {
+        const uint8_t *row = W + n * (K / 32) * 20;
+        float b = bias ? bias[n] : 0.0f;
+        for (int64_t m = 0; m < M; m++)
+            Y[m * N + n] = dot_q4_1(row, X + m * K, K) + b;
+    }
 }
 
 /* Y[m][n] = scale[n] * sum_k W[n][k] * X[m][k] (+ bias[n]); W int8 row-major (N, K), X (M, K),
@@ -143,7 +190,8 @@ def _supported() -> bool:
 
 
 _ARGS = {"gemv_bf16": [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 2 + [ctypes.c_int],
-         "gemm_int8": [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 3 + [ctypes.c_int]}
+         "gemm_int8": [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 3 + [ctypes.c_int],
+         "gemm_q4_1": [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 3 + [ctypes.c_int]}
 
 
 def _library():
@@ -158,7 +206,8 @@ def _library():
     from .files import cache_dir
 
     capability = torch.backends.cpu.get_cpu_capability()
-    flags = ["-mavx2", "-mfma"] + (["-mavx512f", "-mavx512bw"] if capability == "AVX512" else [])
+    flags = ["-mavx2", "-mfma", "-mf16c"] + (["-mavx512f", "-mavx512bw"]
+                                               if capability == "AVX512" else [])
     digest = hashlib.sha256((SOURCE + " ".join(flags)).encode()).hexdigest()[:12]
     folder = cache_dir() / "kernels"
     library = folder / f"minillm_kernels_{capability.lower()}_{digest}.so"
@@ -231,4 +280,26 @@ def gemm_int8(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor,
     out = torch.empty(x.shape[0], n, dtype=torch.float32)
     fn(qweight.data_ptr(), scale.data_ptr(), None if bias is None else bias.data_ptr(),
        x.data_ptr(), out.data_ptr(), x.shape[0], n, k, threads or torch.get_num_threads())
+    return out
+
+
+def gemm_q4_1(x: torch.Tensor, blocks: torch.Tensor, bias: torch.Tensor | None = None,
+              threads: int | None = None) -> torch.Tensor:
+    """x (M, K) float32 times a weight stored as GGUF Q4_1 blocks, `blocks` uint8 (N, K / 32 *
+    20), plus `bias` (N,): (M, N) float32, on the CPU. RuntimeError where the kernel is not
+    available."""
+    fn = load("gemm_q4_1")
+    if fn is None:
+        raise RuntimeError("the Q4_1 kernel is not available on this machine")
+    if blocks.dtype != torch.uint8 or not blocks.is_contiguous() or blocks.dim() != 2 \
+            or blocks.shape[1] % 20:
+        raise ValueError("blocks must be a contiguous uint8 tensor (rows, 20 bytes per block)")
+    n, k = blocks.shape[0], blocks.shape[1] // 20 * 32
+    if x.dtype != torch.float32 or x.dim() != 2 or x.shape[1] != k:
+        raise ValueError(f"x must be float32 rows of {k} values, got {tuple(x.shape)} {x.dtype}")
+    x = x.contiguous()
+    bias = None if bias is None else bias.float().contiguous()
+    out = torch.empty(x.shape[0], n, dtype=torch.float32)
+    fn(blocks.data_ptr(), None if bias is None else bias.data_ptr(), x.data_ptr(),
+       out.data_ptr(), x.shape[0], n, k, threads or torch.get_num_threads())
     return out

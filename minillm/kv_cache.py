@@ -19,6 +19,8 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
+from .validate import check_int
+
 
 @runtime_checkable
 class KVCacheProtocol(Protocol):
@@ -50,8 +52,7 @@ class KVCache:
         for field, value in [("n_layers", n_layers), ("batch_size", batch_size),
                              ("n_kv_heads", n_kv_heads), ("head_dim", head_dim),
                              ("max_tokens", max_tokens)]:
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"KVCache {field} must be a positive int, got {value!r}")
+            check_int(f"KVCache {field}", value, 1, allowed="a positive int")
         shape = (batch_size, n_kv_heads, max_tokens, head_dim)
         self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
         self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]

@@ -63,6 +63,8 @@ def load_model(name_or_path, dtype=torch.float32, device="auto", *, fast: bool =
     if weights is not None and not fast:
         raise ValueError("weights= chooses the fast path's weight format; it needs fast=True")
     model = build_model(config, tensors, dtype=dtype, device=device)
+    if weights == "q4_1":
+        _use_q4_1_blocks(model, kind, path)
     if fast and "fast" in registry.architecture(config.arch).features:
         from .fast import optimize_in_place
 
@@ -70,6 +72,25 @@ def load_model(name_or_path, dtype=torch.float32, device="auto", *, fast: bool =
     elif weights is not None:
         registry.require(config, "fast")
     return model
+
+
+def _use_q4_1_blocks(model, kind: str, path) -> None:
+    """Swap every linear layer the GGUF file stores as Q4_1 for a Q41Linear holding its blocks."""
+    from .layers.linear import replace_module
+    from .quant.gguf_q4_1 import q4_1_linears
+    from .quant.linear import Q41Linear
+
+    if kind != "gguf":
+        raise ValueError(f"weights='q4_1' runs a GGUF file's own Q4_1 blocks; {path} is a "
+                         "Hugging Face folder: use 'int8' (or a float format) for it")
+    if model.device.type != "cpu":
+        raise ValueError("weights='q4_1' runs minillm's CPU kernel: load on device='cpu'")
+    blocks = q4_1_linears(path, model.config)
+    if not blocks:
+        raise ValueError(f"{path.name} stores no linear layer as Q4_1")
+    for name, raw in blocks.items():
+        module = name.rsplit(".", 1)[0]
+        replace_module(model, module, Q41Linear(raw, model.get_submodule(module).bias))
 
 
 def load(name_or_path="smollm2-135m", dtype=torch.float32, device="auto", *, fast: bool = True,
@@ -84,7 +105,8 @@ def load(name_or_path="smollm2-135m", dtype=torch.float32, device="auto", *, fas
 
     `fast=True` (the default) gives the fast path (`minillm.fast.optimize`): the same network and
     the same tokens, its projections fused and its linear layers stored for speed, and `weights`
-    ("fp32", "bf16", "fp16", "int8"; default: `dtype`) chooses how those are stored. `fast=False`
+    ("fp32", "bf16", "fp16", "int8", or "q4_1": a GGUF file's own 4-bit blocks, on the CPU;
+    default: `dtype`) chooses how those are stored. `fast=False`
     gives the readable model the lessons open up: q_proj, k_proj, v_proj, ... as chapter 02
     draws them.
 

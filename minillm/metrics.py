@@ -28,6 +28,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from .validate import check_int
+
 __all__ = ["RequestMetrics", "Throughput", "TokenClock", "TokenEvent", "throughput",
            "predict_latency"]
 
@@ -130,8 +132,7 @@ class RequestMetrics:
 def predict_latency(ttft: float, tpot: float, n_tokens: int) -> float:
     """End-to-end latency of an answer of `n_tokens` new tokens: TTFT + TPOT x (n_tokens - 1).
     The first token's time is TTFT; each later one adds one TPOT."""
-    if not isinstance(n_tokens, int) or isinstance(n_tokens, bool) or n_tokens < 1:
-        raise ValueError(f"n_tokens must be an int >= 1, got {n_tokens!r}")
+    check_int("n_tokens", n_tokens, 1)
     return ttft + tpot * (n_tokens - 1)
 
 

@@ -67,7 +67,9 @@ def test_tensor_parallel_tiny_model_matches_one_process(tiny_folder):
 
 def test_pipeline_parallel_tiny_model_matches_one_process(tiny_folder):
     report = compare_pipeline_parallel(str(tiny_folder), PROMPT, world_size=3)
-    assert report.max_abs_diff < 1e-5 and report.top1_agree, report
+    # the same operations, but each stage's process runs on fewer threads than this one, and
+    # the matrix kernels block their sums by thread count: the last bits differ
+    assert report.max_abs_diff < 1e-4 and report.top1_agree, report
     assert [r["layers"] for r in report.ranks] == [[0], [1], [2]]
     hidden = 48 * len(PROMPT) * 4
     assert [r["sent_bytes"] for r in report.ranks] == [hidden, hidden, 0]

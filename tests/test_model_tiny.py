@@ -250,9 +250,10 @@ def test_logits_to_keep_returns_the_last_positions_unchanged(small, keep):
                                rtol=0, atol=1e-6)
 
 
-@pytest.mark.parametrize("keep", [-1, 1.0, True, "1"])
-def test_bad_logits_to_keep(small, keep):
-    with pytest.raises(ValueError, match="logits_to_keep must be an int >= 0"):
+@pytest.mark.parametrize("keep, error", [(-1, ValueError), (1.0, TypeError), (True, TypeError),
+                                         ("1", TypeError)])
+def test_bad_logits_to_keep(small, keep, error):
+    with pytest.raises(error, match="logits_to_keep must be an int >= 0"):
         small(torch.zeros(1, 3, dtype=torch.long), logits_to_keep=keep)
 
 

@@ -3,6 +3,7 @@ bit for bit, and minillm's float weights are those values; int4 with GGUF's grou
 back (they already lie on a Q4_1 grid), groups of 64 do not."""
 
 import numpy as np
+import torch
 import pytest
 
 from minillm.quant import decode_q4_1_block, gguf_dequantize_q4_1, q4_1_blocks
@@ -55,3 +56,26 @@ def test_bad_tensor_names(gguf_path):
         q4_1_blocks(gguf_path, "token_embd.weight")
     with pytest.raises(ValueError, match=f"{BLOCK_BYTES} bytes"):
         decode_q4_1_block(bytes(19))
+
+
+def test_q4_1_runs_the_files_own_blocks(gguf_path):
+    """weights="q4_1": the linear layers hold the file's Q4_1 blocks (their dequantized values
+    are the float model's weights exactly), minillm's kernel multiplies with them, and the
+    logits stay those of the float model (the LM head, Q8_0 in the file, goes int8)."""
+    import minillm
+    from minillm.fast import optimize
+    from minillm.quant.linear import Int8Linear, Q41Linear
+
+    q4, tok = minillm.load("smollm2-135m", device="cpu", weights="q4_1")
+    fp32, _ = minillm.load("smollm2-135m", device="cpu")
+    assert q4.weight_format == "q4_1" and isinstance(q4.layers[0].attn.qkv_proj, Q41Linear)
+    assert isinstance(q4.lm_head, Int8Linear)
+    up = q4.layers[3].mlp.gate_up_proj
+    want = fp32.layers[3].mlp.gate_up_proj.matrix().t()  # FastLinear: (in, out) or (out, in)
+    assert torch.equal(up.dequantized_weight()[1536:], want[1536:])
+    ids = torch.tensor([tok.encode("The capital of France is")])
+    with torch.inference_mode():
+        a, b = q4(ids), fp32(ids)
+    assert (a - b).abs().max() < 0.5 and (a[0, -1].argmax() == b[0, -1].argmax())
+    with pytest.raises(ValueError, match="minillm.load.*weights='q4_1'"):
+        optimize(minillm.load("smollm2-135m", device="cpu", fast=False)[0], "q4_1")

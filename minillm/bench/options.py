@@ -18,9 +18,9 @@ def main(argv=None) -> int:
 
 def build_parser(parser):
     ci = bool(os.environ.get("CI"))
-    parser.add_argument("--dtypes", default="fp32,bf16,int8",
-                        help="comma-separated weight formats: fp32, bf16, fp16, int8 "
-                             "(default fp32,bf16,int8)")
+    parser.add_argument("--dtypes", default="fp32,bf16,int8,q4_1",
+                        help="comma-separated weight formats: fp32, bf16, fp16, int8, q4_1 "
+                             "(the GGUF file's own 4-bit blocks; default fp32,bf16,int8,q4_1)")
     parser.add_argument("--tokens", type=int, default=8 if ci else 32,
                         help="new tokens per decode run (default 32; 8 when CI is set)")
     parser.add_argument("--prompt-tokens", type=int, default=64 if ci else 512,

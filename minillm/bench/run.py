@@ -34,7 +34,7 @@ from ..model.memory import bytes_per_token
 from ..stats import spread
 from .bandwidth import decode_bound, read_bandwidth
 
-FORMATS = (*FLOAT_DTYPES, "int8")
+FORMATS = (*FLOAT_DTYPES, "int8", "q4_1")
 PROMPT = "Explain in a few sentences why the sky is blue."
 LLAMA_CPP_HOWTO = ("llama.cpp is not installed, so it has no row. It is optional (not a "
                    "dependency of minillm): CMAKE_ARGS=-DGGML_NATIVE=ON .venv/bin/pip install "
@@ -193,7 +193,7 @@ def _check(formats, tokens, prompt_tokens, repeats, threads) -> tuple:
     return threads
 
 
-def run(formats=("fp32", "bf16", "int8"), tokens: int = 64, prompt_tokens: int = 512,
+def run(formats=("fp32", "bf16", "int8", "q4_1"), tokens: int = 64, prompt_tokens: int = 512,
         repeats: int = 3, device="auto", threads=None, budget_s: float = 150.0,
         with_transformers: bool = True, with_llama_cpp: bool = True, progress=print) -> dict:
     """Run the benchmark; return the report (what the JSON line holds). `threads` is a list of
@@ -214,7 +214,9 @@ def run(formats=("fp32", "bf16", "int8"), tokens: int = 64, prompt_tokens: int =
             ref = reference.to(device) if fmt == "fp32" else \
                 copy.deepcopy(reference).to(device=device, dtype=FLOAT_DTYPES[fmt])
             engines.append(transformers_engine(ref, fmt))
-        engines.append(minillm_engine(optimize(readable, fmt), tokenizer, fmt))
+        fast = minillm.load("smollm2-135m", device=device, weights="q4_1")[0] \
+            if fmt == "q4_1" else optimize(readable, fmt)  # q4_1: the file's own blocks
+        engines.append(minillm_engine(fast, tokenizer, fmt))
     notes = []
     if with_llama_cpp and device.type == "cpu":
         engine = llama_cpp_engine(minillm.model_file("smollm2-135m"), prompt_tokens + tokens + 8)

@@ -14,6 +14,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from ..validate import check_int
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -60,8 +62,7 @@ def run_distributed(fn, world_size: int = 2, args: tuple = (), backend: str | No
                     timeout: float = 600):
     """Run `fn(rank, world_size, *args)` on `world_size` processes; return their results by rank.
     `fn` must be importable (defined in a module, not in a notebook cell)."""
-    if not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size must be a positive int, got {world_size!r}")
+    check_int("world_size", world_size, 1, allowed="a positive int")
     backend = backend or default_backend(world_size)
     threads = max(1, (os.cpu_count() or 1) // world_size)
     context = mp.get_context("spawn")

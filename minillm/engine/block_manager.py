@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+from ..validate import check_int
+
 
 def block_hash(parent: int | None, tokens) -> int:
     """The name of a full block: its tokens and the name of the block before it."""
@@ -43,9 +45,8 @@ class BlockManager:
     """A pool of `num_blocks` blocks: allocate, share, free, and find cached prefixes."""
 
     def __init__(self, num_blocks: int, block_size: int = 16, enable_prefix_caching: bool = True):
-        for name, value in [("num_blocks", num_blocks), ("block_size", block_size)]:
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        check_int("num_blocks", num_blocks, 1, allowed="a positive int")
+        check_int("block_size", block_size, 1, allowed="a positive int")
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching

@@ -35,7 +35,7 @@ from .linear import FastLinear
 __all__ = ["optimize", "is_optimized", "FastLinear", "best_layout", "time_layouts",
            "WEIGHT_FORMATS"]
 
-WEIGHT_FORMATS = {**FLOAT_DTYPES, "int8": torch.int8}
+WEIGHT_FORMATS = (*FLOAT_DTYPES, "int8", "q4_1")
 
 
 def is_optimized(model) -> bool:
@@ -47,7 +47,7 @@ def weight_format(weights, model_dtype: torch.dtype) -> str:
     if weights is None:
         weights = model_dtype
     if isinstance(weights, torch.dtype):
-        names = {v: k for k, v in WEIGHT_FORMATS.items() if v.is_floating_point}
+        names = {v: k for k, v in FLOAT_DTYPES.items()}
         if weights not in names:
             raise TypeError(f"weights must be one of {', '.join(WEIGHT_FORMATS)} or a floating "
                             f"torch.dtype, got {weights!r}")
@@ -62,7 +62,9 @@ def optimize(model, weights=None, *, layout: str = "auto", kernel="auto"):
     """A fast copy of a minillm `model` (from `minillm.load(..., fast=False)`).
 
     weights  None keeps the model's dtype; "bf16" (or torch.bfloat16) or "fp16" halve the bytes
-             each token reads, "int8" quarters them (minillm.quant.Int8Linear). On a CPU the
+             each token reads, "int8" quarters them (minillm.quant.Int8Linear), "q4_1" runs a
+             GGUF file's own 4-bit blocks (a model from minillm.load(..., weights="q4_1"),
+             whose linear layers hold them; the LM head goes int8). On a CPU the
              activations stay in the model's dtype (float32): only the stored weights narrow.
              On a GPU a float format casts the whole model (its arithmetic is fast in bf16).
     layout   "auto" (time both and keep the faster), "in_out" (x @ W) or "out_in" (F.linear).
@@ -84,7 +86,7 @@ def optimize_in_place(model, weights=None, *, layout: str = "auto", kernel="auto
     with torch.no_grad():
         fast = model
         if fast.device.type != "cpu" and fmt in ("bf16", "fp16"):
-            fast.to(WEIGHT_FORMATS[fmt])  # GPUs compute in bf16/fp16 natively
+            fast.to(FLOAT_DTYPES[fmt])  # GPUs compute in bf16/fp16 natively
         make = _linear_maker(fmt, fast.dtype, fast.device, layout, kernel)
         for module in list(fast.modules()):
             if hasattr(module, "fuse"):
@@ -110,7 +112,14 @@ def _check(model, weights, layout, kernel) -> str:
         raise TypeError(f"optimize takes a minillm model (from minillm.load(..., fast=False)), "
                         f"got {type(model).__name__}")
     registry.require(model.config, "fast")
-    if is_quantized(model):
+    fmt = weight_format(weights, model.dtype)
+    from ..quant.linear import Q41Linear
+
+    has_blocks = any(isinstance(m, Q41Linear) for m in model.modules())
+    if fmt == "q4_1" and not has_blocks:
+        raise ValueError("weights='q4_1' runs a GGUF file's own Q4_1 blocks: load them with "
+                         "minillm.load(gguf_file_or_name, weights='q4_1')")
+    if is_quantized(model) and not (fmt == "q4_1" and has_blocks):
         raise TypeError("optimize takes a float model; this one is quantized (minillm.quantize). "
                         "Quantize or optimize, not both: optimize(model, 'int8') is the fast "
                         "path for int8 weights")
@@ -118,15 +127,15 @@ def _check(model, weights, layout, kernel) -> str:
         raise ValueError(f"layout must be 'auto', 'in_out' or 'out_in', got {layout!r}")
     if kernel not in ("auto", True, False):
         raise ValueError(f"kernel must be 'auto', True or False, got {kernel!r}")
-    return weight_format(weights, model.dtype)
+    return fmt
 
 
 def _linear_maker(fmt: str, act_dtype, device, layout: str, kernel):
-    if fmt == "int8":
+    if fmt in ("int8", "q4_1"):  # q4_1: the layers the file does not store as Q4_1 go int8
         from ..quant.linear import Int8Linear
 
         return lambda w, b: Int8Linear.from_weight(w, b)
-    dtype = WEIGHT_FORMATS[fmt]
+    dtype = FLOAT_DTYPES[fmt]
     use_kernel = False
     if dtype == torch.bfloat16 and act_dtype == torch.float32 and device.type == "cpu" \
             and kernel in ("auto", True):

@@ -19,7 +19,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .linear import plain_linear
+from .linear import fuse_linears
 from .rope import apply_rope
 
 
@@ -164,10 +164,7 @@ class Attention(nn.Module):
         builds the new layer (default: an nn.Linear)."""
         if self.is_fused:
             return
-        parts = (self.q_proj, self.k_proj, self.v_proj)
-        weight = torch.cat([p.weight.detach() for p in parts])
-        bias = None if parts[0].bias is None else torch.cat([p.bias.detach() for p in parts])
-        self.qkv_proj = (make_linear or plain_linear)(weight, bias)
+        self.qkv_proj = fuse_linears((self.q_proj, self.k_proj, self.v_proj), make_linear)
         del self.q_proj, self.k_proj, self.v_proj
 
     def project(self, x):

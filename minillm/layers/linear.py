@@ -16,6 +16,18 @@ def plain_linear(weight: torch.Tensor, bias: torch.Tensor | None = None) -> nn.L
     return layer
 
 
+def fuse_linears(parts, make_linear=None) -> nn.Module:
+    """One layer that computes what the linear layers `parts` compute, one output after the
+    other (their matrices stacked): one multiplication instead of len(parts). A layer type that
+    stacks its own storage (a quantized one: `stack`) does so; float layers are concatenated
+    and given to `make_linear(weight, bias)` (default: an nn.Linear)."""
+    if hasattr(type(parts[0]), "stack"):
+        return type(parts[0]).stack(parts)
+    weight = torch.cat([p.weight.detach() for p in parts])
+    bias = None if parts[0].bias is None else torch.cat([p.bias.detach() for p in parts])
+    return (make_linear or plain_linear)(weight, bias)
+
+
 def replace_module(model: nn.Module, name: str, new: nn.Module) -> None:
     """Put `new` where the submodule called `name` (e.g. "layers.0.attn.o_proj") is."""
     parent_name, _, child = name.rpartition(".")

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .linear import plain_linear
+from .linear import fuse_linears
 
 
 class GatedMLP(nn.Module):
@@ -28,10 +27,7 @@ class GatedMLP(nn.Module):
         """Replace gate_proj and up_proj by one `gate_up_proj` (one multiplication, same numbers)."""
         if self.is_fused:
             return
-        parts = (self.gate_proj, self.up_proj)
-        weight = torch.cat([p.weight.detach() for p in parts])
-        bias = None if parts[0].bias is None else torch.cat([p.bias.detach() for p in parts])
-        self.gate_up_proj = (make_linear or plain_linear)(weight, bias)
+        self.gate_up_proj = fuse_linears((self.gate_proj, self.up_proj), make_linear)
         del self.gate_proj, self.up_proj
 
     def forward(self, x):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from ..layers.attention import causal_mask
+from ..validate import check_int
 
 
 def prepare(config, input_ids, cache=None, position_ids=None, attention_mask=None, device=None):
@@ -75,7 +76,5 @@ def keep_last(x, logits_to_keep: int):
     """The hidden states (batch, seq, hidden) whose logits a forward pass returns: the last
     `logits_to_keep` positions, or all of them for 0. Generation needs only the last one; the
     LM head over a whole prompt is a fifth of a small model's prefill work, thrown away."""
-    if not isinstance(logits_to_keep, int) or isinstance(logits_to_keep, bool) or logits_to_keep < 0:
-        raise ValueError(f"logits_to_keep must be an int >= 0 (0 keeps every position), "
-                         f"got {logits_to_keep!r}")
+    check_int("logits_to_keep", logits_to_keep, 0, allowed="an int >= 0 (0 keeps every position)")
     return x[:, -logits_to_keep:] if logits_to_keep else x

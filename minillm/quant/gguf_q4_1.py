@@ -17,7 +17,9 @@ bit. `q4_1_blocks` reads a tensor's raw blocks from the file with the `gguf` pac
 
 from __future__ import annotations
 
+import os
 import struct
+from pathlib import Path
 
 import numpy as np
 
@@ -72,3 +74,54 @@ def gguf_dequantize_q4_1(blocks: np.ndarray) -> np.ndarray:
 
     flat = np.ascontiguousarray(blocks, dtype=np.uint8)
     return gguf.quants.dequantize(flat, gguf.GGMLQuantizationType.Q4_1).reshape(-1, BLOCK_WEIGHTS)
+
+
+def dequantize_q4_1(blocks) -> "torch.Tensor":
+    """Q4_1 blocks laid out as rows, uint8 (rows, blocks per row x 20), to float32 weights
+    (rows, blocks per row x 32), all at once with torch: w = q * d + m."""
+    import torch
+
+    if not isinstance(blocks, torch.Tensor):
+        blocks = torch.from_numpy(np.array(blocks, dtype=np.uint8))  # a writable copy
+    rows = blocks.shape[0]
+    b = blocks.reshape(rows, -1, BLOCK_BYTES)
+    d = b[..., 0:2].contiguous().view(torch.float16).float()  # (rows, n_blocks, 1)
+    m = b[..., 2:4].contiguous().view(torch.float16).float()
+    q = b[..., 4:]
+    nibbles = torch.cat([q & 0x0F, q >> 4], dim=-1).float()  # weights 0..15, then 16..31
+    return (nibbles * d + m).reshape(rows, -1)
+
+
+def q4_1_linears(path, config) -> dict:
+    """The linear layers a GGUF file stores as Q4_1, as raw blocks: minillm's parameter name
+    (e.g. "layers.0.attn.q_proj.weight") -> uint8 (rows, blocks per row x 20), the rows in
+    minillm's order (Llama's q/k rows put back as `minillm.model.llama.unpermute` does; a row's
+    blocks stay whole). Read once with the `gguf` package, then kept in minillm's cache."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from ..files import cache_dir
+    from ..model import registry
+
+    path = Path(path)
+    st = path.stat()
+    cached = cache_dir() / "converted" / f"{path.stem}-{st.st_size}-{st.st_mtime_ns}.q4_1"
+    if cached.is_file():
+        return load_file(cached)
+    import gguf
+
+    family = registry.architecture(config.arch).module()
+    tensors = {t.name: t for t in gguf.GGUFReader(str(path)).tensors}
+    found = {}
+    for ours, theirs in family.gguf_weight_names(config).items():
+        t = tensors.get(theirs)
+        if t is None or t.tensor_type != gguf.GGMLQuantizationType.Q4_1:
+            continue
+        rows = int(t.shape[-1]) if len(t.shape) > 1 else 1
+        raw = np.asarray(t.data, dtype=np.uint8).reshape(rows, -1)
+        found[ours] = torch.from_numpy(np.array(family.gguf_weight(ours, raw, config)))
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    partial = cached.with_suffix(f".partial-{os.getpid()}")
+    save_file({k: v.contiguous() for k, v in found.items()}, partial)
+    os.replace(partial, cached)  # atomic: a parallel reader never sees half a file
+    return found

@@ -33,6 +33,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .gguf_q4_1 import BLOCK_BYTES, BLOCK_WEIGHTS, dequantize_q4_1
 from .int4 import GROUP_SIZE, dequantize_int4, quantize_int4
 from .int8 import dequantize_int8, quantize_int8
 
@@ -67,7 +68,7 @@ def _linear_check(linear) -> None:
 
 
 class QuantizedLinear(nn.Module):
-    """What the int8 and int4 layers share: shapes, the bias, and their size in bytes."""
+    """What the quantized layers share: shapes, the bias, and their size in bytes."""
 
     scheme = "?"
 
@@ -92,8 +93,9 @@ class QuantizedLinear(nn.Module):
 
 class Int8Linear(QuantizedLinear):
     """int8 weights, one float32 scale per output channel. `path`: "dequantize" (rebuild the float
-    weight every call), "fused" (PyTorch's int8 kernel, fp32/bf16 input on the CPU) or "auto"
-    (fused for inputs of at most FUSED_MAX_ROWS rows where the kernel applies, else dequantize)."""
+    weight every call), "fused" (PyTorch's weight-only int8 kernel), "dynamic" (fbgemm's int8 x
+    int8 kernel, float32 input on an x86-64 CPU), "kernel" (minillm's own) or "auto" (the kernel
+    for inputs of at most KERNEL_MAX_ROWS rows where it applies, else dequantize)."""
 
     scheme = "int8"
 
@@ -237,3 +239,49 @@ class Int4Linear(QuantizedLinear):
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"group_size={self.group_size}, bias={self.bias is not None}")
+
+
+class Q41Linear(QuantizedLinear):
+    """A weight kept as GGUF Q4_1 blocks, byte for byte as the model file stores them (see
+    minillm.quant.gguf_q4_1): 20 bytes per 32 weights. Up to KERNEL_MAX_ROWS rows are multiplied
+    by minillm's Q4_1 kernel (minillm/kernels.py), which reads the blocks directly; more rows (a
+    prefill) rebuild the float weight once for the call."""
+
+    scheme = "q4_1"
+
+    def __init__(self, blocks: torch.Tensor, bias: torch.Tensor | None = None):
+        if blocks.dtype != torch.uint8 or blocks.dim() != 2 or blocks.shape[1] % BLOCK_BYTES:
+            raise ValueError(f"blocks must be uint8 (rows, {BLOCK_BYTES} bytes per block of "
+                             f"{BLOCK_WEIGHTS}), got {tuple(blocks.shape)} {blocks.dtype}")
+        super().__init__(blocks.shape[1] // BLOCK_BYTES * BLOCK_WEIGHTS, blocks.shape[0], bias)
+        self.register_buffer("blocks", blocks.contiguous())
+
+    @classmethod
+    def stack(cls, layers) -> "Q41Linear":
+        """One layer computing `layers`' outputs one after another (their rows stacked)."""
+        biases = [layer.bias for layer in layers]
+        bias = None if biases[0] is None else torch.cat([b.detach() for b in biases])
+        return cls(torch.cat([layer.blocks for layer in layers]), bias)
+
+    def dequantized_weight(self, dtype=torch.float32) -> torch.Tensor:
+        return dequantize_q4_1(self.blocks).to(dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.numel() // max(self.in_features, 1)
+        if rows <= KERNEL_MAX_ROWS and x.device.type == "cpu" and x.dtype == torch.float32 \
+                and q4_1_kernel_available():
+            from ..kernels import gemm_q4_1
+
+            y = gemm_q4_1(x.reshape(-1, self.in_features), self.blocks, self.bias)
+            return y.reshape(*x.shape[:-1], self.out_features)
+        return self.forward_dequantize(x)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"GGUF Q4_1 blocks, bias={self.bias is not None}")
+
+
+def q4_1_kernel_available() -> bool:
+    from ..kernels import load
+
+    return load("gemm_q4_1") is not None

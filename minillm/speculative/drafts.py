@@ -52,9 +52,8 @@ class PromptLookupDraft(Draft):
     text is repeating. Deterministic, so `propose` returns probs=None."""
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
-        for name, value in (("max_ngram", max_ngram), ("min_ngram", min_ngram)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        check_int("max_ngram", max_ngram, 1)
+        check_int("min_ngram", min_ngram, 1)
         if min_ngram > max_ngram:
             raise ValueError(f"min_ngram ({min_ngram}) must be <= max_ngram ({max_ngram})")
         self.max_ngram, self.min_ngram = max_ngram, min_ngram

@@ -25,6 +25,7 @@ from ..devices import Timer, model_device
 from ..generation import Generation, start
 from ..kv_cache import KVCache
 from ..metrics import TokenClock
+from ..validate import check_int
 from .acceptance import verify_greedy, verify_sampled
 from .drafts import Draft, PromptLookupDraft
 
@@ -75,10 +76,7 @@ class SpeculativeGeneration(Generation):
 
 
 def _check_k(k) -> None:
-    if not isinstance(k, int) or isinstance(k, bool):
-        raise TypeError(f"k (tokens drafted per round) must be an int >= 1, got {k!r}")
-    if k < 1:
-        raise ValueError(f"k (tokens drafted per round) must be an int >= 1, got {k}")
+    check_int("k (tokens drafted per round)", k, 1)
 
 
 class SpeculativeDecoder:
