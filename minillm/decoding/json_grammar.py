@@ -10,7 +10,8 @@ constrained decoding (约束解码, json_constraint.py).
     grammar.is_complete(grammar.feed(state, b'e": 31}'))          # True
 
 The supported schema subset: "type" object (with "properties", "required" and
-"additionalProperties"), array (with "items"), string, number, integer, boolean and null;
+"additionalProperties"), array (with "items", "minItems" and "maxItems"), string, number,
+integer, boolean and null;
 "enum" of strings, numbers, booleans and null; and annotations that change nothing ("title",
 "description", "$schema", "$id", "examples", "default"). Any other keyword is an error that names
 it (`SchemaError`), so a schema is never silently half-obeyed. An object's keys may come in any
@@ -40,7 +41,8 @@ ESCAPES = frozenset(b'"\\/bfnrt')
 
 TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
 ANNOTATIONS = frozenset({"title", "description", "$schema", "$id", "examples", "default"})
-KEYWORDS = {"object": {"properties", "required", "additionalProperties"}, "array": {"items"}}
+KEYWORDS = {"object": {"properties", "required", "additionalProperties"},
+            "array": {"items", "minItems", "maxItems"}}
 
 
 class SchemaError(ValueError):
@@ -61,12 +63,16 @@ class Node:
     properties  object: (key, Node) pairs; None: any keys, any values
     required    object: keys that must appear
     items       array: the Node of every item
+    min_items   array: the fewest items (0)
+    max_items   array: the most items (None: no limit)
     options     enum: each allowed value as JSON text (bytes)"""
 
     kind: str
     properties: tuple | None = None
     required: frozenset = frozenset()
     items: "Node | None" = None
+    min_items: int = 0
+    max_items: int | None = None
     options: tuple = ()
 
     def property(self, key: str) -> "Node":
@@ -88,7 +94,7 @@ def compile_schema(schema) -> Node:
     if unsupported:
         raise SchemaError("unsupported JSON Schema features: " + ", ".join(unsupported) +
                           f" (supported: type {', '.join(TYPES)}; properties, required, "
-                          "additionalProperties, items, enum)", unsupported)
+                          "additionalProperties, items, minItems, maxItems, enum)", unsupported)
     return node
 
 
@@ -115,9 +121,7 @@ def _compile(schema, path: str, unsupported: list[str]) -> Node:
     if kind == "object":
         return _object(schema, path, unsupported)
     if kind == "array":
-        items = schema.get("items")
-        return Node("array", items=ANY if items is None else
-                    _compile(items, f"{path}.items".lstrip("."), unsupported))
+        return _array(schema, path, unsupported)
     return Node(kind) if kind is not None else ANY
 
 
@@ -142,6 +146,19 @@ def _object(schema, path: str, unsupported: list[str]) -> Node:
     pairs = tuple((key, _compile(value, f"{path}.properties.{key}".lstrip("."), unsupported))
                   for key, value in properties.items())
     return Node("object", properties=pairs, required=frozenset(required))
+
+
+def _array(schema, path: str, unsupported: list[str]) -> Node:
+    items = schema.get("items")
+    items = ANY if items is None else _compile(items, f"{path}.items".lstrip("."), unsupported)
+    low, high = schema.get("minItems", 0), schema.get("maxItems")
+    for name, value in (("minItems", low), ("maxItems", high)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                                  or value < 0):
+            raise SchemaError(f"'{name}' must be an integer >= 0{_where(path)}, got {value!r}")
+    if high is not None and high < low:
+        raise SchemaError(f"'maxItems' ({high}) is below 'minItems' ({low}){_where(path)}")
+    return Node("array", items=items, min_items=low, max_items=high)
 
 
 def _enum(values, kind, path: str) -> Node:
@@ -342,31 +359,35 @@ class Object:
 @dataclass(frozen=True)
 class Array:
     """Inside an array. phase: "start" (after "["), "item" (an item is open), "next" (after an
-    item) or "end"."""
+    item) or "end"; count: the items so far."""
 
     node: Node
     phase: str = "start"
+    count: int = 0
     spaced: bool = False
 
     @property
     def done(self) -> bool:
         return self.phase == "end"
 
+    def _room(self) -> bool:
+        return self.node.max_items is None or self.count < self.node.max_items
+
     def feed(self, byte: int):
-        phase = self.phase
+        phase, node = self.phase, self.node
         if byte == SPACE and phase in ("start", "next") and not self.spaced:
-            return Array(self.node, phase, True),
-        if byte == ord("]") and phase in ("start", "next"):
-            return (Array(self.node, "end"),)
-        if byte == ord(",") and phase == "next":
-            return (Array(self.node, "item"), Value(self.node.items, spaced=False))
-        if phase == "start":  # the first item begins with this byte
-            item = Value(self.node.items, spaced=True).feed(byte)
-            return None if item is None else (Array(self.node, "item"), *item)
+            return (Array(node, phase, self.count, True),)
+        if byte == ord("]") and phase in ("start", "next") and self.count >= node.min_items:
+            return (Array(node, "end", self.count),)
+        if byte == ord(",") and phase == "next" and self._room():
+            return (Array(node, "item", self.count), Value(node.items, spaced=False))
+        if phase == "start" and self._room():  # the first item begins with this byte
+            item = Value(node.items, spaced=True).feed(byte)
+            return None if item is None else (Array(node, "item", self.count), *item)
         return None
 
     def child_done(self, child) -> "Array":
-        return Array(self.node, "next")
+        return Array(self.node, "next", self.count + 1)
 
 
 # --- the grammar: states are stacks of frames ---------------------------------------------------
