@@ -174,7 +174,7 @@ def test_gathered_keys_land_in_one_reused_scratch_buffer(tiny):
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
-# --- copy-on-write (the n samples of one request share its prompt's blocks) -------------------------
+# --- copy-on-write (the n samples of one request share its prompt's blocks) ---------------------
 
 def test_copy_on_write_gives_a_writer_its_own_copy_of_a_shared_partial_block():
     bm = BlockManager(6, block_size=4)

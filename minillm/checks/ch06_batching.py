@@ -178,8 +178,10 @@ def check_schedule_step(schedule_step) -> None:
         if sorted(run, key=str) != sorted(want["run"], key=str):
             raise CheckFailed(f"{shown}: you planned {run}, expected {want['run']}. Running "
                               "requests go first (one-token decodes, then prompt chunks), each "
-                              "taking min(tokens - computed, budget left); then waiting requests "
-                              "in order while the budget, max_seqs and the free blocks allow")
+                              "taking min(tokens - computed, budget left); a request preempted "
+                              "after it was planned is not run (its tokens go back to the "
+                              "budget); then waiting requests in order while the budget, "
+                              "max_seqs and the free blocks allow")
         if run != want["run"]:
             raise CheckFailed(f"{shown}: the right requests ({run}) in the wrong order; expected "
                               f"{want['run']}: decodes first, then prompt chunks, then newcomers")

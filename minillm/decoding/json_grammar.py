@@ -82,6 +82,10 @@ class Node:
 ANY = Node("any")
 ANY_OBJECT = Node("object")
 ANY_ARRAY = Node("array", items=ANY)
+NUMBER = Node("number")
+BY_FIRST_BYTE = {ord("{"): ANY_OBJECT, ord("["): ANY_ARRAY, ord('"'): Node("string"),
+                 ord("t"): Node("boolean"), ord("f"): Node("boolean"), ord("n"): Node("null")}
+LITERALS = {"boolean": (b"true", b"false"), "null": (b"null",)}
 
 
 def compile_schema(schema) -> Node:
@@ -201,13 +205,10 @@ class Value:
     def feed(self, byte: int):
         if byte == SPACE and not self.spaced:
             return (Value(self.node, True),)
-        kind = self.node.kind
-        if kind == "any":  # the first byte says which kind of value it is
-            kind = {ord("{"): "object", ord("["): "array", QUOTE: "string", ord("t"): "boolean",
-                    ord("f"): "boolean", ord("n"): "null"}.get(byte, "number")
-            node = {"object": ANY_OBJECT, "array": ANY_ARRAY}.get(kind, Node(kind))
-        else:
-            node = self.node
+        node = self.node
+        if node.kind == "any":  # the first byte says which kind of value this is
+            node = BY_FIRST_BYTE.get(byte, NUMBER)
+        kind = node.kind
         if kind == "object":
             return (Object(node),) if byte == ord("{") else None
         if kind == "array":
@@ -216,8 +217,7 @@ class Value:
             return (String(),) if byte == QUOTE else None
         if kind in ("number", "integer"):
             return Number(kind == "integer").feed(byte)
-        options = {"boolean": (b"true", b"false"), "null": (b"null",)}.get(kind, node.options)
-        return Literal(options).feed(byte)
+        return Literal(LITERALS.get(kind, node.options)).feed(byte)  # boolean, null, enum
 
 
 @dataclass(frozen=True)
@@ -250,7 +250,7 @@ class String:
 
     @property
     def in_text(self) -> bool:
-        """Any plain byte (not a quote, a backslash or a control byte) leaves this state as it is."""
+        """Any plain byte (not a quote, a backslash, a control byte) leaves this state as is."""
         return self.phase == "text"
 
     def feed(self, byte: int):

@@ -15,9 +15,10 @@ stopping rules, and frees the blocks of requests that ended.
 asks for four samples of one prompt: the prompt is prefilled once and its blocks are shared by the
 four (copy-on-write, see block_manager.py); each output names its sample by `index`. `logprobs=k`
 adds each new token's log-probability and the k most likely alternatives, `prompt_logprobs=k`
-the same for the prompt's tokens (the model's raw distribution: see logprobs.py). `add_request`, `cancel` and `step`
-take one lock, so other threads may add and cancel requests while one loop calls `step()`
-(`wait_for_work` lets that loop sleep while there is nothing to do).
+the same for the prompt's tokens (the model's raw distribution: see logprobs.py).
+
+`add_request`, `cancel` and `step` take one lock, so other threads may add and cancel requests
+while one loop calls `step()` (`wait_for_work` lets that loop sleep while there is nothing to do).
 """
 
 from __future__ import annotations
@@ -167,9 +168,10 @@ class Engine:
         had already ended (or is unknown). Each unfinished sample's last output (finish_reason
         "cancelled") comes from the next step, also for samples that had not started yet."""
         with self._lock:
-            request = self.requests.pop(request_id, None)
+            request = self.requests.get(request_id)
             if request is None or request.all_finished:
                 return False
+            del self.requests[request_id]
             now = time.perf_counter()
             for sample in request.group:
                 if not sample.finished:

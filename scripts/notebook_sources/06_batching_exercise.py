@@ -122,6 +122,10 @@ def schedule_step(running, waiting, free_blocks, block_size=4, budget=16, max_se
             victim = running.pop()
             free_blocks += victim["blocks"]
             preempted.append(victim["id"])
+            for planned in [p for p in plan if p[0] == victim["id"]]:  # not run after all
+                plan.remove(planned)
+                budget += planned[1]
+                free_blocks += need(victim, planned[1])
             if victim is r:
                 break
         if r["id"] in preempted:
