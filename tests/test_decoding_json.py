@@ -61,6 +61,7 @@ INVALID = [  # each ends at its first byte that cannot be
     (b'{"color": "b', "a value not in the enum"),
     (b'{"tags": ["a", "b", "c",', "more than maxItems"),
     (b'{"age": 01', "a leading zero"),
+    (b'{"age": 12345678901234567', "17 digits (16 at most, as llama.cpp's JSON grammar)"),
     (b'{"name": "a\n', "a raw control character in a string"),
     (b'{"name": "\\x', "an unknown escape"),
     (b'{  ', "two spaces"),

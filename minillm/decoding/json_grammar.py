@@ -26,7 +26,8 @@ byte.
 
 Whitespace: at most one space wherever JSON allows whitespace (after "{", "[", ":" and ",", and
 before "}", "]" and ","), and none before or after the whole value, so a model cannot spend its
-tokens on blank space.
+tokens on blank space. Numbers: at most 16 digits before the point and 16 after (as llama.cpp's
+JSON grammar), for the same reason.
 """
 
 from __future__ import annotations
@@ -274,10 +275,13 @@ class String:
 @dataclass(frozen=True)
 class Number:
     """A JSON number, -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?; an integer stops before
-    the fraction. phase: where in that pattern the text so far ends."""
+    the fraction. phase: where in that pattern the text so far ends; digits: how many digits
+    the current part (integer, fraction or exponent) has. As llama.cpp's JSON grammar does, a
+    part has at most 16 digits (the exponent 3), so a model cannot write digits forever."""
 
     integer: bool
     phase: str = "start"
+    digits: int = 0
 
     ENDS = frozenset({"zero", "int", "frac", "exp_digits"})
     NEXT = {  # phase -> [(bytes, next phase)]
@@ -291,6 +295,7 @@ class Number:
         "exp_sign": [(b"0123456789", "exp_digits")],
         "exp_digits": [(b"0123456789", "exp_digits")],
     }
+    MOST_DIGITS = {"int": 16, "frac": 16, "exp_digits": 3}
 
     @property
     def done(self) -> bool:
@@ -299,7 +304,10 @@ class Number:
     def feed(self, byte: int):
         for allowed, phase in self.NEXT[self.phase]:
             if byte in allowed and not (self.integer and phase in ("dot", "exp")):
-                return (Number(self.integer, phase),)
+                digits = self.digits + 1 if phase == self.phase else 1
+                if digits > self.MOST_DIGITS.get(phase, 1):
+                    return None
+                return (Number(self.integer, phase, digits),)
         return None
 
 
