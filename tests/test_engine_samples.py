@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-import minillm
 from minillm.engine import Engine
 from minillm.engine.toy import tiny_model
+from test_engine import alone, assert_no_leaks
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -19,18 +19,6 @@ SAMPLING = dict(do_sample=True, temperature=1.2, top_p=0.95, ignore_eos=True)
 @pytest.fixture(scope="module")
 def tiny():
     return tiny_model()
-
-
-def alone(tiny, prompt, **settings):
-    model, tok = tiny
-    return minillm.generate(model, tok, prompt, **settings)
-
-
-def assert_no_leaks(engine):
-    assert engine.blocks.num_free == engine.blocks.num_blocks
-    assert not engine.scheduler.running and not engine.scheduler.waiting
-    assert not engine.requests
-    engine.blocks.check()
 
 
 @pytest.mark.parametrize("scheduler", ["continuous", "static"])

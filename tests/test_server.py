@@ -296,18 +296,23 @@ def test_an_engine_failure_is_reported_and_the_server_goes_on(tiny):
         assert wait_until(lambda: engine.blocks.num_free == engine.blocks.num_blocks)
 
 
-def test_whole_answers_survive_steps_slower_than_the_disconnect_poll(tiny):
-    """The handler wakes every second to look for a hung-up client; that must not end a request
-    whose engine steps are slow (a big model on a busy CPU)."""
+def slow_engine(tiny, seconds: float) -> Engine:
+    """An engine whose every step first waits `seconds` (a big model on a busy CPU)."""
     engine = Engine(*tiny, num_blocks=32, block_size=8)
     real_step = engine.step
 
     def slow_step():
-        time.sleep(0.6)
+        time.sleep(seconds)
         return real_step()
 
     engine.step = slow_step
-    with ServerThread(engine, "tiny") as server:
+    return engine
+
+
+def test_whole_answers_survive_steps_slower_than_the_disconnect_poll(tiny):
+    """The handler wakes every second to look for a hung-up client; that must not end a request
+    whose engine steps are slow (a big model on a busy CPU)."""
+    with ServerThread(slow_engine(tiny, 0.6), "tiny") as server:
         r = httpx.post(server.url + "/v1/completions", timeout=60,
                        json={"prompt": "slow", "max_tokens": 3, "temperature": 0})
     assert r.status_code == 200, r.text
@@ -465,14 +470,7 @@ def test_metrics_count_tokens_and_requests_in_prometheus_text(server, client):
 
 
 def test_metrics_see_a_running_request_and_its_cancellation(tiny):
-    engine = Engine(*tiny, num_blocks=32, block_size=8)
-    real_step = engine.step
-
-    def slow_step():
-        time.sleep(0.05)
-        return real_step()
-
-    engine.step = slow_step
+    engine = slow_engine(tiny, 0.05)
     with ServerThread(engine, "tiny") as server, \
             httpx.Client(base_url=server.url, timeout=60) as c:
         with c.stream("POST", "/v1/completions", json={

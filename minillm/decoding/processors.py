@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import torch
 
+from ..validate import check_int, check_number
+
 NEG_INF = float("-inf")
 
 
@@ -108,9 +110,7 @@ class GeneratedTokens:
     generation: every row of one batch, or the n samples of one request, not a second prompt."""
 
     def __init__(self, prompt_length: int | None = None):
-        if prompt_length is not None and (not isinstance(prompt_length, int) or prompt_length < 0):
-            raise ValueError(f"prompt_length must be an int >= 0 or None, got {prompt_length!r}")
-        self.prompt_length = prompt_length
+        self.prompt_length = check_int("prompt_length", prompt_length, 0, allow_none=True)
 
     def generated(self, input_ids: torch.Tensor) -> torch.Tensor:
         if self.prompt_length is None:
@@ -131,10 +131,8 @@ class PresencePenaltyProcessor(GeneratedTokens):
     repeats."""
 
     def __init__(self, penalty: float, prompt_length: int | None = None):
-        if not -2 <= penalty <= 2:
-            raise ValueError(f"presence_penalty must be in [-2, 2], got {penalty!r}")
         super().__init__(prompt_length)
-        self.penalty = float(penalty)
+        self.penalty = check_number("presence_penalty", penalty, -2.0, 2.0)
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         seen = self.counts(input_ids, scores.shape[-1]) > 0
@@ -147,10 +145,8 @@ class FrequencyPenaltyProcessor(GeneratedTokens):
     above 0 discourages repeating a token more the more often it came."""
 
     def __init__(self, penalty: float, prompt_length: int | None = None):
-        if not -2 <= penalty <= 2:
-            raise ValueError(f"frequency_penalty must be in [-2, 2], got {penalty!r}")
         super().__init__(prompt_length)
-        self.penalty = float(penalty)
+        self.penalty = check_number("frequency_penalty", penalty, -2.0, 2.0)
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         return scores - self.penalty * self.counts(input_ids, scores.shape[-1]).to(scores.dtype)

@@ -48,6 +48,14 @@ class Usage(Shape):
     total_tokens: int
 
 
+class Envelope(Shape):
+    """What every answer and chunk carries around its choices: the request's id, when, the model."""
+
+    id: str
+    created: int
+    model: str
+
+
 class ModelCard(Shape):
     id: str
     object: Literal["model"] = "model"
@@ -90,13 +98,10 @@ class CompletionChoice(Shape):
     finish_reason: str | None = None
 
 
-class CompletionResponse(Shape):
+class CompletionResponse(Envelope):
     """A whole answer, or one streamed chunk of it (OpenAI uses the same shape for both)."""
 
-    id: str
     object: Literal["text_completion"] = "text_completion"
-    created: int
-    model: str
     choices: list[CompletionChoice]
     usage: Usage | None = None
 
@@ -130,11 +135,8 @@ class ChatChoice(Shape):
     finish_reason: str | None
 
 
-class ChatCompletion(Shape):
-    id: str
+class ChatCompletion(Envelope):
     object: Literal["chat.completion"] = "chat.completion"
-    created: int
-    model: str
     choices: list[ChatChoice]
     usage: Usage
 
@@ -158,10 +160,7 @@ class ChatChunkChoice(Shape):
     finish_reason: str | None = None
 
 
-class ChatCompletionChunk(Shape):
-    id: str
+class ChatCompletionChunk(Envelope):
     object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
-    created: int
-    model: str
     choices: list[ChatChunkChoice]
     usage: Usage | None = None
