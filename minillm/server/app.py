@@ -226,7 +226,7 @@ def create_app(engine, model_name: str = "minillm", *, default_max_tokens: int =
         ids, config = await prepare(body, text, body.answer_length, default_max_tokens,
                                     body.length_field)
         constraint = await json_constraint(body, config)
-        top = body.top_logprobs or 0 if body.logprobs else None
+        top = (body.top_logprobs or 0) if body.logprobs else None
         rid, queue = await loop.submit(ids, config, "chatcmpl", n=body.n, logprobs=top,
                                        logits_processor=constraint)
         answer = ChatAnswer(rid, now(), model_name, body.n, ids, token_text, body.logprobs)
