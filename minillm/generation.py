@@ -153,13 +153,18 @@ def positions(mask: torch.Tensor) -> torch.Tensor:
 # --- the loop -------------------------------------------------------------------------------------
 
 def token_steps(model, prompts: list[list[int]], sequences: list[Sequence], config, *,
-                use_cache: bool = True, pad_id: int = 0) -> Iterator[list[str]]:
+                use_cache: bool = True, pad_id: int = 0,
+                logits_processor=None) -> Iterator[list[str]]:
     """The generation loop. Each iteration runs one forward pass (the first is the prefill),
     chooses one token per row, records it in that row's `Sequence`, and yields the text each row
-    can show now ("" for rows that have finished). It ends when every row has finished."""
+    can show now ("" for rows that have finished). It ends when every row has finished.
+    `logits_processor` (a function of (input_ids, scores), e.g. a JSONConstraint) runs before
+    the config's own processors."""
     decoding = _decoding()
     device = model_device(model)
     process = decoding.build_processors(config, sorted(sequences[0].eos_token_ids))
+    if logits_processor is not None:
+        process.insert(0, logits_processor)
     generator = decoding.make_generator(config, device) if config.do_sample else None
     input_ids, mask = left_pad(prompts, pad_id, device)
     padded = bool((mask == 0).any())
@@ -199,6 +204,7 @@ class Setup:
     config      the GenerationConfig in force
     batch       whether the caller passed a batch (a list of prompts)
     pad_id      the id left padding uses
+    logits_processor  an extra rule run before the config's own (None: none)
     """
 
     model: object
@@ -207,11 +213,13 @@ class Setup:
     config: object
     batch: bool
     pad_id: int
+    logits_processor: Callable | None = None
 
     def steps(self, use_cache: bool = True) -> Iterator[list[str]]:
         """The generation loop (`token_steps`) over these prompts."""
         return token_steps(self.model, self.prompts, self.sequences, self.config,
-                           use_cache=use_cache, pad_id=self.pad_id)
+                           use_cache=use_cache, pad_id=self.pad_id,
+                           logits_processor=self.logits_processor)
 
     def results(self, clock: TokenClock | None = None) -> list[Generation]:
         """Each sequence as a `Generation`, with its timing from `clock` when given."""
@@ -223,7 +231,7 @@ class Setup:
         return results
 
 
-def start(model, tokenizer, prompt, config=None, **fields) -> Setup:
+def start(model, tokenizer, prompt, config=None, *, logits_processor=None, **fields) -> Setup:
     """Check the inputs and set up a generation (see `Setup`)."""
     decoding = _decoding()
     if "max_new_tokens" in fields:
@@ -237,8 +245,14 @@ def start(model, tokenizer, prompt, config=None, **fields) -> Setup:
     if stop and tokenizer is None:
         raise ValueError("stop strings need a tokenizer to see text; without one, stop with "
                          "eos_token_id or max_new_tokens")
+    if logits_processor is not None and not callable(logits_processor):
+        raise TypeError(f"logits_processor must be a function of (input_ids, scores), got "
+                        f"{type(logits_processor).__name__}")
+    if logits_processor is not None and config.num_beams > 1:
+        raise ValueError("logits_processor is not supported with beam search (num_beams > 1)")
     sequences = [Sequence(p, tokenizer, eos, config.max_new_tokens, stop) for p in prompts]
-    return Setup(model, prompts, sequences, config, batch, _pad_id(tokenizer, eos))
+    return Setup(model, prompts, sequences, config, batch, _pad_id(tokenizer, eos),
+                 logits_processor)
 
 
 def _beam_results(setup: Setup, tokenizer) -> list[Generation]:
@@ -265,16 +279,19 @@ def _beam_results(setup: Setup, tokenizer) -> list[Generation]:
     return results
 
 
-def generate(model, tokenizer, prompt, config=None, *, use_cache: bool = True, **fields):
+def generate(model, tokenizer, prompt, config=None, *, use_cache: bool = True,
+             logits_processor=None, **fields):
     """Generate text after `prompt` (a string, a list of token ids, or a list of those for a
     batch). `config` is a GenerationConfig; keyword `fields` (max_new_tokens=..., do_sample=...,
-    stop=[...]) change it. Returns a `Generation`, or a list of them for a batch.
+    stop=[...]) change it. `logits_processor`, a function of (input_ids, scores) -> scores
+    (minillm.decoding.JSONConstraint, or your own rule), runs before the config's processors.
+    Returns a `Generation`, or a list of them for a batch.
 
         >>> out = generate(model, tokenizer, "The capital of France is", max_new_tokens=8)
         >>> out.text, out.finish_reason
     """
     clock = TokenClock()  # the request starts now: TTFT includes tokenizing and prefill
-    setup = start(model, tokenizer, prompt, config, **fields)
+    setup = start(model, tokenizer, prompt, config, logits_processor=logits_processor, **fields)
     if setup.config.num_beams > 1:
         results = _beam_results(setup, tokenizer)
     else:
@@ -297,12 +314,13 @@ class TimedStream:
 
     def __init__(self, model, tokenizer, prompt, config=None, *,
                  on_token: Callable[[TokenEvent], None] | None = None, use_cache: bool = True,
-                 **fields):
+                 logits_processor=None, **fields):
         if on_token is not None and not callable(on_token):
             raise TypeError(f"on_token must be a function of one TokenEvent, got "
                             f"{type(on_token).__name__}")
         self._clock = TokenClock()
-        self._setup = setup = start(model, tokenizer, prompt, config, **fields)
+        self._setup = setup = start(model, tokenizer, prompt, config,
+                                    logits_processor=logits_processor, **fields)
         if setup.batch:
             raise ValueError(f"a stream takes one prompt, got a batch of {len(setup.prompts)}: "
                              "use minillm.generate for a batch (each result has .metrics)")
@@ -338,7 +356,7 @@ class TimedStream:
 
 
 def stream(model, tokenizer, prompt, config=None, *, on_token=None, use_cache: bool = True,
-           **fields) -> TimedStream:
+           logits_processor=None, **fields) -> TimedStream:
     """Generate for one prompt, yielding text pieces as they become ready, each token timed
     (see `TimedStream`).
 
@@ -347,7 +365,7 @@ def stream(model, tokenizer, prompt, config=None, *, on_token=None, use_cache: b
         >>> s.metrics.ttft, s.metrics.tpot, s.result.text == text
     """
     return TimedStream(model, tokenizer, prompt, config, on_token=on_token, use_cache=use_cache,
-                       **fields)
+                       logits_processor=logits_processor, **fields)
 
 
 timed_stream = stream  # the chapter 05 name: every stream is timed

@@ -21,7 +21,8 @@ def test_field_names_are_transformers_names():
     from transformers import GenerationConfig as HFConfig
 
     hf_fields = set(vars(HFConfig()))
-    additions = {"stop", "seed", "ignore_eos"}  # minillm's (ignore_eos is vLLM's name)
+    # minillm's: ignore_eos is vLLM's name, the two penalties OpenAI's (transformers has none)
+    additions = {"stop", "seed", "ignore_eos", "presence_penalty", "frequency_penalty"}
     ours = set(GenerationConfig.field_names()) - additions
     assert ours <= hf_fields, ours - hf_fields
 

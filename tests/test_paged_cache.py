@@ -172,3 +172,48 @@ def test_gathered_keys_land_in_one_reused_scratch_buffer(tiny):
         want = tiny(torch.tensor(ids))[:, -1]
         got = paged_forward(tiny, pool, [[2, 5]], [0], ids)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+# --- copy-on-write (the n samples of one request share its prompt's blocks) ---------------------
+
+def test_copy_on_write_gives_a_writer_its_own_copy_of_a_shared_partial_block():
+    bm = BlockManager(6, block_size=4)
+    parent = []
+    bm.grow(parent, 6)  # a full block and a partial one (2 of 4 slots)
+    child = list(parent)
+    for b in child:
+        bm.share(b)
+    assert not bm.is_shared(parent, 8)  # the next block does not exist yet: nothing to copy
+    full, partial = child
+    child_copy = bm.copy_on_write(child, 6)
+    assert child_copy is not None and child_copy[0] == partial
+    assert child[0] == full and child[1] == child_copy[1] != partial
+    assert bm.blocks[partial].ref_count == 1  # the parent alone holds it now
+    assert bm.copy_on_write(parent, 6) is None  # so the parent writes in place
+    assert bm.blocks[full].ref_count == 2
+    bm.free_table(parent)
+    bm.free_table(child)
+    assert bm.num_free == 6
+    bm.check()
+
+
+def test_copy_blocks_copies_every_layers_keys_and_values(tiny):
+    pool = PagedKVPool.for_model(tiny, num_blocks=4, block_size=4)
+    for t in (*pool.keys, *pool.values):
+        t.copy_(torch.randn_like(t))
+    before = [t.clone() for t in (*pool.keys, *pool.values)]
+    pool.copy_blocks([(1, 3), (0, 2)])
+    for old, new in zip(before, (*pool.keys, *pool.values)):
+        assert torch.equal(new[12:16], old[4:8]) and torch.equal(new[8:12], old[0:4])
+        assert torch.equal(new[:8], old[:8])  # the sources are unchanged
+
+
+def test_paged_forward_can_keep_every_positions_logits(tiny):
+    ids = [[3, 1, 4, 1, 5], [9, 2]]
+    pool = PagedKVPool.for_model(tiny, num_blocks=8, block_size=4)
+    with torch.inference_mode():
+        got = paged_forward(tiny, pool, [[0, 1], [2]], [0, 0], ids, all_positions=True)
+        assert got.shape == (2, 5, 64)
+        for row, seq in zip(got, ids):  # each row's own positions are its last len(seq)
+            want = tiny(torch.tensor([seq]))[0]
+            torch.testing.assert_close(row[-len(seq):], want, rtol=1e-5, atol=1e-5)

@@ -1,11 +1,17 @@
 """The server with the real model (SmolLM2-135M, short answers) on 127.0.0.1: the chat template is
 the model's own, greedy answers equal `minillm.generate` on the same prompt, and a streamed answer
-in Chinese (characters of several bytes, split across tokens) joins up to the whole answer."""
+in Chinese (characters of several bytes, split across tokens) joins up to the whole answer. Through
+the official openai package: echo's prompt log-probabilities equal minillm's model run directly and
+transformers' on the same tokens; chat log-probabilities' bytes add up to the answer's bytes; and a
+JSON schema (or any JSON object) holds for every sampled choice."""
 
 import json
 
 import httpx
+import jsonschema
+import openai
 import pytest
+import torch
 
 import minillm
 from minillm.engine import Engine
@@ -53,3 +59,70 @@ def test_streamed_chinese_joins_up_to_the_whole_answer(server):
     # half character, except at the very end when max_tokens cuts one (the engine's rule)
     assert len([p for p in pieces if p]) < whole["usage"]["completion_tokens"]
     assert all("\ufffd" not in p for p in pieces[:-1])
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    with openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0) as c:
+        yield c
+
+
+def test_echo_logprobs_equal_minillm_and_transformers(client, smollm2, reference):
+    model, tokenizer = smollm2
+    text = "The capital of France is Paris, and the capital of Italy is Rome."
+    r = client.completions.create(model="smollm2-135m", prompt=text, max_tokens=0, echo=True,
+                                  logprobs=3)
+    lp = r.choices[0].logprobs
+    ids = tokenizer.encode(text)
+    assert r.choices[0].text == text and lp.tokens == [tokenizer.decode([i]) for i in ids]
+    assert lp.token_logprobs[0] is None and r.usage.completion_tokens == 0
+    got = torch.tensor(lp.token_logprobs[1:])
+    with torch.inference_mode():
+        ours = torch.log_softmax(model(torch.tensor([ids]))[0].float(), dim=-1)
+        theirs = torch.log_softmax(reference[0](torch.tensor([ids])).logits[0].float(), dim=-1)
+    target = torch.tensor(ids[1:])
+    ours = ours[:-1].gather(1, target[:, None])[:, 0]
+    theirs = theirs[:-1].gather(1, target[:, None])[:, 0]
+    torch.testing.assert_close(got, ours, rtol=0, atol=1e-4)
+    torch.testing.assert_close(got, theirs, rtol=0, atol=2e-3)
+    assert lp.token_logprobs[-3:] != [0.0] * 3 and max(lp.token_logprobs[1:]) < 0
+    # a continuation scores as the harnesses read it: the sum over its tokens
+    assert sum(lp.token_logprobs[-4:]) == pytest.approx(float(got[-4:].sum()), abs=1e-4)
+
+
+def test_chat_logprobs_bytes_add_up_to_the_answer(client):
+    r = client.chat.completions.create(
+        model="smollm2-135m", messages=[{"role": "user", "content": "用中文说你好"}],
+        max_tokens=12, temperature=0, logprobs=True, top_logprobs=2)
+    choice = r.choices[0]
+    joined = b"".join(bytes(t.bytes) for t in choice.logprobs.content)
+    assert joined.decode("utf-8", errors="replace") == choice.message.content
+    assert any(len(t.bytes) != len(t.token.encode()) for t in choice.logprobs.content), \
+        "no token split a character: the bytes field was not needed"
+    assert all(t.logprob <= t.top_logprobs[0].logprob + 1e-6 for t in choice.logprobs.content)
+
+
+PERSON = {"type": "object",
+          "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
+                         "color": {"enum": ["red", "green", "blue"]},
+                         "hobbies": {"type": "array", "items": {"type": "string"},
+                                     "maxItems": 3},
+                         "student": {"type": "boolean"}},
+          "required": ["name", "age", "color", "hobbies", "student"]}
+ASK = [{"role": "user", "content": "Describe a person as JSON with name, age, favourite color, "
+                                   "hobbies and whether they are a student."}]
+
+
+@pytest.mark.parametrize("fmt,schema", [
+    ({"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}}, PERSON),
+    ({"type": "json_object"}, None)], ids=["json_schema", "json_object"])
+def test_every_sampled_choice_is_valid_json(client, fmt, schema):
+    """Four samples (seeds 0 to 3) at temperature 0.7: each parses, and matches the schema."""
+    r = client.chat.completions.create(model="smollm2-135m", messages=ASK, max_tokens=150,
+                                       n=4, seed=0, temperature=0.7, response_format=fmt)
+    for choice in r.choices:
+        assert choice.finish_reason == "stop", choice.message.content
+        value = json.loads(choice.message.content)
+        assert isinstance(value, dict)
+        if schema is not None:
+            jsonschema.validate(value, schema)

@@ -1,17 +1,24 @@
 """Decoding strategies (解码策略): how the next token is chosen from the model's logits.
 
     config.py       GenerationConfig: the options, with transformers' names, validated
-    processors.py   one small class per rule (temperature, top-k, top-p, min-p, repetition
-                    penalty, no-repeat n-gram, bad words) and build_processors, which chains them
+    processors.py   one small class per rule (temperature, top-k, top-p, min-p, repetition,
+                    presence and frequency penalties, no-repeat n-gram, bad words) and
+                    build_processors, which chains them
     sampling.py     choose_next_token: greedy argmax or a seeded draw
     beam_search.py  beam_search: num_beams candidate sequences, as transformers runs it
+    json_grammar.py JSONGrammar: JSON text for a small JSON Schema subset, byte by byte
+    json_constraint.py
+                    JSONConstraint: a processor that lets only schema-valid JSON through
+    vocabulary.py   each token's bytes, and the vocabulary as a trie
 
 `minillm.generate` (minillm/generation.py) runs the loop and uses these pieces.
 """
 
 from .beam_search import Hypothesis, beam_search
 from .config import GenerationConfig
-from .processors import (BadWordsProcessor, MinPProcessor, NoRepeatNGramProcessor, ProcessorList,
+from .json_constraint import JSONConstraint, SchemaError
+from .processors import (BadWordsProcessor, FrequencyPenaltyProcessor, MinPProcessor,
+                         NoRepeatNGramProcessor, PresencePenaltyProcessor, ProcessorList,
                          RepetitionPenaltyProcessor, TemperatureProcessor, TopKProcessor,
                          TopPProcessor, bad_words_ids, build_processors)
 from .sampling import choose_next_token, make_generator
@@ -20,5 +27,6 @@ __all__ = [
     "GenerationConfig", "build_processors", "choose_next_token", "make_generator", "beam_search",
     "Hypothesis", "ProcessorList", "TemperatureProcessor", "TopKProcessor", "TopPProcessor",
     "MinPProcessor", "RepetitionPenaltyProcessor", "NoRepeatNGramProcessor", "BadWordsProcessor",
-    "bad_words_ids",
+    "bad_words_ids", "PresencePenaltyProcessor", "FrequencyPenaltyProcessor", "JSONConstraint",
+    "SchemaError",
 ]

@@ -3,6 +3,8 @@
 A field means what the field of the same name means in transformers' `GenerationConfig`, so a
 setting copied from a model card works here unchanged. One difference: transformers defaults to
 top_k=50; minillm defaults to top_k=0 (off), so that each filter is on only when you ask for it.
+A few fields transformers lacks take their names from the APIs that have them: `ignore_eos` and
+`stop` (vLLM), `presence_penalty` and `frequency_penalty` (OpenAI).
 
     greedy (the default)     GenerationConfig()
     sampling                 GenerationConfig(do_sample=True, temperature=0.8, top_p=0.9)
@@ -40,6 +42,12 @@ class GenerationConfig:
     repetition_penalty    every token already in the sequence, prompt included, has its logit
                           divided by the penalty when positive, multiplied when negative.
                           > 0; 1.0 is off; above 1 discourages repeats. Default 1.0.
+    presence_penalty      OpenAI's: every token already *generated* (the prompt does not count)
+                          has this subtracted from its logit, once. In [-2, 2]; 0.0 is off;
+                          above 0 favours new tokens. Default 0.0.
+    frequency_penalty     OpenAI's: every token already generated has this times the number of
+                          times it was generated subtracted from its logit. In [-2, 2]; 0.0 is
+                          off; above 0 discourages repeats. Default 0.0.
     no_repeat_ngram_size  n > 0: no n-gram (run of n tokens) may appear twice, prompt included.
                           0 is off. Default 0.
     num_beams             1: greedy or sampling. More: beam search keeps that many candidate
@@ -72,6 +80,8 @@ class GenerationConfig:
     top_p: float = 1.0
     min_p: float | None = None
     repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
     no_repeat_ngram_size: int = 0
     num_beams: int = 1
     length_penalty: float = 1.0
@@ -117,7 +127,7 @@ class GenerationConfig:
 
 # --- validation -----------------------------------------------------------------------------------
 
-from ..validate import is_int as _is_int, is_number as _is_number  # noqa: E402
+from ..validate import check_number, is_int as _is_int, is_number as _is_number  # noqa: E402
 
 
 def _int(name, value, low, allowed, allow_none=False):
@@ -163,6 +173,9 @@ def _validate(c: GenerationConfig) -> None:
             allow_none=True)
     _number("repetition_penalty", c.repetition_penalty, "> 0 (1.0 is no penalty)",
             lambda p: 0 < p < math.inf)
+    for name in ("presence_penalty", "frequency_penalty"):
+        check_number(name, getattr(c, name), -2.0, 2.0,
+                     allowed="a number from -2.0 to 2.0 (0.0 is off), as in OpenAI's API")
     _int("no_repeat_ngram_size", c.no_repeat_ngram_size, 0, "an int >= 0 (0 is off)")
     _int("num_beams", c.num_beams, 1, "an int >= 1 (1: no beam search)")
     _number("length_penalty", c.length_penalty, "a finite number", math.isfinite)

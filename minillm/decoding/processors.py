@@ -6,14 +6,18 @@ Each is a class with one method, `__call__(input_ids, scores) -> scores`:
 A token that must not be picked gets the score -inf, so softmax gives it probability 0.
 
 The semantics are transformers' (`transformers/generation/logits_process.py`), and
-tests/test_decoding_processors.py checks each one against its transformers twin. `build_processors`
-chains them in the order transformers' `generate()` does: first the rules about repeats and banned
-words, then, only when sampling, temperature, top-k, top-p and min-p.
+tests/test_decoding_processors.py checks each one against its transformers twin; the presence and
+frequency penalties, which transformers does not have, follow OpenAI's definitions and are checked
+against a hand computation. `build_processors` chains them in the order transformers' `generate()`
+does: first the rules about repeats and banned words, then, only when sampling, temperature,
+top-k, top-p and min-p.
 """
 
 from __future__ import annotations
 
 import torch
+
+from ..validate import check_int, check_number
 
 NEG_INF = float("-inf")
 
@@ -99,6 +103,55 @@ class RepetitionPenaltyProcessor:
         return scores.scatter(1, input_ids, seen)
 
 
+class GeneratedTokens:
+    """Where the generated tokens start in `input_ids`, for rules that look at them alone (not at
+    the prompt). `prompt_length` says so; None means the length of `input_ids` at the first call,
+    which is the prompt (left-padded to one length in a batch). So one processor serves one
+    generation: every row of one batch, or the n samples of one request, not a second prompt."""
+
+    def __init__(self, prompt_length: int | None = None):
+        self.prompt_length = check_int("prompt_length", prompt_length, 0, allow_none=True)
+
+    def generated(self, input_ids: torch.Tensor) -> torch.Tensor:
+        if self.prompt_length is None:
+            self.prompt_length = input_ids.shape[1]
+        return input_ids[:, self.prompt_length:]
+
+    def counts(self, input_ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
+        """(batch, vocab): how often each token was generated so far in each row."""
+        new = self.generated(input_ids)
+        counts = torch.zeros((input_ids.shape[0], vocab_size), device=input_ids.device)
+        return counts.scatter_add_(1, new, torch.ones_like(new, dtype=counts.dtype))
+
+
+class PresencePenaltyProcessor(GeneratedTokens):
+    """OpenAI's presence penalty: every token generated at least once so far has `penalty`
+    subtracted from its logit, however often it appeared: z_j -= penalty * (c_j > 0). The prompt
+    does not count (unlike repetition_penalty). In [-2, 2]; above 0 favours new tokens, below 0
+    repeats."""
+
+    def __init__(self, penalty: float, prompt_length: int | None = None):
+        super().__init__(prompt_length)
+        self.penalty = check_number("presence_penalty", penalty, -2.0, 2.0)
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        seen = self.counts(input_ids, scores.shape[-1]) > 0
+        return scores - self.penalty * seen.to(scores.dtype)
+
+
+class FrequencyPenaltyProcessor(GeneratedTokens):
+    """OpenAI's frequency penalty: each token's logit goes down by `penalty` times the number of
+    times it was generated so far: z_j -= penalty * c_j. The prompt does not count. In [-2, 2];
+    above 0 discourages repeating a token more the more often it came."""
+
+    def __init__(self, penalty: float, prompt_length: int | None = None):
+        super().__init__(prompt_length)
+        self.penalty = check_number("frequency_penalty", penalty, -2.0, 2.0)
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        return scores - self.penalty * self.counts(input_ids, scores.shape[-1]).to(scores.dtype)
+
+
 class NoRepeatNGramProcessor:
     """Ban any token that would repeat an n-gram (n tokens in a row) already in the sequence,
     prompt included: if the last n-1 tokens appeared before, the token that followed them then
@@ -158,7 +211,8 @@ class ProcessorList(list):
 def build_processors(config, eos_token_ids=None) -> ProcessorList:
     """The processors `config` asks for, in transformers' order:
 
-        repetition penalty, no-repeat n-gram, bad words      (always)
+        repetition, presence and frequency penalties,
+        no-repeat n-gram, bad words                          (always)
         temperature, top-k, top-p, min-p                     (only when do_sample=True)
 
     `eos_token_ids` (default: config.eos_token_id) keeps an EOS token out of the banned words."""
@@ -167,6 +221,10 @@ def build_processors(config, eos_token_ids=None) -> ProcessorList:
     processors = ProcessorList()
     if config.repetition_penalty != 1.0:
         processors.append(RepetitionPenaltyProcessor(config.repetition_penalty))
+    if config.presence_penalty != 0.0:
+        processors.append(PresencePenaltyProcessor(config.presence_penalty))
+    if config.frequency_penalty != 0.0:
+        processors.append(FrequencyPenaltyProcessor(config.frequency_penalty))
     if config.no_repeat_ngram_size > 0:
         processors.append(NoRepeatNGramProcessor(config.no_repeat_ngram_size))
     if config.bad_words_ids:

@@ -13,6 +13,12 @@ the number of sequences whose tables hold it. A block whose count falls to 0 goe
 list but keeps its hash, so a later request can still hit it until the block is handed out again
 (the least recently freed is handed out first).
 
+Copy-on-write (写时复制): the n samples of one request share its prompt's blocks (their counts
+are n). A full block is never written again, so sharing it is free. The last, partly filled block
+is written by every sample's next token: before a sample writes into a block it shares, it gets a
+copy of its own (`copy_on_write`; the engine copies the block's keys and values), and the shared
+block loses one reference. The last sample left holding it writes in place.
+
 This file knows nothing about tensors: it hands out block ids. `paged_cache.py` holds the tensors.
 """
 
@@ -108,6 +114,23 @@ class BlockManager:
             raise RuntimeError(f"need {need} blocks, only {len(self.free)} free")
         for _ in range(need):
             table.append(self.allocate())
+
+    def is_shared(self, table: list[int], position: int) -> bool:
+        """Whether the block that token `position` of a sequence goes into is already in its
+        table and shared with another sequence (writing there needs a copy first)."""
+        k = position // self.block_size
+        return k < len(table) and self.blocks[table[k]].ref_count > 1
+
+    def copy_on_write(self, table: list[int], position: int) -> tuple[int, int] | None:
+        """Before writing token `position` of a sequence: if its block is shared, give the table
+        a new block in its place and return (shared block, new block), whose contents the caller
+        copies; else None."""
+        if not self.is_shared(table, position):
+            return None
+        k = position // self.block_size
+        shared, table[k] = table[k], self.allocate()
+        self.release(shared)
+        return shared, table[k]
 
     def free_table(self, table: list[int]) -> None:
         """Release every block of a table (last block first, so the end of a sequence is

@@ -8,9 +8,17 @@
 
 Each `step()` asks the scheduler what to run, runs it (through the paged cache), picks each
 request's next token with its *own* settings (chapter 04's processors and sampler), checks its own
-stopping rules, and frees the blocks of requests that ended. `add_request`, `cancel` and `step`
-take one lock, so other threads may add and cancel requests while one loop calls `step()`
-(`wait_for_work` lets that loop sleep while there is nothing to do).
+stopping rules, and frees the blocks of requests that ended.
+
+    rid = engine.add_request("Once upon a time", n=4, do_sample=True, logprobs=5)
+
+asks for four samples of one prompt: the prompt is prefilled once and its blocks are shared by the
+four (copy-on-write, see block_manager.py); each output names its sample by `index`. `logprobs=k`
+adds each new token's log-probability and the k most likely alternatives, `prompt_logprobs=k`
+the same for the prompt's tokens (the model's raw distribution: see logprobs.py).
+
+`add_request`, `cancel` and `step` take one lock, so other threads may add and cancel requests
+while one loop calls `step()` (`wait_for_work` lets that loop sleep while there is nothing to do).
 """
 
 from __future__ import annotations
@@ -22,11 +30,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..decoding import GenerationConfig, build_processors, choose_next_token, make_generator
+from ..decoding import (GenerationConfig, ProcessorList, build_processors, choose_next_token,
+                        make_generator)
 from ..devices import model_device
 from ..devices import now as clock
 from ..generation import eos_ids, encode_prompts
+from ..validate import check_int
 from .block_manager import BlockManager
+from .logprobs import token_logprobs
 from .paged_cache import PagedKVPool, paged_forward
 from .request import FINISHED, Request, RequestOutput
 from .scheduler import SCHEDULERS, Scheduler
@@ -88,13 +99,31 @@ class Engine:
     # --- requests in ------------------------------------------------------------------------------
 
     def add_request(self, prompt, config: GenerationConfig | None = None, *, request_id=None,
-                    arrival_time: float | None = None, **fields) -> object:
+                    arrival_time: float | None = None, n: int = 1, logprobs: int | None = None,
+                    prompt_logprobs: int | None = None, logits_processor=None,
+                    **fields) -> object:
         """Queue one prompt (text or token ids) with its own settings; returns its id.
+
+        n                 samples of this prompt, 1 to max_num_seqs: the prompt is prefilled
+                          once; outputs carry `index` 0..n-1 (sample i uses seed + i)
+        logprobs          None, or k >= 0: each new token's log-probability and the k most
+                          likely tokens at its position (RequestOutput.logprobs)
+        prompt_logprobs   the same for every prompt token (RequestOutput.prompt_logprobs)
+        logits_processor  a function of (input_ids, scores) run before the config's processors,
+                          e.g. a minillm.decoding.JSONConstraint; the n samples share it
 
         A setting that is invalid, or a request that could never fit (longer than the model's
         context window or than the whole block pool), raises ValueError/TypeError for this
         request alone: nothing is queued and the other requests are not touched."""
         config = GenerationConfig.merge(config, **fields)
+        vocab = self.model.config.vocab_size
+        check_int("n", n, 1, self.max_num_seqs,
+                  allowed=f"an int from 1 to max_num_seqs ({self.max_num_seqs})")
+        check_int("logprobs", logprobs, 0, vocab, allow_none=True)
+        check_int("prompt_logprobs", prompt_logprobs, 0, vocab, allow_none=True)
+        if logits_processor is not None and not callable(logits_processor):
+            raise TypeError(f"logits_processor must be a function of (input_ids, scores), got "
+                            f"{type(logits_processor).__name__}")
         if config.num_beams > 1:
             raise ValueError(f"the engine does not run beam search (num_beams={config.num_beams}); "
                              "use minillm.generate for beam search, or num_beams=1")
@@ -117,6 +146,8 @@ class Engine:
                              "prompt, or make the pool larger")
         eos = eos_ids(self.model, self.tokenizer, config)
         processors = build_processors(config, eos)
+        if logits_processor is not None:
+            processors = ProcessorList([logits_processor, *processors])
         generator = make_generator(config, self.device) if config.do_sample else None
         with self._lock:
             if request_id is None:
@@ -126,23 +157,33 @@ class Engine:
             elif request_id in self.requests:
                 raise ValueError(f"request id {request_id!r} is already in use")
             request = Request(request_id, ids, config, processors, generator, self.tokenizer,
-                              eos, arrival_time)
+                              eos, arrival_time, n=n, logprobs=logprobs,
+                              prompt_logprobs=prompt_logprobs)
             self.requests[request_id] = request
             self.scheduler.add(request)
             self._work.notify_all()
         return request_id
 
     def cancel(self, request_id) -> bool:
-        """Stop a request now; its blocks go back to the pool. False if it had already ended
-        (or is unknown). Its last output (finish_reason "cancelled") comes from the next step."""
+        """Stop a request now, every sample of it; their blocks go back to the pool. False if it
+        had already ended (or is unknown). Each unfinished sample's last output (finish_reason
+        "cancelled") comes from the next step, also for samples that had not started yet."""
         with self._lock:
             request = self.requests.get(request_id)
-            if request is None or request.finished:
+            if request is None or request.all_finished:
                 return False
-            self.scheduler.cancel(request)
-            self._finish(request, "cancelled", time.perf_counter())
-            self._cancelled.append(request.output())
             del self.requests[request_id]
+            now = time.perf_counter()
+            for sample in request.group:
+                if not sample.finished:
+                    self.scheduler.cancel(sample)
+                    self._finish(sample, "cancelled", now)
+                    self._cancelled.append(sample.output())
+            for index in range(len(request.group), request.n):  # never forked
+                self._cancelled.append(RequestOutput(
+                    finish_reason="cancelled", prompt_token_ids=request.prompt_ids,
+                    request_id=request_id, finished=True, index=index))
+            request.forks_due = 0
             self._work.notify_all()
             return True
 
@@ -167,26 +208,51 @@ class Engine:
                 return outputs
             start = time.perf_counter()
             kinds = [self.scheduler.kind(r, n) for r, n in batch.items]
+            self.pool.copy_blocks(batch.copies)  # copy-on-write, before any pass writes
             logits, computed_rows = self._forward(batch)
             now = clock(self.device)  # once the device has computed them: the tokens are ready
-            for (request, n), row in zip(batch.items, logits):
+            for (request, n), rows in zip(batch.items, logits):
+                if request.needs_prompt_logits:
+                    self._add_prompt_logprobs(request, rows)
                 if not self.scheduler.computed(request, n):
                     continue  # a prompt chunk with more to come, or a row with no token to give
-                piece = request.add_token(self._choose(request, row), now)
-                if request.sequence.done:
-                    self._finish(request, request.sequence.finish_reason, now)
-                    self.scheduler.finish(request)
-                outputs.append(request.output(piece))
+                for sample in (request, *self.scheduler.fork(request)):
+                    outputs.append(self._next_token(sample, rows[-1], now))
             if self.record:
                 self._record(start, batch.items, kinds, computed_rows)
             for out in outputs:  # an ended request is reported once, then forgotten
-                if out.finished:
-                    self.requests.pop(out.request_id, None)
+                request = self.requests.get(out.request_id)
+                if out.finished and request is not None and request.all_finished:
+                    del self.requests[out.request_id]
             return outputs
 
+    def _next_token(self, request: Request, logits: torch.Tensor, now: float) -> RequestOutput:
+        """Choose `request`'s next token from its last position's `logits`, record it (and its
+        log-probability, when asked for), and end the request if it is done."""
+        token = self._choose(request, logits)
+        logprob = None
+        if request.logprobs is not None:
+            logprob = token_logprobs(logits[None], [token], request.logprobs_top)[0]
+        piece = request.add_token(token, now, logprob)
+        if request.sequence.done:
+            self._finish(request, request.sequence.finish_reason, now)
+            self.scheduler.finish(request)
+        return request.output(piece)
+
+    @staticmethod
+    def _add_prompt_logprobs(request: Request, rows: torch.Tensor) -> None:
+        """Positions num_computed.. of the pass just run predict the prompt tokens after them."""
+        start, prompt = request.num_computed, request.prompt_ids
+        targets = prompt[start + 1:start + 1 + rows.shape[0]]
+        if targets:
+            request.add_prompt_logprobs(start + 1, token_logprobs(
+                rows[:len(targets)], targets, request.prompt_logprobs_top))
+
     def _forward(self, batch) -> tuple[list[torch.Tensor], int]:
-        """Last-token logits for every item of the batch, one forward pass per group the
-        scheduler planned, and the token positions those passes computed."""
+        """Logits for every item of the batch, (positions, vocab): the last position's only,
+        or every position run for a request that needs its prompt's log-probabilities; one
+        forward pass per group the scheduler planned. Also the token positions those passes
+        computed."""
         items = batch.items
         out: list = [None] * len(items)
         computed = 0
@@ -195,10 +261,12 @@ class Engine:
                 reqs = [items[i][0] for i in group]
                 rows = [r.tokens[r.num_computed:r.num_computed + items[i][1]]
                         for i, r in zip(group, reqs)]
+                every = any(r.needs_prompt_logits for r in reqs)
                 logits = paged_forward(self.model, self.pool, [r.block_table for r in reqs],
-                                       [r.num_computed for r in reqs], rows)
-                for i, row in zip(group, logits):
-                    out[i] = row
+                                       [r.num_computed for r in reqs], rows,
+                                       all_positions=every)
+                for i, row, logit in zip(group, rows, logits):
+                    out[i] = logit[-len(row):] if every else logit[None]
                 computed += len(group) * max(len(r) for r in rows)
         return out, computed
 
@@ -226,8 +294,9 @@ class Engine:
     # --- running to the end -----------------------------------------------------------------------
 
     def run(self, progress: bool = False) -> dict:
-        """Step until every request has ended; returns {request id: final RequestOutput}."""
-        final = {}
+        """Step until every request has ended; returns {request id: final RequestOutput}. For a
+        request with n > 1 that is sample 0's output, and `.samples` holds all n, by index."""
+        samples: dict = {}
         bar = None
         if progress:
             from tqdm.auto import tqdm
@@ -237,11 +306,17 @@ class Engine:
         while self.has_unfinished():
             for out in self.step():
                 if out.finished:
-                    final[out.request_id] = out
-                    if bar is not None:
+                    samples.setdefault(out.request_id, {})[out.index] = out
+                    if bar is not None and out.index == 0:
                         bar.update(1)
         if bar is not None:
             bar.close()
+        final = {}
+        for rid, by_index in samples.items():
+            outs = [by_index[i] for i in sorted(by_index)]
+            if len(outs) > 1:
+                outs[0].samples = outs
+            final[rid] = outs[0]
         return final
 
     def generate(self, prompts, configs=None, *, progress: bool = False, **fields
@@ -279,6 +354,11 @@ class Engine:
         with self._lock:
             return len(self.scheduler.live())
 
+    @property
+    def max_num_seqs(self) -> int:
+        """The most sequences one step runs: the limit on a request's n too."""
+        return self.scheduler.max_num_seqs
+
     def num_waiting(self) -> int:
         with self._lock:
             return len(self.scheduler.waiting)
@@ -295,4 +375,5 @@ class Engine:
                 "prefix_cache_queried_tokens": self.blocks.queried_tokens,
                 "prefix_cache_hit_rate": self.blocks.hit_rate,
                 "free_blocks": self.blocks.num_free, "num_blocks": self.blocks.num_blocks,
+                "kv_blocks_used": self.blocks.num_used,
                 "kv_pool_bytes": self.pool.nbytes}

@@ -72,6 +72,17 @@ class PagedKVPool:
         blocks = torch.tensor(table, dtype=torch.long)[pos // self.block_size]
         return blocks * self.block_size + pos % self.block_size
 
+    def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
+        """Copy every layer's keys and values of block `src` into block `dst`, for each
+        (src, dst) pair (copy-on-write: see BlockManager.copy_on_write)."""
+        if not pairs:
+            return
+        bs = self.block_size
+        src = torch.cat([torch.arange(s * bs, (s + 1) * bs) for s, _ in pairs]).to(self.device)
+        dst = torch.cat([torch.arange(d * bs, (d + 1) * bs) for _, d in pairs]).to(self.device)
+        for tensor in (*self.keys, *self.values):
+            tensor[dst] = tensor[src]
+
     def gather(self, layer: int, table: list[int], length: int):
         """Keys and values of the first `length` tokens of one sequence, (kv_heads, length,
         head_dim) each: read block by block through its table (the lesson's walk-through)."""
@@ -158,10 +169,13 @@ class PagedBatch:
         return ids.to(self.pool.device)
 
 
-def paged_forward(model, pool: PagedKVPool, tables, contexts, rows: list[list[int]]):
+def paged_forward(model, pool: PagedKVPool, tables, contexts, rows: list[list[int]], *,
+                  all_positions: bool = False):
     """Run `model` on each row's new tokens `rows[i]`, after `contexts[i]` tokens already in the
-    pool; returns the logits of each row's last token, (batch, vocab)."""
+    pool; returns the logits of each row's last token, (batch, vocab). With `all_positions`, the
+    logits of every position, (batch, longest row, vocab), rows left-padded: row i's own are
+    its last len(rows[i])."""
     batch = PagedBatch(pool, tables, contexts, [len(r) for r in rows])
     logits = model(batch.input_ids(rows), cache=batch, position_ids=batch.position_ids,
-                   attention_mask=batch.attention_mask, logits_to_keep=1)
-    return logits[:, -1, :]
+                   attention_mask=batch.attention_mask, logits_to_keep=0 if all_positions else 1)
+    return logits if all_positions else logits[:, -1, :]

@@ -15,6 +15,12 @@ Preemption (抢占) by recompute: when a running request needs a block and none 
 recently admitted running request gives all its blocks back and goes to the front of the queue;
 when admitted again, its prompt *and* the tokens it already generated are recomputed (full blocks
 still in the prefix cache are reused), so no output is lost.
+
+Parallel samples (n > 1): a request counts as n sequences from its admission on. It prefills its
+prompt once; when its first token is due, `fork` starts the other n - 1 samples on the same blocks
+(shared, counted), and from then on each sample is scheduled as a request of its own. A sample
+that writes into a block it shares gets a copy first (copy-on-write): the schedule counts that
+block among the ones it needs and lists the copy in `ScheduledBatch.copies`.
 """
 
 from __future__ import annotations
@@ -36,11 +42,13 @@ class ScheduledBatch:
     passes     how the items are grouped into forward passes: lists of indices into `items`
                (rows of one pass are left-padded to its longest)
     preempted  requests that lost their blocks this step
+    copies     (source block, new block) pairs to copy before the passes run (copy-on-write)
     """
 
     items: list[tuple[Request, int]] = field(default_factory=list)
     passes: list[list[int]] = field(default_factory=list)
     preempted: list[Request] = field(default_factory=list)
+    copies: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def num_tokens(self) -> int:
@@ -57,8 +65,11 @@ class Scheduler(ABC):
 
         add(request)            a new request waits
         schedule()              -> ScheduledBatch: what the next step runs, and in which passes
+                                (and which blocks to copy before they run)
         computed(request, n)    after a pass: n more tokens of request are in the KV cache;
                                 True when the request now needs its next token chosen
+        fork(request)           its next token is due: -> the samples that start from it now
+                                (n > 1), sharing its blocks; they run from the next step on
         finish(request)         the request has ended (its last token was chosen): free it
         cancel(request)         drop it wherever it is
         has_unfinished()        anything left to do?
@@ -95,6 +106,37 @@ class Scheduler(ABC):
 
     def live(self) -> list[Request]:
         return list(self.running)
+
+    def num_seqs(self) -> int:
+        """Sequences the running requests hold or will fork (each counts against
+        max_num_seqs)."""
+        return sum(r.num_seqs for r in self.running)
+
+    def fork(self, request: Request) -> list[Request]:
+        """`request` is about to choose its first token: start the samples still due from it
+        (none unless it asked for n > 1). Each holds every block of its table once more."""
+        if not request.forks_due:
+            return []
+        children = request.fork()
+        for child in children:
+            for block_id in child.block_table:
+                self.blocks.share(block_id)
+            self.running.append(child)
+        return children
+
+    def blocks_needed(self, request: Request, n: int) -> int:
+        """Free blocks `request` needs to run `n` more tokens: new blocks at the end of its table,
+        plus a copy of the shared block its next token goes into, if it shares one."""
+        bm = self.blocks
+        grow = max(0, bm.blocks_for(request.num_computed + n) - len(request.block_table))
+        return grow + int(bm.is_shared(request.block_table, request.num_computed))
+
+    def _reserve(self, request: Request, n: int, batch: ScheduledBatch) -> None:
+        """Make room to write `n` more tokens of `request` (see blocks_needed)."""
+        copy = self.blocks.copy_on_write(request.block_table, request.num_computed)
+        if copy is not None:
+            batch.copies.append(copy)
+        self.blocks.grow(request.block_table, request.num_computed + n)
 
     def kind(self, request: Request, n: int) -> str:
         if request.num_preemptions and request.num_computed < len(request.tokens) - 1:
@@ -178,27 +220,25 @@ class ContinuousScheduler(Scheduler):
             if request.status != RUNNING:  # preempted earlier in this loop
                 continue
             n = min(request.remaining, budget)
-            while bm.blocks_for(request.num_computed + n) - len(request.block_table) > bm.num_free:
+            while self.blocks_needed(request, n) > bm.num_free:
                 victim = self.running[-1]  # the most recently admitted
+                budget += self._unschedule(batch, victim)
                 self.preempt(victim)
                 batch.preempted.append(victim)
-                planned = next((item for item in batch.items if item[0] is victim), None)
-                if planned is not None:  # its decode was planned earlier in this step: undo it
-                    batch.items.remove(planned)
-                    budget += planned[1]
                 if victim is request:
                     break
             if request.status != RUNNING:
                 continue
-            bm.grow(request.block_table, request.num_computed + n)
+            self._reserve(request, n, batch)
             batch.items.append((request, n))
             budget -= n
         if batch.preempted:  # short of blocks: admit nobody new this step
             return self._planned(batch)
         # 2. waiting requests, first come first served
-        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+        while (self.waiting and budget > 0
+               and self.num_seqs() + self.waiting[0].num_seqs <= self.max_num_seqs):
             request = self.waiting[0]
-            hits = bm.match_prefix(request.tokens)
+            hits = [] if request.needs_prompt_logits else bm.match_prefix(request.tokens)
             cached = len(hits) * bm.block_size
             n = min(request.num_tokens - cached, budget)
             revived = sum(1 for b in hits if bm.blocks[b].ref_count == 0)  # taken off the free list
@@ -210,6 +250,17 @@ class ContinuousScheduler(Scheduler):
             batch.items.append((request, n))
             budget -= n
         return self._planned(batch)
+
+    @staticmethod
+    def _unschedule(batch: ScheduledBatch, request: Request) -> int:
+        """Take `request` out of this step's plan, if it was in it already (a decode scheduled
+        before the request that now needs its blocks), with the copies made for it; returns
+        the tokens that frees in the budget."""
+        held = set(request.block_table)
+        batch.copies = [(src, dst) for src, dst in batch.copies if dst not in held]
+        freed = sum(n for r, n in batch.items if r is request)
+        batch.items = [(r, n) for r, n in batch.items if r is not request]
+        return freed
 
     def preempt(self, request: Request) -> None:
         """Take all of `request`'s blocks back; it waits at the front and is recomputed later."""
@@ -251,6 +302,12 @@ class StaticScheduler(Scheduler):
         prompts = [i for i, (_, n) in enumerate(items) if n > 1]
         return [p for p in (singles, prompts) if p]
 
+    def fork(self, request: Request) -> list[Request]:
+        children = super().fork(request)
+        for child in children:  # a sample's row runs as long as the batch does
+            self.limits[child] = self.limits[request]
+        return children
+
     def computed(self, request: Request, n: int) -> bool:
         if request not in self.running:
             return False  # its batch ended earlier in this step
@@ -290,10 +347,10 @@ class StaticScheduler(Scheduler):
         if not self.running:  # form the next batch
             chosen, longest = [], 0
             for request in self.waiting:
-                if len(chosen) == self.max_num_seqs:
+                if sum(r.num_seqs for r in chosen + [request]) > self.max_num_seqs:
                     break
                 new_longest = max(longest, request.config.max_new_tokens)
-                need = sum(bm.blocks_for(self._limit(r, new_longest))
+                need = sum(bm.blocks_for(self._limit(r, new_longest)) * r.num_seqs
                            for r in chosen + [request])
                 if need > bm.num_free:
                     break
@@ -308,7 +365,7 @@ class StaticScheduler(Scheduler):
             if request in self.ghosts and request.num_tokens >= self.limits[request]:
                 continue  # a ghost that has reached the batch's longest possible length
             n = request.remaining
-            bm.grow(request.block_table, request.num_computed + n)
+            self._reserve(request, n, batch)
             batch.items.append((request, n))
         return self._planned(batch)
 

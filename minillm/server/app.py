@@ -1,13 +1,15 @@
 """The HTTP app (FastAPI): the chapter 06 engine behind the OpenAI API.
 
     GET  /health                 "ok" while the engine thread runs, and its counters
-    GET  /v1/models              the one model this server serves
+    GET  /metrics                Prometheus text: running, waiting, KV blocks, tokens, TTFT, TPOT
+    GET  /v1/models              the one model this server serves, with its context length
     POST /v1/completions         continue a prompt          (stream: true -> server-sent events)
     POST /v1/chat/completions    answer a conversation      (stream: true -> server-sent events)
 
 A streamed answer is a series of `data: {json}` events, one per engine step that made text ready,
-then `data: [DONE]`: the shape OpenAI's client libraries and load tools read. Bad requests get a
-4xx answer with OpenAI's error body; the server never answers a client's mistake with a 500.
+then `data: [DONE]`: the shape OpenAI's client libraries and load tools read. Every body and
+chunk is a model of responses.py. Bad requests get a 4xx answer with OpenAI's error body; the
+server never answers a client's mistake with a 500. docs/server.md lists what is supported.
 """
 
 from __future__ import annotations
@@ -18,12 +20,15 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..generation import encode_prompts
-from .protocol import (FINISH_REASONS, APIError, ChatCompletionRequest, CompletionRequest,
-                       error_body)
+from ..decoding import JSONConstraint, SchemaError
+from ..generation import eos_ids, encode_prompts
+from .answers import ChatAnswer, CompletionAnswer
+from .logprobs import TokenText
+from .protocol import APIError, ChatCompletionRequest, CompletionRequest, error_body
+from .responses import Health, ModelCard, ModelList
 from .runner import EngineLoop, now
 
 MAX_BODY_BYTES = 1 << 20  # 1 MiB of JSON is far more than any prompt the context window holds
@@ -104,6 +109,7 @@ def create_app(engine, model_name: str = "minillm", *, default_max_tokens: int =
     app.add_middleware(BodyLimit, limit=max_body_bytes)
     context = engine.max_seq_len
     tokenizer = engine.tokenizer
+    token_text = TokenText(tokenizer)
     started = now()
 
     # --- errors, all in OpenAI's shape ---------------------------------------------------
@@ -123,7 +129,7 @@ def create_app(engine, model_name: str = "minillm", *, default_max_tokens: int =
         detail = error.detail if isinstance(error.detail, str) else json.dumps(error.detail)
         if error.status_code == 404:
             detail = (f"no route {request.method} {request.url.path}; the routes are /health, "
-                      "/v1/models, /v1/completions and /v1/chat/completions")
+                      "/metrics, /v1/models, /v1/completions and /v1/chat/completions")
         return JSONResponse(error_body(detail, kind), status_code=error.status_code)
 
     @app.exception_handler(Exception)
@@ -136,22 +142,31 @@ def create_app(engine, model_name: str = "minillm", *, default_max_tokens: int =
     @app.get("/health")
     async def health():
         status = 200 if loop.alive else 503
-        return JSONResponse({"status": "ok" if loop.alive else "engine stopped",
-                             "model": model_name, **loop.stats()}, status_code=status)
+        body = Health(status="ok" if loop.alive else "engine stopped", model=model_name,
+                      **loop.stats())
+        return JSONResponse(body.json_body(), status_code=status)
+
+    @app.get("/metrics")
+    async def metrics():
+        data = await asyncio.to_thread(loop.metrics.exposition)
+        return Response(data, media_type=loop.metrics.content_type)
 
     @app.get("/v1/models")
     async def models():
-        return {"object": "list", "data": [{"id": model_name, "object": "model",
-                                            "created": started, "owned_by": "minillm",
-                                            "max_model_len": context}]}
+        card = ModelCard(id=model_name, created=started, max_model_len=context)
+        return ModelList(data=[card]).json_body()
 
     def check_model(body):
         if body.model is not None and body.model != model_name:
             raise APIError(404, f"the model {body.model!r} does not exist here; this server "
                                 f"serves {model_name!r} (see /v1/models)", "model",
                            "not_found_error", "model_not_found")
+        if body.n > engine.max_num_seqs:
+            raise APIError(400, f"n={body.n} is above this server's limit of "
+                                f"{engine.max_num_seqs} samples per request (its "
+                                "--max-num-seqs: the n samples run in one batch)", "n")
 
-    async def prepare(body, prompt, max_tokens, default):
+    async def prepare(body, prompt, max_tokens, default, length_field="max_tokens"):
         """Token ids and the engine config; the prompt's length decides the default length."""
         try:
             ids = (await asyncio.to_thread(encode_prompts, tokenizer, prompt,
@@ -166,43 +181,66 @@ def create_app(engine, model_name: str = "minillm", *, default_max_tokens: int =
         if max_tokens is None:
             max_tokens = min(default, room)
         elif max_tokens > room:
-            raise APIError(400, f"max_tokens={max_tokens} is too large: the prompt has "
+            raise APIError(400, f"{length_field}={max_tokens} is too large: the prompt has "
                                 f"{len(ids)} tokens and the context window {context}, so at "
-                                f"most {room} new tokens fit", "max_tokens",
+                                f"most {room} new tokens fit", length_field,
                            code="context_length_exceeded")
         return ids, body.generation_config(max_tokens)
+
+    async def json_constraint(body, config):
+        """The logits processor for response_format (None for plain text)."""
+        fmt = body.response_format
+        if fmt is None or fmt.type == "text":
+            return None
+        schema = fmt.json_schema.schema_ if fmt.type == "json_schema" else None
+        eos = eos_ids(engine.model, tokenizer, config)
+        try:  # the first one reads the vocabulary into a trie: about a second, off the loop
+            return await asyncio.to_thread(JSONConstraint, tokenizer, schema, eos)
+        except (SchemaError, ValueError) as error:
+            raise APIError(400, f"response_format: {error}", "response_format") from None
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request):
         check_model(body)
-        ids, config = await prepare(body, body.one_prompt(), body.max_tokens, 16)
-        rid, queue = await loop.submit(ids, config, "cmpl")
-        return await _answer(request, body, rid, queue, chat=False)
+        prompt = body.one_prompt()
+        scoring_only = body.echo and body.max_tokens == 0  # generate one token, show none
+        ids, config = await prepare(body, prompt, 1 if scoring_only else body.max_tokens, 16)
+        prompt_logprobs = body.logprobs if body.echo else None
+        rid, queue = await loop.submit(ids, config, "cmpl", n=body.n, logprobs=body.logprobs,
+                                       prompt_logprobs=prompt_logprobs)
+        answer = CompletionAnswer(rid, now(), model_name, body.n, ids, token_text,
+                                  body.logprobs is not None, not scoring_only, echo=body.echo,
+                                  prompt_text=tokenizer.decode(ids) if body.echo else "")
+        return await _respond(request, body, answer, queue)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, request: Request):
         check_model(body)
+        body.check()
         if not hasattr(tokenizer, "apply_chat_template"):
             raise APIError(400, f"{model_name} has no chat template: use /v1/completions")
         try:
             text = tokenizer.apply_chat_template(body.conversation())
         except (ValueError, TypeError) as error:
             raise APIError(400, f"the chat template failed: {error}", "messages") from None
-        ids, config = await prepare(body, text, body.max_completion_tokens or body.max_tokens,
-                                    default_max_tokens)
-        rid, queue = await loop.submit(ids, config, "chatcmpl")
-        return await _answer(request, body, rid, queue, chat=True)
+        ids, config = await prepare(body, text, body.answer_length, default_max_tokens,
+                                    body.length_field)
+        constraint = await json_constraint(body, config)
+        top = (body.top_logprobs or 0) if body.logprobs else None
+        rid, queue = await loop.submit(ids, config, "chatcmpl", n=body.n, logprobs=top,
+                                       logits_processor=constraint)
+        answer = ChatAnswer(rid, now(), model_name, body.n, ids, token_text, body.logprobs)
+        return await _respond(request, body, answer, queue)
 
-    async def _answer(request, body, rid, queue, chat):
-        created = now()
+    async def _respond(request, body, answer, queue):
         if body.stream:
             usage = body.stream_options is not None and body.stream_options.include_usage
-            return StreamingResponse(_events(rid, queue, created, chat, usage),
+            return StreamingResponse(_events(answer, queue, usage),
                                      media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache"})
-        final = None
+        finals: dict[int, object] = {}
         try:
-            while final is None:
+            while len(finals) < answer.n:
                 try:  # wake now and then to notice a client that hung up
                     item = await asyncio.wait_for(queue.get(), timeout=1.0)
                 except asyncio.TimeoutError:
@@ -213,52 +251,24 @@ def create_app(engine, model_name: str = "minillm", *, default_max_tokens: int =
                     raise APIError(500, f"the engine failed: {type(item).__name__}: {item}",
                                    type="server_error")
                 if item.finished:
-                    final = item
+                    finals[item.index] = item
         finally:
-            if final is None:
-                loop.abort(rid)
-        return _full(rid, final, created, chat)
+            if len(finals) < answer.n:
+                loop.abort(answer.rid)
+        return answer.whole([finals[i] for i in range(answer.n)]).json_body()
 
-    def _usage(out) -> dict:
-        p, c = len(out.prompt_token_ids), len(out.token_ids)
-        return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
-
-    def _full(rid, out, created, chat) -> dict:
-        reason = FINISH_REASONS.get(out.finish_reason, out.finish_reason)
-        if chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": out.text},
-                      "logprobs": None, "finish_reason": reason}
-        else:
-            choice = {"index": 0, "text": out.text, "logprobs": None, "finish_reason": reason}
-        return {"id": rid, "object": "chat.completion" if chat else "text_completion",
-                "created": created, "model": model_name, "choices": [choice],
-                "usage": _usage(out)}
-
-    def _chunk(rid, created, chat, text, reason, first=False) -> str:
-        if chat:
-            delta = {"role": "assistant", "content": text} if first else \
-                ({"content": text} if text or reason is None else {})
-            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}
-        else:
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
-        data = {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion",
-                "created": created, "model": model_name, "choices": [choice]}
-        return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
-
-    async def _events(rid, queue, created, chat, include_usage):
-        if chat:
-            yield _chunk(rid, created, chat, "", None, first=True)
+    async def _events(answer, queue, include_usage):
+        for chunk in answer.start():
+            yield chunk.sse()
+        finals = []
         try:
-            async for out in loop.outputs(rid, queue):
-                reason = FINISH_REASONS.get(out.finish_reason, out.finish_reason) \
-                    if out.finished else None
-                if out.new_text or reason is not None:
-                    yield _chunk(rid, created, chat, out.new_text, reason)
-                if out.finished and include_usage:
-                    data = {"id": rid, "object": "chat.completion.chunk" if chat
-                            else "text_completion", "created": created, "model": model_name,
-                            "choices": [], "usage": _usage(out)}
-                    yield f"data: {json.dumps(data)}\n\n"
+            async for out in loop.outputs(answer.rid, queue, answer.n):
+                for chunk in answer.chunks(out):
+                    yield chunk.sse()
+                if out.finished:
+                    finals.append(out)
+            if include_usage:
+                yield answer.usage_chunk(finals).sse()
         except APIError as error:  # the status line is sent already: say it in the stream
             yield f"data: {json.dumps(error.body())}\n\n"
         yield "data: [DONE]\n\n"

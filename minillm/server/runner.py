@@ -6,6 +6,9 @@
     async for out in stream:  <--out---  each output goes to its request's asyncio.Queue
     (client gone) abort(id) --cancel-->  engine.cancel(id): its KV blocks go back to the pool
 
+A request for n samples gets the outputs of all n on its one queue (each names its `index`);
+it is done when n of them have finished. The loop also counts what /metrics reports.
+
 Requests that arrive while others run join the running batch at the next step: continuous
 batching (连续批处理) across HTTP clients. The engine's lock makes add/cancel safe from other
 threads; `submit` runs `add_request` in a worker thread so the event loop never waits for a step.
@@ -19,6 +22,7 @@ import time
 import uuid
 from collections import deque
 
+from .metrics import ServerMetrics
 from .protocol import APIError
 
 
@@ -28,7 +32,8 @@ class EngineLoop:
     def __init__(self, engine, poll_s: float = 0.05):
         self.engine = engine
         self.poll_s = poll_s
-        self._queues: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
+        self.metrics = ServerMetrics(engine)
+        self._queues: dict[str, _Waiting] = {}
         self._cancels: deque = deque()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -74,35 +79,42 @@ class EngineLoop:
             self.steps += 1
             self.max_batch = max(self.max_batch, engine.num_running())
             for out in outputs:
+                self.metrics.observe(out)
                 self._deliver(out.request_id, out)
 
     def _deliver(self, rid, item) -> None:
         target = self._queues.get(rid)
         if target is None:
             return
-        loop, queue = target
-        finished = isinstance(item, Exception) or item.finished
-        if finished:
+        if isinstance(item, Exception):
             self._queues.pop(rid, None)
-            if not isinstance(item, Exception) and item.finish_reason != "cancelled":
-                self.completed += 1
+        elif item.finished:
+            target.left -= 1
+            if target.left == 0:
+                self._queues.pop(rid, None)
+                if item.finish_reason != "cancelled":
+                    self.completed += 1
         try:
-            loop.call_soon_threadsafe(queue.put_nowait, item)
+            target.loop.call_soon_threadsafe(target.queue.put_nowait, item)
         except RuntimeError:  # the event loop has closed: nobody is waiting any more
             pass
 
     # --- the handlers' side ------------------------------------------------------------------
 
-    async def submit(self, prompt, config, prefix: str = "cmpl") -> tuple[str, asyncio.Queue]:
-        """Queue a request; returns its id and the queue its outputs will arrive on.
+    async def submit(self, prompt, config, prefix: str = "cmpl", **options
+                     ) -> tuple[str, asyncio.Queue]:
+        """Queue a request (`options`: add_request's n, logprobs, prompt_logprobs,
+        logits_processor); returns its id and the queue its outputs will arrive on.
         A request the engine refuses raises APIError(400) with the engine's reason."""
         if not self.alive:
             raise APIError(503, "the engine loop is not running", type="server_error")
         rid = f"{prefix}-{uuid.uuid4().hex[:24]}"
         queue: asyncio.Queue = asyncio.Queue()
-        self._queues[rid] = (asyncio.get_running_loop(), queue)
+        self._queues[rid] = _Waiting(asyncio.get_running_loop(), queue, options.get("n", 1))
         try:
-            await asyncio.to_thread(self.engine.add_request, prompt, config, request_id=rid)
+            await asyncio.to_thread(self.engine.add_request, prompt, config, request_id=rid,
+                                    **options)
+            self.metrics.accepted(len(prompt))
         except (ValueError, TypeError) as error:
             self._queues.pop(rid, None)
             raise APIError(400, str(error), "prompt" if "prompt" in str(error) else None) \
@@ -118,27 +130,35 @@ class EngineLoop:
         if self._queues.pop(rid, None) is not None or self.engine.is_active(rid):
             self._cancels.append(rid)
 
-    async def outputs(self, rid, queue: asyncio.Queue):
-        """Yield the request's outputs until it finishes; cancel it if the caller stops early."""
-        finished = False
+    async def outputs(self, rid, queue: asyncio.Queue, n: int = 1):
+        """Yield the request's outputs until its n samples have finished; cancel it if the
+        caller stops early."""
+        left = n
         try:
-            while True:
+            while left:
                 item = await queue.get()
                 if isinstance(item, Exception):
                     raise APIError(500, f"the engine failed: {type(item).__name__}: {item}",
                                    type="server_error")
+                left -= item.finished
                 yield item
-                if item.finished:
-                    finished = True
-                    return
         finally:
-            if not finished:
+            if left:
                 self.abort(rid)
 
     def stats(self) -> dict:
         return {"steps": self.steps, "max_batch": self.max_batch, "completed": self.completed,
                 "cancelled": self.cancelled, "waiting_clients": len(self._queues),
                 "engine_error": self.error, **self.engine.stats()}
+
+
+class _Waiting:
+    """A request's queue, on its event loop, and how many of its samples are still running."""
+
+    __slots__ = ("loop", "queue", "left")
+
+    def __init__(self, loop, queue, n: int):
+        self.loop, self.queue, self.left = loop, queue, n
 
 
 def now() -> int:
