@@ -252,6 +252,47 @@ print(f"no_repeat_ngram_size=3: repeat-3 {r6['repeat-3']:.2f} (no 3-gram can rep
 assert r6["repeat-3"] == 0.0
 
 # %% [markdown]
+# ### OpenAI's presence and frequency penalties
+#
+# OpenAI's API (and vLLM, and `minillm serve`) has two more rules of the same kind, the
+# presence penalty (存在惩罚) and the frequency penalty (频率惩罚). They
+# *subtract* from the logits instead of dividing, and they count only the **generated** tokens,
+# not the prompt: with c_j the times token j was generated so far,
+#
+# - presence penalty: z_j − α · [c_j > 0] (once, however often j came);
+# - frequency penalty: z_j − β · c_j (more, the more often j came).
+#
+# By hand, on five logits after a prompt [4] and the generated tokens [1, 1, 2]:
+
+# %%
+from minillm.decoding import (FrequencyPenaltyProcessor, PresencePenaltyProcessor,  # noqa: E402
+                              RepetitionPenaltyProcessor)
+
+scores = torch.tensor([[2.0, 1.5, -1.0, 0.5, 3.0]])
+ids = torch.tensor([[4, 1, 1, 2]])  # the prompt is [4]: prompt_length=1
+rules = {"repetition_penalty 1.5": RepetitionPenaltyProcessor(1.5),
+         "presence_penalty 0.5": PresencePenaltyProcessor(0.5, prompt_length=1),
+         "frequency_penalty 0.5": FrequencyPenaltyProcessor(0.5, prompt_length=1)}
+by_hand = {"repetition_penalty 1.5": [2.0, 1.5 / 1.5, -1.0 * 1.5, 0.5, 3.0 / 1.5],
+           "presence_penalty 0.5": [2.0, 1.5 - 0.5, -1.0 - 0.5, 0.5, 3.0],
+           "frequency_penalty 0.5": [2.0, 1.5 - 2 * 0.5, -1.0 - 0.5, 0.5, 3.0]}
+for name, rule in rules.items():
+    got = rule(ids, scores.clone())[0].tolist()
+    print(f"{name:>22}: {[round(v, 2) for v in got]}")
+    assert got == by_hand[name]
+
+# %% [markdown]
+# Only the repetition penalty touched token 4, the prompt's; only the frequency penalty hit
+# token 1 twice as hard as token 2. On the model, a prompt that begs to be repeated:
+
+# %%
+fruits = "List of fruits: apple, apple, apple,"
+for fields in [{}, {"presence_penalty": 1.5}, {"frequency_penalty": 1.0},
+               {"repetition_penalty": 1.3}]:
+    out = minillm.generate(model, tokenizer, fruits, max_new_tokens=12, **fields)
+    print(f"{str(fields) or 'greedy':<28} {out.text!r}")
+
+# %% [markdown]
 # Compare the three yourself. Each slider regenerates only its own text (greedy stays as it
 # was); the progress bar counts the tokens while one is generated.
 
@@ -346,7 +387,72 @@ print("other words for it that got through:", [w for w in words if w in kept.tex
 # Real moderation works on meaning (a classifier over the text), not on token lists.
 
 # %% [markdown]
-# ## 8. Beam search, and a live check against transformers
+# ## 8. Structured output (结构化输出): a mask on the vocabulary
+#
+# Banning words is one mask; the same idea, applied at every step, can make the model write only
+# text of a given shape. Before each token is chosen, ask of every token in the vocabulary:
+# would the text so far, followed by this token, still be the *beginning* of a valid answer?
+# Every token that would not gets the score −inf, so no sampler can pick it, while the model's
+# preferences among the allowed tokens stay as they were. That is how constrained decoding
+# (约束解码) works, for a regular expression or for JSON: the rule is a grammar, the mask is
+# recomputed from the grammar's state after each token.
+#
+# A toy first: only digits. Of SmolLM2's 49,152 tokens, which may come next?
+
+# %%
+vocab_bytes = [tokenizer.decode([i]) for i in range(len(tokenizer))]
+digits_only = torch.tensor([bool(t) and t.strip("0123456789") == "" for t in vocab_bytes])
+print(f"{int(digits_only.sum())} of {len(vocab_bytes)} tokens are digits only, e.g.",
+      [t for t, ok in zip(vocab_bytes, digits_only) if ok][:8])
+
+
+def only_digits(input_ids, scores):
+    """A logits processor: every token that is not all digits gets -inf."""
+    return scores.masked_fill(~digits_only.to(scores.device), float("-inf"))
+
+
+out = minillm.generate(model, tokenizer, "The year the printing press was invented:",
+                       max_new_tokens=3, logits_processor=only_digits)
+print(repr(out.text))
+assert out.text.strip().isdigit()
+
+# %% [markdown]
+# JSON needs a grammar with a state (inside a string? after a key? which keys are still owed?).
+# `minillm.decoding.JSONConstraint` keeps one (`json_grammar.py`, a byte-by-byte recognizer for
+# a subset of JSON Schema: object, array, string, number, integer, boolean, enum, required) and
+# masks the vocabulary from it at every step; once the JSON is complete it allows only the
+# end-of-sequence token. `minillm serve` uses it for OpenAI's `response_format`. The check: an
+# answer that parses and matches the schema, for every seed, when sampling at temperature 1:
+
+# %%
+import json  # noqa: E402
+
+import jsonschema  # noqa: E402
+
+from minillm.decoding import JSONConstraint  # noqa: E402
+
+schema = {"type": "object",
+          "properties": {"city": {"type": "string"}, "country": {"type": "string"},
+                         "capital": {"type": "boolean"},
+                         "population_millions": {"type": "number"}},
+          "required": ["city", "country", "capital", "population_millions"]}
+ask = tokenizer.apply_chat_template(
+    [{"role": "user", "content": "Describe Paris as JSON with city, country, capital and "
+                                 "population_millions."}], add_generation_prompt=True)
+for seed in range(3 if CI else 8):
+    out = minillm.generate(model, tokenizer, ask, max_new_tokens=80, do_sample=True,
+                           temperature=1.0, seed=seed,
+                           logits_processor=JSONConstraint(tokenizer, schema))
+    answer = json.loads(out.text)  # parses ...
+    jsonschema.validate(answer, schema)  # ... and has every field, of the right type
+    print(f"seed {seed}: {out.text}")
+
+# %% [markdown]
+# The schema guarantees the *shape*, never the truth: at temperature 1 the model may still
+# invent a city or a population (read the answers above). Greedy decoding and a schema together
+# give the model's most likely answer of the right shape.
+#
+# ## 9. Beam search, and a live check against transformers
 #
 # Beam search keeps `num_beams` running sequences; each step ranks all their continuations by
 # summed log-probability, and a finished sequence is scored

@@ -373,7 +373,9 @@ for rows_in in (1, 128):
 # - **dequantize**: rebuild a float copy of the weight on every call, then an ordinary multiply.
 #   It reads the int8 weight, writes a full-size float one, reads that again: a second way an
 #   int8 path becomes slower than a float one.
-# - **fused**: PyTorch's weight-only int8 kernel (`torch._weight_int8pack_mm`).
+# - **fused**: PyTorch's weight-only int8 kernel (`torch._weight_int8pack_mm`), a fused kernel
+#   (融合算子): it multiplies with the int8 numbers directly, never writing a float copy of the
+#   weight to memory.
 # - **dynamic**: fbgemm's int8 GEMM through PyTorch, which quantizes the *activations* too (one
 #   scale for the call's rows) and multiplies int8 by int8: LLM.int8() without the outlier split.
 # - **kernel**: minillm's own (`minillm/kernels.py`, 40 lines of C): each int8 weight is widened
@@ -445,15 +447,15 @@ print("CPU instruction set PyTorch uses here:", torch.backends.cpu.get_cpu_capab
 from minillm.kv_cache import KVCache  # noqa: E402
 
 
-def stepwise_perplexity(m, ids):
-    """exp(mean negative log-likelihood), one token per forward pass, through the KV cache."""
-    cache, nll = KVCache.for_model(m, 1, len(ids)), 0.0
+def stepwise(m, ids):
+    """Perplexity and every step's logits, one token per forward pass, through the KV cache."""
+    cache, nll, rows = KVCache.for_model(m, 1, len(ids)), 0.0, []
     with torch.inference_mode():
         for i in range(len(ids) - 1):
-            logits = m(torch.tensor([[ids[i]]]), cache=cache)[0, -1].float()
-            nll += F.cross_entropy(logits[None], torch.tensor([ids[i + 1]],
-                                                              device=logits.device)).item()
-    return math.exp(nll / (len(ids) - 1))
+            logits = m(torch.tensor([[ids[i]]]), cache=cache)[0, -1].float().cpu()
+            nll += F.cross_entropy(logits[None], torch.tensor([ids[i + 1]])).item()
+            rows.append(logits)
+    return math.exp(nll / (len(ids) - 1)), torch.stack(rows)
 
 
 step_ids = held_out_ids(tokenizer, 48 if CI else 256)
@@ -466,13 +468,14 @@ if dynamic_int8_available():
     fast8_dynamic = copy.deepcopy(fast8)
     quant.set_int8_path(fast8_dynamic, "dynamic")
     paths["int8 dynamic"] = fast8_dynamic
-stepwise = {name: stepwise_perplexity(m, step_ids)
-            for name, m in tqdm(paths.items(), desc="paths")}
-for name, ppl in stepwise.items():
-    print(f"{name:>12}: perplexity {ppl:.3f} ({ppl / stepwise['fp32'] - 1:+.2%} against fp32), "
-          f"{len(step_ids) - 1} tokens decoded one at a time")
-if "int8 kernel" in stepwise and "int8 dynamic" in stepwise:
-    assert stepwise["int8 kernel"] < stepwise["int8 dynamic"]  # rounding x costs accuracy
+steps = {name: stepwise(m, step_ids) for name, m in tqdm(paths.items(), desc="paths")}
+error = {}
+for name, (ppl, logits) in steps.items():
+    error[name] = (logits - steps["fp32"][1]).abs().mean().item()
+    print(f"{name:>12}: perplexity {ppl:.3f} ({ppl / steps['fp32'][0] - 1:+.2%} against fp32), "
+          f"mean |logit - fp32's| {error[name]:.4f}, {len(step_ids) - 1} tokens one at a time")
+if "int8 kernel" in error and "int8 dynamic" in error:
+    assert error["int8 kernel"] < error["int8 dynamic"]  # rounding x too costs accuracy
 
 # %% [markdown]
 # ### The whole model at batch 1: int8 beats fp32 and bf16
