@@ -204,3 +204,17 @@ def test_minillm_pick_device_and_load_land_on_cuda(tmp_path):
         model = minillm.load_model(tmp_path, device="auto")
         assert model_device(model) == CUDA
         assert all(is_fake_cuda(t) for t in model.state_dict().values())
+
+
+def test_deepcopy_of_a_model_on_cuda(fake_cuda):
+    """copy.deepcopy rebuilds torch.device keys (a model's per-device tables) through
+    torch.device(...) itself, which the harness must leave alone."""
+    import copy
+
+    model = torch.nn.Linear(3, 2).to("cuda")
+    model.tables = {(torch.device("cuda", 0), torch.float32): torch.ones(2, device="cuda")}
+    twin = copy.deepcopy(model)
+    assert list(twin.tables) == [(CUDA, torch.float32)] and is_fake_cuda(twin.weight)
+    with torch.no_grad():
+        twin.weight.zero_()
+    assert model.weight.abs().sum().item() > 0  # the copy holds its own values
