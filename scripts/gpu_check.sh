@@ -33,7 +33,8 @@ OUT="$(cd "$OUT" && pwd)"
 if [ -z "${PYTHON:-}" ]; then
   if [ -x .venv/bin/python ]; then PYTHON=.venv/bin/python; else PYTHON=python3; fi
 fi
-export HF_HUB_OFFLINE=1 TRANSFORMERS_NO_ADVISORY_WARNINGS=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export HF_HUB_OFFLINE=1 TRANSFORMERS_NO_ADVISORY_WARNINGS=1
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export MPLCONFIGDIR="${MPLCONFIGDIR:-$(mktemp -d)}"
 unset CI  # full size
 SUMMARY="$OUT/summary.md"
@@ -61,7 +62,8 @@ step() {
 {
   echo "# minillm on a CUDA GPU: scripts/gpu_check.sh"
   echo
-  echo "$(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+  commit="$(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+  echo "$(date -u '+%Y-%m-%d %H:%M UTC'), commit $commit"
   echo
 } > "$SUMMARY"
 

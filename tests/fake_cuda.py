@@ -25,8 +25,9 @@ wraps the results again. While the harness is active:
 
 Limits (where a real GPU differs and this harness does not tell):
 - speed and memory: everything runs on the CPU, so timings measure the CPU;
-- numerics: the CPU's kernels (no TF32; the same bits at every batch shape); attention runs
-  SDPA's math path;
+- numerics: the CPU's kernels (no TF32, no bf16 tensor cores; the same bits at every batch
+  shape); where PyTorch picks an attention kernel by device inside an operation, it gets SDPA's
+  math path;
 - the 0-dim CPU operand is allowed in every operation (as FakeTensorMode allows it), where a few
   CUDA kernels refuse it;
 - a tensor on the fake device never requires grad (a CPU-only PyTorch cannot record autograd
@@ -210,10 +211,11 @@ def _schema(func):
                        if a.name == "device"), (None, True))
         written = []
         for r, ret in enumerate(func._schema.returns):
-            if ret.alias_info is None or not ret.alias_info.is_write:
+            info = ret.alias_info
+            if info is None or not info.is_write:
                 continue
             for i, a in enumerate(arguments):
-                if a.alias_info is not None and a.alias_info.before_set == ret.alias_info.before_set:
+                if a.alias_info is not None and a.alias_info.before_set == info.before_set:
                     written.append((r, a.name if a.kwarg_only else i))
                     break
         known = _SCHEMAS[func] = (*device, written)

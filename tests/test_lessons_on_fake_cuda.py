@@ -46,10 +46,11 @@ def test_every_lesson_is_run_or_says_why_not():
     assert ON_CPU <= set(run)
 
 
-def run_on_fake_cuda(name: str, monkeypatch) -> None:
+def run_on_fake_cuda(path: Path, monkeypatch) -> tuple[str, int]:
+    """Run the notebook at `path` with the harness started in its first cell; returns what
+    `pick_device("auto")` gave in the kernel and how many operations ran on the fake device."""
     from nbclient import NotebookClient
 
-    path = ROOT / "notebooks" / f"{name}.ipynb"
     nb = nbformat.read(path, as_version=4)
     nb.cells.insert(0, nbformat.v4.new_code_cell(START))
     nb.cells.append(nbformat.v4.new_code_cell(REPORT))
@@ -59,20 +60,41 @@ def run_on_fake_cuda(name: str, monkeypatch) -> None:
     NotebookClient(nb, timeout=900, kernel_name="python3",
                    resources={"metadata": {"path": str(path.parent)}}).execute()
     device, ops = nb.cells[-1].outputs[0]["text"].split()
+    return device, int(ops)
+
+
+def check_lesson(name: str, monkeypatch) -> None:
+    device, ops = run_on_fake_cuda(ROOT / "notebooks" / f"{name}.ipynb", monkeypatch)
     assert device == "cuda", f"{name}: pick_device('auto') gave {device} under the harness"
     if name not in ON_CPU:
-        assert int(ops) > 0, f"{name} ran nothing on the cuda device"
+        assert ops > 0, f"{name} ran nothing on the cuda device"
+
+
+@pytest.mark.parametrize("cell,error", [
+    ("x = torch.ones(3, device=minillm.pick_device())\nx + torch.arange(3)",
+     "Expected all tensors to be on the same device"),
+    ("plt.plot(torch.ones(3, device='cuda'))", "can't convert cuda:0 device type tensor"),
+], ids=["mixed-devices", "plot-a-cuda-tensor"])
+def test_a_lesson_cell_that_would_fail_on_a_gpu_fails_here(tmp_path, monkeypatch, cell, error):
+    from nbclient.exceptions import CellExecutionError
+
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("import matplotlib.pyplot as plt\nimport torch\nimport minillm"),
+        nbformat.v4.new_code_cell(cell)])
+    nbformat.write(nb, tmp_path / "lesson.ipynb")
+    with pytest.raises(CellExecutionError, match=error):
+        run_on_fake_cuda(tmp_path / "lesson.ipynb", monkeypatch)
 
 
 @pytest.mark.slow
 class TestDecodingLessons:
     @pytest.mark.parametrize("name", GROUPS["decoding"])
     def test_lesson_runs_on_cuda(self, name, monkeypatch):
-        run_on_fake_cuda(name, monkeypatch)
+        check_lesson(name, monkeypatch)
 
 
 @pytest.mark.slow
 class TestServingLessons:
     @pytest.mark.parametrize("name", GROUPS["serving"])
     def test_lesson_runs_on_cuda(self, name, monkeypatch):
-        run_on_fake_cuda(name, monkeypatch)
+        check_lesson(name, monkeypatch)

@@ -5,6 +5,8 @@ on cuda fails here as it would on a GPU. Each test runs its work twice, on the C
 harness on cuda, and compares: the same tokens, logits within 1e-5 (attention runs another SDPA
 path on "cuda": the math one)."""
 
+import threading
+
 import pytest
 import torch
 
@@ -263,3 +265,72 @@ def test_results_leave_the_device_only_when_asked(folder):
         assert all(type(t) is int for t in out.token_ids)
         with torch.inference_mode():
             assert is_fake_cuda(model(torch.tensor([PROMPT])))
+
+
+def test_the_server_serves_from_cuda(folder):
+    """The OpenAI-compatible server: its engine steps in a thread of its own and each request is
+    added from a worker thread, all started under the harness, so every one of them runs on the
+    fake device; concurrent requests give what each gives alone on the CPU."""
+    import httpx
+
+    from minillm.server import ServerThread
+
+    prompts = ["hello", "abcabcab", "zebra"]
+    cpu = load(folder, "cpu")
+    want = [minillm.generate(cpu, TOK, p, max_new_tokens=6, ignore_eos=True).text
+            for p in prompts]
+    with FakeCuda():
+        engine = Engine(load(folder, "cuda"), TOK, num_blocks=32, block_size=4, max_num_seqs=4)
+        with ServerThread(engine, "tiny") as server, \
+                httpx.Client(base_url=server.url, timeout=60) as client:
+            got = [None] * len(prompts)
+
+            def ask(i):
+                got[i] = client.post("/v1/completions", json={
+                    "model": "tiny", "prompt": prompts[i], "max_tokens": 6, "temperature": 0,
+                    "ignore_eos": True}).json()["choices"][0]["text"]
+            askers = [threading.Thread(target=ask, args=(i,)) for i in range(len(prompts))]
+            for t in askers:
+                t.start()
+            for t in askers:
+                t.join()
+    assert got == want
+
+
+def test_the_measuring_helpers_the_lessons_call_on_a_gpu(folder):
+    """What chapters 04-08 measure with, run on cuda: bandwidth, perplexity and logit error,
+    quantized speed, the engine's offline and online benchmarks, plain against speculative
+    decoding, and the decoding widgets' logits."""
+    from minillm import quant
+    from minillm.bench.bandwidth import read_bandwidth
+    from minillm.engine.bench import Work, run_engine, run_online
+    from minillm.speculative import PromptLookupDraft
+    from minillm.speculative.bench import compare
+    from minillm.widgets.filters import filter_view
+    from minillm.widgets.temperature import next_token_logits
+
+    text = PROMPT * 4
+    work = [Work(PROMPT, 4), Work(OTHER, 3), Work(PROMPT[:5], 5)]
+
+    def work_on(model):
+        fp32 = quant.evaluate(model, text, window=16, keep_logits=True)
+        int8 = quant.quantize(model, "int8")
+        if model_device(model).type == "cpu":
+            quant.set_int8_path(int8, "dequantize")  # what a GPU runs
+        errors = quant.evaluate(int8, text, window=16, reference=fp32.logits)
+        engine = Engine(model, TOK, num_blocks=32, block_size=4, max_num_seqs=4)
+        offline = run_engine(engine, work)
+        online = run_online(Engine(model, TOK, num_blocks=32, block_size=4), work, rate=1000.0)
+        rows = compare(model, TOK, PROMPT * 2, {"lookup": PromptLookupDraft()}, [2],
+                       max_new_tokens=6)
+        logits = next_token_logits(model, TOK, PROMPT)
+        assert quant.speed(int8, TOK, PROMPT, new_tokens=3)["decode_tokens_per_s"] > 0
+        assert logits.device.type == "cpu"
+        return (round(fp32.perplexity, 4), round(errors.max_logit_error, 4),
+                [o.token_ids for o in offline["outputs"]], online["requests"],
+                [(r["draft"], r["tokens"], r["identical"]) for r in rows],
+                filter_view(logits, top_k=5).ids)
+    want, got = on_cpu_and_cuda(work_on, folder, "readable")
+    assert got == want
+    with FakeCuda():
+        assert read_bandwidth("cuda", megabytes=1, repeats=1) > 0
