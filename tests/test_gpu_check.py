@@ -45,3 +45,22 @@ def test_without_a_gpu_it_stops_with_a_clear_message(tmp_path):
     assert done.returncode == 1
     assert "no CUDA GPU visible to torch" in done.stdout + done.stderr
     assert "no CUDA GPU" in (tmp_path / "out" / "summary.md").read_text()
+
+
+def test_a_dry_run_on_the_fake_gpu_records_each_step(tmp_path):
+    """The script end to end on the fake CUDA device (tests/fake_cuda_site starts it in every
+    Python process): the GPU is found, each step is recorded in summary.md, the `cuda` tests run
+    there, and the exit status is 0. (A lesson run is left out here: tests/
+    test_lessons_on_fake_cuda.py runs the lessons under the harness.)"""
+    import os
+
+    env = {**os.environ, "PYTHON": sys.executable,
+           "PYTHONPATH": str(ROOT / "tests" / "fake_cuda_site")}
+    done = subprocess.run(["bash", str(SCRIPT), str(tmp_path), "--ci", "--steps", "pytest"],
+                          capture_output=True, text=True, env=env, timeout=600)
+    summary = (tmp_path / "summary.md").read_text()
+    assert done.returncode == 0, summary + done.stdout[-2000:]
+    assert "gpu fake CUDA (computes on the CPU)" in summary
+    assert "| model | passed |" in summary and "| pytest_cuda | passed |" in summary
+    report = (tmp_path / "pytest_cuda.txt").read_text()
+    assert " passed" in report and "failed" not in report and "skipped" not in report
