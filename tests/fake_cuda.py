@@ -38,7 +38,10 @@ Limits (where a real GPU differs and this harness does not tell):
   (a real GPU keeps them), so weights tied by sharing one Parameter come back untied;
 - the modes are per thread: a thread started (with a `target`) while the harness is active runs
   under it too; a thread started before does not;
-- one device, cuda:0; streams and memory statistics are not faked.
+- one device, cuda:0; streams and memory statistics are not faked;
+- once it has run, PyTorch's C++ side counts CUDA as initialised for the rest of the process: a
+  real cuda call after the harness fails with "Could not run ... with arguments from the 'CUDA'
+  backend" instead of "Torch not compiled with CUDA enabled".
 """
 
 from __future__ import annotations
