@@ -457,7 +457,6 @@ _FAKE_METHODS = {
     torch.Tensor.__array__: _numpy,
     torch.Tensor.data_ptr: lambda t: t.elem.data_ptr(),
     torch.Tensor.untyped_storage: lambda t: t.elem.untyped_storage(),
-    torch.Tensor.__getitem__: _getitem,
     # A fake tensor never requires grad (see the limits above); asking is accepted and ignored,
     # so that nn.Parameter(t) works.
     torch.Tensor.requires_grad_: lambda t, requires_grad=True: t,
@@ -466,9 +465,13 @@ _FAKE_METHODS = {
 
 
 def _to(tensor, *args, **kwargs):
-    """Tensor.to: refuse what autograd cannot follow onto the fake device."""
-    if torch.is_grad_enabled() and tensor.requires_grad and not isinstance(tensor, FakeCudaTensor) \
-            and CUDA in (*args, kwargs.get("device")):
+    """Tensor.to: refuse what autograd cannot follow onto the fake device (PyTorch would abort
+    the process)."""
+    if torch.is_grad_enabled() and tensor.requires_grad \
+            and not isinstance(tensor, FakeCudaTensor) \
+            and any(isinstance(a, FakeCudaTensor) or a == CUDA
+                    for a in (*args, *kwargs.values()) if isinstance(a, (torch.Tensor,
+                                                                         torch.device))):
         raise RuntimeError("the fake CUDA harness cannot follow a tensor that requires grad "
                            "onto cuda; move it under torch.no_grad() (Module.to does)")
     return torch.Tensor.to(tensor, *args, **kwargs)
@@ -531,7 +534,11 @@ class _FakeCudaFunctions(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if kwargs:
             if "device" in kwargs:
-                kwargs = {**kwargs, "device": _as_cuda0(kwargs["device"])}
+                device = kwargs["device"]
+                if type(device) is int:  # a CUDA ordinal
+                    _check_index(torch.device("cuda", device))
+                    device = CUDA
+                kwargs = {**kwargs, "device": _as_cuda0(device)}
                 if kwargs["device"] == CUDA and kwargs.get("requires_grad"):
                     kwargs["requires_grad"] = False
             if kwargs.get("generator") is not None:

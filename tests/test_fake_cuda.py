@@ -218,3 +218,16 @@ def test_deepcopy_of_a_model_on_cuda(fake_cuda):
     with torch.no_grad():
         twin.weight.zero_()
     assert model.weight.abs().sum().item() > 0  # the copy holds its own values
+
+
+def test_autograd_is_refused_onto_cuda_before_pytorch_aborts(fake_cuda):
+    """A CPU-only PyTorch aborts the whole process when autograd records a cuda tensor: the
+    harness refuses first, with a message."""
+    leaf = torch.ones(2, requires_grad=True)
+    target = torch.zeros(1, device="cuda")
+    for move in (lambda: leaf.to("cuda"), lambda: leaf.to(target), lambda: leaf.cuda(),
+                 lambda: leaf.to(device=0)):
+        with pytest.raises(RuntimeError, match="requires grad"):
+            move()
+    with torch.no_grad():
+        assert is_fake_cuda(leaf.to(target)) and is_fake_cuda(torch.zeros(1, device=0))
