@@ -2,8 +2,8 @@
 device mix and gives what it gives on the CPU. The fake device (tests/fake_cuda.py) computes on
 the CPU and raises on every operation a GPU would refuse, so a tensor made on the CPU for a model
 on cuda fails here as it would on a GPU. Each test runs its work twice, on the CPU and under the
-harness on cuda, and compares: the same tokens, logits within 1e-5 (attention runs another SDPA
-path on "cuda": the math one)."""
+harness on cuda, and compares: the same tokens, logits within 1e-5 (a prompt's attention takes
+another path off the CPU: one SDPA call instead of minillm's blocks of queries)."""
 
 import threading
 
