@@ -1,4 +1,5 @@
-"""Fixtures shared by the test files: the real model's file and its transformers reference."""
+"""Fixtures shared by the test files: the real model's file and its transformers reference; and
+the `cuda` marker's rule: a test that needs a CUDA GPU is skipped where there is none."""
 
 import pytest
 
@@ -28,3 +29,16 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+def pytest_collection_modifyitems(config, items):
+    marked = [item for item in items if item.get_closest_marker("cuda")]
+    if not marked:
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (scripts/gpu_check.sh runs it on one)")
+    for item in marked:
+        item.add_marker(skip)

@@ -1,0 +1,717 @@
+"""A fake CUDA device for a machine without a GPU: code runs as if on `cuda:0`, every tensor on it
+computes on the CPU, and an operation that mixes it with a CPU tensor raises as a GPU would.
+
+    with FakeCuda():
+        model, tokenizer = minillm.load(folder, device="auto")   # lands on cuda:0
+        minillm.generate(model, tokenizer, "Hi", max_new_tokens=5)
+
+PyTorch's FakeTensorMode checks devices too, but its tensors hold no values, so it stops at the
+first host sync (`.item()`, `.tolist()`, `if mask.any():`), which every generation loop makes.
+Here a tensor on the fake device (`FakeCudaTensor`) wraps a real CPU tensor (`.elem`); a dispatch
+mode runs each ATen operation on the wrapped CPU tensors, after the device check a GPU makes, and
+wraps the results again. While the harness is active:
+
+- factories given a cuda device (`torch.zeros(..., device="cuda")`, `torch.tensor(...)`), and
+  `.to("cuda")`, `.cuda()`, `Module.to("cuda")`, give FakeCudaTensors that report `cuda:0`;
+- an operation whose tensors are on both devices raises RuntimeError("Expected all tensors to be
+  on the same device ..."), except where CUDA allows it: a 0-dim CPU tensor as an operand, CPU
+  index tensors in indexing, and copies (`copy_`, `t[:2] = cpu_tensor`);
+- `.cpu()` / `.to("cpu")` give real CPU tensors; `.item()`, `.tolist()`, `bool(t)`, `int(t)`
+  work (a host sync); `.numpy()` (so `np.asarray`, matplotlib) raises TypeError as on a GPU;
+- `torch.cuda.is_available()` is True (so `minillm.devices.pick_device("auto")` is cuda), and
+  `torch.cuda.synchronize`, `get_device_name`, `manual_seed_all` and `Event` work;
+- `torch.Generator(device="cuda")` gives a `FakeCudaGenerator` (a CPU generator that reports
+  cuda); a random op raises, as on a GPU, when its generator is not on its output's device.
+
+Limits (where a real GPU differs and this harness does not tell):
+- speed and memory: everything runs on the CPU, so timings measure the CPU;
+- numerics: the CPU's kernels (no TF32, no bf16 tensor cores; the same bits at every batch
+  shape); where PyTorch picks an attention kernel by device inside an operation, it gets SDPA's
+  math path;
+- the 0-dim CPU operand is allowed in every operation (as FakeTensorMode allows it), where a few
+  CUDA kernels refuse it;
+- a tensor on the fake device never requires grad (a CPU-only PyTorch cannot record autograd
+  for a cuda tensor): `requires_grad=True` is ignored there; inference code does not notice;
+- in-place operations that change a fake tensor's shape (`resize_`, `unsqueeze_`, ...) and
+  `t.data = other` raise;
+- `Module.to("cpu")` / `.cpu()` on a module on the fake device gives it new Parameter objects
+  (a real GPU keeps them), so weights tied by sharing one Parameter come back untied;
+- the modes are per thread: a thread started (with a `target`) while the harness is active runs
+  under it too; a thread started before does not;
+- one device, cuda:0; streams and memory statistics are not faked;
+- once it has run, PyTorch's C++ side counts CUDA as initialised for the rest of the process: a
+  real cuda call after the harness fails with "Could not run ... with arguments from the 'CUDA'
+  backend" instead of "Torch not compiled with CUDA enabled".
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+import types
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_map
+
+CUDA = torch.device("cuda", 0)
+CPU = torch.device("cpu")
+DEVICE_NAME = "fake CUDA (computes on the CPU)"
+
+aten = torch.ops.aten
+# CUDA takes CPU index tensors for indexing (it copies them over).
+_CPU_INDICES_OK = {aten.index.Tensor, aten.index_put.default, aten.index_put_.default,
+                   aten._index_put_impl_.default}
+_CROSS_DEVICE_OK = {aten.copy_.default, aten._copy_from.default,
+                    aten._copy_from_and_resize.default}
+
+
+class FakeCudaTensor(torch.Tensor):
+    """A tensor that reports device cuda:0 and keeps its values in `elem`, a CPU tensor."""
+
+    elem: torch.Tensor
+
+    @staticmethod
+    def __new__(cls, elem: torch.Tensor):
+        if type(elem) is not torch.Tensor or not elem.is_cpu:
+            raise TypeError(f"FakeCudaTensor wraps a plain CPU tensor, got {type(elem).__name__} "
+                            f"on {elem.device}")
+        if torch.is_inference_mode_enabled():
+            # A wrapper made in inference mode is an inference tensor, and PyTorch then refuses
+            # to make it a view of a normal tensor (`weight.t()` under inference_mode): every
+            # wrapper is a normal tensor.
+            with torch._C._InferenceMode(False):
+                out = _wrapper(cls, elem)
+        else:
+            out = _wrapper(cls, elem)
+        out.elem = elem
+        return out
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        return _run(func, args, kwargs or {})
+
+    # A traceable wrapper: Module.to() swaps a parameter's contents with one of these (keeping
+    # the Parameter object, so tied weights stay tied) instead of `param.data = ...`, which would
+    # change the wrapper's metadata and leave its `elem` behind.
+    def __tensor_flatten__(self):
+        return ["elem"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner, meta, outer_size, outer_stride):
+        return FakeCudaTensor(inner["elem"])
+
+    def __repr__(self, *, tensor_contents=None) -> str:
+        text = repr(self.elem)
+        return text[:-1] + ", device='cuda:0')" if text.endswith(")") else text
+
+    def __format__(self, spec: str) -> str:
+        if self.dim() == 0:
+            return self.item().__format__(spec)
+        return object.__format__(self, spec)
+
+    def __deepcopy__(self, memo):
+        if id(self) not in memo:
+            new = FakeCudaTensor(self.elem.clone())
+            memo[id(self)] = new
+            new.__dict__.update({k: copy.deepcopy(v, memo) for k, v in self.__dict__.items()
+                                 if k != "elem"})
+        return memo[id(self)]
+
+    def __reduce_ex__(self, protocol):
+        raise TypeError("a fake CUDA tensor cannot be pickled; move it to the CPU first (.cpu())")
+
+
+def _wrapper(cls, elem):
+    return torch.Tensor._make_wrapper_subclass(
+        cls, elem.size(), strides=elem.stride(), storage_offset=elem.storage_offset(),
+        dtype=elem.dtype, layout=elem.layout, device=CUDA, requires_grad=False)
+
+
+def is_fake_cuda(tensor) -> bool:
+    return isinstance(tensor, FakeCudaTensor)
+
+
+# ---- devices ------------------------------------------------------------------------------
+
+def _device_type(device) -> str | None:
+    if isinstance(device, torch.device):
+        return device.type
+    if isinstance(device, str):
+        return device.split(":")[0]
+    if isinstance(device, int) and not isinstance(device, bool):  # an int is a CUDA ordinal
+        return "cuda"
+    return None
+
+
+def _check_index(device: torch.device) -> None:
+    if device.index not in (None, 0):
+        raise RuntimeError(f"CUDA error: invalid device ordinal ({device}): the fake CUDA "
+                           "harness has one device, cuda:0")
+
+
+def _as_cuda0(arg):
+    """`arg` as torch.device("cuda", 0) when it names a CUDA device, else unchanged. A CPU-only
+    PyTorch cannot resolve a bare "cuda" to cuda:0 itself (it has no CUDA device guard)."""
+    if isinstance(arg, (str, torch.device)) and _device_type(arg) == "cuda":
+        try:
+            device = torch.device(arg)
+        except RuntimeError:
+            return arg
+        _check_index(device)
+        return CUDA
+    return arg
+
+
+def _mismatch(where, other: torch.device) -> RuntimeError:
+    return RuntimeError(f"Expected all tensors to be on the same device, but found at least two "
+                        f"devices, cuda:0 and {other}! (raised by the fake CUDA harness in "
+                        f"{where})")
+
+
+def _tensors(x) -> tuple:
+    """The tensors in one argument: a tensor, or a list/tuple of tensors (and None)."""
+    if isinstance(x, torch.Tensor):
+        return (x,)
+    if isinstance(x, (list, tuple)):
+        return tuple(t for t in x if isinstance(t, torch.Tensor))
+    return ()
+
+
+def _unwrap(x):
+    if not isinstance(x, FakeCudaTensor):
+        return x
+    if x.elem.dtype != x.dtype or x.elem.shape != x.shape:
+        raise RuntimeError(f"a fake CUDA tensor ({x.dtype}, {tuple(x.shape)}) no longer matches "
+                           f"its CPU values ({x.elem.dtype}, {tuple(x.elem.shape)}): something "
+                           "changed its metadata in place (`tensor.data = ...`?), which the "
+                           "harness cannot follow")
+    return x.elem
+
+
+def _wrap(x):
+    if isinstance(x, torch.Tensor) and not isinstance(x, FakeCudaTensor):
+        return FakeCudaTensor(x)
+    return x
+
+
+# ---- ATen level: every operation ------------------------------------------------------------
+
+_SCHEMAS: dict = {}
+
+
+def _schema(func):
+    """(position of the `device` argument or None, whether it is keyword-only, and the
+    (return index, argument position or name) of each input an op writes and returns)."""
+    known = _SCHEMAS.get(func)
+    if known is None:
+        arguments = func._schema.arguments
+        device = next(((i, a.kwarg_only) for i, a in enumerate(arguments)
+                       if a.name == "device"), (None, True))
+        written = []
+        for r, ret in enumerate(func._schema.returns):
+            info = ret.alias_info
+            if info is None or not info.is_write:
+                continue
+            for i, a in enumerate(arguments):
+                if a.alias_info is not None and a.alias_info.before_set == info.before_set:
+                    written.append((r, a.name if a.kwarg_only else i))
+                    break
+        known = _SCHEMAS[func] = (*device, written)
+    return known
+
+
+def _check_devices(func, args, kwargs, written) -> None:
+    """CUDA's rule for an op on a fake CUDA tensor: every other tensor is on cuda too, except a
+    0-dim CPU tensor that is only read, and CPU index tensors for indexing."""
+    written = {w for _, w in written}
+    for where, a in (*enumerate(args), *kwargs.items()):
+        if where == 1 and func in _CPU_INDICES_OK:
+            continue
+        for t in _tensors(a):
+            if not isinstance(t, FakeCudaTensor) and t.device.type != "meta" \
+                    and (t.dim() > 0 or where in written):
+                raise _mismatch(func, t.device)
+
+
+def _unwrap_all(values, found: list) -> tuple[list, bool]:
+    """`values` (an op's arguments) with each fake tensor replaced by its CPU values, and whether
+    a plain tensor is among them; appends each fake tensor met to `found`. Arguments are flat:
+    a tensor, or a list of tensors (and None)."""
+    out, plain = [], False
+    for v in values:
+        if isinstance(v, FakeCudaTensor):
+            found.append(v)
+            v = _unwrap(v)
+        elif isinstance(v, torch.Tensor):
+            plain = True
+        elif type(v) in (list, tuple):
+            if any(isinstance(t, FakeCudaTensor) for t in v):
+                found.extend(t for t in v if isinstance(t, FakeCudaTensor))
+                v = type(v)(_unwrap(t) for t in v)
+            plain = plain or any(type(t) is torch.Tensor for t in v)
+        out.append(v)
+    return out, plain
+
+
+def _run(func, args, kwargs):
+    """Run one ATen operation: check devices, compute on the CPU, wrap what lives on cuda."""
+    if func is _SDPA_CHOICE:
+        return 0  # SDPA's math path, which the CPU runs for every input CUDA's kernels take
+    position, kwarg_only, written = _schema(func)
+    device = None
+    if position is not None:
+        device = kwargs.get("device") if kwarg_only or position >= len(args) else args[position]
+    out_cuda = device is not None and _device_type(device) == "cuda"
+    if out_cuda:  # compute on the CPU
+        _check_index(torch.device(device))
+        if kwarg_only or position >= len(args):
+            kwargs = {**kwargs, "device": CPU}
+        else:
+            args = (*args[:position], CPU, *args[position + 1:])
+    fakes = []
+    plain_args, mixed = _unwrap_all(args, fakes)
+    if kwargs:
+        plain_values, mixed_kwargs = _unwrap_all(kwargs.values(), fakes)
+        plain_kwargs, mixed = dict(zip(kwargs, plain_values)), mixed or mixed_kwargs
+    else:
+        plain_kwargs = kwargs
+    if not fakes and not out_cuda:
+        return func(*args, **kwargs)
+    _COUNT[0] += 1
+    if fakes and device is None:
+        if mixed and func not in _CROSS_DEVICE_OK:
+            _check_devices(func, args, kwargs, written)
+        out_cuda = True
+    out = func(*plain_args, **plain_kwargs)
+    if not written:
+        if out_cuda:
+            if isinstance(out, torch.Tensor):
+                return FakeCudaTensor(out)
+            return tree_map(_wrap, out)
+        # e.g. .to("cpu") with nothing to convert returns its input: give a copy, as a GPU does
+        return tree_map(lambda x: x.clone() if any(x is t.elem for t in fakes) else x, out)
+    results = list(out) if isinstance(out, (tuple, list)) else [out]
+    for r, where in written:  # an in-place op returns the caller's own tensor
+        own = args[where] if isinstance(where, int) else kwargs[where]
+        if isinstance(own, FakeCudaTensor) and (own.elem.size() != own.size()
+                                                or own.elem.stride() != own.stride()):
+            raise NotImplementedError(f"the fake CUDA harness cannot run {func} on a cuda "
+                                      "tensor: it changes the tensor's shape in place")
+        results[r] = own
+    own_results = {r for r, _ in written}
+    results = [x if i in own_results or not out_cuda else _wrap(x)
+               for i, x in enumerate(results)]
+    if not isinstance(out, (tuple, list)):
+        return results[0]
+    return tuple(results) if isinstance(out, tuple) else results
+
+
+_SDPA_CHOICE = aten._fused_sdp_choice.default
+
+
+_COUNT = [0]
+
+
+def cuda_ops() -> int:
+    """How many ATen operations have run on the fake device in this process."""
+    return _COUNT[0]
+
+
+class _FakeCudaDispatch(TorchDispatchMode):
+    """Every ATen operation goes through `_run`: factories on cuda, operations on fake tensors."""
+
+
+def _dispatch(self, func, types, args=(), kwargs=None):
+    return _run(func, args, kwargs or {})
+
+
+# Set after the class is made: TorchDispatchMode wraps a subclass's own __torch_dispatch__ in
+# torch._dynamo.disable, a wrapper that costs a tenth of the harness's time per operation (and
+# nothing here is ever compiled).
+_FakeCudaDispatch.__torch_dispatch__ = _dispatch
+
+
+# ---- Python level: what the dispatch mode cannot see or serve -------------------------------
+
+class FakeCudaGenerator(torch._C.Generator):
+    """`torch.Generator(device="cuda")` under the harness: a CPU generator (random ops compute
+    on the CPU) that reports device cuda:0."""
+
+    @property
+    def device(self) -> torch.device:
+        return CUDA
+
+
+class _GeneratorType(type):
+    def __call__(cls, device="cpu"):
+        if _device_type(device) == "cuda":
+            _check_index(torch.device(device))
+            return FakeCudaGenerator()
+        return torch._C.Generator(device)
+
+    def __instancecheck__(cls, obj) -> bool:
+        return isinstance(obj, torch._C.Generator)
+
+    def __subclasscheck__(cls, sub) -> bool:
+        return issubclass(sub, torch._C.Generator)
+
+
+class _Generator(metaclass=_GeneratorType):
+    """`torch.Generator` while the harness is active."""
+
+
+def _check_generator(func, args, kwargs) -> None:
+    """CUDA's rule: a random op's generator is on the device the op computes on. (Checked here:
+    below this level a generator reaches the dispatch mode as a new Python object. PyTorch's
+    random functions take `generator` by keyword only.)"""
+    generator = kwargs["generator"]
+    device = kwargs.get("device")
+    if device is not None:
+        on_cuda = _device_type(device) == "cuda"
+    else:
+        first = next((t for a in args for t in _tensors(a)), None)
+        on_cuda = isinstance(first, FakeCudaTensor)
+    found = "cuda" if isinstance(generator, FakeCudaGenerator) else generator.device.type
+    wanted = "cuda" if on_cuda else "cpu"
+    if found != wanted:
+        raise RuntimeError(f"Expected a '{wanted}' device type for generator but found "
+                           f"'{found}' (raised by the fake CUDA harness in {func.__name__})")
+
+
+def _has_tensor_index(index) -> bool:
+    items = index if isinstance(index, tuple) else (index,)
+    return any(isinstance(i, (torch.Tensor, list)) for i in items)
+
+
+def _fake_in(index) -> bool:
+    items = index if isinstance(index, (tuple, list)) else (index,)
+    return any(isinstance(i, FakeCudaTensor) for i in items)
+
+
+_CPU_INDEXED = ("indices should be either on cpu or on the same device as the indexed tensor "
+                "(cpu) (raised by the fake CUDA harness)")
+
+
+def _plain_index(index):
+    if isinstance(index, tuple):
+        return tuple(_unwrap(i) for i in index)
+    return _unwrap(index)
+
+
+def _getitem(tensor, index):
+    """`tensor[index]` on the CPU values (PyTorch's own indexing takes a CUDA device guard)."""
+    return FakeCudaTensor(tensor.elem[_plain_index(index)])
+
+
+def _setitem(tensor, index, value) -> None:
+    """`tensor[index] = value` on the CPU values. A slice takes a value from either device (a
+    copy); indexing with tensors (index_put_) takes a value on the tensor's device or 0-dim."""
+    if not isinstance(tensor, FakeCudaTensor) and _fake_in(index):
+        raise RuntimeError(_CPU_INDEXED)
+    if isinstance(value, torch.Tensor) and value.dim() > 0 and _has_tensor_index(index) \
+            and isinstance(value, FakeCudaTensor) != isinstance(tensor, FakeCudaTensor):
+        raise _mismatch("index_put_", CPU)
+    target = tensor.elem if isinstance(tensor, FakeCudaTensor) else tensor
+    target[_plain_index(index)] = _unwrap(value)
+
+
+def _numpy(tensor, *args, **kwargs):
+    raise TypeError("can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy "
+                    "the tensor to host memory first.")
+
+
+def _on_values(func, args, kwargs):
+    """A Tensor method whose Python binding takes a CUDA device guard before it dispatches
+    (`~t`, `t.contiguous()`, `t.new_tensor(...)`, ...), which a CPU-only PyTorch cannot take:
+    run it on the CPU values, after `_run`'s device check."""
+    _COUNT[0] += 1
+    leaves = [t for a in (*args, *kwargs.values()) for t in _tensors(a)]
+    fakes = [t for t in leaves if isinstance(t, FakeCudaTensor)]
+    if func is not torch.Tensor.copy_:
+        for t in leaves:
+            if not isinstance(t, FakeCudaTensor) and t.dim() > 0:
+                raise _mismatch(func.__name__, t.device)
+    out = func(*tree_map(_unwrap, args), **tree_map(_unwrap, kwargs))
+
+    def rewrap(x):
+        if not isinstance(x, torch.Tensor):
+            return x
+        own = next((t for t in fakes if t.elem is x), None)
+        return own if own is not None else _wrap(x)
+    return tree_map(rewrap, out)
+
+
+# Methods of a fake tensor answered here, not by dispatch.
+_FAKE_METHODS = {
+    torch.Tensor.tolist: lambda t: t.elem.tolist(),
+    torch.Tensor.__int__: lambda t: int(t.elem),
+    torch.Tensor.__float__: lambda t: float(t.elem),
+    torch.Tensor.__index__: lambda t: t.elem.__index__(),
+    torch.Tensor.__complex__: lambda t: complex(t.elem),
+    torch.Tensor.numpy: _numpy,
+    torch.Tensor.__array__: _numpy,
+    torch.Tensor.data_ptr: lambda t: t.elem.data_ptr(),
+    torch.Tensor.untyped_storage: lambda t: t.elem.untyped_storage(),
+    # A fake tensor never requires grad (see the limits above); asking is accepted and ignored,
+    # so that nn.Parameter(t) works.
+    torch.Tensor.requires_grad_: lambda t, requires_grad=True: t,
+    torch.Tensor.requires_grad.__set__: lambda t, value: None,
+}
+
+
+def _to(tensor, *args, **kwargs):
+    """Tensor.to: refuse what autograd cannot follow onto the fake device (PyTorch would abort
+    the process)."""
+    if torch.is_grad_enabled() and tensor.requires_grad \
+            and not isinstance(tensor, FakeCudaTensor) \
+            and any(isinstance(a, FakeCudaTensor) or a == CUDA
+                    for a in (*args, *kwargs.values()) if isinstance(a, (torch.Tensor,
+                                                                         torch.device))):
+        raise RuntimeError("the fake CUDA harness cannot follow a tensor that requires grad "
+                           "onto cuda; move it under torch.no_grad() (Module.to does)")
+    return torch.Tensor.to(tensor, *args, **kwargs)
+
+
+def _cuda(tensor, device=None, non_blocking=False, memory_format=torch.preserve_format):
+    if device is not None:
+        _check_index(torch.device("cuda", device) if isinstance(device, int)
+                     else torch.device(device))
+    return _to(tensor, CUDA, non_blocking=non_blocking, memory_format=memory_format)
+
+
+def _getitem_any(tensor, index):
+    if isinstance(tensor, FakeCudaTensor):
+        return _getitem(tensor, index)
+    if _fake_in(index):
+        raise RuntimeError(_CPU_INDEXED)
+    return tensor[index]
+
+
+def _setitem_any(tensor, index, value):
+    if isinstance(tensor, FakeCudaTensor) or isinstance(value, FakeCudaTensor) \
+            or _fake_in(index):
+        return _setitem(tensor, index, value)
+    tensor[index] = value
+
+
+# Calls answered here, whatever their arguments' devices.
+_CALLS = {
+    torch.Tensor.to: _to,
+    torch.Tensor.cuda: _cuda,
+    torch.Tensor.__getitem__: _getitem_any,
+    torch.Tensor.__setitem__: _setitem_any,
+}
+
+# Functions without side effects computed here on the CPU values when a fake tensor is among
+# their arguments: one call instead of the several ATen operations they decompose into.
+_PURE = {
+    torch.nn.functional.scaled_dot_product_attention, torch.nn.functional.linear,
+    torch.nn.functional.rms_norm, torch.nn.functional.embedding, torch.nn.functional.silu,
+    torch.matmul, torch.Tensor.__matmul__, torch.softmax, torch.Tensor.softmax,
+    torch.nn.functional.softmax,
+}
+
+
+def _has_fake(args, kwargs) -> bool:
+    for v in (*args, *kwargs.values()) if kwargs else args:
+        if isinstance(v, FakeCudaTensor):
+            return True
+        if type(v) in (list, tuple) and any(isinstance(t, FakeCudaTensor) for t in v):
+            return True
+    return False
+
+
+class _FakeCudaFunctions(TorchFunctionMode):
+    """The Python-level calls: device names without an index, generators, autograd onto cuda,
+    the tensor methods that read host memory or take a CUDA device guard, and a few pure
+    functions computed in one piece."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if kwargs:
+            if "device" in kwargs:
+                device = kwargs["device"]
+                if type(device) is int:  # a CUDA ordinal
+                    _check_index(torch.device("cuda", device))
+                    device = CUDA
+                kwargs = {**kwargs, "device": _as_cuda0(device)}
+                if kwargs["device"] == CUDA and kwargs.get("requires_grad"):
+                    kwargs["requires_grad"] = False
+            if kwargs.get("generator") is not None:
+                _check_generator(func, args, kwargs)
+        else:
+            kwargs = {}
+        for a in args if func is not torch.device else ():
+            if type(a) is str or type(a) is torch.device:
+                args = tuple(_as_cuda0(a) for a in args)
+                break
+        if args and isinstance(args[0], FakeCudaTensor):
+            method = _FAKE_METHODS.get(func)
+            if method is not None:
+                return method(*args, **kwargs)
+        call = _CALLS.get(func)
+        if call is not None:
+            return call(*args, **kwargs)
+        if func in _PURE and _has_fake(args, kwargs):
+            return _on_values(func, args, kwargs)
+        try:
+            return func(*args, **kwargs)
+        except RuntimeError as error:
+            if "not linked with support for cuda" not in str(error) \
+                    or not _has_fake(args, kwargs):
+                raise
+        return _on_values(func, args, kwargs)
+
+
+# ---- torch.cuda ----------------------------------------------------------------------------
+
+class FakeCudaEvent:
+    """`torch.cuda.Event` under the harness: it records the host clock (the fake device has
+    finished its work when a call returns)."""
+
+    def __init__(self, enable_timing: bool = False, blocking: bool = False,
+                 interprocess: bool = False):
+        self.enable_timing = enable_timing
+        self.time = None
+
+    def record(self, stream=None) -> None:
+        self.time = time.perf_counter()
+
+    def synchronize(self) -> None:
+        pass
+
+    def wait(self, stream=None) -> None:
+        pass
+
+    def query(self) -> bool:
+        return True
+
+    def elapsed_time(self, end: "FakeCudaEvent") -> float:
+        if not (self.enable_timing and end.enable_timing):
+            raise RuntimeError("Both events must be created with argument 'enable_timing=True'.")
+        if self.time is None or end.time is None:
+            raise RuntimeError("Both events must be recorded before calculating elapsed time.")
+        return (end.time - self.time) * 1000.0
+
+
+def _cuda_device_arg(device=None) -> None:
+    if device is None:
+        return
+    device = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
+    if device.type != "cuda":
+        raise ValueError(f"Expected a cuda device, but got: {device}")
+    _check_index(device)
+
+
+def _fake_cuda_api() -> dict:
+    """torch.cuda's functions as a machine with one GPU answers them."""
+    properties = types.SimpleNamespace(name=DEVICE_NAME, major=9, minor=0,
+                                       total_memory=80 * 2**30, multi_processor_count=132)
+
+    def about(answer):
+        def ask(device=None):
+            _cuda_device_arg(device)
+            return answer
+        return ask
+    return {
+        "is_available": lambda: True,
+        "is_initialized": lambda: True,
+        "_lazy_init": lambda: None,
+        "device_count": lambda: 1,
+        "current_device": lambda: 0,
+        "set_device": lambda device: _cuda_device_arg(device),
+        "synchronize": lambda device=None: _cuda_device_arg(device),
+        "get_device_name": about(DEVICE_NAME),
+        "get_device_capability": about((9, 0)),
+        "get_device_properties": about(properties),
+        "is_bf16_supported": lambda including_emulation=True: True,
+        "manual_seed": lambda seed: None,
+        "manual_seed_all": lambda seed: None,
+        "seed": lambda: None,
+        "seed_all": lambda: None,
+        "empty_cache": lambda: None,
+        "Event": FakeCudaEvent,
+    }
+
+
+# ---- the switch ----------------------------------------------------------------------------
+
+_MISSING = object()
+
+
+class FakeCuda:
+    """The fake CUDA device: `with FakeCuda():`, or `FakeCuda().start()` for the rest of the
+    thread's life (a notebook kernel). One at a time."""
+
+    _active = None
+
+    def __init__(self):
+        self._modes = None
+        self._saved = []
+
+    def start(self) -> "FakeCuda":
+        if FakeCuda._active is not None:
+            raise RuntimeError("a FakeCuda is already active")
+        # torch._dynamo (imported on the first dispatch) indexes torch.cuda's functions when it
+        # is first imported: let it see the real ones.
+        import torch._dynamo  # noqa: F401
+
+        FakeCuda._active = self
+        self._lift = torch._C._only_lift_cpu_tensors()
+        torch._C._set_only_lift_cpu_tensors(True)  # torch.tensor(..., device=) builds on the CPU
+        patches = [(torch.cuda, name, value) for name, value in _fake_cuda_api().items()]
+        patches += [(torch, "Generator", _Generator),
+                    (threading.Thread, "run", _under_harness(threading.Thread.run))]
+        for owner, name, value in patches:
+            self._saved.append((owner, name, owner.__dict__.get(name, _MISSING)))
+            setattr(owner, name, value)
+        self._modes = _enter_modes()
+        return self
+
+    def stop(self) -> None:
+        if FakeCuda._active is not self:
+            return
+        _exit_modes(self._modes)
+        for owner, name, value in reversed(self._saved):
+            if value is _MISSING:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, value)
+        self._saved, self._modes = [], None
+        torch._C._set_only_lift_cpu_tensors(self._lift)
+        FakeCuda._active = None
+
+    def __enter__(self) -> "FakeCuda":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _enter_modes() -> list:
+    modes = [_FakeCudaFunctions(), _FakeCudaDispatch()]
+    for mode in modes:
+        mode.__enter__()
+    return modes
+
+
+def _exit_modes(modes) -> None:
+    for mode in reversed(modes):
+        mode.__exit__(None, None, None)
+
+
+def _under_harness(run):
+    """Thread.run for threads started while the harness is active: the modes are per thread."""
+    def run_under_harness(thread):
+        if FakeCuda._active is None:
+            return run(thread)
+        modes = _enter_modes()
+        try:
+            return run(thread)
+        finally:
+            _exit_modes(modes)
+    return run_under_harness

@@ -1,0 +1,233 @@
+"""The fake CUDA harness (tests/fake_cuda.py) itself: it makes tensors on cuda:0 that compute on
+the CPU, raises on every device mix a GPU raises on, lets correct code through with the CPU's
+values, and leaves torch as it found it."""
+
+import threading
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import minillm
+from minillm.devices import Timer, describe, model_device, pick_device, synchronize
+from fake_cuda import CUDA, DEVICE_NAME, FakeCuda, FakeCudaGenerator, is_fake_cuda
+
+MIXED = "Expected all tensors to be on the same device"
+
+
+@pytest.fixture
+def fake_cuda():
+    with FakeCuda() as harness:
+        yield harness
+
+
+def test_every_way_onto_cuda_gives_a_fake_cuda_tensor(fake_cuda):
+    made = [torch.zeros(2, device="cuda"), torch.arange(3, device=torch.device("cuda")),
+            torch.tensor([1, 2], device="cuda"), torch.ones(2).to("cuda"), torch.ones(2).cuda(),
+            torch.ones(2).to(device="cuda:0"), torch.empty(2, device="cuda").new_zeros(3),
+            torch.full_like(torch.ones(2), 7, device="cuda"), torch.randn(2, device="cuda")]
+    for t in made:
+        assert is_fake_cuda(t) and t.device == CUDA and t.is_cuda, t
+    assert torch.tensor([1, 2], device="cuda").tolist() == [1, 2]
+
+
+def test_operations_compute_the_cpu_values():
+    x = torch.randn(4, 6, generator=torch.Generator().manual_seed(0))
+    w = torch.randn(6, 5, generator=torch.Generator().manual_seed(1))
+
+    def work(x, w, device):
+        y = torch.softmax(x @ w, dim=-1)
+        y[:, :2] = 0  # a slice assignment
+        y = y + torch.arange(5, device=device) * 0.1
+        return torch.cat([y, y.cumsum(-1)], dim=0).topk(2, dim=-1).values
+
+    want = work(x, w, "cpu")
+    with FakeCuda():
+        got = work(x.cuda(), w.cuda(), "cuda")
+        assert is_fake_cuda(got)
+        got = got.cpu()
+    assert type(got) is torch.Tensor and got.device.type == "cpu"
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("mix", [
+    lambda c, h: c + h,
+    lambda c, h: h * c,
+    lambda c, h: torch.cat([c, h]),
+    lambda c, h: torch.where(c > 0, c, h),
+    lambda c, h: c @ h.reshape(3, 1),
+    lambda c, h: F.embedding(torch.tensor([0, 1]), c.reshape(3, 1)),
+    lambda c, h: F.scaled_dot_product_attention(c.view(1, 1, 3, 1), c.view(1, 1, 3, 1),
+                                                h.view(1, 1, 3, 1)),
+    lambda c, h: c.index_select(0, torch.tensor([0])),
+    lambda c, h: h.add_(c),  # a CPU tensor written with cuda values
+    lambda c, h: c.masked_fill(h > 0, 0.0),
+], ids=["add", "mul", "cat", "where", "matmul", "embedding", "sdpa", "index_select", "add_",
+        "masked_fill"])
+def test_every_mix_of_cuda_and_cpu_raises_as_on_a_gpu(fake_cuda, mix):
+    on_cuda, on_cpu = torch.ones(3, device="cuda"), torch.ones(3)
+    with pytest.raises(RuntimeError, match=MIXED):
+        mix(on_cuda, on_cpu)
+
+
+def test_what_cuda_allows_across_devices_passes(fake_cuda):
+    x = torch.arange(6.0, device="cuda")
+    assert (x + torch.tensor(2.0)).tolist() == [2.0, 3.0, 4.0, 5.0, 6.0, 7.0]  # a 0-dim CPU tensor
+    assert x[torch.tensor([1, 4])].tolist() == [1.0, 4.0]  # CPU indices
+    x[:2] = torch.tensor([9.0, 8.0])  # a copy
+    x[torch.tensor([5])] = torch.tensor(-1.0)  # index_put_ with a 0-dim value
+    x.copy_(x.cpu() + 1)
+    assert x.tolist() == [10.0, 9.0, 3.0, 4.0, 5.0, 0.0]
+    with pytest.raises(RuntimeError, match=MIXED):
+        x[torch.tensor([0, 1])] = torch.tensor([1.0, 2.0])  # index_put_ with CPU values
+    with pytest.raises(RuntimeError, match="indices should be either on cpu"):
+        torch.arange(3)[torch.tensor([1], device="cuda")]
+
+
+def test_host_syncs_work_and_numpy_is_refused_as_on_a_gpu(fake_cuda):
+    x = torch.tensor([[1.5, -2.0], [3.0, 0.0]], device="cuda")
+    assert x.sum().item() == 2.5 and x.tolist() == [[1.5, -2.0], [3.0, 0.0]]
+    assert bool(x.any()) and int(x[1, 0]) == 3 and float(x[0, 0]) == 1.5
+    assert f"{x.max():.1f}" == "3.0" and [10, 20, 30, 40][x[1, 0].long()] == 40
+    assert "device='cuda:0'" in repr(x)
+    with pytest.raises(TypeError, match="can't convert cuda:0 device type tensor to numpy"):
+        np.asarray(x)
+    host = x.to("cpu")
+    host += 1  # a copy: the cuda values stay
+    assert x.tolist() == [[1.5, -2.0], [3.0, 0.0]]
+
+
+def test_torch_cuda_and_minillm_see_one_gpu_and_are_restored_after():
+    assert not torch.cuda.is_available() and pick_device("auto").type == "cpu"
+    with FakeCuda():
+        assert torch.cuda.is_available() and torch.cuda.device_count() == 1
+        assert pick_device("auto") == torch.device("cuda")
+        assert describe()["gpu"] == DEVICE_NAME
+        x = torch.ones(3, device="cuda")
+        synchronize(x.device)
+        torch.cuda.synchronize()
+        torch.manual_seed(0)  # seeds the CUDA generators too: they must answer
+        with Timer("cuda") as t:
+            x.sum().item()
+        assert t.seconds >= 0
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        end.record()
+        assert start.elapsed_time(end) >= 0
+        with pytest.raises(RuntimeError, match="invalid device ordinal"):
+            torch.zeros(1, device="cuda:1")
+    assert not torch.cuda.is_available() and pick_device("auto").type == "cpu"
+    assert torch.Generator is torch._C.Generator
+
+
+def test_a_cuda_generator_draws_on_cuda_only(fake_cuda):
+    probs = torch.tensor([0.1, 0.2, 0.3, 0.4], device="cuda")
+    g = torch.Generator(device="cuda").manual_seed(5)
+    assert isinstance(g, FakeCudaGenerator) and isinstance(g, torch.Generator)
+    assert g.device == CUDA
+    draws = torch.multinomial(probs, 20, replacement=True, generator=g)
+    assert is_fake_cuda(draws)
+    # the stand-in draws what a CPU generator with the same seed draws
+    want = torch.multinomial(probs.cpu(), 20, replacement=True,
+                             generator=torch.Generator().manual_seed(5))
+    assert draws.tolist() == want.tolist()
+    assert is_fake_cuda(torch.rand(3, device="cuda", generator=g))
+    with pytest.raises(RuntimeError, match="Expected a 'cuda' device type for generator"):
+        torch.multinomial(probs, 1, generator=torch.Generator())
+    with pytest.raises(RuntimeError, match="Expected a 'cpu' device type for generator"):
+        torch.multinomial(probs.cpu(), 1, generator=g)
+
+
+def test_module_to_cuda_keeps_parameters_and_tied_weights():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.Linear(4, 10, bias=False))
+    model[1].weight = model[0].weight
+    ids = torch.tensor([[1, 2, 3]])
+    with torch.no_grad():
+        want = model(ids)
+    weight = model[0].weight
+    with FakeCuda():
+        model.to("cuda")
+        assert model[1].weight is model[0].weight is weight  # the same Parameter, now on cuda
+        assert isinstance(weight, torch.nn.Parameter) and is_fake_cuda(weight)
+        assert model_device(model) == CUDA
+        with torch.no_grad():
+            got = model(ids.cuda())
+            model.to(torch.float64)
+            assert model[1].weight is model[0].weight and weight.dtype == torch.float64
+        assert is_fake_cuda(got)
+        torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0)
+
+
+def test_a_fake_cuda_tensor_never_requires_grad(fake_cuda):
+    p = torch.nn.Parameter(torch.ones(2, device="cuda"))
+    assert is_fake_cuda(p) and isinstance(p, torch.nn.Parameter) and not p.requires_grad
+    assert not torch.zeros(2, device="cuda", requires_grad=True).requires_grad
+    with pytest.raises(RuntimeError, match="requires grad"):
+        torch.ones(2, requires_grad=True).to("cuda")
+
+
+def test_a_thread_started_under_the_harness_runs_under_it(fake_cuda):
+    seen = []
+    worker = threading.Thread(target=lambda: seen.append(torch.zeros(1, device="cuda").device))
+    worker.start()
+    worker.join()
+    assert seen == [CUDA]
+
+
+def test_it_finds_the_classic_bug_and_passes_the_fix(fake_cuda):
+    """A helper that makes its positions on the CPU fails on a GPU; made on the input's
+    device, it passes."""
+    def shift_buggy(x):
+        return x + torch.arange(x.shape[-1])
+
+    def shift_fixed(x):
+        return x + torch.arange(x.shape[-1], device=x.device)
+
+    x = torch.zeros(2, 3, device="cuda")
+    with pytest.raises(RuntimeError, match=MIXED):
+        shift_buggy(x)
+    assert shift_fixed(x).tolist() == [[0.0, 1.0, 2.0]] * 2
+    assert shift_buggy(x.cpu()).tolist() == [[0.0, 1.0, 2.0]] * 2  # the CPU never noticed
+
+
+def test_minillm_pick_device_and_load_land_on_cuda(tmp_path):
+    import transformers as tf
+
+    torch.manual_seed(0)
+    config = tf.LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=24,
+                            num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                            max_position_embeddings=32)
+    tf.LlamaForCausalLM(config).save_pretrained(tmp_path)
+    with FakeCuda():
+        model = minillm.load_model(tmp_path, device="auto")
+        assert model_device(model) == CUDA
+        assert all(is_fake_cuda(t) for t in model.state_dict().values())
+
+
+def test_deepcopy_of_a_model_on_cuda(fake_cuda):
+    """copy.deepcopy rebuilds torch.device keys (a model's per-device tables) through
+    torch.device(...) itself, which the harness must leave alone."""
+    import copy
+
+    model = torch.nn.Linear(3, 2).to("cuda")
+    model.tables = {(torch.device("cuda", 0), torch.float32): torch.ones(2, device="cuda")}
+    twin = copy.deepcopy(model)
+    assert list(twin.tables) == [(CUDA, torch.float32)] and is_fake_cuda(twin.weight)
+    with torch.no_grad():
+        twin.weight.zero_()
+    assert model.weight.abs().sum().item() > 0  # the copy holds its own values
+
+
+def test_autograd_is_refused_onto_cuda_before_pytorch_aborts(fake_cuda):
+    """A CPU-only PyTorch aborts the whole process when autograd records a cuda tensor: the
+    harness refuses first, with a message."""
+    leaf = torch.ones(2, requires_grad=True)
+    target = torch.zeros(1, device="cuda")
+    for move in (lambda: leaf.to("cuda"), lambda: leaf.to(target), lambda: leaf.cuda(),
+                 lambda: leaf.to(device=0)):
+        with pytest.raises(RuntimeError, match="requires grad"):
+            move()
+    with torch.no_grad():
+        assert is_fake_cuda(leaf.to(target)) and is_fake_cuda(torch.zeros(1, device=0))
