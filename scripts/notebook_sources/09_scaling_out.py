@@ -26,6 +26,7 @@ import matplotlib.pyplot as plt
 import torch
 
 import minillm
+from minillm.devices import Timer
 from minillm.distributed import (all_reduce_cost, compare_pipeline_parallel,
                                  compare_tensor_parallel, split_evenly)
 
