@@ -178,14 +178,17 @@ def token_steps(model, prompts: list[list[int]], sequences: list[Sequence], conf
         while True:
             scores = process(all_ids, logits[:, -1, :].float())
             chosen = decoding.choose_next_token(scores, config, generator)
-            running = torch.tensor([not s.done for s in sequences], device=device)
-            chosen = torch.where(running, chosen, torch.full_like(chosen, pad_id))
+            if any(s.done for s in sequences):  # finished rows of a batch run padding
+                running = torch.tensor([not s.done for s in sequences], device=device)
+                chosen = torch.where(running, chosen, torch.full_like(chosen, pad_id))
             pieces = [s.add(t) if not s.done else "" for s, t in zip(sequences, chosen.tolist())]
             yield pieces
             if all(s.done for s in sequences):
                 return
-            all_ids = torch.cat([all_ids, chosen[:, None]], dim=1)
-            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+            if process or not use_cache:  # the processors read, and a recompute runs, every id
+                all_ids = torch.cat([all_ids, chosen[:, None]], dim=1)
+            if padded:
+                mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
             if use_cache:  # decode: feed only the new token; the cache holds the rest
                 logits = model(chosen[:, None], cache=cache,
                                position_ids=positions(mask)[:, -1:] if padded else None,

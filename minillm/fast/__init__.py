@@ -30,6 +30,7 @@ import torch.nn as nn
 from ..devices import FLOAT_DTYPES
 from ..layers.linear import replace_module
 from .layout import best_layout, time_layouts
+from .decode import FusedDecode
 from .linear import FastLinear
 
 __all__ = ["optimize", "is_optimized", "FastLinear", "best_layout", "time_layouts",
@@ -97,6 +98,8 @@ def optimize_in_place(model, weights=None, *, layout: str = "auto", kernel="auto
         fast.lm_head = make(fast.lm_head.matrix, None)
     fast.weight_format = fmt
     fast.layout = next((m.layout for m in fast.modules() if isinstance(m, FastLinear)), None)
+    if FusedDecode.supports(fast):
+        fast.fused_decode = FusedDecode(fast)
     return fast.eval().requires_grad_(False)
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from .. import kernels
 from .layout import best_layout
@@ -50,6 +51,21 @@ class FastLinear(nn.Module):
                                    requires_grad=False)
         self.bias = None if bias is None else nn.Parameter(bias.detach().clone(),
                                                            requires_grad=False)
+        self._cache_views()
+
+    def _cache_views(self) -> None:
+        # Plain attributes, read in the hot path without nn.Module's attribute lookup: W as
+        # (out, in) for F.linear (a transposed view of the stored (in, out) matrix, no copy).
+        w = self.weight
+        self._w_out_in = w.t() if self.layout == "in_out" else w
+        self._w_in_out = w if self.layout == "in_out" else w.t()
+        self._b = self.bias
+        self._same_dtype_as = w.dtype
+
+    def _apply(self, fn, *args, **kwargs):  # .to(), .cuda(), .double(): refresh the views
+        out = super()._apply(fn, *args, **kwargs)
+        self._cache_views()
+        return out
 
     def matrix(self, dtype=None) -> torch.Tensor:
         """W as (in, out), for x @ W, in `dtype` (default: as stored)."""
@@ -57,12 +73,12 @@ class FastLinear(nn.Module):
         return w if dtype is None else w.to(dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == self._same_dtype_as:  # one call, any leading dimensions, bias inside
+            return F.linear(x, self._w_out_in, self._b)
         lead = x.shape[:-1]
         x = x.reshape(-1, self.in_features)
         bias = self.bias
-        if self.weight.dtype == x.dtype:
-            y = x @ self.matrix() if bias is None else torch.addmm(bias, x, self.matrix())
-        elif x.shape[0] == 1 and self.kernel:
+        if x.shape[0] == 1 and self.kernel:
             y = torch.empty(1, self.out_features, dtype=torch.float32, device=x.device)
             kernels.load("gemv_bf16")(self.weight.data_ptr(), x.float().contiguous().data_ptr(),
                                y.data_ptr(), self.out_features, self.in_features,

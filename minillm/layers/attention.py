@@ -170,8 +170,9 @@ class Attention(nn.Module):
     def project(self, x):
         """q (b, n_heads, s, head_dim) and k, v (b, n_kv_heads, s, head_dim) for x (b, s, d)."""
         b, s, _ = x.shape
-        if self.is_fused:
-            q, k, v = self.qkv_proj(x).split([self.q_width, self.kv_width, self.kv_width], -1)
+        if "qkv_proj" in self._modules:
+            qkv, qw = self._modules["qkv_proj"](x), self.q_width
+            q, k, v = qkv[..., :qw], qkv[..., qw:qw + self.kv_width], qkv[..., qw + self.kv_width:]
         else:
             q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
         return (q.view(b, s, self.n_heads, self.head_dim).transpose(1, 2),

@@ -31,9 +31,9 @@ class GatedMLP(nn.Module):
         del self.gate_proj, self.up_proj
 
     def forward(self, x):
-        if self.is_fused:
-            gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)
-            return self.down_proj(F.silu(gate).mul_(up))
+        if "gate_up_proj" in self._modules:
+            gate_up, f = self._modules["gate_up_proj"](x), self.intermediate_size
+            return self.down_proj(F.silu(gate_up[..., :f]).mul_(gate_up[..., f:]))
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 

@@ -26,9 +26,16 @@ def rotate_half(x):
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate x (batch, heads, seq, head_dim) by the angles of cos, sin (batch, seq, head_dim)."""
+    """Rotate x (batch, heads, seq, head_dim) by the angles of cos, sin (batch, seq, head_dim):
+    x * cos + rotate_half(x) * sin. The second term is added in two halves in place,
+    -x[half:] * sin[:half] to the first half and x[:half] * sin[half:] to the second, which is
+    rotate_half(x) * sin without building the rotated copy."""
     cos, sin = cos[:, None], sin[:, None]  # broadcast over the heads
-    return x * cos + rotate_half(x) * sin
+    half = x.shape[-1] // 2
+    out = x * cos
+    out[..., :half].addcmul_(x[..., half:], sin[..., :half], value=-1)
+    out[..., half:].addcmul_(x[..., :half], sin[..., half:])
+    return out
 
 
 class RotaryEmbedding(nn.Module):

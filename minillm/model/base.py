@@ -32,7 +32,13 @@ class DecoderModel(nn.Module):
         at the end. `position_ids` default to cache.length + arange(seq); for a left-padded batch
         pass them (e.g. counted from each row's first real token) together with `attention_mask`
         (batch, cached + seq), 1 = real. `logits_to_keep=n` returns only the last n positions'
-        logits (0: all), as transformers' does."""
+        logits (0: all), as transformers' does.
+
+        A fast model (minillm.fast) runs a step of one new token per row through its fused
+        decode step (minillm/fast/decode.py) instead: the same numbers, less overhead."""
+        fused = self.__dict__.get("fused_decode")
+        if fused is not None and fused.applies(input_ids, cache, position_ids, attention_mask):
+            return fused(input_ids, cache)
         input_ids, position_ids, mask = prepare(self.config, input_ids, cache, position_ids,
                                                 attention_mask, self.device)
         x = self.run_layers(self.embed_tokens(input_ids, position_ids), position_ids, mask, cache)

@@ -1,0 +1,118 @@
+"""The fast path's decode step: one new token per row, no padding, a contiguous KVCache.
+
+Generation spends almost all its steps here, and at batch 1 a step's arithmetic is small, so
+what the step costs beyond reading the weights (Python, module calls, small tensor operations)
+shows. This is the one other implementation of the Llama block's math (the readable one is
+`LlamaBlock.forward`): the same layers, the same weights and the same hooks (a family's
+`Attention.qk_norm`, so Qwen3 runs here unchanged), written as one loop over the layers on 2-D
+tensors (rows, width), with the residual added inside the matrix multiply where the layer allows
+it and the new keys and values written straight into the cache. Prefill, padded batches and the
+engine's paged cache take the module path. `tests/test_fast.py` checks both give the same logits;
+`scripts/bench_decode_overhead.py` measures what it saves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ..kv_cache import KVCache
+from ..layers import Attention
+from ..layers.rope import apply_rope
+from .linear import FastLinear
+
+
+@dataclass
+class _Layer:
+    """One block's parts, looked up once (nn.Module's attribute lookup is slow in a hot loop)."""
+
+    attn_norm: nn.Module
+    attn: nn.Module
+    qkv: nn.Module
+    o: nn.Module
+    mlp_norm: nn.Module
+    gate_up: nn.Module
+    down: nn.Module
+    joint_rope: bool  # no qk_norm of the family's own: q and k are rotated in one call
+
+
+def _norm(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """RMSNorm(x): its fused float32 kernel called directly, else the module."""
+    weight = norm.weight
+    if x.dtype == torch.float32 and weight.dtype == torch.float32:
+        return F.rms_norm(x, weight.shape, weight, norm.eps)
+    return norm(x)
+
+
+def _linear(layer: nn.Module, x: torch.Tensor, residual: torch.Tensor | None = None):
+    """layer(x) (+ residual), the residual added inside the multiply for a float FastLinear."""
+    if isinstance(layer, FastLinear) and layer._b is None and x.dtype == layer._same_dtype_as:
+        weight = layer._w_in_out
+        return torch.mm(x, weight) if residual is None else torch.addmm(residual, x, weight)
+    y = layer.forward(x)
+    return y if residual is None else residual + y
+
+
+class FusedDecode:
+    """`model`'s decode step, for a fast (fused) Llama-family model."""
+
+    def __init__(self, model):
+        self.model = model
+        self.layers = [_Layer(b.attn_norm, b.attn, b.attn.qkv_proj, b.attn.o_proj, b.mlp_norm,
+                              b.mlp.gate_up_proj, b.mlp.down_proj,
+                              type(b.attn).qk_norm is Attention.qk_norm)
+                       for b in model.layers]
+
+    @staticmethod
+    def supports(model) -> bool:
+        """Whether every block has the Llama family's fused parts."""
+        return all(isinstance(getattr(b, "attn", None), Attention)
+                   and "qkv_proj" in b.attn._modules and "gate_up_proj" in b.mlp._modules
+                   and hasattr(b, "attn_norm") for b in model.layers)
+
+    def applies(self, input_ids, cache, position_ids, attention_mask) -> bool:
+        return (type(cache) is KVCache and position_ids is None and attention_mask is None
+                and isinstance(input_ids, torch.Tensor) and input_ids.dim() == 2
+                and input_ids.shape[1] == 1 and input_ids.shape[0] == cache.batch_size
+                and cache.n_layers == len(self.layers)
+                and cache.length < min(cache.max_tokens, self.model.config.max_seq_len))
+
+    def __call__(self, input_ids: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """Logits (rows, 1, vocab) in float32 for one new token per row."""
+        model = self.model
+        vocab = model.config.vocab_size
+        pos = cache.length
+        ids = input_ids.to(model.device)[:, 0]
+        if bool(((ids < 0) | (ids >= vocab)).any()):
+            bad = ids[(ids < 0) | (ids >= vocab)][0].item()
+            raise ValueError(f"token id {bad} is out of range: the vocabulary has {vocab} ids "
+                             f"(0 to {vocab - 1})")
+        x = model.embed(ids)  # (rows, width)
+        rows = x.shape[0]
+        cos, sin = model.rotary(torch.full((1, 1), pos, device=x.device), x.dtype)
+        for i, layer in enumerate(self.layers):
+            attn = layer.attn
+            nq, nkv, hd = attn.n_heads, attn.n_kv_heads, attn.head_dim
+            qkv = _linear(layer.qkv, _norm(layer.attn_norm, x))
+            if layer.joint_rope:  # q and k side by side in qkv: one rotation for both
+                qk = apply_rope(qkv[:, :(nq + nkv) * hd].view(rows, 1, nq + nkv, hd), cos, sin)
+                q, k = qk[:, :, :nq], qk[:, :, nq:]
+            else:
+                q, k = attn.qk_norm(qkv[:, :nq * hd].view(rows, 1, nq, hd),
+                                    qkv[:, nq * hd:(nq + nkv) * hd].view(rows, 1, nkv, hd))
+                q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+            keys, values = cache.keys[i], cache.values[i]
+            keys[:, :, pos] = k[:, 0]
+            values[:, :, pos] = qkv[:, (nq + nkv) * hd:].view(rows, nkv, hd)
+            # each key/value head's group of query heads as its queries: keys are never copied
+            out = F.scaled_dot_product_attention(q.reshape(rows, nkv, nq // nkv, hd),
+                                                 keys[:, :, :pos + 1], values[:, :, :pos + 1])
+            x = _linear(layer.o, out.reshape(rows, nq * hd), x)
+            gate_up = _linear(layer.gate_up, _norm(layer.mlp_norm, x))
+            f = gate_up.shape[1] // 2
+            x = _linear(layer.down, F.silu(gate_up[:, :f]).mul_(gate_up[:, f:]), x)
+        cache.advance(1)
+        return model.lm_head(model.norm(x)).float()[:, None, :]
