@@ -1,7 +1,9 @@
 """The package's shape, pinned: no import cycles (a module never needs, even lazily, a module
-that needs it), every architecture guard reads the registry, and the Llama block is written once."""
+that needs it), every architecture guard reads the registry, and a block's math is written
+only in its family file and the fast path's fused decode step."""
 
 import ast
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -104,12 +106,15 @@ def test_no_module_chooses_by_architecture_name_outside_the_registry_and_the_fam
             assert f'"{arch}")' not in text.replace(f'("{arch}")', ""), (rel, arch)
 
 
-def test_the_llama_block_is_written_once():
-    """Only the family files define a block's forward; the fast path and the parallel runners
-    build on them (a FastLinear is a linear layer, not a block)."""
-    blocks = [p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py")
-              if "self.mlp(self.mlp_norm(" in p.read_text()]
-    assert sorted(blocks) == ["model/gpt2.py", "model/llama.py"]
+def test_the_block_math_is_written_in_two_places_for_llama_and_one_for_gpt2():
+    """Only the family files define a block's forward, plus the fast path's one fused decode
+    step (fast/decode.py); the parallel runners and the fast path's linear layers build on them.
+    Code that applies a block's second norm computes a block; the chapter checkers' deliberately
+    wrong variants (checks/) are teaching material, not runners."""
+    applies_mlp_norm = re.compile(r"mlp_norm[(,]")
+    blocks = sorted(p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py")
+                    if p.parent.name != "checks" and applies_mlp_norm.search(p.read_text()))
+    assert blocks == ["fast/decode.py", "model/gpt2.py", "model/llama.py"]
 
 
 def test_every_guard_names_the_architectures_the_registry_allows():
