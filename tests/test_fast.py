@@ -12,7 +12,7 @@ import minillm
 from minillm.fast import FastLinear, is_optimized, optimize, time_layouts
 from minillm.kv_cache import KVCache
 from minillm.loading import load_model
-from minillm.model import LlamaModel, ModelConfig
+from minillm.model import ModelConfig, registry
 
 
 def _tiny(arch="llama", tied=True, bias=False, seed=0, max_seq_len=64):
@@ -21,7 +21,7 @@ def _tiny(arch="llama", tied=True, bias=False, seed=0, max_seq_len=64):
                          n_kv_heads=2, head_dim=8, intermediate_size=40, rope_theta=10000.0,
                          norm_eps=1e-6, max_seq_len=max_seq_len, tie_embeddings=tied,
                          eos_token_ids=(), attention_bias=bias, mlp_bias=bias)
-    model = LlamaModel(config)
+    model = registry.architecture(arch).model_class(config)
     with torch.no_grad():
         for name, p in model.named_parameters():
             p.normal_(mean=1.0 if "norm" in name else 0.0, std=0.3 if "norm" in name else 0.2)
@@ -197,6 +197,66 @@ def test_smollm2_greedy_tokens_and_logits_match(gguf_path):
         torch.testing.assert_close(fast(ids), model(ids), atol=2e-3, rtol=0)
 
 
+class _Counting:
+    """A fused decode step that counts the steps it ran."""
+
+    def __init__(self, fused):
+        self.fused, self.calls = fused, 0
+
+    def applies(self, *args):
+        return self.fused.applies(*args)
+
+    def __call__(self, *args):
+        self.calls += 1
+        return self.fused(*args)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+@pytest.mark.parametrize("weights,atol", [("fp32", 1e-4), ("bf16", 2e-2), ("int8", 2e-2)])
+def test_the_fused_decode_step_gives_the_module_paths_logits(arch, weights, atol):
+    """Two rows, several steps: the fast model's own decode step (fast/decode.py) against the
+    same fast model's layers run as modules (LlamaBlock.forward); qwen3 takes its q/k norm hook.
+    bf16 and int8 differ only in the order of the products (one matrix multiply with the
+    residual added inside, or the layer then the addition)."""
+    fast = optimize(_tiny(arch), weights)
+    fused = fast.fused_decode = _Counting(fast.fused_decode)
+    prompt = torch.randint(0, 80, (2, 5), generator=torch.Generator().manual_seed(3))
+    c1, c2 = KVCache.for_model(fast, 2, 20), KVCache.for_model(fast, 2, 20)
+    with torch.inference_mode():
+        fast(prompt, cache=c1)
+        fast(prompt, cache=c2)
+        for t in [3, 17, 42, 0]:
+            step = torch.tensor([[t], [(t * 7) % 80]])
+            assert fused.applies(step, c1, None, None)
+            got = fast(step, cache=c1)
+            del fast.fused_decode  # the module path
+            want = fast(step, cache=c2)
+            fast.fused_decode = fused
+            torch.testing.assert_close(got, want, atol=atol, rtol=0)
+            torch.testing.assert_close(c1.keys[0][:, :, :c1.length], c2.keys[0][:, :, :c2.length],
+                                       atol=atol, rtol=0)
+    assert fused.calls == 4 and c1.length == c2.length == 9
+
+
+def test_the_fused_decode_step_leaves_padded_batches_and_bad_ids_to_the_rules():
+    fast = optimize(_tiny())
+    fused = fast.fused_decode
+    cache = KVCache.for_model(fast, 2, 8)
+    step = torch.tensor([[1], [2]])
+    assert fused.applies(step, cache, None, None)
+    assert not fused.applies(step, cache, None, torch.ones(2, 1))  # a padded batch: the modules
+    assert not fused.applies(step, cache, torch.tensor([[0], [0]]), None)
+    assert not fused.applies(torch.tensor([[1, 2]]), KVCache.for_model(fast, 1, 8), None, None)
+    assert not fused.applies(step, KVCache.for_model(fast, 1, 8), None, None)  # rows differ
+    with torch.inference_mode(), pytest.raises(ValueError, match="token id 80 is out of range"):
+        fast(torch.tensor([[1], [80]]), cache=cache)
+    assert cache.length == 0
+    full = KVCache.for_model(fast, 2, 2)
+    with torch.inference_mode():
+        fast(torch.tensor([[1, 2], [3, 4]]), cache=full)
+    assert not fused.applies(step, full, None, None)  # a full cache: the module path's error
+
+
 def test_bf16_kernel_matches_torch_where_it_can_be_built():
     from minillm import kernels as kernel
 
@@ -261,7 +321,7 @@ def test_a_quantized_model_is_refused_with_a_clear_error():
     config = ModelConfig(arch="llama", vocab_size=40, hidden_size=64, n_layers=1, n_heads=2,
                          n_kv_heads=1, head_dim=32, intermediate_size=64, max_seq_len=32)
     with torch.device("meta"):
-        shapes = LlamaModel(config).state_dict()
+        shapes = registry.architecture("llama").model_class(config).state_dict()
     model = build_model(config, {n: torch.randn(t.shape) for n, t in shapes.items()})
     with pytest.raises(TypeError, match="Quantize or optimize, not both"):
         optimize(quantize(model, "int8"))
