@@ -33,6 +33,11 @@ class KVCacheProtocol(Protocol):
                            kv_heads, new_tokens, head_dim); return the keys and values to attend
                            over, (batch, kv_heads, keys, head_dim) each, the new ones last
     advance(new_tokens)    called once per forward pass, after the last layer
+
+    A cache may also attend itself: where its `attends` is true, the attention layer calls
+    `attend(layer, q, k, v)` instead of `append` and the attention math, and takes its result
+    (batch, heads, new_tokens, head_dim). The engine's PagedBatch does so for a decode step on
+    the CPU, reading the keys and values where they lie in the pool instead of gathering them.
     """
 
     n_layers: int

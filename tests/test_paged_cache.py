@@ -4,6 +4,7 @@ attention read through block tables, checked against the model run on whole sequ
 import pytest
 import torch
 
+from minillm import kernels
 from minillm.engine import BlockManager, PagedBatch, PagedKVPool, paged_forward
 from minillm.engine.block_manager import block_hash
 from minillm.engine.toy import tiny_model
@@ -142,6 +143,39 @@ def test_paged_forward_equals_the_model_on_whole_sequences(tiny, chunks):
         for s, row in zip(seqs, got):
             want = tiny(torch.tensor([s]))[0, -1]
             torch.testing.assert_close(row, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("head_dim", [8, 16])
+def test_a_decode_step_attends_in_the_pool_and_gives_the_gather_paths_logits(head_dim,
+                                                                           monkeypatch):
+    """A pass of one new token per row reads its keys where they lie (minillm.kernels' paged
+    attention) where the kernel is built; the same pass with the gather path gives the same
+    logits, and both leave the same keys and values in the pool."""
+    from minillm.engine import paged_cache
+
+    model = tiny_model(hidden_size=4 * head_dim)[0]
+    lengths = [9, 3, 14]
+    seqs = [torch.randint(0, 64, (n + 1,), generator=torch.Generator().manual_seed(n)).tolist()
+            for n in lengths]
+    runs = {}
+    for kernel in (True, False):
+        if not kernel:
+            monkeypatch.setattr(paged_cache, "_kernel_reads", lambda pool: False)
+        pool = PagedKVPool.for_model(model, num_blocks=16, block_size=4)
+        tables = _scattered_tables(BlockManager(16, 4), [n + 1 for n in lengths])
+        with torch.inference_mode():
+            paged_forward(model, pool, tables, [0, 0, 0], [s[:-1] for s in seqs])
+            step = PagedBatch(pool, tables, lengths, [1, 1, 1])
+            assert step.attends == (kernel and kernels.load("paged_scores") is not None)
+            runs[kernel] = (paged_forward(model, pool, tables, lengths, [s[-1:] for s in seqs]),
+                            pool)
+    (got, pool), (want, gathered) = runs[True], runs[False]
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    for a, b in zip(pool.keys + pool.values, gathered.keys + gathered.values):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)  # later layers: rounding
+    with torch.inference_mode():
+        whole = model(torch.tensor([seqs[0]]))[0, -1]
+    torch.testing.assert_close(got[0], whole, atol=1e-5, rtol=1e-5)
 
 
 def test_paged_batch_rejects_a_table_too_short(tiny):

@@ -14,12 +14,18 @@ over, `advance(n)`), so the model code is unchanged:
 - `append` writes the new keys and values into their slots, then gathers each row's keys through
   its block table into that layout; `attention_mask` hides the padding, `position_ids` count each
   row's own tokens. The model's causal mask then lets each new token see its context and itself.
+
+A decode step (one new token per row) on the CPU skips the gather: `attends` is true and the
+attention layer calls `attend`, which runs minillm.kernels' paged attention over each row's own
+slots, reading its keys and values once, where they lie (what vLLM's paged attention kernel does
+on a GPU). Elsewhere (prefill chunks, a GPU, no C compiler) the gather path runs.
 """
 
 from __future__ import annotations
 
 import torch
 
+from .. import kernels
 from ..devices import model_device, model_dtype
 
 
@@ -133,6 +139,11 @@ class PagedBatch:
         self.new_mask = self.new_mask.to(device)
         self.batch = b
         self.seq = seq
+        self.attends = seq == 1 and _kernel_reads(pool)
+        if self.attends:  # row i's key slots in order, its first `total_i` entries
+            first = torch.minimum(torch.arange(keys)[None, :], (total - 1)[:, None])
+            self.decode_slots = table.gather(1, first // bs) * bs + first % bs
+            self.lengths = total
 
     # --- KVCacheProtocol ---------------------------------------------------------------------------
 
@@ -158,6 +169,15 @@ class PagedBatch:
         torch.index_select(pv, 0, flat, out=v_out)
         return k_out.view(shape).transpose(1, 2), v_out.view(shape).transpose(1, 2)
 
+    def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
+        """A decode step's attention (q (batch, heads, 1, head_dim)) straight from the pool: write
+        the new keys and values into their slots, then read each row's through its own slots."""
+        pk, pv = self.pool.keys[layer], self.pool.values[layer]
+        pk[self.write_index] = k[:, :, 0].to(pk.dtype)
+        pv[self.write_index] = v[:, :, 0].to(pv.dtype)
+        out = kernels.paged_decode_attention(q[:, :, 0], pk, pv, self.decode_slots, self.lengths)
+        return out[:, :, None]
+
     def advance(self, new_tokens: int) -> None:
         """Nothing to count here: the engine tracks each sequence's length itself."""
 
@@ -167,6 +187,14 @@ class PagedBatch:
         for i, r in enumerate(rows):
             ids[i, self.seq - len(r):] = torch.tensor(r, dtype=torch.long)
         return ids.to(self.pool.device)
+
+
+def _kernel_reads(pool: PagedKVPool) -> bool:
+    """Whether minillm.kernels' paged attention takes this pool: float32 on the CPU, heads of at
+    most 256 values, and a kernel built here."""
+    keys = pool.keys[0]
+    return (keys.device.type == "cpu" and keys.dtype == torch.float32
+            and keys.shape[-1] <= 256 and kernels.load("paged_scores") is not None)
 
 
 def paged_forward(model, pool: PagedKVPool, tables, contexts, rows: list[list[int]], *,

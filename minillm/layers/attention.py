@@ -189,7 +189,10 @@ class Attention(nn.Module):
         q, k = self.qk_norm(q, k)
         if cos is not None:
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        if cache is not None:  # store this step's keys and values, attend over all so far
-            k, v = cache.append(self.layer_idx, k, v)
-        out = attention(q, k, v, mask)  # (b, n_heads, s, head_dim)
+        if cache is not None and getattr(cache, "attends", False):  # a paged decode kernel
+            out = cache.attend(self.layer_idx, q, k, v)
+        else:
+            if cache is not None:  # store this step's keys and values, attend over all so far
+                k, v = cache.append(self.layer_idx, k, v)
+            out = attention(q, k, v, mask)  # (b, n_heads, s, head_dim)
         return self.o_proj(out.transpose(1, 2).reshape(b, s, self.q_width))

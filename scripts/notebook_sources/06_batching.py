@@ -280,6 +280,47 @@ print("layer 5 keys, paged vs contiguous: max difference "
 minillm.show_source(PagedBatch.append)
 
 # %% [markdown]
+# That gather copies every row's keys and values, in every layer, at every step: a decode step
+# reads each cached token's keys and values once to attend, then the copy reads and writes them
+# again. So a decode step on the CPU (one new token per row) skips it: `PagedBatch.attend` hands
+# the query to a small C kernel, `minillm.kernels.paged_decode_attention`, that walks each row's
+# block table and reads the keys and values where they lie. That is what vLLM's PagedAttention
+# kernel does on a GPU. The same numbers, read in place and through a gather, on this engine's
+# live pool:
+
+# %%
+from minillm import kernels
+from minillm.devices import best_time
+from minillm.layers.attention import attention
+
+rows = engine.scheduler.running[:8]
+lengths = torch.tensor([r.num_computed for r in rows])
+slots = torch.zeros(len(rows), int(lengths.max()), dtype=torch.long)
+for i, r in enumerate(rows):
+    slots[i, :r.num_computed] = engine.pool.slots(r.block_table, 0, r.num_computed)
+c = model.config
+q = torch.randn(len(rows), c.n_heads, c.head_dim, device=device)
+
+
+def through_a_gather():
+    return torch.cat([attention(q[i][None, :, None], *(t[None] for t in engine.pool.gather(
+        5, r.block_table, r.num_computed)))[0, :, 0][None] for i, r in enumerate(rows)])
+
+
+if device.type == "cpu" and kernels.load("paged_scores") is not None:
+    def in_place():
+        return kernels.paged_decode_attention(q, engine.pool.keys[5], engine.pool.values[5],
+                                              slots, lengths)
+
+    torch.testing.assert_close(in_place(), through_a_gather(), atol=1e-5, rtol=1e-5)
+    print(f"{len(rows)} rows of {lengths.min().item()}-{lengths.max().item()} tokens, layer 5: "
+          f"in place {best_time(in_place, device=device) * 1e3:.2f} ms, through a gather "
+          f"{best_time(through_a_gather, device=device) * 1e3:.2f} ms (same numbers)")
+else:
+    print(f"on {device.type}, the engine gathers: minillm's kernel is for CPUs; on a GPU the "
+          "in-place read is vLLM's CUDA kernel")
+
+# %% [markdown]
 # ## 5 · Prefix caching on a shared system prompt
 #
 # Chat requests often start with the same system prompt. A full block is named by a hash of its
