@@ -102,3 +102,17 @@ def test_bad_settings_are_refused():
         run(tokens=1)
     with pytest.raises(ValueError, match="threads must be a list of ints >= 1"):
         run(threads=[0])
+
+
+def test_the_threads_option_reads_a_list_and_refuses_what_is_not_one(capsys):
+    import argparse
+
+    from minillm.bench.options import build_parser
+
+    parser = build_parser(argparse.ArgumentParser(prog="bench"))
+    assert parser.parse_args(["--threads", "1,2"]).threads == [1, 2]
+    assert parser.parse_args(["--threads", "2"]).threads == [2]
+    for bad in ("0", "one", "1,x", ","):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--threads", bad])
+        assert "positive integers separated by commas" in capsys.readouterr().err

@@ -88,6 +88,26 @@ def test_invalid_json_is_refused_at_its_first_bad_byte(text, why):
     assert seen[-1] is None and all(s is not None for s in seen[:-1]), why
 
 
+SHORT = {"type": "object", "properties": {"word": {"type": "string", "maxLength": 3}},
+         "required": ["word"]}
+
+
+@pytest.mark.parametrize("text,fits", [
+    (b'{"word": "abc"}', True),
+    (b'{"word": ""}', True),
+    (b'{"word": "\xe4\xbd\xa0\xe5\xa5\xbd!"}', True),   # three characters, seven bytes
+    (b'{"word": "a\\n\\u00e9"}', True),               # an escape is one character
+    (b'{"word": "abcd"}', False),
+    (b'{"word": "\xe4\xbd\xa0\xe5\xa5\xbd!?"}', False),
+    (b'{"word": "ab\\n\\t"}', False),
+])
+def test_max_length_counts_characters_not_bytes(text, fits):
+    grammar = JSONGrammar(SHORT)
+    state = grammar.feed(grammar.start, text)
+    assert grammar.is_complete(state) == fits
+    assert (len(json.loads(text)["word"]) <= 3) == fits
+
+
 def test_without_a_schema_any_object_and_nothing_else():
     grammar = JSONGrammar(None)
     text = b'{"a": [1, {"b": null}, "x", true, -2.5E+3], "c": {}, "a": false}'
@@ -100,9 +120,10 @@ UNSUPPORTED = [
     ({"type": "string", "pattern": "a+"}, ["'pattern' at the top level"]),
     ({"type": ["string", "null"]}, ["'type' as a list at the top level"]),
     ({"anyOf": [{"type": "string"}]}, ["'anyOf' at the top level"]),
-    ({"type": "object", "properties": {"a": {"type": "string", "maxLength": 3},
+    ({"type": "object", "properties": {"a": {"type": "string", "minLength": 3},
                                        "b": {"$ref": "#/x"}}},
-     ["'maxLength' at properties.a", "'$ref' at properties.b"]),
+     ["'minLength' at properties.a", "'$ref' at properties.b"]),
+    ({"type": "integer", "maxLength": 3}, ["'maxLength' at the top level"]),
     ({"type": "object", "additionalProperties": {"type": "string"}},
      ["'additionalProperties' as a schema at the top level"]),
 ]
@@ -122,6 +143,8 @@ def test_unsupported_features_are_named(schema, features):
     ({"enum": []}, "'enum' must be a non-empty list"),
     ({"type": "integer", "enum": [1, "a"]}, "enum value 'a' at the top level is not of type"),
     ({"type": "array", "minItems": 3, "maxItems": 1}, "'maxItems' (1) is below 'minItems' (3)"),
+    ({"type": "string", "maxLength": -1}, "'maxLength' must be an integer >= 0"),
+    ({"type": "string", "maxLength": 2.5}, "'maxLength' must be an integer >= 0"),
     ("string", "a schema must be a JSON object"),
 ])
 def test_invalid_schemas_say_what_is_wrong(schema, words):
@@ -143,11 +166,12 @@ def brute_force(constraint, state) -> torch.Tensor:
     return allowed
 
 
-@pytest.mark.parametrize("schema", [PERSON, None], ids=["schema", "any-object"])
+@pytest.mark.parametrize("schema", [PERSON, SHORT, None], ids=["schema", "maxLength", "any-object"])
 def test_the_trie_walk_allows_exactly_what_a_brute_force_check_allows(schema):
     tok = CharTokenizer()
     constraint = JSONConstraint(tok, schema)
-    text = VALID[0] if schema else b'{"a": [1, {"b": null}, "x\\n"], "c": -2.5E+3}'
+    text = {id(PERSON): VALID[0], id(SHORT): b'{"word": "a\\nb"}'}.get(
+        id(schema), b'{"a": [1, {"b": null}, "x\\n"], "c": -2.5E+3}')
     for state in [constraint.grammar.start, *states(constraint.grammar, text)]:
         assert torch.equal(constraint.allowed(state), brute_force(constraint, state))
     assert constraint.allowed(constraint.grammar.feed(constraint.grammar.start, text)).tolist() \
@@ -176,6 +200,23 @@ def test_a_random_model_forced_through_the_constraint_writes_valid_json(chars, s
             grammar = JSONGrammar(schema)
             assert grammar.feed(grammar.start, out.text.encode()) is not None
     assert finished >= 9, f"only {finished} of 12 random answers closed their JSON in 300 tokens"
+
+
+def test_with_every_string_and_array_bounded_every_answer_ends_in_time(chars):
+    """Bounded strings, arrays and numbers bound the longest valid answer (here under 90
+    characters, spaces included), so 120 tokens of at least one character always end it."""
+    model, tok = chars
+    schema = {"type": "object",
+              "properties": {"name": {"type": "string", "maxLength": 8},
+                             "tags": {"type": "array", "maxItems": 2,
+                                      "items": {"type": "string", "maxLength": 4}},
+                             "ok": {"type": "boolean"}},
+              "required": ["name", "tags", "ok"]}
+    for seed in range(12):
+        out = minillm.generate(model, tok, [0], max_new_tokens=120, do_sample=True, seed=seed,
+                               logits_processor=JSONConstraint(tok, schema))
+        assert out.finish_reason == "eos", out.text
+        check(out.text, schema)
 
 
 def test_a_batch_and_the_samples_of_an_engine_request_share_one_constraint(chars):

@@ -266,7 +266,7 @@ def test_old_bench_spellings_still_run_with_a_note(capsys):
     args, note, _ = _parse(capsys, "bench")
     assert args.run is cli._bench_latency and "`python -m minillm bench latency`" in note
     args, note, _ = _parse(capsys, "bench", "--threads", "1", "--no-transformers")
-    assert args.run is cli._bench_latency and args.threads == 1 and "bench latency" in note
+    assert args.run is cli._bench_latency and args.threads == [1] and "bench latency" in note
     args, note, _ = _parse(capsys, "bench", "--requests", "3", "--url=http://h:1")
     assert args.run is cli._bench_serve and args.requests == 3 and "bench serve" in note
     assert cli.main(["bench", "--url", "ftp://h"]) == 2  # runs `bench serve`, which refuses it

@@ -201,3 +201,11 @@ def test_whole_model_passes_the_right_block_and_catches_ignored_positions(capsys
     with pytest.raises(CheckFailed, match="at positions 37, 39, 41.*must use position_ids"):
         checks.check_whole_model(lambda *a: block(*a, positions_from_zero=True), model,
                                  [3, 14, 15, 9, 26])
+
+
+def test_whole_model_asks_for_the_readable_model_when_given_the_fast_path():
+    from minillm.fast import optimize
+
+    fast = optimize(TinyModel().inner)
+    with pytest.raises(CheckFailed, match=r"fast path's model .*fast=False"):
+        checks.check_whole_model(block, fast, [3, 14, 15])

@@ -16,6 +16,21 @@ def main(argv=None) -> int:
     return run_cli(parser.parse_args(argv))
 
 
+def thread_counts(text: str) -> list[int]:
+    """`--threads 1,2` -> [1, 2]; anything else is refused with what is allowed."""
+    import argparse
+
+    try:
+        counts = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a list of thread counts: give positive integers separated by "
+            f"commas, e.g. 1 or 1,2")
+    return counts
+
+
 def build_parser(parser):
     ci = bool(os.environ.get("CI"))
     parser.add_argument("--dtypes", default="fp32,bf16,int8,q4_1",
@@ -27,7 +42,7 @@ def build_parser(parser):
                         help="prompt length of the prefill run (default 512; 64 when CI is set)")
     parser.add_argument("--repeats", type=int, default=1 if ci else 3,
                         help="interleaved repetitions (default 3; 1 when CI is set)")
-    parser.add_argument("--threads", default=None,
+    parser.add_argument("--threads", default=None, type=thread_counts,
                         help="comma-separated thread counts, every engine at each, e.g. 1,2 "
                              "(default: PyTorch's own choice)")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or mps")

@@ -337,11 +337,9 @@ def run_cli(args) -> int:
     import sys
 
     try:
-        threads = [int(t) for t in str(args.threads).split(",") if t.strip()] \
-            if args.threads is not None else None
         report = run(formats=tuple(d.strip() for d in args.dtypes.split(",") if d.strip()),
                      tokens=args.tokens, prompt_tokens=args.prompt_tokens,
-                     repeats=args.repeats, device=args.device, threads=threads,
+                     repeats=args.repeats, device=args.device, threads=args.threads,
                      budget_s=args.budget, with_transformers=not args.no_transformers,
                      progress=lambda msg: print(msg, file=sys.stderr, flush=True))
     except ValueError as error:

@@ -374,6 +374,11 @@ def check_whole_model(fn, model, token_ids) -> None:
     """Run the real model with `fn` in place of every one of its blocks, at positions 0, 1, 2, ...
     and at other positions (37, 39, 41, ...: as if tokens were left out); the logits must match
     minillm's own forward pass at the same positions."""
+    from ..fast import is_optimized
+
+    expect(not is_optimized(model),
+           "this is the fast path's model (its attention has one fused qkv_proj, not q_proj, "
+           "k_proj and v_proj): load the readable one, minillm.load(..., fast=False)")
     config = model.config
     ids = torch.as_tensor(token_ids).reshape(1, -1)
     s = ids.shape[1]

@@ -19,7 +19,8 @@ quick:
 - the vocabulary is a trie (前缀树) of token bytes: tokens that begin alike are checked together,
   and a beginning that fails rules out every token under it at once;
 - inside a string, a plain byte (not a quote, a backslash or a control byte) leaves the state as
-  it is, so every token of plain bytes is allowed without a look; only the others are walked;
+  it is (or only counts a character, under a maxLength), so every token of plain bytes that fits
+  is allowed without a look; only the others are walked;
 - the allowed tokens of each state are kept, so a state met again costs nothing.
 
 The rule looks only at the generated tokens. Like the penalties in processors.py it learns where
@@ -91,6 +92,9 @@ class JSONConstraint(GeneratedTokens):
     def _compute(self, state) -> torch.Tensor:
         if self.grammar.in_string_text(state):
             mask, trie = self.vocab.plain.clone(), self.vocab.others
+            room = self.grammar.string_room(state)
+            if room is not None:
+                mask &= self.vocab.characters <= room
         else:
             mask, trie = torch.zeros(self.vocab.size, dtype=torch.bool), self.vocab.trie
         found, todo = [], [(trie, state)]

@@ -10,8 +10,8 @@ constrained decoding (约束解码, json_constraint.py).
     grammar.is_complete(grammar.feed(state, b'e": 31}'))          # True
 
 The supported schema subset: "type" object (with "properties", "required" and
-"additionalProperties"), array (with "items", "minItems" and "maxItems"), string, number,
-integer, boolean and null;
+"additionalProperties"), array (with "items", "minItems" and "maxItems"), string (with
+"maxLength", in characters), number, integer, boolean and null;
 "enum" of strings, numbers, booleans and null; and annotations that change nothing ("title",
 "description", "$schema", "$id", "examples", "default"). Any other keyword is an error that names
 it (`SchemaError`), so a schema is never silently half-obeyed. An object's keys may come in any
@@ -43,7 +43,7 @@ ESCAPES = frozenset(b'"\\/bfnrt')
 TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
 ANNOTATIONS = frozenset({"title", "description", "$schema", "$id", "examples", "default"})
 KEYWORDS = {"object": {"properties", "required", "additionalProperties"},
-            "array": {"items", "minItems", "maxItems"}}
+            "array": {"items", "minItems", "maxItems"}, "string": {"maxLength"}}
 
 
 class SchemaError(ValueError):
@@ -66,6 +66,7 @@ class Node:
     items       array: the Node of every item
     min_items   array: the fewest items (0)
     max_items   array: the most items (None: no limit)
+    max_length  string: the most characters (None: no limit)
     options     enum: each allowed value as JSON text (bytes)"""
 
     kind: str
@@ -74,6 +75,7 @@ class Node:
     items: "Node | None" = None
     min_items: int = 0
     max_items: int | None = None
+    max_length: int | None = None
     options: tuple = ()
 
     def property(self, key: str) -> "Node":
@@ -99,7 +101,7 @@ def compile_schema(schema) -> Node:
     if unsupported:
         raise SchemaError("unsupported JSON Schema features: " + ", ".join(unsupported) +
                           f" (supported: type {', '.join(TYPES)}; properties, required, "
-                          "additionalProperties, items, minItems, maxItems, enum)", unsupported)
+                          "additionalProperties, items, minItems, maxItems, maxLength, enum)", unsupported)
     return node
 
 
@@ -127,6 +129,8 @@ def _compile(schema, path: str, unsupported: list[str]) -> Node:
         return _object(schema, path, unsupported)
     if kind == "array":
         return _array(schema, path, unsupported)
+    if kind == "string" and "maxLength" in schema:
+        return Node("string", max_length=_count(schema, "maxLength", path))
     return Node(kind) if kind is not None else ANY
 
 
@@ -156,14 +160,18 @@ def _object(schema, path: str, unsupported: list[str]) -> Node:
 def _array(schema, path: str, unsupported: list[str]) -> Node:
     items = schema.get("items")
     items = ANY if items is None else _compile(items, f"{path}.items".lstrip("."), unsupported)
-    low, high = schema.get("minItems", 0), schema.get("maxItems")
-    for name, value in (("minItems", low), ("maxItems", high)):
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool)
-                                  or value < 0):
-            raise SchemaError(f"'{name}' must be an integer >= 0{_where(path)}, got {value!r}")
+    low = _count(schema, "minItems", path) if "minItems" in schema else 0
+    high = _count(schema, "maxItems", path) if schema.get("maxItems") is not None else None
     if high is not None and high < low:
         raise SchemaError(f"'maxItems' ({high}) is below 'minItems' ({low}){_where(path)}")
     return Node("array", items=items, min_items=low, max_items=high)
+
+
+def _count(schema, name: str, path: str) -> int:
+    value = schema[name]
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise SchemaError(f"'{name}' must be an integer >= 0{_where(path)}, got {value!r}")
+    return value
 
 
 def _enum(values, kind, path: str) -> Node:
@@ -215,7 +223,7 @@ class Value:
         if kind == "array":
             return (Array(node),) if byte == ord("[") else None
         if kind == "string":
-            return (String(),) if byte == QUOTE else None
+            return (String(left=node.max_length),) if byte == QUOTE else None
         if kind in ("number", "integer"):
             return Number(kind == "integer").feed(byte)
         return Literal(LITERALS.get(kind, node.options)).feed(byte)  # boolean, null, enum
@@ -241,9 +249,12 @@ class Literal:
 @dataclass(frozen=True)
 class String:
     """Inside a string, after its opening quote. phase: "text", "escape" (after a backslash),
-    "u1".."u4" (hex digits still due after \\u) or "closed"."""
+    "u1".."u4" (hex digits still due after \\u) or "closed". left: how many more characters
+    it may hold (None: no limit); a character starts at each byte that is not a UTF-8
+    continuation byte, and an escape such as \\n or \\u00e9 is one character."""
 
     phase: str = "text"
+    left: int | None = None
 
     @property
     def done(self) -> bool:
@@ -251,24 +262,31 @@ class String:
 
     @property
     def in_text(self) -> bool:
-        """Any plain byte (not a quote, a backslash, a control byte) leaves this state as is."""
+        """Between characters of the text: a plain byte (not a quote, a backslash, a control
+        byte) leaves this state as is, or with a limit spends one of the characters left."""
         return self.phase == "text"
 
     def feed(self, byte: int):
-        phase = self.phase
+        phase, left = self.phase, self.left
         if phase == "text":
             if byte == QUOTE:
                 return (String("closed"),)
+            if byte < 0x20:  # control characters must be escaped
+                return None
+            if left is not None and not 0x80 <= byte < 0xC0:  # a new character begins
+                if left == 0:
+                    return None
+                left -= 1
             if byte == BACKSLASH:
-                return (String("escape"),)
-            return (self,) if byte >= 0x20 else None  # control characters must be escaped
+                return (String("escape", left),)
+            return (self,) if left == self.left else (String("text", left),)
         if phase == "escape":
             if byte == ord("u"):
-                return (String("u4"),)
-            return (String("text"),) if byte in ESCAPES else None
+                return (String("u4", left),)
+            return (String("text", left),) if byte in ESCAPES else None
         if phase.startswith("u") and byte in HEX:
-            left = int(phase[1]) - 1
-            return (String(f"u{left}" if left else "text"),)
+            due = int(phase[1]) - 1
+            return (String(f"u{due}" if due else "text", left),)
         return None
 
 
@@ -436,5 +454,11 @@ class JSONGrammar:
 
     @staticmethod
     def in_string_text(state) -> bool:
-        """Whether every plain byte (see String.in_text) leaves `state` unchanged."""
+        """Whether `state` is inside a string's text (see String.in_text): every token of plain
+        bytes may come next, if the string has room for its characters (string_room)."""
         return isinstance(state[-1], String) and state[-1].in_text
+
+    @staticmethod
+    def string_room(state) -> int | None:
+        """How many more characters the string `state` is in may hold (None: no limit)."""
+        return state[-1].left

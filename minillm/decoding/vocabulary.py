@@ -56,6 +56,8 @@ class Vocabulary:
     size     the number of token ids
     trie     every text token, by its bytes
     plain    (size,) bool: tokens made only of plain bytes (see is_plain)
+    characters (size,) int: how many UTF-8 characters begin in each token (bytes that are not
+             continuation bytes), for strings with a maxLength
     others   a trie of the text tokens that are not plain
 
     `Vocabulary.of(tokenizer)` builds it once per tokenizer (about a second for 49,152 tokens)."""
@@ -67,6 +69,7 @@ class Vocabulary:
         special = special_token_ids(tokenizer)
         self.trie, self.others = TrieNode(), TrieNode()
         self.plain = torch.zeros(self.size, dtype=torch.bool)
+        self.characters = torch.zeros(self.size, dtype=torch.int32)
         for i in range(self.size):
             if i in special:
                 continue
@@ -77,6 +80,7 @@ class Vocabulary:
             if not data:
                 continue
             self.trie.insert(data, i)
+            self.characters[i] = sum(1 for b in data if not 0x80 <= b < 0xC0)
             if all(is_plain(b) for b in data):
                 self.plain[i] = True
             else:

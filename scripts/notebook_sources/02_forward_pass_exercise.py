@@ -135,9 +135,11 @@ checks.check_transformer_block(transformer_block)
 # ## 5 · Your block runs the real model
 #
 # The same function, with SmolLM2's weights, in all 30 layers: the logits must match minillm's.
+# `fast=False` loads the readable model, whose layers have the q_proj, k_proj, ... your block
+# reads (the default fast path fuses them).
 
 # %%
-model, tokenizer = minillm.load("smollm2-135m", device="cpu")
+model, tokenizer = minillm.load("smollm2-135m", device="cpu", fast=False)
 ids = tokenizer.encode("The weather today is")
 
 # %% [check]

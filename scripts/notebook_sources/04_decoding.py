@@ -421,8 +421,15 @@ assert out.text.strip().isdigit()
 # `minillm.decoding.JSONConstraint` keeps one (`json_grammar.py`, a byte-by-byte recognizer for
 # a subset of JSON Schema: object, array, string, number, integer, boolean, enum, required) and
 # masks the vocabulary from it at every step; once the JSON is complete it allows only the
-# end-of-sequence token. `minillm serve` uses it for OpenAI's `response_format`. The check: an
-# answer that parses and matches the schema, for every seed, when sampling at temperature 1:
+# end-of-sequence token. `minillm serve` uses it for OpenAI's `response_format`.
+#
+# A mask can make every answer that *ends* valid, but it cannot make the model end: sampled at
+# temperature 1, a string may run on until `max_new_tokens` cuts it, mid-string. So the schema
+# bounds each string (`maxLength`, in characters) and the grammar bounds numbers (16 digits
+# each side of the point, 3 in the exponent) and blanks (one space where JSON allows one). The
+# longest valid answer can then be written down, and the grammar asked to accept it: every token
+# writes at least one byte, so that many tokens always reach the end. The check: an answer that
+# ends, parses and matches the schema, for every seed, when sampling at temperature 1:
 
 # %%
 import json  # noqa: E402
@@ -432,17 +439,26 @@ import jsonschema  # noqa: E402
 from minillm.decoding import JSONConstraint  # noqa: E402
 
 schema = {"type": "object",
-          "properties": {"city": {"type": "string"}, "country": {"type": "string"},
+          "properties": {"city": {"type": "string", "maxLength": 30},
+                         "country": {"type": "string", "maxLength": 30},
                          "capital": {"type": "boolean"},
                          "population_millions": {"type": "number"}},
           "required": ["city", "country", "capital", "population_millions"]}
+escaped = "\\u00e9" * 30  # 30 characters at their longest: 6 bytes each, as escapes
+longest = ('{ "city" : "' + escaped + '" , "country" : "' + escaped + '" , "capital" : false , '
+           '"population_millions" : -' + "9" * 16 + "." + "9" * 16 + "e+999 }")
+grammar = JSONConstraint(tokenizer, schema).grammar
+assert grammar.is_complete(grammar.feed(grammar.start, longest.encode()))
+print(f"the longest valid answer: {len(longest.encode())} bytes, so at most as many tokens")
+
 ask = tokenizer.apply_chat_template(
     [{"role": "user", "content": "Describe Paris as JSON with city, country, capital and "
                                  "population_millions."}], add_generation_prompt=True)
 for seed in range(3 if CI else 8):
-    out = minillm.generate(model, tokenizer, ask, max_new_tokens=80, do_sample=True,
-                           temperature=1.0, seed=seed,
+    out = minillm.generate(model, tokenizer, ask, max_new_tokens=len(longest.encode()),
+                           do_sample=True, temperature=1.0, seed=seed,
                            logits_processor=JSONConstraint(tokenizer, schema))
+    assert out.finish_reason == "eos", out.finish_reason  # it ended, not cut
     answer = json.loads(out.text)  # parses ...
     jsonschema.validate(answer, schema)  # ... and has every field, of the right type
     print(f"seed {seed}: {out.text}")

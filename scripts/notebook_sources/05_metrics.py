@@ -462,7 +462,7 @@ assert agree(model, out.prompt_token_ids, plain.token_ids[:16], out.token_ids[:1
 
 # %%
 if device.type == "cuda":
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity, profile, supported_activities
 
     from minillm.kv_cache import KVCache
 
@@ -478,16 +478,19 @@ if device.type == "cuda":
     print(f"bytes alone would take {1000 * n_bytes / bandwidth:.2f} ms a token at the measured "
           f"{bandwidth / 1e9:.0f} GB/s; the step takes {1000 * gpu_tpot:.2f} ms "
           f"({gpu_tpot * bandwidth / n_bytes:.0f}x the bandwidth bound)")
-    cache = KVCache.for_model(fast, 1, 64)
-    step_ids = torch.tensor([[1, 2, 3, 4]], device=device)
-    with torch.inference_mode():
-        fast(step_ids, cache=cache)
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            fast(step_ids[:, :1], cache=cache)
-            torch.cuda.synchronize()
-    launches = sum(e.count for e in prof.key_averages() if e.device_type.name == "CUDA")
-    print(f"one decode step launched {launches} GPU kernels: about "
-          f"{1e6 * gpu_tpot / max(launches, 1):.1f} us each, all told")
+    if ProfilerActivity.CUDA in supported_activities():  # a PyTorch built with CUDA's profiler
+        cache = KVCache.for_model(fast, 1, 64)
+        step_ids = torch.tensor([[1, 2, 3, 4]], device=device)
+        with torch.inference_mode():
+            fast(step_ids, cache=cache)
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                fast(step_ids[:, :1], cache=cache)
+                torch.cuda.synchronize()
+        launches = sum(e.count for e in prof.key_averages() if e.device_type.name == "CUDA")
+        print(f"one decode step launched {launches} GPU kernels: about "
+              f"{1e6 * gpu_tpot / max(launches, 1):.1f} us each, all told")
+    else:
+        print("this PyTorch's profiler cannot see CUDA kernels, so the launches go uncounted")
 else:
     print(f"No CUDA GPU here ({device}); the GPU measurements run when this lesson does on one "
           "(scripts/gpu_check.sh runs the whole course on a CUDA machine).")
