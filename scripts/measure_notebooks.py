@@ -56,20 +56,20 @@ ONE_DAY = {
     "start": 9 * 60,
     "end by": 17 * 60 + 30,
     "slots": [
-        ("00_welcome", ("lesson", 1, 2, 3), "00 welcome + exercises; `make doctor` problems fixed"),
+        ("00_welcome", ("lesson", 1), "00 welcome + exercise task 1; `make doctor` problems "
+                                      "fixed"),
         ("01_tokenization", ("lesson", 1, 2), "01 tokenization + exercise tasks 1–2 (counting "
                                               "and merging pairs)"),
         (None, 15, "Break"),
         ("02_forward_pass", ("lesson", 1, 3, 4), "02 forward pass + exercise tasks 1, 3 and 4 "
                                                  "(RMSNorm, causal attention, one block)"),
         (None, 60, "Lunch"),
-        ("03_kv_cache", ("lesson", 1, 3), "03 KV cache + exercise tasks 1 and 3 (its size, the "
-                                          "decode loop)"),
+        ("03_kv_cache", ("lesson", 3), "03 KV cache + exercise task 3 (the decode loop)"),
         ("04_decoding", ("lesson", 1, 2, 3), "04 decoding strategies + exercise tasks 1–3 (the "
                                              "widgets are the favourite part: leave time)"),
         (None, 15, "Break"),
-        ("05_metrics", ("lesson", 1, 3), "05 measuring inference + exercise tasks 1 and 3 (one "
-                                         "request's metrics, timing a stream)"),
+        ("05_metrics", ("lesson", 1), "05 measuring inference + exercise task 1 (one request's "
+                                      "metrics)"),
         ("06_batching", ("lesson", 1), "06 batching and paged attention + exercise task 1 (the "
                                        "block allocator); or 07 quantization, by the group's "
                                        "interest"),
@@ -86,8 +86,8 @@ THREE_HOURS = {
     "slots": [
         ("00_welcome", ("lesson", 1), "Set-up check (`make doctor`), the inference path end to "
                                       "end: 00 lesson, exercise task 1"),
-        ("01_tokenization", ("lesson", 1, 2), "Tokenization: BPE by hand, why Chinese costs more "
-                                              "tokens: 01 lesson, exercise tasks 1–2"),
+        ("01_tokenization", ("lesson", 1), "Tokenization: BPE by hand, why Chinese costs more "
+                                           "tokens: 01 lesson, exercise task 1"),
         (None, 10, "Break"),
         ("03_kv_cache", ("lesson",), "Prefill, decode and the KV cache: the O(n²) loop and its "
                                      "fix: 03 lesson"),
