@@ -7,6 +7,7 @@ step, activations in 8 bits)."""
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import minillm
 from minillm.fast import FastLinear, is_optimized, optimize, time_layouts
@@ -280,6 +281,47 @@ def test_bf16_kernel_matches_torch_where_it_can_be_built():
         step = fast(torch.tensor([[4]]), cache=c)  # the kernel's decode step
         want = model(torch.tensor([[1, 2, 3, 4]]))[:, -1:]
     torch.testing.assert_close(step, want, atol=0.15, rtol=0)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_float32_one_row_goes_through_minillms_kernel_and_matches_torch(bias, monkeypatch):
+    """At batch 1 a float32 FastLinear multiplies with kernels.gemv_f32 (module path and fused
+    decode step alike); more rows, or kernel=False, stay with PyTorch; logits agree."""
+    from minillm import kernels
+    from minillm.fast.linear import FastLinear
+
+    if kernels.load("gemv_f32") is None:
+        pytest.skip("no C compiler or no x86-64 AVX2 CPU here: minillm uses torch's kernels")
+    model = _tiny(bias=bias)
+    fast, plain = optimize(model), optimize(model, kernel=False)
+    assert fast.layers[0].attn.qkv_proj.kernel and fast.lm_head.kernel
+    assert not plain.layers[0].attn.qkv_proj.kernel
+    rows = []
+    real = FastLinear.one_row
+    monkeypatch.setattr(FastLinear, "one_row", lambda self, x: rows.append(x.shape[0])
+                        or real(self, x))
+    ids = torch.tensor([[5, 9, 2, 7]])
+    for steps in (fast, plain):
+        c = KVCache.for_model(steps, 2, 12)
+        with torch.inference_mode():
+            steps(ids.repeat(2, 1), cache=c)
+            two = steps(torch.tensor([[3], [4]]), cache=c)  # two rows: PyTorch
+        assert not rows
+    for m in (fast, plain):
+        c = KVCache.for_model(m, 1, 12)
+        with torch.inference_mode():
+            m(ids, cache=c)
+            got = m(torch.tensor([[3]]), cache=c)  # one row: the fused step, the kernel
+            full = m.forward(torch.tensor([[5, 9, 2, 7, 3]]), logits_to_keep=1)
+        want = model(torch.tensor([[5, 9, 2, 7, 3]]))[:, -1:]
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(full, want, atol=1e-4, rtol=1e-4)
+    assert rows and set(rows) == {1}  # only the fast model's one-row calls
+    layer = fast.layers[1].mlp.down_proj
+    x = torch.randn(1, 1, layer.in_features)
+    torch.testing.assert_close(layer(x), F.linear(x, layer.matrix().t(), layer.bias),
+                               atol=1e-5, rtol=1e-5)
+    assert two.shape == (2, 1, 80)
 
 
 def test_int8_kernel_matches_the_dequantized_product_where_it_can_be_built():

@@ -1,6 +1,7 @@
-"""minillm.kernels beyond the linear layers (those are in test_fast.py): the paged attention
-kernel against the attention math, its refusals, and every kernel built for AVX2 as well as for
-this CPU's own vector width (a CPU without AVX-512 compiles the other half of the source)."""
+"""minillm.kernels: the float32 matrix-vector kernel and the paged attention kernel against
+torch's math, their refusals, and every kernel built for AVX2 as well as for this CPU's own
+vector width (a CPU without AVX-512 compiles the other half of the source). The layers that call
+the weight kernels are tested in test_fast.py."""
 
 import os
 import subprocess
@@ -88,6 +89,36 @@ def test_paged_attention_refuses_what_it_cannot_read():
         kernels.paged_decode_attention(q, keys, values, slots.int(), lengths)
 
 
+@needs_kernel
+@pytest.mark.parametrize("k,n", [(576, 960), (1536, 576), (16, 16), (17, 5), (33, 1000),
+                                 (40, 513)])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_gemv_f32_matches_torch_for_any_shape_bias_and_threads(k, n, threads):
+    """Sixteen weight rows at a time, a tail of rows and of columns, columns split in strips."""
+    gen = torch.Generator().manual_seed(k * n)
+    w, x, b = torch.randn(k, n, generator=gen), torch.randn(1, k, generator=gen), \
+        torch.randn(n, generator=gen)
+    torch.testing.assert_close(kernels.gemv_f32(x, w, threads=threads), (x @ w)[0],
+                               atol=1e-4, rtol=1e-5)
+    out = torch.full((n,), float("nan"))
+    got = kernels.gemv_f32(x[0], w, b, out=out, threads=threads)
+    assert got is out
+    torch.testing.assert_close(got, (x @ w)[0] + b, atol=1e-4, rtol=1e-5)
+
+
+@needs_kernel
+def test_gemv_f32_refuses_what_it_cannot_read():
+    w, x = torch.randn(8, 4), torch.randn(8)
+    with pytest.raises(ValueError, match="contiguous 2-D float32"):
+        kernels.gemv_f32(x, w.t())
+    with pytest.raises(ValueError, match="contiguous 2-D float32"):
+        kernels.gemv_f32(x, w.double())
+    with pytest.raises(ValueError, match="x must be 8 contiguous float32"):
+        kernels.gemv_f32(torch.randn(7), w)
+    with pytest.raises(ValueError, match="bias must be 4"):
+        kernels.gemv_f32(x, w, torch.randn(5))
+
+
 AVX2_CHECK = textwrap.dedent("""
     import torch
     from minillm import kernels
@@ -99,6 +130,11 @@ AVX2_CHECK = textwrap.dedent("""
     bf = w.to(torch.bfloat16)
     torch.testing.assert_close(kernels.gemv_bf16(x[0], bf), bf.float() @ x[0], atol=1e-4,
                                rtol=1e-5)
+    for k, n in ((72, 40), (33, 1000), (16, 8)):
+        wt, xv, b = (torch.randn(k, n, generator=gen), torch.randn(k, generator=gen),
+                     torch.randn(n, generator=gen))
+        torch.testing.assert_close(kernels.gemv_f32(xv, wt, b), xv @ wt + b, atol=1e-4,
+                                   rtol=1e-5)
     q, scale = quantize_int8(w)
     want = x @ (q.float() * scale[:, None]).t()
     torch.testing.assert_close(kernels.gemm_int8(x, q, scale), want, atol=1e-3, rtol=1e-3)

@@ -69,9 +69,9 @@ def optimize(model, weights=None, *, layout: str = "auto", kernel="auto"):
              activations stay in the model's dtype (float32): only the stored weights narrow.
              On a GPU a float format casts the whole model (its arithmetic is fast in bf16).
     layout   "auto" (time both and keep the faster), "in_out" (x @ W) or "out_in" (F.linear).
-    kernel   bf16 weights on a CPU: "auto" multiplies one row with minillm's own bf16 kernel
-             where it can be built (kernel.py), False never, True insists (ValueError where it
-             cannot be built).
+    kernel   float32 or bf16 weights on a CPU: "auto" multiplies one row with minillm's own
+             kernel (minillm/kernels.py: gemv_f32, gemv_bf16) where it can be built, False
+             never (PyTorch's own), True insists (ValueError where it cannot be built).
 
     The original model is left as it is; the copy holds its own weights (about as many bytes
     again, plus the LM head when the embeddings are tied)."""
@@ -140,16 +140,17 @@ def _linear_maker(fmt: str, act_dtype, device, layout: str, kernel):
         return lambda w, b: Int8Linear.from_weight(w, b)
     dtype = FLOAT_DTYPES[fmt]
     use_kernel = False
-    if dtype == torch.bfloat16 and act_dtype == torch.float32 and device.type == "cpu" \
-            and kernel in ("auto", True):
+    if dtype in (torch.bfloat16, torch.float32) and act_dtype == torch.float32 \
+            and device.type == "cpu" and kernel in ("auto", True):
         from ..kernels import load
 
-        use_kernel = load("gemv_bf16") is not None
+        use_kernel = load("gemv_bf16" if dtype == torch.bfloat16 else "gemv_f32") is not None
         if kernel is True and not use_kernel:
-            raise ValueError("the bf16 kernel cannot be built here (it needs an x86-64 AVX2 "
+            raise ValueError("minillm's kernels cannot be built here (they need an x86-64 AVX2 "
                              "CPU and a C compiler); use kernel='auto'")
     elif kernel is True:
-        raise ValueError("kernel=True needs bf16 weights with float32 activations on a CPU")
+        raise ValueError("kernel=True needs float32 or bf16 weights with float32 activations "
+                         "on a CPU")
 
     def make(weight, bias):
         return FastLinear(weight, None if bias is None else bias.to(act_dtype), dtype=dtype,

@@ -10,6 +10,8 @@ time to read the matrices. Three choices make that read fast, and this layer mak
    float32 activations on a CPU without fast bf16 arithmetic. Then one row is multiplied by
    minillm's bf16 kernel (minillm/kernels.py, which widens each weight in registers), a few rows by
    PyTorch's bf16 matmul, and many rows (a prefill) by widening the weights once for the call.
+   One row by float32 weights goes to minillm's float32 kernel (it streams the (in, out) matrix in
+   memory order, faster than PyTorch's matrix-vector product at batch 1); more rows to PyTorch.
 3. The bias is added inside the multiplication (`addmm`).
 """
 
@@ -36,13 +38,13 @@ class FastLinear(nn.Module):
         super().__init__()
         dtype = weight.dtype if dtype is None else dtype
         self.out_features, self.in_features = weight.shape
-        self.kernel = bool(kernel)  # one row through minillm's bf16 matrix-vector kernel
+        self.kernel = bool(kernel)  # one row through minillm's matrix-vector kernel
         if self.kernel:
-            if dtype != torch.bfloat16 or weight.device.type != "cpu" \
-                    or kernels.load("gemv_bf16") is None:
-                raise ValueError("the bf16 kernel takes bfloat16 weights on a CPU where it can "
-                                 "be built (x86-64 AVX2 and a C compiler)")
-            layout = "out_in"  # the kernel reads rows of W
+            name = {torch.bfloat16: "gemv_bf16", torch.float32: "gemv_f32"}.get(dtype)
+            if name is None or weight.device.type != "cpu" or kernels.load(name) is None:
+                raise ValueError("minillm's kernels take bfloat16 or float32 weights on a CPU "
+                                 "where they can be built (x86-64 AVX2 and a C compiler)")
+            layout = "out_in" if dtype == torch.bfloat16 else "in_out"  # the order each reads
         self.layout = best_layout(dtype, weight.device) if layout == "auto" else layout
         if self.layout not in ("in_out", "out_in"):
             raise ValueError(f"layout must be 'auto', 'in_out' or 'out_in', got {layout!r}")
@@ -61,6 +63,7 @@ class FastLinear(nn.Module):
         self._w_in_out = w if self.layout == "in_out" else w.t()
         self._b = self.bias
         self._same_dtype_as = w.dtype
+        self._f32_kernel = self.kernel and w.dtype == torch.float32 and w.device.type == "cpu"
 
     def _apply(self, fn, *args, **kwargs):  # .to(), .cuda(), .double(): refresh the views
         out = super()._apply(fn, *args, **kwargs)
@@ -74,6 +77,8 @@ class FastLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype == self._same_dtype_as:  # one call, any leading dimensions, bias inside
+            if self._f32_kernel and x.numel() == self.in_features:
+                return self.one_row(x).view(*x.shape[:-1], self.out_features)
             return F.linear(x, self._w_out_in, self._b)
         lead = x.shape[:-1]
         x = x.reshape(-1, self.in_features)
@@ -92,7 +97,17 @@ class FastLinear(nn.Module):
             y = y if bias is None else y.add_(bias)
         return y.view(*lead, self.out_features)
 
+    def one_row(self, x: torch.Tensor) -> torch.Tensor:
+        """x (1, in) float32 times the float32 weights by minillm's kernel: (1, out)."""
+        y = torch.empty(1, self.out_features, dtype=torch.float32, device=x.device)
+        kernels.load("gemv_f32")(self.weight.data_ptr(),
+                                 None if self._b is None else self._b.data_ptr(),
+                                 x.contiguous().data_ptr(), y.data_ptr(), self.out_features,
+                                 self.in_features, torch.get_num_threads())
+        return y
+
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"dtype={self.weight.dtype}, layout={self.layout!r}, bias={self.bias is not None}"
-                + (", kernel=bf16 gemv" if self.kernel else ""))
+                + (f", kernel={'bf16' if self.weight.dtype == torch.bfloat16 else 'f32'} gemv"
+                   if self.kernel else ""))
