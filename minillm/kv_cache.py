@@ -49,29 +49,28 @@ class KVCacheProtocol(Protocol):
     def advance(self, new_tokens: int) -> None: ...
 
 
-class KVCache:
-    """Contiguous keys and values for `batch_size` rows of up to `max_tokens` tokens."""
+class LayerSlots:
+    """Keys and values in `slots` positions per layer, (batch, kv_heads, slots, head_dim) each,
+    and `length`, the tokens seen: what KVCache and sliding_window.RingKVCache share."""
 
     def __init__(self, n_layers: int, batch_size: int, n_kv_heads: int, head_dim: int,
-                 max_tokens: int, dtype: torch.dtype = torch.float32, device="cpu"):
+                 slots: int, dtype: torch.dtype = torch.float32, device="cpu"):
         for field, value in [("n_layers", n_layers), ("batch_size", batch_size),
-                             ("n_kv_heads", n_kv_heads), ("head_dim", head_dim),
-                             ("max_tokens", max_tokens)]:
-            check_int(f"KVCache {field}", value, 1, allowed="a positive int")
-        shape = (batch_size, n_kv_heads, max_tokens, head_dim)
+                             ("n_kv_heads", n_kv_heads), ("head_dim", head_dim)]:
+            check_int(f"{type(self).__name__} {field}", value, 1, allowed="a positive int")
+        shape = (batch_size, n_kv_heads, slots, head_dim)
         self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
         self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
-        self.max_tokens = max_tokens
         self.length = 0
 
     @classmethod
-    def for_model(cls, model, batch_size: int, max_tokens: int) -> "KVCache":
+    def for_model(cls, model, batch_size: int, slots: int):
         """A cache shaped for `model` (anything with a minillm `config`), on its device, in the
         dtype of its activations."""
         from .devices import model_device, model_dtype
 
         c = model.config
-        return cls(c.n_layers, batch_size, c.n_kv_heads, c.head_dim, max_tokens,
+        return cls(c.n_layers, batch_size, c.n_kv_heads, c.head_dim, slots,
                    dtype=model_dtype(model), device=model_device(model))
 
     @property
@@ -81,6 +80,30 @@ class KVCache:
     @property
     def batch_size(self) -> int:
         return self.keys[0].shape[0]
+
+    def _bytes_per_token(self) -> int:
+        return sum(t[:, :, :1].nelement() * t.element_size() for t in self.keys + self.values)
+
+    @property
+    def capacity_bytes(self) -> int:
+        """Bytes allocated for all the slots."""
+        return sum(t.nelement() * t.element_size() for t in self.keys + self.values)
+
+
+class KVCache(LayerSlots):
+    """Contiguous keys and values for `batch_size` rows of up to `max_tokens` tokens."""
+
+    def __init__(self, n_layers: int, batch_size: int, n_kv_heads: int, head_dim: int,
+                 max_tokens: int, dtype: torch.dtype = torch.float32, device="cpu"):
+        check_int("KVCache max_tokens", max_tokens, 1, allowed="a positive int")
+        super().__init__(n_layers, batch_size, n_kv_heads, head_dim, max_tokens, dtype, device)
+        self.max_tokens = max_tokens
+
+    @classmethod
+    def for_model(cls, model, batch_size: int, max_tokens: int) -> "KVCache":
+        """A cache shaped for `model` (anything with a minillm `config`), on its device, in the
+        dtype of its activations."""
+        return super().for_model(model, batch_size, max_tokens)
 
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor):
         """Store `k`, `v` of shape (batch, kv_heads, new_tokens, head_dim) after the `length`
@@ -119,11 +142,4 @@ class KVCache:
     @property
     def nbytes(self) -> int:
         """Bytes held by the keys and values of the tokens stored so far."""
-        per_token = sum(t[:, :, :1].nelement() * t.element_size()
-                        for t in self.keys + self.values)
-        return per_token * self.length
-
-    @property
-    def capacity_bytes(self) -> int:
-        """Bytes allocated for all `max_tokens` positions."""
-        return sum(t.nelement() * t.element_size() for t in self.keys + self.values)
+        return self._bytes_per_token() * self.length

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import torch
 
+from .kv_cache import LayerSlots
 from .layers.attention import causal_mask
 
 
@@ -33,38 +34,19 @@ def sliding_window_mask(queries: int, keys: int, window: int, device=None) -> to
     return causal_mask(queries, keys, device) & (position - key < window)
 
 
-class RingKVCache:
+class RingKVCache(LayerSlots):
     """Keys and values of the last `window` tokens, in `window` slots per layer; token n lives in
     slot n mod window. `length` counts every token seen (it sets the next token's position)."""
 
     def __init__(self, n_layers: int, batch_size: int, n_kv_heads: int, head_dim: int,
                  window: int, dtype: torch.dtype = torch.float32, device="cpu"):
-        for field, value in [("n_layers", n_layers), ("batch_size", batch_size),
-                             ("n_kv_heads", n_kv_heads), ("head_dim", head_dim)]:
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"RingKVCache {field} must be a positive int, got {value!r}")
         _check_window(window)
-        shape = (batch_size, n_kv_heads, window, head_dim)
-        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
-        self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
+        super().__init__(n_layers, batch_size, n_kv_heads, head_dim, window, dtype, device)
         self.window = window
-        self.length = 0
 
     @classmethod
     def for_model(cls, model, batch_size: int, window: int) -> "RingKVCache":
-        from .devices import model_device, model_dtype
-
-        c = model.config
-        return cls(c.n_layers, batch_size, c.n_kv_heads, c.head_dim, window,
-                   dtype=model_dtype(model), device=model_device(model))
-
-    @property
-    def n_layers(self) -> int:
-        return len(self.keys)
-
-    @property
-    def batch_size(self) -> int:
-        return self.keys[0].shape[0]
+        return super().for_model(model, batch_size, window)
 
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor):
         """Store this pass's keys and values (batch, kv_heads, new, head_dim) and return the
@@ -87,13 +69,7 @@ class RingKVCache:
     @property
     def nbytes(self) -> int:
         """Bytes held by the keys and values of the tokens in the window."""
-        per_token = sum(t[:, :, :1].nelement() * t.element_size()
-                        for t in self.keys + self.values)
-        return per_token * min(self.length, self.window)
-
-    @property
-    def capacity_bytes(self) -> int:
-        return sum(t.nelement() * t.element_size() for t in self.keys + self.values)
+        return self._bytes_per_token() * min(self.length, self.window)
 
 
 @torch.inference_mode()
