@@ -522,20 +522,32 @@ def load(name: str = "gemv_bf16"):
     return None if lib is None else getattr(lib, name)
 
 
-def gemv_bf16(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None,
-              threads: int | None = None) -> torch.Tensor:
-    """x (K,) or (1, K) float32, weight (N, K) bf16 contiguous on the CPU -> (N,) float32 (or
-    `out`). Raises RuntimeError where the kernel is not available (see `load`)."""
-    fn = load("gemv_bf16")
+def _required(name: str, what: str):
+    """The kernel `name`, or a RuntimeError saying that the `what` kernel is not available."""
+    fn = load(name)
     if fn is None:
-        raise RuntimeError("the bf16 kernel is not available on this machine")
-    if weight.dtype != torch.bfloat16 or not weight.is_contiguous() or weight.dim() != 2:
-        raise ValueError("weight must be a contiguous 2-D bfloat16 tensor")
-    n, k = weight.shape
+        raise RuntimeError(f"the {what} kernel is not available on this machine")
+    return fn
+
+
+def _one_row(x: torch.Tensor, k: int) -> torch.Tensor:
+    """x, (K,) or (1, K) float32 and contiguous, as (K,); else a ValueError."""
     x = x.reshape(-1)
     if x.dtype != torch.float32 or x.numel() != k or not x.is_contiguous():
         raise ValueError(f"x must be {k} contiguous float32 values, got {tuple(x.shape)} "
                          f"{x.dtype}")
+    return x
+
+
+def gemv_bf16(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None,
+              threads: int | None = None) -> torch.Tensor:
+    """x (K,) or (1, K) float32, weight (N, K) bf16 contiguous on the CPU -> (N,) float32 (or
+    `out`). Raises RuntimeError where the kernel is not available (see `load`)."""
+    fn = _required("gemv_bf16", "bf16")
+    if weight.dtype != torch.bfloat16 or not weight.is_contiguous() or weight.dim() != 2:
+        raise ValueError("weight must be a contiguous 2-D bfloat16 tensor")
+    n, k = weight.shape
+    x = _one_row(x, k)
     if out is None:
         out = torch.empty(n, dtype=torch.float32)
     fn(weight.data_ptr(), x.data_ptr(), out.data_ptr(), n, k, threads or torch.get_num_threads())
@@ -547,17 +559,12 @@ def gemv_f32(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = 
     """x (K,) or (1, K) float32 times weight (K, N) float32, contiguous on the CPU (the (in, out)
     layout), plus `bias` (N,) -> (N,) float32 (or `out`). Raises RuntimeError where the kernel
     is not available (see `load`)."""
-    fn = load("gemv_f32")
-    if fn is None:
-        raise RuntimeError("the float32 kernel is not available on this machine")
+    fn = _required("gemv_f32", "float32")
     if weight.dtype != torch.float32 or not weight.is_contiguous() or weight.dim() != 2 \
             or weight.device.type != "cpu":
         raise ValueError("weight must be a contiguous 2-D float32 tensor (in, out) on the CPU")
     k, n = weight.shape
-    x = x.reshape(-1)
-    if x.dtype != torch.float32 or x.numel() != k or not x.is_contiguous():
-        raise ValueError(f"x must be {k} contiguous float32 values, got {tuple(x.shape)} "
-                         f"{x.dtype}")
+    x = _one_row(x, k)
     if bias is not None and (bias.dtype != torch.float32 or bias.shape != (n,)
                              or not bias.is_contiguous()):
         raise ValueError(f"bias must be {n} contiguous float32 values")
@@ -572,9 +579,7 @@ def gemm_int8(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor,
               bias: torch.Tensor | None = None, threads: int | None = None) -> torch.Tensor:
     """x (M, K) float32 times the int8 weight (N, K) with scales (N,), plus `bias` (N,):
     (M, N) float32, on the CPU. Raises RuntimeError where the kernel is not available."""
-    fn = load("gemm_int8")
-    if fn is None:
-        raise RuntimeError("the int8 kernel is not available on this machine")
+    fn = _required("gemm_int8", "int8")
     if qweight.dtype != torch.int8 or not qweight.is_contiguous() or qweight.dim() != 2:
         raise ValueError("qweight must be a contiguous 2-D int8 tensor")
     n, k = qweight.shape
@@ -601,9 +606,7 @@ def gemm_q4_1(x: torch.Tensor, blocks: torch.Tensor, bias: torch.Tensor | None =
     """x (M, K) float32 times a weight stored as GGUF Q4_1 blocks, `blocks` uint8 (N, K / 32 *
     20), plus `bias` (N,): (M, N) float32, on the CPU. RuntimeError where the kernel is not
     available."""
-    fn = load("gemm_q4_1")
-    if fn is None:
-        raise RuntimeError("the Q4_1 kernel is not available on this machine")
+    fn = _required("gemm_q4_1", "Q4_1")
     if blocks.dtype != torch.uint8 or not blocks.is_contiguous() or blocks.dim() != 2 \
             or blocks.shape[1] % 20:
         raise ValueError("blocks must be a contiguous uint8 tensor (rows, 20 bytes per block)")
@@ -628,9 +631,8 @@ def paged_decode_attention(q: torch.Tensor, key_pool: torch.Tensor, value_pool: 
     contiguous; slots (rows, longest) int64: row i's first lengths[i] entries are the pool slots
     of its keys, in order. Returns (rows, heads, head_dim); head_dim at most 256. RuntimeError
     where the kernel is not available."""
-    scores_fn, values_fn = load("paged_scores"), load("paged_values")
-    if scores_fn is None:
-        raise RuntimeError("the paged attention kernel is not available on this machine")
+    scores_fn = _required("paged_scores", "paged attention")
+    values_fn = _required("paged_values", "paged attention")
     rows, heads, head_dim = q.shape
     _, kv_heads, pool_dim = key_pool.shape
     for name, t in (("q", q), ("key_pool", key_pool), ("value_pool", value_pool)):
