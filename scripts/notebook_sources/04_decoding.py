@@ -437,6 +437,7 @@ import json  # noqa: E402
 import jsonschema  # noqa: E402
 
 from minillm.decoding import JSONConstraint  # noqa: E402
+from minillm.decoding.json_grammar import JSONGrammar  # noqa: E402
 
 schema = {"type": "object",
           "properties": {"city": {"type": "string", "maxLength": 30},
@@ -447,7 +448,7 @@ schema = {"type": "object",
 escaped = "\\u00e9" * 30  # 30 characters at their longest: 6 bytes each, as escapes
 longest = ('{ "city" : "' + escaped + '" , "country" : "' + escaped + '" , "capital" : false , '
            '"population_millions" : -' + "9" * 16 + "." + "9" * 16 + "e+999 }")
-grammar = JSONConstraint(tokenizer, schema).grammar
+grammar = JSONGrammar(schema)
 assert grammar.is_complete(grammar.feed(grammar.start, longest.encode()))
 print(f"the longest valid answer: {len(longest.encode())} bytes, so at most as many tokens")
 
