@@ -101,7 +101,8 @@ def compile_schema(schema) -> Node:
     if unsupported:
         raise SchemaError("unsupported JSON Schema features: " + ", ".join(unsupported) +
                           f" (supported: type {', '.join(TYPES)}; properties, required, "
-                          "additionalProperties, items, minItems, maxItems, maxLength, enum)", unsupported)
+                          "additionalProperties, items, minItems, maxItems, maxLength, enum)",
+                          unsupported)
     return node
 
 

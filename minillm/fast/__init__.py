@@ -31,7 +31,7 @@ from ..devices import FLOAT_DTYPES
 from ..layers.linear import replace_module
 from .layout import best_layout, time_layouts
 from .decode import FusedDecode
-from .linear import FastLinear
+from .linear import ONE_ROW_KERNELS, FastLinear
 
 __all__ = ["optimize", "is_optimized", "FastLinear", "best_layout", "time_layouts",
            "WEIGHT_FORMATS"]
@@ -140,11 +140,11 @@ def _linear_maker(fmt: str, act_dtype, device, layout: str, kernel):
         return lambda w, b: Int8Linear.from_weight(w, b)
     dtype = FLOAT_DTYPES[fmt]
     use_kernel = False
-    if dtype in (torch.bfloat16, torch.float32) and act_dtype == torch.float32 \
-            and device.type == "cpu" and kernel in ("auto", True):
+    if dtype in ONE_ROW_KERNELS and act_dtype == torch.float32 and device.type == "cpu" \
+            and kernel in ("auto", True):
         from ..kernels import load
 
-        use_kernel = load("gemv_bf16" if dtype == torch.bfloat16 else "gemv_f32") is not None
+        use_kernel = load(ONE_ROW_KERNELS[dtype]) is not None
         if kernel is True and not use_kernel:
             raise ValueError("minillm's kernels cannot be built here (they need an x86-64 AVX2 "
                              "CPU and a C compiler); use kernel='auto'")

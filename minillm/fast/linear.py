@@ -29,6 +29,9 @@ from .layout import best_layout
 # AVX2: even at 11 rows, 4x faster at 128).
 UPCAST_ROWS = 8
 
+# The weight dtypes minillm has a one-row CPU kernel for (minillm/kernels.py), by kernel name.
+ONE_ROW_KERNELS = {torch.bfloat16: "gemv_bf16", torch.float32: "gemv_f32"}
+
 
 class FastLinear(nn.Module):
     """y = x Wᵀ + b with W (out, in) stored as `dtype` in `layout` ("auto": the faster here)."""
@@ -40,7 +43,7 @@ class FastLinear(nn.Module):
         self.out_features, self.in_features = weight.shape
         self.kernel = bool(kernel)  # one row through minillm's matrix-vector kernel
         if self.kernel:
-            name = {torch.bfloat16: "gemv_bf16", torch.float32: "gemv_f32"}.get(dtype)
+            name = ONE_ROW_KERNELS.get(dtype)
             if name is None or weight.device.type != "cpu" or kernels.load(name) is None:
                 raise ValueError("minillm's kernels take bfloat16 or float32 weights on a CPU "
                                  "where they can be built (x86-64 AVX2 and a C compiler)")
