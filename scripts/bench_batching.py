@@ -62,7 +62,8 @@ def main(argv=None):
 
     import minillm
     from minillm.engine import Engine
-    from minillm.engine.bench import hf_generate, make_workload, memory_use, run_engine, run_online
+    from minillm.engine.bench import (hf_generate, make_workload, memory_use, run_engine,
+                                      run_online, time_split)
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -96,6 +97,7 @@ def main(argv=None):
         results["transformers"] = hf_generate(reference, ref_tokenizer, work,
                                               args.max_num_seqs, progress=True)
     memory = memory_use(cont_engine.steps, max_len=longest)
+    split = time_split(cont_engine.steps)
 
     capacity = n / results["continuous"]["wall_s"]  # requests per second, offline
     online = []
@@ -123,6 +125,10 @@ def main(argv=None):
     print(f"static batching computed {work_ratio:.2f}x the token positions continuous batching did "
           "(padding and ghost rows):\n  where time follows work (a compute-bound CPU) continuous "
           "batching gains about that much at the same batch size")
+    print(f"continuous run: {split['prompt_s']:.1f} s in {split['prompt_steps']} steps carrying "
+          f"{split['prompt_tokens']} prompt tokens, {split['decode_s']:.1f} s in "
+          f"{split['decode_steps']} decode-only steps of {split['decode_rows_mean']:.1f} rows "
+          f"on average ({1000 * split['decode_step_s']:.0f} ms each)")
     print(f"KV pool: {num_blocks} blocks of {args.block_size} tokens = {args.max_num_seqs} "
           f"sequences of {longest} tokens (static batching's reservation)")
     print()
@@ -160,6 +166,7 @@ def main(argv=None):
         "continuous_over_transformers": (cont / results["transformers"]["tokens_per_s"]
                                          if "transformers" in results else None),
         "memory_used_over_reserved": memory,
+        "continuous_time_split": split,
         "online": online,
     }
     print()

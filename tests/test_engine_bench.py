@@ -8,7 +8,7 @@ import torch
 
 from minillm.engine import Engine, StepRecord
 from minillm.engine.bench import (Work, make_workload, memory_use, percentile, poisson_arrivals,
-                                  run_engine, run_online)
+                                  run_engine, run_online, time_split)
 from minillm.engine.toy import tiny_model
 
 
@@ -52,6 +52,20 @@ def test_memory_use_is_token_weighted_over_steps():
     got = memory_use(steps, max_len=100)
     assert got == {"paged": 40 / 48, "contiguous_per_request": 40 / 80,
                    "contiguous_max_length": 40 / 200}
+
+
+def test_time_split_separates_decode_only_steps_from_steps_with_prompt_tokens():
+    steps = [StepRecord(0.0, 1.0, [(0, 100, "prefill")]),
+             StepRecord(1.0, 1.5, [(0, 1, "decode"), (1, 60, "prefill")]),
+             StepRecord(1.5, 1.7, [(0, 1, "decode"), (1, 1, "decode")]),
+             StepRecord(1.7, 2.1, [(0, 1, "decode"), (1, 1, "decode"), (2, 1, "decode"),
+                                   (3, 1, "decode")]),
+             StepRecord(2.1, 2.3, [(1, 5, "recompute")]),
+             StepRecord(2.3, 2.6, [(0, 1, "decode"), (1, 1, "ghost"), (2, 1, "ghost")])]
+    got = time_split(steps)  # a static batch's ghost rows are decode rows, not prompt tokens
+    assert got == pytest.approx({"decode_steps": 3, "decode_s": 0.9, "decode_step_s": 0.3,
+                                 "decode_rows_mean": 3.0, "prompt_steps": 3, "prompt_s": 1.7,
+                                 "prompt_tokens": 165})
 
 
 def test_offline_and_online_runs_finish_every_request():

@@ -72,6 +72,25 @@ def memory_use(steps, max_len: int | None = None) -> dict:
     return out
 
 
+PROMPT_KINDS = ("prefill", "recompute")  # StepRecord item kinds that run prompt tokens
+
+
+def time_split(steps) -> dict:
+    """Where a run's time went: the steps that ran only decode rows (a static batch's ghost rows
+    included; how many, their seconds, their rows on average, the seconds of one) against the
+    steps that carried prompt tokens, first or recomputed (how many, their seconds, the prompt
+    tokens they ran)."""
+    prompt = [s for s in steps if any(kind in PROMPT_KINDS for _, _, kind in s.items)]
+    decode = [s for s in steps if not any(kind in PROMPT_KINDS for _, _, kind in s.items)]
+    decode_s = sum(s.end - s.start for s in decode)
+    return {"decode_steps": len(decode), "decode_s": decode_s,
+            "decode_step_s": decode_s / max(1, len(decode)),
+            "decode_rows_mean": sum(len(s.items) for s in decode) / max(1, len(decode)),
+            "prompt_steps": len(prompt), "prompt_s": sum(s.end - s.start for s in prompt),
+            "prompt_tokens": sum(n for s in prompt for _, n, kind in s.items
+                                 if kind in PROMPT_KINDS)}
+
+
 def hf_generate(model, tokenizer, work: list[Work], batch_size: int = 16,
                 progress: bool = False) -> dict:
     """transformers' batched `generate()` on the same requests: batches of `batch_size` in
