@@ -121,6 +121,9 @@ def main(argv=None):
         print(f"{name:<24}{seqs:>5}{r['new_tokens']:>12}{r['wall_s']:>9.1f}"
               f"{r['tokens_per_s']:>8.1f}{r['tokens_per_s'] / static:>12.2f}x"
               f"{r.get('preemptions', ''):>13}{r.get('computed_rows') or '':>15}")
+    if "transformers" in results:
+        print(f"continuous batching over transformers' batched generate(): "
+              f"{cont / results['transformers']['tokens_per_s']:.2f}x")
     work_ratio = results["static"]["computed_rows"] / results["continuous"]["computed_rows"]
     print(f"static batching computed {work_ratio:.2f}x the token positions continuous batching did "
           "(padding and ghost rows):\n  where time follows work (a compute-bound CPU) continuous "

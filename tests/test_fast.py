@@ -284,9 +284,10 @@ def test_bf16_kernel_matches_torch_where_it_can_be_built():
 
 
 @pytest.mark.parametrize("bias", [False, True])
-def test_float32_one_row_goes_through_minillms_kernel_and_matches_torch(bias, monkeypatch):
-    """At batch 1 a float32 FastLinear multiplies with kernels.gemv_f32 (module path and fused
-    decode step alike); more rows, or kernel=False, stay with PyTorch; logits agree."""
+def test_float32_decode_rows_go_through_minillms_kernels_and_match_torch(bias, monkeypatch):
+    """A float32 FastLinear multiplies up to kernels.gemm_f32_max_rows() rows with minillm's
+    kernels (gemv_f32 for one, gemm_f32 for more; module path and fused decode step alike); more
+    rows, or kernel=False, stay with PyTorch; logits agree."""
     from minillm import kernels
     from minillm.fast.linear import FastLinear
 
@@ -297,28 +298,37 @@ def test_float32_one_row_goes_through_minillms_kernel_and_matches_torch(bias, mo
     assert fast.layers[0].attn.qkv_proj.kernel and fast.lm_head.kernel
     assert not plain.layers[0].attn.qkv_proj.kernel
     rows = []
-    real = FastLinear.one_row
-    monkeypatch.setattr(FastLinear, "one_row", lambda self, x: rows.append(x.shape[0])
+    real = FastLinear.few_rows
+    monkeypatch.setattr(FastLinear, "few_rows", lambda self, x: rows.append(x.shape[0])
                         or real(self, x))
     ids = torch.tensor([[5, 9, 2, 7]])
-    for steps in (fast, plain):
-        c = KVCache.for_model(steps, 2, 12)
-        with torch.inference_mode():
-            steps(ids.repeat(2, 1), cache=c)
-            two = steps(torch.tensor([[3], [4]]), cache=c)  # two rows: PyTorch
-        assert not rows
     for m in (fast, plain):
-        c = KVCache.for_model(m, 1, 12)
+        rows.clear()
+        c = KVCache.for_model(m, 2, 12)
         with torch.inference_mode():
+            m(ids.repeat(2, 1), cache=c)
+            two = m(torch.tensor([[3], [4]]), cache=c)  # two rows: the fused step
+            c = KVCache.for_model(m, 1, 12)
             m(ids, cache=c)
-            got = m(torch.tensor([[3]]), cache=c)  # one row: the fused step, the kernel
+            one = m(torch.tensor([[3]]), cache=c)  # one row: the fused step
             full = m.forward(torch.tensor([[5, 9, 2, 7, 3]]), logits_to_keep=1)
         want = model(torch.tensor([[5, 9, 2, 7, 3]]))[:, -1:]
-        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
-        torch.testing.assert_close(full, want, atol=1e-4, rtol=1e-4)
-    assert rows and set(rows) == {1}  # only the fast model's one-row calls
+        for got in (two[:1], one, full):
+            torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+        if m is fast:
+            assert {1, 2, 4, 8} <= set(rows)  # decode rows, and the prompts' 4 and 2 x 4
+        else:
+            assert not rows
+    monkeypatch.setattr(kernels, "gemm_f32_max_rows", lambda: 8)  # as with AVX2
+    capped = optimize(model)
+    rows.clear()
+    long = torch.randint(0, 80, (2, 5), generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        torch.testing.assert_close(capped.forward(long), model(long), atol=1e-4, rtol=1e-4)
+        capped.forward(long[:, :4])
+    assert rows and max(rows) == 8  # 10 rows: PyTorch; 8: the kernel
     layer = fast.layers[1].mlp.down_proj
-    x = torch.randn(1, 1, layer.in_features)
+    x = torch.randn(1, 3, layer.in_features)
     torch.testing.assert_close(layer(x), F.linear(x, layer.matrix().t(), layer.bias),
                                atol=1e-5, rtol=1e-5)
     assert two.shape == (2, 1, 80)

@@ -119,6 +119,46 @@ def test_gemv_f32_refuses_what_it_cannot_read():
         kernels.gemv_f32(x, w, torch.randn(5))
 
 
+@needs_kernel
+@pytest.mark.parametrize("k,n", [(576, 960), (1536, 576), (17, 5), (33, 1000), (40, 513),
+                                 (40, 47)])
+@pytest.mark.parametrize("rows", [1, 2, 7, 8, 9, 16, 17, 64, 300])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_gemm_f32_matches_torch_for_any_rows_shape_bias_and_threads(k, n, rows, threads):
+    """Tiles of rows and of columns, a tail of each (columns fewer than a vector too), the
+    weight taken a span of rows at a time (few rows) or whole (more), columns split between
+    threads."""
+    rows = min(rows, kernels.gemm_f32_max_rows())
+    gen = torch.Generator().manual_seed(k * n + rows)
+    w, x, b = torch.randn(k, n, generator=gen), torch.randn(rows, k, generator=gen), \
+        torch.randn(n, generator=gen)
+    torch.testing.assert_close(kernels.gemm_f32(x, w, threads=threads), x @ w, atol=5e-4,
+                               rtol=1e-5)  # sums of up to 1536 products, in another order
+    out = torch.full((rows, n), float("nan"))
+    got = kernels.gemm_f32(x, w, b, out=out, threads=threads)
+    assert got is out
+    torch.testing.assert_close(got, torch.addmm(b, x, w), atol=5e-4, rtol=1e-5)
+
+
+@needs_kernel
+def test_gemm_f32_refuses_what_it_cannot_read():
+    w, x = torch.randn(8, 4), torch.randn(3, 8)
+    limit = kernels.gemm_f32_max_rows()
+    assert limit in (8, 1 << 20)
+    with pytest.raises(ValueError, match="contiguous 2-D float32"):
+        kernels.gemm_f32(x, w.t().contiguous().t())
+    with pytest.raises(ValueError, match=f"x must be 1 to {limit} contiguous float32 rows of 8"):
+        kernels.gemm_f32(torch.randn(0, 8), w)
+    with pytest.raises(ValueError, match="rows of 8"):
+        kernels.gemm_f32(torch.randn(3, 7), w)
+    with pytest.raises(ValueError, match="rows of 8"):
+        kernels.gemm_f32(torch.randn(8, 3).t(), w)
+    with pytest.raises(ValueError, match="bias must be 4"):
+        kernels.gemm_f32(x, w, torch.randn(5))
+    with pytest.raises(ValueError, match=r"shape \(3, 4\)"):
+        kernels.gemm_f32(x, w, out=torch.empty(4, 3))
+
+
 AVX2_CHECK = textwrap.dedent("""
     import torch
     from minillm import kernels
@@ -135,6 +175,12 @@ AVX2_CHECK = textwrap.dedent("""
                      torch.randn(n, generator=gen))
         torch.testing.assert_close(kernels.gemv_f32(xv, wt, b), xv @ wt + b, atol=1e-4,
                                    rtol=1e-5)
+    assert kernels.gemm_f32_max_rows() == 8
+    for rows, k, n in ((3, 72, 40), (8, 33, 1000), (5, 40, 47)):
+        wt, xm, b = (torch.randn(k, n, generator=gen), torch.randn(rows, k, generator=gen),
+                     torch.randn(n, generator=gen))
+        torch.testing.assert_close(kernels.gemm_f32(xm, wt, b), torch.addmm(b, xm, wt),
+                                   atol=1e-4, rtol=1e-5)
     q, scale = quantize_int8(w)
     want = x @ (q.float() * scale[:, None]).t()
     torch.testing.assert_close(kernels.gemm_int8(x, q, scale), want, atol=1e-3, rtol=1e-3)

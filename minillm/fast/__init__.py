@@ -5,9 +5,9 @@
                                              whose every linear layer (LM head included) is a
                                              FastLinear (or, for "int8", minillm.quant's
                                              Int8Linear); `minillm.load` returns one by default
-    linear.py                                FastLinear: layout, storage dtype, bf16 kernel
+    linear.py                                FastLinear: layout, storage dtype, own kernels
     layout.py                                which weight layout multiplies fastest here
-    (minillm/kernels.py                      the bf16 and int8 CPU kernels they call)
+    (minillm/kernels.py                      the float32, bf16 and int8 CPU kernels they call)
 
 Nothing else changes: the copy is the same class (LlamaModel, Qwen3Model, ...), runs the same
 blocks and attention (minillm.layers), keeps the same forward contract, and gives the same
@@ -69,9 +69,11 @@ def optimize(model, weights=None, *, layout: str = "auto", kernel="auto"):
              activations stay in the model's dtype (float32): only the stored weights narrow.
              On a GPU a float format casts the whole model (its arithmetic is fast in bf16).
     layout   "auto" (time both and keep the faster), "in_out" (x @ W) or "out_in" (F.linear).
-    kernel   float32 or bf16 weights on a CPU: "auto" multiplies one row with minillm's own
-             kernel (minillm/kernels.py: gemv_f32, gemv_bf16) where it can be built, False
-             never (PyTorch's own), True insists (ValueError where it cannot be built).
+    kernel   float32 or bf16 weights on a CPU: "auto" multiplies a decode step's rows with
+             minillm's own kernels (minillm/kernels.py: gemv_bf16 for one row of bf16, gemv_f32
+             and gemm_f32 for up to kernels.gemm_f32_max_rows() rows of float32) where they can
+             be built, False never (PyTorch's own), True insists (ValueError where they cannot
+             be built).
 
     The original model is left as it is; the copy holds its own weights (about as many bytes
     again, plus the LM head when the embeddings are tied)."""

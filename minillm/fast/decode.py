@@ -50,8 +50,8 @@ def _norm(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
 def _linear(layer: nn.Module, x: torch.Tensor, residual: torch.Tensor | None = None):
     """layer(x) (+ residual), the residual added inside the multiply for a float FastLinear."""
     if isinstance(layer, FastLinear) and layer._b is None and x.dtype == layer._same_dtype_as:
-        if layer._f32_kernel and x.shape[0] == 1:  # one row: minillm's float32 kernel
-            y = layer.one_row(x)
+        if x.shape[0] <= layer._f32_rows:  # a few rows: minillm's float32 kernels
+            y = layer.few_rows(x)
             return y if residual is None else y.add_(residual)
         weight = layer._w_in_out
         return torch.mm(x, weight) if residual is None else torch.addmm(residual, x, weight)

@@ -10,8 +10,11 @@ time to read the matrices. Three choices make that read fast, and this layer mak
    float32 activations on a CPU without fast bf16 arithmetic. Then one row is multiplied by
    minillm's bf16 kernel (minillm/kernels.py, which widens each weight in registers), a few rows by
    PyTorch's bf16 matmul, and many rows (a prefill) by widening the weights once for the call.
-   One row by float32 weights goes to minillm's float32 kernel (it streams the (in, out) matrix in
-   memory order, faster than PyTorch's matrix-vector product at batch 1); more rows to PyTorch.
+   Float32 weights multiply with minillm's float32 kernels: one row streams the (in, out) matrix
+   in memory order, faster than PyTorch's matrix-vector product at batch 1; more rows, up to
+   `kernels.gemm_f32_max_rows()`, go through a tiled kernel that uses each weight it loads for
+   every row (a decode batch's rows, or with AVX-512 a whole prompt), faster than PyTorch's
+   multiply here. More rows than that (a prefill on an AVX2 CPU) go to PyTorch.
 3. The bias is added inside the multiplication (`addmm`).
 """
 
@@ -67,6 +70,7 @@ class FastLinear(nn.Module):
         self._b = self.bias
         self._same_dtype_as = w.dtype
         self._f32_kernel = self.kernel and w.dtype == torch.float32 and w.device.type == "cpu"
+        self._f32_rows = kernels.gemm_f32_max_rows() if self._f32_kernel else 0
 
     def _apply(self, fn, *args, **kwargs):  # .to(), .cuda(), .double(): refresh the views
         out = super()._apply(fn, *args, **kwargs)
@@ -80,8 +84,9 @@ class FastLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype == self._same_dtype_as:  # one call, any leading dimensions, bias inside
-            if self._f32_kernel and x.numel() == self.in_features:
-                return self.one_row(x).view(*x.shape[:-1], self.out_features)
+            if x.numel() <= self._f32_rows * self.in_features:
+                return self.few_rows(x.reshape(-1, self.in_features)).view(*x.shape[:-1],
+                                                                             self.out_features)
             return F.linear(x, self._w_out_in, self._b)
         lead = x.shape[:-1]
         x = x.reshape(-1, self.in_features)
@@ -100,17 +105,25 @@ class FastLinear(nn.Module):
             y = y if bias is None else y.add_(bias)
         return y.view(*lead, self.out_features)
 
-    def one_row(self, x: torch.Tensor) -> torch.Tensor:
-        """x (1, in) float32 times the float32 weights by minillm's kernel: (1, out)."""
-        y = torch.empty(1, self.out_features, dtype=torch.float32, device=x.device)
-        kernels.load("gemv_f32")(self.weight.data_ptr(),
-                                 None if self._b is None else self._b.data_ptr(),
-                                 x.contiguous().data_ptr(), y.data_ptr(), self.out_features,
-                                 self.in_features, torch.get_num_threads())
+    def few_rows(self, x: torch.Tensor) -> torch.Tensor:
+        """x (rows, in) float32, 1 <= rows <= `kernels.gemm_f32_max_rows()`, times the float32
+        weights by minillm's kernels: (rows, out)."""
+        rows = x.shape[0]
+        y = torch.empty(rows, self.out_features, dtype=torch.float32, device=x.device)
+        x = x.contiguous()
+        bias = None if self._b is None else self._b.data_ptr()
+        if rows == 1:
+            kernels.load("gemv_f32")(self.weight.data_ptr(), bias, x.data_ptr(), y.data_ptr(),
+                                     self.out_features, self.in_features,
+                                     torch.get_num_threads())
+        else:
+            kernels.load("gemm_f32")(self.weight.data_ptr(), bias, x.data_ptr(), y.data_ptr(),
+                                     rows, self.out_features, self.in_features,
+                                     torch.get_num_threads())
         return y
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"dtype={self.weight.dtype}, layout={self.layout!r}, bias={self.bias is not None}"
-                + (f", kernel={'bf16' if self.weight.dtype == torch.bfloat16 else 'f32'} gemv"
+                + (f", kernel={'bf16 gemv' if self.weight.dtype == torch.bfloat16 else 'f32'}"
                    if self.kernel else ""))
