@@ -1,5 +1,5 @@
-"""minillm.kernels: the float32 matrix-vector kernel and the paged attention kernel against
-torch's math, their refusals, and every kernel built for AVX2 as well as for this CPU's own
+"""minillm.kernels: the float32 kernels (one row and several), the Q4_1 kernel and the paged
+attention kernel against torch's math, their refusals, and every kernel built for AVX2 as well as for this CPU's own
 vector width (a CPU without AVX-512 compiles the other half of the source). The layers that call
 the weight kernels are tested in test_fast.py."""
 
@@ -159,6 +159,34 @@ def test_gemm_f32_refuses_what_it_cannot_read():
         kernels.gemm_f32(x, w, out=torch.empty(4, 3))
 
 
+def _q4_1_blocks(rows, k, gen):
+    """Random GGUF Q4_1 blocks: d in [0, 0.02), m in (-0.1, 0] as float16, random nibbles."""
+    blocks = torch.randint(0, 256, (rows, k // 32, 20), dtype=torch.uint8, generator=gen)
+    d = (torch.rand(rows, k // 32, generator=gen) * 0.02).half()
+    m = (torch.rand(rows, k // 32, generator=gen) * -0.1).half()
+    blocks[..., 0:2] = d.view(torch.uint8).view(rows, k // 32, 2)
+    blocks[..., 2:4] = m.view(torch.uint8).view(rows, k // 32, 2)
+    return blocks.reshape(rows, -1).contiguous()
+
+
+@needs_kernel
+@pytest.mark.parametrize("n,k,rows", [(960, 576, 1), (576, 1536, 3), (40, 32, 2), (17, 96, 5)])
+def test_gemm_q4_1_matches_the_dequantized_product(n, k, rows):
+    """The kernel reads the blocks as the file stores them: weight = q * d + m."""
+    from minillm.quant.gguf_q4_1 import dequantize_q4_1
+
+    gen = torch.Generator().manual_seed(n + k)
+    blocks = _q4_1_blocks(n, k, gen)
+    x, b = torch.randn(rows, k, generator=gen), torch.randn(n, generator=gen)
+    want = x @ dequantize_q4_1(blocks).float().t()
+    torch.testing.assert_close(kernels.gemm_q4_1(x, blocks), want, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(kernels.gemm_q4_1(x, blocks, b), want + b, atol=1e-4, rtol=1e-4)
+    with pytest.raises(ValueError, match="20 bytes per block"):
+        kernels.gemm_q4_1(x, blocks[:, :-1].contiguous())
+    with pytest.raises(ValueError, match=f"rows of {k} values"):
+        kernels.gemm_q4_1(x[:, :-1], blocks)
+
+
 AVX2_CHECK = textwrap.dedent("""
     import torch
     from minillm import kernels
@@ -184,6 +212,13 @@ AVX2_CHECK = textwrap.dedent("""
     q, scale = quantize_int8(w)
     want = x @ (q.float() * scale[:, None]).t()
     torch.testing.assert_close(kernels.gemm_int8(x, q, scale), want, atol=1e-3, rtol=1e-3)
+    from minillm.quant.gguf_q4_1 import dequantize_q4_1
+    blocks = torch.randint(0, 256, (40, 3, 20), dtype=torch.uint8, generator=gen)
+    blocks[..., 0:4] = torch.tensor([0x00, 0x20, 0x00, 0xA0], dtype=torch.uint8)  # d, m: ±2**-7
+    blocks = blocks.reshape(40, 60)
+    x96 = torch.randn(3, 96, generator=gen)
+    torch.testing.assert_close(kernels.gemm_q4_1(x96, blocks),
+                               x96 @ dequantize_q4_1(blocks).float().t(), atol=1e-4, rtol=1e-4)
     for head_dim in (8, 20, 64):
         keys = torch.randn(50, 2, head_dim, generator=gen)
         values = torch.randn(50, 2, head_dim, generator=gen)
