@@ -1,5 +1,5 @@
-"""minillm.kernels: the float32 kernels (one row and several), the Q4_1 kernel and the paged
-attention kernel against torch's math, their refusals, and every kernel built for AVX2 as well as for this CPU's own
+"""minillm.kernels: the float32 kernels (one row and several), the Q4_1 kernel, RMSNorm, the
+decode attention over a contiguous cache and the paged attention kernel against torch's math, their refusals, and every kernel built for AVX2 as well as for this CPU's own
 vector width (a CPU without AVX-512 compiles the other half of the source). The layers that call
 the weight kernels are tested in test_fast.py."""
 
@@ -10,6 +10,7 @@ import textwrap
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from minillm import kernels
 from minillm.layers.attention import attention_explicit
@@ -187,6 +188,51 @@ def test_gemm_q4_1_matches_the_dequantized_product(n, k, rows):
         kernels.gemm_q4_1(x[:, :-1], blocks)
 
 
+@needs_kernel
+@pytest.mark.parametrize("shape", [(1, 576), (3, 2, 576), (4, 7), (2, 20), (5, 16)])
+def test_rms_norm_matches_torchs(shape):
+    gen = torch.Generator().manual_seed(len(shape))
+    x, w = torch.randn(shape, generator=gen), torch.randn(shape[-1], generator=gen)
+    torch.testing.assert_close(kernels.rms_norm(x, w, 1e-5), F.rms_norm(x, (shape[-1],), w, 1e-5))
+    with pytest.raises(ValueError, match="one value per column"):
+        kernels.rms_norm(x, torch.randn(3), 1e-5)
+    with pytest.raises(ValueError, match="contiguous float32"):
+        kernels.rms_norm(x.double(), w, 1e-5)
+
+
+@needs_kernel
+@pytest.mark.parametrize("rows,kv_heads,group,max_tokens,length,head_dim",
+                         [(1, 3, 3, 50, 17, 64), (2, 2, 1, 9, 9, 20), (3, 1, 4, 30, 1, 8),
+                          (2, 3, 3, 300, 277, 64), (1, 2, 2, 40, 33, 128)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_decode_attention_matches_sdpa_over_the_filled_positions(rows, kv_heads, group,
+                                                                 max_tokens, length, head_dim,
+                                                                 threads):
+    """Only the first `length` positions count (the rest of the cache is garbage here); query
+    head h * group + g reads key/value head h."""
+    gen = torch.Generator().manual_seed(max_tokens + length)
+    q = torch.randn(rows, kv_heads * group, head_dim, generator=gen)
+    keys = torch.randn(rows, kv_heads, max_tokens, head_dim, generator=gen) * 3
+    values = torch.randn(rows, kv_heads, max_tokens, head_dim, generator=gen)
+    want = F.scaled_dot_product_attention(q.view(rows, kv_heads, group, head_dim),
+                                          keys[:, :, :length], values[:, :, :length])
+    got = kernels.decode_attention(q, keys, values, length, threads=threads)
+    torch.testing.assert_close(got, want.reshape(got.shape), atol=1e-5, rtol=1e-5)
+
+
+@needs_kernel
+def test_decode_attention_refuses_what_it_cannot_read():
+    q, keys = torch.randn(2, 6, 8), torch.randn(2, 2, 10, 8)
+    with pytest.raises(ValueError, match="length must be 1..10"):
+        kernels.decode_attention(q, keys, keys, 11)
+    with pytest.raises(ValueError, match="does not fit the cache"):
+        kernels.decode_attention(torch.randn(2, 5, 8), keys, keys, 3)
+    with pytest.raises(ValueError, match="contiguous"):
+        kernels.decode_attention(q, keys.transpose(2, 3).contiguous().transpose(2, 3), keys, 3)
+    with pytest.raises(ValueError, match="float32 on the CPU"):
+        kernels.decode_attention(q.double(), keys, keys, 3)
+
+
 AVX2_CHECK = textwrap.dedent("""
     import torch
     from minillm import kernels
@@ -219,6 +265,16 @@ AVX2_CHECK = textwrap.dedent("""
     x96 = torch.randn(3, 96, generator=gen)
     torch.testing.assert_close(kernels.gemm_q4_1(x96, blocks),
                                x96 @ dequantize_q4_1(blocks).float().t(), atol=1e-4, rtol=1e-4)
+    xr, wr = torch.randn(3, 20, generator=gen), torch.randn(20, generator=gen)
+    torch.testing.assert_close(kernels.rms_norm(xr, wr, 1e-6),
+                               torch.nn.functional.rms_norm(xr, (20,), wr, 1e-6))
+    qd, kd, vd = (torch.randn(2, 6, 20, generator=gen), torch.randn(2, 2, 9, 20, generator=gen),
+                  torch.randn(2, 2, 9, 20, generator=gen))
+    torch.testing.assert_close(
+        kernels.decode_attention(qd, kd, vd, 7),
+        torch.nn.functional.scaled_dot_product_attention(
+            qd.view(2, 2, 3, 20), kd[:, :, :7], vd[:, :, :7]).reshape(2, 6, 20),
+        atol=1e-5, rtol=1e-5)
     for head_dim in (8, 20, 64):
         keys = torch.randn(50, 2, head_dim, generator=gen)
         values = torch.randn(50, 2, head_dim, generator=gen)

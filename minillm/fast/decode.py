@@ -6,7 +6,10 @@ shows. This is the one other implementation of the Llama block's math (the reada
 `LlamaBlock.forward`): the same layers, the same weights and the same hooks (a family's
 `Attention.qk_norm`, so Qwen3 runs here unchanged), written as one loop over the layers on 2-D
 tensors (rows, width), with the residual added inside the matrix multiply where the layer allows
-it and the new keys and values written straight into the cache. Prefill, padded batches and the
+it and the new keys and values written straight into the cache. On a CPU, RMSNorm and the
+attention over the cache are minillm's own kernels (`kernels.rms_norm_f32`,
+`kernels.decode_attention`: one call each instead of PyTorch's general ones, whose overhead per
+call is what a one-row step feels). Prefill, padded batches and the
 engine's paged cache take the module path. `tests/test_fast.py` checks both give the same logits;
 `scripts/bench_decode_overhead.py` measures what it saves.
 """
@@ -19,6 +22,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .. import kernels
 from ..kv_cache import KVCache
 from ..layers import Attention
 from ..layers.rope import apply_rope
@@ -39,10 +43,16 @@ class _Layer:
     joint_rope: bool  # no qk_norm of the family's own: q and k are rotated in one call
 
 
-def _norm(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """RMSNorm(x): its fused float32 kernel called directly, else the module."""
+def _norm(norm: nn.Module, x: torch.Tensor, kernel) -> torch.Tensor:
+    """RMSNorm(x): minillm's kernel on a CPU (`kernel`, None where it cannot be built), else
+    PyTorch's fused float32 one called directly, else the module."""
     weight = norm.weight
     if x.dtype == torch.float32 and weight.dtype == torch.float32:
+        if kernel is not None and x.device.type == "cpu":
+            out = torch.empty_like(x)
+            kernel(x.data_ptr(), weight.data_ptr(), out.data_ptr(), x.shape[0], x.shape[1],
+                   norm.eps)
+            return out
         return F.rms_norm(x, weight.shape, weight, norm.eps)
     return norm(x)
 
@@ -68,6 +78,8 @@ class FusedDecode:
                               b.mlp.gate_up_proj, b.mlp.down_proj,
                               type(b.attn).qk_norm is Attention.qk_norm)
                        for b in model.layers]
+        self.norm_kernel = kernels.load("rms_norm_f32")
+        self.attention_kernel = kernels.load("decode_attention")
 
     @staticmethod
     def supports(model) -> bool:
@@ -96,10 +108,16 @@ class FusedDecode:
         x = model.embed(ids)  # (rows, width)
         rows = x.shape[0]
         cos, sin = model.rotary(torch.full((1, 1), pos, device=x.device), x.dtype)
+        norm_kernel, attention_kernel = self.norm_kernel, self.attention_kernel
+        on_cpu = (attention_kernel is not None and x.device.type == "cpu"
+                  and x.dtype == cache.keys[0].dtype == torch.float32
+                  and cache.keys[0].is_contiguous()
+                  and cache.keys[0].shape[-1] <= 256)
+        threads = torch.get_num_threads()
         for i, layer in enumerate(self.layers):
             attn = layer.attn
             nq, nkv, hd = attn.n_heads, attn.n_kv_heads, attn.head_dim
-            qkv = _linear(layer.qkv, _norm(layer.attn_norm, x))
+            qkv = _linear(layer.qkv, _norm(layer.attn_norm, x, norm_kernel))
             if layer.joint_rope:  # q and k side by side in qkv: one rotation for both
                 qk = apply_rope(qkv[:, :(nq + nkv) * hd].view(rows, 1, nq + nkv, hd), cos, sin)
                 q, k = qk[:, :, :nq], qk[:, :, nq:]
@@ -110,12 +128,18 @@ class FusedDecode:
             keys, values = cache.keys[i], cache.values[i]
             keys[:, :, pos] = k[:, 0]
             values[:, :, pos] = qkv[:, (nq + nkv) * hd:].view(rows, nkv, hd)
-            # each key/value head's group of query heads as its queries: keys are never copied
-            out = F.scaled_dot_product_attention(q.reshape(rows, nkv, nq // nkv, hd),
-                                                 keys[:, :, :pos + 1], values[:, :, :pos + 1])
-            x = _linear(layer.o, out.reshape(rows, nq * hd), x)
-            gate_up = _linear(layer.gate_up, _norm(layer.mlp_norm, x))
+            if on_cpu:  # minillm's kernel: one call instead of PyTorch's general attention
+                out, q = torch.empty(rows, nq * hd), q.contiguous()  # q kept alive for the call
+                attention_kernel(q.data_ptr(), keys.data_ptr(), values.data_ptr(),
+                                 out.data_ptr(), rows, nkv, nq // nkv, keys.shape[2], pos + 1,
+                                 hd, hd ** -0.5, threads)
+            else:  # each key/value head's group of query heads as its queries: no key copies
+                out = F.scaled_dot_product_attention(
+                    q.reshape(rows, nkv, nq // nkv, hd), keys[:, :, :pos + 1],
+                    values[:, :, :pos + 1]).reshape(rows, nq * hd)
+            x = _linear(layer.o, out, x)
+            gate_up = _linear(layer.gate_up, _norm(layer.mlp_norm, x, norm_kernel))
             f = gate_up.shape[1] // 2
             x = _linear(layer.down, F.silu(gate_up[:, :f]).mul_(gate_up[:, f:]), x)
         cache.advance(1)
-        return model.lm_head(model.norm(x)).float()[:, None, :]
+        return model.lm_head(_norm(model.norm, x, norm_kernel)).float()[:, None, :]

@@ -93,9 +93,10 @@ class FastLinear(nn.Module):
         bias = self.bias
         if x.shape[0] == 1 and self.kernel:
             y = torch.empty(1, self.out_features, dtype=torch.float32, device=x.device)
-            kernels.load("gemv_bf16")(self.weight.data_ptr(), x.float().contiguous().data_ptr(),
-                               y.data_ptr(), self.out_features, self.in_features,
-                               torch.get_num_threads())
+            x32 = x.float().contiguous()  # a name keeps a converted copy alive for the call
+            kernels.load("gemv_bf16")(self.weight.data_ptr(), x32.data_ptr(), y.data_ptr(),
+                                      self.out_features, self.in_features,
+                                      torch.get_num_threads())
             y = y.to(x.dtype) if bias is None else y.to(x.dtype).add_(bias)
         elif x.shape[0] >= UPCAST_ROWS:
             w = self.matrix(x.dtype)
