@@ -26,7 +26,10 @@ follows; the activations stay float32, so nothing is lost but the weights' own r
   which is why minillm has its own.
 - `gemm_q4_1`: the course model file's own 4-bit blocks (GGUF Q4_1: 32 weights, a float16
   scale d and minimum m), read as they lie in the file: weight = q * d + m, widened in
-  registers. The same bytes llama.cpp reads, about a sixth of float32's.
+  registers. The same bytes llama.cpp reads, about a sixth of float32's. Like llama.cpp's, it
+  rounds x to int8 per block of 32 and multiplies integers: 22-26% faster than widening every
+  weight to float (measured on SmolLM2's layers, 1 to 16 rows), perplexity within 1% of float32
+  (tests/test_quant_gguf.py).
 - `rms_norm`, `decode_attention`: a decode step's RMSNorm and its attention over the contiguous
   KV cache, for the fast path's fused decode step (fast/decode.py). Their arithmetic is small;
   PyTorch's general kernels cost tens of microseconds a call on tiny tensors, 61 norms and 30
@@ -99,43 +102,100 @@ static inline float vsum(vf a) {
 #endif
 
 /* GGUF's Q4_1: a row is K/32 blocks of 20 bytes: d and m (float16), then 16 bytes whose low
-   nibbles are weights 0..15 and high nibbles weights 16..31; weight = q * d + m. */
-static inline float dot_q4_1(const uint8_t *row, const float *x, int64_t K) {
-    vf a0 = vzero(), a1 = vzero();
+   nibbles are weights 0..15 and high nibbles weights 16..31; weight = q * d + m.
+   Like llama.cpp, the kernel multiplies integers: each block of 32 values of x is rounded to
+   int8 with its own scale (dx = max|x| / 127), so a block's sum of q * x is an integer dot
+   product of 4-bit and 8-bit numbers (vpmaddubsw, or AVX-512 VNNI's vpdpbusd, 32 or 64 at a
+   time) times d * dx; the m part needs only the block's sum of x, kept exact in float32. */
+#define Q4_1_BLOCK 20
+static inline float half_at(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+/* the 32 weights of a block as bytes 0..15, in x's order: low nibbles, then high */
+static inline __m256i q4_1_nibbles(const uint8_t *blk) {
     const __m128i low4 = _mm_set1_epi8(0x0F);
-    for (int64_t b = 0; b < K / 32; b++) {
-        const uint8_t *blk = row + 20 * b;
-        uint16_t hd, hm;
-        memcpy(&hd, blk, 2);
-        memcpy(&hm, blk + 2, 2);
-        vf d = vset1(_cvtsh_ss(hd)), m = vset1(_cvtsh_ss(hm));
-        __m128i q = _mm_loadu_si128((const __m128i *)(blk + 4));
-        __m128i lo = _mm_and_si128(q, low4), hi = _mm_and_si128(_mm_srli_epi16(q, 4), low4);
-        const float *xb = x + 32 * b;
-#ifdef __AVX512F__
-        a0 = vfma(vfma(u8(lo), d, m), vload(xb), a0);
-        a1 = vfma(vfma(u8(hi), d, m), vload(xb + 16), a1);
+    __m128i q = _mm_loadu_si128((const __m128i *)(blk + 4));
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), low4), _mm_and_si128(q, low4));
+}
+
+static float dot_q4_1(const uint8_t *row, const int8_t *xq, const float *dx, const float *sx,
+                      int64_t blocks) {
+    float mins = 0.0f;
+    int64_t b = 0;
+#ifdef __AVX512BW__
+    __m512 acc = _mm512_setzero_ps();
+    for (; b + 2 <= blocks; b += 2) {  /* two blocks a step: 64 weights in one register */
+        const uint8_t *b0 = row + Q4_1_BLOCK * b, *b1 = b0 + Q4_1_BLOCK;
+        __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(q4_1_nibbles(b0)),
+                                       q4_1_nibbles(b1), 1);
+        __m512i x = _mm512_loadu_si512((const void *)(xq + 32 * b));
+#ifdef __AVX512VNNI__
+        __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, x);
 #else
-        a0 = vfma(vfma(u8(lo), d, m), vload(xb), a0);
-        a1 = vfma(vfma(u8(_mm_srli_si128(lo, 8)), d, m), vload(xb + 8), a1);
-        a0 = vfma(vfma(u8(hi), d, m), vload(xb + 16), a0);
-        a1 = vfma(vfma(u8(_mm_srli_si128(hi, 8)), d, m), vload(xb + 24), a1);
+        __m512i dot = _mm512_madd_epi16(_mm512_maddubs_epi16(w, x), _mm512_set1_epi16(1));
 #endif
+        __m512 scale = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(half_at(b0) * dx[b]),
+                                            _mm512_set1_ps(half_at(b1) * dx[b + 1]));
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc);
+        mins += half_at(b0 + 2) * sx[b] + half_at(b1 + 2) * sx[b + 1];
     }
-    return vsum(vadd(a0, a1));
+    float total = _mm512_reduce_add_ps(acc);
+#else
+    float total = 0.0f;
+#endif
+    __m256 acc8 = _mm256_setzero_ps();
+    for (; b < blocks; b++) {  /* one block a step: 32 weights */
+        const uint8_t *blk = row + Q4_1_BLOCK * b;
+        __m256i pairs = _mm256_maddubs_epi16(q4_1_nibbles(blk),
+                                             _mm256_loadu_si256((const __m256i *)(xq + 32 * b)));
+        __m256i dot = _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+        acc8 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(half_at(blk) * dx[b]),
+                               acc8);
+        mins += half_at(blk + 2) * sx[b];
+    }
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc8), _mm256_extractf128_ps(acc8, 1));
+    s = _mm_hadd_ps(s, s);
+    return total + _mm_cvtss_f32(_mm_hadd_ps(s, s)) + mins;
 }
 
 /* Y[m][n] = sum_k W[n][k] * X[m][k] (+ bias[n]), W in Q4_1 blocks, row-major (N, K / 32 blocks),
-   K a multiple of 32; X (M, K) and Y (M, N) float32. */
-void gemm_q4_1(const uint8_t *W, const float *bias, const float *X, float *Y,
-               int64_t M, int64_t N, int64_t K, int threads) {
+   K a multiple of 32; X (M, K) and Y (M, N) float32. Returns -1 (computing nothing) when it
+   cannot allocate the rounded copy of X. */
+int gemm_q4_1(const uint8_t *W, const float *bias, const float *X, float *Y,
+              int64_t M, int64_t N, int64_t K, int threads) {
+    int64_t blocks = K / 32;
+    int8_t *xq = (int8_t *)malloc((size_t)(M * K));
+    float *dx = (float *)malloc((size_t)(M * blocks) * sizeof(float));
+    float *sx = (float *)malloc((size_t)(M * blocks) * sizeof(float));
+    if (!xq || !dx || !sx) {
+        free(xq), free(dx), free(sx);
+        return -1;
+    }
+    for (int64_t i = 0; i < M * blocks; i++) {
+        const float *x = X + 32 * i;
+        float big = 0.0f, sum = 0.0f;
+        for (int j = 0; j < 32; j++) {
+            big = fabsf(x[j]) > big ? fabsf(x[j]) : big;
+            sum += x[j];
+        }
+        dx[i] = big / 127.0f;
+        sx[i] = sum;
+        float inv = big > 0.0f ? 127.0f / big : 0.0f;
+        for (int j = 0; j < 32; j++)
+            xq[32 * i + j] = (int8_t)lrintf(x[j] * inv);
+    }
     #pragma omp parallel for schedule(static) num_threads(threads) if (N * K > (1 << 17))
     for (int64_t n = 0; n < N; n++) {
-        const uint8_t *row = W + n * (K / 32) * 20;
+        const uint8_t *row = W + n * blocks * Q4_1_BLOCK;
         float b = bias ? bias[n] : 0.0f;
         for (int64_t m = 0; m < M; m++)
-            Y[m * N + n] = dot_q4_1(row, X + m * K, K) + b;
+            Y[m * N + n] = dot_q4_1(row, xq + m * K, dx + m * blocks, sx + m * blocks, blocks) + b;
     }
+    free(xq), free(dx), free(sx);
+    return 0;
 }
 
 /* The int8 kernel multiplies integers: each row of x is first rounded to int16 with its own
@@ -653,7 +713,7 @@ _ARGS = {"gemv_bf16": [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 2 + [ctypes.c_i
          "paged_values": [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 5 + [ctypes.c_int]}
 
 
-_RETURNS_INT = ("gemm_int8", "gemm_f32_max_rows")
+_RETURNS_INT = ("gemm_int8", "gemm_q4_1", "gemm_f32_max_rows")
 
 
 def _cpu_has(flag: str) -> bool:
@@ -835,8 +895,9 @@ def gemm_int8(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor,
 def gemm_q4_1(x: torch.Tensor, blocks: torch.Tensor, bias: torch.Tensor | None = None,
               threads: int | None = None) -> torch.Tensor:
     """x (M, K) float32 times a weight stored as GGUF Q4_1 blocks, `blocks` uint8 (N, K / 32 *
-    20), plus `bias` (N,): (M, N) float32, on the CPU. RuntimeError where the kernel is not
-    available."""
+    20), plus `bias` (N,): (M, N) float32, on the CPU. Like llama.cpp's, the kernel rounds each
+    block of 32 values of x to int8 (its own scale) and multiplies integers. RuntimeError where
+    the kernel is not available."""
     fn = _required("gemm_q4_1", "Q4_1")
     if blocks.dtype != torch.uint8 or not blocks.is_contiguous() or blocks.dim() != 2 \
             or blocks.shape[1] % 20:
@@ -847,8 +908,10 @@ def gemm_q4_1(x: torch.Tensor, blocks: torch.Tensor, bias: torch.Tensor | None =
     x = x.contiguous()
     bias = None if bias is None else bias.float().contiguous()
     out = torch.empty(x.shape[0], n, dtype=torch.float32)
-    fn(blocks.data_ptr(), None if bias is None else bias.data_ptr(), x.data_ptr(),
-       out.data_ptr(), x.shape[0], n, k, threads or torch.get_num_threads())
+    if fn(blocks.data_ptr(), None if bias is None else bias.data_ptr(), x.data_ptr(),
+          out.data_ptr(), x.shape[0], n, k, threads or torch.get_num_threads()) != 0:
+        raise MemoryError(f"the Q4_1 kernel could not allocate the int8 copy of x "
+                          f"({x.shape[0]} x {k})")
     return out
 
 

@@ -65,6 +65,10 @@ def _linear(layer: nn.Module, x: torch.Tensor, residual: torch.Tensor | None = N
             return y if residual is None else y.add_(residual)
         weight = layer._w_in_out
         return torch.mm(x, weight) if residual is None else torch.addmm(residual, x, weight)
+    if x.dtype == torch.float32 and x.device.type == "cpu" \
+            and x.shape[0] <= getattr(layer, "few_rows_max", 0):  # int8, Q4_1: their kernels
+        y = layer.few_rows(x)
+        return y if residual is None else y.add_(residual)
     y = layer.forward(x)
     return y if residual is None else residual + y
 

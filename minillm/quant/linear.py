@@ -196,12 +196,37 @@ class Int8Linear(QuantizedLinear):
         y = gemm_int8(x.reshape(-1, self.in_features), self.qweight, self.scale, self.bias)
         return y.reshape(*x.shape[:-1], self.out_features)
 
+    @property
+    def few_rows_max(self) -> int:
+        """The most rows `few_rows` takes: KERNEL_MAX_ROWS where the path is "auto" or "kernel"
+        and minillm's kernel runs here, else 0."""
+        ok = (self._path in ("auto", "kernel") and self.qweight.device.type == "cpu"
+              and (self.bias is None or self.bias.dtype == torch.float32)
+              and kernel_int8_available())
+        return KERNEL_MAX_ROWS if ok else 0
+
+    def few_rows(self, x: torch.Tensor) -> torch.Tensor:
+        """x (rows, in) float32 on the CPU, rows <= `few_rows_max`, through minillm's kernel with
+        no checks beyond those: a decode step's call (the checked one is `forward_kernel`)."""
+        from ..kernels import load
+
+        x = x.contiguous()
+        y = torch.empty(x.shape[0], self.out_features)
+        load("gemm_int8")(self.qweight.data_ptr(), self.scale.data_ptr(),
+                          None if self.bias is None else self.bias.data_ptr(), x.data_ptr(),
+                          y.data_ptr(), x.shape[0], self.out_features, self.in_features,
+                          torch.get_num_threads())
+        return y
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         path = self.path
         if path == "auto":
             rows = x.numel() // max(self.in_features, 1)
-            small = rows <= KERNEL_MAX_ROWS and x.device.type == "cpu" and x.dtype == torch.float32
-            path = "kernel" if small and kernel_int8_available() else "dequantize"
+            if x.dtype == torch.float32 and x.device.type == "cpu" \
+                    and rows <= self.few_rows_max:
+                return self.few_rows(x.reshape(rows, self.in_features)).reshape(
+                    *x.shape[:-1], self.out_features)
+            path = "dequantize"
         return {"kernel": self.forward_kernel, "dynamic": self.forward_dynamic,
                 "fused": self.forward_fused, "dequantize": self.forward_dequantize}[path](x)
 
@@ -266,14 +291,32 @@ class Q41Linear(QuantizedLinear):
     def dequantized_weight(self, dtype=torch.float32) -> torch.Tensor:
         return dequantize_q4_1(self.blocks).to(dtype)
 
+    @property
+    def few_rows_max(self) -> int:
+        """The most rows `few_rows` takes: KERNEL_MAX_ROWS where minillm's Q4_1 kernel runs
+        here, else 0."""
+        ok = (self.blocks.device.type == "cpu" and q4_1_kernel_available()
+              and (self.bias is None or self.bias.dtype == torch.float32))
+        return KERNEL_MAX_ROWS if ok else 0
+
+    def few_rows(self, x: torch.Tensor) -> torch.Tensor:
+        """x (rows, in) float32 on the CPU, rows <= `few_rows_max`, through minillm's kernel with
+        no checks beyond those (the checked call is `kernels.gemm_q4_1`)."""
+        from ..kernels import load
+
+        x = x.contiguous()
+        y = torch.empty(x.shape[0], self.out_features)
+        load("gemm_q4_1")(self.blocks.data_ptr(),
+                          None if self.bias is None else self.bias.data_ptr(), x.data_ptr(),
+                          y.data_ptr(), x.shape[0], self.out_features, self.in_features,
+                          torch.get_num_threads())
+        return y
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // max(self.in_features, 1)
-        if rows <= KERNEL_MAX_ROWS and x.device.type == "cpu" and x.dtype == torch.float32 \
-                and q4_1_kernel_available():
-            from ..kernels import gemm_q4_1
-
-            y = gemm_q4_1(x.reshape(-1, self.in_features), self.blocks, self.bias)
-            return y.reshape(*x.shape[:-1], self.out_features)
+        if x.device.type == "cpu" and x.dtype == torch.float32 and rows <= self.few_rows_max:
+            return self.few_rows(x.reshape(rows, self.in_features)).reshape(
+                *x.shape[:-1], self.out_features)
         return self.forward_dequantize(x)
 
     def extra_repr(self) -> str:
