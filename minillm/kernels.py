@@ -1,10 +1,10 @@
 """minillm's CPU kernels: a float32, a bf16, an int8 and a GGUF Q4_1 weight matrix times float32
-rows, and attention read in place from a paged KV pool.
+rows, a decode step's RMSNorm and attention, and attention read in place from a paged KV pool.
 
 Decoding multiplies one row (or a few) by every weight matrix, so a decode step's time is the
-time to read the weights. The weight kernels read each narrow weight once, widen it to float32 in
-registers and accumulate with fused multiply-adds, so the bytes read shrink and the speed
-follows; the activations stay float32, so nothing is lost but the weights' own rounding.
+time to read the weights. The weight kernels read each narrow weight once and multiply it in
+registers (widened to float32, or as an integer against x rounded to int16 (int8 kernel) or to
+int8 per block of 32 (Q4_1, as llama.cpp does)), so the bytes read shrink and the speed follows.
 
 - `gemv_f32`: float32 weights in the (in, out) layout, one row of x: sixteen weight rows streamed
   at a time in memory order while the output stays in the L1 cache. On the course machine it
@@ -25,10 +25,11 @@ follows; the activations stay float32, so nothing is lost but the weights' own r
   quantizes the activations too: +1.9% perplexity at batch 1, +234% over whole prompts),
   which is why minillm has its own.
 - `gemm_q4_1`: the course model file's own 4-bit blocks (GGUF Q4_1: 32 weights, a float16
-  scale d and minimum m), read as they lie in the file: weight = q * d + m, widened in
-  registers. The same bytes llama.cpp reads, about a sixth of float32's. Like llama.cpp's, it
-  rounds x to int8 per block of 32 and multiplies integers: 22-26% faster than widening every
-  weight to float (measured on SmolLM2's layers, 1 to 16 rows), perplexity within 1% of float32
+  scale d and minimum m), read as they lie in the file: weight = q * d + m. The same bytes
+  llama.cpp reads, about a sixth of float32's. Like llama.cpp's, it rounds x to int8 per block of
+  32 and multiplies the 4-bit q by it in integers, d and m applied once a block: faster than
+  widening every
+  weight to float (by 22-26% on SmolLM2's layers, 1 to 16 rows), perplexity within 1% of float32
   (tests/test_quant_gguf.py).
 - `rms_norm`, `decode_attention`: a decode step's RMSNorm and its attention over the contiguous
   KV cache, for the fast path's fused decode step (fast/decode.py). Their arithmetic is small;
