@@ -60,6 +60,24 @@ def test_logits_match_the_plain_model_through_prefill_and_decode(arch, tied, bia
         torch.testing.assert_close(fast(ids), model(ids), atol=1e-4, rtol=0)  # no cache
 
 
+@pytest.mark.parametrize("weights", ["fp32", "int8"])
+def test_a_fast_model_can_be_deep_copied_and_the_copy_decodes_the_same(weights):
+    """Lessons copy fast models (chapter 07 copies the int8 one to switch its path): nothing the
+    fast path keeps may refuse a deep copy (a ctypes function would)."""
+    import copy
+
+    fast = optimize(_tiny(), weights)
+    twin = copy.deepcopy(fast)
+    ids = torch.tensor([[5, 9, 2, 7]])
+    outs = []
+    for m in (fast, twin):
+        c = KVCache.for_model(m, 1, 12)
+        with torch.inference_mode():
+            m(ids, cache=c)
+            outs.append(m(torch.tensor([[3]]), cache=c))
+    torch.testing.assert_close(outs[0], outs[1], atol=0, rtol=0)
+
+
 def test_decode_step_of_a_batch_and_a_padded_batch():
     model, tok = _tiny(), _Tok()
     fast = optimize(model)

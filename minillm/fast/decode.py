@@ -82,8 +82,6 @@ class FusedDecode:
                               b.mlp.gate_up_proj, b.mlp.down_proj,
                               type(b.attn).qk_norm is Attention.qk_norm)
                        for b in model.layers]
-        self.norm_kernel = kernels.load("rms_norm_f32")
-        self.attention_kernel = kernels.load("decode_attention")
 
     @staticmethod
     def supports(model) -> bool:
@@ -112,7 +110,9 @@ class FusedDecode:
         x = model.embed(ids)  # (rows, width)
         rows = x.shape[0]
         cos, sin = model.rotary(torch.full((1, 1), pos, device=x.device), x.dtype)
-        norm_kernel, attention_kernel = self.norm_kernel, self.attention_kernel
+        # looked up each step, not kept: ctypes functions cannot be deep-copied with the model
+        norm_kernel = kernels.load("rms_norm_f32")
+        attention_kernel = kernels.load("decode_attention")
         on_cpu = (attention_kernel is not None and x.device.type == "cpu"
                   and x.dtype == cache.keys[0].dtype == torch.float32
                   and cache.keys[0].is_contiguous()
