@@ -575,9 +575,11 @@ for f, p in zip(fractions, ppl):
 #
 # - `minillm.quantize(model, scheme)` works on the plain model from `minillm.load`; the result
 #   runs in `minillm.generate` unchanged.
-# - The fast decode path of chapter 05 (`minillm.fast.optimize`) fuses float weights; its bf16
-#   mode is the fast cousin of the bf16 row. It does not take quantized layers: quantize *or*
-#   optimize, not both.
+# - The fast decode path of chapter 05 (`minillm.fast.optimize`, what `minillm.load` returns)
+#   fuses the weights and stores them in the format it is given: its bf16 mode is the fast cousin
+#   of the bf16 row, and `minillm.load(name, weights="int8")` is the int8 row through minillm's
+#   kernel on the fast path. It does not take a model `minillm.quantize` already changed:
+#   quantize *or* optimize, not both.
 # - On a GPU, the same story holds with bigger numbers: weight-only int4/int8 kernels (in vLLM,
 #   TGI, llama.cpp) read the small weights directly and decode faster than fp16 because decode is
 #   bandwidth-bound; a dequantize-every-call path does not.
