@@ -69,9 +69,6 @@ SOURCE = r"""
 #ifdef __AVX512F__
 #define VW 16
 typedef __m512 vf;
-static inline vf w8(const int8_t *p) {
-    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
-}
 static inline vf vload(const float *p) { return _mm512_loadu_ps(p); }
 static inline vf vfma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
 static inline vf vadd(vf a, vf b) { return _mm512_add_ps(a, b); }
@@ -80,13 +77,9 @@ static inline vf vset1(float v) { return _mm512_set1_ps(v); }
 static inline vf vmul(vf a, vf b) { return _mm512_mul_ps(a, b); }
 static inline void vstore(float *p, vf a) { _mm512_storeu_ps(p, a); }
 static inline float vsum(vf a) { return _mm512_reduce_add_ps(a); }
-static inline vf u8(__m128i q) { return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(q)); }
 #else
 #define VW 8
 typedef __m256 vf;
-static inline vf w8(const int8_t *p) {
-    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
-}
 static inline vf vload(const float *p) { return _mm256_loadu_ps(p); }
 static inline vf vfma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
 static inline vf vadd(vf a, vf b) { return _mm256_add_ps(a, b); }
@@ -94,7 +87,6 @@ static inline vf vzero(void) { return _mm256_setzero_ps(); }
 static inline vf vset1(float v) { return _mm256_set1_ps(v); }
 static inline vf vmul(vf a, vf b) { return _mm256_mul_ps(a, b); }
 static inline void vstore(float *p, vf a) { _mm256_storeu_ps(p, a); }
-static inline vf u8(__m128i q) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q)); }
 static inline float vsum(vf a) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
     s = _mm_hadd_ps(s, s);
@@ -631,7 +623,8 @@ static inline void values_in_order(const float *p, const float *v, int64_t n, fl
 void decode_attention(const float *Q, const float *K, const float *V, float *O, int64_t B,
                       int64_t NKV, int64_t G, int64_t T, int64_t n, int64_t D, float scale,
                       int threads) {
-    #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && B * NKV > 1 && n * D > 4096)
+    #pragma omp parallel for schedule(static) num_threads(threads) \
+        if (threads > 1 && B * NKV > 1 && n * D > 4096)
     for (int64_t bh = 0; bh < B * NKV; bh++) {
         const float *k = K + bh * T * D, *v = V + bh * T * D;
         float *p = (float *)malloc((size_t)n * sizeof(float));
@@ -806,6 +799,16 @@ def _f32_bias(bias: torch.Tensor | None, n: int) -> None:
         raise ValueError(f"bias must be {n} contiguous float32 values")
 
 
+def _float32_on_cpu(tensors: dict, contiguous: bool = False) -> None:
+    """A ValueError naming the first of `tensors` (name -> tensor) that is not float32 on the
+    CPU (and contiguous, if asked)."""
+    for name, t in tensors.items():
+        if t.dtype != torch.float32 or t.device.type != "cpu" \
+                or (contiguous and not t.is_contiguous()):
+            raise ValueError(f"{name} must be {'contiguous ' if contiguous else ''}float32 on "
+                             f"the CPU, got {t.dtype} on {t.device}")
+
+
 def gemv_bf16(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None,
               threads: int | None = None) -> torch.Tensor:
     """x (K,) or (1, K) float32, weight (N, K) bf16 contiguous on the CPU -> (N,) float32 (or
@@ -921,10 +924,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     on the CPU), as `F.rms_norm` computes it. RuntimeError where the kernel is not available."""
     fn = _required("rms_norm_f32", "RMSNorm")
     d = x.shape[-1] if x.dim() else 0
-    for name, t in (("x", x), ("weight", weight)):
-        if t.dtype != torch.float32 or t.device.type != "cpu" or not t.is_contiguous():
-            raise ValueError(f"{name} must be contiguous float32 on the CPU, got {t.dtype} on "
-                             f"{t.device}")
+    _float32_on_cpu({"x": x, "weight": weight}, contiguous=True)
     if x.dim() == 0 or weight.shape != (d,):
         raise ValueError(f"weight must have one value per column of x: x {tuple(x.shape)}, "
                          f"weight {tuple(weight.shape)}")
@@ -942,9 +942,7 @@ def decode_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, 
     float32, contiguous (a `KVCache` layer's); 1 <= length <= max_tokens; head_dim at most
     256. Returns (rows, heads, head_dim). RuntimeError where the kernel is not available."""
     fn = _required("decode_attention", "decode attention")
-    for name, t in (("q", q), ("keys", keys), ("values", values)):
-        if t.dtype != torch.float32 or t.device.type != "cpu":
-            raise ValueError(f"{name} must be float32 on the CPU, got {t.dtype} on {t.device}")
+    _float32_on_cpu({"q": q, "keys": keys, "values": values})
     if q.dim() != 3 or keys.dim() != 4 or values.shape != keys.shape \
             or not (keys.is_contiguous() and values.is_contiguous()):
         raise ValueError("q must be (rows, heads, head_dim) and keys, values contiguous "
@@ -978,9 +976,7 @@ def paged_decode_attention(q: torch.Tensor, key_pool: torch.Tensor, value_pool: 
     values_fn = _required("paged_values", "paged attention")
     rows, heads, head_dim = q.shape
     _, kv_heads, pool_dim = key_pool.shape
-    for name, t in (("q", q), ("key_pool", key_pool), ("value_pool", value_pool)):
-        if t.dtype != torch.float32 or t.device.type != "cpu":
-            raise ValueError(f"{name} must be float32 on the CPU, got {t.dtype} on {t.device}")
+    _float32_on_cpu({"q": q, "key_pool": key_pool, "value_pool": value_pool})
     if not (key_pool.is_contiguous() and value_pool.is_contiguous()) \
             or value_pool.shape != key_pool.shape:
         raise ValueError("key_pool and value_pool must be contiguous and of the same shape")

@@ -40,7 +40,7 @@ def main(argv=None):
         raise SystemExit("minillm's float32 kernels cannot be built here (x86-64 AVX2 and a C "
                          "compiler): nothing to compare")
     model, _ = minillm.load("smollm2-135m")
-    layers = [m for m in model.modules() if isinstance(m, FastLinear) and m._f32_rows]
+    layers = [m for m in model.modules() if isinstance(m, FastLinear) and m.few_rows_max]
     weights = sum(layer.in_features * layer.out_features for layer in layers)
     print(f"{len(layers)} float32 layers, {weights / 1e6:.1f}M weights; the kernel takes up to "
           f"{limit} rows; {args.threads} thread(s)")

@@ -58,17 +58,16 @@ def _norm(norm: nn.Module, x: torch.Tensor, kernel) -> torch.Tensor:
 
 
 def _linear(layer: nn.Module, x: torch.Tensor, residual: torch.Tensor | None = None):
-    """layer(x) (+ residual), the residual added inside the multiply for a float FastLinear."""
-    if isinstance(layer, FastLinear) and layer._b is None and x.dtype == layer._same_dtype_as:
-        if x.shape[0] <= layer._f32_rows:  # a few rows: minillm's float32 kernels
-            y = layer.few_rows(x)
-            return y if residual is None else y.add_(residual)
-        weight = layer._w_in_out
-        return torch.mm(x, weight) if residual is None else torch.addmm(residual, x, weight)
+    """layer(x) (+ residual): a few float32 rows through the layer's own kernel where it has one
+    (FastLinear, Int8Linear, Q41Linear: `few_rows`), else the residual added inside the multiply
+    for a float FastLinear."""
     if x.dtype == torch.float32 and x.device.type == "cpu" \
-            and x.shape[0] <= getattr(layer, "few_rows_max", 0):  # int8, Q4_1: their kernels
+            and x.shape[0] <= getattr(layer, "few_rows_max", 0):
         y = layer.few_rows(x)
         return y if residual is None else y.add_(residual)
+    if isinstance(layer, FastLinear) and layer._b is None and x.dtype == layer._same_dtype_as:
+        weight = layer._w_in_out
+        return torch.mm(x, weight) if residual is None else torch.addmm(residual, x, weight)
     y = layer.forward(x)
     return y if residual is None else residual + y
 
@@ -113,7 +112,7 @@ class FusedDecode:
         # looked up each step, not kept: ctypes functions cannot be deep-copied with the model
         norm_kernel = kernels.load("rms_norm_f32")
         attention_kernel = kernels.load("decode_attention")
-        on_cpu = (attention_kernel is not None and x.device.type == "cpu"
+        own_attention = (attention_kernel is not None and x.device.type == "cpu"
                   and x.dtype == cache.keys[0].dtype == torch.float32
                   and cache.keys[0].is_contiguous()
                   and cache.keys[0].shape[-1] <= 256)
@@ -132,7 +131,7 @@ class FusedDecode:
             keys, values = cache.keys[i], cache.values[i]
             keys[:, :, pos] = k[:, 0]
             values[:, :, pos] = qkv[:, (nq + nkv) * hd:].view(rows, nkv, hd)
-            if on_cpu:  # minillm's kernel: one call instead of PyTorch's general attention
+            if own_attention:  # minillm's kernel: one call instead of PyTorch's general attention
                 out, q = torch.empty(rows, nq * hd), q.contiguous()  # q kept alive for the call
                 attention_kernel(q.data_ptr(), keys.data_ptr(), values.data_ptr(),
                                  out.data_ptr(), rows, nkv, nq // nkv, keys.shape[2], pos + 1,

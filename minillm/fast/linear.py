@@ -44,7 +44,7 @@ class FastLinear(nn.Module):
         super().__init__()
         dtype = weight.dtype if dtype is None else dtype
         self.out_features, self.in_features = weight.shape
-        self.kernel = bool(kernel)  # one row through minillm's matrix-vector kernel
+        self.kernel = bool(kernel)  # decode rows through minillm's kernels (see few_rows)
         if self.kernel:
             name = ONE_ROW_KERNELS.get(dtype)
             if name is None or weight.device.type != "cpu" or kernels.load(name) is None:
@@ -69,8 +69,9 @@ class FastLinear(nn.Module):
         self._w_in_out = w if self.layout == "in_out" else w.t()
         self._b = self.bias
         self._same_dtype_as = w.dtype
-        self._f32_kernel = self.kernel and w.dtype == torch.float32 and w.device.type == "cpu"
-        self._f32_rows = kernels.gemm_f32_max_rows() if self._f32_kernel else 0
+        # the most rows `few_rows` takes (0: none), the name Int8Linear and Q41Linear use too
+        self.few_rows_max = (kernels.gemm_f32_max_rows() if self.kernel and w.dtype == torch.float32
+                             and w.device.type == "cpu" else 0)
 
     def _apply(self, fn, *args, **kwargs):  # .to(), .cuda(), .double(): refresh the views
         out = super()._apply(fn, *args, **kwargs)
@@ -84,7 +85,7 @@ class FastLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype == self._same_dtype_as:  # one call, any leading dimensions, bias inside
-            if x.numel() <= self._f32_rows * self.in_features:
+            if x.numel() <= self.few_rows_max * self.in_features:
                 return self.few_rows(x.reshape(-1, self.in_features)).view(*x.shape[:-1],
                                                                              self.out_features)
             return F.linear(x, self._w_out_in, self._b)
@@ -107,7 +108,7 @@ class FastLinear(nn.Module):
         return y.view(*lead, self.out_features)
 
     def few_rows(self, x: torch.Tensor) -> torch.Tensor:
-        """x (rows, in) float32, 1 <= rows <= `kernels.gemm_f32_max_rows()`, times the float32
+        """x (rows, in) float32, 1 <= rows <= `few_rows_max`, times the float32
         weights by minillm's kernels: (rows, out)."""
         rows = x.shape[0]
         y = torch.empty(rows, self.out_features, dtype=torch.float32, device=x.device)
