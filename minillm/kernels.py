@@ -27,14 +27,14 @@ int8 per block of 32 (Q4_1, as llama.cpp does)), so the bytes read shrink and th
 - `gemm_q4_1`: the course model file's own 4-bit blocks (GGUF Q4_1: 32 weights, a float16
   scale d and minimum m), read as they lie in the file: weight = q * d + m. The same bytes
   llama.cpp reads, about a sixth of float32's. Like llama.cpp's, it rounds x to int8 per block of
-  32 and multiplies the 4-bit q by it in integers, d and m applied once a block: faster than
-  widening every
-  weight to float (by 22-26% on SmolLM2's layers, 1 to 16 rows), perplexity within 1% of float32
+  32 and multiplies the 4-bit q by it in integers, d and m applied once a block: fewer
+  instructions per weight than widening each to float, perplexity within 1% of float32
   (tests/test_quant_gguf.py).
 - `rms_norm`, `decode_attention`: a decode step's RMSNorm and its attention over the contiguous
   KV cache, for the fast path's fused decode step (fast/decode.py). Their arithmetic is small;
   PyTorch's general kernels cost tens of microseconds a call on tiny tensors, 61 norms and 30
-  attentions a token: replacing them took an int8 decode step from 16.3 to 12.0 ms here.
+  attentions a token: replacing them took int8's time per token in `python -m minillm bench
+  latency` from 15.7 to 11.9 ms here.
 - `paged_decode_attention`: a decode step's attention over the engine's paged KV pool (chapter
   06), each row's keys and values read where they lie through its block table instead of being
   gathered into a copy first (the copy cost as much as the attention: 2.2 against 0.65 ms a layer
