@@ -4,7 +4,7 @@ Names are imported on first use, so `import minillm` stays fast and each chapter
 read on its own.
 """
 
-from .lazy import lazy_exports
+from .utils.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -14,18 +14,17 @@ _EXPORTS = {
     "cache_dir": "files",
     "ModelFileError": "files",
     "load_reference": "reference",
-    "show_source": "show",
-    "KVCache": "kv_cache",
-    "pick_device": "devices",
+    "KVCache": "generation.kv_cache",
+    "pick_device": "utils.devices",
     "load_tokenizer": "tokenizer",
     "load": "loading",
     "load_model": "loading",
-    "generate": "generation",
+    "generate": "generation.loop",
     "GenerationConfig": "decoding",
-    "RequestMetrics": "metrics",
-    "throughput": "metrics",
-    "stream": "generation",
-    "timed_stream": "generation",
+    "RequestMetrics": "measure.metrics",
+    "throughput": "measure.metrics",
+    "stream": "generation.loop",
+    "timed_stream": "generation.loop",
     "Engine": "engine",
     "quantize": "quant",
     "speculative_generate": "speculative",

@@ -19,6 +19,16 @@ from .files import DEFAULT_MODEL, cache_dir, model_file, model_source, written_a
 _COMPLETE = "minillm-complete"
 
 
+def _transformers():
+    """transformers' Auto classes, or an ImportError saying which extra brings them."""
+    try:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+    except ImportError as error:
+        raise ImportError("the reference model needs transformers, which the engine alone does "
+                          "not install: pip install 'minillm[course]'") from error
+    return AutoModelForCausalLM, AutoTokenizer
+
+
 def reference_dir(name: str = DEFAULT_MODEL) -> Path:
     """The cache folder holding transformers' dequantized copy of the model."""
     return cache_dir() / "hf" / model_source(name).name
@@ -26,8 +36,8 @@ def reference_dir(name: str = DEFAULT_MODEL) -> Path:
 
 def _convert(name: str, folder: Path) -> None:
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    AutoModelForCausalLM, AutoTokenizer = _transformers()
     gguf = model_file(name)
     start = time.perf_counter()
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
@@ -51,7 +61,8 @@ def load_reference(name: str = DEFAULT_MODEL, dtype=None, device: str = "cpu"):
     Returns `(model, tokenizer)`: a transformers `LlamaForCausalLM` in eval mode and its fast
     tokenizer. The first call converts the GGUF file (about 20 s); later calls read the cache."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    AutoModelForCausalLM, AutoTokenizer = _transformers()
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()

@@ -62,7 +62,7 @@ def main(argv=None):
 
     import minillm
     from minillm.engine import Engine
-    from minillm.engine.bench import (hf_generate, make_workload, memory_use, run_engine,
+    from minillm.tools.bench.batching import (hf_generate, make_workload, memory_use, run_engine,
                                       run_online, time_split)
 
     if args.threads:

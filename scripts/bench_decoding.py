@@ -16,8 +16,8 @@ import torch
 import transformers
 
 import minillm
-from minillm.devices import best_time
-from minillm.generation import eos_ids
+from minillm.utils.devices import best_time
+from minillm.generation.loop import eos_ids
 
 SETTINGS = {
     "greedy": dict(),

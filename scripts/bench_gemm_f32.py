@@ -31,7 +31,7 @@ def main(argv=None):
 
     import minillm
     from minillm import kernels
-    from minillm.devices import Timer
+    from minillm.utils.devices import Timer
     from minillm.fast import FastLinear
 
     torch.set_num_threads(args.threads)

@@ -26,9 +26,9 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import minillm  # noqa: E402
-from minillm.devices import Timer, now  # noqa: E402
-from minillm.kv_cache import KVCache  # noqa: E402
-from minillm.step_timing import (decode_step_times, kv_cache_formula_bytes,  # noqa: E402
+from minillm.utils.devices import Timer, now  # noqa: E402
+from minillm.generation.kv_cache import KVCache  # noqa: E402
+from minillm.generation.step_timing import (decode_step_times, kv_cache_formula_bytes,  # noqa: E402
                                  recompute_step_time)
 
 PROMPT = "The history of the printing press begins in"

@@ -35,7 +35,7 @@ QUESTION = ("Here is a short story. A lighthouse keeper on a small island in the
 
 
 def run_once(model, tokenizer, prompt, way: str, args) -> dict:
-    from minillm.devices import Timer
+    from minillm.utils.devices import Timer
     from minillm.engine import Engine
 
     engine = Engine(model, tokenizer, num_blocks=args.num_blocks, block_size=args.block_size,
@@ -82,8 +82,8 @@ def main(argv=None) -> int:
     import torch
 
     import minillm
-    from minillm.devices import describe
-    from minillm.stats import spread
+    from minillm.utils.devices import describe
+    from minillm.utils.stats import spread
 
     torch.set_num_threads(args.threads)
     model, tokenizer = minillm.load("smollm2-135m", device=args.device)

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 import minillm
-from minillm.quant.bench import DEFAULT_ROWS, ROWS, benchmark, machine, plot_benchmark, table
+from minillm.tools.bench.quantization import DEFAULT_ROWS, ROWS, benchmark, machine, plot_benchmark, table
 
 
 def main(argv=None) -> int:

@@ -50,7 +50,7 @@ def main(argv=None):
 
     import minillm
     from minillm.speculative import ModelDraft, PromptLookupDraft, first_layers
-    from minillm.speculative.bench import compare, task_prompt
+    from minillm.tools.bench.speculative import compare, task_prompt
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -24,7 +24,7 @@ os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 import torch  # noqa: E402
 
 import minillm  # noqa: E402
-from minillm.devices import Timer  # noqa: E402
+from minillm.utils.devices import Timer  # noqa: E402
 from minillm.loading import load_model  # noqa: E402
 from minillm.model.converted import read_converted  # noqa: E402
 
@@ -89,7 +89,7 @@ def main():
     # One batch-1 decode step after a 128-token prompt, each library with its own cache.
     from transformers import DynamicCache
 
-    from minillm.kv_cache import KVCache
+    from minillm.generation.kv_cache import KVCache
 
     def decode_seconds(step, steps=20):
         times = []

@@ -1,5 +1,6 @@
 """Build notebooks from a plain-text source in the "percent" format.
 
+    python scripts/notebook.py --all        every notebook from minillm/course/lessons/
     python scripts/notebook.py SOURCE.py notebooks/NN_name.ipynb
     python scripts/notebook.py SOURCE.py --exercise exercises/NN_name.ipynb \
         --solution solutions/NN_name.ipynb
@@ -18,9 +19,12 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from pathlib import Path
 
 import nbformat
 
+ROOT = Path(__file__).resolve().parent.parent
+SOURCES = ROOT / "minillm" / "course" / "lessons"
 MARKER = re.compile(r"^# %%\s*(?:\[(\w+)\])?\s*$")
 SPLIT = "# ==== solution ===="
 
@@ -74,14 +78,35 @@ def build(cells, variant: str):
     return nb
 
 
+def targets(source: Path) -> list[tuple[Path, str]]:
+    """The notebooks built from one source: a lesson, or an exercise and its solution."""
+    if source.stem.endswith("_exercise"):
+        name = source.stem.removesuffix("_exercise") + ".ipynb"
+        return [(ROOT / "exercises" / name, "exercise"), (ROOT / "solutions" / name, "solution")]
+    return [(ROOT / "notebooks" / (source.stem + ".ipynb"), "lesson")]
+
+
+def build_all() -> None:
+    for source in sorted(SOURCES.glob("[0-9][0-9]_*.py")):
+        cells = parse(source.read_text(encoding="utf-8"))
+        for path, variant in targets(source):
+            nbformat.write(build(cells, variant), path)
+    print(f"wrote the notebooks of {len(list(SOURCES.glob('[0-9][0-9]_*.py')))} sources")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("source")
+    parser.add_argument("source", nargs="?")
     parser.add_argument("lesson", nargs="?")
+    parser.add_argument("--all", action="store_true", help="build every notebook")
     parser.add_argument("--exercise")
     parser.add_argument("--solution")
     args = parser.parse_args(argv)
+    if args.all:
+        return build_all()
+    if not args.source:
+        parser.error("give a SOURCE.py, or --all")
     with open(args.source, encoding="utf-8") as f:
         cells = parse(f.read())
     targets = [(args.lesson, "lesson"), (args.exercise, "exercise"), (args.solution, "solution")]

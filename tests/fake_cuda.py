@@ -18,7 +18,7 @@ wraps the results again. While the harness is active:
   index tensors in indexing, and copies (`copy_`, `t[:2] = cpu_tensor`);
 - `.cpu()` / `.to("cpu")` give real CPU tensors; `.item()`, `.tolist()`, `bool(t)`, `int(t)`
   work (a host sync); `.numpy()` (so `np.asarray`, matplotlib) raises TypeError as on a GPU;
-- `torch.cuda.is_available()` is True (so `minillm.devices.pick_device("auto")` is cuda), and
+- `torch.cuda.is_available()` is True (so `minillm.utils.devices.pick_device("auto")` is cuda), and
   `torch.cuda.synchronize`, `get_device_name`, `manual_seed_all` and `Event` work;
 - `torch.Generator(device="cuda")` gives a `FakeCudaGenerator` (a CPU generator that reports
   cuda); a random op raises, as on a GPU, when its generator is not on its output's device.

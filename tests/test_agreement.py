@@ -2,7 +2,7 @@
 
 import torch
 
-from minillm.agreement import agree, first_difference, rule
+from minillm.generation.agreement import agree, first_difference, rule
 
 
 class Scores(torch.nn.Module):

@@ -13,11 +13,17 @@ import minillm
 from minillm.model import registry
 
 PACKAGE = Path(minillm.__file__).parent
+LESSONS = PACKAGE / "course" / "lessons"  # the lessons' text, not modules of the package
+WINGS = ("minillm.course", "minillm.tools")
+
+
+def package_files() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if LESSONS not in p.parents)
 
 
 def _modules() -> dict[str, Path]:
     found = {}
-    for path in PACKAGE.rglob("*.py"):
+    for path in package_files():
         parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         found[name] = path
@@ -89,6 +95,30 @@ def test_the_package_has_no_import_cycles():
     assert cycles(import_graph()) == []
 
 
+def in_wing(module: str) -> bool:
+    return any(module == w or module.startswith(w + ".") for w in WINGS)
+
+
+def test_the_engine_never_imports_the_course_or_tools_wings():
+    """Only the command line's entry point (__main__) may reach into the tools wing."""
+    reaches = {name: sorted(t for t in targets if in_wing(t))
+               for name, targets in import_graph().items()
+               if not in_wing(name) and name != "minillm.__main__"}
+    assert {name: t for name, t in reaches.items() if t} == {}
+
+
+def test_the_wing_check_sees_an_import_of_a_wing():
+    graph = import_graph()
+    assert "minillm.tools.cli" in graph["minillm.__main__"]
+    assert "minillm.course.checks._base" in graph["minillm.course.checks.ch03_kv_cache"]
+
+
+def test_the_engine_package_keeps_at_most_eight_top_level_modules():
+    """Entry points and the public API; each chapter's code lives in its folder."""
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(top) <= 8, top
+
+
 def test_the_cycle_finder_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
@@ -96,7 +126,7 @@ def test_the_cycle_finder_finds_a_cycle():
 def test_no_module_chooses_by_architecture_name_outside_the_registry_and_the_families():
     allowed = {"model/registry.py", "model/config.py", "model/llama.py", "model/qwen3.py",
                "model/gpt2.py"}
-    for path in PACKAGE.rglob("*.py"):
+    for path in package_files():
         rel = path.relative_to(PACKAGE).as_posix()
         if rel in allowed:
             continue
@@ -110,10 +140,11 @@ def test_the_block_math_is_written_in_two_places_for_llama_and_one_for_gpt2():
     """Only the family files define a block's forward, plus the fast path's one fused decode
     step (fast/decode.py); the parallel runners and the fast path's linear layers build on them.
     Code that applies a block's second norm computes a block; the chapter checkers' deliberately
-    wrong variants (checks/) are teaching material, not runners."""
+    wrong variants (course/checks/) are teaching material, not runners."""
     applies_mlp_norm = re.compile(r"mlp_norm[(,]")
-    blocks = sorted(p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py")
-                    if p.parent.name != "checks" and applies_mlp_norm.search(p.read_text()))
+    checks = PACKAGE / "course" / "checks"
+    blocks = sorted(p.relative_to(PACKAGE).as_posix() for p in package_files()
+                    if p.parent != checks and applies_mlp_norm.search(p.read_text()))
     assert blocks == ["fast/decode.py", "model/gpt2.py", "model/llama.py"]
 
 
@@ -134,3 +165,57 @@ def test_every_guard_names_the_architectures_the_registry_allows():
                                          "qwen2, qwen3, gpt2"):
         ModelConfig(arch="mamba", vocab_size=16, hidden_size=8, n_layers=1, n_heads=2,
                     n_kv_heads=2, head_dim=4, intermediate_size=16)
+
+
+WING_PACKAGES = ["transformers", "accelerate", "tokenizers", "matplotlib", "ipywidgets",
+                 "IPython", "nbformat", "nbclient", "fastapi", "uvicorn", "httpx",
+                 "prometheus_client", "pydantic"]
+
+
+def test_every_engine_module_imports_without_the_wings_dependencies():
+    """`pip install minillm` gives the engine alone: no engine module needs a package that only
+    the course or the server installs (tested by refusing those imports in a fresh process)."""
+    import subprocess
+    import sys
+
+    engine = sorted(name for name in _modules() if not in_wing(name))
+    code = (
+        "import importlib, sys\n"
+        f"BLOCKED = {WING_PACKAGES!r}\n"
+        "class Refuse:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in BLOCKED:\n"
+        "            raise ImportError(f'{name} belongs to a wing, not the engine')\n"
+        "sys.meta_path.insert(0, Refuse())\n"
+        f"for module in {engine!r}:\n"
+        "    importlib.import_module(module)\n"
+        "import minillm.reference\n"
+        "try:\n"
+        "    minillm.reference.load_reference()\n"
+        "except ImportError as error:\n"
+        "    assert \"pip install 'minillm[course]'\" in str(error), error\n"
+        "else:\n"
+        "    raise AssertionError('load_reference ran without transformers')\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
+def _lines(files) -> int:
+    return sum(len(p.read_text().splitlines()) for p in files)
+
+
+def test_the_readme_states_the_wings_sizes_as_they_are():
+    """The README's layout section gives each wing's size; they stay within 10% of the count."""
+    readme = (PACKAGE.parent / "README.md").read_text()
+    match = re.search(r"The engine is ([\d,]+) lines of Python in (\d+) files \(the course wing "
+                      r"([\d,]+), the tools wing ([\d,]+)\)", readme)
+    assert match, "the README's layout section no longer states the wings' sizes"
+    engine = [p for p in package_files()
+              if not in_wing(".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts))]
+    course = [p for p in package_files() if PACKAGE / "course" in p.parents]
+    tools = [p for p in package_files() if PACKAGE / "tools" in p.parents]
+    stated = [int(g.replace(",", "")) for g in match.groups()]
+    counted = [_lines(engine), len(engine), _lines(course), _lines(tools)]
+    for said, real in zip(stated, counted):
+        assert abs(said - real) <= 0.1 * real, f"the README says {stated}, the tree has {counted}"

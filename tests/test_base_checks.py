@@ -1,11 +1,11 @@
-"""What every checker shares (minillm/checks/_base.py): the safe call, the number types, naming a
+"""What every checker shares (minillm/course/checks/_base.py): the safe call, the number types, naming a
 mistake only when it matches everywhere, and a checker that never crashes."""
 
 import numpy as np
 import pytest
 import torch
 
-from minillm.checks._base import (CheckFailed, as_int, as_number, call, checker, expect_raises,
+from minillm.course.checks._base import (CheckFailed, as_int, as_number, call, checker, expect_raises,
                                   is_close, matching_mistake, same_number)
 
 

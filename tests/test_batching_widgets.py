@@ -8,9 +8,9 @@ import pytest
 
 matplotlib.use("Agg")
 
-from minillm.widgets.batching import (COLOURS, block_map_explorer, block_map_figure,  # noqa: E402
+from minillm.course.widgets.batching import (COLOURS, block_map_explorer, block_map_figure,  # noqa: E402
                                       plot_timeline, timeline_legend)
-from minillm.widgets.render import new_figure  # noqa: E402
+from minillm.course.widgets.render import new_figure  # noqa: E402
 
 SNAPSHOT = {0: ([0, 1, 2], 40, 60), 3: ([3, 4], 20, 80), 5: ([5, 9], 20, 70)}
 

@@ -4,9 +4,9 @@
 import pytest
 import torch
 
-from minillm.bench.bandwidth import decode_bound, read_bandwidth
-from minillm.bench.options import build_parser
-from minillm.bench.run import minillm_engine, table, transformers_engine
+from minillm.measure.bandwidth import decode_bound, read_bandwidth
+from minillm.tools.bench.options import build_parser
+from minillm.tools.bench.run import minillm_engine, table, transformers_engine
 from minillm.fast import optimize
 from minillm.model.memory import bytes_per_token, weight_bytes
 from tests.test_fast import _Tok, _tiny
@@ -56,7 +56,7 @@ def test_bandwidth_bound():
 
 
 def test_table_shows_the_ratios_and_the_spread():
-    from minillm.bench.run import _ratios
+    from minillm.tools.bench.run import _ratios
 
     def row(engine, dtype, decode, prefill, low, high):
         return {"engine": engine, "dtype": dtype, "threads": 1, "ttft_ms": 90.0, "tpot_ms": 50.0,
@@ -94,7 +94,7 @@ def test_options_scale_down_under_ci(monkeypatch):
 
 
 def test_bad_settings_are_refused():
-    from minillm.bench.run import run
+    from minillm.tools.bench.run import run
 
     with pytest.raises(ValueError, match="weight format"):
         run(formats=("fp8",))
@@ -107,7 +107,7 @@ def test_bad_settings_are_refused():
 def test_the_threads_option_reads_a_list_and_refuses_what_is_not_one(capsys):
     import argparse
 
-    from minillm.bench.options import build_parser
+    from minillm.tools.bench.options import build_parser
 
     parser = build_parser(argparse.ArgumentParser(prog="bench"))
     assert parser.parse_args(["--threads", "1,2"]).threads == [1, 2]

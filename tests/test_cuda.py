@@ -11,10 +11,10 @@ import pytest
 import torch
 
 import minillm
-from minillm.devices import model_device
-from minillm.engine.toy import LetterTokenizer
+from minillm.utils.devices import model_device
+from minillm.course.toy import LetterTokenizer
 from minillm.fast import optimize
-from minillm.kv_cache import KVCache
+from minillm.generation.kv_cache import KVCache
 
 PROMPT = [5, 17, 3, 40, 22, 9, 31, 5, 17, 3]
 

@@ -4,8 +4,8 @@ mistake its own hint (and no other mistake that hint)."""
 import pytest
 import torch
 
-from minillm.checks import ch04_decoding as checks
-from minillm.checks._base import CheckFailed
+from minillm.course.checks import ch04_decoding as checks
+from minillm.course.checks._base import CheckFailed
 from minillm.decoding import RepetitionPenaltyProcessor, TopKProcessor, TopPProcessor
 
 from test_tokenizer_checks import assert_hints_are_specific

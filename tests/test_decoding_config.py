@@ -28,7 +28,7 @@ def test_field_names_are_transformers_names():
 
 
 def test_ignore_eos_runs_to_max_new_tokens_and_is_checked():
-    from minillm.generation import eos_ids
+    from minillm.generation.loop import eos_ids
 
     class Model:
         class config:

@@ -9,12 +9,12 @@ import torch
 matplotlib.use("Agg")
 
 from minillm.decoding import GenerationConfig  # noqa: E402
-from minillm.decoding.quality import (distinct_n, mean_logprob, repeated_ngram_rate,  # noqa: E402
+from minillm.course.text_quality import (distinct_n, mean_logprob, repeated_ngram_rate,  # noqa: E402
                                       repeated_ngrams, repeated_token_mask)
-from minillm.widgets import (config_from_values, filter_figure, filter_view,  # noqa: E402
+from minillm.course.widgets import (config_from_values, filter_figure, filter_view,  # noqa: E402
                              highlight_html, repetition_report, temperature_figure,
                              temperature_table)
-from minillm.widgets.temperature import FLOOR  # noqa: E402
+from minillm.course.widgets.temperature import FLOOR  # noqa: E402
 
 
 def _gid_patches(ax, prefix):
@@ -212,7 +212,7 @@ def test_repetition_report_and_highlighting():
 
 
 def test_repetition_rows_are_labelled_with_rounded_settings():
-    from minillm.widgets.repetition import settings
+    from minillm.course.widgets.repetition import settings
 
     assert list(settings(1.7000000000000002, 4)) == ["greedy", "repetition_penalty=1.7",
                                                      "no_repeat_ngram_size=4"]
@@ -237,7 +237,7 @@ def test_config_from_values_turns_widget_conventions_into_a_config():
 
 
 def test_playground_describe_names_the_mode_rounds_and_flags_options_it_ignores():
-    from minillm.widgets.playground import describe
+    from minillm.course.widgets.playground import describe
 
     assert describe(GenerationConfig()) == "greedy"
     assert describe(GenerationConfig(temperature=0.7, length_penalty=2.0)) == (
@@ -250,7 +250,7 @@ def test_playground_describe_names_the_mode_rounds_and_flags_options_it_ignores(
 
 
 def test_runs_stand_side_by_side_latest_first_with_their_differences_in_bold():
-    from minillm.widgets.playground import Run, describe_parts, runs_html, setting_values
+    from minillm.course.widgets.playground import Run, describe_parts, runs_html, setting_values
 
     def run(i, config, texts=(), notes=(), seconds=None):
         return Run(i, describe_parts(config), setting_values(config), list(texts), list(notes),
@@ -274,7 +274,7 @@ def test_runs_stand_side_by_side_latest_first_with_their_differences_in_bold():
 
 
 def test_the_status_line_never_wraps():
-    from minillm.widgets.playground import status_html
+    from minillm.course.widgets.playground import status_html
 
     line = status_html("x" * 500)
     assert "white-space:nowrap" in line and "text-overflow:ellipsis" in line
@@ -283,7 +283,7 @@ def test_the_status_line_never_wraps():
 
 @pytest.mark.parametrize("bad", [0, 301, 2.5, True, "60"])
 def test_playground_rejects_a_starting_length_outside_its_slider(bad):
-    from minillm.widgets import playground
+    from minillm.course.widgets import playground
 
     with pytest.raises(ValueError, match="max_new_tokens must be an int from 1 to 300"):
         playground(None, None, max_new_tokens=bad)
@@ -291,8 +291,8 @@ def test_playground_rejects_a_starting_length_outside_its_slider(bad):
 
 def test_playground_says_why_an_empty_answer_is_empty():
     """A model whose first greedy token is end-of-text gives no text: the card says so."""
-    from minillm.generation import generate
-    from minillm.widgets import playground
+    from minillm.generation.loop import generate
+    from minillm.course.widgets import playground
     from tests.test_fast import _Tok, _tiny
 
     model, tokenizer = _tiny(), _Tok()
@@ -317,7 +317,7 @@ def smollm2():
 
 
 def test_temperature_and_filter_explorers_redraw(smollm2):
-    from minillm.widgets import temperature_explorer, top_k_top_p_explorer
+    from minillm.course.widgets import temperature_explorer, top_k_top_p_explorer
 
     model, tokenizer = smollm2
     box = temperature_explorer(model, tokenizer, "The capital of France is")
@@ -337,7 +337,7 @@ def test_temperature_and_filter_explorers_redraw(smollm2):
 
 
 def test_playground_streams_keeps_two_runs_and_runs_beams(smollm2):
-    from minillm.widgets import playground
+    from minillm.course.widgets import playground
 
     model, tokenizer = smollm2
     box = playground(model, tokenizer, "Name a colour.", max_new_tokens=6)
@@ -366,7 +366,7 @@ def test_playground_streams_keeps_two_runs_and_runs_beams(smollm2):
 
 
 def test_repetition_explorer_regenerates_only_what_changed(smollm2):
-    from minillm.widgets import repetition_explorer
+    from minillm.course.widgets import repetition_explorer
 
     model, tokenizer = smollm2
     box = repetition_explorer(model, tokenizer, max_new_tokens=12)

@@ -7,7 +7,7 @@ from importlib import metadata
 import pytest
 import torch
 
-from minillm import doctor
+from minillm.tools import doctor
 
 
 def test_a_ready_machine_passes_every_item(gguf_path, capsys):
@@ -84,7 +84,7 @@ def test_the_command_exits_non_zero_when_something_is_missing(tmp_path):
 @pytest.mark.slow
 def test_doctor_times_a_real_generation(gguf_path):
     pytest.importorskip("minillm.model")
-    pytest.importorskip("minillm.generation")
+    pytest.importorskip("minillm.generation.loop")
     check = doctor.check_generation()
     assert check.ok, check.detail
     assert "10 tokens" in check.detail or "tokens in" in check.detail

@@ -1,4 +1,4 @@
-"""The benchmark helpers (minillm.engine.bench) on a tiny model: the workload, Poisson arrivals,
+"""The benchmark helpers (minillm.tools.bench.batching) on a tiny model: the workload, Poisson arrivals,
 percentiles, memory ratios and the online mode."""
 
 import statistics
@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from minillm.engine import Engine, StepRecord
-from minillm.engine.bench import (Work, make_workload, memory_use, percentile, poisson_arrivals,
+from minillm.tools.bench.batching import (Work, make_workload, memory_use, percentile, poisson_arrivals,
                                   run_engine, run_online, time_split)
-from minillm.engine.toy import tiny_model
+from minillm.course.toy import tiny_model
 
 
 @pytest.fixture(autouse=True)
@@ -39,10 +39,10 @@ def test_poisson_gaps_have_mean_one_over_the_rate():
 
 
 def test_engine_bench_and_load_client_share_one_percentile():
-    import minillm.loadtest
-    import minillm.stats
+    import minillm.tools.loadtest
+    import minillm.utils.stats
 
-    assert percentile is minillm.stats.percentile is minillm.loadtest.percentile
+    assert percentile is minillm.utils.stats.percentile is minillm.tools.loadtest.percentile
     assert percentile(list(range(1, 101)), 99) == pytest.approx(99.01)
 
 

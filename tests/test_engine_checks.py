@@ -7,12 +7,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from minillm.checks import ch06_batching as checks
-from minillm.checks._base import CheckFailed
+from minillm.course.checks import ch06_batching as checks
+from minillm.course.checks._base import CheckFailed
 
 from test_tokenizer_checks import assert_hints_are_specific
 
-SOURCE = Path(__file__).parent.parent / "scripts/notebook_sources/06_batching_exercise.py"
+SOURCE = Path(__file__).parent.parent / "minillm/course/lessons/06_batching_exercise.py"
 
 
 @pytest.fixture(scope="module")

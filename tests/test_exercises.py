@@ -9,7 +9,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 EXERCISES = sorted((ROOT / "exercises").glob("[0-9][0-9]_*.ipynb"))
-SOURCES = ROOT / "scripts" / "notebook_sources"
+SOURCES = ROOT / "minillm" / "course" / "lessons"
 
 
 def _tags(cell):
@@ -65,28 +65,22 @@ def test_unsolved_exercise_fails_each_check_with_the_checkers_message(exercise):
 
 
 def _builder():
-    spec = importlib.util.spec_from_file_location("notebook_builder", SOURCES.parent / "notebook.py")
+    spec = importlib.util.spec_from_file_location("notebook_builder",
+                                                  ROOT / "scripts" / "notebook.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def _targets(source: Path):
-    if source.stem.endswith("_exercise"):
-        name = source.stem.removesuffix("_exercise") + ".ipynb"
-        return [(ROOT / "exercises" / name, "exercise"), (ROOT / "solutions" / name, "solution")]
-    return [(ROOT / "notebooks" / (source.stem + ".ipynb"), "lesson")]
 
 
 @pytest.mark.parametrize("source", sorted(SOURCES.glob("*.py")), ids=lambda p: p.stem)
 def test_notebooks_are_built_from_their_sources(source):
     builder = _builder()
     cells = builder.parse(source.read_text(encoding="utf-8"))
-    for target, variant in _targets(source):
+    for target, variant in builder.targets(source):
         built = builder.build(cells, variant)
         committed = _read(target)
         assert [c.source for c in committed.cells] == [c.source for c in built.cells], (
             f"{target.relative_to(ROOT)} is out of date with {source.relative_to(ROOT)}: run "
-            f"python scripts/notebook.py on it")
+            f"python scripts/notebook.py --all")
         assert all(not c.get("outputs") for c in committed.cells if c.cell_type == "code"), \
             f"{target.relative_to(ROOT)} is committed with outputs"

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import minillm
-from minillm.devices import Timer, describe, model_device, pick_device, synchronize
+from minillm.utils.devices import Timer, describe, model_device, pick_device, synchronize
 from fake_cuda import CUDA, DEVICE_NAME, FakeCuda, FakeCudaGenerator, is_fake_cuda
 
 MIXED = "Expected all tensors to be on the same device"

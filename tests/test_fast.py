@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 import minillm
 from minillm.fast import FastLinear, is_optimized, optimize, time_layouts
-from minillm.kv_cache import KVCache
+from minillm.generation.kv_cache import KVCache
 from minillm.loading import load_model
 from minillm.model import ModelConfig, registry
 

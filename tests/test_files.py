@@ -109,7 +109,7 @@ def test_the_real_model_file_matches_its_checksum(gguf_path):
 
 
 def test_fetch_command_prints_the_path(gguf_path, capsys):
-    from minillm.__main__ import main
+    from minillm.tools.cli import main
 
     assert main(["fetch"]) == 0
     assert capsys.readouterr().out.strip() == str(gguf_path)

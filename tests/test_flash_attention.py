@@ -1,10 +1,10 @@
 """The tiled attention with the online softmax (minillm/model/flash_attention.py) against the
-explicit attention, and the memory it never allocates (minillm/memory_peak.py)."""
+explicit attention, and the memory it never allocates (minillm/measure/memory_peak.py)."""
 
 import pytest
 import torch
 
-from minillm.memory_peak import peak_bytes
+from minillm.measure.memory_peak import peak_bytes
 from minillm.layers.attention import attention_explicit
 from minillm.model.flash_attention import flash_attention, online_softmax
 

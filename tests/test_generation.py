@@ -14,9 +14,9 @@ import pytest
 import torch
 from torch import nn
 
-from minillm.generation import Generation, generate, left_pad, positions, stream
-from minillm.kv_cache import KVCache
-from minillm.stopping import DiffDecoder, Sequence, TextTracker
+from minillm.generation.loop import Generation, generate, left_pad, positions, stream
+from minillm.generation.kv_cache import KVCache
+from minillm.generation.stopping import DiffDecoder, Sequence, TextTracker
 
 
 class TinyLM(nn.Module):

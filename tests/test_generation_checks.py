@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from minillm.checks import ch03_kv_cache as checks
-from minillm.checks._base import CheckFailed
-from minillm.kv_cache import KVCache
+from minillm.course.checks import ch03_kv_cache as checks
+from minillm.course.checks._base import CheckFailed
+from minillm.generation.kv_cache import KVCache
 
 from test_generation import TinyLM
 from test_tokenizer_checks import assert_hints_are_specific

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import minillm
-from minillm.generation import generate, stream
+from minillm.generation.loop import generate, stream
 
 pytestmark = pytest.mark.slow
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from minillm.checks import ch10_interview as checks
+from minillm.course.checks import ch10_interview as checks
 from minillm.model.config import ModelConfig
 
 ROOT = Path(__file__).resolve().parents[1]

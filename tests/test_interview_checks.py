@@ -6,8 +6,8 @@ import math
 import pytest
 import torch
 
-from minillm.checks import ch10_interview as checks
-from minillm.checks._base import CheckFailed
+from minillm.course.checks import ch10_interview as checks
+from minillm.course.checks._base import CheckFailed
 from minillm.decoding.processors import TopKProcessor, TopPProcessor
 
 from test_tokenizer_checks import assert_hints_are_specific

@@ -2,9 +2,9 @@
 
 import pytest
 
-from minillm.kv_designs import PUBLISHED, bytes_per_token, cache_bytes
+from minillm.generation.kv_designs import PUBLISHED, bytes_per_token, cache_bytes
 from minillm.model import ModelConfig
-from minillm.step_timing import kv_cache_formula_bytes
+from minillm.generation.step_timing import kv_cache_formula_bytes
 
 SMOLLM2 = ModelConfig(arch="llama", vocab_size=49152, hidden_size=576, n_layers=30, n_heads=9,
                       n_kv_heads=3, head_dim=64, intermediate_size=1536)

@@ -1,5 +1,5 @@
 """The load client: percentiles as numpy computes them, the workload's checks and seeds, token
-times rebuilt by minillm.metrics' definitions, real load tests of minillm's own server on
+times rebuilt by minillm.measure.metrics' definitions, real load tests of minillm's own server on
 127.0.0.1 (200 requests at concurrency 16, each answered exactly once; the command's table and
 JSON), and a fake server that behaves as llama-cpp-python's does (it ignores ignore_eos and
 min_tokens and sends no usage in a stream): the report's warnings and the tokenizer's counts.
@@ -17,10 +17,10 @@ import pytest
 import torch
 
 from minillm.engine import Engine
-from minillm.engine.toy import tiny_model
-from minillm.loadtest import RequestResult, Workload, percentile, run
-from minillm.loadtest.report import summarize
-from minillm.server import ServerProcess, ServerThread
+from minillm.course.toy import tiny_model
+from minillm.tools.loadtest import RequestResult, Workload, percentile, run
+from minillm.tools.loadtest.report import summarize
+from minillm.tools.server import ServerProcess, ServerThread
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +114,7 @@ def test_summary_counts_failures_and_throughput():
 
 
 def test_an_answer_ended_early_by_its_finish_reason_and_length():
-    from minillm.loadtest.report import ended_early
+    from minillm.tools.loadtest.report import ended_early
 
     def answer(n, reason):
         return RequestResult(0, 0.0, 1.0, output_tokens=n, finish_reason=reason)
@@ -166,7 +166,7 @@ def test_each_response_id_arrives_once(server):
 
     import httpx
 
-    from minillm.loadtest.client import send_one
+    from minillm.tools.loadtest.client import send_one
 
     work = Workload(requests=24, concurrency=8, prompt_tokens=2, output_tokens=3)
 
@@ -195,7 +195,7 @@ def test_server_errors_are_counted_not_raised(server):
 
 
 def test_unreachable_server_is_an_error_per_request():
-    from minillm.server import free_port
+    from minillm.tools.server import free_port
 
     report = run(f"http://127.0.0.1:{free_port()}", requests=2, concurrency=1, timeout_s=5)
     assert report["errors"] == 2 and "ConnectError" in report["error_examples"][0]
@@ -237,7 +237,7 @@ def test_bench_serve_refuses_bad_settings():
 
 
 def _parse(capsys, *argv):
-    from minillm.__main__ import build_parser, new_bench_spelling
+    from minillm.tools.cli import build_parser, new_bench_spelling
 
     argv, note = new_bench_spelling(list(argv))
     try:
@@ -248,7 +248,7 @@ def _parse(capsys, *argv):
 
 
 def test_bench_subcommands_have_their_own_options(capsys):
-    from minillm import __main__ as cli
+    from minillm.tools import cli
 
     args, note, _ = _parse(capsys, "bench", "latency", "--tokens", "5", "--dtypes", "fp32")
     assert args.run is cli._bench_latency and (args.tokens, args.dtypes) == (5, "fp32")
@@ -261,7 +261,7 @@ def test_bench_subcommands_have_their_own_options(capsys):
 
 
 def test_old_bench_spellings_still_run_with_a_note(capsys):
-    from minillm import __main__ as cli
+    from minillm.tools import cli
 
     args, note, _ = _parse(capsys, "bench")
     assert args.run is cli._bench_latency and "`python -m minillm bench latency`" in note
@@ -361,14 +361,14 @@ class FakeServer:
 def small_tokenizer():
     """A byte-level BPE with few merges, so most words are several tokens: its counts differ
     from the words and from the stream's events."""
-    from minillm.loadtest.workload import WORDS
+    from minillm.tools.loadtest.workload import WORDS
     from minillm.tokenizer import train
 
     return train(" ".join([*WORDS, *FakeServer.WORDS]) * 4, vocab_size=300)
 
 
 def test_a_server_that_ignores_ignore_eos_and_sends_no_usage(small_tokenizer):
-    from minillm.loadtest.report import table
+    from minillm.tools.loadtest.report import table
 
     with FakeServer(events=3) as fake:
         report = run(fake.url, Workload(requests=4, concurrency=2, prompt_tokens=6,

@@ -1,4 +1,4 @@
-"""minillm.metrics: the definitions pinned on fixed timestamps, and the timing of real loops."""
+"""minillm.measure.metrics: the definitions pinned on fixed timestamps, and the timing of real loops."""
 
 import math
 
@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import minillm
-from minillm.generation import timed_stream
-from minillm.metrics import RequestMetrics, TokenClock, predict_latency, throughput
+from minillm.generation.loop import timed_stream
+from minillm.measure.metrics import RequestMetrics, TokenClock, predict_latency, throughput
 
 
 def test_definitions_on_fixed_timestamps():

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from minillm.checks import ch05_metrics as checks
-from minillm.checks._base import CheckFailed
+from minillm.course.checks import ch05_metrics as checks
+from minillm.course.checks._base import CheckFailed
 
 from test_tokenizer_checks import assert_hints_are_specific
 

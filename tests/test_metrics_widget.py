@@ -11,9 +11,9 @@ import pytest
 
 matplotlib.use("Agg")
 
-from minillm.metrics import RequestMetrics  # noqa: E402
-from minillm.widgets.latency import LatencyChart, plot_latency  # noqa: E402
-from minillm.widgets.latency_svg import frame_svg, latency_frame, nice_step  # noqa: E402
+from minillm.measure.metrics import RequestMetrics  # noqa: E402
+from minillm.course.widgets.latency import LatencyChart, plot_latency  # noqa: E402
+from minillm.course.widgets.latency_svg import frame_svg, latency_frame, nice_step  # noqa: E402
 from tests.test_fast import _Tok, _tiny  # noqa: E402
 
 SVG = "{http://www.w3.org/2000/svg}"

@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from minillm.checks import ch02_forward_pass as checks
-from minillm.checks._base import CheckFailed
+from minillm.course.checks import ch02_forward_pass as checks
+from minillm.course.checks._base import CheckFailed
 
 from test_tokenizer_checks import assert_hints_are_specific
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import minillm
-from minillm.kv_cache import KVCache
+from minillm.generation.kv_cache import KVCache
 from minillm.loading import load_model
 
 pytestmark = pytest.mark.slow

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from minillm.kv_cache import KVCache
+from minillm.generation.kv_cache import KVCache
 from minillm.loading import load, load_model
 from minillm.model import ModelConfig, attention, attention_explicit, build_model
 from minillm.model.llama import unpermute

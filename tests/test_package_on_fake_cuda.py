@@ -11,10 +11,10 @@ import pytest
 import torch
 
 import minillm
-from minillm.devices import model_device
+from minillm.utils.devices import model_device
 from minillm.engine import Engine
-from minillm.engine.toy import LetterTokenizer
-from minillm.kv_cache import KVCache
+from minillm.course.toy import LetterTokenizer
+from minillm.generation.kv_cache import KVCache
 from fake_cuda import CUDA, FakeCuda, is_fake_cuda
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -245,7 +245,7 @@ def test_bf16_fast_path_computes_in_bf16_on_cuda(folder):
 
 
 def test_step_timers(folder):
-    from minillm.step_timing import decode_step_times, prefill_time, recompute_step_time
+    from minillm.generation.step_timing import decode_step_times, prefill_time, recompute_step_time
 
     with FakeCuda():
         model = load(folder, "cuda")
@@ -273,7 +273,7 @@ def test_the_server_serves_from_cuda(folder):
     fake device; concurrent requests give what each gives alone on the CPU."""
     import httpx
 
-    from minillm.server import ServerThread
+    from minillm.tools.server import ServerThread
 
     prompts = ["hello", "abcabcab", "zebra"]
     cpu = load(folder, "cpu")
@@ -302,12 +302,12 @@ def test_the_measuring_helpers_the_lessons_call_on_a_gpu(folder):
     quantized speed, the engine's offline and online benchmarks, plain against speculative
     decoding, and the decoding widgets' logits."""
     from minillm import quant
-    from minillm.bench.bandwidth import read_bandwidth
-    from minillm.engine.bench import Work, run_engine, run_online
+    from minillm.measure.bandwidth import read_bandwidth
+    from minillm.tools.bench.batching import Work, run_engine, run_online
     from minillm.speculative import PromptLookupDraft
-    from minillm.speculative.bench import compare
-    from minillm.widgets.filters import filter_view
-    from minillm.widgets.temperature import next_token_logits
+    from minillm.tools.bench.speculative import compare
+    from minillm.course.widgets.filters import filter_view
+    from minillm.course.widgets.temperature import next_token_logits
 
     text = PROMPT * 4
     work = [Work(PROMPT, 4), Work(OTHER, 3), Work(PROMPT[:5], 5)]

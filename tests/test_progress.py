@@ -5,7 +5,7 @@ from pathlib import Path
 
 import nbformat
 
-from minillm import progress
+from minillm.course import progress
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -4,8 +4,8 @@
 import pytest
 import torch
 
-from minillm.checks import ch07_quantization as checks
-from minillm.checks._base import CheckFailed
+from minillm.course.checks import ch07_quantization as checks
+from minillm.course.checks._base import CheckFailed
 from minillm.quant.int8 import quantize_int8
 
 from test_tokenizer_checks import assert_hints_are_specific

@@ -80,7 +80,7 @@ def test_q4_1_runs_the_files_own_blocks(gguf_path):
     # the kernel rounds x to int8 per block of 32, as llama.cpp does: logits move (by 0.5 on
     # average here, up to 2.4), the prediction and the perplexity stay
     assert a[0, -1].argmax() == b[0, -1].argmax() and (a - b).abs().max() < 5
-    from minillm.quant.bench import held_out_ids
+    from minillm.tools.bench.quantization import held_out_ids
     from minillm.quant.measure import perplexity
 
     text = held_out_ids(tok)[:300]

@@ -3,7 +3,7 @@
 import pytest
 
 from minillm.model import ModelConfig
-from minillm.roofline import Roof, matmul_weights, measure_roof, step_cost
+from minillm.measure.roofline import Roof, matmul_weights, measure_roof, step_cost
 
 SMOLLM2 = ModelConfig(arch="llama", vocab_size=49152, hidden_size=576, n_layers=30, n_heads=9,
                       n_kv_heads=3, head_dim=64, intermediate_size=1536, tie_embeddings=True)

@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from minillm.checks import ch09_scaling as checks
-from minillm.checks._base import CheckFailed
+from minillm.course.checks import ch09_scaling as checks
+from minillm.course.checks._base import CheckFailed
 from minillm.distributed import split_evenly
 
 from test_tokenizer_checks import assert_hints_are_specific

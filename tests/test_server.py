@@ -16,8 +16,8 @@ import torch
 
 import minillm
 from minillm.engine import Engine
-from minillm.engine.toy import CharTokenizer, LetterTokenizer, tiny_model
-from minillm.server import ServerProcess, ServerThread
+from minillm.course.toy import CharTokenizer, LetterTokenizer, tiny_model
+from minillm.tools.server import ServerProcess, ServerThread
 
 
 
@@ -76,7 +76,7 @@ def wait_until(predicate, seconds=30.0):
 
 def test_binds_loopback_by_default(server):
     assert server.host == "127.0.0.1" and server.socket.getsockname()[0] == "127.0.0.1"
-    from minillm.__main__ import build_parser
+    from minillm.tools.cli import build_parser
 
     assert build_parser().parse_args(["serve"]).host == "127.0.0.1"
 

@@ -12,8 +12,8 @@ import torch
 
 import minillm
 from minillm.engine import Engine
-from minillm.engine.toy import CharTokenizer, LetterTokenizer, tiny_model
-from minillm.server import ServerThread
+from minillm.course.toy import CharTokenizer, LetterTokenizer, tiny_model
+from minillm.tools.server import ServerThread
 
 
 class ChatLetters(LetterTokenizer):

@@ -15,7 +15,7 @@ import torch
 
 import minillm
 from minillm.engine import Engine
-from minillm.server import ServerThread
+from minillm.tools.server import ServerThread
 
 pytestmark = pytest.mark.slow
 

@@ -4,9 +4,9 @@ the window mask on a tiny random Llama model, and the cache's constant size."""
 import pytest
 import torch
 
-from minillm.kv_cache import KVCache
+from minillm.generation.kv_cache import KVCache
 from minillm.model import LlamaModel, ModelConfig
-from minillm.sliding_window import RingKVCache, sliding_window_mask, window_forward
+from minillm.generation.sliding_window import RingKVCache, sliding_window_mask, window_forward
 
 CONFIG = ModelConfig(arch="llama", vocab_size=64, hidden_size=32, n_layers=2, n_heads=4,
                      n_kv_heads=2, head_dim=8, intermediate_size=48, max_seq_len=128)

@@ -11,13 +11,13 @@ import pytest
 import torch
 
 import minillm
-from minillm.checks.ch08_speculative import chi_square_p_value
-from minillm.generation import generate
-from minillm.kv_cache import KVCache
+from minillm.course.checks.ch08_speculative import chi_square_p_value
+from minillm.generation.loop import generate
+from minillm.generation.kv_cache import KVCache
 from minillm.model import LlamaModel, ModelConfig
 from minillm.speculative import (Draft, ModelDraft, PromptLookupDraft,
                                  SpeculativeDecoder, first_layers, speculative_generate)
-from minillm.stopping import Sequence
+from minillm.generation.stopping import Sequence
 
 
 class Digits:

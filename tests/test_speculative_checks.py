@@ -4,8 +4,8 @@ acceptance rule that ignores its generator is caught."""
 import pytest
 import torch
 
-from minillm.checks import ch08_speculative as checks
-from minillm.checks._base import CheckFailed
+from minillm.course.checks import ch08_speculative as checks
+from minillm.course.checks._base import CheckFailed
 from minillm.speculative.acceptance import verify_greedy
 from minillm.speculative.drafts import PromptLookupDraft
 

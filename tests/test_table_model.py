@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from minillm.decoding import GenerationConfig, beam_search
-from minillm.decoding.table_model import TableModel
+from minillm.course.table_model import TableModel
 
 PAPER = {
     (): {"A": 0.5, "B": 0.4, "C": 0.1},

@@ -6,8 +6,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from minillm.checks import ch01_tokenization as checks
-from minillm.checks._base import CheckFailed
+from minillm.course.checks import ch01_tokenization as checks
+from minillm.course.checks._base import CheckFailed
 from minillm.tokenizer import encode_with_merges, merge_pair, pair_counts
 
 

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from minillm.devices import Timer, best_time, model_device, synchronize
-from minillm.stats import percentile, spread
-from minillm.validate import check_int, check_number, is_int, is_number
+from minillm.utils.devices import Timer, best_time, model_device, synchronize
+from minillm.utils.stats import percentile, spread
+from minillm.utils.validate import check_int, check_number, is_int, is_number
 
 
 def test_check_int_accepts_numpy_ints_and_names_the_range():

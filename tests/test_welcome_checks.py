@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from minillm.checks import ch00_welcome as checks
-from minillm.checks._base import CheckFailed
+from minillm.course.checks import ch00_welcome as checks
+from minillm.course.checks._base import CheckFailed
 from minillm.tokenizer.chat import SMOLLM_SYSTEM, chatml
 
 # --- 1 · chat_prompt ---------------------------------------------------------------------------

@@ -8,8 +8,8 @@ import pytest
 
 matplotlib.use("Agg")
 
-from minillm.widgets.readable import finish_reason_text, number, percent, plural  # noqa: E402
-from minillm.widgets.render import chart_html, new_figure, to_svg  # noqa: E402
+from minillm.course.widgets.readable import finish_reason_text, number, percent, plural  # noqa: E402
+from minillm.course.widgets.render import chart_html, new_figure, to_svg  # noqa: E402
 
 
 @pytest.mark.parametrize("value,shown", [

@@ -11,7 +11,7 @@
                     JSONConstraint: a processor that lets only schema-valid JSON through
     vocabulary.py   each token's bytes, and the vocabulary as a trie
 
-`minillm.generate` (minillm/generation.py) runs the loop and uses these pieces.
+`minillm.generate` (minillm/generation/loop.py) runs the loop and uses these pieces.
 """
 
 from .beam_search import Hypothesis, beam_search

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ..devices import model_device
+from ..utils.devices import model_device
 
-from ..kv_cache import KVCache
+from ..generation.kv_cache import KVCache
 from .processors import build_processors
 
 MASK = -1.0e9  # transformers' "never pick this" score; it keeps tensors finite

@@ -127,7 +127,7 @@ class GenerationConfig:
 
 # --- validation -----------------------------------------------------------------------------------
 
-from ..validate import check_number, is_int as _is_int, is_number as _is_number  # noqa: E402
+from ..utils.validate import check_number, is_int as _is_int, is_number as _is_number  # noqa: E402
 
 
 def _int(name, value, low, allowed, allow_none=False):

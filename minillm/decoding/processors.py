@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from ..validate import check_int, check_number
+from ..utils.validate import check_int, check_number
 
 NEG_INF = float("-inf")
 

@@ -27,7 +27,7 @@ def _load(source, fast: bool = True):
 
 
 def _greedy_ids(model, tokenizer, prompt_ids, new_tokens):
-    from ..generation import generate
+    from ..generation.loop import generate
 
     result = generate(model, tokenizer, list(prompt_ids), max_new_tokens=new_tokens)
     return list(result.token_ids)

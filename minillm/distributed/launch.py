@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from ..validate import check_int
+from ..utils.validate import check_int
 
 
 def _free_port() -> int:

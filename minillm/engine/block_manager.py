@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from ..validate import check_int
+from ..utils.validate import check_int
 
 
 def block_hash(parent: int | None, tokens) -> int:

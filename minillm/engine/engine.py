@@ -32,10 +32,10 @@ import torch
 
 from ..decoding import (GenerationConfig, ProcessorList, build_processors, choose_next_token,
                         make_generator)
-from ..devices import model_device
-from ..devices import now as clock
-from ..generation import eos_ids, encode_prompts
-from ..validate import check_int
+from ..utils.devices import model_device
+from ..utils.devices import now as clock
+from ..generation.loop import eos_ids, encode_prompts
+from ..utils.validate import check_int
 from .block_manager import BlockManager
 from .logprobs import token_logprobs
 from .paged_cache import PagedKVPool, paged_forward

@@ -5,7 +5,7 @@
 
 `PagedBatch` is what the model sees for one forward pass over a batch of sequences, each with
 `context` tokens already in the pool and `new` tokens to run now. It keeps
-`minillm.kv_cache.KVCacheProtocol` (`append(layer, k, v)` returns the keys and values to attend
+`minillm.generation.kv_cache.KVCacheProtocol` (`append(layer, k, v)` returns the keys and values to attend
 over, `advance(n)`), so the model code is unchanged:
 
 - the batch's new tokens are left-padded to the longest (`seq`), and each row's keys are laid out
@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 
 from .. import kernels
-from ..devices import model_device, model_dtype
+from ..utils.devices import model_device, model_dtype
 
 
 class PagedKVPool:

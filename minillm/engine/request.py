@@ -18,9 +18,9 @@ import time
 from dataclasses import dataclass, field
 
 from ..decoding import GenerationConfig, make_generator
-from ..metrics import RequestMetrics
-from ..results import Completion
-from ..stopping import Sequence, check_stop_strings
+from ..measure.metrics import RequestMetrics
+from ..generation.results import Completion
+from ..generation.stopping import Sequence, check_stop_strings
 from .logprobs import TokenLogprob
 
 WAITING, RUNNING, FINISHED = "waiting", "running", "finished"
@@ -30,7 +30,7 @@ FINISH_REASONS = ("eos", "length", "stop", "cancelled")
 @dataclass
 class RequestOutput(Completion):
     """The state of one request after an engine step: the fields every runner shares
-    (minillm.results: text and token_ids so far, finish_reason, prompt_token_ids, and metrics
+    (minillm.generation.results: text and token_ids so far, finish_reason, prompt_token_ids, and metrics
     once it has finished), plus
 
     request_id         the id `add_request` returned

@@ -29,7 +29,7 @@ from abc import ABC, abstractmethod
 from collections import deque
 from dataclasses import dataclass, field
 
-from ..validate import check_int
+from ..utils.validate import check_int
 from .block_manager import BlockManager
 from .request import RUNNING, WAITING, Request
 

@@ -27,7 +27,7 @@ import copy
 import torch
 import torch.nn as nn
 
-from ..devices import FLOAT_DTYPES
+from ..utils.devices import FLOAT_DTYPES
 from ..layers.linear import replace_module
 from .layout import best_layout, time_layouts
 from .decode import FusedDecode

@@ -23,7 +23,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .. import kernels
-from ..kv_cache import KVCache
+from ..generation.kv_cache import KVCache
 from ..layers import Attention
 from ..layers.rope import apply_rope
 from .linear import FastLinear

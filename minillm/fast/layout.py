@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from ..devices import best_time
+from ..utils.devices import best_time
 
 _CHOSEN: dict[tuple, str] = {}
 

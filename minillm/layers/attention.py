@@ -126,7 +126,7 @@ class Attention(nn.Module):
         k, v    = cache.append(layer, k, v)   (this step's keys and values, plus all earlier)
         out     = o_proj(attention(q, k, v))
 
-    The KV cache is anything that keeps `minillm.kv_cache.KVCacheProtocol`. A family changes one
+    The KV cache is anything that keeps `minillm.generation.kv_cache.KVCacheProtocol`. A family changes one
     step by overriding a method: Qwen3 normalizes q and k per head in `qk_norm`. Tensor
     parallelism (`minillm.distributed`) gives each rank some of the heads, by changing
     `n_heads`, `n_kv_heads` and the projections' rows; nothing here knows about it."""

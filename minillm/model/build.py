@@ -10,7 +10,7 @@ from .config import ModelConfig
 
 def resolve_device(device) -> torch.device:
     """"auto" is a CUDA GPU when there is one, then Apple's MPS, else the CPU."""
-    from ..devices import pick_device
+    from ..utils.devices import pick_device
 
     return pick_device("auto" if device is None else device)
 

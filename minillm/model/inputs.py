@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from ..layers.attention import causal_mask
-from ..validate import check_int
+from ..utils.validate import check_int
 
 
 def prepare(config, input_ids, cache=None, position_ids=None, attention_mask=None, device=None):

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from ..devices import model_device
+from ..utils.devices import model_device
 
 
 def _windows(token_ids, window: int) -> list[torch.Tensor]:
@@ -100,7 +100,7 @@ def logit_error(model, reference_model, token_ids) -> dict:
 def speed(model, tokenizer, prompt_ids, new_tokens: int = 32, repeats: int = 1) -> dict:
     """Prefill and decode tokens/s of `model` with `minillm.generate` (greedy, KV cache), the best
     of `repeats` runs. `prompt_ids` is a list of token ids; generation does not stop at EOS."""
-    from ..generation import generate
+    from ..generation.loop import generate
 
     best = {"prefill_tokens_per_s": 0.0, "decode_tokens_per_s": 0.0}
     for _ in range(repeats):

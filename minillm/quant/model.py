@@ -20,7 +20,7 @@ import copy
 import torch
 import torch.nn as nn
 
-from ..devices import FLOAT_DTYPES
+from ..utils.devices import FLOAT_DTYPES
 from ..layers.linear import replace_module
 from ..model.memory import weight_bytes  # noqa: F401  (minillm.quant.weight_bytes)
 from .int4 import GROUP_SIZE, _check_int4_group

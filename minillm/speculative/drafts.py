@@ -28,9 +28,9 @@ import dataclasses
 import torch
 import torch.nn as nn
 
-from ..devices import model_device
-from ..kv_cache import KVCache
-from ..validate import check_int
+from ..utils.devices import model_device
+from ..generation.kv_cache import KVCache
+from ..utils.validate import check_int
 
 
 class Draft:

@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..devices import Timer, model_device
-from ..generation import Generation, start
-from ..kv_cache import KVCache
-from ..metrics import TokenClock
-from ..validate import check_int
+from ..utils.devices import Timer, model_device
+from ..generation.loop import Generation, start
+from ..generation.kv_cache import KVCache
+from ..measure.metrics import TokenClock
+from ..utils.validate import check_int
 from .acceptance import verify_greedy, verify_sampled
 from .drafts import Draft, PromptLookupDraft
 
@@ -109,7 +109,7 @@ class SpeculativeDecoder:
         return logits[0].float()
 
     def run(self, prompt_ids: list[int], sequence, on_tokens=None) -> SpeculativeStats:
-        """Generate into `sequence` (a minillm.stopping.Sequence) until it finishes.
+        """Generate into `sequence` (a minillm.generation.stopping.Sequence) until it finishes.
         `on_tokens(sequence)` is called after each round (for timing or streaming)."""
         self.stats = stats = SpeculativeStats(k=self.k)
         ids = list(prompt_ids)

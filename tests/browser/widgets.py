@@ -1,6 +1,6 @@
 """Reading and moving the course's widgets in the page: find a widget's output area by what it
 holds, set a slider to an exact value through its readout, read what a chart (inline SVG, see
-minillm/widgets/render.py) shows: its texts, the elements with a given id, their positions."""
+minillm/course/widgets/render.py) shows: its texts, the elements with a given id, their positions."""
 
 from __future__ import annotations
 

@@ -1,0 +1,313 @@
+"""What every exercise checker shares: calling the learner's function safely, reading the number or
+tensor it returned, and failing in plain words.
+
+- `call(fn, *args)` runs the learner's code. A stub still raising NotImplementedError becomes
+  "not written yet"; any other exception becomes a message naming the call; and every argument
+  must come back unchanged, unless the task says to write into it (`may_change`): the learner
+  gets a fresh copy of each list, dict and tensor, compared with the checker's object after the
+  call (so a change is seen, and the checker's own cases stay as they were). Objects that cannot
+  be copied (a model, a tokenizer, a generator) are passed as they are.
+- `expect_raises` checks a call that the task says must fail, with the exception it names.
+- `as_number` / `as_int` accept whatever number type equals the answer: Python ints and floats,
+  NumPy scalars, 0-d arrays and 0-d tensors; `same_number` compares one with the answer.
+- `checker` wraps each public check function, so that even an answer of a kind no check foresaw
+  gets a message instead of a traceback.
+- `matching_mistake` names a mistake only when the learner's answers equal that mistake's answers
+  on every case tried, so a hint fires for the mistake it names and for no other.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+
+from ...utils.validate import is_int, is_number
+
+
+class CheckFailed(AssertionError):
+    """A learner's function gave a wrong answer; the message says what and why."""
+
+
+def checker(check):
+    """A checker that never crashes: an error while it reads the learner's answer (an object of an
+    unexpected kind, say) becomes a CheckFailed that says so, like every other failure."""
+    @functools.wraps(check)
+    def run(*args, **kwargs):
+        try:
+            return check(*args, **kwargs)
+        except CheckFailed:
+            raise
+        except Exception as error:
+            raise CheckFailed(f"your answer could not be checked: reading it raised "
+                              f"{type(error).__name__}: {error}. Return the kind of value the "
+                              "task describes") from error
+
+    return run
+
+
+def expect(condition: bool, message: str) -> None:
+    if not condition:
+        raise CheckFailed(message)
+
+
+def passed(name: str, cases: int) -> None:
+    print(f"✅ {name}: all {cases} cases pass")
+
+
+def short(value, limit: int = 100) -> str:
+    """repr(value), cut to `limit` characters; a tensor or array shows its shape and dtype."""
+    if _is_tensor(value) or _is_array(value):
+        return f"{type(value).__name__} of shape {tuple(value.shape)} ({value.dtype})"
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + " ..."
+
+
+def function_name(fn) -> str:
+    return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or "your function"
+
+
+def shown_call(fn, args=(), kwargs=None) -> str:
+    """`name(arg, ...)` as a learner would write it; long arguments show only their type."""
+    parts = [_shown_argument(a) for a in args]
+    parts += [f"{k}={short(v, 40)}" for k, v in (kwargs or {}).items()]
+    return f"{function_name(fn)}({', '.join(parts)})"
+
+
+def _shown_argument(value) -> str:
+    if _is_tensor(value) or _is_array(value):
+        return f"<{short(value)}>"
+    text = repr(value)
+    if len(text) <= 60:
+        return text
+    if isinstance(value, (list, tuple, dict)):
+        return f"<{type(value).__name__} of {len(value)}>"
+    return f"<{type(value).__name__}>"
+
+
+# --- calling the learner's code ---------------------------------------------------------------
+
+def call(fn, *args, what: str | None = None, may_change=(), if_raises: str = "", **kwargs):
+    """`fn(*args, **kwargs)`, with every failure turned into a CheckFailed in plain words.
+
+    `what` names the call in messages (default: the call as written). Arguments must come back
+    unchanged, except the parameters named in `may_change` (names or positions), which are
+    passed as they are so that the caller sees what the learner wrote into them. `if_raises` is
+    added to the message when the call raises: what about this case the learner may have missed."""
+    if not callable(fn):
+        raise CheckFailed(f"expected a function, got {type(fn).__name__} {short(fn)}: pass the "
+                          "function itself, without calling it")
+    what = what or shown_call(fn, args, kwargs)
+    names = _parameter_names(fn, len(args))
+    given = []  # (name, the caller's object, the copy the learner gets)
+    for key, value in list(enumerate(args)) + list(kwargs.items()):
+        name = names.get(key) if isinstance(key, int) else key
+        keep = key in may_change or name in may_change
+        copy = _OPAQUE if keep else _snapshot(value)
+        given.append((name or f"number {key + 1}", value, value if copy is _OPAQUE else copy,
+                      copy is _OPAQUE))
+    n = len(args)
+    try:
+        result = fn(*[g[2] for g in given[:n]], **{k: g[2] for k, g in zip(kwargs, given[n:])})
+    except NotImplementedError:
+        raise CheckFailed(f"`{_owner(fn)}` is not written yet: replace `raise "
+                          "NotImplementedError` with your code, run its cell, then run this "
+                          "check again.") from None
+    except CheckFailed:
+        raise
+    except Exception as error:
+        raise CheckFailed(f"{what} raised {type(error).__name__}: {error}"
+                          + (f". {if_raises}" if if_raises else "")) from error
+    for name, original, passed_copy, untouched in given:
+        if not untouched and not _same(passed_copy, original):
+            which = name if name.startswith("number ") else f"`{name}`"
+            raise CheckFailed(f"{what} changed its argument {which}: "
+                              f"{_leave_alone(passed_copy)}")
+    return result
+
+
+def expect_raises(fn, *args, error=ValueError, why: str, what: str | None = None, **kwargs):
+    """The task says `fn(*args)` must raise `error` (because `why`); check that it does."""
+    what = what or shown_call(fn, args, kwargs)
+    try:
+        result = fn(*args, **kwargs)
+    except NotImplementedError:
+        raise CheckFailed(f"`{_owner(fn)}` is not written yet: replace `raise "
+                          "NotImplementedError` with your code, run its cell, then run this "
+                          "check again.") from None
+    except error:
+        return
+    except Exception as raised:
+        raise CheckFailed(f"{what} raised {type(raised).__name__} ({raised}), but {why}: raise "
+                          f"{error.__name__} saying so") from None
+    raise CheckFailed(f"{what} returned {short(result)}, but {why}: raise {error.__name__} "
+                      "saying so")
+
+
+def _owner(fn) -> str:
+    """The name a learner wrote: a method's class for a bound method (`BlockAllocator.free`)."""
+    return function_name(fn)
+
+
+def _parameter_names(fn, n_args: int) -> dict:
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return {}
+    names = {}
+    for i in range(n_args):
+        if i < len(params) and params[i].kind in (params[i].POSITIONAL_ONLY,
+                                                  params[i].POSITIONAL_OR_KEYWORD):
+            names[i] = params[i].name
+        else:
+            names[i] = None
+    return names
+
+
+def _leave_alone(value) -> str:
+    if _is_tensor(value) or _is_array(value):
+        return ("leave the tensor you were given as it was and return a new one (write "
+                "`x = x / t`, not `x /= t`, `x[...] = ...` or an in-place method like "
+                "`x.div_(t)` or `masked_fill_`)")
+    if isinstance(value, dict):
+        return "leave the dict you were given as it was and build a new one"
+    return "leave the list you were given as it was and build a new one"
+
+
+# --- the copy compared after a call -----------------------------------------------------------
+
+class _Opaque:
+    """Stands for an argument that is not copied (a model, a tokenizer, a generator)."""
+
+
+_OPAQUE = _Opaque()
+_PLAIN = (int, float, complex, str, bytes, bool, type(None))
+
+
+def _is_tensor(value) -> bool:
+    return type(value).__module__.startswith("torch") and hasattr(value, "detach")
+
+
+def _is_array(value) -> bool:
+    return type(value).__module__ == "numpy" and type(value).__name__ == "ndarray"
+
+
+def _snapshot(value):
+    if isinstance(value, _PLAIN):
+        return value
+    if _is_tensor(value):
+        return value.detach().clone()
+    if _is_array(value):
+        return value.copy()
+    if type(value) in (list, tuple):
+        parts = [_snapshot(v) for v in value]
+        if any(p is _OPAQUE for p in parts):
+            return _OPAQUE
+        return type(value)(parts)
+    if type(value) is dict:
+        parts = {k: _snapshot(v) for k, v in value.items()}
+        return _OPAQUE if any(p is _OPAQUE for p in parts.values()) else parts
+    if type(value) in (set, frozenset):
+        return type(value)(value)
+    if is_number(value):
+        return value
+    return _OPAQUE
+
+
+def _same(value, copy) -> bool:
+    if copy is _OPAQUE:
+        return True
+    if _is_tensor(copy):
+        if not _is_tensor(value) or value.shape != copy.shape or value.dtype != copy.dtype:
+            return False
+        if value.is_floating_point():
+            return bool(((value == copy) | (value.isnan() & copy.isnan())).all())
+        return bool((value == copy).all())
+    if _is_array(copy):
+        import numpy as np
+
+        return _is_array(value) and np.array_equal(value, copy, equal_nan=True)
+    if isinstance(copy, (list, tuple)):
+        return (isinstance(value, (list, tuple)) and len(value) == len(copy)
+                and all(_same(v, c) for v, c in zip(value, copy)))
+    if isinstance(copy, dict):
+        return (isinstance(value, dict) and value.keys() == copy.keys()
+                and all(_same(value[k], copy[k]) for k in copy))
+    if isinstance(copy, float) and isinstance(value, float) and math.isnan(copy):
+        return math.isnan(value)
+    return value == copy
+
+
+# --- numbers ----------------------------------------------------------------------------------
+
+def number_or_none(got):
+    """`got` as a float when it is a real number of any kind (a 0-d tensor or array too), else
+    None. A bool is not a number here."""
+    if is_number(got):
+        return float(got)
+    if (_is_tensor(got) or _is_array(got)) and got.ndim == 0 and _real_dtype(got):
+        return float(got.item())
+    return None
+
+
+def _real_dtype(value) -> bool:
+    name = str(value.dtype)
+    return not ("bool" in name or "complex" in name)
+
+
+def as_number(got, what: str) -> float:
+    """`got` as a float, or a CheckFailed saying a number was expected."""
+    value = number_or_none(got)
+    if value is None:
+        raise CheckFailed(f"{what} returned {type(got).__name__} {short(got)}; return a number")
+    return value
+
+
+def as_int(got, what: str) -> int:
+    """`got` as an int when it is a whole number of any type (5, 5.0, numpy.int64(5), a 0-d
+    tensor), or a CheckFailed saying a whole number was expected."""
+    if is_int(got):
+        return int(got)
+    value = number_or_none(got)
+    if value is None:
+        raise CheckFailed(f"{what} returned {type(got).__name__} {short(got)}; return a whole "
+                          "number (an int)")
+    if not math.isfinite(value) or value != int(value):
+        raise CheckFailed(f"{what} returned {got!r}; return a whole number (an int)")
+    return int(value)
+
+
+def is_close(got, want, rel: float = 1e-6, abs_: float = 1e-9) -> bool:
+    """Whether `got` is a number of any type within the tolerance of `want` (NaN equals NaN)."""
+    value = number_or_none(got)
+    if value is None:
+        return False
+    if math.isnan(want):
+        return math.isnan(value)
+    return math.isclose(value, want, rel_tol=rel, abs_tol=abs_)
+
+
+def same_number(got, want, what: str, rel: float = 1e-6, abs_: float = 1e-9) -> None:
+    """`got` must be a number equal to `want` within the tolerance, of any number type."""
+    value = as_number(got, what)
+    if not is_close(value, want, rel, abs_):
+        raise CheckFailed(f"{what} returned {value!r}, expected {want!r}")
+
+
+def expect_close(got, want, what: str, rel: float = 1e-6, abs_: float = 1e-9) -> None:
+    """The older name of `same_number`."""
+    same_number(got, want, what, rel, abs_)
+
+
+# --- naming a mistake -------------------------------------------------------------------------
+
+def matching_mistake(answers, mistakes, same) -> str | None:
+    """The hint of the first mistake whose answers equal the learner's on every case.
+
+    answers   the learner's answer for each case, in order
+    mistakes  (hint, answers of that mistake for the same cases) pairs
+    same      same(learner's answer, mistake's answer) -> bool"""
+    for hint, wrong in mistakes:
+        if len(wrong) == len(answers) and all(same(a, w) for a, w in zip(answers, wrong)):
+            return hint
+    return None

@@ -1,0 +1,406 @@
+"""Checkers for exercises/02_forward_pass.ipynb: RMSNorm, RoPE, causal grouped-query attention and
+one transformer block, each compared with minillm's own modules on random tensors: several
+shapes, epsilons that matter, and positions that do not start at 0. A hint names a mistake only
+when the learner's outputs equal that mistake's outputs on every case."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from ...model import (LlamaBlock, ModelConfig, apply_rope, attention_explicit, rms_norm,
+                     rope_cos_sin)
+from ._base import CheckFailed, call, checker, expect, matching_mistake, passed
+
+
+def _tensor(got, what, shape):
+    expect(isinstance(got, torch.Tensor),
+           f"{what} returned {type(got).__name__}; return a torch.Tensor")
+    expect(tuple(got.shape) == tuple(shape),
+           f"{what} returned shape {tuple(got.shape)}; expected {tuple(shape)}")
+    expect(got.is_floating_point(), f"{what} returned a {got.dtype} tensor; return floats")
+    expect(bool(torch.isfinite(got).all()), f"{what} returned NaN or inf values")
+    return got.detach().float()
+
+
+def _close(got, want, tol=1e-4):
+    return (got.shape == want.shape
+            and (got - want).abs().max().item() <= tol * max(1.0, want.abs().max().item()))
+
+
+def _rand(*shape, seed):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def _largest_difference(got, want) -> str:
+    return f"{(got - want).abs().max().item():.3g}"
+
+
+# ---- 1: RMSNorm ----
+
+RMS_CASES = [((2, 5, 8), 1e-5, 3.0), ((3, 16), 1e-6, 1.0), ((1, 1, 4), 1.0, 1.0),
+             ((4, 6), 1e-2, 0.01), ((2, 3, 7, 12), 0.1, 0.2), ((5,), 1e-5, 2.0)]
+
+
+def _rms_inputs(i, shape, scale):
+    return _rand(*shape, seed=i) * scale, 1 + 0.5 * _rand(shape[-1], seed=10 + i)
+
+
+def _rms_variant(x, w, eps, *, weight=True, centre=False, eps_inside=True, mean=True,
+                 fixed_eps=None, axis=-1):
+    eps = eps if fixed_eps is None else fixed_eps
+    if centre:
+        x = x - x.mean(-1, keepdim=True)
+    squares = x.pow(2)
+    total = squares.mean(axis, keepdim=True) if mean else squares.sum(axis, keepdim=True)
+    out = x / (total + eps).sqrt() if eps_inside else x / (total.sqrt() + eps)
+    return out * w if weight else out
+
+
+def _rms_mistakes(inputs):
+    def model(**kind):
+        return [_rms_variant(x, w, eps, **kind) for x, w, eps in inputs]
+
+    return [
+        ("the result is right before the scale: multiply by `weight` at the end",
+         model(weight=False)),
+        ("you subtracted the mean (that is LayerNorm); RMSNorm divides by the root mean square "
+         "and never centres x", model(centre=True)),
+        ("eps goes inside the square root: x / sqrt(mean(x²) + eps)", model(eps_inside=False)),
+        ("you summed the squares; take their mean over the last axis", model(mean=False)),
+        ("use the `eps` you are given, not a fixed 1e-5", model(fixed_eps=1e-5)),
+        ("use the `eps` you are given, not a fixed 1e-6", model(fixed_eps=1e-6)),
+        ("use the `eps` you are given; leaving it out divides by zero on an all-zero vector",
+         model(fixed_eps=0.0)),
+        ("take the mean over the last axis only (dim=-1, keepdim=True), the features of one "
+         "vector", model(axis=0)),
+    ]
+
+
+@checker
+def check_rms_norm(fn) -> None:
+    """`fn(x, weight, eps)` must equal x / sqrt(mean(x², last axis) + eps) * weight."""
+    inputs, answers = [], []
+    for i, (shape, eps, scale) in enumerate(RMS_CASES):
+        x, weight = _rms_inputs(i, shape, scale)
+        what = f"rms_norm(x of shape {shape}, weight, eps={eps})"
+        answers.append(_tensor(call(fn, x, weight, eps, what=what), what, shape))
+        inputs.append((x, weight, eps))
+    wants = [rms_norm(x, w, eps) for x, w, eps in inputs]
+    wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if not _close(g, w)]
+    if not wrong:
+        passed("rms_norm", len(RMS_CASES))
+        return
+    i = wrong[0]
+    shape, eps, _ = RMS_CASES[i]
+    hint = matching_mistake(answers, _rms_mistakes(inputs), _close)
+    raise CheckFailed(f"rms_norm(x of shape {shape}, weight, eps={eps}) differs from the "
+                      f"reference by up to {_largest_difference(answers[i], wants[i])}: "
+                      + (hint or "compute x / sqrt(mean of x² over the last axis + eps), "
+                                 "then multiply by weight"))
+
+
+# ---- 2: RoPE ----
+
+ROPE_CASES = [((1, 2, 5, 8), 10000.0, "from 0"), ((2, 3, 4, 16), 100000.0, "rows apart"),
+              ((1, 1, 3, 4), 10.0, "from 0"), ((2, 2, 6, 8), 500.0, "late"),
+              ((1, 4, 1, 32), 10000.0, "one late token"), ((3, 1, 5, 6), 1000.0, "scattered")]
+
+
+def _positions(b, s, kind):
+    if kind == "from 0":
+        return torch.arange(s).expand(b, s).clone()
+    if kind == "rows apart":
+        return torch.arange(s).expand(b, s) + 3 * torch.arange(b)[:, None]
+    if kind == "late":
+        return torch.arange(s).expand(b, s) + 100
+    if kind == "one late token":
+        return torch.full((b, s), 517)
+    return torch.randint(0, 2000, (b, s), generator=torch.Generator().manual_seed(b * 100 + s))
+
+
+def _rope_variant(x, positions, theta, *, interleaved=False, sign=1, ignore_positions=False,
+                  shift=0, exponent_step=2):
+    b, h, s, d = x.shape
+    if ignore_positions:
+        positions = torch.arange(s).expand(b, s)
+    inv = 1.0 / theta ** (torch.arange(0, d // 2).float() * exponent_step / d)
+    angles = (positions + shift).float()[..., None] * inv
+    cos, sin = angles.cos()[:, None], sign * angles.sin()[:, None]
+    if interleaved:
+        a, c = x[..., 0::2], x[..., 1::2]
+        return torch.stack([a * cos - c * sin, a * sin + c * cos], dim=-1).flatten(-2)
+    x1, x2 = x[..., : d // 2], x[..., d // 2:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+def _rope_mistakes(inputs):
+    def model(**kind):
+        return [_rope_variant(x, p, t, **kind) for x, p, t in inputs]
+
+    return [
+        ("you rotated neighbouring pairs (0, 1), (2, 3), ...; this course (like Hugging Face) "
+         "pairs dimension i with i + d/2: x1 = x[..., :d/2], x2 = x[..., d/2:]",
+         model(interleaved=True)),
+        ("you rotated the wrong way round; check the signs: (x1·cos − x2·sin, x2·cos + x1·sin)",
+         model(sign=-1)),
+        ("the angles must come from `position_ids`, not from 0, 1, 2, ...: a token's position "
+         "is not its index in this call (a decode step, a second row)",
+         model(ignore_positions=True)),
+        ("the positions are off by one: position p turns pair i by p · theta^(-2i/d), and "
+         "position 0 by nothing", model(shift=1)),
+        ("the angle of pair i is position · theta^(-2i/d): the exponent steps by 2/d, "
+         "torch.arange(0, d, 2) / d", model(exponent_step=1)),
+    ]
+
+
+@checker
+def check_rope(fn) -> None:
+    """`fn(x, position_ids, theta)` must rotate pair (i, i + d/2) of each head's dimensions by
+    the angle position x theta^(-2i/d), as minillm's `apply_rope` does."""
+    inputs, answers = [], []
+    for i, (shape, theta, kind) in enumerate(ROPE_CASES):
+        b, h, s, d = shape
+        x, positions = _rand(*shape, seed=20 + i), _positions(b, s, kind)
+        what = f"rope(x of shape {shape}, position_ids {positions.tolist()}, theta={theta})"
+        answers.append(_tensor(call(fn, x, positions, theta, what=what), what, shape))
+        inputs.append((x, positions, theta))
+    wants = [apply_rope(x, *rope_cos_sin(p, x.shape[-1], t)) for x, p, t in inputs]
+    wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if not _close(g, w)]
+    if not wrong:
+        passed("rope", len(ROPE_CASES))
+        return
+    i = wrong[0]
+    x, positions, theta = inputs[i]
+    what = (f"rope(x of shape {tuple(x.shape)}, position_ids {positions.tolist()}, "
+            f"theta={theta})")
+    hint = matching_mistake(answers, _rope_mistakes(inputs), _close)
+    if hint is None and not torch.allclose(answers[i].norm(dim=-1), x.norm(dim=-1), atol=1e-4):
+        hint = ("a rotation keeps each head vector's length, but yours changed it: each pair "
+                "(x1[i], x2[i]) must become (x1·cos − x2·sin, x2·cos + x1·sin) with the same "
+                "angle in both")
+    raise CheckFailed(f"{what} differs from the reference by up to "
+                      f"{_largest_difference(answers[i], wants[i])}: "
+                      + (hint or "the angle of pair i is position / theta^(2i/d)"))
+
+
+# ---- 3: causal attention with grouped-query heads ----
+
+ATTENTION_CASES = [(1, 2, 2, 5, 8), (2, 6, 2, 7, 16), (1, 4, 1, 3, 4), (1, 3, 3, 1, 8),
+                   (2, 8, 4, 9, 6)]
+
+
+def _attention_variant(q, k, v, *, causal=True, interleave=True, scale="sqrt", axis=-1,
+                       diagonal=True, future=False):
+    group = q.shape[1] // k.shape[1]
+    if interleave:
+        k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    else:
+        k, v = k.repeat(1, group, 1, 1), v.repeat(1, group, 1, 1)
+    d = q.shape[-1]
+    scores = q @ k.transpose(-2, -1) / {"sqrt": math.sqrt(d), "none": 1.0, "d": d}[scale]
+    s = scores.shape[-1]
+    if causal:
+        hidden = torch.ones(s, s, dtype=torch.bool).triu(1 if diagonal else 0)
+        if future:
+            hidden = torch.ones(s, s, dtype=torch.bool).tril(-1)
+        scores = scores.masked_fill(hidden, float("-inf"))
+    return torch.nan_to_num(torch.softmax(scores, axis)) @ v
+
+
+def _attention_mistakes(inputs):
+    def model(**kind):
+        return [_attention_variant(q, k, v, **kind) for q, k, v in inputs]
+
+    return [
+        ("every query sees every key; mask the future: query i may only look at keys 0..i (set "
+         "the others to -inf before the softmax)", model(causal=False)),
+        ("query head j must use key/value head j // group (heads 0..group-1 share kv head 0); "
+         "use repeat_interleave, not repeat", model(interleave=False)),
+        ("divide the scores q kᵀ by √head_dim before the softmax; you did not scale them",
+         model(scale="none")),
+        ("divide the scores by √head_dim, the square root, not by head_dim", model(scale="d")),
+        ("take the softmax over the keys, the last axis (dim=-1): each query's weights must add "
+         "up to 1", model(axis=-2)),
+        ("a query may look at its own key: mask only the keys after it, triu(diagonal=1)",
+         model(diagonal=False)),
+        ("the mask is the wrong way round: query i may see keys 0..i (the past), not the keys "
+         "after it", model(future=True)),
+    ]
+
+
+@checker
+def check_causal_attention(fn) -> None:
+    """`fn(q, k, v)` with q (b, heads, s, d) and k, v (b, kv_heads, s, d) must give
+    softmax(q kᵀ/√d + causal mask) v, each query head using key/value head head // group."""
+    inputs, answers = [], []
+    for i, (b, h, kv, s, d) in enumerate(ATTENTION_CASES):
+        q, k, v = (_rand(b, n, s, d, seed=30 + 3 * i + j) for j, n in enumerate((h, kv, kv)))
+        what = f"causal_attention(q {tuple(q.shape)}, k/v {tuple(k.shape)})"
+        answers.append(_tensor(call(fn, q, k, v, what=what), what, q.shape))
+        inputs.append((q, k, v))
+    wants = [attention_explicit(q, k, v) for q, k, v in inputs]
+    wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if not _close(g, w)]
+    if not wrong:
+        passed("causal_attention", len(ATTENTION_CASES))
+        return
+    i = wrong[0]
+    q, k, v = inputs[i]
+    hint = matching_mistake(answers, _attention_mistakes(inputs), _close)
+    raise CheckFailed(f"causal_attention(q {tuple(q.shape)}, k/v {tuple(k.shape)}) differs from "
+                      f"the reference by up to {_largest_difference(answers[i], wants[i])}: "
+                      + (hint or "repeat each key/value head for its group of query heads, "
+                                 "scores = q kᵀ / √d, -inf above the diagonal, softmax over the "
+                                 "keys, then weights @ v"))
+
+
+# ---- 4: one transformer block ----
+
+def random_block(config: ModelConfig, seed: int = 0) -> LlamaBlock:
+    """A LlamaBlock with random weights, norms included, for the exercises."""
+    torch.manual_seed(seed)
+    block = LlamaBlock(config, layer_idx=0).eval()
+    with torch.no_grad():
+        for name, p in block.named_parameters():
+            if "norm" in name:
+                p.copy_(1 + 0.3 * torch.randn_like(p))
+            else:
+                p.normal_(0, 0.3)
+    return block
+
+
+BLOCK_CASES = [  # (config, batch, seq, position kind, scale of x)
+    (ModelConfig("llama", 50, 16, 1, 4, 2, 4, 24, rope_theta=10000.0), 2, 6, "from 0", 1.0),
+    (ModelConfig("llama", 50, 24, 1, 3, 3, 8, 20, rope_theta=100.0, norm_eps=1e-6), 2, 6,
+     "rows apart", 1.0),
+    (ModelConfig("llama", 50, 16, 1, 4, 1, 4, 32, rope_theta=1000.0, norm_eps=0.5), 1, 5,
+     "late", 0.3),
+    (ModelConfig("llama", 50, 32, 1, 8, 2, 4, 40, rope_theta=500.0, norm_eps=1e-2), 2, 4,
+     "scattered", 0.05),
+]
+
+
+def _block_variant(x, block, config, positions, *, mlp=True, residual=True,
+                   ignore_positions=False, eps=None, rope_on_v=False, mlp_on_x=False,
+                   silu_on_up=False):
+    b, s, _ = x.shape
+    eps = config.norm_eps if eps is None else eps
+    if ignore_positions:
+        positions = torch.arange(s).expand(b, s)
+    cos, sin = rope_cos_sin(positions, config.head_dim, config.rope_theta)
+    attn, ffn = block.attn, block.mlp
+
+    def heads(t, n):
+        return t.view(b, s, n, config.head_dim).transpose(1, 2)
+
+    h = rms_norm(x, block.attn_norm.weight, eps)
+    q = apply_rope(heads(attn.q_proj(h), config.n_heads), cos, sin)
+    k = apply_rope(heads(attn.k_proj(h), config.n_kv_heads), cos, sin)
+    v = heads(attn.v_proj(h), config.n_kv_heads)
+    if rope_on_v:
+        v = apply_rope(v, cos, sin)
+    delta = attn.o_proj(attention_explicit(q, k, v).transpose(1, 2).reshape(b, s, -1))
+    x2 = x + delta if residual else delta
+    if not mlp:
+        return x2
+    h = x2 if mlp_on_x else rms_norm(x2, block.mlp_norm.weight, eps)
+    gate, up = ffn.gate_proj(h), ffn.up_proj(h)
+    if silu_on_up:
+        gate, up = up, gate
+    out = ffn.down_proj(F.silu(gate) * up)
+    return x2 + out if residual else out
+
+
+def _block_mistakes(inputs):
+    def model(**kind):
+        with torch.no_grad():
+            return [_block_variant(*args, **kind) for args in inputs]
+
+    return [
+        ("you stopped after attention; add the feed-forward part: "
+         "h + down(silu(gate(rms_norm(h))) * up(rms_norm(h)))", model(mlp=False)),
+        ("each part adds its result to its input, the residual connection: "
+         "x = x + attn(...), then x = x + mlp(...)", model(residual=False)),
+        ("RoPE must use the `position_ids` you are given, not 0, 1, 2, ...: the tokens of a "
+         "decode step or of a second row do not start at position 0",
+         model(ignore_positions=True)),
+        ("use `config.norm_eps` in both norms, not a fixed 1e-5", model(eps=1e-5)),
+        ("use `config.norm_eps` in both norms, not a fixed 1e-6", model(eps=1e-6)),
+        ("RoPE turns q and k only; v is used as it comes out of v_proj", model(rope_on_v=True)),
+        ("the feed-forward part reads rms_norm(x) with block.mlp_norm's weight, not x itself",
+         model(mlp_on_x=True)),
+        ("SiLU goes on the gate: down(silu(gate(h)) * up(h)), not on up", model(silu_on_up=True)),
+    ]
+
+
+@checker
+def check_transformer_block(fn) -> None:
+    """`fn(x, block, config, position_ids)` must compute a Llama block with the weights of
+    `block`: x + attention(rms_norm(x)), then + SwiGLU(rms_norm(...))."""
+    inputs, answers = [], []
+    for i, (config, b, s, kind, scale) in enumerate(BLOCK_CASES):
+        block = random_block(config, seed=i)
+        x = _rand(b, s, config.hidden_size, seed=40 + i) * scale
+        positions = _positions(b, s, kind)
+        what = (f"transformer_block(x {tuple(x.shape)}, block with {config.n_heads} heads / "
+                f"{config.n_kv_heads} kv heads, norm_eps={config.norm_eps}, position_ids "
+                f"{positions.tolist()})")
+        with torch.no_grad():
+            answers.append(_tensor(call(fn, x, block, config, positions, what=what), what,
+                                   x.shape))
+        inputs.append((x, block, config, positions))
+    with torch.no_grad():
+        wants = [block(x, *rope_cos_sin(p, c.head_dim, c.rope_theta)) for x, block, c, p in inputs]
+    wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if not _close(g, w)]
+    if not wrong:
+        passed("transformer_block", len(BLOCK_CASES))
+        return
+    i = wrong[0]
+    x, _, config, positions = inputs[i]
+    hint = matching_mistake(answers, _block_mistakes(inputs), _close)
+    raise CheckFailed(f"transformer_block(x {tuple(x.shape)}, block with {config.n_heads} heads "
+                      f"/ {config.n_kv_heads} kv heads, norm_eps={config.norm_eps}, position_ids "
+                      f"{positions.tolist()}) differs from minillm's block by up to "
+                      f"{_largest_difference(answers[i], wants[i])}: "
+                      + (hint or "norm before each part (with config.norm_eps), RoPE on q and k "
+                                 "at position_ids, o_proj after attention, SiLU on the gate, and "
+                                 "each part adds its result to its input"))
+
+
+@checker
+def check_whole_model(fn, model, token_ids) -> None:
+    """Run the real model with `fn` in place of every one of its blocks, at positions 0, 1, 2, ...
+    and at other positions (37, 39, 41, ...: as if tokens were left out); the logits must match
+    minillm's own forward pass at the same positions."""
+    from ...fast import is_optimized
+
+    expect(not is_optimized(model),
+           "this is the fast path's model (its attention has one fused qkv_proj, not q_proj, "
+           "k_proj and v_proj): load the readable one, minillm.load(..., fast=False)")
+    config = model.config
+    ids = torch.as_tensor(token_ids).reshape(1, -1)
+    s = ids.shape[1]
+    diffs = []
+    for start, step in ((0, 1), (37, 2)):
+        positions = torch.arange(start, start + step * s, step)[None]
+        shown = ", ".join(str(p) for p in positions[0, :3].tolist()) + ", ..."
+        with torch.inference_mode():
+            x = model.embed(ids)
+            for n, layer in enumerate(model.layers):
+                what = f"transformer_block in layer {n} of the real model (positions {shown})"
+                x = call(fn, x, layer, config, positions, what=what)
+                _tensor(x, what, (1, s, config.hidden_size))
+            got = model.logits(x)  # the final norm and the LM head
+            want = model(ids, position_ids=positions)
+        diff = (got - want).abs().max().item()
+        where = "" if start == 0 else f" at positions {shown}"
+        expect(diff < 1e-3, f"with your transformer_block in all {config.n_layers} layers the "
+                            f"logits{where} differ from minillm's by up to {diff:.3g} (allowed: "
+                            "1e-3)" + (": RoPE must use position_ids" if start else ""))
+        expect(torch.equal(got.argmax(-1), want.argmax(-1)),
+               f"the top-1 next token{where} differs from minillm's at some position")
+        diffs.append(diff)
+    print(f"max logit difference over {s} positions, twice: {max(diffs):.2g}")
+    passed("whole model with your block", 2)

@@ -1,0 +1,266 @@
+"""Checkers for exercises/05_metrics.ipynb: one request's metrics, the latency formula, timing a
+token stream, and the throughput of many requests, each compared with `minillm.measure.metrics`."""
+
+from __future__ import annotations
+
+import math
+import random
+
+from ...measure.metrics import RequestMetrics, predict_latency, throughput
+from ._base import (CheckFailed, as_number, call, checker, expect, is_close, matching_mistake,
+                    passed, short)
+
+# (start, token_times): fixed requests, seconds
+REQUESTS = [
+    (0.0, [0.30, 0.35, 0.40, 0.45, 0.50]),
+    (10.0, [10.9, 11.0, 11.2, 11.3]),
+    (2.5, [2.6, 2.7]),
+    (1.0, [4.0, 4.05, 4.1, 4.15, 4.2, 4.25, 4.3, 4.35, 4.4]),
+    (7.25, [7.5]),
+    (100.0, [100.0, 100.02, 100.05]),
+]
+
+
+def _random_requests(rng, n):
+    out = []
+    for _ in range(n):
+        start = round(rng.uniform(0, 20), 3)
+        t = start + rng.uniform(0.05, 2.0)
+        times = []
+        for _ in range(rng.randint(1, 30)):
+            times.append(round(t, 4))
+            t += rng.uniform(0.01, 0.2)
+        out.append((start, times))
+    return out
+
+
+# --- 1 · one request's metrics ------------------------------------------------------------------
+
+METRIC_REQUESTS = REQUESTS + _random_requests(random.Random(5), 12)
+
+
+def _tpot_over_all(s, t):
+    return (t[-1] - t[0]) / len(t)
+
+
+_METRIC_MISTAKES = {
+    "ttft": [("that is the first token's clock time; subtract the start",
+              lambda s, t: t[0])],
+    "tpot": [("it divided by all the tokens, but n tokens have n - 1 gaps after the first",
+              _tpot_over_all),
+             ("it counted the time to the first token too: TPOT is the mean gap after the first "
+              "token, (t_last - t_first) / (n - 1)",
+              lambda s, t: (t[-1] - s) / len(t)),
+             ("that is the last gap alone; TPOT is the mean of all n - 1 gaps",
+              lambda s, t: t[-1] - t[-2] if len(t) > 1 else math.nan)],
+    "latency": [("it starts at the first token; the user waited from the start",
+                 lambda s, t: t[-1] - t[0]),
+                ("that is the last token's clock time; subtract the start",
+                 lambda s, t: t[-1])],
+}
+
+
+def _reference_metrics(start, times) -> dict:
+    m = RequestMetrics(start, tuple(times))
+    return {"ttft": m.ttft, "tpot": m.tpot, "latency": m.latency}
+
+
+@checker
+def check_request_metrics(request_metrics) -> None:
+    """`request_metrics(start, token_times)` -> {"ttft", "tpot", "latency"}, as
+    `minillm.measure.metrics.RequestMetrics` computes them (tpot NaN with a single token)."""
+    answers = {key: [] for key in _METRIC_MISTAKES}
+    for start, times in METRIC_REQUESTS:
+        what = f"request_metrics({start}, {short(times, 60)})"
+        got = call(request_metrics, start, times, what=what,
+                   if_raises="With a single token there is no gap: TPOT is float('nan')"
+                   if len(times) == 1 else "")
+        expect(isinstance(got, dict) and set(_METRIC_MISTAKES) <= set(got),
+               f"{what} returned {short(got)}; return a dict with the keys 'ttft', 'tpot' and "
+               "'latency'")
+        for key in _METRIC_MISTAKES:
+            answers[key].append(as_number(got[key], f"{what}['{key}']"))
+    wants = [_reference_metrics(s, t) for s, t in METRIC_REQUESTS]
+    for key, mistakes in _METRIC_MISTAKES.items():
+        wrong = [i for i, (g, w) in enumerate(zip(answers[key], wants)) if not is_close(g, w[key])]
+        if not wrong:
+            continue
+        i = wrong[0]
+        start, times = METRIC_REQUESTS[i]
+        models = [(hint, [f(s, t) for s, t in METRIC_REQUESTS]) for hint, f in mistakes]
+        hint = matching_mistake(answers[key], models, lambda a, b: is_close(a, b))
+        if hint is None and key == "tpot" and len(times) == 1:
+            hint = "with a single token there is no gap: return float('nan')"
+        raise CheckFailed(f"request_metrics({start}, {short(times, 60)})['{key}'] is "
+                          f"{answers[key][i]!r}, expected {wants[i][key]!r}"
+                          + (f": {hint}" if hint else ""))
+    passed("request_metrics", len(METRIC_REQUESTS))
+
+
+# --- 2 · predicting the latency -----------------------------------------------------------------
+
+@checker
+def check_predict_latency(predict) -> None:
+    """`predict_latency(ttft, tpot, n_tokens)`: TTFT + TPOT x (n_tokens - 1), checked against
+    minillm.measure.metrics.predict_latency and against the measured latency of each request."""
+    cases = [(r.ttft, r.tpot, r.n_tokens, r.latency)
+             for r in (RequestMetrics(s, tuple(t)) for s, t in METRIC_REQUESTS)
+             if r.n_tokens > 1]
+    cases += [(0.25, 0.05, 200, None), (1.5, 0.1, 1, None), (0.0, 0.02, 1000, None)]
+    answers = []
+    for ttft, tpot, n, _ in cases:
+        what = f"predict_latency({ttft:.4g}, {tpot:.4g}, {n})"
+        answers.append(as_number(call(predict, ttft, tpot, n, what=what), what))
+    wants = [predict_latency(ttft, tpot, n) for ttft, tpot, n, _ in cases]
+    wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if not is_close(g, w, rel=1e-9)]
+    if wrong:
+        i = wrong[0]
+        ttft, tpot, n, measured = cases[i]
+        mistakes = [
+            ("the first token is already in the TTFT, so only n_tokens - 1 gaps follow",
+             [a + b * k for a, b, k, _ in cases]),
+            ("TTFT comes once, not per token: TTFT + TPOT x (n_tokens - 1)",
+             [(a + b) * (k - 1) for a, b, k, _ in cases]),
+        ]
+        hint = matching_mistake(answers, mistakes, lambda a, b: is_close(a, b, rel=1e-9))
+        seen = f" (the measured latency of that request was {measured:.4g})" if measured else ""
+        raise CheckFailed(f"predict_latency({ttft:.4g}, {tpot:.4g}, {n}) returned "
+                          f"{answers[i]:.6g}, expected {wants[i]:.6g}{seen}"
+                          + (f": {hint}" if hint else ""))
+    passed("predict_latency", len(cases))
+
+
+# --- 3 · timing a token stream -------------------------------------------------------------------
+
+class FakeClock:
+    """A clock the checker moves by hand: calling it reads the time."""
+
+    def __init__(self, now: float):
+        self.now = now
+        self.reads = 0
+
+    def __call__(self) -> float:
+        self.reads += 1
+        return self.now
+
+
+def _fake_stream(clock: FakeClock, gaps, items):
+    """Yield `items`, the clock moving on by gaps[i] before item i is ready (gaps[0]: prefill)."""
+    for gap, item in zip(gaps, items):
+        clock.now += gap
+        yield item
+
+
+STREAM_CASES = [  # (clock's start, gaps, items)
+    (1000.0, [0.5, 0.1, 0.1, 0.1], ["The", " capital", " is", " Paris"]),
+    (5.0, [0.25], [42]),
+    (0.0, [], []),
+    (250.0, [2.0, 0.05, 0.3, 0.05, 0.05, 0.7], [11, 12, 13, 14, 15, 16]),
+    (3600.0, [0.01] * 20, list(range(20))),
+]
+
+
+def _expected_timing(start, gaps, items):
+    times, now = [], start
+    for gap in gaps:
+        now += gap
+        times.append(now)
+    return start, times, list(items)
+
+
+@checker
+def check_time_stream(time_stream) -> None:
+    """`time_stream(stream, clock)` -> (start, token_times, items): `start` read from `clock`
+    before the first item is asked for, each time read right after its item arrived."""
+    for start, gaps, items in STREAM_CASES:
+        clock = FakeClock(start)
+        what = f"time_stream(<a stream of {len(items)} items>, clock)"
+        got = call(time_stream, _fake_stream(clock, gaps, items), clock, what=what)
+        expect(isinstance(got, tuple) and len(got) == 3,
+               f"{what} returned {short(got)}; return a tuple (start, token_times, items)")
+        got_start = as_number(got[0], f"the start {what} returned")
+        expect(isinstance(got[1], (list, tuple)) and isinstance(got[2], (list, tuple)),
+               f"{what} returned token_times {short(got[1])} and items {short(got[2])}; return "
+               "both as lists")
+        got_times = [as_number(t, f"a time {what} returned") for t in got[1]]
+        want_start, want_times, want_items = _expected_timing(start, gaps, items)
+        expect(list(got[2]) == want_items, f"{what} returned the items {short(list(got[2]))}; "
+                                           f"expected every item of the stream, in order: "
+                                           f"{short(want_items)}")
+        clock_values = {want_start, *want_times}
+        if any(not any(math.isclose(v, c) for c in clock_values)
+               for v in [got_start] + got_times):
+            raise CheckFailed(f"{what}: the times {short([got_start] + got_times)} are not "
+                              "readings of the clock you were given; read every time with "
+                              "clock(), not time.perf_counter()")
+        expect(len(got_times) == len(want_times),
+               f"{what} returned {len(got_times)} times for {len(want_items)} items; record "
+               "one time per item")
+        if want_times and got_times[1:] == want_times[:-1] and got_times[:1] == [want_start]:
+            raise CheckFailed(f"{what}: each time was read before its item arrived (it is the "
+                              "previous item's time); read the clock right after the item")
+        if want_times and got_start == want_times[0] and want_start != want_times[0]:
+            raise CheckFailed(f"{what}: start is the first item's time, so TTFT comes out "
+                                  "0; read the start before asking the stream for anything "
+                                  "(prefill happens while you wait for the first item)")
+        if got_times and all(t == want_times[-1] for t in got_times) and len(set(want_times)) > 1:
+            raise CheckFailed(f"{what}: every time is the end time: time each item as it "
+                              "arrives, in a `for item in stream:` loop, instead of collecting "
+                              "the stream first")
+        expect(math.isclose(got_start, want_start) and all(
+            math.isclose(a, b) for a, b in zip(got_times, want_times)),
+            f"{what} returned start {got_start} and times {short(got_times)}; expected start "
+            f"{want_start} and times {short(want_times)}")
+    passed("time_stream", len(STREAM_CASES))
+
+
+# --- 4 · throughput ------------------------------------------------------------------------------
+
+def _overlap(reqs) -> bool:
+    spans = sorted((s, t[-1]) for s, t in reqs)
+    return any(b[0] < a[1] for a, b in zip(spans, spans[1:]))
+
+
+THROUGHPUT_CASES = [REQUESTS[:2], REQUESTS[2:4], REQUESTS, [REQUESTS[0]],
+                    [(0.0, [0.5, 0.6]), (1.0, [1.5, 1.6, 1.7])],  # one after the other
+                    _random_requests(random.Random(8), 16), _random_requests(random.Random(9), 3)]
+
+
+@checker
+def check_throughput(throughput_fn) -> None:
+    """`throughput(requests)`: all new tokens of [(start, token_times), ...] divided by the wall
+    time from the first start to the last token, as minillm.measure.metrics.throughput."""
+    answers = []
+    for reqs in THROUGHPUT_CASES:
+        what = f"throughput(<{len(reqs)} request{'s' if len(reqs) > 1 else ''}>)"
+        answers.append(as_number(call(throughput_fn, reqs, what=what), what))
+    wants = [throughput([RequestMetrics(s, tuple(t)) for s, t in reqs]).tokens_per_second
+             for reqs in THROUGHPUT_CASES]
+    wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if not is_close(g, w)]
+    if not wrong:
+        passed("throughput", len(THROUGHPUT_CASES))
+        return
+    i = wrong[0]
+    reqs = THROUGHPUT_CASES[i]
+    tokens = sum(len(t) for _, t in reqs)
+    span = max(t[-1] for _, t in reqs) - min(s for s, _ in reqs)
+    mistakes = [
+        ("you added up each request's own tokens per second; throughput is all tokens over the "
+         "wall time from the first start to the last token",
+         [sum(len(t) / (t[-1] - s) for s, t in r) for r in THROUGHPUT_CASES]),
+        ("you divided by the sum of the requests' latencies, as if they ran one after another; "
+         "divide by the wall time from the first start to the last token",
+         [sum(len(t) for _, t in r) / sum(t[-1] - s for s, t in r) for r in THROUGHPUT_CASES]),
+        ("you averaged each request's tokens per second; throughput is all tokens over the "
+         "wall time they took together",
+         [sum(len(t) / (t[-1] - s) for s, t in r) / len(r) for r in THROUGHPUT_CASES]),
+        ("the wall time starts at the first request's start, not at its first token",
+         [sum(len(t) for _, t in r) / (max(t[-1] for _, t in r) - min(t[0] for _, t in r))
+          for r in THROUGHPUT_CASES]),
+    ]
+    hint = matching_mistake(answers, mistakes, is_close)
+    if hint and _overlap(reqs) and "one after another" in hint:
+        hint += " (these requests overlap in time)"
+    raise CheckFailed(f"throughput of {len(reqs)} request(s) returned {answers[i]:.6g}, expected "
+                      f"{wants[i]:.6g}: {tokens} tokens over {span:.4g} s"
+                      + (f"; {hint}" if hint else ""))

@@ -1,0 +1,428 @@
+"""Checkers for exercises/06_batching.ipynb: a block allocator, then one continuous-batching step in
+three parts (admitting waiting requests, planning the running ones with preemption, the whole
+step), each replayed on fixed and random cases and compared with minillm.engine's own
+BlockManager and ContinuousScheduler."""
+
+from __future__ import annotations
+
+import random
+
+from ._base import (CheckFailed, as_int, call, checker, expect, expect_raises, matching_mistake,
+                    passed, short)
+
+# --- 1. the block allocator -----------------------------------------------------------------------
+
+# A trace is a list of operations. ("allocate", name) stores the returned block under `name`;
+# ("share", name) and ("free", name) act on that block; ("exhausted",) expects allocate to raise
+# RuntimeError; ("double free", name) expects free on an already-free block to raise RuntimeError.
+ALLOCATOR_TRACES = [
+    (3, [("allocate", "a"), ("allocate", "b"), ("allocate", "c"), ("exhausted",),
+         ("free", "b"), ("allocate", "d"), ("free", "a"), ("free", "c"), ("free", "d")]),
+    (2, [("allocate", "a"), ("share", "a"), ("free", "a"), ("allocate", "b"), ("exhausted",),
+         ("free", "a"), ("allocate", "c"), ("free", "b"), ("free", "c"), ("double free", "c")]),
+    (4, [("allocate", "sys"), ("share", "sys"), ("share", "sys"), ("allocate", "x"),
+         ("free", "sys"), ("free", "sys"), ("allocate", "y"), ("free", "x"), ("free", "sys"),
+         ("free", "y")]),
+    (1, [("allocate", "only"), ("exhausted",), ("free", "only"), ("double free", "only"),
+         ("allocate", "again")]),
+]
+
+
+def _random_trace(rng: random.Random, num_blocks: int, steps: int):
+    """A random trace on a pool of `num_blocks`: allocations until the pool is exhausted, shares,
+    frees, and now and then a second free of a block that was just freed."""
+    trace, counts, n = [], {}, 0
+    for _ in range(steps):
+        live = [name for name, c in counts.items() if c > 0]
+        choice = rng.random()
+        if choice < 0.4 or not live:
+            if len(live) == num_blocks:
+                trace.append(("exhausted",))
+                continue
+            n += 1
+            trace.append(("allocate", f"s{n}"))
+            counts[f"s{n}"] = 1
+        elif choice < 0.55:
+            name = rng.choice(live)
+            trace.append(("share", name))
+            counts[name] += 1
+        else:
+            name = rng.choice(live)
+            trace.append(("free", name))
+            counts[name] -= 1
+            if counts[name] == 0 and rng.random() < 0.3:
+                trace.append(("double free", name))
+    return num_blocks, trace
+
+
+def _num_free(alloc, where: str) -> int:
+    try:
+        value = alloc.num_free
+    except NotImplementedError:
+        raise CheckFailed("`num_free` is not written yet") from None
+    except AttributeError:
+        raise CheckFailed(f"the allocator has no `num_free` {where}: give it an attribute or a "
+                          "property with the number of free blocks") from None
+    except Exception as error:
+        raise CheckFailed(f"reading num_free {where} raised {type(error).__name__}: "
+                          f"{error}") from None
+    if callable(value):
+        raise CheckFailed(f"num_free {where} is a method; make it a number: an attribute, or a "
+                          "method with @property above it")
+    return as_int(value, f"num_free {where}")
+
+
+def _replay_allocator(BlockAllocator, num_blocks, trace):
+    alloc = call(BlockAllocator, num_blocks, what=f"BlockAllocator({num_blocks})")
+    held: dict = {}  # name -> block id
+    counts: dict = {}  # block id -> holders, as the trace says they should be
+    done = []
+    for op in trace:
+        where = (f"after {', '.join(done[-6:])} on BlockAllocator({num_blocks})" if done
+                 else f"on a new BlockAllocator({num_blocks})")
+        kind = op[0]
+        if kind == "allocate":
+            block = as_int(call(alloc.allocate, what=f"allocate() {where}"),
+                           f"allocate() {where}")
+            expect(0 <= block < num_blocks, f"allocate() {where} returned block {block}, "
+                   f"outside 0..{num_blocks - 1}")
+            expect(counts.get(block, 0) == 0, f"allocate() {where} returned block {block}, "
+                   "which is still held: hand out only free blocks")
+            held[op[1]] = block
+            counts[block] = 1
+        elif kind == "share":
+            call(alloc.share, held[op[1]], what=f"share({held[op[1]]}) {where}")
+            counts[held[op[1]]] += 1
+        elif kind == "free":
+            call(alloc.free, held[op[1]], what=f"free({held[op[1]]}) {where}")
+            counts[held[op[1]]] -= 1
+        elif kind == "exhausted":
+            expect_raises(alloc.allocate, error=RuntimeError, what=f"allocate() {where}",
+                          why="every block is held")
+        elif kind == "double free":
+            expect_raises(alloc.free, held[op[1]], error=RuntimeError,
+                          what=f"free({held[op[1]]}) {where}",
+                          why="that block is already free (freeing twice is a bug)")
+        done.append(op[0] if len(op) == 1 else f"{op[0]} {op[1]}")
+        want_free = num_blocks - sum(1 for c in counts.values() if c > 0)
+        got = _num_free(alloc, f"after {', '.join(done[-6:])} on BlockAllocator({num_blocks})")
+        if got != want_free:
+            hint = ""
+            if kind == "free" and counts[held[op[1]]] > 0:
+                hint = (": that block is still held by another sequence (its reference count "
+                        "is not 0 yet), so it must not go back to the pool")
+            raise CheckFailed(f"num_free is {got} after {', '.join(done[-6:])} on "
+                              f"BlockAllocator({num_blocks}); expected {want_free}{hint}")
+
+
+@checker
+def check_block_allocator(BlockAllocator) -> None:
+    """`BlockAllocator(num_blocks)` with allocate(), share(block), free(block) and num_free;
+    RuntimeError when no block is free and when a free block is freed again."""
+    rng = random.Random(6)
+    traces = ALLOCATOR_TRACES + [_random_trace(rng, n, 60) for n in (5, 16, 64)]
+    for num_blocks, trace in traces:
+        _replay_allocator(BlockAllocator, num_blocks, trace)
+    passed("BlockAllocator", len(traces))
+
+
+# --- the requests the scheduler steps see ---------------------------------------------------------
+
+# A request is {"id", "tokens", "computed", "blocks"}: its total tokens so far (prompt and
+# generated), how many of them are in the cache, and how many blocks it holds.
+def _r(rid, tokens, computed, blocks=None, block_size=4):
+    if blocks is None:
+        blocks = -(-computed // block_size)
+    return {"id": rid, "tokens": tokens, "computed": computed, "blocks": blocks}
+
+
+def _random_running(rng, block_size=4):
+    running = []
+    for i in range(rng.randint(0, 5)):
+        tokens = rng.randint(1, 30)
+        computed = tokens - 1 if rng.random() < 0.7 else rng.randint(0, tokens - 1)
+        running.append(_r(f"r{i}", tokens, computed, -(-computed // block_size)))
+    return running
+
+
+def _random_waiting(rng):
+    return [_r(f"w{i}", rng.randint(1, 30), 0, 0) for i in range(rng.randint(0, 4))]
+
+
+def _reference_step(running, waiting, free_blocks, block_size=4, budget=16, max_seqs=4):
+    """The step, run by minillm.engine.ContinuousScheduler on equivalent requests."""
+    from ...decoding import GenerationConfig
+    from ...engine import BlockManager, ContinuousScheduler, Request
+    from ...engine.request import RUNNING
+    from ..toy import LetterTokenizer
+
+    held = sum(r["blocks"] for r in running)
+    bm = BlockManager(held + free_blocks + 1, block_size, enable_prefix_caching=False)
+    bm.allocate()  # one block held outside the case, so an empty pool is possible
+    sched = ContinuousScheduler(bm, max_num_seqs=max(max_seqs, 1), max_num_batched_tokens=budget)
+    for r in running + waiting:
+        req = Request(r["id"], [1] * r["tokens"], GenerationConfig(max_new_tokens=1), [], None,
+                      LetterTokenizer(), [], arrival_time=0.0)
+        if any(r is x for x in running):
+            req.num_computed = r["computed"]
+            req.block_table = [bm.allocate() for _ in range(r["blocks"])]
+            req.status = RUNNING
+            sched.running.append(req)
+        else:
+            sched.waiting.append(req)
+    if max_seqs < 1:
+        sched.waiting.clear()  # no seat: nobody is admitted
+    batch = sched.schedule()
+    return {"run": [(req.id, n) for req, n in batch.items],
+            "preempted": sorted((req.id for req in batch.preempted), key=str),
+            "free_blocks": bm.num_free}
+
+
+def _plan(got, what, keys):
+    expect(isinstance(got, dict) and set(keys) <= set(got),
+           f"{what} returned {short(got)}; return a dict with the keys "
+           + ", ".join(f"'{k}'" for k in keys))
+    out = {}
+    if "run" in keys:
+        run = got["run"]
+        expect(isinstance(run, (list, tuple)) and all(
+            isinstance(x, (list, tuple)) and len(x) == 2 for x in run),
+            f"{what}: 'run' is {short(run)}; make it a list of (id, tokens) pairs")
+        out["run"] = [(rid, as_int(n, f"{what}: the tokens of {rid!r}")) for rid, n in run]
+    if "preempted" in keys:
+        expect(isinstance(got["preempted"], (list, tuple)),
+               f"{what}: 'preempted' is {short(got['preempted'])}; make it a list of ids")
+        out["preempted"] = sorted(got["preempted"], key=str)
+    out["free_blocks"] = as_int(got["free_blocks"], f"{what}: 'free_blocks'")
+    return out
+
+
+def _step_diagnosis(answers, wants, calls, shown, mistakes, rules):
+    """The message for the first case where the plan differs from the reference: `calls` are
+    the arguments each mistake model takes, `shown` how each case is written."""
+    wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if g != w]
+    if not wrong:
+        return None
+    i = wrong[0]
+    models = []
+    for hint, f in mistakes:
+        plans = [f(*c) for c in calls]
+        for plan in plans:
+            if "preempted" in plan:
+                plan["preempted"] = sorted(plan["preempted"], key=str)
+        models.append((hint, plans))
+    hint = matching_mistake(answers, models, lambda a, b: a == b)
+    got, want = answers[i], wants[i]
+    if hint is None:
+        if "preempted" in want and got["preempted"] != want["preempted"]:
+            hint = ("preempt only when a running request needs more blocks than are free, and "
+                    "take the most recently admitted (the last in `running`) first, until the "
+                    "blocks suffice")
+        elif got["run"] != want["run"]:
+            hint = rules
+        else:
+            hint = ("count the blocks each planned request adds, ceil((computed + n) / "
+                    "block_size) - blocks, and the blocks a preempted request gives back")
+    return f"{shown[i]}: you planned {got}, expected {want}. {hint[0].upper()}{hint[1:]}"
+
+
+def _need(r, n, block_size):
+    return -(-(r["computed"] + n) // block_size) - r["blocks"]
+
+
+# --- 2. admitting waiting requests ----------------------------------------------------------------
+
+def _admit_variant(waiting, free_blocks, budget, free_seats, block_size=4, *, stop=True,
+                   seats=True, chunk=True, blocks=True):
+    plan = []
+    for r in waiting:
+        if budget == 0 or (seats and len(plan) >= free_seats):
+            break
+        n = min(r["tokens"], budget) if chunk else r["tokens"]
+        need = _need(r, n, block_size)
+        if blocks and need > free_blocks:
+            if stop:
+                break
+            continue
+        free_blocks -= need
+        plan.append((r["id"], n))
+        budget -= n
+    return {"run": plan, "free_blocks": free_blocks}
+
+
+ADMIT_CASES = [  # (waiting, free_blocks, budget, free_seats, block_size)
+    ([_r("c", 6, 0), _r("d", 3, 0)], 10, 16, 4, 4),
+    ([_r("long", 40, 0)], 20, 16, 4, 4),  # the budget cuts the prompt into a chunk
+    ([_r("c", 2, 0), _r("d", 2, 0), _r("e", 2, 0)], 10, 16, 2, 4),  # two free seats
+    ([_r("c", 20, 0), _r("d", 2, 0)], 3, 32, 4, 4),  # c does not fit: d waits too
+    ([_r("c", 5, 0), _r("d", 5, 0)], 10, 8, 4, 4),  # d gets what the budget leaves
+    ([], 5, 16, 4, 4),
+    ([_r("c", 9, 0)], 2, 16, 4, 8),
+    ([_r("c", 3, 0)], 5, 16, 0, 4),  # no seat at all
+]
+
+
+def _admit_reference(waiting, free_blocks, budget, free_seats, block_size):
+    out = _reference_step([], waiting, free_blocks, block_size, budget, free_seats)
+    return {"run": out["run"], "free_blocks": out["free_blocks"]}
+
+
+@checker
+def check_admit_waiting(admit_waiting) -> None:
+    """`admit_waiting(waiting, free_blocks, budget, free_seats, block_size)` admits waiting
+    requests first come, first served, as ContinuousScheduler does when nothing is running."""
+    rng = random.Random(7)
+    cases = ADMIT_CASES + [(_random_waiting(rng), rng.randint(0, 8), rng.choice([4, 8, 16, 32]),
+                            rng.randint(0, 4), rng.choice([2, 4, 8])) for _ in range(40)]
+
+    shown = [f"admit_waiting({w}, free_blocks={f}, budget={b}, free_seats={s}, block_size={bs})"
+             for w, f, b, s, bs in cases]
+    answers = [_plan(call(admit_waiting, *c, what=what), what, ("run", "free_blocks"))
+               for c, what in zip(cases, shown)]
+    wants = [_admit_reference(*c) for c in cases]
+    message = _step_diagnosis(
+        answers, wants, cases, shown,
+        [("first come, first served: stop at the first request that does not fit, even if a "
+          "later one would", lambda *c: _admit_variant(*c, stop=False)),
+         ("admit at most free_seats requests", lambda *c: _admit_variant(*c, seats=False)),
+         ("a prompt longer than the budget left is cut into a chunk: run min(tokens, budget "
+          "left) tokens now (chunked prefill)", lambda *c: _admit_variant(*c, chunk=False)),
+         ("admit a request only when the blocks for its n tokens, ceil(n / block_size), are "
+          "free", lambda *c: _admit_variant(*c, blocks=False))],
+        "admit waiting requests in order while budget and seats are left: each runs "
+              "n = min(tokens, budget left) and needs ceil(n / block_size) free blocks")
+    if message:
+        raise CheckFailed(message)
+    passed("admit_waiting", len(cases))
+
+
+# --- 3. planning the running requests, with preemption --------------------------------------------
+
+def _running_variant(running, free_blocks, budget, block_size=4, *, decodes_first=True,
+                     victim=-1, preempt=True, run_self=False, use_budget=True):
+    running, plan, preempted = list(running), [], []
+    order = sorted(running, key=lambda r: r["tokens"] - r["computed"] > 1) if decodes_first \
+        else list(running)
+    for r in order:
+        if budget <= 0 and use_budget:
+            break
+        if r["id"] in preempted:
+            continue
+        n = min(r["tokens"] - r["computed"], budget) if use_budget else r["tokens"] - r["computed"]
+        while preempt and _need(r, n, block_size) > free_blocks and running:
+            out = running.pop(victim)
+            free_blocks += out["blocks"]
+            preempted.append(out["id"])
+            if out is r:
+                break
+        if r["id"] in preempted and not run_self:
+            continue
+        free_blocks -= _need(r, n, block_size)
+        plan.append((r["id"], n))
+        budget -= n
+    return {"run": plan, "preempted": preempted, "free_blocks": free_blocks}
+
+
+RUNNING_CASES = [  # (running, free_blocks, budget, block_size)
+    ([_r("a", 9, 8), _r("b", 5, 4)], 10, 16, 4),  # two decodes
+    ([_r("long", 40, 12), _r("a", 9, 8)], 20, 10, 4),  # the decode goes before the chunk
+    ([_r("a", 9, 8), _r("b", 5, 4)], 0, 16, 4),  # a needs a block: b (the newest) is preempted
+    ([_r("a", 9, 8)], 0, 16, 4),  # a can only preempt itself: nothing runs
+    ([_r("a", 9, 8), _r("b", 13, 12), _r("c", 3, 2)], 0, 16, 4),
+    ([_r("a", 30, 4), _r("b", 6, 5)], 3, 12, 4),
+    ([], 4, 16, 4),
+]
+
+
+@checker
+def check_plan_running(plan_running) -> None:
+    """`plan_running(running, free_blocks, budget, block_size)` plans the running requests of one
+    step, preempting when blocks run out, as ContinuousScheduler does when nobody waits."""
+    rng = random.Random(8)
+    cases = list(RUNNING_CASES)
+    while len(cases) < len(RUNNING_CASES) + 50:
+        cases.append((_random_running(rng), rng.randint(0, 6), rng.choice([8, 16, 32]), 4))
+
+    shown = [f"plan_running({r}, free_blocks={f}, budget={b}, block_size={bs})"
+             for r, f, b, bs in cases]
+    answers = [_plan(call(plan_running, *c, what=what), what, ("run", "preempted", "free_blocks"))
+               for c, what in zip(cases, shown)]
+    wants = [_reference_step(running, [], free, bs, budget) for running, free, budget, bs in cases]
+    message = _step_diagnosis(
+        answers, wants, cases, shown,
+        [("decodes (one token left) go first, then prompt chunks, each group in list order: "
+          "sorted(running, key=lambda r: r['tokens'] - r['computed'] > 1)",
+          lambda *c: _running_variant(*c, decodes_first=False)),
+         ("preempt the most recently admitted request, the LAST one still in `running`, not "
+          "the first", lambda *c: _running_variant(*c, victim=0)),
+         ("when a request needs more blocks than are free, preempt until the blocks suffice; "
+          "planning it anyway leaves free_blocks below 0",
+          lambda *c: _running_variant(*c, preempt=False)),
+         ("a request that preempts itself gives its blocks back and is not run this step",
+          lambda *c: _running_variant(*c, run_self=True)),
+         ("each request runs n = min(tokens - computed, budget left), and the step stops when "
+          "the budget is spent", lambda *c: _running_variant(*c, use_budget=False))],
+        "running requests go first (one-token decodes, then prompt chunks), each taking "
+              "min(tokens - computed, budget left)")
+    if message:
+        raise CheckFailed(message)
+    passed("plan_running", len(cases))
+
+
+# --- 4. the whole step ----------------------------------------------------------------------------
+
+STEP_CASES = [  # (running, waiting, free_blocks, settings)
+    ([_r("a", 9, 8), _r("b", 5, 4)], [_r("c", 6, 0), _r("d", 3, 0)], 10, {}),
+    ([_r("a", 9, 8)], [_r("long", 40, 0)], 20, {"budget": 16}),
+    ([_r("long", 40, 12), _r("a", 9, 8)], [], 20, {"budget": 10}),
+    ([_r("a", 9, 8), _r("b", 5, 4)], [_r("c", 2, 0), _r("d", 2, 0)], 10, {"max_seqs": 3}),
+    ([_r("a", 5, 4)], [_r("c", 20, 0), _r("d", 2, 0)], 3, {}),
+    ([_r("a", 9, 8), _r("b", 5, 4)], [_r("c", 2, 0)], 0, {}),  # preempts: nobody admitted
+    ([_r("a", 9, 8)], [], 0, {}),
+    ([_r("a", 9, 8), _r("b", 5, 4), _r("c", 5, 4), _r("d", 5, 4)], [_r("e", 2, 0)], 9, {}),
+]
+
+
+def _step_variant(running, waiting, free_blocks, block_size=4, budget=16, max_seqs=4, *,
+                  admit_after_preempt=False, seats_from_max=False):
+    plan = _running_variant(running, free_blocks, budget, block_size)
+    if plan["preempted"] and not admit_after_preempt:
+        return plan
+    left = budget - sum(n for _, n in plan["run"])
+    staying = len(running) - len(plan["preempted"])
+    seats = max_seqs if seats_from_max else max_seqs - staying
+    admitted = _admit_variant(waiting, plan["free_blocks"], left, seats, block_size)
+    return {"run": plan["run"] + admitted["run"], "preempted": plan["preempted"],
+            "free_blocks": admitted["free_blocks"]}
+
+
+@checker
+def check_schedule_step(schedule_step) -> None:
+    """`schedule_step(running, waiting, free_blocks, block_size, budget, max_seqs)` must plan
+    the step exactly as minillm's ContinuousScheduler does."""
+    rng = random.Random(6)
+    cases = [(r, w, f, {"block_size": 4, "budget": 16, "max_seqs": 4, **s})
+             for r, w, f, s in STEP_CASES]
+    while len(cases) < len(STEP_CASES) + 50:
+        cases.append((_random_running(rng), _random_waiting(rng), rng.randint(0, 6),
+                      {"block_size": 4, "budget": rng.choice([8, 16, 32]),
+                       "max_seqs": rng.choice([2, 4, 6])}))
+
+    shown = [f"schedule_step({r}, {w}, free_blocks={f}, "
+             + ", ".join(f"{k}={v}" for k, v in s.items()) + ")" for r, w, f, s in cases]
+    answers = [_plan(call(schedule_step, r, w, f, **s, what=what), what,
+                     ("run", "preempted", "free_blocks"))
+               for (r, w, f, s), what in zip(cases, shown)]
+    wants = [_reference_step(r, w, f, **s) for r, w, f, s in cases]
+    flat = [(r, w, f, s["block_size"], s["budget"], s["max_seqs"]) for r, w, f, s in cases]
+    message = _step_diagnosis(
+        answers, wants, flat, shown,
+        [("a step that preempted is short of blocks: admit nobody new in it",
+          lambda *c: _step_variant(*c, admit_after_preempt=True)),
+         ("the free seats are max_seqs minus the requests still running, not max_seqs",
+          lambda *c: _step_variant(*c, seats_from_max=True))],
+        "plan the running requests first (your plan_running), then, if nobody was preempted, "
+        "admit waiting requests (your admit_waiting) with the budget, seats and blocks left")
+    if message:
+        raise CheckFailed(message)
+    passed("schedule_step", len(cases))

@@ -1,0 +1,422 @@
+# %% [markdown]
+# # 01 · Tokenization: from text to token ids and back
+#
+# A language model never sees letters. It sees a list of integers, **token ids**, each standing
+# for a piece of text called a **token** (词元). Turning text into tokens is **tokenization**
+# (分词); the program that does it is the **tokenizer** (分词器).
+#
+# In this chapter we build minillm's own tokenizer, a **byte-level BPE** (字节级字节对编码), the
+# kind GPT-2, Llama 3, Qwen2 and our course model SmolLM2 use, and check that it gives *exactly*
+# the ids of the real one. The steps:
+#
+# 1. text → UTF-8 bytes
+# 2. byte-pair encoding (BPE) step by step, then trained on a corpus
+# 3. why Chinese costs SmolLM2 so many tokens, measured
+# 4. special tokens and the chat template
+# 5. streaming decoding, WordPiece compared with BPE, parity and speed against the real tokenizer
+
+# %%
+import os
+import time
+
+import matplotlib.pyplot as plt
+from IPython.display import HTML, display
+
+import minillm
+from minillm.course import show_source
+from minillm.tokenizer import merge_pair, pair_counts, train
+from minillm.course.tokenizer_samples import corpus
+
+CI = bool(os.environ.get("CI"))  # smaller sizes when the notebook runs in the test suite
+
+# %% [markdown]
+# ## 1 · Text is bytes
+#
+# Unicode gives every character a number (its code point); UTF-8 writes each code point as one to
+# four **bytes**. ASCII letters take one byte, most Chinese characters three, emoji four.
+
+# %%
+for ch in ["a", "é", "你", "👋"]:
+    data = ch.encode("utf-8")
+    print(f"{ch!r}: code point U+{ord(ch):04X}, UTF-8 bytes {list(data)} ({len(data)} bytes)")
+
+# %% [markdown]
+# A byte-level tokenizer starts from these 256 possible byte values. Any text at all can be
+# written with them, so there is never an "unknown" token: a character the vocabulary has no
+# better token for simply falls back to its bytes. This is **byte fallback** (字节回退).
+#
+# The catch: a sequence of raw bytes is long. BPE shortens it by learning which neighbouring
+# tokens occur together often and giving each such pair a token of its own.
+
+# %% [markdown]
+# ## 2 · Byte-pair encoding, one merge at a time
+#
+# BPE (字节对编码) is two small operations, repeated. Here is minillm's code for them:
+
+# %%
+show_source(pair_counts)
+show_source(merge_pair)
+
+# %% [markdown]
+# Training repeats: count the pairs, merge the most frequent one into a new token (ids 256, 257,
+# ...), record the merge. When two pairs are equally frequent, minillm takes the pair with the
+# smallest ids (a rule the tests pin down, so training is reproducible). Watch the first merges
+# on a tiny text:
+
+# %%
+toy = "low lower lowest newer newest wider widest"
+ids = list(toy.encode("utf-8"))
+pieces = {i: bytes([i]) for i in range(256)}  # what each id stands for
+print(f"{len(ids)} byte tokens to start with")
+for step in range(8):
+    counts = pair_counts(ids)
+    best = min(counts, key=lambda p: (-counts[p], p))  # most frequent, then smallest ids
+    new_id = 256 + step
+    pieces[new_id] = pieces[best[0]] + pieces[best[1]]
+    ids = merge_pair(ids, best, new_id)
+    print(f"merge {step}: {pieces[best[0]]!r} + {pieces[best[1]]!r} -> {pieces[new_id]!r} "
+          f"(seen {counts[best]}x) -> {len(ids)} tokens")
+
+# %% [markdown]
+# Look at the merge `b'r' + b' '`: it glues the end of one word to the space before the next.
+# Real tokenizers prevent that. Before BPE, the text is cut into words by a regular expression,
+# the **pre-tokenizer** (预分词器), and merges never cross the cuts. SmolLM2 uses
+# GPT-2's pattern: contractions, an optional space followed by letters, an optional space
+# followed by digits, other symbols, and whitespace.
+
+# %%
+tok = minillm.load_tokenizer("smollm2-135m")
+print(tok.pre_tokenizer.steps[0]["pattern"])
+print(tok.pre_tokenizer("I'm   learning BPE in 2024: 你好，世界！"))
+
+# %% [markdown]
+# ## 3 · Training on a real corpus
+#
+# The repository ships a small corpus (see `data/SOURCES.md`): four Shakespeare plays, Tang poems
+# in traditional Chinese and Song *ci* in simplified Chinese. `minillm.tokenizer.train` learns
+# the merges; it updates only the pair counts next to each merge, so it is much faster than
+# recounting everything every time.
+
+# %%
+text = corpus()
+merges_mixed = 1000 if CI else 2000
+start = time.process_time()
+mixed = train(text, 256 + merges_mixed + 3, progress=True,
+              name=f"BPE on the corpus ({256 + merges_mixed + 3:,} tokens)")
+train_seconds = time.process_time() - start
+print(f"{mixed}: {merges_mixed} merges on {len(text.encode()) / 1e6:.2f} MB "
+      f"in {train_seconds:.1f} s of CPU time")
+
+# %% [markdown]
+# The first merges are the most frequent pairs of the whole corpus. In English they are spaces
+# joined to letters and common endings; the Chinese text contributes byte pairs that are the
+# first two bytes of common characters.
+
+# %%
+def show_merge(t, k):
+    a, b = t.merges[k]
+    return f"{t.token_bytes(a)!r} + {t.token_bytes(b)!r}"
+
+for k in list(range(12)) + [merges_mixed - 3, merges_mixed - 2, merges_mixed - 1]:
+    piece = mixed.token_bytes(256 + k).decode("utf-8", errors="backslashreplace")
+    print(f"merge {k:>4}: {show_merge(mixed, k):<28} -> {piece!r}")
+
+# %% [markdown]
+# ## 4 · Why "你好，世界！" costs SmolLM2 so many tokens
+#
+# SmolLM2's vocabulary has 49,152 tokens, learned mostly from English text and code. Few Chinese
+# characters earned a token of their own, so many fall back to byte tokens:
+
+# %%
+def show_tokens(t, s):
+    """The tokens of `s`, one coloured box each (a box with \\x.. holds part of a character)."""
+    colours = ["#fde68a", "#a7f3d0", "#bfdbfe", "#fbcfe8", "#ddd6fe"]
+    boxes = [f'<span style="background:{colours[k % 5]};padding:1px 3px;margin:1px;'
+             f'font-family:monospace;white-space:pre">{piece}</span>'
+             for k, piece in enumerate(t.tokens(s))]
+    display(HTML(f"<b>{t.name}</b>: {len(boxes)} tokens<br>" + "".join(boxes)))
+
+assert tok.vocab_size == 49_152
+hello = "你好，世界！"
+hello_ids = tok.encode(hello)
+print(hello_ids)
+print([tok.token_bytes(i) for i in hello_ids])
+assert len(hello_ids) == 12
+show_tokens(tok, hello)
+
+# %% [markdown]
+# Six characters, twelve tokens: several characters are split into a two-byte token and a
+# one-byte token. A tokenizer trained on Chinese text learns whole characters instead, and then
+# common words. Let's train one on the poems alone.
+
+# %%
+chinese_text = corpus("traditional Chinese") + corpus("simplified Chinese")
+merges_zh = 2000 if CI else 4000
+poems = train(chinese_text, 256 + merges_zh + 3, progress=True,
+              name=f"BPE on Chinese poems ({256 + merges_zh + 3:,} tokens)")
+for t in (tok, mixed, poems):
+    show_tokens(t, hello)
+    show_tokens(t, "春眠不觉晓，处处闻啼鸟。")
+
+# %% [markdown]
+# The poems tokenizer writes classical lines in close to one token per character.
+# For "你好，世界！" it gains less than you might expect: 你 (modern "you") and the full-width
+# "！" are rare in Tang and Song poetry. A tokenizer learns the text it is trained on.
+#
+# The chart measures tokens per character over sentences in several languages (none of them taken
+# from the training corpus). More tokens per character means a longer, slower and costlier input
+# for the same text: prefill time, KV-cache memory and context length are all counted in tokens.
+
+# %%
+from minillm.course import tokenizer_samples as samples
+
+groups = {"English": samples.ENGLISH, "Chinese (simpl.)": samples.CHINESE_SIMPLIFIED,
+          "Chinese (trad.)": samples.CHINESE_TRADITIONAL, "Japanese": samples.JAPANESE,
+          "Korean": samples.KOREAN, "Arabic etc.": samples.ARABIC, "code": samples.CODE,
+          "emoji": samples.EMOJI}
+
+def tokens_per_char(t, texts):
+    return sum(len(t.encode(s)) for s in texts) / sum(len(s) for s in texts)
+
+table = {t.name: [tokens_per_char(t, texts) for texts in groups.values()]
+         for t in (tok, mixed, poems)}
+fig, ax = plt.subplots(figsize=(12, 3.8))
+width = 0.27
+for k, (name, values) in enumerate(table.items()):
+    ax.bar([x + (k - 1) * width for x in range(len(groups))], values, width, label=name)
+ax.set_xticks(range(len(groups)), list(groups), rotation=20)
+ax.set_ylabel("tokens per character")
+ax.set_title("The same text costs different numbers of tokens")
+ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small")
+plt.tight_layout()
+plt.show()
+for name, values in table.items():
+    print(f"{name:<42}" + "  ".join(f"{g}: {v:.2f}" for g, v in zip(groups, values)))
+
+# %% [markdown]
+# Try your own text: the boxes show how each tokenizer cuts it.
+
+# %%
+import ipywidgets as widgets
+
+choices = {t.name: t for t in (tok, mixed, poems)}
+
+def explore(text="Tokenizers cut 文本 into 词元 🙂", tokenizer=tok.name):
+    show_tokens(choices[tokenizer], text)
+
+widgets.interact(explore, text=widgets.Text(value="Tokenizers cut 文本 into 词元 🙂"),
+                 tokenizer=widgets.Dropdown(options=list(choices)));
+
+# %% [markdown]
+# ### A hole in SmolLM2's byte alphabet
+#
+# Byte fallback only works if all 256 bytes have a token. SmolLM2's vocabulary lacks a few: six
+# rare control characters, and bytes that only start characters beyond U+3FFFF or never occur in
+# UTF-8 at all. The real tokenizer silently drops such bytes, and so does minillm, to give the
+# same ids:
+
+# %%
+print("bytes without a token:", [f"0x{b:02x}" for b in tok.missing_bytes])
+print(tok.encode("a\x04b"), repr(tok.decode(tok.encode("a\x04b"))))
+
+# %% [markdown]
+# ## 5 · Special tokens and the chat template
+#
+# Some tokens are not text at all: they mark structure. SmolLM2 has 17 **special tokens**
+# (特殊词元), such as `<|im_start|>` and `<|im_end|>` around each chat message and
+# `<|endoftext|>`. They are matched whole in the text before anything else, so they are never
+# split; `encode_ordinary` shows what would happen otherwise.
+
+# %%
+print(tok.special_tokens)
+assert len(tok.special_tokens) == 17
+print("eos:", tok.eos_token_id, "stops generation:", tok.eos_token_ids, "bos:", tok.bos_token_id)
+print(tok.encode("<|im_start|>user"))
+print(tok.encode_ordinary("<|im_start|>user"))
+
+# %% [markdown]
+# A chat model reads one string built by its **chat template** (对话模板). SmolLM2's template is
+# stored in the GGUF file as a small Jinja program; minillm renders it. It adds a default system
+# message when the conversation has none, and with `add_generation_prompt=True` it ends with the
+# assistant's header, so the model's continuation is the answer.
+
+# %%
+messages = [{"role": "user", "content": "What is a token?"}]
+prompt = tok.apply_chat_template(messages, add_generation_prompt=True)
+print(prompt)
+prompt_ids = tok.encode(prompt)
+print(f"{len(prompt_ids)} tokens; the ids of <|im_start|>: "
+      f"{[k for k, i in enumerate(prompt_ids) if i == tok.special_token_id('<|im_start|>')]}")
+
+# %% [markdown]
+# The same format written in plain Python (ChatML), which the tests check against the template:
+
+# %%
+from minillm.tokenizer import chatml
+from minillm.tokenizer.chat import SMOLLM_SYSTEM
+
+show_source(chatml)
+assert chatml(messages, default_system=SMOLLM_SYSTEM) == prompt
+
+# %% [markdown]
+# ## 6 · Decoding, and decoding while generating
+#
+# Decoding joins the tokens' bytes and reads them as UTF-8. During generation, though, tokens
+# arrive one at a time, and a token may end in the middle of a character. The **stream decoder**
+# (流式解码器) holds those bytes back until the character is complete, so a streaming chat never
+# prints a broken character. Chapters 03 and 05 stream through it.
+
+# %%
+stream = tok.stream_decoder()
+for i in hello_ids:
+    out = stream.push(i)
+    print(f"token {i:>5} = {tok.token_bytes(i)!r:<18} push -> {out!r}")
+print("flush ->", repr(stream.flush()))
+naive = [tok.decode([i]) for i in hello_ids]
+print("decoding each token alone instead:", naive)
+
+# %%
+show_source(minillm.tokenizer.StreamDecoder.push)
+
+# %% [markdown]
+# ## 7 · WordPiece compared with BPE
+#
+# BERT's **WordPiece** (词片) also builds words from pieces, marking a piece that continues a word
+# with `##`. It works on characters, not bytes: its vocabulary must hold every character it will
+# ever meet, and a word with a character it never saw becomes `[UNK]`, the text lost. To compare
+# like with like, we train both on the English plays with the same vocabulary size; WordPiece
+# with the `tokenizers` package.
+
+# %%
+from tokenizers import Tokenizer as RustTokenizer
+from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
+
+english_text = corpus("english")
+bpe_en = train(english_text, 256 + 1000 + 3, name="BPE (English)")
+wordpiece = RustTokenizer(models.WordPiece(unk_token="[UNK]"))
+wordpiece.normalizer = normalizers.BertNormalizer(lowercase=False, handle_chinese_chars=True)
+wordpiece.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+wordpiece.decoder = decoders.WordPiece()
+wordpiece.train_from_iterator(
+    english_text.splitlines(), trainers.WordPieceTrainer(vocab_size=bpe_en.vocab_size,
+                                                         special_tokens=["[UNK]"],
+                                                         show_progress=False))
+print(f"vocabulary sizes: BPE {bpe_en.vocab_size}, WordPiece {wordpiece.get_vocab_size()}")
+for s in ["The quickest brown foxes", "Thou art  more lovely", "naïve café 🙂", "你好，世界！",
+          "x = lambda y: y ** 2"]:
+    print(f"{s!r}\n  WordPiece {wordpiece.encode(s).tokens}\n  BPE       {bpe_en.tokens(s)}")
+
+# %%
+every = [s for texts in groups.values() for s in texts]
+unknown = sum(wordpiece.encode(s).tokens.count("[UNK]") for s in every)
+wp_rate = sum(len(wordpiece.encode(s).ids) for s in every) / sum(map(len, every))
+lost_wp = sum(wordpiece.decode(wordpiece.encode(s).ids) != s for s in every)
+bpe_rate = tokens_per_char(bpe_en, every)
+lost_bpe = sum(bpe_en.decode(bpe_en.encode(s)) != s for s in every)
+print(f"on {len(every)} sentences in eight groups:")
+print(f"  WordPiece: {wp_rate:.2f} tokens/char, {unknown} [UNK] tokens, "
+      f"{lost_wp} sentences not given back exactly")
+print(f"  BPE:       {bpe_rate:.2f} tokens/char, 0 unknown by construction, "
+      f"{lost_bpe} sentences not given back exactly")
+
+# %% [markdown]
+# On English, both learn whole words and common endings. Outside it, WordPiece gives up on whole
+# words (`[UNK]`), while byte-level BPE falls back to bytes and pays in length instead. WordPiece
+# also cannot give back the exact text: its pre-tokenizer drops the spaces, so decoding guesses
+# where they were. Byte-level BPE keeps every byte, spaces included,
+# and `decode(encode(s)) == s` for any text (the tests check that on thousands of random strings).
+
+# %% [markdown]
+# ## 8 · Parity with the real tokenizer, live
+#
+# minillm's tokenizer reads SmolLM2's vocabulary and merges straight from the GGUF file's
+# metadata. The reference is the tokenizer transformers builds from the same file. We compare the
+# ids on 300+ test strings: prose, Chinese, Japanese, Korean, Arabic, emoji with ZWJ sequences,
+# code, numbers, whitespace runs, special tokens inside text and chat-template output.
+
+# %%
+from minillm.course.tokenizer_samples import parity_strings
+
+_, reference = minillm.load_reference("smollm2-135m")
+strings = parity_strings(chat_template=tok.apply_chat_template)
+different = [s for s in strings if tok.encode(s) != reference.encode(s)]
+print(f"{len(strings) - len(different)} of {len(strings)} strings give identical ids")
+assert not different, different[:3]
+
+# %% [markdown]
+# ## 9 · Speed
+#
+# minillm's tokenizer is plain Python. It keeps up by caching: each distinct word is split by BPE
+# once, and later occurrences are one dictionary look-up. The Rust tokenizer inside transformers
+# is the yardstick, timed here on the same text (CPU time, which a busy shared machine disturbs
+# less than wall-clock time).
+
+# %%
+english = corpus("english")
+if CI:
+    english = english[:150_000]
+size = len(english.encode("utf-8")) / 1e6
+rust = reference.backend_tokenizer
+
+def cpu_seconds(fn):
+    start = time.process_time()
+    result = fn()
+    return time.process_time() - start, result
+
+fresh = minillm.load_tokenizer("smollm2-135m")  # an empty word cache
+cold, ours = cpu_seconds(lambda: fresh.encode(english))
+warm, _ = cpu_seconds(lambda: fresh.encode(english))
+rust_time, theirs = cpu_seconds(lambda: rust.encode(english, add_special_tokens=False).ids)
+assert ours == theirs
+speed = {"minillm (cold cache)": size / cold, "minillm (warm cache)": size / warm,
+         "Rust tokenizers": size / rust_time}
+for name, mbps in speed.items():
+    print(f"{name:<22} {mbps:6.2f} MB/s")
+fig, ax = plt.subplots(figsize=(6, 2.2))
+ax.barh(list(speed), list(speed.values()))
+ax.set_xlabel(f"MB/s encoding {size:.2f} MB of English prose")
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# Where does each spend its time? Both first cut the text with the pre-tokenizer's regular
+# expression: minillm with Python's `regex` module, the Rust tokenizer with the Oniguruma library.
+# Timing that step alone shows how much of each total it is. (Rust's `pre_tokenize_str` also hands
+# every piece and its offsets back to Python, so its figure includes that cost too.)
+
+# %%
+split_ours, _ = cpu_seconds(lambda: tok.pre_tokenizer(english))
+split_rust, _ = cpu_seconds(lambda: rust.pre_tokenizer.pre_tokenize_str(english))
+print(f"pre-tokenizer alone: minillm {size / split_ours:.2f} MB/s "
+      f"({split_ours / warm:.0%} of its warm encode), Rust {size / split_rust:.2f} MB/s "
+      f"({split_rust / rust_time:.0%} of its encode)")
+
+# %% [markdown]
+# `scripts/bench_tokenizer.py` measures the same on 1 MB of mixed text, in wall-clock and CPU
+# time, and prints a JSON record with the machine and versions.
+#
+# ## Summary
+#
+# - A tokenizer maps text to token ids; byte-level BPE starts from the 256 bytes and learns merges
+#   of frequent neighbouring pairs, so any text can be encoded and decoded exactly.
+# - The pre-tokenizer's regex, the merges' order and the special tokens must match the model's
+#   exactly; minillm reads them from the GGUF file and gives the same ids as transformers.
+# - Tokens per character depend on the training text: SmolLM2's mostly English vocabulary spends
+#   several times more tokens per character on Chinese than on English (the chart above).
+# - The chat template turns messages into one string with special tokens; the stream decoder
+#   turns generated tokens back into text without broken characters.
+#
+# The figures of this run:
+
+# %%
+print(f"training: {merges_mixed} merges on {len(text.encode()) / 1e6:.2f} MB took "
+      f"{train_seconds:.1f} s CPU")
+print(f"encoding {size:.2f} MB of English: minillm {speed['minillm (cold cache)']:.2f} MB/s cold, "
+      f"{speed['minillm (warm cache)']:.2f} MB/s warm; Rust {speed['Rust tokenizers']:.2f} MB/s; "
+      f"minillm/Rust = {speed['minillm (cold cache)'] / speed['Rust tokenizers']:.2f} (cold), "
+      f"{speed['minillm (warm cache)'] / speed['Rust tokenizers']:.2f} (warm)")
+smol = dict(zip(groups, table[tok.name]))
+print(f"SmolLM2 tokens per character: English {smol['English']:.2f}, simplified Chinese "
+      f"{smol['Chinese (simpl.)']:.2f}, traditional Chinese {smol['Chinese (trad.)']:.2f}")
+print(f"你好，世界！: SmolLM2 {len(tok.encode(hello))} tokens, mixed BPE "
+      f"{len(mixed.encode(hello))}, poems BPE {len(poems.encode(hello))}")

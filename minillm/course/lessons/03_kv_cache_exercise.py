@@ -1,0 +1,112 @@
+# %% [markdown]
+# # Exercises 03 · The KV cache and the decode loop
+#
+# Three tasks: how big a KV cache is, how a cache stores a new token's keys and values, and the
+# generation loop itself (prefill, then decode one token at a time). Write each function in its
+# cell, run the cell, then run the check cell below it. A check says in plain words what is
+# wrong.
+#
+# Check your work from a terminal too: `pytest --nbval-lax exercises/03_kv_cache.ipynb`.
+
+# %%
+import torch
+
+import minillm
+from minillm.course.checks import ch03_kv_cache as checks
+from minillm.generation.kv_cache import KVCache
+
+model, tokenizer = minillm.load("smollm2-135m", dtype=torch.float32, device="cpu")
+
+# %% [markdown]
+# ## 1 · The size of a KV cache
+#
+# Every token leaves one key vector and one value vector per key/value head in every layer.
+# Write `kv_cache_bytes(n_layers, n_kv_heads, head_dim, tokens, bytes_per_value)`: the bytes
+# that the cache of one sequence holds, as an int.
+
+# %% [task]
+def kv_cache_bytes(n_layers, n_kv_heads, head_dim, tokens, bytes_per_value):
+    # YOUR CODE HERE
+    raise NotImplementedError
+# ==== solution ====
+def kv_cache_bytes(n_layers, n_kv_heads, head_dim, tokens, bytes_per_value):
+    return 2 * n_layers * n_kv_heads * head_dim * tokens * bytes_per_value
+
+# %% [check]
+checks.check_kv_cache_bytes(kv_cache_bytes)
+
+# %% [markdown]
+# ## 2 · The cache update
+#
+# A cache preallocates, per layer, `keys` and `values` shaped
+# (batch, kv_heads, max_tokens, head_dim). `length` positions are already filled. Write
+# `append_kv(keys, values, k, v, length)`: store the new `k` and `v`, shaped
+# (batch, kv_heads, new_tokens, head_dim), at positions `length` to `length + new_tokens - 1`,
+# **in place** (no new tensor: the cache must not be copied every step), and return the pair
+# (keys, values) of all `length + new_tokens` positions filled so far. If they do not fit in
+# `max_tokens`, raise `ValueError`.
+
+# %% [task]
+def append_kv(keys, values, k, v, length):
+    # YOUR CODE HERE
+    raise NotImplementedError
+# ==== solution ====
+def append_kv(keys, values, k, v, length):
+    end = length + k.shape[2]
+    if end > keys.shape[2]:
+        raise ValueError(f"the cache holds {length} of {keys.shape[2]} tokens and cannot take "
+                         f"{k.shape[2]} more")
+    keys[:, :, length:end] = k
+    values[:, :, length:end] = v
+    return keys[:, :, :end], values[:, :, :end]
+
+# %% [check]
+checks.check_append_kv(append_kv)
+
+# %% [markdown]
+# ## 3 · The decode loop
+#
+# Write `greedy_decode(model, prompt_ids, max_new_tokens, eos_token_ids)`, returning the list of
+# new token ids:
+#
+# 1. make a cache: `cache = KVCache.for_model(model, batch_size=1, max_tokens=...)`;
+# 2. prefill: `logits = model(torch.tensor([prompt_ids]), cache=cache)` runs the whole prompt
+#    and fills the cache; the last position's logits, `logits[0, -1]`, give the first new token
+#    (take the argmax);
+# 3. decode: feed **only the newest token**, `model(torch.tensor([[token]]), cache=cache)`, and
+#    take the argmax again, until you have `max_new_tokens` tokens or the token you just
+#    chose is in `eos_token_ids` (keep that EOS token in the result, then stop).
+#
+# Wrap the loop in `with torch.inference_mode():` so that torch keeps no gradients.
+
+# %% [task]
+def greedy_decode(model, prompt_ids, max_new_tokens, eos_token_ids):
+    # YOUR CODE HERE
+    raise NotImplementedError
+# ==== solution ====
+def greedy_decode(model, prompt_ids, max_new_tokens, eos_token_ids):
+    cache = KVCache.for_model(model, batch_size=1, max_tokens=len(prompt_ids) + max_new_tokens)
+    new = []
+    with torch.inference_mode():
+        logits = model(torch.tensor([prompt_ids]), cache=cache)  # prefill
+        while True:
+            token = int(logits[0, -1].argmax())
+            new.append(token)
+            if token in eos_token_ids or len(new) == max_new_tokens:
+                return new
+            logits = model(torch.tensor([[token]]), cache=cache)  # decode: the new token only
+
+# %% [check]
+checks.check_greedy_decode(greedy_decode, model, tokenizer)
+
+# %% [markdown]
+# Your loop generates what `minillm.generate` generates. Try it on a chat prompt; the model ends
+# its turn with an EOS token:
+
+# %%
+chat = tokenizer.encode(tokenizer.apply_chat_template(
+    [{"role": "user", "content": "What is the capital of France?"}]))
+try:
+    print(tokenizer.decode(greedy_decode(model, chat, 24, list(model.config.eos_token_ids))))
+except NotImplementedError:
+    print("write greedy_decode above first")

@@ -1,0 +1,676 @@
+# %% [markdown]
+# # 05 · Measuring inference (性能指标): TTFT, TPOT, throughput, and a fast engine
+#
+# How fast is a model? "Tokens per second" hides two very different waits: the wait for the
+# first word, and the pace of the words after it. This chapter defines the four numbers that
+# describe a model's speed, measures each on the real model, and then asks *why* they are what
+# they are: the answer is the memory bandwidth of the machine.
+#
+# Every number below is measured in this run, on this machine. When the environment variable
+# `CI` is set (the course's tests), the sizes shrink so the notebook runs in a minute or two.
+
+# %%
+import os
+
+import matplotlib.pyplot as plt
+import torch
+from tqdm.auto import tqdm
+
+import minillm
+from minillm.course import show_source
+from minillm import fast as fast_engine
+from minillm.measure.bandwidth import decode_bound, read_bandwidth
+from minillm.utils.devices import Timer, best_time, describe, pick_device
+from minillm.measure.metrics import predict_latency, throughput
+from minillm.model.memory import bytes_per_token
+
+CI = bool(os.environ.get("CI"))
+torch.manual_seed(0)
+device = pick_device("auto")
+for key, value in describe().items():
+    print(f"{key:>12}: {value}")
+if hasattr(os, "getloadavg"):
+    print(f"load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs "
+          "(other programs share the machine: the timings move with them)")
+
+# %% [markdown]
+# We load SmolLM2-135M with minillm's own code. `minillm.load` gives the fast path by default;
+# here we ask for the readable model too (`fast=False`, the one chapter 02 opened up) and make
+# the fast copy ourselves with `minillm.fast.optimize`, to compare them (section 7 looks
+# inside). `minillm.generate` runs either one; the fast one gives the same tokens. Everything
+# in this chapter runs on the device printed above, and every stopwatch waits for it
+# (`minillm.utils.devices.Timer`): a GPU queues work and returns at once, so a clock that does not
+# wait times the queueing.
+
+# %%
+model, tokenizer = minillm.load("smollm2-135m", device=device, fast=False)
+fast = fast_engine.optimize(model)
+prompt = tokenizer.apply_chat_template(
+    [{"role": "user", "content": "Why is the sky blue?"}], add_generation_prompt=True)
+N_NEW = 16 if CI else 48
+print(f"prompt: {len(tokenizer.encode(prompt))} tokens; we ask for up to {N_NEW} new tokens")
+
+# %% [markdown]
+# ## 1 · The four metrics
+#
+# For one request, from the moment it starts and the moment each new token is ready:
+#
+# - **TTFT**, time to first token (首个词元生成时间): start → first token. Tokenizing and the
+#   prefill (预填充) pass over the whole prompt happen here.
+# - **TPOT**, time per output token (每个输出词元的时间): the mean gap between tokens *after*
+#   the first. The first token is left out: it came from prefill, not decode.
+# - **End-to-end latency** (端到端延迟): start → last token.
+# - **Tokens per second** (每秒词元数): for one request, decode speed = 1 / TPOT; across many
+#   requests, **throughput** (吞吐量) = all their tokens / the wall time they took together.
+#
+# `minillm.generate` records the time of every token; each result carries them as `.metrics`.
+
+# %%
+with Timer(device) as stopwatch:
+    out = minillm.generate(fast, tokenizer, prompt, max_new_tokens=N_NEW)
+wall = stopwatch.seconds
+m = out.metrics
+print(out.text)
+print()
+print(m)
+
+# %% [markdown]
+# The definitions are a few lines each:
+
+# %%
+show_source(minillm.measure.metrics.RequestMetrics)
+
+# %% [markdown]
+# **Latency = TTFT + TPOT × (n − 1).** The source text writes "TTFT + TPOT × tokens"; with n
+# new tokens the first one is inside the TTFT, so n − 1 gaps follow. We check the formula against
+# the wall time measured around the whole call, with a stopwatch of our own:
+
+# %%
+predicted = predict_latency(m.ttft, m.tpot, m.n_tokens)
+print(f"TTFT {1000 * m.ttft:.1f} ms + TPOT {1000 * m.tpot:.1f} ms x ({m.n_tokens} - 1) "
+      f"= {1000 * predicted:.1f} ms")
+print(f"measured around the call:            {1000 * wall:.1f} ms "
+      f"(the rest: {1000 * (wall - predicted):.2f} ms of bookkeeping after the last token)")
+assert abs(wall - predicted) < 0.05 * wall + 0.02
+
+# %% [markdown]
+# Is this fast? The source text's yardstick: a TPOT of 100 ms is 10 tokens/s, about 450 words a
+# minute, faster than people read (an English word is about 1.3 tokens).
+
+# %%
+words_per_minute = 60 / m.tpot / 1.3
+print(f"TPOT {1000 * m.tpot:.1f} ms = {m.decode_tokens_per_second:.1f} tokens/s "
+      f"= about {words_per_minute:.0f} words a minute")
+
+# %% [markdown]
+# ### Watching it live
+#
+# The chart below streams a generation and draws, as tokens arrive, each token's latency: the
+# first bar is the TTFT (orange), the others the gap since the previous token, the line the
+# running TPOT. Type another prompt and press *Generate* to try your own; it runs on whatever
+# device the model is on.
+#
+# A chart that draws must not time its own drawing. The generation runs in a thread of its own
+# and stamps each token when it is ready; the chart takes the stamps from a queue and redraws
+# five times a second, so the time spent drawing never falls inside a gap between two tokens.
+
+# %%
+from minillm.course.widgets.latency import LatencyChart
+
+chart = LatencyChart(fast, tokenizer, prompt="Write a haiku about the sea.",
+                     max_new_tokens=N_NEW)
+display(chart)
+live = chart.run()
+
+# %% [markdown]
+# ## 2 · More users: throughput rises, each user waits longer
+#
+# A server that runs B requests in one batch does one forward pass per step for all of them.
+# Each step reads the weights once whatever B is, and does B times the arithmetic, while it
+# makes B tokens. How much the step grows with B depends on the machine (section 5). We send the
+# same prompt B times at once.
+
+# %%
+BATCHES = [1, 2, 4] if CI else [1, 2, 4, 8, 16, 32]
+N_BATCH = 6 if CI else 16
+sweep = []
+for b in tqdm(BATCHES, desc="batch sizes"):
+    outs = minillm.generate(fast, tokenizer, [prompt] * b, max_new_tokens=N_BATCH)
+    t = throughput([o.metrics for o in outs])
+    sweep.append((b, t))
+    print(f"batch {b:>2}: {t.tokens_per_second:7.1f} tokens/s in all, "
+          f"TPOT {1000 * t.mean_tpot:6.1f} ms, TTFT {1000 * t.mean_ttft:6.1f} ms")
+
+# %%
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.4))
+bs = [b for b, _ in sweep]
+ax1.plot(bs, [t.tokens_per_second for _, t in sweep], "o-")
+ax1.set(xscale="log", xlabel="batch size (users at once)", ylabel="tokens/s, all users",
+        title="throughput rises")
+ax2.plot(bs, [1000 * t.mean_tpot for _, t in sweep], "o-", color="tab:red")
+ax2.set(xscale="log", xlabel="batch size (users at once)", ylabel="ms",
+        title="each user's TPOT grows")
+for ax in (ax1, ax2):
+    ax.set_xticks(bs, [str(b) for b in bs])
+plt.tight_layout()
+plt.show()
+first, last = sweep[0][1], sweep[-1][1]
+print(f"batch {bs[-1]} against 1: {last.tokens_per_second / first.tokens_per_second:.1f}x the "
+      f"throughput, {last.mean_tpot / first.mean_tpot:.1f}x the TPOT")
+
+# %% [markdown]
+# This is the trade-off the source text describes with 16 users: serving more people at once
+# raises the throughput, and each of them sees a longer TPOT. Chapter 06 builds the scheduler
+# that makes this work when requests arrive at different times.
+#
+# ## 3 · 512 more input tokens, or 8 more output tokens?
+#
+# The source text says adding 512 input tokens usually costs less latency than generating 8 more
+# output tokens. Input tokens are processed in one parallel prefill pass; output tokens one pass
+# each. We test it here: the TTFT of a short prompt and of the same prompt with 512 more tokens,
+# against 8 × TPOT.
+
+# %%
+EXTRA = 128 if CI else 512
+filler = tokenizer.encode(" The sky is blue because air scatters blue light more than red.")
+short_ids = tokenizer.encode(prompt)
+long_ids = (filler * (EXTRA // len(filler) + 1))[:EXTRA] + short_ids
+
+
+def ttft_of(ids, repeats=2):
+    return min(minillm.generate(fast, tokenizer, ids, max_new_tokens=1).metrics.ttft
+               for _ in range(repeats))
+
+
+extra_prefill = ttft_of(long_ids) - ttft_of(short_ids)
+eight_tokens = 8 * m.tpot
+print(f"{EXTRA} more input tokens: +{1000 * extra_prefill:.0f} ms of TTFT")
+print(f"8 more output tokens:     +{1000 * eight_tokens:.0f} ms (8 x TPOT)")
+verdict = "holds" if extra_prefill < eight_tokens else "does NOT hold"
+print(f"on this machine ({device}) the claim {verdict}")
+
+# %% [markdown]
+# Why does the answer depend on the machine? Prefill does about 2 × parameters floating-point
+# operations per token, all tokens in one pass: it is **compute-bound** (计算受限). Decode does
+# the same 2 × parameters operations for a single token but must read every weight from memory
+# to do it: it is **bandwidth-bound** (带宽受限). So the claim holds where the machine does many
+# operations per byte it reads (its *machine balance*), as a GPU does (an H100 does about 300
+# bf16 operations per byte of memory traffic, on its tensor cores); a CPU does only a few. We
+# measure both rates here, the arithmetic in the dtype the machine serves in: bf16 on a CUDA GPU
+# (its tensor cores), float32 on a CPU (the dtype its fast kernels use).
+
+# %%
+def matmul_flops(n=2048 if device.type == "cuda" else 1024, repeats=3):
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    return 2 * n ** 3 / best_time(lambda: a @ b, device, repeats, warmup=1), dtype
+
+
+flops, balance_dtype = matmul_flops()
+bandwidth = read_bandwidth(device, megabytes=64 if CI else 256)
+n_params = sum(p.numel() for p in model.parameters())
+n_bytes = bytes_per_token(fast)
+balance = flops / bandwidth
+needed = (2 * n_params * EXTRA) / (8 * n_bytes)  # prefill FLOPs per byte decode reads
+print(f"matrix multiply in {balance_dtype}: {flops / 1e9:.0f} GFLOP/s; "
+      f"read bandwidth: {bandwidth / 1e9:.1f} GB/s")
+print(f"machine balance: {balance:.1f} FLOP per byte")
+print(f"the claim needs more than {needed:.0f} FLOP per byte "
+      f"({EXTRA} tokens x 2 x {n_params / 1e6:.0f} M parameters against 8 reads of "
+      f"{n_bytes / 1e6:.0f} MB)")
+
+# %% [markdown]
+# Long inputs are not free, though: each input token also takes KV-cache memory (chapter 03), and
+# that, not time, is what limits long prompts on a GPU.
+#
+# ## 4 · The memory-bandwidth bound (内存带宽瓶颈)
+#
+# Every decode step reads every weight once to make one token. A machine that reads B bytes/s
+# cannot decode faster than B / (bytes of weights) tokens per second at batch 1, however fast its
+# arithmetic. Decode does 2 operations (a multiply and an add) per 4-byte float32 weight it reads:
+# 0.5 FLOP per byte, far below the machine balance above. The arithmetic units wait for memory.
+
+# %%
+bound = decode_bound(n_bytes, bandwidth)
+print(f"weights read per token: {n_bytes / 1e6:.0f} MB (float32)")
+print(f"bound: {bandwidth / 1e9:.1f} GB/s / {n_bytes / 1e6:.0f} MB = {bound:.1f} tokens/s")
+print(f"achieved: {m.decode_tokens_per_second:.1f} tokens/s "
+      f"({100 * m.decode_tokens_per_second / bound:.0f} % of the bound)")
+
+# %% [markdown]
+# The gap to the bound is Python and kernel overhead per step, and matrix-vector kernels that do
+# not read memory at full speed.
+#
+# Batching (section 2) shares that read among B rows: the bytes stay, the arithmetic grows B
+# times. Is a batched step then nearly free? Only while the B rows' arithmetic takes less time
+# than the read. The batch sweep measured it on this machine (chapter 06 measures the same step
+# time against rows on its paged engine):
+
+# %%
+one_step = sweep[0][1].mean_tpot
+for b, t in sweep[1:]:
+    print(f"batch {b:>2}: a step takes {t.mean_tpot / one_step:4.1f}x batch 1's")
+widest, growth = sweep[-1][0], sweep[-1][1].mean_tpot / one_step
+print(f"up to {widest} rows: " + ("nearly free, the read sets the time" if growth < 1.5 else
+      "the step grows with the rows: the arithmetic sets the time (compute-bound)"))
+
+# %% [markdown]
+# On one CPU core the step soon grows with the rows: a few rows already fill its arithmetic. On
+# a data-centre GPU the same step stays nearly flat for dozens of rows. The roofline says where
+# the change happens.
+
+# %% [markdown]
+# ## 5 · The roofline (屋顶线模型): one chart for every step
+#
+# Sections 2 to 4 measured three things that one picture explains: the bandwidth bound of a
+# batch-1 step, the step time against the batch, and prefill being cheap per token. So do
+# chapter 06's step time against its rows and chapter 08's pass that verifies k drafted tokens.
+#
+# Every piece of work does F floating-point operations on B bytes it must read: its
+# **arithmetic intensity** (算术强度) is I = F / B FLOP per byte. The machine does at most P FLOP/s
+# (the matrix-multiply rate of section 3) and reads at most W bytes/s (the bandwidth), so the work
+# runs at most at min(P, I × W) FLOP/s: a slanted roof (bandwidth-bound) that meets a flat one
+# (compute-bound) at the **ridge**, I = P / W, the machine balance of section 3.
+#
+# A forward pass of r rows (r sequences of one token in a decode step, or one sequence's r tokens
+# in a verify pass or a prompt) reads the weights once and uses each r times, so r moves it right
+# along the roof. `minillm.measure.roofline` counts F and B for such a pass:
+
+# %%
+from minillm.measure.roofline import Roof, peak_matmul_flops, step_cost  # noqa: E402
+
+show_source(step_cost)
+
+# %% [markdown]
+# The points, measured on the fast engine in float32: the decode steps of section 2's batch
+# sweep (its TPOT is one step of B rows), a verify pass of k tokens after 64 cached ones (the
+# shape of chapter 08's speculative verify), and a prefill.
+
+# %%
+from minillm.utils.devices import best_time  # noqa: E402
+from minillm.generation.kv_cache import KVCache  # noqa: E402
+
+# the flat roof: the best matrix-multiply rate of section 3 or of a fresh, warmed-up measurement
+roof = Roof(max(flops, peak_matmul_flops(device, n=1024, repeats=5)), bandwidth)
+cfg = model.config
+context = len(tokenizer.encode(prompt)) + N_BATCH // 2  # the mean context over the sweep
+points = {}  # name -> (rows, context, seconds)
+for b, t in sweep:
+    points[f"decode, batch {b}"] = (b, context, t.mean_tpot)
+
+
+def pass_seconds(rows, cached):
+    """One forward pass of `rows` tokens of one sequence after `cached` cached tokens."""
+    cache = KVCache.for_model(fast, 1, cached + rows)
+    ids = torch.randint(100, 20_000, (1, cached + rows), device=device)
+    with torch.inference_mode():
+        if cached:
+            fast(ids[:, :cached], cache=cache)
+
+        def one_pass():
+            fast(ids[:, cached:], cache=cache)
+            cache.crop(cached)
+
+        return best_time(one_pass, fast, repeats=3, warmup=1)
+
+
+for k in (4, 16):
+    points[f"verify, k={k}"] = (k, 64, pass_seconds(k, 64))
+prefill_n = 128 if CI else 512
+points[f"prefill, {prefill_n}"] = (prefill_n, prefill_n // 2, pass_seconds(prefill_n, 0))
+
+measured_points = {}
+for name, (rows, ctx, seconds) in points.items():
+    f, nbytes = step_cost(cfg, rows, ctx)
+    measured_points[name] = (f / nbytes, f / seconds)
+    intensity, achieved = measured_points[name]
+    print(f"{name:<16} I = {intensity:6.2f} FLOP/byte: {achieved / 1e9:6.1f} GFLOP/s, "
+          f"{achieved / roof.attainable(intensity):4.0%} of its roof")
+print(f"roof: {roof.peak_flops / 1e9:.0f} GFLOP/s, {roof.bandwidth / 1e9:.1f} GB/s, "
+      f"ridge at {roof.ridge:.1f} FLOP/byte")
+
+# %%
+grid = torch.logspace(-1.5, 3, 200)
+fig, ax = plt.subplots(figsize=(7, 4.2))
+ax.plot(grid, [roof.attainable(float(i)) / 1e9 for i in grid], "k-", label="the roof")
+ax.axvline(roof.ridge, color="grey", ls=":", lw=1)
+for name, (intensity, achieved) in measured_points.items():
+    style = "o" if name.startswith("decode") else "s" if name.startswith("verify") else "^"
+    ax.plot(intensity, achieved / 1e9, style, label=name)
+ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity (FLOP per byte read)",
+       ylabel="GFLOP/s", title=f"roofline of this machine ({device}), SmolLM2 in float32")
+ax.legend(fontsize=7, loc="lower right")
+plt.tight_layout()
+plt.show()
+
+# %%
+decode_1 = measured_points["decode, batch 1"]
+decode_last = measured_points[f"decode, batch {sweep[-1][0]}"]
+rows_at_ridge = roof.ridge / decode_1[0]
+print(f"a decode step at batch 1 sits at {decode_1[0]:.2f} FLOP/byte, {roof.ridge / decode_1[0]:.0f}x "
+      f"left of the ridge: its bound is the bandwidth bound of section 4")
+print(f"each row adds the same intensity, so a step reaches the ridge at about "
+      f"{rows_at_ridge:.0f} rows here; past it, every extra row costs its full arithmetic")
+print(f"batch {sweep[-1][0]} ran {decode_last[1] / decode_1[1]:.1f}x the FLOP/s of batch 1")
+assert decode_1[0] < roof.ridge  # batch-1 decode is bandwidth-bound on this machine
+assert decode_last[1] > 1.1 * decode_1[1]  # rows share the read: more FLOP/s per step
+# a roof is a limit; on a shared machine a point may pass a roof measured a moment before by a
+# little, never by much
+assert all(achieved < 1.25 * roof.attainable(i) for i, achieved in measured_points.values())
+
+# %% [markdown]
+# Reading the chart ties the chapters together:
+#
+# - **05's bound** is the slanted roof at batch 1: I × W FLOP/s, that is W / bytes tokens/s.
+# - **06's step time against rows**: a step of r rows has r times the intensity. Left of the
+#   ridge a step costs about the same for 1 row as for r (the read sets its time); right of it,
+#   the arithmetic does, and the step grows with its rows. One CPU core has a low ridge, a few
+#   rows; a data-centre GPU's is in the hundreds (an H100's published figures: about 990
+#   bf16 TFLOP/s over 3.35 TB/s, some 300 FLOP per byte), so there batching is nearly free
+#   per step for a long way.
+# - **08's verify pass** of k tokens is a step of k rows of one sequence: the same place on the
+#   roof as batch k. While k is left of the ridge, checking k drafts costs about one decode
+#   step; that is the room speculative decoding works in, and why it pays less on a machine
+#   with a low ridge or under a large batch.
+# - **prefill** of hundreds of tokens sits far right, compute-bound: section 3's cheap input
+#   tokens.
+
+# %% [markdown]
+# ## 6 · float32 against bfloat16 and int8
+#
+# bfloat16 (bf16) stores each weight in 2 bytes instead of 4: half the bytes to read per token,
+# so the bound doubles; int8 stores 1 byte (and a scale per row), so it quadruples. Whether the
+# speed follows depends on the kernels: GPUs compute in bf16 natively; many CPUs do not, and
+# PyTorch's generic bf16 loop there is slow. On a CPU `minillm.fast` therefore keeps the
+# activations in float32 and multiplies with small C kernels of its own (`minillm/kernels.py`,
+# compiled on first use) that read the narrow weights once and multiply them in registers: bf16
+# widened to float32, int8 as integers against x rounded to 16 bits. Only the bytes read change.
+# Chapter 07 tells the int8 story in full.
+
+# %%
+fast16 = fast_engine.optimize(model, "bf16")
+fast8 = fast_engine.optimize(model, "int8")
+rows = {}
+for name, engine in [("float32", fast), ("bfloat16", fast16), ("int8", fast8)]:
+    minillm.generate(engine, tokenizer, prompt, max_new_tokens=2)  # warm up (kernels compile)
+    result = minillm.generate(engine, tokenizer, prompt, max_new_tokens=N_NEW)
+    rows[name] = result
+    bound_format = decode_bound(bytes_per_token(engine), bandwidth)
+    print(f"{name:>9}: {result.metrics}  reads {bytes_per_token(engine) / 1e6:.0f} MB a token, "
+          f"bound {bound_format:.0f} tok/s")
+if device.type == "cpu":
+    print("CPU capability:", torch.backends.cpu.get_cpu_capability(),
+          "| minillm's bf16 kernel in use:", fast16.lm_head.kernel)
+print("same text as float32:", {k: r.text == rows["float32"].text for k, r in rows.items()})
+
+# %% [markdown]
+# bf16 rounds every weight to 8 bits of mantissa and int8 to 255 steps per row, so after a few
+# dozen tokens their greedy text may part from float32's. Chapter 07 measures such quality costs.
+#
+# ## 7 · Inside the fast engine
+#
+# `minillm.fast.optimize` does not write a second model. It copies the same network, the same
+# `LlamaBlock`s and `Attention` layers the lessons opened up, and changes what the linear layers
+# hold: q, k and v fused into one matrix (one multiply instead of three, `Attention.fuse`), gate
+# and up fused, and every matrix a `FastLinear` stored in the layout that multiplies fastest here
+# (it times both), the LM head included. Here is one layer of each:
+
+# %%
+print(model.layers[0])
+print(fast.layers[0])
+
+# %% [markdown]
+# The attention layer's projection step is the one place that knows about the fusion:
+
+# %%
+show_source(type(fast.layers[0].attn).project)
+
+# %% [markdown]
+# and `FastLinear.forward` is the multiply itself, with its layout, the bias added inside the
+# multiplication (`addmm`), and the narrow-weight paths:
+
+# %%
+show_source(fast_engine.FastLinear.forward)
+
+# %% [markdown]
+# The same forward contract, so `generate` runs both, with the same greedy tokens:
+
+# %%
+plain = minillm.generate(model, tokenizer, prompt, max_new_tokens=N_NEW)
+print(f"readable minillm: {plain.metrics}")
+print(f"fast minillm:     {out.metrics}")
+same = sum(a == b for a, b in zip(plain.token_ids, out.token_ids))
+print(f"layout chosen: {fast.layout}; the same token at {same} of {len(out.token_ids)} positions")
+from minillm.generation.agreement import agree  # noqa: E402
+
+# float32 sums in another order (fused matrices): ~1e-4 apart, so exact on a CPU
+assert agree(model, out.prompt_token_ids, plain.token_ids[:16], out.token_ids[:16])
+
+# %% [markdown]
+# `python -m minillm bench latency` compares the fast engine with transformers' `generate()` on
+# the same weights, in the same process, interleaved: TTFT, TPOT, decode and prefill tokens per
+# second, the ratios, and this bandwidth bound, for float32, bf16 and int8, and llama.cpp where
+# it is installed. Run it in a terminal (it takes a few minutes).
+#
+# ## 8 · CPU against GPU
+#
+# On a GPU a 135M model's batch-1 decode is not bound by bandwidth: an H100 reads SmolLM2's
+# 540 MB of float32 weights in about 0.2 ms, while a decode step launches several hundred small
+# kernels (30 layers, a dozen operations each) at a few microseconds each. The launches, not the
+# bytes, set the pace; that is why CUDA graphs and `torch.compile` (section 10) matter so much on
+# GPUs. When this lesson runs on a CUDA GPU, the cell below measures it: the step's time against
+# the time its bytes take at the measured bandwidth, and the kernels one step launches.
+
+# %%
+if device.type == "cuda":
+    from torch.profiler import ProfilerActivity, profile, supported_activities
+
+    from minillm.generation.kv_cache import KVCache
+
+    cpu_model = minillm.load("smollm2-135m", device="cpu")[0]
+    for name, engine in [("cpu", cpu_model), ("cuda", fast)]:
+        minillm.generate(engine, tokenizer, prompt, max_new_tokens=2)  # warm up
+        r = minillm.generate(engine, tokenizer, prompt, max_new_tokens=N_NEW)
+        rows[name] = r
+        print(f"{name:>5}: {r.metrics}")
+    gpu_tpot = rows["cuda"].metrics.tpot
+    print(f"GPU / CPU decode speed: "
+          f"{rows['cuda'].metrics.decode_tokens_per_second / rows['cpu'].metrics.decode_tokens_per_second:.1f}x")
+    print(f"bytes alone would take {1000 * n_bytes / bandwidth:.2f} ms a token at the measured "
+          f"{bandwidth / 1e9:.0f} GB/s; the step takes {1000 * gpu_tpot:.2f} ms "
+          f"({gpu_tpot * bandwidth / n_bytes:.0f}x the bandwidth bound)")
+    if ProfilerActivity.CUDA in supported_activities():  # a PyTorch built with CUDA's profiler
+        cache = KVCache.for_model(fast, 1, 64)
+        step_ids = torch.tensor([[1, 2, 3, 4]], device=device)
+        with torch.inference_mode():
+            fast(step_ids, cache=cache)
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                fast(step_ids[:, :1], cache=cache)
+                torch.cuda.synchronize()
+        launches = sum(e.count for e in prof.key_averages() if e.device_type.name == "CUDA")
+        print(f"one decode step launched {launches} GPU kernels: about "
+              f"{1e6 * gpu_tpot / max(launches, 1):.1f} us each, all told")
+    else:
+        print("this PyTorch's profiler cannot see CUDA kernels, so the launches go uncounted")
+else:
+    print(f"No CUDA GPU here ({device}); the GPU measurements run when this lesson does on one "
+          "(scripts/gpu_check.sh runs the whole course on a CUDA machine).")
+
+# %% [markdown]
+# ⚠ The source text's rule of thumb: a 7B model decodes at about 10 tokens/s on a CPU and 100+
+# on one A6000 GPU, about 10:1. Section 4's bound tests it. A 7B model (Llama-2-7B: 6.74
+# billion parameters, its published count) in fp16 reads 2 bytes for each of them per token; an
+# A6000 reads at most 768 GB/s (NVIDIA's published figure, not measured here). When can each
+# figure hold?
+
+# %%
+PARAMS_7B, A6000 = 6.74e9, 768e9  # published: Llama-2-7B's parameters, the A6000's bytes/s
+formats = {"fp16": 16, "int8": 8 + 16 / 4096,  # a 16-bit scale per row of 4,096 weights
+           "Q4_1 (4-bit, as our GGUF file)": 4 + 32 / 32}  # 2 x 16 bits per 32 weights
+bounds = {}
+for name, bits in formats.items():
+    weights_7b = PARAMS_7B * bits / 8
+    bounds[name] = A6000 / weights_7b
+    print(f"7B in {name:<31}: {weights_7b / 1e9:5.1f} GB per token -> A6000 at most "
+          f"{bounds[name]:5.0f} tok/s; this machine ({bandwidth / 1e9:.1f} GB/s) at most "
+          f"{bandwidth / weights_7b:5.1f} tok/s")
+for name, bits in [("fp16", 16), ("Q4_1", 5)]:
+    print(f"10 tok/s on a CPU in {name} needs {10 * PARAMS_7B * bits / 8 / 1e9:.0f} GB/s of "
+          f"memory bandwidth")
+users_needed = 100 / bounds["fp16"]
+print(f"100 tok/s in fp16 as throughput: at least {users_needed:.1f} -> "
+      f"{int(-(-users_needed // 1))} users per step sharing each read")
+assert bounds["fp16"] < 100 < bounds["Q4_1 (4-bit, as our GGUF file)"]
+
+# %% [markdown]
+# So "100+ on an A6000" cannot hold for one user in fp16: the bound printed above is well under
+# 100. It holds with int8 or 4-bit weights (llama.cpp's usual format), or as throughput with two or more
+# users batched, each of them still under the fp16 bound. "10 tok/s on a CPU" needs the
+# bandwidth printed above: in fp16 that of a many-channel server CPU, with 4-bit weights that of
+# a desktop with fast memory; compare this machine's own bound. The 10:1 ratio is a bandwidth
+# ratio, and holds only when both sides read the same format.
+#
+# For a model as small as ours expect the GPU's measured advantage to be smaller than the
+# bandwidth ratio: each token's 30 layers launch hundreds of small GPU kernels, and their launch
+# overhead, not memory, sets the pace. When a CUDA GPU is present the first cell of this section
+# times it; `scripts/gpu_check.sh` runs this chapter and the benchmark on one.
+#
+# ## 9 · Latency against model size
+#
+# The source text says latency grows more slowly than model size: MPT-30B is about 2.5× slower
+# than MPT-7B (4.3× the parameters). We test it with SmolLM2's own family: the same Llama
+# architecture at the published shapes of SmolLM2-360M and -1.7B, with random weights (speed does
+# not depend on the values). To spare memory we build each shape with one and with three layers,
+# time a decode step of both, and take the difference as the cost of two layers: the full model's
+# step is the one-layer step plus (layers − 1) × that per-layer cost.
+
+# %%
+from minillm.generation.kv_cache import KVCache
+from minillm.model import LlamaModel, ModelConfig
+
+SHAPES = {  # SmolLM2's published configs: hidden, layers, heads, kv heads, feed-forward
+    "135M": (576, 30, 9, 3, 1536),
+    "360M": (960, 32, 15, 5, 2560),
+    "1.7B": (2048, 24, 32, 32, 8192),
+}
+if CI:
+    SHAPES.pop("1.7B")
+
+
+def shape_config(hidden, layers, heads, kv, ffn):
+    return ModelConfig(arch="llama", vocab_size=49152, hidden_size=hidden, n_layers=layers,
+                       n_heads=heads, n_kv_heads=kv, head_dim=64, intermediate_size=ffn,
+                       rope_theta=100000.0, max_seq_len=2048, tie_embeddings=True)
+
+
+def step_seconds(config, steps):
+    torch.manual_seed(0)
+    engine = fast_engine.optimize(LlamaModel(config).to(device).eval().requires_grad_(False))
+    cache = KVCache.for_model(engine, 1, 64)
+    ids = torch.tensor([[1, 2, 3, 4]], device=device)
+    with torch.inference_mode():
+        engine(ids, cache=cache)
+        return best_time(lambda: engine(ids[:, :1], cache=cache), device, steps)
+
+
+sizes = {}
+for name, (hidden, layers, heads, kv, ffn) in tqdm(SHAPES.items(), desc="model shapes"):
+    one = step_seconds(shape_config(hidden, 1, heads, kv, ffn), 5)
+    three = step_seconds(shape_config(hidden, 3, heads, kv, ffn), 5)
+    per_layer = max(three - one, 0.0) / 2
+    d, f = hidden, ffn  # tied embeddings; q and o are d x d, k and v d x (kv heads x 64)
+    params = 49152 * d + layers * (2 * d * d + 2 * d * kv * 64 + 3 * d * f + 2 * d) + d
+    sizes[name] = (params, one + (layers - 1) * per_layer)
+    print(f"{name}: {params / 1e6:6.0f} M parameters, decode step {1000 * sizes[name][1]:6.1f} ms")
+
+# %%
+base_params, base_time = sizes["135M"]
+for name, (params, seconds) in sizes.items():
+    p_ratio, t_ratio = params / base_params, seconds / base_time
+    trend = "" if name == "135M" else (
+        "  -> latency grew more slowly than the parameters" if t_ratio < p_ratio
+        else "  -> latency grew as fast as the parameters, or faster")
+    print(f"{name}: {p_ratio:5.1f}x the parameters, {t_ratio:5.1f}x the latency per token{trend}")
+
+# %% [markdown]
+# How to read this: at batch 1 a step's time is a fixed part (Python, kernel launches, the small
+# vector operations) plus the time to read the weights. When the fixed part is large next to the
+# reading, latency grows more slowly than the parameter count; once the reading dominates, it
+# grows about as fast as the bytes read. The source's MPT and LLaMA-2 figures come from GPUs,
+# where larger models also spread their work over more parallel units; the printout above says
+# how far the claim carries to batch-1 decoding on this machine.
+#
+# ## 10 · Compiling the decode step
+#
+# The source text names TorchScript among specialised inference engines; its successor is
+# `torch.compile`, which traces a function and generates fused kernels (C++ on a CPU, Triton on a
+# GPU). We compile one layer's feed-forward block (RMSNorm, the fused gate-up multiply, SiLU, the
+# down multiply, the residual add) and time it against eager mode. Compiling takes a while the
+# first time, so this cell runs only outside CI.
+
+# %%
+block = fast.layers[0]  # the fast model's first LlamaBlock: fused gate-up, FastLinear layers
+hidden_size = model.config.hidden_size
+
+
+def mlp_block(x):
+    return x + block.mlp(block.mlp_norm(x))
+
+
+def per_call(fn, x, calls=200):
+    with torch.inference_mode():
+        return best_time(lambda: [fn(x) for _ in range(calls)], device, 1, warmup=1) / calls
+
+
+x = torch.randn(1, hidden_size, device=device)
+if CI:
+    print("skipped under CI: compiling takes tens of seconds on a small CPU")
+else:
+    with Timer(device) as compiling:
+        compiled = torch.compile(mlp_block)
+        with torch.inference_mode():
+            torch.testing.assert_close(compiled(x), mlp_block(x), atol=1e-4, rtol=1e-4)
+    compile_seconds = compiling.seconds
+    eager_t, compiled_t = per_call(mlp_block, x), per_call(compiled, x)
+    print(f"compiling took {compile_seconds:.0f} s")
+    print(f"eager {1e6 * eager_t:.0f} us, compiled {1e6 * compiled_t:.0f} us per call "
+          f"({eager_t / compiled_t:.2f}x)")
+
+# %% [markdown]
+# A compiler fuses the small element-wise operations (the norm, SiLU, the multiply, the add) into
+# fewer kernels; it cannot make the two big matrix-vector products read memory faster. At batch 1
+# on a CPU those products dominate, so expect a small gain at most; on a GPU, where each tiny
+# kernel costs a launch, compiling (and CUDA graphs, `mode="reduce-overhead"`) matters far more.
+#
+# ## 11 · Offline against interactive
+#
+# The two uses want different things, and the batch sweep above already measured both:
+
+# %%
+best_throughput = max(sweep, key=lambda s: s[1].tokens_per_second)
+print(f"interactive (a chat, one user): batch 1 -> TTFT {1000 * sweep[0][1].mean_ttft:.0f} ms, "
+      f"TPOT {1000 * sweep[0][1].mean_tpot:.0f} ms")
+print(f"offline (a pile of documents): batch {best_throughput[0]} -> "
+      f"{best_throughput[1].tokens_per_second:.1f} tokens/s in all, "
+      f"{best_throughput[1].tokens_per_second / sweep[0][1].tokens_per_second:.1f}x batch 1")
+
+# %% [markdown]
+# - **Interactive** use (chat, code completion) is judged by TTFT (how soon the answer starts)
+#   and TPOT (whether it streams faster than one reads). Small batches, short prompts.
+# - **Offline** use (summarising a thousand files overnight) only cares about throughput: TTFT
+#   barely matters, so batch as large as memory allows.
+#
+# ## Summary
+#
+# - TTFT, TPOT, latency = TTFT + TPOT × (n − 1), throughput: every `minillm.generate` result
+#   carries them as `.metrics`; `minillm.stream` and the live chart stream them.
+# - Batch-1 decode is bound by memory bandwidth: each token reads every weight. Batching shares
+#   that read among users; bf16 halves it where the hardware computes in bf16.
+# - The roofline puts every step on one chart: intensity (FLOP per byte) against FLOP/s under
+#   the machine's two roofs. Rows (a batch, a verify pass, a prompt) move a step right; past the
+#   ridge it is compute-bound and grows with its rows, as one CPU core does after a few.
+# - Prefill is compute-bound; whether 512 input tokens beat 8 output tokens depends on the
+#   machine's balance of arithmetic to bandwidth, which we measured.
+# - The exercise notebook `exercises/05_metrics.ipynb` computes these metrics from raw
+#   timestamps. Chapter 06 builds continuous batching on top of them.

@@ -1,0 +1,136 @@
+# %% [markdown]
+# # Exercises 05 · Measuring inference
+#
+# The lesson timed every token of a generation. Here you build the measuring part of minillm
+# yourself: the metrics of one request, the latency formula, a timer for a token stream, and the
+# throughput of many requests. Each request is a `start` time and a list `token_times`: the moment
+# (in seconds, one clock) each new token was ready.
+#
+# Write each function in its cell, run it, then run the check cell below it. Each checker compares
+# your function with `minillm.measure.metrics` on many requests. Check your work from a terminal with
+# `pytest --nbval-lax exercises/05_metrics.ipynb`.
+
+# %%
+import math
+import os
+import time
+
+import minillm
+from minillm.course.checks import ch05_metrics as checks
+
+start, token_times = 0.0, [0.30, 0.35, 0.40, 0.45, 0.50]
+
+# %% [markdown]
+# ## 1 · One request's metrics
+#
+# Write `request_metrics(start, token_times)` returning a dict with three numbers, in seconds:
+#
+# - `"ttft"`: time to first token (首个词元生成时间), from the start to the first token;
+# - `"tpot"`: time per output token (每个输出词元的时间), the mean gap between tokens *after*
+#   the first: n tokens have n − 1 gaps. The first token comes out of prefill, so it is left out.
+#   With a single token there is no gap: return `float("nan")`;
+# - `"latency"`: end-to-end latency (端到端延迟), how long the user waited for the whole answer.
+
+# %% [task]
+def request_metrics(start, token_times):
+    # YOUR CODE HERE
+    raise NotImplementedError
+# ==== solution ====
+def request_metrics(start, token_times):
+    n = len(token_times)
+    gaps = (token_times[-1] - token_times[0]) / (n - 1) if n > 1 else math.nan
+    return {"ttft": token_times[0] - start, "tpot": gaps, "latency": token_times[-1] - start}
+
+# %% [check]
+checks.check_request_metrics(request_metrics)
+
+# %% [markdown]
+# ## 2 · Predict the latency
+#
+# The source text says latency = TTFT + TPOT × the number of output tokens. Write
+# `predict_latency(ttft, tpot, n_tokens)` for an answer of `n_tokens` new tokens. Careful: how
+# many TPOT gaps does an answer of n tokens have after its first token? The checker compares your
+# prediction with the measured latency of its requests.
+
+# %% [task]
+def predict_latency(ttft, tpot, n_tokens):
+    # YOUR CODE HERE
+    raise NotImplementedError
+# ==== solution ====
+def predict_latency(ttft, tpot, n_tokens):
+    return ttft + tpot * (n_tokens - 1)
+
+# %% [check]
+checks.check_predict_latency(predict_latency)
+
+# %% [markdown]
+# ## 3 · Time a token stream
+#
+# `minillm.generation.loop.stream(model, tokenizer, prompt, ...)` yields the answer piece by piece, as
+# each becomes ready. Write `time_stream(stream, clock)` that consumes such a stream and returns
+# `(start, token_times, items)`:
+#
+# - `start = clock()`, read *before* asking the stream for anything (prefill happens while you
+#   wait for the first item, and belongs in the TTFT);
+# - for each item, read `clock()` right after it arrives, and keep the item.
+#
+# Always read the time with the `clock` you are given (the checker gives you a clock it moves
+# by hand; the demo below gives `time.perf_counter`).
+
+# %% [task]
+def time_stream(stream, clock):
+    # YOUR CODE HERE
+    raise NotImplementedError
+# ==== solution ====
+def time_stream(stream, clock):
+    start, token_times, items = clock(), [], []
+    for item in stream:
+        token_times.append(clock())
+        items.append(item)
+    return start, token_times, items
+
+# %% [check]
+checks.check_time_stream(time_stream)
+
+# %% [markdown]
+# Your two functions, on the real model:
+
+# %%
+from minillm.generation.loop import stream
+
+model, tokenizer = minillm.load("smollm2-135m", device="cpu")
+new_tokens = 8 if os.environ.get("CI") else 24
+try:
+    t0, times, pieces = time_stream(
+        stream(model, tokenizer, "The capital of France is", max_new_tokens=new_tokens),
+        time.perf_counter)
+    print("".join(pieces))
+    print({k: f"{1000 * v:.1f} ms" for k, v in request_metrics(t0, times).items()})
+except NotImplementedError:
+    print("write time_stream and request_metrics above first")
+
+# %% [markdown]
+# ## 4 · Throughput (吞吐量)
+#
+# A server runs several requests at once. Write `throughput(requests)`, where `requests` is a list
+# of `(start, token_times)` pairs: all their new tokens divided by the wall time from the first
+# start to the last token. (Adding up each request's own tokens per second would count the time
+# they share more than once.)
+
+# %% [task]
+def throughput(requests):
+    # YOUR CODE HERE
+    raise NotImplementedError
+# ==== solution ====
+def throughput(requests):
+    tokens = sum(len(times) for _, times in requests)
+    first = min(start for start, _ in requests)
+    last = max(times[-1] for _, times in requests)
+    return tokens / (last - first)
+
+# %% [check]
+checks.check_throughput(throughput)
+
+# %% [markdown]
+# `minillm.measure.metrics` holds the same definitions (`RequestMetrics`, `predict_latency`, `TokenClock`,
+# `throughput`), and every `minillm.generate` result carries them as `.metrics`.

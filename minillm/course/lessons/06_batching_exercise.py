@@ -1,0 +1,216 @@
+# %% [markdown]
+# # Exercises 06 · Batching and the paged KV cache
+#
+# Pieces of the engine from the lesson, written by you and checked against minillm's own:
+#
+# 1. a block allocator (块分配器) with reference counts (引用计数), the heart of the paged KV
+#    cache;
+# 2. – 4. one step of a continuous-batching (连续批处理) scheduler, in three parts: admitting
+#    waiting requests, planning the running ones (who is preempted, 抢占), and the whole step.
+#
+# Each checker replays fixed and random cases against `minillm.engine`. Write each piece in its
+# cell, run the cell, then run the check cell below it. From a terminal:
+# `pytest --nbval-lax exercises/06_batching.ipynb`.
+
+# %%
+import minillm
+from minillm.course import show_source
+from minillm.course.checks import ch06_batching as checks
+from minillm.engine import BlockManager, ContinuousScheduler
+
+# %% [markdown]
+# ## 1 · A block allocator with reference counts
+#
+# The pool has `num_blocks` blocks, numbered 0 to `num_blocks - 1`. Write a class with:
+#
+# - `allocate()`: hand out a free block (any one) with reference count 1; raise `RuntimeError`
+#   when no block is free;
+# - `share(block)`: one more sequence holds `block` (a prefix-cache hit): count + 1;
+# - `free(block)`: one sequence lets go: count − 1; at 0 the block is free again. Freeing a block
+#   that is already free is a bug: raise `RuntimeError`;
+# - `num_free`: how many blocks are free (an attribute or a property).
+
+# %% [task]
+class BlockAllocator:
+    def __init__(self, num_blocks):
+        # YOUR CODE HERE
+        raise NotImplementedError
+
+    def allocate(self):
+        raise NotImplementedError
+
+    def share(self, block):
+        raise NotImplementedError
+
+    def free(self, block):
+        raise NotImplementedError
+# ==== solution ====
+class BlockAllocator:
+    def __init__(self, num_blocks):
+        self.ref_count = [0] * num_blocks
+        self.free_list = list(range(num_blocks))
+
+    @property
+    def num_free(self):
+        return len(self.free_list)
+
+    def allocate(self):
+        if not self.free_list:
+            raise RuntimeError("no free block")
+        block = self.free_list.pop(0)
+        self.ref_count[block] = 1
+        return block
+
+    def share(self, block):
+        self.ref_count[block] += 1
+
+    def free(self, block):
+        if self.ref_count[block] == 0:
+            raise RuntimeError(f"block {block} is already free")
+        self.ref_count[block] -= 1
+        if self.ref_count[block] == 0:
+            self.free_list.append(block)
+
+# %% [check]
+checks.check_block_allocator(BlockAllocator)
+
+# %% [markdown]
+# Compare yours with the engine's: `BlockManager` adds prefix hashing on top of the same books.
+
+# %%
+show_source(BlockManager.release)
+
+# %% [markdown]
+# ## The requests a scheduler sees
+#
+# The next three tasks plan one forward pass. Each request is a dict: `"id"`, `"tokens"` (its
+# tokens so far, prompt and generated), `"computed"` (how many of them are already in the KV
+# cache) and `"blocks"` (blocks it holds; a block holds `block_size` tokens). A request that runs
+# `n` more tokens needs `ceil((computed + n) / block_size)` blocks in all, so it must get
+# `ceil((computed + n) / block_size) - blocks` more. Every function returns a new plan and leaves
+# the lists and dicts it was given as they were.
+
+# %%
+def blocks_to_add(request, n, block_size):
+    """Blocks `request` must get before it can run `n` more tokens."""
+    return -(-(request["computed"] + n) // block_size) - request["blocks"]
+
+# %% [markdown]
+# ## 2 · Admit waiting requests
+#
+# Write `admit_waiting(waiting, free_blocks, budget, free_seats, block_size)`. Go through
+# `waiting` in order (first come, first served). While budget is left and fewer than
+# `free_seats` requests have been admitted, the next request runs `n = min(tokens, budget left)`
+# tokens (a long prompt is cut into chunks: chunked prefill, 分块预填充) and needs
+# `blocks_to_add(request, n, block_size)` free blocks. Stop at the first request that does not
+# fit, even if a later one would. Return `{"run": [(id, n), ...], "free_blocks": blocks free
+# afterwards}`.
+
+# %% [task]
+def admit_waiting(waiting, free_blocks, budget, free_seats, block_size):
+    # YOUR CODE HERE
+    raise NotImplementedError
+# ==== solution ====
+def admit_waiting(waiting, free_blocks, budget, free_seats, block_size):
+    plan = []
+    for request in waiting:
+        if budget == 0 or len(plan) >= free_seats:
+            break
+        n = min(request["tokens"], budget)
+        need = blocks_to_add(request, n, block_size)
+        if need > free_blocks:
+            break
+        free_blocks -= need
+        plan.append((request["id"], n))
+        budget -= n
+    return {"run": plan, "free_blocks": free_blocks}
+
+# %% [check]
+checks.check_admit_waiting(admit_waiting)
+
+# %% [markdown]
+# ## 3 · Plan the running requests, preempting when blocks run out
+#
+# Write `plan_running(running, free_blocks, budget, block_size)`. `running` is in the order the
+# requests were admitted.
+#
+# 1. Go through the running requests with one token left (decodes) first, then those with more
+#    (prompt chunks), each group in list order. Stop when the budget is spent.
+# 2. Each runs `n = min(tokens - computed, budget left)` tokens and needs
+#    `blocks_to_add(request, n, block_size)` more blocks.
+# 3. While it needs more blocks than are free, **preempt** the most recently admitted request
+#    still running (the last one left in `running`): it gives all its blocks back and does not
+#    run. If the request preempts itself, it is not run either. Skip requests already preempted.
+#    A decode planned earlier in this step can be the one preempted: take it out of the plan
+#    again, with the budget and the blocks it was given.
+#
+# Return `{"run": [(id, n), ...], "preempted": [ids], "free_blocks": blocks free afterwards}`.
+
+# %% [task]
+def plan_running(running, free_blocks, budget, block_size):
+    # YOUR CODE HERE
+    raise NotImplementedError
+# ==== solution ====
+def plan_running(running, free_blocks, budget, block_size):
+    still_running, plan, preempted = list(running), [], []
+    decodes_first = sorted(running, key=lambda r: r["tokens"] - r["computed"] > 1)
+    for request in decodes_first:
+        if budget == 0:
+            break
+        if request["id"] in preempted:
+            continue
+        n = min(request["tokens"] - request["computed"], budget)
+        while blocks_to_add(request, n, block_size) > free_blocks:
+            victim = still_running.pop()  # the most recently admitted
+            free_blocks += victim["blocks"]
+            preempted.append(victim["id"])
+            for rid, m in list(plan):
+                if rid == victim["id"]:  # planned earlier in this step: undo it
+                    plan.remove((rid, m))
+                    budget += m
+                    free_blocks += blocks_to_add(victim, m, block_size)
+            if victim is request:
+                break
+        if request["id"] in preempted:
+            continue
+        free_blocks -= blocks_to_add(request, n, block_size)
+        plan.append((request["id"], n))
+        budget -= n
+    return {"run": plan, "preempted": preempted, "free_blocks": free_blocks}
+
+# %% [check]
+checks.check_plan_running(plan_running)
+
+# %% [markdown]
+# ## 4 · The whole step
+#
+# Write `schedule_step(running, waiting, free_blocks, block_size=4, budget=16, max_seqs=4)`:
+# plan the running requests first; if nobody was preempted (the pool has room), admit waiting
+# requests with the budget and the free blocks that are left and `max_seqs - len(running)` free
+# seats. (A step that preempted is short of blocks: it admits nobody.) Return
+# `{"run": [...], "preempted": [...], "free_blocks": ...}`.
+
+# %% [task]
+def schedule_step(running, waiting, free_blocks, block_size=4, budget=16, max_seqs=4):
+    # YOUR CODE HERE
+    raise NotImplementedError
+# ==== solution ====
+def schedule_step(running, waiting, free_blocks, block_size=4, budget=16, max_seqs=4):
+    plan = plan_running(running, free_blocks, budget, block_size)
+    if plan["preempted"]:
+        return plan
+    left = budget - sum(n for _, n in plan["run"])
+    admitted = admit_waiting(waiting, plan["free_blocks"], left, max_seqs - len(running),
+                             block_size)
+    return {"run": plan["run"] + admitted["run"], "preempted": [],
+            "free_blocks": admitted["free_blocks"]}
+
+# %% [check]
+checks.check_schedule_step(schedule_step)
+
+# %% [markdown]
+# The engine's version is `ContinuousScheduler.schedule`: the same rules in one method, plus
+# prefix-cache hits at admission.
+
+# %%
+show_source(ContinuousScheduler.schedule)

@@ -1,0 +1,145 @@
+"""The KV cache (KV 缓存): keys and values of every past token, kept so decode reads them instead of
+recomputing them.
+
+`KVCacheProtocol` is the contract between a model and any cache: what the attention layer calls
+(`append`) and what the model's forward pass reads and calls (`n_layers`, `batch_size`,
+`length`, `advance`). Two classes keep it: `KVCache` here (one sequence or a padded batch, one
+preallocated tensor pair per layer) and the engine's `PagedBatch` (minillm.engine.paged_cache:
+each row's keys read through its block table from a shared pool).
+
+`KVCache` holds one tensor pair per layer, shaped (batch, kv_heads, max_tokens, head_dim). A
+forward pass appends its new keys and values layer by layer at position `length`, then the model
+calls `advance(new_tokens)` once, after the last layer. Memory is
+2 (keys and values) x layers x kv_heads x head_dim x tokens x bytes per value, per sequence.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import torch
+
+from ..utils.validate import check_int
+
+
+@runtime_checkable
+class KVCacheProtocol(Protocol):
+    """What a model needs of a KV cache.
+
+    n_layers, batch_size   must match the model and its input (the model checks)
+    length                 tokens already stored per row before this pass; the default
+                           positions of the new tokens start there
+    append(layer, k, v)    store this pass's keys and values of one layer, each (batch,
+                           kv_heads, new_tokens, head_dim); return the keys and values to attend
+                           over, (batch, kv_heads, keys, head_dim) each, the new ones last
+    advance(new_tokens)    called once per forward pass, after the last layer
+
+    A cache may also attend itself: where its `attends` is true, the attention layer calls
+    `attend(layer, q, k, v)` instead of `append` and the attention math, and takes its result
+    (batch, heads, new_tokens, head_dim). The engine's PagedBatch does so for a decode step on
+    the CPU, reading the keys and values where they lie in the pool instead of gathering them.
+    """
+
+    n_layers: int
+    batch_size: int
+    length: int
+
+    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor): ...
+
+    def advance(self, new_tokens: int) -> None: ...
+
+
+class LayerSlots:
+    """Keys and values in `slots` positions per layer, (batch, kv_heads, slots, head_dim) each,
+    and `length`, the tokens seen: what KVCache and sliding_window.RingKVCache share."""
+
+    def __init__(self, n_layers: int, batch_size: int, n_kv_heads: int, head_dim: int,
+                 slots: int, dtype: torch.dtype = torch.float32, device="cpu"):
+        for field, value in [("n_layers", n_layers), ("batch_size", batch_size),
+                             ("n_kv_heads", n_kv_heads), ("head_dim", head_dim)]:
+            check_int(f"{type(self).__name__} {field}", value, 1, allowed="a positive int")
+        shape = (batch_size, n_kv_heads, slots, head_dim)
+        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
+        self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
+        self.length = 0
+
+    @classmethod
+    def for_model(cls, model, batch_size: int, slots: int):
+        """A cache shaped for `model` (anything with a minillm `config`), on its device, in the
+        dtype of its activations."""
+        from ..utils.devices import model_device, model_dtype
+
+        c = model.config
+        return cls(c.n_layers, batch_size, c.n_kv_heads, c.head_dim, slots,
+                   dtype=model_dtype(model), device=model_device(model))
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.keys)
+
+    @property
+    def batch_size(self) -> int:
+        return self.keys[0].shape[0]
+
+    def _bytes_per_token(self) -> int:
+        return sum(t[:, :, :1].nelement() * t.element_size() for t in self.keys + self.values)
+
+    @property
+    def capacity_bytes(self) -> int:
+        """Bytes allocated for all the slots."""
+        return sum(t.nelement() * t.element_size() for t in self.keys + self.values)
+
+
+class KVCache(LayerSlots):
+    """Contiguous keys and values for `batch_size` rows of up to `max_tokens` tokens."""
+
+    def __init__(self, n_layers: int, batch_size: int, n_kv_heads: int, head_dim: int,
+                 max_tokens: int, dtype: torch.dtype = torch.float32, device="cpu"):
+        check_int("KVCache max_tokens", max_tokens, 1, allowed="a positive int")
+        super().__init__(n_layers, batch_size, n_kv_heads, head_dim, max_tokens, dtype, device)
+        self.max_tokens = max_tokens
+
+    @classmethod
+    def for_model(cls, model, batch_size: int, max_tokens: int) -> "KVCache":
+        """A cache shaped for `model` (anything with a minillm `config`), on its device, in the
+        dtype of its activations."""
+        return super().for_model(model, batch_size, max_tokens)
+
+    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor):
+        """Store `k`, `v` of shape (batch, kv_heads, new_tokens, head_dim) after the `length`
+        tokens already held, and return all keys and values of this layer so far."""
+        new = k.shape[2]
+        end = self.length + new
+        if end > self.max_tokens:
+            raise ValueError(f"KV cache is full: it holds {self.length} of {self.max_tokens} "
+                             f"tokens and cannot take {new} more")
+        self.keys[layer][:, :, self.length:end] = k
+        self.values[layer][:, :, self.length:end] = v
+        return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
+
+    def read(self, layer: int):
+        """All keys and values of `layer` stored so far."""
+        return self.keys[layer][:, :, :self.length], self.values[layer][:, :, :self.length]
+
+    def advance(self, new_tokens: int) -> None:
+        """Count `new_tokens` as stored; the model calls this once per forward pass."""
+        self.length += new_tokens
+
+    def crop(self, length: int) -> None:
+        """Forget every token after the first `length` (speculative decoding rolls back so)."""
+        if not 0 <= length <= self.length:
+            raise ValueError(f"cannot crop a cache of {self.length} tokens to {length}")
+        self.length = length
+
+    def reorder(self, rows: torch.Tensor) -> None:
+        """Keep batch rows in the order `rows` gives (beam search follows its surviving beams)."""
+        self.keys = [t.index_select(0, rows) for t in self.keys]
+        self.values = [t.index_select(0, rows) for t in self.values]
+
+    def reset(self) -> None:
+        self.length = 0
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the keys and values of the tokens stored so far."""
+        return self._bytes_per_token() * self.length

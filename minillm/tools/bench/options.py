@@ -1,0 +1,54 @@
+"""The command line of `python -m minillm bench latency` (kept apart so that building it imports
+no torch). The load test of a server, `bench serve`, has its own options in
+minillm.tools.loadtest.options."""
+
+from __future__ import annotations
+
+import os
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    from .run import run_cli
+
+    parser = build_parser(argparse.ArgumentParser(prog="python -m minillm bench latency"))
+    return run_cli(parser.parse_args(argv))
+
+
+def thread_counts(text: str) -> list[int]:
+    """`--threads 1,2` -> [1, 2]; anything else is refused with what is allowed."""
+    import argparse
+
+    try:
+        counts = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a list of thread counts: give positive integers separated by "
+            f"commas, e.g. 1 or 1,2")
+    return counts
+
+
+def build_parser(parser):
+    ci = bool(os.environ.get("CI"))
+    parser.add_argument("--dtypes", default="fp32,bf16,int8,q4_1",
+                        help="comma-separated weight formats: fp32, bf16, fp16, int8, q4_1 "
+                             "(the GGUF file's own 4-bit blocks; default fp32,bf16,int8,q4_1)")
+    parser.add_argument("--tokens", type=int, default=8 if ci else 32,
+                        help="new tokens per decode run (default 32; 8 when CI is set)")
+    parser.add_argument("--prompt-tokens", type=int, default=64 if ci else 512,
+                        help="prompt length of the prefill run (default 512; 64 when CI is set)")
+    parser.add_argument("--repeats", type=int, default=1 if ci else 3,
+                        help="interleaved repetitions (default 3; 1 when CI is set)")
+    parser.add_argument("--threads", default=None, type=thread_counts,
+                        help="comma-separated thread counts, every engine at each, e.g. 1,2 "
+                             "(default: PyTorch's own choice)")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda or mps")
+    parser.add_argument("--budget", type=float, default=120.0,
+                        help="start no new repetition after this many seconds (default 120)")
+    parser.add_argument("--no-transformers", action="store_true",
+                        help="time minillm alone (no ratios)")
+    parser.add_argument("--json", default=None, help="also write the JSON report to this file")
+    return parser

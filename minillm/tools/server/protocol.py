@@ -1,0 +1,220 @@
+"""The OpenAI API's request shapes, checked, and the errors it answers with.
+
+The fields are OpenAI's (https://platform.openai.com/docs/api-reference/completions), plus three
+that vLLM added and load tests need: `top_k`, `repetition_penalty` and `ignore_eos` (generate
+exactly `max_tokens` tokens). Types are strict: `"max_tokens": "5"` or `5.0` is an error, not 5.
+A field the server does not know is an error too (OpenAI does the same), so a typo is not
+silently ignored. The answers' shapes are in responses.py.
+
+Every error is answered as OpenAI does:
+
+    {"error": {"message": "...", "type": "invalid_request_error", "param": "max_tokens",
+               "code": null}}
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ...decoding import GenerationConfig
+from .responses import ErrorDetail, ErrorResponse
+
+MAX_STOP_STRINGS = 4
+MAX_LOGPROBS = 20  # the most alternatives per position (OpenAI's limit for chat)
+
+
+class APIError(Exception):
+    """An error the server answers with `status` and OpenAI's error body."""
+
+    def __init__(self, status: int, message: str, param: str | None = None,
+                 type: str = "invalid_request_error", code: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.param, self.type, self.code = \
+            status, message, param, type, code
+
+    def body(self) -> dict:
+        return error_body(self.message, self.type, self.param, self.code)
+
+
+def error_body(message: str, type: str = "invalid_request_error", param: str | None = None,
+               code: str | None = None) -> dict:
+    return ErrorResponse(error=ErrorDetail(message=message, type=type, param=param,
+                                           code=code)).json_body()
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    include_usage: bool = False
+
+
+class JSONSchemaFormat(BaseModel):
+    """response_format's json_schema: {"name": ..., "schema": {...}, "strict": true}."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
+    name: str = Field(min_length=1, max_length=64)
+    description: str | None = None
+    schema_: dict | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(BaseModel):
+    """{"type": "text"}, {"type": "json_object"} or {"type": "json_schema", "json_schema": ...}."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JSONSchemaFormat | None = None
+
+
+def _penalty():
+    return Field(default=0.0, ge=-2.0, le=2.0)
+
+
+def _top_logprobs():
+    return Field(default=None, ge=0, le=MAX_LOGPROBS)
+
+
+class Sampling(BaseModel):
+    """The fields both endpoints share."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    model: str | None = None
+    max_tokens: int | None = Field(default=None, ge=1)
+    temperature: float = Field(default=1.0, ge=0.0, le=2.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    top_k: int = Field(default=0, ge=-1)
+    repetition_penalty: float = Field(default=1.0, gt=0.0)
+    presence_penalty: float = _penalty()
+    frequency_penalty: float = _penalty()
+    n: int = Field(default=1, ge=1)
+    seed: int | None = None
+    stop: Union[str, list[str], None] = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    ignore_eos: bool = False
+    user: str | None = None
+
+    def generation_config(self, max_tokens: int) -> GenerationConfig:
+        """The engine's settings for this request. temperature 0 means greedy, as in OpenAI;
+        ignore_eos (vLLM's extension) is GenerationConfig's field of the same name."""
+        stop = [self.stop] if isinstance(self.stop, str) else self.stop
+        if stop is not None:
+            if len(stop) > MAX_STOP_STRINGS or any(not s for s in stop):
+                raise APIError(400, f"stop takes up to {MAX_STOP_STRINGS} non-empty strings, got "
+                                    f"{stop!r}", "stop")
+        if self.stream_options is not None and not self.stream:
+            raise APIError(400, "stream_options is allowed only with stream: true",
+                           "stream_options")
+        sample = self.temperature > 0
+        fields = dict(max_new_tokens=max_tokens, do_sample=sample,
+                      repetition_penalty=self.repetition_penalty, stop=stop or None,
+                      seed=self.seed, presence_penalty=self.presence_penalty,
+                      frequency_penalty=self.frequency_penalty)
+        if sample:
+            fields.update(temperature=self.temperature, top_p=self.top_p,
+                          top_k=max(self.top_k, 0))
+        if self.ignore_eos:
+            fields["ignore_eos"] = True
+        try:
+            return GenerationConfig(**fields)
+        except (ValueError, TypeError) as error:
+            raise APIError(400, str(error)) from None
+
+
+class CompletionRequest(Sampling):
+    """POST /v1/completions: continue `prompt` (text, or a list of token ids).
+
+    logprobs  k from 0 to 20: each token's log-probability and the k most likely alternatives
+              (OpenAI's legacy shape; OpenAI allows up to 5, vLLM and this server 20)
+    echo      put the prompt before the answer, with the prompt tokens' log-probabilities when
+              logprobs is set; max_tokens 0 is then allowed: the prompt is scored, nothing is
+              generated"""
+
+    prompt: Union[str, list[int], list[str]]
+    max_tokens: int | None = Field(default=None, ge=0)
+    logprobs: int | None = _top_logprobs()
+    echo: bool = False
+    suffix: None = None
+    best_of: int | None = None
+
+    def one_prompt(self):
+        prompt = self.prompt
+        if isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
+            if len(prompt) != 1:
+                raise APIError(400, f"prompt is a list of {len(prompt)} strings; this server "
+                                    "takes one prompt per request: send one request each",
+                               "prompt")
+            prompt = prompt[0]
+        if not prompt:
+            raise APIError(400, "prompt is empty: give some text or token ids", "prompt")
+        if self.max_tokens == 0 and not self.echo:
+            raise APIError(400, "max_tokens must be >= 1 (0 only with echo: true, to score the "
+                                "prompt)", "max_tokens")
+        if self.best_of not in (None, 1):
+            raise APIError(400, "best_of is not supported by this server (only 1); use n",
+                           "best_of")
+        return prompt
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    role: Literal["system", "user", "assistant"]
+    content: str
+    name: str | None = None
+
+
+class ChatCompletionRequest(Sampling):
+    """POST /v1/chat/completions: answer the conversation `messages`.
+
+    logprobs         true: each answer token's log-probability
+    top_logprobs     0 to 20 most likely alternatives at each position (needs logprobs: true)
+    response_format  {"type": "json_object"}, or {"type": "json_schema", "json_schema":
+                     {"name": ..., "schema": {...}}} for a small JSON Schema subset (see
+                     minillm.decoding.json_grammar): the answer is constrained to match
+    max_completion_tokens   OpenAI's newer name for max_tokens"""
+
+    messages: list[Message] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    logprobs: bool = False
+    top_logprobs: int | None = _top_logprobs()
+    response_format: ResponseFormat | None = None
+    echo: bool = False  # OpenAI's chat API has none: refused with a clear message
+
+    def check(self) -> None:
+        if self.echo:
+            raise APIError(400, "echo is not part of the chat API; use /v1/completions with "
+                                "echo: true", "echo")
+        if self.top_logprobs is not None and not self.logprobs:
+            raise APIError(400, "top_logprobs needs logprobs: true", "top_logprobs")
+        if (self.max_tokens is not None and self.max_completion_tokens is not None
+                and self.max_tokens != self.max_completion_tokens):
+            raise APIError(400, f"max_tokens ({self.max_tokens}) and max_completion_tokens "
+                                f"({self.max_completion_tokens}) disagree; give one "
+                                "(max_completion_tokens is the newer name)",
+                           "max_completion_tokens")
+        fmt = self.response_format
+        if fmt is not None and fmt.type == "json_schema" and (
+                fmt.json_schema is None or fmt.json_schema.schema_ is None):
+            raise APIError(400, "response_format of type json_schema needs json_schema: "
+                                '{"name": ..., "schema": {...}}', "response_format")
+        if fmt is not None and fmt.type != "text" and self.ignore_eos:
+            raise APIError(400, "ignore_eos cannot go with a JSON response_format: the answer "
+                                "ends when its JSON is complete", "ignore_eos")
+
+    @property
+    def answer_length(self) -> int | None:
+        return self.max_completion_tokens if self.max_completion_tokens is not None \
+            else self.max_tokens
+
+    @property
+    def length_field(self) -> str:
+        return "max_completion_tokens" if self.max_completion_tokens is not None \
+            else "max_tokens"
+
+    def conversation(self) -> list[dict]:
+        return [{"role": m.role, "content": m.content} for m in self.messages]
+
+
+FINISH_REASONS = {"eos": "stop", "stop": "stop", "length": "length", "cancelled": "abort"}
