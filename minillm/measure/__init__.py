@@ -4,6 +4,7 @@
     roofline.py     the roofline: a step's FLOPs and bytes against the machine's two roofs
     bandwidth.py    the measured read bandwidth and the decode speed it bounds
     memory_peak.py  the peak bytes a piece of PyTorch code allocates, on any device
+    comparison.py   two timings interleaved, with a verdict only when every repetition agrees
 
 The clocks that wait for a device (Timer, best_time) are in minillm.utils.devices.
 """
@@ -16,6 +17,8 @@ _EXPORTS = {
     "Roof": "roofline", "step_cost": "roofline", "measure_roof": "roofline",
     "peak_matmul_flops": "roofline", "matmul_weights": "roofline",
     "read_bandwidth": "bandwidth", "decode_bound": "bandwidth", "peak_bytes": "memory_peak",
+    "compare": "comparison", "Comparison": "comparison", "load_average": "comparison",
+    "TOO_NOISY": "comparison",
 }
 __all__ = sorted(_EXPORTS)
 

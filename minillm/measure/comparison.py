@@ -1,0 +1,76 @@
+"""Comparing two timings on a busy machine, so that a lesson's verdict does not flip with load.
+
+A laptop with a browser and a call open runs other work between our timings: two runs of the same
+code can differ by 2x. `compare` times both sides interleaved (a, b, then b, a, ...), several
+times, so that load which comes and goes lands on both; `Comparison` keeps every repetition's
+ratio and calls a verdict only when all of them agree. When the ratios fall on both sides of the
+threshold, the honest answer is "too noisy to call", not whichever side the middle fell on.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from dataclasses import dataclass
+
+from ..utils.devices import Timer
+from ..utils.validate import check_int, check_number
+
+TOO_NOISY = "too noisy to call: close other programs and rerun this cell"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Seconds of side a and side b in each interleaved repetition."""
+
+    a: tuple[float, ...]
+    b: tuple[float, ...]
+
+    @property
+    def ratios(self) -> list[float]:
+        """b's time over a's, one per repetition."""
+        return [tb / ta for ta, tb in zip(self.a, self.b)]
+
+    @property
+    def ratio(self) -> float:
+        """The median of the repetitions' ratios."""
+        return statistics.median(self.ratios)
+
+    def above(self, threshold: float = 1.0) -> bool | None:
+        """True when every repetition's b/a exceeds `threshold`, False when none does, None when
+        the repetitions disagree (the load moved the answer)."""
+        check_number("threshold", threshold, 0)
+        over = [r > threshold for r in self.ratios]
+        return True if all(over) else False if not any(over) else None
+
+    def spread_text(self) -> str:
+        """'1.32x (1.20-1.45 over 5 interleaved repetitions)'."""
+        r = self.ratios
+        return (f"{self.ratio:.2f}x ({min(r):.2f}-{max(r):.2f} over {len(r)} interleaved "
+                f"repetition{'s' if len(r) != 1 else ''})")
+
+
+def compare(a, b, repeats: int = 5, *, device=None, warmup: int = 1) -> Comparison:
+    """Time the calls `a()` and `b()` interleaved `repeats` times (a first in even repetitions,
+    b first in odd ones), after `warmup` untimed calls of each, waiting for `device`."""
+    check_int("repeats", repeats, 1)
+    check_int("warmup", warmup, 0)
+    for _ in range(warmup):
+        a()
+        b()
+    times_a, times_b = [], []
+    for i in range(repeats):
+        for fn, times in ((a, times_a), (b, times_b)) if i % 2 == 0 else \
+                ((b, times_b), (a, times_a)):
+            with Timer(device) as t:
+                fn()
+            times.append(t.seconds)
+    return Comparison(tuple(times_a), tuple(times_b))
+
+
+def load_average() -> str:
+    """'load average 1.3 on 2 CPUs' (what else the machine was doing), or '' where the system
+    does not report one."""
+    if not hasattr(os, "getloadavg"):
+        return ""
+    return f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
