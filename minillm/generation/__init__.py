@@ -1,7 +1,8 @@
 """Generation (chapter 03): the loop that turns a prompt into new tokens, and what it keeps.
 
     loop.py            generate, stream, token_steps: prefill once, then one decode step per token
-    kv_cache.py        KVCacheProtocol (the contract every cache keeps) and KVCache
+    kv_cache.py        the contract every cache keeps (KVCacheProtocol, the optional
+                       capabilities in KVCacheBase) and KVCache
     stopping.py        Sequence: EOS, max_new_tokens, stop strings, text that waits for a whole
                        UTF-8 character
     results.py         Completion: the fields every runner returns for one prompt
@@ -20,7 +21,8 @@ _EXPORTS = {
     "generate": "loop", "stream": "loop", "timed_stream": "loop", "token_steps": "loop",
     "start": "loop", "Setup": "loop", "Generation": "loop", "TimedStream": "loop",
     "encode_prompts": "loop", "eos_ids": "loop", "left_pad": "loop", "positions": "loop",
-    "KVCache": "kv_cache", "KVCacheProtocol": "kv_cache", "LayerSlots": "kv_cache",
+    "KVCache": "kv_cache", "KVCacheProtocol": "kv_cache", "KVCacheBase": "kv_cache",
+    "capability": "kv_cache", "LayerSlots": "kv_cache",
     "Sequence": "stopping", "Completion": "results", "agree": "agreement",
     "RingKVCache": "sliding_window",
 }
