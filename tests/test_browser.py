@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 
 # Lessons whose controls the test moves; any lesson that builds ipywidgets must be listed here.
 WIDGET_NOTEBOOKS = sorted(
-    p.relative_to(ROOT).as_posix() for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")
+    p.relative_to(ROOT).as_posix() for p in (ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb")
     if "minillm.course.widgets" in p.read_text(encoding="utf-8")
     or "ipywidgets" in p.read_text(encoding="utf-8"))
 

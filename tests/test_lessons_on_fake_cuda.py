@@ -15,18 +15,19 @@ import nbformat
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LESSONS = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+LESSONS = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
 
 GROUPS = {
-    "decoding": ["00_welcome", "02_forward_pass", "03_kv_cache", "04_decoding"],
-    "serving": ["05_metrics", "06_batching", "08_speculative"],
+    "decoding": ["00_welcome", "02_forward_pass", "03_kv_cache", "03b_long_context",
+                 "04_decoding"],
+    "serving": ["05_metrics", "05b_fast_engine", "06_batching", "08_speculative"],
 }
 NOT_RUN = {
     "01_tokenization": "no model on a device: the tokenizer chapter runs on the CPU by design",
-    "07_quantization": "time: the test budget holds the seven model-heavy lessons",
+    "07_quantization": "time: the test budget holds the seven model-heavy chapters",
     "09_scaling_out": "time; and its tensor-parallel runs are separate CPU processes (gloo), "
                       "which a harness inside the kernel cannot enter",
-    "10_interview_qa": "time: the test budget holds the seven model-heavy lessons",
+    "10_interview_qa": "time: the test budget holds the seven model-heavy chapters",
 }
 # Run, but the model stays on the CPU there by design (the lesson says why: it opens the model up
 # tensor by tensor against transformers'): only the absence of device errors is checked.
