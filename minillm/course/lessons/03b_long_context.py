@@ -25,11 +25,11 @@ import minillm
 from minillm.course import show_source
 from minillm.generation.kv_cache import KVCache
 from minillm.generation.step_timing import kv_cache_formula_bytes
+from minillm.measure.comparison import TOO_NOISY, compare, load_average
 from minillm.measure.memory_peak import peak_bytes
 from minillm.model import attention_explicit
 from minillm.model.flash_attention import flash_attention
 from minillm.model.memory import bytes_per_token
-from minillm.measure.comparison import TOO_NOISY, compare, load_average
 from minillm.utils.devices import best_time, describe
 
 CI = bool(os.environ.get("CI"))  # smaller sizes when the notebook runs in the test suite

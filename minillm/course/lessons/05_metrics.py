@@ -24,7 +24,7 @@ from minillm.course import show_source
 from minillm import fast as fast_engine
 from minillm import kernels
 from minillm.measure.bandwidth import decode_bound, read_bandwidth
-from minillm.measure.comparison import TOO_NOISY, compare, load_average
+from minillm.measure.comparison import TOO_NOISY, Comparison, compare, load_average
 from minillm.utils.devices import Timer, best_time, describe, pick_device
 from minillm.measure.metrics import predict_latency, throughput
 from minillm.generation.kv_cache import KVCache
@@ -633,7 +633,8 @@ for name, (peak, read) in published.items():
 # architecture at the published shapes of SmolLM2-360M and -1.7B, with random weights (speed does
 # not depend on the values). To spare memory we build each shape with one and with three layers,
 # time a decode step of both, and take the difference as the cost of two layers: the full model's
-# step is the one-layer step plus (layers − 1) × that per-layer cost.
+# step is the one-layer step plus (layers − 1) × that per-layer cost. Each shape is timed in turns
+# with the 135M shape, three times over, and a verdict needs all three to agree.
 
 # %%
 from minillm.model import LlamaModel, ModelConfig
@@ -653,34 +654,59 @@ def shape_config(hidden, layers, heads, kv, ffn):
                        rope_theta=100000.0, max_seq_len=2048, tie_embeddings=True)
 
 
-def step_seconds(config, steps):
-    torch.manual_seed(0)
-    engine = fast_engine.optimize(LlamaModel(config).to(device).eval().requires_grad_(False))
-    cache = KVCache.for_model(engine, 1, 64)
-    ids = torch.tensor([[1, 2, 3, 4]], device=device)
-    with torch.inference_mode():
-        engine(ids, cache=cache)
-        return best_time(lambda: engine(ids[:, :1], cache=cache), device, steps)
+def shape_steps(hidden, heads, kv, ffn):
+    """Decode-step functions of the shape built with one layer and with three (random weights)."""
+    steps = []
+    for layers in (1, 3):
+        torch.manual_seed(0)
+        config = shape_config(hidden, layers, heads, kv, ffn)
+        engine = fast_engine.optimize(LlamaModel(config).to(device).eval().requires_grad_(False))
+        cache = KVCache.for_model(engine, 1, 8)
+        ids = torch.tensor([[1, 2, 3, 4]], device=device)
+        with torch.inference_mode():
+            engine(ids, cache=cache)
+
+        def step(engine=engine, cache=cache, ids=ids):
+            with torch.inference_mode():
+                engine(ids[:, :1], cache=cache)
+            cache.crop(4)
+
+        steps.append(step)
+    return steps
 
 
-sizes = {}
-for name, (hidden, layers, heads, kv, ffn) in tqdm(SHAPES.items(), desc="model shapes"):
-    one = step_seconds(shape_config(hidden, 1, heads, kv, ffn), 5)
-    three = step_seconds(shape_config(hidden, 3, heads, kv, ffn), 5)
-    per_layer = max(three - one, 0.0) / 2
+def model_step_seconds(steps, layers):
+    """The whole model's decode step: the one-layer step plus (layers - 1) x half the difference
+    between the three-layer and the one-layer step."""
+    one, three = (best_time(step, device, 5, warmup=1) for step in steps)
+    return one + (layers - 1) * max(three - one, 0.0) / 2
+
+
+def parameters(hidden, layers, heads, kv, ffn):
     d, f = hidden, ffn  # tied embeddings; q and o are d x d, k and v d x (kv heads x 64)
-    params = 49152 * d + layers * (2 * d * d + 2 * d * kv * 64 + 3 * d * f + 2 * d) + d
-    sizes[name] = (params, one + (layers - 1) * per_layer)
-    print(f"{name}: {params / 1e6:6.0f} M parameters, decode step {1000 * sizes[name][1]:6.1f} ms")
+    return 49152 * d + layers * (2 * d * d + 2 * d * kv * 64 + 3 * d * f + 2 * d) + d
+
+
+hidden, base_layers, heads, kv, ffn = SHAPES["135M"]
+base_steps = shape_steps(hidden, heads, kv, ffn)
+sizes = {}  # name -> (parameters over 135M's, Comparison: 135M's step against this shape's)
+for name, (hidden, layers, heads, kv, ffn) in tqdm(list(SHAPES.items())[1:], desc="model shapes"):
+    steps = shape_steps(hidden, heads, kv, ffn)
+    rounds = [(model_step_seconds(base_steps, base_layers), model_step_seconds(steps, layers))
+              for _ in range(3)]  # in turns: a busy moment of the machine hits both
+    sizes[name] = (parameters(*SHAPES[name]) / parameters(*SHAPES["135M"]),
+                   Comparison(*zip(*rounds)))
+    print(f"{name}: {parameters(*SHAPES[name]) / 1e6:5.0f} M parameters, decode step "
+          f"{1000 * statistics.median(sizes[name][1].b):6.1f} ms against 135M's "
+          f"{1000 * statistics.median(sizes[name][1].a):5.1f} ms")
+    del steps
 
 # %%
-base_params, base_time = sizes["135M"]
-for name, (params, seconds) in sizes.items():
-    p_ratio, t_ratio = params / base_params, seconds / base_time
-    trend = "" if name == "135M" else (
-        "  -> latency grew more slowly than the parameters" if t_ratio < p_ratio
-        else "  -> latency grew as fast as the parameters, or faster")
-    print(f"{name}: {p_ratio:5.1f}x the parameters, {t_ratio:5.1f}x the latency per token{trend}")
+for name, (p_ratio, steps) in sizes.items():
+    slower = steps.above(p_ratio)  # did the latency grow more than the parameters, each round?
+    print(f"{name}: {p_ratio:4.1f}x the parameters, {steps.spread_text()} the latency per token: "
+          + {False: "latency grew more slowly than the parameters",
+             True: "latency grew faster than the parameters", None: TOO_NOISY}[slower])
 
 # %% [markdown]
 # How to read this: at batch 1 a step's time is a fixed part (Python, kernel launches, the small
