@@ -525,42 +525,8 @@ assert x_error < w_error / 10  # rounding x costs far less than rounding the wei
 # On a GPU a 135M model's batch-1 decode is not bound by bandwidth: an H100 reads SmolLM2's
 # 540 MB of float32 weights in about 0.2 ms, while a decode step launches several hundred small
 # kernels (30 layers, a dozen operations each) at a few microseconds each. The launches, not the
-# bytes, set the pace; that is why CUDA graphs and `torch.compile` (appendix 05b) matter so much
-# on GPUs. When this lesson runs on a CUDA GPU, the cell below measures it: the step's time against
-# the time its bytes take at the measured bandwidth, and the kernels one step launches.
-
-# %%
-if device.type == "cuda":
-    from torch.profiler import ProfilerActivity, profile, supported_activities
-
-    cpu_model = minillm.load("smollm2-135m", device="cpu")[0]
-    for name, engine in [("cpu", cpu_model), ("cuda", fast)]:
-        minillm.generate(engine, tokenizer, prompt, max_new_tokens=2)  # warm up
-        r = minillm.generate(engine, tokenizer, prompt, max_new_tokens=N_NEW)
-        rows[name] = r
-        print(f"{name:>5}: {r.metrics}")
-    gpu_tpot = rows["cuda"].metrics.tpot
-    print(f"GPU / CPU decode speed: "
-          f"{rows['cuda'].metrics.decode_tokens_per_second / rows['cpu'].metrics.decode_tokens_per_second:.1f}x")
-    print(f"bytes alone would take {1000 * n_bytes / bandwidth:.2f} ms a token at the measured "
-          f"{bandwidth / 1e9:.0f} GB/s; the step takes {1000 * gpu_tpot:.2f} ms "
-          f"({gpu_tpot * bandwidth / n_bytes:.0f}x the bandwidth bound)")
-    if ProfilerActivity.CUDA in supported_activities():  # a PyTorch built with CUDA's profiler
-        cache = KVCache.for_model(fast, 1, 64)
-        step_ids = torch.tensor([[1, 2, 3, 4]], device=device)
-        with torch.inference_mode():
-            fast(step_ids, cache=cache)
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                fast(step_ids[:, :1], cache=cache)
-                torch.cuda.synchronize()
-        launches = sum(e.count for e in prof.key_averages() if e.device_type.name == "CUDA")
-        print(f"one decode step launched {launches} GPU kernels: about "
-              f"{1e6 * gpu_tpot / max(launches, 1):.1f} us each, all told")
-    else:
-        print("this PyTorch's profiler cannot see CUDA kernels, so the launches go uncounted")
-else:
-    print(f"No CUDA GPU here ({device}); the GPU measurements run when this lesson does on one "
-          "(scripts/gpu_check.sh runs the whole course on a CUDA machine).")
+# bytes, set the pace; that is why CUDA graphs and `torch.compile` matter so much on GPUs. The
+# appendix 05b measures it when it runs on a CUDA GPU.
 
 # %% [markdown]
 # ⚠ The source text's rule of thumb: a 7B model decodes at about 10 tokens/s on a CPU and 100+
@@ -600,8 +566,8 @@ print(f"100 tok/s in fp16 as throughput: at least {users_needed:.1f} -> "
 #
 # For a model as small as ours expect the GPU's measured advantage to be smaller than the
 # bandwidth ratio: each token's 30 layers launch hundreds of small GPU kernels, and their launch
-# overhead, not memory, sets the pace. When a CUDA GPU is present the first cell of this section
-# times it; `scripts/gpu_check.sh` runs this chapter and the benchmark on one.
+# overhead, not memory, sets the pace. When a CUDA GPU is present, appendix 05b times it;
+# `scripts/gpu_check.sh` runs the course and the benchmark on one.
 #
 # GPUs are not the only accelerators. Google's **TPU**, tensor processing unit (张量处理单元), is
 # built around large matrix-multiply units fed from high-bandwidth memory, and is programmed
