@@ -146,9 +146,8 @@ print(f"TPOT {1000 * m.tpot:.1f} ms = {m.decode_tokens_per_second:.1f} tokens/s 
 # goes to the model as a user's message in its chat format, so an instruction gets an answer;
 # untick it to send raw text for the model to continue.
 #
-# A chart that draws must not time its own drawing. The generation runs in a thread of its own
-# and stamps each token when it is ready; the chart takes the stamps from a queue and redraws
-# five times a second, so the time spent drawing never falls inside a gap between two tokens.
+# The chart never times its own drawing: the generation runs in a thread of its own and stamps
+# each token when it is ready; the chart redraws from those stamps.
 
 # %%
 from minillm.course.widgets.latency import LatencyChart
@@ -562,12 +561,8 @@ print(f"100 tok/s in fp16 as throughput: at least {users_needed:.1f} -> "
 # users batched, each of them still under the fp16 bound. "10 tok/s on a CPU" needs the
 # bandwidth printed above: in fp16 that of a many-channel server CPU, with 4-bit weights that of
 # a desktop with fast memory; compare this machine's own bound. The 10:1 ratio is a bandwidth
-# ratio, and holds only when both sides read the same format.
-#
-# For a model as small as ours expect the GPU's measured advantage to be smaller than the
-# bandwidth ratio: each token's 30 layers launch hundreds of small GPU kernels, and their launch
-# overhead, not memory, sets the pace. When a CUDA GPU is present, appendix 05b times it;
-# `scripts/gpu_check.sh` runs the course and the benchmark on one.
+# ratio, and holds only when both sides read the same format. (For a model as small as ours,
+# the launches set a GPU's pace instead, as the start of this section says.)
 #
 # GPUs are not the only accelerators. Google's **TPU**, tensor processing unit (张量处理单元), is
 # built around large matrix-multiply units fed from high-bandwidth memory, and is programmed
@@ -597,10 +592,9 @@ for name, (peak, read) in published.items():
 # The source text says latency grows more slowly than model size: MPT-30B is about 2.5× slower
 # than MPT-7B (4.3× the parameters). We test it with SmolLM2's own family: the same Llama
 # architecture at the published shapes of SmolLM2-360M and -1.7B, with random weights (speed does
-# not depend on the values). To spare memory we build each shape with one and with three layers,
-# time a decode step of both, and take the difference as the cost of two layers: the full model's
-# step is the one-layer step plus (layers − 1) × that per-layer cost. Each shape is timed in turns
-# with the 135M shape, three times over, and a verdict needs all three to agree.
+# not depend on the values). To spare memory we build each shape with one and with three layers:
+# the full model's step is the one-layer step plus (layers − 1) × half their difference. Each
+# shape is timed in turns with the 135M shape, three times, and a verdict needs all three.
 
 # %%
 from minillm.model import LlamaModel, ModelConfig
