@@ -34,7 +34,7 @@ class ModelSource:
     member: str  # the file's path inside the wheel
     sha256: str
     size: int
-    credit: str = ""  # whose model it is and its licence, kept beside the file (LICENCE_FILE)
+    credit: str = ""  # whose model it is and its licence, kept beside the file (licence_file)
     licence: str = "Apache-2.0.txt"  # the licence's full text, in minillm/licences/
 
     @property

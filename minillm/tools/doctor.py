@@ -73,10 +73,13 @@ def check_torch_build() -> Check:
 
 
 def check_model_file() -> Check:
-    from ..files import DEFAULT_MODEL, cache_entry, model_source, verify
+    from ..files import DEFAULT_MODEL, cache_dir, cache_entry, model_source, verify
 
     source = model_source(DEFAULT_MODEL)
-    path = cache_entry(source.filename)
+    try:
+        path = cache_entry(source.filename)
+    except PermissionError:  # not in the cache, and nowhere to fetch it to (the cache item says)
+        path = cache_dir() / source.filename
     problem = verify(path, source)
     if problem is not None:
         return Check("model file", False, problem,
