@@ -68,7 +68,7 @@ def run_on_fake_device(path: Path, monkeypatch, device: str = "cuda") -> tuple[s
     monkeypatch.setenv("CI", "1")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
         [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
-    NotebookClient(nb, timeout=900, kernel_name="python3",
+    NotebookClient(nb, timeout=1800, kernel_name="python3",
                    resources={"metadata": {"path": str(path.parent)}}).execute()
     picked, ops = stdout_of(nb.cells[-1]).split()
     return picked, int(ops)
