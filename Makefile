@@ -18,7 +18,8 @@ endif
 INSTALLED := $(VENV)/.minillm-installed
 # Two test workers (one per core on the 2-core CI machine), each notebook kept whole in one worker,
 # each worker's torch on one thread so the two do not fight over the cores.
-PYTEST_ARGS ?= -n 2 --dist loadscope
+# The 30 slowest tests are listed at the end, so a CI log shows where the time goes.
+PYTEST_ARGS ?= -n 2 --dist loadscope --durations=30
 BUNDLE ?= dist/minillm-bundle
 MODEL_FILE := SmolLM2-135M-Instruct.Q4_1.gguf
 # `make course OFFLINE=path/to/bundle` installs from a bundle made by `make bundle`, with no network.
