@@ -145,6 +145,10 @@ def recount(data: dict) -> dict:
         solution = ROOT / "solutions" / lesson.name
         if solution.exists():
             entry.update(exercise_size(solution))
+    order = [lesson.stem for lesson in _lessons()]  # a split-off lesson sits after its first half
+    data["chapters"] = dict(sorted(data["chapters"].items(),
+                                   key=lambda item: order.index(item[0]) if item[0] in order
+                                   else len(order)))
     return data
 
 
