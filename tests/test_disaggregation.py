@@ -68,9 +68,11 @@ def test_a_long_prompt_runs_in_one_step_or_in_chunks(tiny, budget, steps):
     assert empty(engine)
 
 
-def test_the_arrival_measurement_refuses_no_running_requests(tiny):
+def test_the_arrival_measurement_refuses_what_cannot_be_measured(tiny):
     with pytest.raises(ValueError, match="running_prompts is empty"):
         long_prompt_arrival(Engine(*tiny), [], [1, 2, 3])
+    with pytest.raises(ValueError, match="need max_num_seqs >= 5"):  # no seat for the prompt
+        long_prompt_arrival(Engine(*tiny, max_num_seqs=4), [[1], [2], [3], [4]], [1, 2, 3])
 
 
 def test_copy_blocks_between_two_pools(tiny):
@@ -103,6 +105,22 @@ def test_colocated_and_disaggregated_give_each_request_its_own_tokens(tiny, sett
     assert split.handoff_bytes == blocks * decode.pool.bytes_per_block
     assert set(split.busy_seconds) == {"prefill", "decode"}
     assert empty(prefill) and empty(decode) and not prefill.scheduler.handoffs
+    summary = split.summary()
+    assert summary["longest gap"] == max(g for m in split.metrics for g in m.gaps)
+    assert summary["TTFT p50"] <= summary["TTFT p90"]
+
+
+def test_two_engines_side_by_side_take_every_other_request(tiny):
+    work = arrivals(7)
+    engines = [Engine(*tiny, num_blocks=32, record=True) for _ in range(2)]
+    served = serve_colocated(engines, work)
+    assert [m.start for m in served.metrics] == [at for at, _, _ in work]
+    for (_, prompt, s), out in zip(work, served.outputs):
+        assert out.token_ids == minillm.generate(*tiny, prompt, **s).token_ids
+    admitted = [{rid for step in e.steps for rid, _, kind in step.items if kind == "prefill"}
+                for e in engines]
+    assert [len(a) for a in admitted] == [4, 3]
+    assert set(served.busy_seconds) == {"engine 0", "engine 1"} and all(map(empty, engines))
 
 
 def test_disaggregation_needs_its_two_schedulers_and_a_decode_pool_that_fits(tiny):
@@ -113,3 +131,12 @@ def test_disaggregation_needs_its_two_schedulers_and_a_decode_pool_that_fits(tin
     decode = Engine(*tiny, scheduler=DecodeScheduler, num_blocks=1, block_size=8)
     with pytest.raises(RuntimeError, match="cannot hold a handed-over request"):
         serve_disaggregated(prefill, decode, [(0.0, list(range(30)), {"max_new_tokens": 2})])
+
+
+def test_running_requests_outlive_a_start_that_takes_many_steps(tiny):
+    """Prompts that each need most of the budget start one step after another; the first ones
+    decode meanwhile and must not run out of tokens before the long prompt's first token."""
+    engine = Engine(*tiny, num_blocks=64, max_num_batched_tokens=32, enable_prefix_caching=False)
+    got = long_prompt_arrival(engine, [list(range(30))] * 4, list(range(64)) * 4)
+    assert got.steps == 10 and len(got.gaps) == 40  # 256 tokens, 28 a step beside 4 decodes
+    assert empty(engine)

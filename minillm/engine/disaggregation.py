@@ -15,7 +15,8 @@ measured time is added before the decode engine may use them.
 
     PrefillScheduler   ends a request at its first token but keeps its blocks for the hand-over
     DecodeScheduler    takes a request in with its prompt already computed (`receive`)
-    serve_colocated    requests arriving at given times, served by one engine
+    serve_colocated    requests arriving at given times, served by one engine or several
+                       side by side (each takes every k-th request)
     serve_disaggregated the same arrivals, a prefill engine and a decode engine
 """
 
@@ -27,6 +28,7 @@ import torch
 
 from ..measure.metrics import RequestMetrics
 from ..utils.devices import Timer
+from ..utils.stats import percentile
 from .engine import Engine
 from .paged_cache import PagedKVPool
 from .request import RUNNING, Request
@@ -102,6 +104,14 @@ class Served:
     handoff_bytes: int = 0
     handoff_seconds: float = 0.0
 
+    def summary(self) -> dict:
+        """TTFT and TPOT at p50 and p90 over the requests, and the longest gap between two
+        tokens of any request, in seconds."""
+        ttft, tpot = [m.ttft for m in self.metrics], [m.tpot for m in self.metrics]
+        return {"TTFT p50": percentile(ttft, 50), "TTFT p90": percentile(ttft, 90),
+                "TPOT p50": percentile(tpot, 50), "TPOT p90": percentile(tpot, 90),
+                "longest gap": max((g for m in self.metrics for g in m.gaps), default=0.0)}
+
 
 def _arrivals(arrivals):
     """(time, prompt ids, settings) triples, by time."""
@@ -109,21 +119,28 @@ def _arrivals(arrivals):
                   key=lambda a: a[0])
 
 
-def serve_colocated(engine: Engine, arrivals) -> Served:
-    """Serve `arrivals`, (arrival time, prompt ids, settings) triples, with one engine on a
-    clock of its own: each request joins at its arrival time."""
-    pending = _arrivals(arrivals)
-    clocked, ids = ClockedEngine(engine), []
-    while pending or clocked.has_work():
-        if not clocked.has_work():
-            clocked.wait_until(pending[0][0])
-        while pending and pending[0][0] <= clocked.now:
-            at, prompt, settings = pending.pop(0)
-            ids.append(clocked.add(prompt, at=at, **settings))
-        clocked.step()
-    return Served([clocked.metrics(rid) for rid in ids],
-                  [clocked.finished[(rid, 0)] for rid in ids],
-                  {"engine": clocked.busy_seconds})
+def serve_colocated(engines, arrivals) -> Served:
+    """Serve `arrivals`, (arrival time, prompt ids, settings) triples, with one engine, or with
+    several side by side (a list: each takes every k-th request, data parallelism), each engine
+    on a clock of its own: a request joins its engine at its arrival time."""
+    engines = list(engines) if isinstance(engines, (list, tuple)) else [engines]
+    arrivals = _arrivals(arrivals)
+    served, busy = {}, {}
+    for k, engine in enumerate(engines):
+        pending = arrivals[k::len(engines)]
+        clocked = ClockedEngine(engine)
+        while pending or clocked.has_work():
+            if not clocked.has_work():
+                clocked.wait_until(pending[0][0])
+            while pending and pending[0][0] <= clocked.now:
+                at, prompt, settings = pending.pop(0)
+                rid = clocked.add(prompt, at=at, **settings)
+                served[rid, k] = clocked
+            clocked.step()
+        busy[f"engine {k}"] = clocked.busy_seconds
+    order = sorted(served, key=lambda key: (served[key].arrival[key[0]], key[1]))
+    return Served([served[key].metrics(key[0]) for key in order],
+                  [served[key].finished[(key[0], 0)] for key in order], busy)
 
 
 def serve_disaggregated(prefill: Engine, decode: Engine, arrivals) -> Served:

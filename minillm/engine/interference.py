@@ -49,11 +49,16 @@ def long_prompt_arrival(engine: Engine, running_prompts, long_prompt, *,
     check_int("warm_steps", warm_steps, 0)
     if not running_prompts:
         raise ValueError("running_prompts is empty: the measurement needs requests decoding")
+    if engine.max_num_seqs < len(running_prompts) + 1:
+        raise ValueError(f"the engine runs at most {engine.max_num_seqs} sequences at once; "
+                         f"{len(running_prompts)} running requests and the long prompt need "
+                         f"max_num_seqs >= {len(running_prompts) + 1}")
     clocked = ClockedEngine(engine)
     budget = engine.scheduler.max_num_batched_tokens
-    chunks = -(-len(long_prompt) // max(1, budget - len(running_prompts)))
-    # long enough to keep decoding through the whole prefill, plus warm-up
-    new_tokens = warm_steps + chunks + len(running_prompts) + 8
+    per_step = max(1, budget - len(running_prompts))  # prompt tokens a step takes beside decodes
+    starting = len(running_prompts) + -(-sum(map(len, running_prompts)) // per_step)
+    # enough tokens to keep decoding through the start, the warm-up and the long prefill
+    new_tokens = starting + warm_steps + -(-len(long_prompt) // per_step) + 2
     running = [clocked.add(p, max_new_tokens=new_tokens, ignore_eos=True)
                for p in running_prompts]
     while not all(clocked.token_times.get((rid, 0)) for rid in running):

@@ -71,9 +71,14 @@ print("new tokens:   ", [w.max_new_tokens for w in work])
 #
 # - `static`: take `SEATS` requests, prefill them together, decode until the *longest* has
 #   finished; a request that finished early keeps its row (a "ghost", grey below), as a padded
-#   `generate()` batch does. Then the next batch.
+#   `generate()` batch does. Then the next batch, from whoever waits: dynamic batching with no
+#   gathering window.
 # - `continuous`: before every pass, running requests go first, then waiting ones are admitted
 #   while there are seats, blocks and token budget (词元预算) left.
+#
+# The two runs are interleaved, `REPEATS` times each, so that whatever else the machine does
+# lands on both (`minillm.measure.compare`); a verdict is printed only when every repetition
+# agrees.
 
 # %%
 SEATS = 4
@@ -558,11 +563,11 @@ show_source(long_prompt_arrival)
 LONG, CHUNK = (256, 32) if CI else (1024, 64)
 long_prompt = make_workload(tokenizer, 1, prompt_lengths=(LONG, LONG), output_lengths=(1, 1),
                             seed=5)[0].prompt
-decoding = [w.prompt for w in work[:4]]
+decoding = [w.prompt for w in work[:SEATS]]
 arrivals = {"whole": [], "chunked": []}
 for _ in range(REPEATS):  # interleaved
-    for mode, budget in (("whole", LONG + len(decoding)), ("chunked", CHUNK)):
-        engine = new_engine("continuous", max_num_batched_tokens=budget,
+    for mode, budget in (("whole", LONG + SEATS), ("chunked", CHUNK)):
+        engine = new_engine("continuous", max_num_batched_tokens=budget, max_num_seqs=SEATS + 1,
                             enable_prefix_caching=False, record=False)
         arrivals[mode].append(long_prompt_arrival(engine, decoding, long_prompt))
 for mode, results in arrivals.items():
@@ -598,9 +603,9 @@ plt.show()
 
 # %% [markdown]
 # Chunking trades one long stall for many short steps: the running requests keep their pace,
-# and the long prompt waits a little longer for its first token (each of its chunks shares a
-# step with the decodes and reads its own earlier keys again). vLLM and SGLang chunk long prompts
-# by default; the budget sets the trade.
+# and the long prompt waits longer for its first token (the TTFT ratio above): each of its
+# chunks shares a step with the decodes, reads its own earlier keys again, and pays the fixed
+# cost every step has. vLLM and SGLang chunk long prompts by default; the budget sets the trade.
 #
 # ## 10 · Online: requests that arrive while others run
 #
@@ -680,47 +685,23 @@ show_source(DecodeScheduler.receive)
 # arrive at the same Poisson times in both:
 
 # %%
-from minillm.utils.stats import percentile
-
 PD_N = 6 if CI else 12
 pd_work = make_workload(tokenizer, PD_N, prompt_lengths=(32, 96 if CI else 256),
                         output_lengths=(8, 12 if CI else 32), seed=3)
 pd_arrivals = [(t, w.prompt, {"max_new_tokens": w.max_new_tokens, "ignore_eos": True})
                for t, w in zip(poisson_arrivals(PD_N, rate=capacity, seed=2), pd_work)]
-
-
-def two_colocated():
-    halves = [pd_arrivals[0::2], pd_arrivals[1::2]]
-    served = [serve_colocated(new_engine("continuous", enable_prefix_caching=False), h)
-              for h in halves]
-    return [m for half in served for m in half.metrics]
-
-
-def prefill_and_decode():
-    served = serve_disaggregated(new_engine(PrefillScheduler, enable_prefix_caching=False),
-                                 new_engine(DecodeScheduler, max_num_seqs=2 * SEATS),
-                                 pd_arrivals)
-    pd_runs.append(served)
-    return served.metrics
-
-
-def summary(metrics):
-    ttft, tpot = [m.ttft for m in metrics], [m.tpot for m in metrics]
-    gaps = [g for m in metrics for g in m.gaps]
-    return {"TTFT p50": percentile(ttft, 50), "TTFT p90": percentile(ttft, 90),
-            "TPOT p50": percentile(tpot, 50), "TPOT p90": percentile(tpot, 90),
-            "longest gap": max(gaps)}
-
-
-pd_runs, pd = [], {"2 colocated": [], "prefill + decode": []}
+pd = {"2 colocated": [], "prefill + decode": []}
 for _ in range(REPEATS):  # interleaved
-    pd["2 colocated"].append(summary(two_colocated()))
-    pd["prefill + decode"].append(summary(prefill_and_decode()))
+    two = [new_engine("continuous", enable_prefix_caching=False) for _ in range(2)]
+    pd["2 colocated"].append(serve_colocated(two, pd_arrivals).summary())
+    split = serve_disaggregated(new_engine(PrefillScheduler, enable_prefix_caching=False),
+                                new_engine(DecodeScheduler, max_num_seqs=2 * SEATS),
+                                pd_arrivals)
+    pd["prefill + decode"].append(split.summary())
 for name, rows in pd.items():
     print(f"{name:>17}: " + ", ".join(f"{k} {1000 * v:.0f} ms" for k, v in rows[-1].items()))
-moved = pd_runs[-1]
-print(f"hand-over: {moved.handoff_bytes / 2**20:.1f} MiB of KV blocks copied in "
-      f"{1000 * moved.handoff_seconds:.1f} ms for {PD_N} prompts")
+print(f"hand-over: {split.handoff_bytes / 2**20:.1f} MiB of KV blocks copied in "
+      f"{1000 * split.handoff_seconds:.1f} ms for {PD_N} prompts")
 for key in ("TPOT p90", "longest gap", "TTFT p50"):
     c = Comparison(tuple(r[key] for r in pd["2 colocated"]),
                    tuple(r[key] for r in pd["prefill + decode"]))
@@ -728,14 +709,16 @@ for key in ("TPOT p90", "longest gap", "TTFT p50"):
     print(f"{key:>12}, disaggregated / colocated: {c.spread_text()}: {verdict}")
 
 # %% [markdown]
-# Read the verdicts together. The decode machine's steps never carry a prompt, so the running
-# requests' gaps lose their prefill spikes: the interference disaggregation removes. But the
-# decode machine now holds every request, twice the rows of each colocated engine, and on a CPU
-# a wider step costs more (section 2), so the typical gap need not shrink. The prefill machine
-# serves every prompt alone, so a prompt waits only for other prompts. On GPUs, where a decode
-# step of 32 rows costs little more than one of 16, the balance tips further towards
-# disaggregation; the price is the link: here a memory copy, between machines RDMA or NVLink
-# carrying every prompt's KV cache.
+# Read the verdicts together. The decode machine's steps never carry a prompt, so its requests
+# lose their prefill stalls: that is the interference disaggregation removes, and it shows in
+# the TPOT tail and the longest gap. The decode machine holds every request, twice the rows of
+# each colocated engine, and on a CPU a wider step costs more (section 2), so the typical gap
+# need not shrink. A new prompt pays for the hand-over: the prefill machine serves every prompt
+# (twice as many as each colocated engine), the blocks are copied, and the first token waits for
+# a step of the decode machine. On GPUs a decode step of 32 rows costs little more than one of
+# 16, and the copy travels over NVLink or RDMA while other work runs; deployments size the two
+# pools apart (more prefill machines for long prompts) to meet a TTFT target and a TPOT target
+# at once.
 #
 # ## 12 · What we measured
 

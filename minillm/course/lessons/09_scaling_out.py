@@ -43,12 +43,11 @@ from minillm.course import show_source
 from minillm.utils.devices import Timer
 from minillm.distributed import (all_reduce_cost, compare_pipeline_parallel,
                                  compare_tensor_parallel, split_evenly)
-
 from minillm.measure import load_average
 
 CI = bool(os.environ.get("CI"))
 torch.manual_seed(0)
-print(f"{os.cpu_count()} CPUs, {load_average()}: timings move with the machine's load")
+print(f"{load_average() or f'{os.cpu_count()} CPUs'}: timings move with the machine's load")
 
 # %% [markdown]
 # ## 1 · Splitting one linear layer two ways
