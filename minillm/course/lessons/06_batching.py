@@ -550,7 +550,7 @@ show_source(ContinuousScheduler.schedule)
 # Why cut prompts into chunks at all? A step runs its prefill and its decodes together, and
 # every running request waits for the whole step before its next token. Here four requests are
 # decoding when a long prompt arrives. With a token budget larger than the prompt, its whole
-# prefill lands in one step; with a budget of 64 tokens it is spread over many steps. Each run
+# prefill lands in one step; with a small budget (`CHUNK` tokens) it is spread over many. Each run
 # steps a `ClockedEngine` (`minillm/engine/virtual_clock.py`), whose clock moves only by the
 # measured time of the engine's steps:
 
@@ -671,7 +671,8 @@ plt.show()
 # We simulate it with two engines in this process (`minillm/engine/disaggregation.py`), each on
 # its own `ClockedEngine` clock, so the two behave as two machines side by side. The prefill
 # engine's scheduler keeps a finished prompt's blocks until they are copied into the decode
-# engine's pool, where a scheduler admits the request with its prompt already computed:
+# engine's pool, where a scheduler admits the request with its prompt computed but for the last
+# token, whose logits the decode engine computes to choose the first token itself:
 
 # %%
 from minillm.engine.disaggregation import (DecodeScheduler, PrefillScheduler,
