@@ -210,12 +210,13 @@ ZH_WORDS = {  # the words of each hint in the Chinese edition; the English words
     "no generation prompt": "以开启助手的轮次结尾", "no default system": "会先放上它默认的那一条",
     "default system always": "只有对话里没有系统消息时", "no newline after im_end": "紧跟一个换行符",
     "prompt included": "你把提示词也一起返回了", "special tokens kept": "文本里还留着",
-    "no chat template": "模型根本没看到对话模板", "first token counted": "把第一个词元也算进去了",
+    "no chat template": "模型根本没看到对话模板", "no generation prompt": "接着用户的话往下写",
+    "one token more": "超过了 max_new_tokens", "first token counted": "把第一个词元也算进去了",
     "seconds per token": "每个词元花的秒数", "timed from 0": "从 0 开始计时",
 }
 ZH_CASES = ([("chat", n, w, c) for n, (w, c) in CHAT_MISTAKES.items()]
-            + [("answer", n, w, c) for n, (w, c) in ANSWER_MISTAKES.items()
-               if n != "no generation prompt"]  # its generation is the costliest; English has it
+            + [("answer", n, w, c) for n, (w, c) in ANSWER_MISTAKES.items()]
+            + [("answer", "one token more", one_token_more, "runs past max_new_tokens")]
             + [("decode", n, w, c) for n, (w, c) in DECODE_MISTAKES.items()])
 
 
@@ -243,6 +244,10 @@ def test_the_shared_messages_come_in_chinese(chinese, capsys):
         checks.check_decode_speed(lambda t: (len(t) - 1) / max(t[-1] - t[0], 1e-9))
     with pytest.raises(CheckFailed, match="两者从第 .* 个字符起开始不同"):
         checks.check_chat_prompt(lambda m: right_prompt(m).replace("user", "User"))
+    with pytest.raises(CheckFailed, match="修改了它的参数 `m`：不要改动传进来的列表"):
+        checks.check_chat_prompt(lambda m: m.pop() and right_prompt(m))
+    with pytest.raises(CheckFailed, match=r"answer\(model, tokenizer, .*\) 抛出了 KeyError"):
+        checks.check_answer(lambda model, tokenizer, messages, k: messages[0]["text"], None, None)
     checks.check_decode_speed(right_speed)
     assert "✅ decode_speed：全部 7 个用例通过" in capsys.readouterr().out
 
