@@ -171,7 +171,8 @@ def test_words_and_comments_may_differ(chinese):
     (CELL.replace("n = len(ids)", "n = len(ids) + 1"), "English line 3, Chinese line 3"),
     (CELL.replace("{seconds:.2f}", "{seconds:.1f}"), "English line 4"),
     (CELL.replace('f"{n} tokens in', 'f"{n + 1} tokens in'), "English line 4"),
-    (CELL.replace("What is the capital of France?", "法国的首都是哪里？"), "the model or the tokenizer reads"),
+    (CELL.replace("What is the capital of France?", "法国的首都是哪里？"),
+     "the model or the tokenizer reads"),
     (CELL + "extra = 1\n", "the English cell has 6 statements, the Chinese one 7"),
 ])
 def test_anything_else_that_differs_is_named(chinese, words):

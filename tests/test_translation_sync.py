@@ -167,7 +167,7 @@ def test_diff_shows_what_changed_since_the_translation(copy, capsys):
     assert "-# Where did the time go?" in out and "+# Where did the time go, stage by stage?" in out
 
 
-# --- the built notebooks ---------------------------------------------------------------------------
+# --- the built notebooks --------------------------------------------------------------------------
 
 def test_the_chinese_notebooks_switch_the_language_first():
     cells = builder.parse("# %% [markdown]\n# # title\n\n# %%\nx = 1\n\n# %%\ny = 2")

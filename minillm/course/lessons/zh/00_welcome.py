@@ -140,7 +140,8 @@ with Timer(device) as stage, torch.inference_mode():
         new_ids.append(step.logits[0, -1].argmax().item())  # .item() 会等设备算完
         step_times.append(now(device) - t0)
 timings["解码"] = stage.seconds
-print(f"新生成 {len(new_ids)} 个词元；解码平均每步 {1000 * sum(step_times) / len(step_times):.1f} ms")
+print(f"新生成 {len(new_ids)} 个词元；"
+      f"解码平均每步 {1000 * sum(step_times) / len(step_times):.1f} ms")
 
 # %% [markdown] en=f2d049cb
 # **阶段 4 · 词元 → 文本。** 把这些 id 还原成文本。
