@@ -560,7 +560,7 @@ from minillm.engine.interference import long_prompt_arrival
 show_source(long_prompt_arrival)
 
 # %%
-LONG, CHUNK = (256, 32) if CI else (1024, 64)
+LONG, CHUNK = (256, 32) if CI else (512, 64)
 long_prompt = make_workload(tokenizer, 1, prompt_lengths=(LONG, LONG), output_lengths=(1, 1),
                             seed=5)[0].prompt
 decoding = [w.prompt for w in work[:SEATS]]
@@ -630,7 +630,7 @@ print(f"rate 4 a second: mean gap {sum(gaps) / len(gaps):.3f} s (1/λ = 0.250), 
 
 # %%
 capacity = N / runs["continuous"]["wall_s"]
-n_online = 4 if CI else 12
+n_online = 4 if CI else 8
 online = []
 for fraction in [0.3, 0.6, 0.9]:
     row = run_online(new_engine("continuous"), work[:n_online], fraction * capacity, seed=1)
@@ -686,9 +686,9 @@ show_source(DecodeScheduler.receive)
 # arrive at the same Poisson times in both:
 
 # %%
-PD_N = 6 if CI else 12
-pd_work = make_workload(tokenizer, PD_N, prompt_lengths=(32, 96 if CI else 256),
-                        output_lengths=(8, 12 if CI else 32), seed=3)
+PD_N = 6 if CI else 8
+pd_work = make_workload(tokenizer, PD_N, prompt_lengths=(32, 96 if CI else 160),
+                        output_lengths=(8, 12 if CI else 24), seed=3)
 pd_arrivals = [(t, w.prompt, {"max_new_tokens": w.max_new_tokens, "ignore_eos": True})
                for t, w in zip(poisson_arrivals(PD_N, rate=capacity, seed=2), pd_work)]
 pd = {"2 colocated": [], "prefill + decode": []}
