@@ -26,6 +26,7 @@ from __future__ import annotations
 import torch
 
 from .. import kernels
+from ..kernels import dispatch
 from ..utils.devices import model_device, model_dtype
 
 
@@ -139,7 +140,7 @@ class PagedBatch:
         self.new_mask = self.new_mask.to(device)
         self.batch = b
         self.seq = seq
-        self.attends = seq == 1 and _kernel_reads(pool)
+        self.attends = seq == 1 and dispatch.paged_attention(pool.keys[0])
         if self.attends:  # row i's key slots in order, its first `total_i` entries
             first = torch.minimum(torch.arange(keys)[None, :], (total - 1)[:, None])
             self.decode_slots = table.gather(1, first // bs) * bs + first % bs
@@ -187,14 +188,6 @@ class PagedBatch:
         for i, r in enumerate(rows):
             ids[i, self.seq - len(r):] = torch.tensor(r, dtype=torch.long)
         return ids.to(self.pool.device)
-
-
-def _kernel_reads(pool: PagedKVPool) -> bool:
-    """Whether minillm.kernels' paged attention takes this pool: float32 on the CPU, heads of at
-    most 256 values, and a kernel built here."""
-    keys = pool.keys[0]
-    return (keys.device.type == "cpu" and keys.dtype == torch.float32
-            and keys.shape[-1] <= 256 and kernels.load("paged_scores") is not None)
 
 
 def paged_forward(model, pool: PagedKVPool, tables, contexts, rows: list[list[int]], *,

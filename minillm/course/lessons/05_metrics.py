@@ -383,7 +383,7 @@ assert all(achieved < 1.25 * roof.attainable(i) for i, achieved in measured_poin
 # so the bound doubles; int8 stores 1 byte (and a scale per row), so it quadruples. Whether the
 # speed follows depends on the kernels: GPUs compute in bf16 natively; many CPUs do not, and
 # PyTorch's generic bf16 loop there is slow. On a CPU `minillm.fast` therefore keeps the
-# activations in float32 and multiplies with small C kernels of its own (`minillm/kernels.py`,
+# activations in float32 and multiplies with small C kernels of its own (`minillm/kernels/`,
 # compiled on first use) that read the narrow weights once and multiply them in registers: bf16
 # widened to float32, int8 as integers against x rounded to 16 bits. Only the bytes read change.
 # Chapter 07 tells the int8 story in full.
