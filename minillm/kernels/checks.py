@@ -28,13 +28,14 @@ def on_cpu(name: str, t: torch.Tensor, dtype: torch.dtype, contiguous: bool = Tr
     raise ValueError(f"{name} must be contiguous (call .contiguous() first)")
 
 
-def matrix(name: str, t: torch.Tensor, dtype: torch.dtype, layout: str) -> tuple[int, int]:
+def matrix(name: str, t: torch.Tensor, dtype: torch.dtype, layout: str) -> torch.Size:
     """The shape of a contiguous 2-D `dtype` matrix on the CPU; else a ValueError."""
     on_cpu(name, t, dtype)
-    if t.dim() != 2:
+    shape = t.shape
+    if len(shape) != 2:
         raise ValueError(f"{name} must be a 2-D {_NAMES.get(dtype, dtype)} matrix {layout}, got "
-                         f"shape {tuple(t.shape)}")
-    return t.shape[0], t.shape[1]
+                         f"shape {tuple(shape)}")
+    return shape
 
 
 def vector(name: str, t: torch.Tensor | None, n: int) -> None:
@@ -42,7 +43,7 @@ def vector(name: str, t: torch.Tensor | None, n: int) -> None:
     if t is None:
         return
     on_cpu(name, t, torch.float32)
-    if t.shape != (n,):
+    if t.dim() != 1 or t.shape[0] != n:
         raise ValueError(f"{name} must be {n} float32 values, got shape {tuple(t.shape)}")
 
 
@@ -61,10 +62,8 @@ def rows(name: str, x: torch.Tensor, k: int, contiguous: bool = True) -> torch.T
     return x
 
 
-def output(out: torch.Tensor | None, shape: tuple[int, ...]) -> torch.Tensor:
-    """`out` checked (contiguous float32 of `shape` on the CPU), or a new tensor."""
-    if out is None:
-        return torch.empty(shape, dtype=torch.float32)
+def output(out: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+    """`out`, checked: contiguous float32 of `shape` on the CPU."""
     on_cpu("out", out, torch.float32)
     if tuple(out.shape) != shape:
         raise ValueError(f"out must have shape {shape}, got {tuple(out.shape)}")

@@ -144,12 +144,12 @@ def f32_max_rows() -> int:
 def _f32_rows(x, weight, bias):
     """One row streams the weights (gemv_f32); more use each weight for every row (gemm_f32)."""
     if x.shape[0] == 1:
-        return matmul.gemv_f32(x, weight, bias).view(1, -1)
+        return matmul.gemv_f32(x, weight, bias)
     return matmul.gemm_f32(x, weight, bias)
 
 
 def _bf16_row(x, weight, bias):
-    y = matmul.gemv_bf16(x, weight).view(1, -1)
+    y = matmul.gemv_bf16(x, weight)
     return y if bias is None else y.add_(bias)
 
 

@@ -11,18 +11,25 @@ from .build import function
 from .limits import INT8_MAX_K, INT8_MAX_ROWS, Q4_1_BLOCK_BYTES, Q4_1_BLOCK_WEIGHTS
 
 
-def gemv_f32(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
-             out: torch.Tensor | None = None, threads: int | None = None) -> torch.Tensor:
-    """x, K float32 values ((K,) or (1, K)), times weight (K, N) float32 (the (in, out) layout),
-    plus `bias` (N,): (N,) float32 (or `out`). Sixteen weight rows are streamed at a time in
-    memory order while the output stays in the L1 cache."""
-    k, n = checks.matrix("weight", weight, torch.float32, "(in, out)")
+def _one_row(x: torch.Tensor, k: int) -> tuple[int, ...]:
+    """x, k float32 values as (K,) or (1, K), checked; the output's lead shape: () or (1,)."""
     checks.on_cpu("x", x, torch.float32)
     if x.numel() != k or x.dim() > 2:
         raise ValueError(f"x must be {k} float32 values ((K,) or (1, K)), got shape "
                          f"{tuple(x.shape)}")
+    return (1,) if x.dim() == 2 else ()
+
+
+def gemv_f32(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+             out: torch.Tensor | None = None, threads: int | None = None) -> torch.Tensor:
+    """x, K float32 values ((K,) or (1, K)), times weight (K, N) float32 (the (in, out) layout),
+    plus `bias` (N,): (N,) or (1, N) float32 as x is (or `out`). Sixteen weight rows are
+    streamed at a time in memory order while the output stays in the L1 cache."""
+    k, n = checks.matrix("weight", weight, torch.float32, "(in, out)")
+    lead = _one_row(x, k)
     checks.vector("bias", bias, n)
-    out = checks.output(out, (n,))
+    out = torch.empty(*lead, n, dtype=torch.float32) if out is None else \
+        checks.output(out, (*lead, n))
     function("gemv_f32")(weight.data_ptr(), checks.address(bias), x.data_ptr(), out.data_ptr(),
                          n, k, checks.threads(threads))
     return out
@@ -40,7 +47,7 @@ def gemm_f32(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = 
                          f"{tuple(x.shape)}")
     checks.vector("bias", bias, n)
     m = x.shape[0]
-    out = checks.output(out, (m, n))
+    out = torch.empty(m, n, dtype=torch.float32) if out is None else checks.output(out, (m, n))
     function("gemm_f32")(weight.data_ptr(), checks.address(bias), x.data_ptr(), out.data_ptr(),
                          m, n, k, checks.threads(threads))
     return out
@@ -49,13 +56,12 @@ def gemm_f32(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = 
 def gemv_bf16(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None,
               threads: int | None = None) -> torch.Tensor:
     """x, K float32 values ((K,) or (1, K)), times weight (N, K) bfloat16 (the (out, in)
-    layout): (N,) float32 (or `out`). Each weight is widened to float32 in registers."""
+    layout): (N,) or (1, N) float32 as x is (or `out`). Each weight is widened to float32 in
+    registers."""
     n, k = checks.matrix("weight", weight, torch.bfloat16, "(out, in)")
-    checks.on_cpu("x", x, torch.float32)
-    if x.numel() != k or x.dim() > 2:
-        raise ValueError(f"x must be {k} float32 values ((K,) or (1, K)), got shape "
-                         f"{tuple(x.shape)}")
-    out = checks.output(out, (n,))
+    lead = _one_row(x, k)
+    out = torch.empty(*lead, n, dtype=torch.float32) if out is None else \
+        checks.output(out, (*lead, n))
     function("gemv_bf16")(weight.data_ptr(), x.data_ptr(), out.data_ptr(), n, k,
                           checks.threads(threads))
     return out
@@ -98,7 +104,8 @@ def gemm_q4_1(x: torch.Tensor, blocks: torch.Tensor, bias: torch.Tensor | None =
     checks.vector("bias", bias, n)
     out = torch.empty(x.shape[0], n, dtype=torch.float32)
     if function("gemm_q4_1")(blocks.data_ptr(), checks.address(bias), x.data_ptr(),
-                             out.data_ptr(), x.shape[0], n, k, checks.threads(threads)) != 0:
+                             out.data_ptr(), x.shape[0], n, k,
+                             checks.threads(threads)) != 0:
         raise MemoryError(f"the Q4_1 kernel could not allocate x's rounded copy "
                           f"({x.shape[0]} x {k})")
     return out

@@ -18,7 +18,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float,
         raise ValueError("x must have at least one dimension (rows of D values)")
     d = x.shape[-1]
     checks.vector("weight", weight, d)
-    out = checks.output(out, tuple(x.shape))
+    out = torch.empty_like(x) if out is None else checks.output(out, tuple(x.shape))
     function("rms_norm_f32")(x.data_ptr(), weight.data_ptr(), out.data_ptr(),
                              x.numel() // max(d, 1), d, float(eps))
     return out
