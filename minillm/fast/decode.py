@@ -10,9 +10,9 @@ it and the new keys and values written straight into the cache. On a CPU, RMSNor
 attention over the cache are minillm's own kernels (`kernels.rms_norm`,
 `kernels.decode_attention`: one call each instead of PyTorch's general ones, whose overhead per
 call is what a one-row step feels), where `kernels.dispatch.decode_step` says so: it looks at
-the step's device first, so a GPU step never touches the C library. Prefill, padded batches and the
-engine's paged cache take the module path. `tests/test_fast.py` checks both give the same logits;
-`scripts/bench_decode_overhead.py` measures what it saves.
+the step's device first, so a GPU step never touches the C library. Prefill, padded batches and
+the engine's paged cache take the module path. `tests/test_fast.py` checks both give the same logits;
+`scripts/bench_fused_decode.py` measures what it saves.
 """
 
 from __future__ import annotations
