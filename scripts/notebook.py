@@ -25,6 +25,9 @@ import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ROOT / "minillm" / "course" / "lessons"
+# A chapter's lesson (NN_name.py), a second lesson of the same chapter (NNb_name.py) and the
+# chapter's exercise (NN_name_exercise.py)
+SOURCE_GLOB = "[0-9][0-9]*_*.py"
 MARKER = re.compile(r"^# %%\s*(?:\[(\w+)\])?\s*$")
 SPLIT = "# ==== solution ===="
 
@@ -87,11 +90,11 @@ def targets(source: Path) -> list[tuple[Path, str]]:
 
 
 def build_all() -> None:
-    for source in sorted(SOURCES.glob("[0-9][0-9]_*.py")):
+    for source in sorted(SOURCES.glob(SOURCE_GLOB)):
         cells = parse(source.read_text(encoding="utf-8"))
         for path, variant in targets(source):
             nbformat.write(build(cells, variant), path)
-    print(f"wrote the notebooks of {len(list(SOURCES.glob('[0-9][0-9]_*.py')))} sources")
+    print(f"wrote the notebooks of {len(list(SOURCES.glob(SOURCE_GLOB)))} sources")
 
 
 def main(argv=None):

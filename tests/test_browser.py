@@ -1,5 +1,7 @@
-"""The course as a learner meets it: JupyterLab in a real browser (Debian's Chromium, driven by
-playwright). A widget that computes correctly can still show nothing; only a browser tells.
+"""The course as a learner meets it: JupyterLab in a real browser (the machine's Chromium or
+Chrome, driven by playwright; tests/browser/chromium.py finds it, CHROMIUM=path chooses it). A
+widget that computes correctly can still show nothing; only a browser tells. Without a browser
+these tests are skipped with one line saying how to enable them (CI requires them).
 
 Screenshots go to test-artifacts/browser/ (printed in the output)."""
 
@@ -11,16 +13,24 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from browser.jupyter import (CHROMIUM, CHROMIUM_FLAGS, ROOT, api, current_notebook,
-                             element_screenshot, error_outputs, jupyterlab, open_notebook, run_all,
-                             screenshot, settle, shutdown_kernels)
+from browser.chromium import CJK_FONT, cjk_font_found, find_chromium, required
+from browser.jupyter import (CHROMIUM_FLAGS, ROOT, api, current_notebook, element_screenshot,
+                             error_outputs, jupyterlab, open_notebook, run_all, screenshot, settle,
+                             shutdown_kernels)
 from browser.lessons import LESSON_CHECKS
 
 pytestmark = pytest.mark.slow
 
+CHROMIUM, FOUND = find_chromium()
+if CHROMIUM is None:
+    if required():
+        pytest.fail(f"MINILLM_BROWSER_TESTS=required, but {FOUND.split(': ', 1)[1]}",
+                    pytrace=False)
+    pytest.skip(FOUND, allow_module_level=True)
+
 # Lessons whose controls the test moves; any lesson that builds ipywidgets must be listed here.
 WIDGET_NOTEBOOKS = sorted(
-    p.relative_to(ROOT).as_posix() for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")
+    p.relative_to(ROOT).as_posix() for p in (ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb")
     if "minillm.course.widgets" in p.read_text(encoding="utf-8")
     or "ipywidgets" in p.read_text(encoding="utf-8"))
 
@@ -49,20 +59,11 @@ BUSY_LIMIT_S = 180
 IGNORED_CONSOLE = ("favicon", "Failed to load resource: the server responded with a status of 404")
 
 
-# Chinese terms in the lessons need a CJK font, or the browser draws boxes.
-CJK_FONT = "/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc"
-
-
-def _missing_message(path: str) -> str:
-    return (f"{path} is missing: `make browser` installs Debian's chromium, chromium-driver and "
-            "fonts-noto-cjk")
-
-
 @pytest.fixture(scope="module")
 def browser():
-    for needed in (CHROMIUM, CJK_FONT):
-        if not Path(needed).exists():
-            pytest.fail(_missing_message(needed))
+    if required() and not cjk_font_found():
+        pytest.fail(f"no CJK font ({CJK_FONT}): `make browser` installs Debian's fonts-noto-cjk, "
+                    "without which the lessons' Chinese terms show as boxes")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:

@@ -24,6 +24,10 @@ def test_every_lesson_has_an_exercise_and_a_solution():
     for lesson in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
         assert (ROOT / "exercises" / lesson.name).is_file(), f"no exercises/{lesson.name}"
         assert (ROOT / "solutions" / lesson.name).is_file(), f"no solutions/{lesson.name}"
+    for part in sorted((ROOT / "notebooks").glob("[0-9][0-9][a-z]_*.ipynb")):
+        # a chapter's second lesson (03b_...): its chapter's exercise notebook covers it
+        assert list((ROOT / "exercises").glob(f"{part.name[:2]}_*.ipynb")), \
+            f"{part.name} belongs to chapter {part.name[:2]}, which has no exercise notebook"
 
 
 @pytest.mark.parametrize("exercise", EXERCISES, ids=lambda p: p.stem)

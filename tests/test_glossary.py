@@ -8,7 +8,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 GLOSSARY = ROOT / "docs" / "glossary.md"
-LESSONS = sorted(p for p in (ROOT / "minillm" / "course" / "lessons").glob("[0-9][0-9]_*.py")
+LESSONS = sorted(p for p in (ROOT / "minillm" / "course" / "lessons").glob("[0-9][0-9]*_*.py")
                  if not p.stem.endswith("_exercise"))
 CJK = r"[\u4e00-\u9fff]"
 # a parenthesis holding Chinese, after a space (not a call such as encode("你好")), no quotes

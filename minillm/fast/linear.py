@@ -70,8 +70,10 @@ class FastLinear(dispatch.RoutedLinear, nn.Module):
         return route, (self.weight, self._b)
 
     def _apply(self, fn, *args, **kwargs):  # .to(), .cuda(), .float(): new views, a new route
-        # the views go first: a parameter swapped for its converted copy must have no view alive
-        self._w_out_in = self._w_in_out = None
+        # Let go of the views first: a view pins its tensor, which then cannot be swapped for
+        # the moved one (what Module.to does for tensor subclasses, or with
+        # torch.__future__.set_swap_module_params_on_conversion(True)).
+        self._w_out_in = self._w_in_out = self._b = None
         try:
             return nn.Module._apply(self, fn, *args, **kwargs)
         finally:

@@ -8,9 +8,9 @@ the sources on an AVX-512 machine) and the instruction sets the CPU reports (/pr
 flags, or sysctl's on macOS). The compiler runs once per source, flag set and compiler, and the
 library is kept: later processes load it in milliseconds.
 
-Where it is kept: `<minillm's cache>/kernels`, or, when that folder cannot be written (a cache
-shared read-only on a JupyterHub), a per-user folder: ~/.cache/minillm-kernels, else
-minillm-kernels-<user> in the temporary directory.
+Where it is kept: `kernels/` in minillm's cache, read from a read-only shared cache where it is
+there already, else built into the user's writable one (`files.cache_entry`,
+`files.writable_cache_dir`).
 
 A build that fails is loud: one KernelBuildWarning per process, naming the compiler's first
 error line. A machine that cannot build the kernels at all (not x86-64, no AVX2, no compiler)
@@ -20,7 +20,6 @@ gets no warning from here; `status()` says why, and so do `minillm.load` and `mi
 from __future__ import annotations
 
 import ctypes
-import getpass
 import hashlib
 import os
 import platform
@@ -136,42 +135,6 @@ def cannot_build() -> str | None:
     return None
 
 
-def _writable(folder: Path, own: bool = False) -> bool:
-    """Whether `folder` exists (made if need be) and can be written; with `own`, also whether
-    it belongs to this user (a per-user folder in a place every user shares)."""
-    try:
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    except OSError:
-        return False
-    if own and hasattr(os, "getuid") and folder.stat().st_uid != os.getuid():
-        return False
-    return os.access(folder, os.W_OK | os.X_OK)
-
-
-def build_folder() -> Path:
-    """Where the library is kept: the cache's kernels/ folder, or a per-user one when the cache
-    cannot be written."""
-    from ..files import cache_dir
-
-    candidates = []
-    try:
-        candidates.append((cache_dir() / "kernels", False))
-    except OSError:  # the cache folder itself cannot be made
-        pass
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    candidates.append(((Path(xdg) if xdg else Path.home() / ".cache") / "minillm-kernels", False))
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):  # a container's user without a name
-        user = str(os.getuid()) if hasattr(os, "getuid") else "user"
-    candidates.append((Path(tempfile.gettempdir()) / f"minillm-kernels-{user}", True))
-    for folder, own in candidates:
-        if _writable(folder, own):
-            return folder
-    tried = ", ".join(str(folder) for folder, _ in candidates)
-    raise OSError(f"no folder to build them in could be written (tried {tried})")
-
-
 def _sources() -> list[Path]:
     return sorted(SOURCE_DIR.glob("*.c"))
 
@@ -187,6 +150,10 @@ class BuildError(RuntimeError):
     def __init__(self, first_line: str, output: str):
         super().__init__(first_line)
         self.first_line, self.output = first_line, output
+
+
+class NoFolder(RuntimeError):
+    """Neither the cache nor any per-user folder can be written."""
 
 
 def _first_error(output: str, returncode: int) -> str:
@@ -219,15 +186,24 @@ def _compile(cc: str, flags: list[str], library: Path) -> str:
     return output
 
 
-def _build(found: Target, cc: str, folder: Path) -> tuple[Path, str, str]:
-    """(library, label, compiler messages), built now or found from an earlier build in
-    `folder`. Without OpenMP (Apple's clang) the kernels build single-threaded."""
+def _build(found: Target, cc: str) -> tuple[Path, str, str]:
+    """(library, label, compiler messages), built now or found from an earlier build in the
+    cache. Without OpenMP (Apple's clang) the kernels build single-threaded."""
+    from ..files import cache_entry, writable_cache_dir
+
     attempts = [([*found.flags, OPENMP], found.label),
                 ([*found.flags, "-Wno-unknown-pragmas"], f"{found.label}, one thread (no OpenMP)")]
     for i, (flags, label) in enumerate(attempts):
-        library = folder / f"minillm_kernels_{found.level.lower()}_{_digest(cc, flags)}.so"
-        if library.is_file():
-            return library, label, ""
+        name = f"minillm_kernels_{found.level.lower()}_{_digest(cc, flags)}.so"
+        relative = Path("kernels") / name
+        try:
+            library = cache_entry(relative)  # a shared read-only cache's build is used as it is
+            if library.is_file():
+                return library, label, ""
+            library = writable_cache_dir() / relative
+            library.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise NoFolder(f"no folder to build them in could be written: {error}") from None
         try:
             return library, label, _compile(cc, flags, library)
         except BuildError as error:
@@ -247,11 +223,7 @@ def _load() -> tuple[ctypes.CDLL | None, Status]:
     if cc is None:
         return None, Status(False, "", "", cannot_build())
     try:
-        folder = build_folder()
-    except OSError as error:
-        return None, Status(False, "", "", str(error), failed=True)
-    try:
-        path, label, output = _build(found, cc, folder)
+        path, label, output = _build(found, cc)
         lib = ctypes.CDLL(str(path))
         for name, signature in SIGNATURES.items():
             fn = getattr(lib, name)
@@ -259,6 +231,8 @@ def _load() -> tuple[ctypes.CDLL | None, Status]:
     except BuildError as error:
         reason = f"the compiler ({os.path.basename(cc)}) failed: {error.first_line}"
         return None, Status(False, "", "", reason, failed=True, compile_output=error.output)
+    except NoFolder as error:
+        return None, Status(False, "", "", str(error), failed=True)
     except (OSError, AttributeError) as error:
         return None, Status(False, "", "", f"the built library would not load: {error}",
                             failed=True)

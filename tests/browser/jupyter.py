@@ -1,5 +1,6 @@
-"""Drive JupyterLab in Debian's Chromium the way a learner does: open a notebook, run all, use its
-controls. The server runs on 127.0.0.1 with a free port, a token and a temporary home folder."""
+"""Drive JupyterLab in a Chromium (browser/chromium.py finds it) the way a learner does: open a
+notebook, run all, use its controls. The server runs on 127.0.0.1 with a free port, a token and
+a temporary home folder."""
 
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update",
                   "--disable-sync"]

@@ -32,7 +32,7 @@ def next_token_logits(model, tokenizer, prompt) -> torch.Tensor:
 def coverage_curve(probs: torch.Tensor, points: int = 200) -> tuple[list[int], list[float]]:
     """How much probability the k most likely tokens hold, at about `points` values of k spread
     evenly on a log scale from 1 to the vocabulary size: (k values, probabilities)."""
-    cumulative = probs.double().sort(descending=True).values.cumsum(0)
+    cumulative = probs.cpu().double().sort(descending=True).values.cumsum(0)
     n = cumulative.numel()
     ks = sorted({max(1, round(n ** (i / (points - 1)))) for i in range(points)} | {n})
     return ks, [min(float(cumulative[k - 1]), 1.0) for k in ks]
@@ -48,6 +48,7 @@ def temperature_table(logits: torch.Tensor, temperature: float, top_n: int = 12)
         raise ValueError(f"temperature must be a number > 0, got {temperature!r}")
     if logits.dim() != 1:
         raise ValueError(f"logits must be one row (vocab,), got shape {tuple(logits.shape)}")
+    logits = logits.detach().cpu()  # float64 below: on the CPU (Apple's GPUs have none)
     probs = torch.softmax(logits.double() / temperature, dim=-1)
     ids = torch.topk(logits, min(top_n, logits.numel())).indices
     logp = torch.log2(probs.clamp_min(1e-300))
