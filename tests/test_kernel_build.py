@@ -1,7 +1,7 @@
 """Building minillm's C kernels: the sources compile without a warning at either vector width,
 the flags follow what the CPU reports, a failed build says so once and loudly (and the kernel
-tests then fail, not skip), and the library goes to a per-user folder when the cache cannot be
-written."""
+tests then fail, not skip), also when no folder can be written (tests/test_readonly_cache.py
+has the read-only shared cache)."""
 
 import os
 from pathlib import Path

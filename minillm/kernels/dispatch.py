@@ -48,8 +48,8 @@ F32_MAX_ROWS = {"AVX-512": 1 << 20, "AVX2": 8}
 # prefill rebuilds the float weight once for the call and multiplies with PyTorch, faster there.
 QUANT_MAX_ROWS = 16
 # Rows from which bf16/fp16 weights times float32 rows on a CPU are widened to float32 for the
-# call: at many rows the multiply is compute-bound and float32's kernels are several times faster
-# (measured on AVX2: even at 11 rows, 4x faster at 128).
+# call: at many rows the multiply is compute-bound, and PyTorch's float32 kernels are far faster
+# there than its bf16/fp16 ones on a CPU without bf16 arithmetic.
 UPCAST_ROWS = 8
 # The weight layout each one-row kernel reads: gemv_f32 streams (in, out), gemv_bf16 (out, in).
 KERNEL_LAYOUTS = {torch.float32: "in_out", torch.bfloat16: "out_in"}

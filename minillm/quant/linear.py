@@ -9,17 +9,17 @@ It saves memory at rest, but every call rebuilds the float weight, so it reads t
 *and* writes and reads a full-size float copy: slower than the float layer it replaced. This is
 why a naive int8 path can be slower than fp16 (the source text says so of Hugging Face's int8).
 A fused kernel (融合算子) multiplies with the int8 numbers directly and applies the scales to the
-result, never building the float weight. Int8Linear has two:
+result, never building the float weight. Int8Linear has three:
 
 - "fused": PyTorch's weight-only kernel `torch._weight_int8pack_mm` (x (M, K) fp32/bf16, int8
-  weight (N, K), scales (N,)). On the course's AVX-512 machine it was measured *slower* than
-  float32: it widens every weight to float before multiplying.
+  weight (N, K), scales (N,)). It widens every weight to float before multiplying, so whether
+  it beats float32 depends on how well it is tuned for the CPU (lesson 07 §7 times it).
 - "dynamic": fbgemm's int8 GEMM through PyTorch (`torch.ops.quantized.linear_dynamic`), which
   also quantizes the activations, one scale for the call's rows, and multiplies int8 by int8
   with the CPU's integer dot-product instructions (VNNI where there is one), then scales the
-  int32 sums back to float. About 2x faster than float32 at batch 1, but the activations'
-  rounding costs accuracy: on SmolLM2 perplexity rose 1.9% decoding token by token, and 234%
-  over whole 512-token windows (one scale for 512 rows of activations with outliers).
+  int32 sums back to float. It reads a quarter of float32's bytes, but the activations'
+  rounding costs accuracy (lesson 07 §7 measures it token by token), most over a whole prompt
+  in one call: one scale for all its rows of activations, outliers included.
 - "kernel": minillm's own (minillm.kernels.gemm_int8): int8 weights times x rounded to int16
   per row, in integers. It reads a quarter of float32's bytes, and x's rounding is far finer
   than the weights'. The fast path's int8 runs it for decode steps ("auto": up to
