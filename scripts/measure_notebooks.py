@@ -72,9 +72,8 @@ ONE_DAY = {
         (None, 15, "Break"),
         ("05_metrics", ("lesson", 1), "05 measuring inference + exercise task 1 (one request's "
                                       "metrics)"),
-        ("06_batching", ("lesson", 1), "06 batching and paged attention + exercise task 1 (the "
-                                       "block allocator); or 07 quantization, by the group's "
-                                       "interest"),
+        ("06_batching", ("lesson",), "06 batching and paged attention (its exercises are "
+                                     "homework); or 07 quantization, by the group's interest"),
         ("10_interview_qa", (1,), "10 interview questions in pairs (exercise task 1: top-k and "
                                   "top-p together); `python -m minillm progress` to see what is "
                                   "left"),
@@ -145,6 +144,10 @@ def recount(data: dict) -> dict:
         solution = ROOT / "solutions" / lesson.name
         if solution.exists():
             entry.update(exercise_size(solution))
+    order = [lesson.stem for lesson in _lessons()]  # a split-off lesson sits after its first half
+    data["chapters"] = dict(sorted(data["chapters"].items(),
+                                   key=lambda item: order.index(item[0]) if item[0] in order
+                                   else len(order)))
     return data
 
 
