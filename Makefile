@@ -38,6 +38,18 @@ JUPYTER_ARGS ?=
 # JupyterLab refuses to run as root (as in containers and CI) unless told it may.
 ALLOW_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 
+# `make course LANG=zh` opens the Chinese edition (notebooks/zh/). LANG is also the locale's
+# variable: given on the command line it only chooses the edition, and is not passed on.
+EDITION :=
+ifeq ($(origin LANG),command line)
+ifeq ($(LANG),zh)
+EDITION := zh/
+else ifneq ($(LANG),en)
+$(error LANG=$(LANG): the course comes in English (the default, or LANG=en) and Chinese (LANG=zh))
+endif
+unexport LANG
+endif
+
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
@@ -69,7 +81,8 @@ setup: $(INSTALLED) model
 
 course: setup
 	$(VENV)/bin/jupyter lab --ServerApp.root_dir="$(CURDIR)" \
-		--LabApp.default_url=/lab/tree/notebooks/00_welcome.ipynb $(ALLOW_ROOT) $(JUPYTER_ARGS)
+		--LabApp.default_url=/lab/tree/notebooks/$(EDITION)00_welcome.ipynb $(ALLOW_ROOT) \
+		$(JUPYTER_ARGS)
 
 browser:
 	@if command -v chromium >/dev/null && [ -f $(CJK_FONT) ]; then \

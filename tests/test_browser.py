@@ -14,10 +14,12 @@ import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from browser.chromium import CJK_FONT, cjk_font_found, find_chromium, required
-from browser.jupyter import (CHROMIUM_FLAGS, ROOT, api, current_notebook, element_screenshot,
-                             error_outputs, jupyterlab, open_notebook, run_all, screenshot, settle,
-                             shutdown_kernels)
+from browser.fonts import cjk_glyphs, drawn_fonts
+from browser.jupyter import (CHROMIUM_FLAGS, KERNEL_IDLE, ROOT, api, current_notebook,
+                             element_screenshot, error_outputs, jupyterlab, open_notebook, run_all,
+                             run_new_cell, screenshot, settle, shutdown_kernels)
 from browser.lessons import LESSON_CHECKS
+from browser.widgets import output_area, slider
 
 pytestmark = pytest.mark.slow
 
@@ -239,3 +241,69 @@ def test_make_course_serves_the_welcome_notebook_and_its_first_cells_run(browser
                       f"screenshot {shot}")
         finally:
             page.close()
+
+
+# A widget a learner adds to the Chinese welcome notebook (chapter 00 itself has none).
+ZH_WIDGET_CELL = """from minillm.course.widgets import temperature_explorer
+
+fast, fast_tokenizer = minillm.load("smollm2-135m")
+temperature_explorer(fast, fast_tokenizer, "The capital of France is")"""
+CJK_CHARACTER = "[\u4e00-\u9fff]"
+
+
+def _cjk_count(text: str) -> int:
+    import re
+
+    return len(re.findall(CJK_CHARACTER, text))
+
+
+def test_make_course_lang_zh_opens_the_chinese_edition_drawn_with_a_cjk_font(browser, tmp_path,
+                                                                             capsys):
+    """`make course LANG=zh`: its start page is notebooks/zh/00_welcome.ipynb, which runs;
+    its Chinese is drawn with the CJK font, and a widget's labels are Chinese, drawn so too."""
+    notebook = "notebooks/zh/00_welcome.ipynb"
+    original = (ROOT / notebook).read_bytes()
+
+    def make_course(args):
+        return ["make", "--no-print-directory", "course", "LANG=zh",
+                "JUPYTER_ARGS=" + " ".join(args)]
+
+    with jupyterlab(tmp_path, make_course) as (base, token):
+        page, problems = _watched_page(browser)
+        try:
+            page.goto(f"{base}/?token={token}", timeout=120_000)  # where `make course` goes
+            page.wait_for_function("() => !!window.jupyterapp", timeout=120_000)
+            page.wait_for_function(KERNEL_IDLE, timeout=120_000)
+            shown = page.evaluate("() => window.jupyterapp.shell.currentWidget.context.path")
+            assert shown == notebook
+            run_all(page)
+            assert error_outputs(page) == []
+            heading = current_notebook(page).locator(".jp-MarkdownOutput h1").first
+            title = heading.inner_text()
+            fonts = drawn_fonts(page, heading)
+            assert "欢迎" in title and cjk_glyphs(fonts) >= _cjk_count(title), (title, fonts)
+            printed = current_notebook(page).locator(".jp-OutputArea-output pre",
+                                                     has_text="个词元").first
+            assert cjk_glyphs(drawn_fonts(page, printed)) > 0, printed.inner_text()
+            heading_shot = element_screenshot(heading, "zh-00_welcome-heading")
+
+            run_new_cell(page, ZH_WIDGET_CELL)
+            assert error_outputs(page) == []
+            area = output_area(page, '[data-chart="temperature"]')
+            label = area.locator("label.widget-label").first
+            assert label.inner_text() == "温度 T"
+            assert slider(area, "温度 T").count() == 1
+            label_fonts = drawn_fonts(page, label)
+            assert cjk_glyphs(label_fonts) >= 2, label_fonts
+            chart_title = area.locator("svg text", has_text="下一个词元").first
+            chart_fonts = drawn_fonts(page, chart_title)
+            assert cjk_glyphs(chart_fonts) >= 5, (chart_title.text_content(), chart_fonts)
+            widget_shot = element_screenshot(area, "zh-00_welcome-temperature-widget")
+            assert problems == [], f"JavaScript errors: {problems}"
+            with capsys.disabled():
+                print(f"\nmake course LANG=zh: {shown} ran; heading {title!r} drawn with "
+                      f"{fonts}; widget label drawn with {label_fonts}, chart title with "
+                      f"{chart_fonts}; screenshots {heading_shot}, {widget_shot}")
+        finally:
+            page.close()
+    assert (ROOT / notebook).read_bytes() == original, f"the browser run saved into {notebook}"

@@ -162,6 +162,19 @@ def run_all(page, timeout_ms: int = 600_000) -> None:
     page.wait_for_function(ALL_RAN, timeout=timeout_ms, polling=1000)
 
 
+def run_new_cell(page, code: str) -> None:
+    """Add a code cell at the end of the notebook on show and run it, as a learner who types a
+    cell of their own (the tests never save the notebook)."""
+    page.evaluate("""async code => {
+      const app = window.jupyterapp, notebook = app.shell.currentWidget.content;
+      notebook.activeCellIndex = notebook.widgets.length - 1;
+      await app.commands.execute('notebook:insert-cell-below');
+      notebook.activeCell.model.sharedModel.setSource(code);
+      await app.commands.execute('notebook:run-cell');
+    }""", code)
+    page.wait_for_function(ALL_RAN, timeout=600_000, polling=1000)
+
+
 def error_outputs(page) -> list[str]:
     return page.evaluate(ERROR_OUTPUTS)
 
