@@ -9,9 +9,9 @@ import torch
 from minillm.course.toy import tiny_model
 from minillm.engine import BlockManager, PagedBatch, PagedKVPool
 from minillm.fast import optimize
-from minillm.kernels import dispatch
 from minillm.generation.kv_cache import KVCache, KVCacheBase, KVCacheProtocol, capability
 from minillm.generation.sliding_window import RingKVCache
+from minillm.kernels import dispatch
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
