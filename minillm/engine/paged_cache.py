@@ -176,6 +176,8 @@ class PagedBatch(KVCacheBase):
     def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
         """A decode step's attention (q (batch, heads, 1, head_dim)) straight from the pool: write
         the new keys and values into their slots, then read each row's through its own slots."""
+        if not self.attends:  # a prefill chunk, a GPU, or no kernels: the contract's refusal
+            return super().attend(layer, q, k, v)
         pk, pv = self.pool.keys[layer], self.pool.values[layer]
         pk[self.write_index] = k[:, :, 0].to(pk.dtype)
         pv[self.write_index] = v[:, :, 0].to(pv.dtype)
