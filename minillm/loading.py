@@ -69,8 +69,10 @@ def load_model(name_or_path, dtype=torch.float32, device="auto", *, fast: bool =
         _use_q4_1_blocks(model, kind, path)
     if fast and "fast" in registry.architecture(config.arch).features:
         from .fast import optimize_in_place
+        from .kernels import dispatch
 
         model = optimize_in_place(model, weights)
+        dispatch.announce(model.device, weights)  # which kernels decode, or why none: once
     elif weights is not None:
         registry.require(config, "fast")
     return model

@@ -18,6 +18,9 @@ wraps the results again. While the harness is active:
   index tensors in indexing, and copies (`copy_`, `t[:2] = cpu_tensor`);
 - `.cpu()` / `.to("cpu")` give real CPU tensors; `.item()`, `.tolist()`, `bool(t)`, `int(t)`
   work (a host sync); `.numpy()` (so `np.asarray`, matplotlib) raises TypeError as on a GPU;
+- `.data_ptr()` asked by minillm's CPU kernels (a module under `minillm.kernels`) raises
+  RuntimeError("CUDA pointer passed to a CPU kernel ..."): on a GPU that address points into the
+  GPU's memory and the C code would crash the process; asked by anything else it answers;
 - `torch.cuda.is_available()` is True (so `minillm.utils.devices.pick_device("auto")` is cuda), and
   `torch.cuda.synchronize`, `get_device_name`, `manual_seed_all` and `Event` work;
 - `torch.Generator(device="cuda")` gives a `FakeCudaGenerator` (a CPU generator that reports
@@ -56,6 +59,7 @@ know which other operations a given macOS lacks.
 from __future__ import annotations
 
 import copy
+import sys
 import threading
 import time
 import types
@@ -463,6 +467,25 @@ def _on_values(func, args, kwargs):
     return tree_map(rewrap, out)
 
 
+_KERNELS = "minillm.kernels"
+
+
+def _data_ptr(tensor) -> int:
+    """The address of a fake tensor's CPU values, except when minillm's CPU kernels ask: a real
+    GPU tensor's address points into the GPU's memory, so handing one to C is a crash."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_globals.get("__name__", "").startswith(("torch",
+                                                                                __name__)):
+        frame = frame.f_back
+    caller = "" if frame is None else frame.f_globals.get("__name__", "")
+    if caller == _KERNELS or caller.startswith(_KERNELS + "."):
+        raise RuntimeError(f"CUDA pointer passed to a CPU kernel: {caller} asked for the address "
+                           f"of a {tensor.dtype} tensor of shape {tuple(tensor.shape)} on cuda:0 "
+                           f"(raised by the fake CUDA harness; on a GPU this address points into "
+                           f"the GPU's memory and the C code would crash)")
+    return tensor.elem.data_ptr()
+
+
 # Methods of a fake tensor answered here, not by dispatch.
 _FAKE_METHODS = {
     torch.Tensor.tolist: lambda t: t.elem.tolist(),
@@ -472,7 +495,7 @@ _FAKE_METHODS = {
     torch.Tensor.__complex__: lambda t: complex(t.elem),
     torch.Tensor.numpy: _numpy,
     torch.Tensor.__array__: _numpy,
-    torch.Tensor.data_ptr: lambda t: t.elem.data_ptr(),
+    torch.Tensor.data_ptr: _data_ptr,
     torch.Tensor.untyped_storage: lambda t: t.elem.untyped_storage(),
     # A fake tensor never requires grad (see the limits above); asking is accepted and ignored,
     # so that nn.Parameter(t) works.

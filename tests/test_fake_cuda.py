@@ -296,3 +296,19 @@ def test_autograd_is_refused_onto_cuda_before_pytorch_aborts(fake_cuda):
             move()
     with torch.no_grad():
         assert is_fake_cuda(leaf.to(target)) and is_fake_cuda(torch.zeros(1, device=0))
+
+
+def test_a_cuda_pointer_handed_to_a_cpu_kernel_raises(fake_cuda, monkeypatch):
+    """On a GPU, a CUDA tensor's data_ptr() is an address in the GPU's memory: minillm's C
+    kernels reading it crash the process. The harness raises instead when a module of
+    minillm.kernels asks, and answers everyone else (minillm.model.memory compares addresses)."""
+    from minillm import kernels
+    from minillm.kernels import checks
+
+    x, w = torch.randn(4, device="cuda"), torch.randn(4, 3)
+    assert x.data_ptr() == x.elem.data_ptr()  # asked from here: the CPU values' address
+    with pytest.raises(ValueError, match="x is on cuda:0: minillm's kernels run on the CPU"):
+        kernels.gemv_f32(x, w)  # the wrapper's own device check comes first
+    monkeypatch.setattr(checks, "on_cpu", lambda *args, **kwargs: None)  # a wrapper without it
+    with pytest.raises(RuntimeError, match="CUDA pointer passed to a CPU kernel"):
+        kernels.gemv_f32(x, w)

@@ -6,12 +6,12 @@ each cache claims are pinned in CLAIMS; one it does not claim must refuse with a
 import pytest
 import torch
 
-from minillm import kernels
 from minillm.course.toy import tiny_model
 from minillm.engine import BlockManager, PagedBatch, PagedKVPool
 from minillm.fast import optimize
 from minillm.generation.kv_cache import KVCache, KVCacheBase, KVCacheProtocol, capability
 from minillm.generation.sliding_window import RingKVCache
+from minillm.kernels import dispatch
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -133,7 +133,7 @@ def test_a_cache_attends_itself_only_where_it_claims_to(models, name):
     else:  # its logits: test_passes_through_the_cache_give_the_uncached_logits
         assert "attends" in CLAIMS[name]
     if name == "PagedBatch":
-        assert capability(step, "attends") == (kernels.load("paged_scores") is not None)
+        assert capability(step, "attends") == dispatch.paged_attention(step.pool.keys[0])
 
 
 @pytest.mark.parametrize("name", CACHES)

@@ -26,6 +26,7 @@ import pytest
 
 import minillm
 from minillm import files, kernels
+from minillm.kernels import build
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +37,7 @@ WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 
 def can_build_kernels() -> bool:
-    return kernels._supported() and shutil.which(os.environ.get("CC", "cc")) is not None
+    return build.cannot_build() is None
 
 
 def snapshot(folder: Path) -> dict:
@@ -137,8 +138,8 @@ def learner_run(capsys) -> dict:
     would: the library is looked up again)."""
     model, tokenizer = minillm.load("smollm2-135m")
     text = minillm.generate(model, tokenizer, PROMPT, max_new_tokens=6).text
-    kernels._LOADED.clear()
-    built = kernels.load("gemv_f32") is not None
+    build.forget()
+    built = kernels.available()
     return {"text": text, "kernels": built, "stderr": capsys.readouterr().err}
 
 
@@ -149,7 +150,9 @@ def fresh_process_state(monkeypatch):
     from minillm.utils import notices
 
     monkeypatch.setattr(notices, "_SAID", set())
-    monkeypatch.setattr(kernels, "_LOADED", {})
+    build.forget()
+    yield
+    build.forget()
 
 
 def test_the_simulation_refuses_writes_below_the_folder_only(tmp_path):
@@ -195,7 +198,7 @@ def test_a_learner_reads_a_read_only_cache_and_writes_to_their_own(shared, tmp_p
     copy_made_files(user, shared)
     other = tmp_path / "other-user"
     monkeypatch.setenv("MINILLM_USER_CACHE", str(other))
-    monkeypatch.setattr(kernels, "_LOADED", {})
+    build.forget()
     before = snapshot(shared)
     with read_only(shared):
         second = learner_run(capsys)
@@ -226,7 +229,7 @@ import json, minillm
 from minillm import kernels
 model, tokenizer = minillm.load("smollm2-135m")
 text = minillm.generate(model, tokenizer, {PROMPT!r}, max_new_tokens=6).text
-print(json.dumps({{"text": text, "kernels": kernels.load("gemv_f32") is not None}}))
+print(json.dumps({{"text": text, "kernels": kernels.available()}}))
 """
 
 

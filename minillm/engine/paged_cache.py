@@ -27,6 +27,7 @@ import torch
 
 from .. import kernels
 from ..generation.kv_cache import KVCacheBase
+from ..kernels import dispatch
 from ..utils.devices import model_device, model_dtype
 
 
@@ -142,7 +143,7 @@ class PagedBatch(KVCacheBase):
         self.new_mask = self.new_mask.to(device)
         self.batch = b
         self.seq = seq
-        self.attends = seq == 1 and _kernel_reads(pool)
+        self.attends = seq == 1 and dispatch.paged_attention(pool.keys[0])
         if self.attends:  # row i's key slots in order, its first `total_i` entries
             first = torch.minimum(torch.arange(keys)[None, :], (total - 1)[:, None])
             self.decode_slots = table.gather(1, first // bs) * bs + first % bs
@@ -175,6 +176,8 @@ class PagedBatch(KVCacheBase):
     def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
         """A decode step's attention (q (batch, heads, 1, head_dim)) straight from the pool: write
         the new keys and values into their slots, then read each row's through its own slots."""
+        if not self.attends:  # a prefill chunk, a GPU, or no kernels: the contract's refusal
+            return super().attend(layer, q, k, v)
         pk, pv = self.pool.keys[layer], self.pool.values[layer]
         pk[self.write_index] = k[:, :, 0].to(pk.dtype)
         pv[self.write_index] = v[:, :, 0].to(pv.dtype)
@@ -190,14 +193,6 @@ class PagedBatch(KVCacheBase):
         for i, r in enumerate(rows):
             ids[i, self.seq - len(r):] = torch.tensor(r, dtype=torch.long)
         return ids.to(self.pool.device)
-
-
-def _kernel_reads(pool: PagedKVPool) -> bool:
-    """Whether minillm.kernels' paged attention takes this pool: float32 on the CPU, heads of at
-    most 256 values, and a kernel built here."""
-    keys = pool.keys[0]
-    return (keys.device.type == "cpu" and keys.dtype == torch.float32
-            and keys.shape[-1] <= 256 and kernels.load("paged_scores") is not None)
 
 
 def paged_forward(model, pool: PagedKVPool, tables, contexts, rows: list[list[int]], *,

@@ -175,12 +175,27 @@ def check_generation(new_tokens: int = 10) -> Check:
                  f"{result.text!r}")
 
 
+def check_kernels(measure: bool = True) -> Check:
+    """minillm's C kernels: built (and for what), or why not; with `measure`, what they change
+    in a decode step here (minillm.tools.doctor_kernels)."""
+    from .doctor_kernels import kernels_line
+
+    try:
+        ok, detail, fix = kernels_line(measure)
+    except Exception as error:  # the doctor reports, it does not crash
+        return Check("kernels", False, f"{type(error).__name__}: {error}",
+                     "fix the items above first; then run `python -m minillm doctor` again")
+    return Check("kernels", ok, detail, fix)
+
+
 def run_checks(generate: bool = True) -> list[Check]:
     checks = [check_python()]
     checks += [check_package(name) for name in PACKAGES]
     checks += [check_torch_build(), check_model_file(), check_cache(), check_memory(),
                check_disk(), check_jupyter()]
-    if generate and all(c.ok for c in checks):
+    ready = all(c.ok for c in checks)
+    checks.append(check_kernels(measure=generate and ready))
+    if generate and ready:
         checks.append(check_generation())
     elif generate:
         checks.append(Check("generation", False, "skipped: fix the items above first"))

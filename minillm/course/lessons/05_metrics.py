@@ -449,7 +449,7 @@ assert all(achieved < 1.25 * roof.attainable(i) for i, achieved in measured_poin
 # so the bound doubles; int8 stores 1 byte (and a scale per row), so it quadruples. Whether the
 # speed follows depends on the kernels: GPUs compute in bf16 natively; many CPUs do not, and
 # PyTorch's generic bf16 loop there is slow. On a CPU `minillm.fast` therefore keeps the
-# activations in float32 and multiplies with small C kernels of its own (`minillm/kernels.py`,
+# activations in float32 and multiplies with small C kernels of its own (`minillm/kernels/`,
 # compiled on first use) that read the narrow weights once and multiply them in registers: bf16
 # widened to float32, int8 as integers against x rounded to int16 (defined below). Only the
 # bytes read change. Chapter 07 tells the int8 story in full.
@@ -477,12 +477,14 @@ print("same text as float32:", {k: r.text == rows["float32"].text for k, r in ro
 #
 # **Rounding x to int16.** The int8 kernel multiplies integers, so it first rounds each row of
 # activations x to 16-bit integers (int16), with a scale of the row's own:
-# s_x = max|x| / 32,767 and x_q = round(x / s_x), whole numbers from −32,767 to 32,767. A weight
+# s_x = max|x| / q_max and x_q = round(x / s_x), whole numbers from −q_max to q_max. A weight
 # row is stored as int8 numbers w_q with its scale s_w. Each output is then the integer sum
-# Σ w_q × x_q (in 32-bit integers) times s_x × s_w. Rounding moves each value of x by at most
-# half a step, s_x / 2: about 1.5e-5 of the row's largest value, far finer than the int8
-# weights' 255 steps. Written out for one row of SmolLM2's real activations (the input of layer
-# 0's gate and up matrices), and checked against the kernel:
+# Σ w_q × x_q (in 32-bit integers) times s_x × s_w. q_max is int16's largest, 32,767, or less
+# for a long row, so that a sum of K products (each at most 128 × q_max) cannot leave int32:
+# q_max = min(32,767, (2³¹ − 1) / (128 K)). Rounding moves each value of x by at most half a
+# step, s_x / 2: under 2e-5 of the row's largest value, far finer than the int8 weights' 255
+# steps. Written out for one row of SmolLM2's real activations (the input of layer 0's gate and
+# up matrices), and checked against the kernel:
 
 # %%
 gate_up = fast8.layers[0].mlp.gate_up_proj  # an int8 layer of the fast model
@@ -494,8 +496,10 @@ hook.remove()
 x = seen[0].reshape(-1, gate_up.in_features)[-1:].float().cpu()  # the last token's row
 w_q, s_w = gate_up.qweight.cpu(), gate_up.scale.cpu().float()
 
-s_x = x.abs().max() / 32767  # in float32, as the kernel computes it
-x_q = torch.round(x * (1 / s_x))  # whole numbers from -32,767 to 32,767
+q_max = min(32767, (2**31 - 1) // (128 * x.shape[1]))  # for these K values of x
+s_x = x.abs().max() / q_max  # in float32, as the kernel computes it
+x_q = torch.round(x * (1 / s_x))  # whole numbers from -q_max to q_max
+print(f"q_max for K = {x.shape[1]}: {q_max}")
 integer_sum = (w_q.long() @ x_q[0].long()).float()  # exact, as the kernel's int32 sums
 y_int16 = integer_sum * (s_x * s_w)
 y_float_x = x[0].double() @ (w_q.double() * s_w.double()[:, None]).T  # int8 weights, float x
@@ -510,7 +514,7 @@ x_error, w_error = relative(y_int16, y_float_x), relative(y_float_x, y_fp32)
 print(f"x rounded to int16, against x in float (int8 weights both): {x_error:.1e} of the "
       f"largest output")
 print(f"int8 weights, against float32 weights (x in float both):   {w_error:.1e}")
-if kernels.load("gemm_int8") is not None:
+if kernels.available():
     kernel_error = relative(kernels.gemm_int8(x, w_q, s_w)[0], y_int16)
     print(f"minillm's kernel, against the integer sum written out:     {kernel_error:.1e}")
     assert kernel_error < 1e-6  # the kernel computes what the definition says

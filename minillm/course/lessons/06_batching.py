@@ -339,7 +339,7 @@ def through_a_gather():
         5, r.block_table, r.num_computed)))[0, :, 0][None] for i, r in enumerate(rows)])
 
 
-if device.type == "cpu" and kernels.load("paged_scores") is not None:
+if device.type == "cpu" and kernels.available():
     def in_place():
         return kernels.paged_decode_attention(q, engine.pool.keys[5], engine.pool.values[5],
                                               slots, lengths)
