@@ -16,6 +16,7 @@ import torch
 
 from .readable import number, percent, plural
 from .render import chart_html, new_figure
+from .tokens import BYTES_NOTE, has_byte_labels, token_label
 
 FLOOR = 1e-6  # the log axis starts here; smaller probabilities are drawn at it and labelled
 
@@ -64,10 +65,6 @@ def temperature_table(logits: torch.Tensor, temperature: float, top_n: int = 12)
             "coverage_k": ks, "coverage": coverage}
 
 
-def token_label(tokenizer, token_id: int) -> str:
-    return repr(tokenizer.decode([token_id]))[1:-1] or "∅"
-
-
 def covers_90(n: int) -> str:
     return f"{plural(n, 'token')} {'covers' if n == 1 else 'cover'} 90%"
 
@@ -80,9 +77,10 @@ def _percent_axis(axis) -> None:
 
 
 def temperature_figure(table: dict, labels: list[str], temperature: float,
-                       prompt: str | None = None):
+                       prompt: str | None = None, note: str = ""):
     """The chart for one `temperature_table`: the top tokens and the rest of the vocabulary as
-    bars on a log scale (each labelled with its probability), and the coverage curve."""
+    bars on a log scale (each labelled with its probability), and the coverage curve. `note`
+    (e.g. what a \\x.. label means) follows the x axis's label."""
     from matplotlib.ticker import FuncFormatter
 
     fig = new_figure(10, 3.8)
@@ -104,7 +102,8 @@ def temperature_figure(table: dict, labels: list[str], temperature: float,
     _percent_axis(bars_ax.yaxis)
     bars_ax.set_xticks(range(len(names)), names, rotation=45, ha="right", fontsize=8,
                        rotation_mode="anchor")
-    bars_ax.set_xlabel("next token (the most likely at T = 1 first)")
+    bars_ax.set_xlabel("next token (the most likely at T = 1 first)"
+                       + (f"\n{note}" if note else ""))
     bars_ax.set_ylabel("probability (log scale)")
 
     n90 = table["tokens_for_90pct"]
@@ -136,7 +135,9 @@ def temperature_explorer(model, tokenizer, prompt: str = "The weather today is",
     import ipywidgets as w
 
     logits = next_token_logits(model, tokenizer, prompt)
-    labels = [token_label(tokenizer, i) for i in torch.topk(logits, top_n).indices.tolist()]
+    top = torch.topk(logits, top_n).indices.tolist()
+    labels = [token_label(tokenizer, i) for i in top]
+    note = BYTES_NOTE if has_byte_labels(tokenizer, top) else ""
     slider = w.FloatSlider(value=temperature, min=0.01, max=3.0, step=0.01,
                            description="temperature T", continuous_update=False,
                            style={"description_width": "initial"},
@@ -146,7 +147,7 @@ def temperature_explorer(model, tokenizer, prompt: str = "The weather today is",
 
     def draw(change=None):
         table = temperature_table(logits, slider.value, top_n)
-        box.figure = temperature_figure(table, labels, slider.value, prompt)
+        box.figure = temperature_figure(table, labels, slider.value, prompt, note)
         chart.value = chart_html(box.figure, "temperature")
 
     slider.observe(draw, names="value")
