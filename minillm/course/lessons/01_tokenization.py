@@ -167,7 +167,8 @@ for k in list(range(12)) + [merges_mixed - 3, merges_mixed - 2, merges_mixed - 1
 # ## 4 · Why "你好，世界！" costs SmolLM2 so many tokens
 #
 # The source text says "你好，世界！" becomes 5 tokens. That is what a tokenizer trained on
-# Chinese gives: its vocabulary holds common characters and words (你好, 世界) as single tokens.
+# Chinese gives: its vocabulary holds common characters and words, such as 你好 and 世界, as
+# single tokens.
 # SmolLM2 is an English model. Its 49,152 tokens were learned from English text and code, where
 # Chinese is rare, so few Chinese characters earned a token of their own. A character without one
 # falls back to its UTF-8 bytes, three for most Chinese characters, and BPE can join only the
