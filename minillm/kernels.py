@@ -721,14 +721,15 @@ def _cpu_has(flag: str) -> bool:
 
 def _library():
     """The compiled library (ctypes), or None where it cannot be built here. Built once per
-    source and CPU capability (AVX2 or AVX-512), kept in minillm's cache."""
+    source and CPU capability (AVX2 or AVX-512), kept in minillm's cache (a library already in
+    a read-only shared cache is used from there; a new build goes to the user's writable one)."""
     if "lib" in _LOADED:
         return _LOADED["lib"]
     _LOADED["lib"] = None
     compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
     if os.environ.get("MINILLM_NO_KERNEL") or not _supported() or compiler is None:
         return None
-    from .files import cache_dir
+    from .files import cache_entry, writable_cache_dir
 
     capability = torch.backends.cpu.get_cpu_capability()
     flags = ["-mavx2", "-mfma", "-mf16c"]
@@ -736,11 +737,12 @@ def _library():
         flags += ["-mavx512f", "-mavx512bw"] + (["-mavx512vnni"] if _cpu_has("avx512_vnni")
                                                 else [])
     digest = hashlib.sha256((SOURCE + " ".join(flags)).encode()).hexdigest()[:12]
-    folder = cache_dir() / "kernels"
-    library = folder / f"minillm_kernels_{capability.lower()}_{digest}.so"
+    relative = Path("kernels") / f"minillm_kernels_{capability.lower()}_{digest}.so"
+    library = cache_entry(relative)
     try:
         if not library.is_file():
-            folder.mkdir(parents=True, exist_ok=True)
+            library = writable_cache_dir() / relative
+            library.parent.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryDirectory() as tmp:
                 src = Path(tmp) / "minillm_kernels.c"
                 src.write_text(SOURCE)

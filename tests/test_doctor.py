@@ -15,7 +15,7 @@ def test_a_ready_machine_passes_every_item(gguf_path, capsys):
     out = capsys.readouterr().out
     assert "Everything the course needs is here." in out
     assert "[FAIL]" not in out
-    for name in ["python", "package torch", "torch build", "model file", "free memory",
+    for name in ["python", "package torch", "torch build", "model file", "cache", "free memory",
                  "free disk", "JupyterLab + widgets"]:
         assert f"] {name}:" in out
 
@@ -42,7 +42,7 @@ def test_a_cuda_build_without_a_gpu_is_the_wrong_torch_build(monkeypatch):
     check = doctor.check_torch_build()
     assert not check.ok
     assert "CUDA build of torch but no usable NVIDIA GPU" in check.detail
-    assert "torch==2.13.0" in check.fix
+    assert "TORCH_INDEX=" in check.fix and "rm -rf .venv" in check.fix
 
 
 def test_a_missing_package_names_the_fix(monkeypatch):
@@ -88,3 +88,18 @@ def test_doctor_times_a_real_generation(gguf_path):
     check = doctor.check_generation()
     assert check.ok, check.detail
     assert "10 tokens" in check.detail or "tokens in" in check.detail
+
+
+def test_a_read_only_cache_is_reported_with_where_writes_go(tmp_path, monkeypatch):
+    from minillm import files
+
+    shared, user = tmp_path / "shared", tmp_path / "user"
+    monkeypatch.setenv("MINILLM_CACHE", str(shared))
+    monkeypatch.setenv("MINILLM_USER_CACHE", str(user))
+    monkeypatch.setattr(files, "can_write", lambda folder: folder != shared)
+    check = doctor.check_cache()
+    assert check.ok and f"{shared} is read-only here" in check.detail and str(user) in check.detail
+    assert str(user) in doctor.check_disk().detail
+    monkeypatch.setattr(files, "can_write", lambda folder: False)
+    check = doctor.check_cache()
+    assert not check.ok and "MINILLM_USER_CACHE" in check.fix

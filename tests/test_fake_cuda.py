@@ -11,7 +11,8 @@ import torch.nn.functional as F
 
 import minillm
 from minillm.utils.devices import Timer, describe, model_device, pick_device, synchronize
-from fake_cuda import CUDA, DEVICE_NAME, FakeCuda, FakeCudaGenerator, is_fake_cuda
+from fake_cuda import (CUDA, DEVICE_NAME, MPS, FakeCuda, FakeCudaGenerator, FakeMps,
+                       is_fake_cuda, mps_synchronizations)
 
 MIXED = "Expected all tensors to be on the same device"
 
@@ -158,6 +159,70 @@ def test_module_to_cuda_keeps_parameters_and_tied_weights():
             assert model[1].weight is model[0].weight and weight.dtype == torch.float64
         assert is_fake_cuda(got)
         torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0)
+
+
+def test_a_module_moved_back_to_the_cpu_keeps_its_parameters_and_values():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.Linear(4, 10, bias=False))
+    model[1].weight = model[0].weight
+    weight = model[0].weight
+    want = weight.detach().clone()
+    with FakeCuda():
+        model.to("cuda")
+        model.cpu()
+        assert model[1].weight is model[0].weight is weight
+        assert type(weight) is torch.nn.Parameter and weight.device.type == "cpu"
+    assert torch.equal(weight.detach(), want)
+    assert not torch.__future__.get_swap_module_params_on_conversion()  # restored
+
+
+# ---- the fake MPS: an Apple GPU -------------------------------------------------------------
+
+def test_fake_mps_is_an_apple_gpu_and_is_restored_after():
+    assert pick_device("auto").type == "cpu"
+    with FakeMps():
+        assert pick_device("auto") == torch.device("mps") and not torch.cuda.is_available()
+        x = torch.ones(3, device=pick_device("auto"))
+        assert is_fake_cuda(x) and x.device == MPS and x.is_mps
+        assert (x * 2).sum().item() == 6.0
+        g = torch.Generator(device="mps").manual_seed(0)
+        assert g.device == MPS and torch.randn(2, device="mps", generator=g).device == MPS
+        with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+            x + torch.ones(3)
+        with pytest.raises((AssertionError, RuntimeError), match="(?i)cuda"):
+            x.cuda()  # a Mac's PyTorch has no CUDA
+        with pytest.raises(TypeError, match="can't convert mps:0 device type tensor to numpy"):
+            x.numpy()
+    assert pick_device("auto").type == "cpu" and not torch.backends.mps.is_available()
+
+
+@pytest.mark.parametrize("make", [
+    lambda x: x.double(),
+    lambda x: x.to(torch.float64),
+    lambda x: torch.zeros(2, dtype=torch.float64, device="mps"),
+    lambda x: torch.ones(2, dtype=torch.float64).to("mps"),
+    lambda x: torch.tensor([1.0], dtype=torch.float64, device="mps"),
+    lambda x: torch.nn.Linear(3, 2).to("mps").double(),
+    lambda x: x.cpu().double().to(x.device),
+], ids=["double", "to-float64", "zeros", "move", "tensor", "module", "back-again"])
+def test_fake_mps_refuses_float64_as_apple_gpus_do(make):
+    with FakeMps():
+        x = torch.ones(3, device="mps")
+        with pytest.raises(TypeError, match="MPS framework doesn't support float64"):
+            make(x)
+        assert x.cpu().double().dtype == torch.float64  # on the CPU it is fine
+
+
+def test_a_timer_without_a_device_waits_for_mps():
+    """On a Mac `Timer()` with no device must wait for the GPU, as it does for CUDA."""
+    with FakeMps():
+        before = mps_synchronizations()
+        with Timer():
+            torch.ones(3, device="mps").sum()
+        assert mps_synchronizations() == before + 2  # on entry and on exit
+        synchronize("mps")
+        synchronize()
+        assert mps_synchronizations() == before + 4
 
 
 def test_a_fake_cuda_tensor_never_requires_grad(fake_cuda):

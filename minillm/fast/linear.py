@@ -74,6 +74,10 @@ class FastLinear(nn.Module):
                              and w.device.type == "cpu" else 0)
 
     def _apply(self, fn, *args, **kwargs):  # .to(), .cuda(), .double(): refresh the views
+        # Let go of the views first: a view pins its tensor, which then cannot be swapped for
+        # the moved one (what Module.to does for tensor subclasses, or with
+        # torch.__future__.set_swap_module_params_on_conversion(True)).
+        self._w_out_in = self._w_in_out = self._b = None
         out = super()._apply(fn, *args, **kwargs)
         self._cache_views()
         return out

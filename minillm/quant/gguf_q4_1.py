@@ -100,14 +100,16 @@ def q4_1_linears(path, config) -> dict:
     import torch
     from safetensors.torch import load_file, save_file
 
-    from ..files import cache_dir
+    from ..files import cache_entry, writable_cache_dir
     from ..model import registry
 
     path = Path(path)
     st = path.stat()
-    cached = cache_dir() / "converted" / f"{path.stem}-{st.st_size}-{st.st_mtime_ns}.q4_1"
+    relative = Path("converted") / f"{path.stem}-{st.st_size}-{st.st_mtime_ns}.q4_1"
+    cached = cache_entry(relative)
     if cached.is_file():
         return load_file(cached)
+    cached = writable_cache_dir() / relative
     import gguf
 
     family = registry.architecture(config.arch).module()

@@ -153,7 +153,7 @@ class Int8Linear(QuantizedLinear):
                 # `dynamic_int8_available()` is the switch if a later release removes it.
                 warnings.filterwarnings("ignore", message=".*quantized tensor creation.*")
                 qw = torch._make_per_channel_quantized_tensor(
-                    self.qweight.cpu(), self.scale.double().cpu(), zero, 0)
+                    self.qweight.cpu(), self.scale.cpu().double(), zero, 0)
             bias = None if self.bias is None else self.bias.detach().float().cpu()
             self._packed = torch.ops.quantized.linear_prepack(qw, bias)
         return self._packed

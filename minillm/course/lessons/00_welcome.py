@@ -200,8 +200,10 @@ print(f"at {1000 * decode_per_token:.1f} ms a step: {weight_bytes / decode_per_t
 # | 01 | [tokenization (分词)](01_tokenization.ipynb) | a byte-level BPE tokenizer that matches the real one |
 # | 02 | [forward pass (前向传播)](02_forward_pass.ipynb) | the transformer, loading the real weights |
 # | 03 | [prefill, decode and the KV cache](03_kv_cache.ipynb) | the generation loop and KV cache |
+# | 03b | [long context](03b_long_context.ipynb) | FlashAttention, smaller caches, a sliding window |
 # | 04 | [decoding strategies (解码策略)](04_decoding.ipynb) | greedy, beam search, sampling, top-k, top-p |
-# | 05 | [measuring inference (性能指标)](05_metrics.ipynb) | TTFT, TPOT, throughput, a fast engine |
+# | 05 | [measuring inference (性能指标)](05_metrics.ipynb) | TTFT, TPOT, throughput, the bandwidth bound |
+# | 05b | [appendix: the fast engine](05b_fast_engine.ipynb) (optional) | fused layers, `torch.compile` |
 # | 06 | [batching and paged attention](06_batching.ipynb) | continuous batching, a paged KV cache |
 # | 07 | [quantization (量化)](07_quantization.ipynb) | int8 and int4 weights |
 # | 08 | [speculative decoding (推测解码)](08_speculative.ipynb) | draft and verify |

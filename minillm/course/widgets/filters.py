@@ -62,6 +62,7 @@ def filter_view(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0,
 
     if logits.dim() != 1:
         raise ValueError(f"logits must be one row (vocab,), got shape {tuple(logits.shape)}")
+    logits = logits.detach().cpu()  # float64 below: on the CPU (Apple's GPUs have none)
     after_t = ProcessorList([TemperatureProcessor(temperature)])(None, logits[None].float())
     after_k = TopKProcessor(top_k)(None, after_t) if top_k else after_t
     after_p = TopPProcessor(top_p)(None, after_k) if top_p < 1.0 else after_k
