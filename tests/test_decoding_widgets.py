@@ -8,7 +8,7 @@ import torch
 
 matplotlib.use("Agg")
 
-from minillm.decoding import GenerationConfig  # noqa: E402
+from minillm.decoding import GenerationConfig, IgnoredSamplingOptionsWarning  # noqa: E402
 from minillm.course.text_quality import (distinct_n, mean_logprob, repeated_ngram_rate,  # noqa: E402
                                       repeated_ngrams, repeated_token_mask)
 from minillm.course.widgets import (config_from_values, filter_figure, filter_view,  # noqa: E402
@@ -309,7 +309,9 @@ def test_playground_describe_names_the_mode_rounds_and_flags_options_it_ignores(
     from minillm.course.widgets.playground import describe
 
     assert describe(GenerationConfig()) == "greedy"
-    assert describe(GenerationConfig(temperature=0.7, length_penalty=2.0)) == (
+    with pytest.warns(IgnoredSamplingOptionsWarning):  # and says it once
+        ignored = GenerationConfig(temperature=0.7, length_penalty=2.0)
+    assert describe(ignored) == (
         "greedy · temperature=0.7 (sampling only) · length_penalty=2.0 (beam search only)")
     assert describe(GenerationConfig(num_beams=3, early_stopping="never")) == (
         "beam search, 3 beams · early_stopping='never'")

@@ -4,9 +4,9 @@
 (num_blocks * block_size, kv_heads, head_dim): slot `block * block_size + offset` holds one token.
 
 `PagedBatch` is what the model sees for one forward pass over a batch of sequences, each with
-`context` tokens already in the pool and `new` tokens to run now. It keeps
-`minillm.generation.kv_cache.KVCacheProtocol` (`append(layer, k, v)` returns the keys and values to attend
-over, `advance(n)`), so the model code is unchanged:
+`context` tokens already in the pool and `new` tokens to run now. It keeps the KV-cache contract (minillm.generation.kv_cache:
+`append(layer, k, v)` returns the keys and values to attend over, `advance(n)`), so the model code
+is unchanged:
 
 - the batch's new tokens are left-padded to the longest (`seq`), and each row's keys are laid out
   so that its last key sits at the end: row i's keys occupy the last `context_i + new_i` of
@@ -15,8 +15,8 @@ over, `advance(n)`), so the model code is unchanged:
   its block table into that layout; `attention_mask` hides the padding, `position_ids` count each
   row's own tokens. The model's causal mask then lets each new token see its context and itself.
 
-A decode step (one new token per row) on the CPU skips the gather: `attends` is true and the
-attention layer calls `attend`, which runs minillm.kernels' paged attention over each row's own
+A decode step (one new token per row) on the CPU skips the gather: `attends` (a capability of the
+contract) is true and the attention layer calls `attend`, which runs minillm.kernels' paged attention over each row's own
 slots, reading its keys and values once, where they lie (what vLLM's paged attention kernel does
 on a GPU). Elsewhere (prefill chunks, a GPU, no C compiler) the gather path runs.
 """
@@ -26,6 +26,7 @@ from __future__ import annotations
 import torch
 
 from .. import kernels
+from ..generation.kv_cache import KVCacheBase
 from ..utils.devices import model_device, model_dtype
 
 
@@ -96,8 +97,10 @@ class PagedKVPool:
         return (self.keys[layer][idx].transpose(0, 1), self.values[layer][idx].transpose(0, 1))
 
 
-class PagedBatch:
-    """One forward pass's view of the pool (see the module docstring)."""
+class PagedBatch(KVCacheBase):
+    """One forward pass's view of the pool (see the module docstring). Of the contract's
+    optional capabilities it has `attends` (a decode step on the CPU); it is not contiguous, and
+    it neither crops nor reorders: the engine keeps each sequence's length and blocks."""
 
     def __init__(self, pool: PagedKVPool, tables: list[list[int]], contexts: list[int],
                  news: list[int]):
@@ -145,7 +148,7 @@ class PagedBatch:
             self.decode_slots = table.gather(1, first // bs) * bs + first % bs
             self.lengths = total
 
-    # --- KVCacheProtocol ---------------------------------------------------------------------------
+    # --- the KV-cache contract ----------------------------------------------------------------
 
     @property
     def n_layers(self) -> int:

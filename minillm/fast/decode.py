@@ -1,4 +1,4 @@
-"""The fast path's decode step: one new token per row, no padding, a contiguous KVCache.
+"""The fast path's decode step: one new token per row, no padding, a contiguous KV cache.
 
 Generation spends almost all its steps here, and at batch 1 a step's arithmetic is small, so
 what the step costs beyond reading the weights (Python, module calls, small tensor operations)
@@ -23,7 +23,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .. import kernels
-from ..generation.kv_cache import KVCache
+from ..generation.kv_cache import KVCacheProtocol, capability
 from ..layers import Attention
 from ..layers.rope import apply_rope
 from .linear import FastLinear
@@ -89,14 +89,18 @@ class FusedDecode:
                    and "qkv_proj" in b.attn._modules and "gate_up_proj" in b.mlp._modules
                    and hasattr(b, "attn_norm") for b in model.layers)
 
-    def applies(self, input_ids, cache, position_ids, attention_mask) -> bool:
-        return (type(cache) is KVCache and position_ids is None and attention_mask is None
+    def applies(self, input_ids, cache: KVCacheProtocol | None, position_ids,
+                attention_mask) -> bool:
+        """Whether this step can run the pass: one new token per row, no padding, and a cache
+        whose tensors it may write and read in place (the contract's `contiguous`)."""
+        return (cache is not None and capability(cache, "contiguous")
+                and position_ids is None and attention_mask is None
                 and isinstance(input_ids, torch.Tensor) and input_ids.dim() == 2
                 and input_ids.shape[1] == 1 and input_ids.shape[0] == cache.batch_size
                 and cache.n_layers == len(self.layers)
                 and cache.length < min(cache.max_tokens, self.model.config.max_seq_len))
 
-    def __call__(self, input_ids: torch.Tensor, cache: KVCache) -> torch.Tensor:
+    def __call__(self, input_ids: torch.Tensor, cache: KVCacheProtocol) -> torch.Tensor:
         """Logits (rows, 1, vocab) in float32 for one new token per row."""
         model = self.model
         vocab = model.config.vocab_size

@@ -731,7 +731,7 @@ show_source(minillm.decoding.beam_search)
 
 # %%
 ref_model, ref_tokenizer = minillm.load_reference()
-eos = minillm.generation.loop.eos_ids(model, tokenizer, GenerationConfig())
+eos = minillm.generation.request.eos_ids(model, tokenizer, GenerationConfig())
 for beams in [1, 3]:
     ours = minillm.generate(model, tokenizer, prompt_ids, max_new_tokens=12, num_beams=beams)
     theirs = ref_model.generate(torch.tensor([prompt_ids]), max_new_tokens=12, do_sample=False,

@@ -7,9 +7,10 @@ in bold), its text, why it ended and how long it took, so two settings can be co
 from __future__ import annotations
 
 import html
+import warnings
 from dataclasses import dataclass, field
 
-from ...decoding.config import GenerationConfig
+from ...decoding.config import GenerationConfig, IgnoredSamplingOptionsWarning
 from .readable import finish_reason_text, number
 
 
@@ -33,7 +34,9 @@ def config_from_values(values: dict, tokenizer=None) -> GenerationConfig:
         from ...decoding.processors import bad_words_ids
 
         fields["bad_words_ids"] = bad_words_ids(tokenizer, words)
-    return GenerationConfig.merge(None, **fields)
+    with warnings.catch_warnings():  # the run's card marks the options greedy decoding ignores
+        warnings.simplefilter("ignore", IgnoredSamplingOptionsWarning)
+        return GenerationConfig.merge(None, **fields)
 
 
 MAX_NEW_TOKENS = 300  # the slider's top
