@@ -67,8 +67,8 @@ ONE_DAY = {
                                                  "(RMSNorm, causal attention, one block)"),
         (None, 60, "Lunch"),
         ("03_kv_cache", ("lesson", 3), "03 KV cache + exercise task 3 (the decode loop)"),
-        ("04_decoding", ("lesson", 1, 2, 3), "04 decoding strategies + exercise tasks 1–3 (the "
-                                             "widgets are the favourite part: leave time)"),
+        ("04_decoding", ("lesson", 1, 2), "04 decoding strategies + exercise tasks 1–2 (the "
+                                          "widgets are the favourite part: leave time)"),
         (None, 15, "Break"),
         ("05_metrics", ("lesson", 1), "05 measuring inference + exercise task 1 (one request's "
                                       "metrics)"),
@@ -92,8 +92,9 @@ THREE_HOURS = {
         (None, 10, "Break"),
         ("03_kv_cache", ("lesson",), "Prefill, decode and the KV cache: the O(n²) loop and its "
                                      "fix: 03 lesson"),
-        ("04_decoding", ("lesson", 1, 2), "Decoding strategies with the widgets: temperature, "
-                                          "top-k, top-p: 04 lesson, exercise tasks 1–2"),
+        ("04_decoding", ("lesson",), "Decoding strategies with the widgets: temperature, "
+                                     "top-k, top-p, min-p, repetition: 04 lesson (its widgets "
+                                     "are the hands-on part)"),
         ("10_interview_qa", (1,), "Interview round: top-k and top-p together, which order? "
                                   "(10, exercise task 1)"),
     ],

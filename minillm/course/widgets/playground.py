@@ -72,9 +72,19 @@ def describe(config: GenerationConfig) -> str:
     return " · ".join(describe_parts(config))
 
 
+# How a setting that is off reads on a card, in the controls' words instead of Python's None.
+OFF = {"min_p": "off", "seed": "random", "stop": "none", "bad_words_ids": "none",
+       "eos_token_id": "the model's"}
+
+
 def setting_values(config: GenerationConfig) -> dict[str, str]:
-    """Every field of `config`, rounded for people: what two runs' cards compare."""
-    return {name: number(getattr(config, name)) for name in GenerationConfig.field_names()}
+    """Every field of `config`, rounded for people: what two runs' cards compare. A field that
+    is off (None) reads as the controls say it: min_p=off, seed=random, stop=none."""
+    values = {}
+    for name in GenerationConfig.field_names():
+        value = getattr(config, name)
+        values[name] = OFF.get(name, "none") if value is None else number(value)
+    return values
 
 
 @dataclass

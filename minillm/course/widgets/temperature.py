@@ -17,6 +17,7 @@ import torch
 from ..language import say
 from .readable import number, percent, plural
 from .render import chart_html, new_figure
+from .tokens import BYTES_NOTE, has_byte_labels, token_label
 
 FLOOR = 1e-6  # the log axis starts here; smaller probabilities are drawn at it and labelled
 
@@ -66,10 +67,6 @@ def temperature_table(logits: torch.Tensor, temperature: float, top_n: int = 12)
             "coverage_k": ks, "coverage": coverage}
 
 
-def token_label(tokenizer, token_id: int) -> str:
-    return repr(tokenizer.decode([token_id]))[1:-1] or "∅"
-
-
 def covers_90(n: int) -> str:
     return say("{tokens} {cover} 90%", "{n:,} 个词元覆盖 90%", tokens=plural(n, "token"),
                cover="covers" if n == 1 else "cover", n=n)
@@ -83,9 +80,10 @@ def _percent_axis(axis) -> None:
 
 
 def temperature_figure(table: dict, labels: list[str], temperature: float,
-                       prompt: str | None = None):
+                       prompt: str | None = None, note: str = ""):
     """The chart for one `temperature_table`: the top tokens and the rest of the vocabulary as
-    bars on a log scale (each labelled with its probability), and the coverage curve."""
+    bars on a log scale (each labelled with its probability), and the coverage curve. `note`
+    (e.g. what a \\x.. label means) follows the x axis's label."""
     from matplotlib.ticker import FuncFormatter
 
     fig = new_figure(10, 3.8)
@@ -108,7 +106,8 @@ def temperature_figure(table: dict, labels: list[str], temperature: float,
     bars_ax.set_xticks(range(len(names)), names, rotation=45, ha="right", fontsize=8,
                        rotation_mode="anchor")
     bars_ax.set_xlabel(say("next token (the most likely at T = 1 first)",
-                           "下一个词元（按 T = 1 时的概率从高到低）"))
+                           "下一个词元（按 T = 1 时的概率从高到低）")
+                       + (f"\n{note}" if note else ""))
     bars_ax.set_ylabel(say("probability (log scale)", "概率（对数坐标）"))
 
     n90 = table["tokens_for_90pct"]
@@ -145,7 +144,9 @@ def temperature_explorer(model, tokenizer, prompt: str = "The weather today is",
     import ipywidgets as w
 
     logits = next_token_logits(model, tokenizer, prompt)
-    labels = [token_label(tokenizer, i) for i in torch.topk(logits, top_n).indices.tolist()]
+    top = torch.topk(logits, top_n).indices.tolist()
+    labels = [token_label(tokenizer, i) for i in top]
+    note = BYTES_NOTE if has_byte_labels(tokenizer, top) else ""
     slider = w.FloatSlider(value=temperature, min=0.01, max=3.0, step=0.01,
                            description=say("temperature T", "温度 T"), continuous_update=False,
                            style={"description_width": "initial"},
@@ -155,7 +156,7 @@ def temperature_explorer(model, tokenizer, prompt: str = "The weather today is",
 
     def draw(change=None):
         table = temperature_table(logits, slider.value, top_n)
-        box.figure = temperature_figure(table, labels, slider.value, prompt)
+        box.figure = temperature_figure(table, labels, slider.value, prompt, note)
         chart.value = chart_html(box.figure, "temperature")
 
     slider.observe(draw, names="value")
