@@ -184,9 +184,21 @@ print(f"预填充：每个提示词元 {1000 * prefill_per_token:.2f} ms")
 print(f"解码：  每个新词元 {1000 * decode_per_token:.2f} ms"
       f"（是前者的 {decode_per_token / prefill_per_token:.0f} 倍）")
 
-# %% [markdown] en=cefe4cf7
-# 为什么会这样？解码的每一步都要把*全部*权重从内存里读一遍，却只产出一个词元，所以决定速度的
-# 是内存带宽（memory bandwidth），而不是算力。第 05 章会测出这个上限。
+# %% [markdown] en=cf8c1d45
+# 为什么会这样？两个阶段里，每个词元的计算量其实一样多。不同的是，预填充只读一遍权重，
+# 由提示词的全部词元共同分摊；解码则每一步都要把*全部*权重从内存里读一遍，却只产出一个词元。
+# 那么在这台机器上，读一遍权重有多快？
+
+# %% en=c8b1dcbb
+weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+print(f"权重共 {weight_bytes / 1e6:.0f} MB，解码每一步都要完整读一遍")
+print(f"每步 {1000 * decode_per_token:.1f} ms，折合 {weight_bytes / decode_per_token / 1e9:.1f} GB/s")
+
+# %% [markdown] en=8364a2b5
+# 决定解码速度的有两项开销，哪一项都不是计算本身。一是每一步都要把每个权重从内存里读一遍，
+# 受内存带宽（memory bandwidth）限制；二是每步开销（per-step overhead），即每一步都要付出的
+# 固定代价：每生成一个词元，PyTorch 都要启动数百个小操作，不论每个操作实际要算的有多少。
+# 第 05 章会测出这台机器的内存带宽，并把这两项开销分开来看。
 #
 # ## 5 · 章节地图
 #
