@@ -641,6 +641,16 @@ class FakeCudaEvent:
         return (end.time - self.time) * 1000.0
 
 
+def _event_factory(real_event):
+    """`torch.Event(device=...)` (transformers' generate makes two): a host-clock event on the
+    fake device, the real one elsewhere. A CPU build of torch refuses an mps event outright."""
+    def event(device=None, **options):
+        if device is not None and torch.device(device).type == _FAKE[0].type:
+            return FakeCudaEvent(**options)
+        return real_event(device=device, **options) if device is not None else real_event(**options)
+    return event
+
+
 def _cuda_device_arg(device=None) -> None:
     if device is None:
         return
@@ -750,7 +760,7 @@ class FakeCuda:
         torch.__future__.set_swap_module_params_on_conversion(True)
         torch._C._set_only_lift_cpu_tensors(True)  # torch.tensor(..., device=) builds on the CPU
         patches = self._patches()
-        patches += [(torch, "Generator", _Generator),
+        patches += [(torch, "Generator", _Generator), (torch, "Event", _event_factory(torch.Event)),
                     (threading.Thread, "run", _under_harness(threading.Thread.run))]
         for owner, name, value in patches:
             self._saved.append((owner, name, owner.__dict__.get(name, _MISSING)))

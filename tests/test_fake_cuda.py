@@ -213,6 +213,21 @@ def test_fake_mps_refuses_float64_as_apple_gpus_do(make):
         assert x.cpu().double().dtype == torch.float64  # on the CPU it is fine
 
 
+@pytest.mark.parametrize("harness,device", [(FakeCuda, "cuda"), (FakeMps, "mps")])
+def test_torch_event_on_the_fake_device_times_on_the_host_and_is_restored_after(harness, device):
+    """transformers' generate makes `torch.Event(device=input_ids.device)`: a CPU build of torch
+    refuses an mps event ("not linked with support for mps devices")."""
+    real = torch.Event
+    with harness():
+        start, end = (torch.Event(device=device, enable_timing=True) for _ in range(2))
+        start.record()
+        torch.ones(3, device=device).sum()
+        end.record()
+        assert end.query() and start.elapsed_time(end) >= 0.0
+        assert type(torch.Event(device="cpu")) is real  # elsewhere, the real one
+    assert torch.Event is real
+
+
 def test_a_timer_without_a_device_waits_for_mps():
     """On a Mac `Timer()` with no device must wait for the GPU, as it does for CUDA."""
     with FakeMps():

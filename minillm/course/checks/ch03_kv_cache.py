@@ -309,7 +309,7 @@ _BLOCK_MISTAKES = [
 
 def _as_vector(got, what):
     if isinstance(got, torch.Tensor):
-        return got.detach().double().cpu()
+        return got.detach().cpu().double()
     try:
         return torch.as_tensor(got, dtype=torch.float64)
     except (TypeError, ValueError, RuntimeError):

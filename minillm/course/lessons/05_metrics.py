@@ -510,7 +510,7 @@ print(f"q_max for K = {x.shape[1]}: {q_max}")
 integer_sum = (w_q.long() @ x_q[0].long()).float()  # exact, as the kernel's int32 sums
 y_int16 = integer_sum * (s_x * s_w)
 y_float_x = x[0].double() @ (w_q.double() * s_w.double()[:, None]).T  # int8 weights, float x
-y_fp32 = fast.layers[0].mlp.gate_up_proj(x.to(device))[0].double().cpu()  # float32 weights
+y_fp32 = fast.layers[0].mlp.gate_up_proj(x.to(device))[0].cpu().double()  # float32 weights
 
 
 def relative(a, b):
@@ -529,7 +529,8 @@ else:
     print("minillm's int8 kernel is not built on this machine; the lines above are what it "
           "computes where it is")
 assert x_error < w_error / 10  # rounding x costs far less than rounding the weights
-#
+
+# %% [markdown]
 # ## 7 · CPU against GPU, and the TPU
 #
 # On a GPU a 135M model's batch-1 decode is not bound by bandwidth: an H100 reads SmolLM2's

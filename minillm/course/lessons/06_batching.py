@@ -58,8 +58,8 @@ print(f"device: {device}, {torch.get_num_threads()} CPU threads; {load_average()
 
 # %%
 N = 8 if CI else 12
-work = make_workload(tokenizer, N, prompt_lengths=(8, 48 if CI else 128),
-                     output_lengths=(4, 24 if CI else 48), seed=0)
+work = make_workload(tokenizer, N, prompt_lengths=(8, 48 if CI else 96),
+                     output_lengths=(4, 24 if CI else 32), seed=0)
 print("prompt tokens:", [len(w.prompt) for w in work])
 print("new tokens:   ", [w.max_new_tokens for w in work])
 
