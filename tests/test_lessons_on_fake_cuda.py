@@ -123,6 +123,15 @@ class TestServingLessons:
         check_lesson(name, monkeypatch, "cuda")
 
 
+# The lessons on fake MPS double the lessons' share of `make test` (about 7 minutes on 2 cores),
+# and one such run (02_forward_pass) hung once with its kernel idle: run them on demand until that
+# is understood. tests/test_fake_cuda.py and tests/test_package_on_fake_cuda.py keep the package on
+# fake MPS in every run.
+ON_MPS = pytest.mark.skipif(not os.environ.get("MINILLM_MPS_LESSONS"),
+                            reason="the lessons on fake MPS run with MINILLM_MPS_LESSONS=1")
+
+
+@ON_MPS
 @pytest.mark.slow
 class TestDecodingLessonsOnMps:
     @pytest.mark.parametrize("name", GROUPS["decoding"])
@@ -130,6 +139,7 @@ class TestDecodingLessonsOnMps:
         check_lesson(name, monkeypatch, "mps")
 
 
+@ON_MPS
 @pytest.mark.slow
 class TestServingLessonsOnMps:
     @pytest.mark.parametrize("name", GROUPS["serving"])
