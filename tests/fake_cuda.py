@@ -647,7 +647,7 @@ def _event_factory(real_event):
     def event(device=None, **options):
         if device is not None and torch.device(device).type == _FAKE[0].type:
             return FakeCudaEvent(**options)
-        return real_event(device=device, **options) if device is not None else real_event(**options)
+        return real_event(device=device, **options)  # device=None is torch's own default
     return event
 
 
