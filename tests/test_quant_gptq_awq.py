@@ -137,3 +137,34 @@ def test_calibration_stats_and_rounded_layers_on_a_tiny_model():
         cal.round_layers(model, stats, "nearest", 4)
     with pytest.raises(ValueError, match="no linear layers"):
         cal.linear_names(model, blocks=[7])
+
+
+# --- SmoothQuant, W8A8 and fp8 ----------------------------------------------------------------
+
+def test_smoothing_leaves_the_product_unchanged_and_tames_an_outlier_feature():
+    from minillm.quant.smoothquant import smooth_scales, w8a8
+
+    x = _correlated_inputs(64, 32, seed=8)
+    x[:, 5] *= 60.0  # an outlier feature, as LLM.int8() finds in large models
+    w = torch.randn(16, 32, generator=torch.Generator().manual_seed(9)) * 0.1
+    s = smooth_scales(x.abs().amax(0), w)
+    assert torch.allclose((x / s) @ (w * s).T, x @ w.T, rtol=1e-4, atol=1e-4)
+    exact = x @ w.T
+    plain = (w8a8(x, w) - exact).norm() / exact.norm()
+    smooth = (w8a8(x, w, s) - exact).norm() / exact.norm()
+    assert smooth < plain / 2
+    with pytest.raises(ValueError, match="alpha"):
+        smooth_scales(x.abs().amax(0), w, alpha=1.5)
+
+
+def test_fp8_roundtrip_keeps_relative_steps_and_names_its_formats():
+    from minillm.quant.fp8 import fp8_roundtrip
+
+    t = torch.tensor([1000.0, 1.0, 0.1, -0.3])  # all in e4m3's normal range once scaled
+    back = fp8_roundtrip(t, "e4m3")
+    assert back[0] == 1000.0  # the largest lands exactly on the format's largest
+    assert ((back - t).abs() / t.abs()).max() < 2 ** -3  # 3 stored mantissa bits
+    assert torch.equal(fp8_roundtrip(torch.zeros(3)), torch.zeros(3))
+    assert ((fp8_roundtrip(t, "e5m2") - t).abs() / t.abs()).max() < 2 ** -2
+    with pytest.raises(ValueError, match="e4m3"):
+        fp8_roundtrip(t, "e3m4")
