@@ -127,7 +127,8 @@ def test_calibration_stats_and_rounded_layers_on_a_tiny_model():
     assert torch.allclose(down.mean_abs, seen[0].abs().mean(0), rtol=1e-5)
     assert cal.input_stats(model, ids, names, window=16)["layers.0.mlp.down_proj"].tokens == 40
     for method in cal.METHODS:
-        rounded, errors = cal.round_layers(model, stats, method, 4, 16)
+        rounded, errors, seconds = cal.round_layers(model, stats, method, 4, 16)
+        assert seconds > 0
         assert set(errors) == set(names)
         assert all(0 < e < 0.1 for e in errors.values()), (method, errors)
         w = model.layers[0].mlp.gate_proj.weight

@@ -14,6 +14,7 @@ kernel would compute, the bytes are not. Measuring quality needs no more.
 from __future__ import annotations
 
 import copy
+import time
 from dataclasses import dataclass
 
 import torch
@@ -116,17 +117,19 @@ def relative_output_error(weight: torch.Tensor, rounded: torch.Tensor, stats: In
 def round_layers(model: nn.Module, stats: dict[str, InputStats], method: str, bits: int,
                  group_size: int | None = None, progress: bool = False):
     """(a copy of `model` with the layers in `stats` rounded by `method`, the relative output
-    error of each of them)."""
+    error of each of them, the seconds spent rounding: the copy and the errors not counted)."""
     out = copy.deepcopy(model)
     modules = dict(out.named_modules())
-    errors = {}
+    errors, seconds = {}, 0.0
     items = stats.items()
     if progress:
         from tqdm.auto import tqdm
         items = tqdm(items, desc=f"{method} {bits}-bit", leave=False)
     for name, layer_stats in items:
         layer = modules[name]
+        start = time.perf_counter()
         rounded = round_weight(layer.weight, layer_stats, method, bits, group_size)
+        seconds += time.perf_counter() - start
         errors[name] = relative_output_error(layer.weight, rounded, layer_stats)
         layer.weight.copy_(rounded.to(layer.weight.dtype))
-    return out, errors
+    return out, errors, seconds
