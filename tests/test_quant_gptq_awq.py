@@ -130,7 +130,7 @@ def test_calibration_stats_and_rounded_layers_on_a_tiny_model():
         rounded, errors, seconds = cal.round_layers(model, stats, method, 4, 16)
         assert seconds > 0
         assert set(errors) == set(names)
-        assert all(0 < e < 0.1 for e in errors.values()), (method, errors)
+        assert all(0 < e < 0.3 for e in errors.values()), (method, errors)
         w = model.layers[0].mlp.gate_proj.weight
         assert not torch.equal(rounded.layers[0].mlp.gate_proj.weight, w)
         assert torch.equal(rounded.layers[1].mlp.gate_proj.weight, model.layers[1].mlp.gate_proj.weight)

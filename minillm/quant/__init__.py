@@ -14,6 +14,8 @@
     awq.py         AWQ: scale up the weights that meet large activations before rounding
     calibration.py calibration inputs' statistics; a model with chosen layers rounded by
                    RTN, GPTQ or AWQ
+    smoothquant.py SmoothQuant's scales and an emulated W8A8 (int8 x int8) product
+    fp8.py         fp8 e4m3 / e5m2 round trips with one scale per tensor
 
     >>> model, tokenizer = minillm.load("smollm2-135m")
     >>> small = minillm.quantize(model, "int8")

@@ -108,9 +108,10 @@ def round_weight(weight: torch.Tensor, stats: InputStats, method: str, bits: int
 
 
 def relative_output_error(weight: torch.Tensor, rounded: torch.Tensor, stats: InputStats) -> float:
-    """||x (W - W_hat)^T||² / ||x W^T||² over the calibration inputs."""
+    """||x (W - W_hat)^T|| / ||x W^T|| over the calibration inputs."""
     w = weight.detach().float().cpu()
-    return output_error(w, rounded, stats.h) / output_error(w, torch.zeros_like(w), stats.h)
+    return (output_error(w, rounded, stats.h)
+            / output_error(w, torch.zeros_like(w), stats.h)) ** 0.5
 
 
 @torch.no_grad()
