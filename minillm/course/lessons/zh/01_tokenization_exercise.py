@@ -1,34 +1,34 @@
 # 中文版 · 01_tokenization_exercise.py 的译文。每个单元格标记里的 en=… 是它所译英文单元格的哈希；
 # 流程见 docs/translating.md。
 
-# %% [markdown] en=36731e62 todo
-# # Exercises 01 · Byte-pair encoding by hand
+# %% [markdown] en=36731e62
+# # 练习 01 · 亲手实现字节对编码
 #
-# BPE (字节对编码) is a few small operations on lists of token ids: counting pairs, merging one,
-# training (learning which pairs to merge) and encoding (replaying the merges). Write each one,
-# run its cell, then run the check cell below it. The checker compares your function with
-# minillm's own on fixed and random inputs and says in plain words what is wrong.
+# 字节对编码（byte pair encoding，BPE）就是作用在词元 id 列表上的几个小操作：统计相邻对、合并
+# 一对、训练（学出该合并哪些对）和编码（把合并规则重放一遍）。逐个写出这些函数，运行它所在的
+# 单元格，再运行它下面的检查单元格。检查会在固定的和随机的输入上，把你的函数和 minillm 自己的
+# 实现作对比，并直接告诉你错在哪里。
 #
-# Check your work from a terminal too: `pytest --nbval-lax exercises/01_tokenization.ipynb`.
+# 也可以在终端里检查：`pytest --nbval-lax exercises/zh/01_tokenization.ipynb`。
 
 # %% en=e8e15841
 from minillm.course.checks import ch01_tokenization as checks
 from minillm.course import show_source
 
-# %% [markdown] en=2f8b74d0 todo
-# ## 1 · Count adjacent pairs
+# %% [markdown] en=2f8b74d0
+# ## 1 · 统计相邻对
 #
-# Write `pair_counts(ids)`: a dict mapping each pair of neighbouring ids `(ids[i], ids[i + 1])`
-# to how often it occurs. Overlapping occurrences all count.
+# 请写出 `pair_counts(ids)`：返回一个字典，把每一对相邻的 id `(ids[i], ids[i + 1])` 映射到它出现
+# 的次数。相互重叠的出现也都要计数。
 #
 # ```
 # pair_counts([1, 2, 3, 1, 2])  ->  {(1, 2): 2, (2, 3): 1, (3, 1): 1}
 # pair_counts([5, 5, 5])        ->  {(5, 5): 2}
 # ```
 
-# %% [task] en=2fb3b5f0 todo
+# %% [task] en=2fb3b5f0
 def pair_counts(ids):
-    # YOUR CODE HERE
+    # 在这里写你的代码
     raise NotImplementedError
 # ==== solution ====
 def pair_counts(ids):
@@ -40,21 +40,20 @@ def pair_counts(ids):
 # %% [check] en=ffaebc73
 checks.check_pair_counts(pair_counts)
 
-# %% [markdown] en=ee4907cb todo
-# ## 2 · Merge one pair
+# %% [markdown] en=ee4907cb
+# ## 2 · 合并一对
 #
-# Write `merge_pair(ids, pair, new_id)`: a **new** list in which every occurrence of `pair`
-# becomes `new_id`. Scan from the left; occurrences do not overlap, so after a merge at position
-# `i` carry on at `i + 2`.
+# 请写出 `merge_pair(ids, pair, new_id)`：返回一个**新**列表，其中 `pair` 的每一次出现都换成
+# `new_id`。从左往右扫描；出现之间不重叠，所以在位置 `i` 合并之后，从 `i + 2` 接着往下扫。
 #
 # ```
 # merge_pair([1, 2, 3, 1, 2], (1, 2), 9)  ->  [9, 3, 9]
 # merge_pair([5, 5, 5], (5, 5), 9)        ->  [9, 5]
 # ```
 
-# %% [task] en=877f9c42 todo
+# %% [task] en=877f9c42
 def merge_pair(ids, pair, new_id):
-    # YOUR CODE HERE
+    # 在这里写你的代码
     raise NotImplementedError
 # ==== solution ====
 def merge_pair(ids, pair, new_id):
@@ -71,29 +70,28 @@ def merge_pair(ids, pair, new_id):
 # %% [check] en=7b9bf721
 checks.check_merge_pair(merge_pair)
 
-# %% [markdown] en=bd898bb7 todo
-# ## 3 · Train: learn the merges
+# %% [markdown] en=bd898bb7
+# ## 3 · 训练：学出合并规则
 #
-# Training starts from the words of a text (after pre-tokenization) and how often each occurs,
-# `word_counts = {"low": 5, "lower": 2, ...}`. Each word is a list of its UTF-8 bytes. Then, for
-# step = 0, 1, 2, ...:
+# 训练从文本里的词（预分词之后的结果）以及每个词出现的次数开始：
+# `word_counts = {"low": 5, "lower": 2, ...}`。每个词表示成它的 UTF-8 字节列表。然后对
+# step = 0, 1, 2, ……：
 #
-# 1. count the adjacent pairs inside every word, each word's pairs counted as many times as the
-#    word occurs (pairs never cross from one word into the next);
-# 2. take the most frequent pair; among pairs with the same count, the one with the smallest ids,
-#    compared as (left id, right id): `min(counts, key=lambda p: (-counts[p], p))`;
-# 3. merge it into the new id `256 + step` in every word, and record it.
+# 1. 统计每个词内部的相邻对，每个词的相邻对按这个词出现的次数计数（相邻对永远不跨越两个词）；
+# 2. 取出现次数最多的一对；次数相同的几对中，取 id 最小的那一对，按（左 id，右 id）比较：
+#    `min(counts, key=lambda p: (-counts[p], p))`；
+# 3. 在每个词里把它合并成新 id `256 + step`，并记下这一对。
 #
-# Write `train_merges(word_counts, num_merges)`: the list of recorded pairs, in order. Stop after
-# `num_merges` merges, or earlier when no word has a pair left.
+# 请写出 `train_merges(word_counts, num_merges)`：按顺序返回记下的各对。做完 `num_merges` 次合并
+# 就停下；如果没有哪个词里还剩相邻对，也提前停下。
 #
 # ```
-# train_merges({"aaab": 1}, 2)  ->  [(97, 97), (97, 98)]   (a tie: (97, 98) < (256, 97))
+# train_merges({"aaab": 1}, 2)  ->  [(97, 97), (97, 98)]   （次数相同：(97, 98) < (256, 97)）
 # ```
 
-# %% [task] en=bf8f2ff2 todo
+# %% [task] en=bf8f2ff2
 def train_merges(word_counts, num_merges):
-    # YOUR CODE HERE
+    # 在这里写你的代码
     raise NotImplementedError
 # ==== solution ====
 def train_merges(word_counts, num_merges):
@@ -114,26 +112,26 @@ def train_merges(word_counts, num_merges):
 # %% [check] en=a3cb733d
 checks.check_train_merges(train_merges)
 
-# %% [markdown] en=9e29d695 todo
-# ## 4 · Encode with a list of merges
+# %% [markdown] en=9e29d695
+# ## 4 · 用一组合并规则编码
 #
-# Training recorded its merges in order: `merges[i]` is the pair of ids it merged into the new
-# id `256 + i`. Write `encode_with_merges(text, merges)`:
+# 训练按顺序记下了它的合并：`merges[i]` 是它合并成新 id `256 + i` 的那一对 id。请写出
+# `encode_with_merges(text, merges)`：
 #
-# 1. start from the UTF-8 bytes of `text` (`list(text.encode("utf-8"))`),
-# 2. while some adjacent pair has a merge, apply the merge learned **earliest** (smallest `i`)
-#    among the pairs present, everywhere it occurs,
-# 3. return the ids.
+# 1. 从 `text` 的 UTF-8 字节开始（`list(text.encode("utf-8"))`），
+# 2. 只要还有某个相邻对有对应的合并规则，就在当前出现的各对中，取**最早**学到的那条规则
+#    （`i` 最小），把它出现的每一处都合并掉，
+# 3. 返回最终的 id。
 #
 # ```
 # encode_with_merges("aaab", [(97, 97), (256, 98)])  ->  [256, 97, 98]
 # ```
 #
-# You may use your `pair_counts` and `merge_pair`.
+# 可以直接用你写的 `pair_counts` 和 `merge_pair`。
 
-# %% [task] en=3d51238a todo
+# %% [task] en=3d51238a
 def encode_with_merges(text, merges):
-    # YOUR CODE HERE
+    # 在这里写你的代码
     raise NotImplementedError
 # ==== solution ====
 def encode_with_merges(text, merges):
@@ -150,11 +148,10 @@ def encode_with_merges(text, merges):
 # %% [check] en=6e2ae287
 checks.check_encode_with_merges(encode_with_merges)
 
-# %% [markdown] en=b09c4512 todo
-# ## Done?
+# %% [markdown] en=b09c4512
+# ## 做完了？
 #
-# minillm's versions are in `minillm/tokenizer/bpe.py` and `minillm/tokenizer/train.py`; compare
-# yours with `show_source(minillm.tokenizer.bpe)` and
-# `show_source(minillm.tokenizer.train.train_simple)`. The real trainer gives the same
-# merges but updates only the counts next to each merge, and the tokenizer runs the encoding
-# rule with a rank table and a word cache: that is what makes both fast enough for real text.
+# minillm 的实现在 `minillm/tokenizer/bpe.py` 和 `minillm/tokenizer/train.py` 里；可以用
+# `show_source(minillm.tokenizer.bpe)` 和 `show_source(minillm.tokenizer.train.train_simple)`
+# 把它们和你的版本对照。真正的训练器学到的合并规则一模一样，只是每次合并后只更新这次合并旁边的
+# 计数；分词器则用一张排名表和一个词缓存来执行编码规则。正是这两点，让它们快到足以处理真实的文本。
