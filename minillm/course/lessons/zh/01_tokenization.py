@@ -395,7 +395,7 @@ def likelihood_score(pair):
 
 by_frequency = sorted(pair_count, key=lambda pair: -pair_count[pair])[:5]
 by_likelihood = sorted(pair_count, key=lambda pair: -likelihood_score(pair))[:5]
-for name, chosen in [("按频率（BPE）", by_frequency), ("按似然（WordPiece）", by_likelihood)]:
+for name, chosen in [("按频率（即 BPE）", by_frequency), ("按似然（即 WordPiece）", by_likelihood)]:
     print(f"{name:>22}：" + "，".join(f"{a}+{b}（{pair_count[a, b]} 次）" for a, b in chosen))
 
 # %% [markdown] en=ed31cc2d
