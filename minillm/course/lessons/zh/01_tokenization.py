@@ -124,7 +124,7 @@ assert all(len(tok.token_bytes(i)) == 1 for i in digit_tokens)
 assert tok.encode(numbers[0]) == llama_cpp.encode(numbers[0])
 
 # %% [markdown] en=591147cf
-# 普通的数字两种方式得到的 id 相同（上面打印的 `same ids`）：词表里只有单个数字的词元，所以
+# 普通的数字两种方式得到的 id 相同（上面打印的 `same ids`；`differ` 表示不同）：词表里只有单个数字的词元，所以
 # 两种切法最后都是一个数字一个词元。两者的分歧出现在两处：数字前面有两个或更多空白字符时
 # （GPT-2 的模式把最后一个空白分给数字，llama.cpp 的第一刀则让空白留在一起）；以及空格后面
 # 跟着 ½、³ 这类数字符号时，GPT-2 的模式把它们和空格放在一起。minillm 以本课程的参考实现

@@ -466,7 +466,7 @@ d, f = config.hidden_size, config.intermediate_size
 attn = d * (config.n_heads + 2 * config.n_kv_heads) * head_dim + config.n_heads * head_dim * d
 formula = config.n_layers * (attn + 3 * d * f + 2 * d) + config.vocab_size * d + d
 print(f"SmolLM2 按公式算：{formula:,}  实际数出：{n_params:,}")
-print(f"每层：注意力 {attn / d ** 2:.2f}·d²，SwiGLU {3 * d * f / d ** 2:.2f}·d² "
+print(f"每层：注意力 {attn / d ** 2:.2f}·d²，SwiGLU {3 * d * f / d ** 2:.2f}·d²"
       f"（f = {f / d:.2f}·d）")
 assert formula == n_params
 
