@@ -54,10 +54,10 @@ print(f"CI={CI}：每次生成 {N} 个新词元，设备 {model.device}，"
 PROMPT = "Once upon a time, there was a little robot who"  # 意思是“从前，有一个小机器人，它……”
 prompt_ids = tokenizer.encode(PROMPT)
 STRATEGIES = {
-    "greedy": dict(),
-    "beam search (4 beams)": dict(num_beams=4),
-    "sampling T=1.0": dict(do_sample=True, temperature=1.0, seed=0),
-    "sampling T=0.7, top_p=0.9": dict(do_sample=True, temperature=0.7, top_p=0.9, seed=0),
+    "贪心解码": dict(),
+    "束搜索（4 条束）": dict(num_beams=4),
+    "采样 T=1.0": dict(do_sample=True, temperature=1.0, seed=0),
+    "采样 T=0.7, top_p=0.9": dict(do_sample=True, temperature=0.7, top_p=0.9, seed=0),
 }
 
 
@@ -90,9 +90,9 @@ for name, r in results.items():
 # 说法：“远高于”指至少 0.10，并且至少是采样文本中较大那个重复率的三倍。
 
 # %% en=262aa3bc
-g, b = results["greedy"], results["beam search (4 beams)"]
-s = results["sampling T=1.0"]
-sampled = [r for name, r in results.items() if name.startswith("sampling")]
+g, b = results["贪心解码"], results["束搜索（4 条束）"]
+s = results["采样 T=1.0"]
+sampled = [r for name, r in results.items() if name.startswith("采样")]
 loop_rate = min(g["repeat-3"], b["repeat-3"])
 most_sampled = max(r["repeat-3"] for r in sampled)
 print(f"repeat-3：贪心解码 {g['repeat-3']:.2f}，束搜索 {b['repeat-3']:.2f}；采样的文本最高 "
@@ -111,7 +111,7 @@ assert g["mean logp"] > s["mean logp"] and b["mean logp"] > s["mean logp"]
 # %% en=b9391a53
 from minillm.course.widgets import highlight_html, repetition_report  # noqa: E402
 
-display(HTML(highlight_html(tokenizer, repetition_report("greedy", g["ids"], 3))))
+display(HTML(highlight_html(tokenizer, repetition_report("贪心解码", g["ids"], 3))))
 
 # %% [markdown] en=916bd6f6
 # ## 2. minillm 怎样解码：先过处理器，再做选择
