@@ -74,9 +74,9 @@ ONE_DAY = {
                                       "metrics)"),
         ("06_batching", ("lesson",), "06 batching and paged attention (its exercises are "
                                      "homework); or 07 quantization, by the group's interest"),
-        ("10_interview_qa", (1,), "10 interview questions in pairs (exercise task 1: top-k and "
-                                  "top-p together); `python -m minillm progress` to see what is "
-                                  "left"),
+        ("10_interview_qa", (1,), "10 interview questions in pairs (exercise task 1: the decode "
+                                  "bound of a 70B model on 4 GPUs); `python -m minillm progress` "
+                                  "to see what is left"),
     ],
 }
 
@@ -95,8 +95,8 @@ THREE_HOURS = {
         ("04_decoding", ("lesson",), "Decoding strategies with the widgets: temperature, "
                                      "top-k, top-p, min-p, repetition: 04 lesson (its widgets "
                                      "are the hands-on part)"),
-        ("10_interview_qa", (1,), "Interview round: top-k and top-p together, which order? "
-                                  "(10, exercise task 1)"),
+        ("10_interview_qa", (1,), "Interview round: the decode bound of a 70B fp8 model on 4 "
+                                  "GPUs, at the whiteboard (10, exercise task 1)"),
     ],
 }
 

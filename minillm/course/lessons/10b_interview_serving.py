@@ -1,5 +1,5 @@
 # %% [markdown]
-# # 10b · Interview questions, part two: serving at scale (面试题)
+# # 10b · Interview questions (面试题), part two: serving at scale
 #
 # The second half of chapter 10: Q17–Q32, then the self-check quiz (自测). As in
 # `10_interview_qa`, each question is answered in Chinese and English side by side, 中英对照, and
