@@ -1,6 +1,6 @@
-"""Chapter 10: the interview lessons' shape (10_interview_qa and 10b_interview_serving: questions
-numbered on across both, in Chinese and English, each proved by a cell that asserts) and the
-self-check quiz. The exercise checkers are tested in
+"""Chapter 10: the interview lessons' shape (10_interview_qa, 10b_interview_engine and
+10c_interview_serving: questions numbered on across the three, in Chinese and English, each
+proved by a cell that asserts) and the self-check quiz. The exercise checkers are tested in
 test_interview_checks.py."""
 
 import math
@@ -14,8 +14,8 @@ from minillm.course.checks import ch10_interview as checks
 from minillm.model.config import ModelConfig
 
 ROOT = Path(__file__).resolve().parents[1]
-LESSONS = [ROOT / "notebooks" / "10_interview_qa.ipynb",
-           ROOT / "notebooks" / "10b_interview_serving.ipynb"]
+LESSONS = [ROOT / "notebooks" / f"{name}.ipynb"
+           for name in ("10_interview_qa", "10b_interview_engine", "10c_interview_serving")]
 HAN = re.compile(r"[\u4e00-\u9fff]")
 QUESTION = re.compile(r"^##\s*Q(\d+)\b")
 
@@ -42,7 +42,7 @@ def _questions():
     return found
 
 
-def test_the_chapter_has_at_least_32_questions_numbered_across_its_two_lessons():
+def test_the_chapter_has_at_least_32_questions_numbered_across_its_lessons():
     numbers = [int(QUESTION.match(q.source).group(1)) for q, _ in _questions()]
     assert len(numbers) >= 32, f"only {len(numbers)} questions"
     assert numbers == list(range(1, len(numbers) + 1)), f"questions out of order: {numbers}"

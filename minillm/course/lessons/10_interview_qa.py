@@ -12,17 +12,13 @@
 # that follow from a formula alone (a published model's shape, an identity) are printed as
 # arithmetic; the asserts check what this run measured.
 #
-# The chapter has two notebooks. This one holds Q1–Q16; `10b_interview_serving` holds Q17–Q32
-# and a self-check quiz (an ipywidgets form that asks you to answer before it reveals).
+# The chapter has three notebooks, each a sitting of its own:
 #
-# | part | questions |
+# | notebook | questions |
 # |---|---|
-# | the source's six | Q1–Q6: autoregression, temperature, top-k/top-p, repetition, memory, throughput |
-# | tokenization, the model | Q7–Q10 |
-# | prefill, decode, KV cache | Q11–Q14 |
-# | decoding, measuring | Q15–Q16 |
-# | in 10b: bandwidth, batching, paging, quantization, speculation, scaling out | Q17–Q24 |
-# | in 10b: serving at scale | Q25–Q32: FlashAttention, disaggregation, KV-cache quantization, chunked prefill, dynamic batching, GQA/MQA/MLA, GPTQ/AWQ/SmoothQuant, EAGLE/MTP |
+# | this one | Q1–Q6, the source's six: autoregression, temperature, top-k/top-p, repetition, memory, throughput; Q7–Q11: tokens, the model, the cache |
+# | `10b_interview_engine` | Q12–Q24: prefill and decode, decoding, measuring, batching, paging, quantization, speculation, tensor parallelism |
+# | `10c_interview_serving` | Q25–Q32: FlashAttention, disaggregation, KV-cache quantization, chunked prefill, dynamic batching, GQA/MQA/MLA, GPTQ/AWQ/SmoothQuant, EAGLE/MTP; the self-check quiz |
 
 # %%
 import os
@@ -294,7 +290,7 @@ assert together.tokens_per_second > one_by_one
 
 # %% [markdown]
 # ---
-# # Part 2 · From every chapter
+# # Part 2 · From every chapter: tokens, the model, the cache
 
 # %% [markdown]
 # ## Q7 · 为什么 "你好，世界！" 比同样长的英文占更多词元？ Why does Chinese text cost more tokens with an English-centred vocabulary?
@@ -378,10 +374,6 @@ print(f"GPT-3 from its published shape, 12·L·d² with L = 96, d = 12,288: {gpt
 assert weight_bytes(model) == 4 * n_params  # the loaded weights take 4 bytes a parameter
 
 # %% [markdown]
-# ---
-# # Part 3 · Prefill, decode and the KV cache
-
-# %% [markdown]
 # ## Q11 · 为什么没有 KV 缓存时生成是 O(n²)？缓存改变了什么？ Why is generation O(n²) without a KV cache, and what does the cache change?
 #
 # | 中文 | English |
@@ -400,159 +392,13 @@ print(f"decode time per token: {1e3 * uncached.metrics.tpot:.1f} ms without, "
 assert agree(model, ids, cached.token_ids, uncached.token_ids)
 
 # %% [markdown]
-# ## Q12 · 预填充和解码有什么不同？ How does prefill differ from decode?
-#
-# | 中文 | English |
-# |---|---|
-# | 预填充一次前向传播处理整个提示词，所有位置并行，矩阵乘法大、计算受限（compute-bound），决定首个词元生成时间 TTFT。解码每步只处理一个新词元，每读一遍全部权重只做很少的计算，是带宽受限（bandwidth-bound），决定 TPOT。所以按每个词元算，预填充远比解码便宜。 | Prefill runs the whole prompt in one forward pass, all positions in parallel: large matrix multiplies, compute-bound; it sets the time to first token (TTFT). Decode processes one new token a step, reading all weights for very little arithmetic: memory-bound; it sets TPOT. Per token, prefill is far cheaper than decode. |
-
-# %%
-P = 64
-prefill_s = prefill_time(model, P, repeats=2)
-steps, _ = decode_step_times(model, tokenizer, ids, N)
-decode_s = statistics.median(steps[1:])
-print(f"prefill of {P} tokens: {1e3 * prefill_s:.0f} ms, {1e3 * prefill_s / P:.2f} ms per token")
-print(f"one decode step: {1e3 * decode_s:.1f} ms per token "
-      f"({decode_s / (prefill_s / P):.0f}x a prefill token)")
-assert prefill_s / P < decode_s
-
-# %% [markdown]
-# ## Q13 · KV 缓存有多大？GQA 怎样减小它？ How large is the KV cache, and how does GQA shrink it?
-#
-# | 中文 | English |
-# |---|---|
-# | 每个序列：2（K 和 V）× 层数 × KV 头数 × 头维度 × 词元数 × 每个数的字节数；批处理再乘批大小。分组查询注意力（GQA）让一组查询头共享一个 KV 头：SmolLM2 有 9 个查询头、3 个 KV 头，缓存是多头注意力的 1/3；MQA 只有 1 个 KV 头。例：Llama-2-7B（32 层、32 个 KV 头、维度 128）fp16 下 4096 个词元约 2.1 GB。 | Per sequence: 2 (K and V) × layers × KV heads × head dim × tokens × bytes per value; times the batch size for a batch. Grouped-query attention (GQA) lets a group of query heads share one KV head: SmolLM2 has 9 query heads and 3 KV heads, a third of multi-head attention's cache; MQA has a single KV head. Example: Llama-2-7B (32 layers, 32 KV heads of width 128) in fp16 holds about 2.1 GB for 4,096 tokens. |
-
-# %%
-kv = KVCache.for_model(model, batch_size=2, max_tokens=64)
-with torch.inference_mode():
-    model(torch.tensor([ids, ids]), cache=kv)
-per_token = 2 * c.n_layers * c.n_kv_heads * c.head_dim * 4
-print(f"{kv.length} tokens x batch 2: {kv.nbytes} bytes = {per_token} bytes a token a sequence")
-mha = 2 * c.n_layers * c.n_heads * c.head_dim * 2 * c.max_seq_len
-gqa = kv_cache_formula_bytes(c, c.max_seq_len, 2)
-print(f"full context in fp16: {gqa / 1e6:.0f} MB with GQA, {mha / 1e6:.0f} MB without "
-      f"({mha / gqa:.0f}x: {c.n_heads} query heads over {c.n_kv_heads} KV heads)")
-llama7b = checks.kv_cache_gb_reference(32, 32, 128, 4096, 1, 2)
-print(f"Llama-2-7B, 4096 tokens, fp16: {llama7b:.2f} GB")
-assert kv.nbytes == per_token * len(ids) * 2 == kv_cache_formula_bytes(c, len(ids), 4, 2)
-
-# %% [markdown]
-# ## Q14 · 生成什么时候停止？ When does generation stop?
-#
-# | 中文 | English |
-# |---|---|
-# | 三种条件：① 模型生成了结束词元（EOS，对话模型里是 `<\|im_end\|>`）；② 达到 max_new_tokens 或上下文窗口；③ 用户条件，例如停止字符串（出现后截断，不返回它）。停止后这个序列的 KV 缓存就可以释放。 | Three conditions: (1) the model produces an end token (EOS; `<\|im_end\|>` for a chat model); (2) max_new_tokens or the context window is reached; (3) a user condition such as a stop string (the text is cut before it). Once stopped, the sequence's KV cache can be freed. |
-
-# %%
-first = out.token_ids  # Q1's greedy tokens
-by_length = minillm.generate(model, tokenizer, ids, max_new_tokens=3)
-by_eos = minillm.generate(model, tokenizer, ids, max_new_tokens=N, eos_token_id=first[2])
-by_stop = minillm.generate(model, tokenizer, ids, max_new_tokens=N, stop=["."])
-for name, r in [("length", by_length), ("eos", by_eos), ("stop", by_stop)]:
-    print(f"{name:>6}: finish_reason={r.finish_reason!r}, {len(r.token_ids)} tokens, "
-          f"{r.text!r}")
-assert by_length.finish_reason == "length" and len(by_length.token_ids) == 3
-assert by_eos.finish_reason == "eos" and by_eos.token_ids == first[:3]
-assert by_stop.finish_reason == "stop" and "." not in by_stop.text
-
-# %% [markdown]
-# ---
-# # Part 4 · Decoding and measuring
-
-# %% [markdown]
-# ## Q15 · 贪心和束搜索各有什么缺点？ What are the weaknesses of greedy decoding and beam search?
-#
-# | 中文 | English |
-# |---|---|
-# | 贪心解码：每步只取最大概率，快，但短视，会错过整体概率更高的序列（局部最优），且容易重复。束搜索：同时保留 num_beams 个候选，找到的序列整体概率通常更高（但不保证：束太窄时它也会丢掉最优序列的前缀），但计算和 KV 缓存是贪心的 num_beams 倍，仍然重复，输出平淡，不适合开放式对话；它适合翻译、摘要这类有"正确答案"的任务。 | Greedy takes the single most likely token each step: fast, but short-sighted; it misses sequences that are likelier as a whole (a local optimum) and repeats easily. Beam search keeps num_beams candidates: the sequence it finds is usually likelier overall (not always: with too few beams it too can drop the best sequence's prefix), but it costs num_beams times the compute and KV memory, still repeats, and reads bland, so it suits tasks with a right answer (translation, summaries) rather than open conversation. |
-
-# %%
-from itertools import product
-
-from minillm.decoding import GenerationConfig, beam_search
-from minillm.course.table_model import TableModel
-
-paper = TableModel(["A", "B", "C"], {  # chapter 04's model on paper
-    (): {"A": 0.5, "B": 0.4, "C": 0.1}, ("A",): {"A": 0.3, "B": 0.4, "C": 0.3},
-    ("B",): {"A": 0.9, "B": 0.05, "C": 0.05}, ("A", "B"): {"A": 0.3, "B": 0.3, "C": 0.4},
-    ("B", "A"): {"A": 0.2, "B": 0.2, "C": 0.6}})
-found = {n: [paper.vocab[i] for i in beam_search(
-    paper, [0], GenerationConfig(num_beams=n, max_new_tokens=3), eos_token_ids=[])[0].token_ids]
-         for n in (1, 2)}
-best = list(max(product(paper.vocab, repeat=3), key=paper.probability))
-print(f"on paper: greedy {found[1]} P = {paper.probability(found[1]):.3f}; 2 beams {found[2]} "
-      f"P = {paper.probability(found[2]):.3f}; the best of all {best}")
-assert paper.probability(found[1]) < paper.probability(found[2]) == paper.probability(best)
-
-prompts = ["Once upon a time, in a small village,", "The best way to learn a new language is",
-           "The capital of France is", "In 1969, the first humans", "My favourite food is",
-           "The printing press was invented"]
-wins = losses = 0
-timing = {"greedy": 0.0, "beam 4": 0.0}
-for text in prompts:
-    p_ids = tokenizer.encode(text)
-    with Timer(device) as stopwatch:
-        g = minillm.generate(model, tokenizer, p_ids, max_new_tokens=N, ignore_eos=True)
-    timing["greedy"] += stopwatch.seconds
-    with Timer(device) as stopwatch:
-        b = minillm.generate(model, tokenizer, p_ids, max_new_tokens=N, ignore_eos=True,
-                             num_beams=4)
-    timing["beam 4"] += stopwatch.seconds
-    lp_g, lp_b = mean_logprob(model, p_ids, g.token_ids), mean_logprob(model, p_ids, b.token_ids)
-    wins, losses = wins + (lp_b > lp_g + 1e-6), losses + (lp_b < lp_g - 1e-6)
-    print(f"{text[:28]:<28} mean log-prob: greedy {lp_g:6.3f}, beam {lp_b:6.3f}")
-print(f"beam search found the likelier sequence {wins} times, greedy {losses} times, "
-      f"{len(prompts) - wins - losses} ties; beam took {timing['beam 4'] / timing['greedy']:.1f}x "
-      f"greedy's time")
-assert wins > losses  # usually likelier, not always: the paper model shows how greedy loses
-
-# %% [markdown]
-# ## Q16 · TTFT、TPOT、延迟和吞吐量是什么关系？ How do TTFT, TPOT, latency and throughput relate?
-#
-# | 中文 | English |
-# |---|---|
-# | TTFT（首个词元生成时间）：从请求开始到第一个词元，含分词和预填充。TPOT（每个输出词元的时间）：之后相邻词元的平均间隔。端到端延迟 = TTFT + TPOT × (输出词元数 − 1)：第一个词元在 TTFT 时到达，之后只有 n − 1 个间隔，所以对单个请求这个等式按定义成立；原文的 TTFT + TPOT × n 多算了一个 TPOT，短回答里差别明显。吞吐量：所有请求的总输出词元数 / 总时间。⚠️ 原文说 TPOT 100 ms 即每秒 10 个词元、约每分钟 450 个英文单词：这假设每个词元约 0.75 个单词，取决于分词器和文本，下面用本模型实测。 | TTFT (time to first token): from the request's start to its first token, tokenizing and prefill included. TPOT (time per output token): the mean gap between later tokens. End-to-end latency = TTFT + TPOT × (output tokens − 1): the first token arrives at the TTFT and only n − 1 gaps follow, so for one request this holds by definition; the source's TTFT + TPOT × n counts one TPOT too many, which shows on short answers. Throughput: all requests' output tokens / the total time. ⚠️ The source says a TPOT of 100 ms is 10 tokens/s, about 450 English words a minute: that assumes about 0.75 words a token, which depends on the tokenizer and the text; measured below with this model's. |
-
-# %%
-with Timer(device) as stopwatch:  # our own stopwatch, around the whole call
-    timed = minillm.generate(model, tokenizer, ids, max_new_tokens=N, ignore_eos=True)
-wall = stopwatch.seconds
-m = timed.metrics
-print(m)
-arrived = [t - m.start for t in m.token_times]  # when token k arrived, k = 1..n
-ours = [m.ttft + m.tpot * (k - 1) for k in range(1, m.n_tokens + 1)]
-source = [m.ttft + m.tpot * k for k in range(1, m.n_tokens + 1)]
-nearer = sum(abs(a - o) < abs(a - s) for a, o, s in zip(arrived, ours, source))
-print(f"latency of these {m.n_tokens} tokens: TTFT + TPOT x (n - 1) = {1e3 * ours[-1]:.1f} ms, "
-      f"TTFT + TPOT x n = {1e3 * source[-1]:.1f} ms (one TPOT, {1e3 * m.tpot:.1f} ms, apart)")
-print(f"each token's stamp is nearer TTFT + TPOT x (k - 1) for {nearer} of {m.n_tokens} tokens, "
-      f"nearer TTFT + TPOT x k for {m.n_tokens - nearer}")
-print(f"the stopwatch around the call: {1e3 * wall:.1f} ms, {1e3 * (wall - arrived[-1]):.1f} ms "
-      "after the last token (decoding the text, building the result)")
-with Timer(device) as stopwatch:
-    pair = minillm.generate(model, tokenizer, [ids, ids], max_new_tokens=N, ignore_eos=True)
-pair_wall = stopwatch.seconds
-pair_rate = minillm.throughput([r.metrics for r in pair]).tokens_per_second
-print(f"two requests at once: throughput {pair_rate:.1f} tokens/s; their {2 * N} tokens over "
-      f"the stopwatch: {2 * N / pair_wall:.1f} tokens/s")
-words_per_token = len(paragraph.split()) / len(text_ids)
-print(f"{words_per_token:.2f} English words per token here: 10 tokens/s is "
-      f"{600 * words_per_token:.0f} words a minute (the source: 450)")
-assert wall >= arrived[-1]  # the token stamps lie inside the call the stopwatch timed
-assert abs(pair_rate - 2 * N / pair_wall) < 0.1 * pair_rate
-assert 0.5 < words_per_token < 1.0
-
-
-# %% [markdown]
-# ## What to take away from Q1–Q16
+# ## What to take away from Q1–Q11
 #
 # - Every answer above is a claim you can check on a real model in a few lines: in an interview,
-#   the formula (KV bytes, weight bytes, latency) is the answer, and the measurement is the
-#   proof.
+#   the formula (weight bytes, KV bytes, positions processed) is the answer, and the measurement
+#   is the proof.
 # - Places the source text needs care: temperature 0 is a special case, not a division; top-k
 #   and top-p do not commute; "lower the temperature" and "beam search" make repetition worse,
-#   and a repetition penalty of 1.8 also pushes away the prompt's words an answer needs;
-#   latency is TTFT + TPOT × (n − 1), not × n; "450 words a minute" depends on the tokenizer.
-# - Continue with `10b_interview_serving`: the bandwidth bound, batching, paging, quantization,
-#   speculative decoding, parallelism and the eight serving questions, then the quiz.
+#   and a repetition penalty of 1.8 also pushes away the prompt's words an answer needs.
+# - Continue with `10b_interview_engine`: prefill and decode, measuring, batching, quantization,
+#   speculative decoding and tensor parallelism.
