@@ -252,7 +252,8 @@ def steps_until_first_token(kind, busy_tokens=24):
 
 waits = {kind: steps_until_first_token(kind) for kind in ("static", "continuous")}
 for kind, steps in waits.items():
-    print(f"{kind:>10}: the late request's first token came {steps} steps after it arrived")
+    print(f"{kind:>10}: the late request's first token came {steps} step{'s' * (steps != 1)} "
+          "after it arrived")
 assert waits["continuous"] == 1 < waits["static"]
 
 # %% [markdown]
