@@ -42,9 +42,8 @@ text_ids = tokenizer.encode("The printing press was invented in the fifteenth ce
 # ---
 # # Part 7 · Serving at scale: what 2026 interviews ask
 #
-# Chapters 03b, 06 and 08 build most of these; where the course has no engine part for one yet
-# (KV-cache quantization, GPTQ, AWQ, SmoothQuant), the cell defines a small version in front of
-# you.
+# Chapters 03b, 06, 07 and 08 build most of these; for the one the course has no engine part
+# for yet (KV-cache quantization), the cell defines a small version in front of you.
 
 # %% [markdown]
 # ## Q25 · FlashAttention 为什么快？它改变计算结果吗？ What does FlashAttention change, and does it change the result?
@@ -297,8 +296,6 @@ assert measured_per_token == bytes_per_token(PUBLISHED["SmolLM2-135M"], "GQA",
 # the outliers:
 
 # %%
-from minillm.quant.basics import roundtrip
-
 LAYER, BITS, GROUP = 20, 3, 64
 gate = model.layers[LAYER].mlp.gate_proj
 captured = []
@@ -316,62 +313,33 @@ print(f"layer {LAYER}'s gate_proj inputs, {x_cal.shape[1]} channels: the largest
 assert channel_max.max() > 5 * channel_max.median()  # outlier channels: several times the median
 
 # %% [markdown]
-# Each method in a few lines, written here in front of you:
+# Chapter 07 builds the three methods (`minillm/quant/gptq.py`, `awq.py`, `smoothquant.py`).
+# GPTQ's core, the error of each rounded column spread over the columns still to come:
 
 # %%
-def output_error(w_hat, x, x_hat=None):
-    """The layer's relative output error: ‖x̂ ŵᵀ − x wᵀ‖ / ‖x wᵀ‖."""
+from minillm.course.show import show_source
+from minillm.quant.awq import awq
+from minillm.quant.gptq import gptq, hessian
+from minillm.quant.grid import rtn
+from minillm.quant.smoothquant import smooth_scales, w8a8
+
+show_source(gptq)
+
+# %%
+def output_error(product, x):
+    """The layer's relative output error on inputs x: ‖product − x wᵀ‖ / ‖x wᵀ‖."""
     exact = x @ w.T
-    return float(((x if x_hat is None else x_hat) @ w_hat.T - exact).norm() / exact.norm())
+    return float((product - exact).norm() / exact.norm())
 
 
-def rtn(weight):  # round to nearest: one scale per group of 64 inputs
-    return roundtrip(weight, "absmax", BITS, "group", GROUP)
-
-
-def gptq(weight, x, damp=0.01):
-    weight = weight.double().clone()
-    h = x.double().T @ x.double()
-    h += damp * h.diagonal().mean() * torch.eye(len(h), dtype=h.dtype)
-    u = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(h)), upper=True)
-    qmax = 2 ** (BITS - 1) - 1
-    for j in range(weight.shape[1]):
-        if j % GROUP == 0:  # the group's scale, from its columns as they are now
-            scale = weight[:, j:j + GROUP].abs().amax(1).clamp_min(1e-12) / qmax
-        q = (weight[:, j] / scale).round().clamp(-qmax, qmax) * scale
-        # this column's rounding error, spread over the columns still to come
-        weight[:, j + 1:] -= torch.outer((weight[:, j] - q) / u[j, j], u[j, j + 1:])
-        weight[:, j] = q
-    return weight.float()
-
-
-def awq(weight, x):
-    importance = x.abs().mean(0).clamp_min(1e-6)  # each input channel's mean activation
-    tries = {}
-    for alpha in [i / 10 for i in range(11)]:  # alpha = 0 is plain RTN
-        s = importance ** alpha
-        tries[alpha] = rtn(weight * s) / s
-    alpha = min(tries, key=lambda a: output_error(tries[a], x))
-    return tries[alpha], alpha
-
-
-def smooth_scales(x, weight, alpha=0.5):  # SmoothQuant: from the calibration activations
-    return x.abs().amax(0).clamp_min(1e-5) ** alpha / weight.abs().amax(0).clamp_min(1e-5) ** (1 - alpha)
-
-
-def w8a8_error(weight, x, s=None):
-    """int8 weights (a scale per output row) and int8 activations (a scale per token); with
-    SmoothQuant's scales `s`, x / s and weight * s are quantized instead (same product)."""
-    s = torch.ones(x.shape[1]) if s is None else s
-    x_hat = roundtrip(x / s, "absmax", 8, "channel")
-    w_hat = roundtrip(weight * s, "absmax", 8, "channel")
-    return output_error(w_hat, x, x_hat)
-
-# %%
-awq_w, awq_alpha = awq(w, x_cal)
-errors = {"RTN": output_error(rtn(w), x_test), "GPTQ": output_error(gptq(w, x_cal), x_test),
-          "AWQ": output_error(awq_w, x_test), "W8A8": w8a8_error(w, x_test),
-          "W8A8 + SmoothQuant": w8a8_error(w, x_test, smooth_scales(x_cal, w))}
+h = hessian(x_cal)
+awq_w, awq_alpha = awq(w, h, x_cal.abs().mean(0), BITS, GROUP)
+errors = {"RTN": output_error(x_test @ rtn(w, BITS, GROUP).T, x_test),
+          "GPTQ": output_error(x_test @ gptq(w, h, BITS, GROUP).T, x_test),
+          "AWQ": output_error(x_test @ awq_w.T, x_test),
+          "W8A8": output_error(w8a8(x_test, w), x_test),
+          "W8A8 + SmoothQuant": output_error(
+              w8a8(x_test, w, smooth_scales(x_cal.abs().amax(0), w)), x_test)}
 for name, error in errors.items():
     what = f"{BITS}-bit weights, groups of {GROUP}" if "W8A8" not in name else "int8 x int8"
     print(f"{name:>18} ({what}): output error {error:.2%} on the test tokens")
