@@ -59,7 +59,10 @@ def compare(model, tokenizer, prompt_ids: list[int], drafts: dict, ks, max_new_t
             repeats: int = 1, progress=None) -> list[dict]:
     """Rows of measurements for one prompt: first plain greedy decoding ("plain", k = 0), then
     speculative greedy decoding with every draft in `drafts` ({name: Draft}) and every k in `ks`.
-    Each is run `repeats` times and its fastest run kept. Speed-ups are against the plain row."""
+    Each is run `repeats` times and its fastest run kept. Speed-ups are against the plain row;
+    `identical` is `generation.agreement.agree` (exact on a CPU, up to a near tie on a GPU,
+    where the verify pass and a decode step sum in different orders)."""
+    from ...generation.agreement import agree
     from ...generation.loop import generate
     from ...speculative.loop import speculative_generate
 
@@ -80,5 +83,6 @@ def compare(model, tokenizer, prompt_ids: list[int], drafts: dict, ks, max_new_t
                          cpu_seconds=cpu_s, speedup=wall / wall_s, cpu_speedup=cpu / cpu_s,
                          acceptance=out.stats.acceptance_rate,
                          tokens_per_pass=out.stats.tokens_per_pass,
-                         identical=out.token_ids == plain.token_ids, text=out.text))
+                         identical=agree(model, prompt_ids, out.token_ids, plain.token_ids),
+                         text=out.text))
     return rows
