@@ -118,3 +118,74 @@ def test_messages_print_enough_digits_to_tell_answers_apart():
     message = str(failure.value)
     got, want = message.split("returned ")[1].split(", expected ")
     assert got.split()[0] != want.split()[0].rstrip(":"), message
+
+
+# --- the same hints in Chinese (set_language("zh"), as the notebooks in zh/ do) ----------------
+
+@pytest.fixture
+def chinese():
+    from minillm.course import set_language
+
+    set_language("zh")
+    yield
+    set_language("en")
+
+
+def per_sequence(c, t, s, heads, factor=2):
+    return factor * c.n_layers * heads * c.head_dim * t * s
+
+
+ZH_CASES = {  # mistake: (check, wrong function, words of its Chinese hint)
+    "one GPU reads everything": (checks.check_tp_decode_bound,
+                                 lambda n, s, g, b: b / (n * s), "权重字节数要除以 n_gpus"),
+    "bits": (checks.check_tp_decode_bound, lambda *a: tp_decode_bound(*a) / 8, "不要再乘以 8"),
+    "seconds": (checks.check_tp_decode_bound, lambda *a: 1 / tp_decode_bound(*a), "是它的倒数"),
+    "always fp16": (checks.check_tp_decode_bound, lambda n, s, g, b: tp_decode_bound(n, 2, g, b),
+                    "按给定的 bytes_per_param"),
+    "tp unnamed": (checks.check_tp_decode_bound, lambda *a: 2 * tp_decode_bound(*a),
+                   "每一步每块 GPU 都要读自己那份权重"),
+    "query heads": (checks.check_max_batch,
+                    lambda p, c, t, s: int(p // per_sequence(c, t, s, c.n_heads)),
+                    "不是 n_heads 个"),
+    "no factor 2": (checks.check_max_batch,
+                    lambda p, c, t, s: int(p // per_sequence(c, t, s, c.n_kv_heads, 1)),
+                    "既存键也存值"),
+    "rounded up": (checks.check_max_batch,
+                   lambda p, c, t, s: math.ceil(p / per_sequence(c, t, s, c.n_kv_heads)),
+                   "向下取整"),
+    "a fraction": (checks.check_max_batch,
+                   lambda p, c, t, s: p / per_sequence(c, t, s, c.n_kv_heads),
+                   "批里的序列数是整数"),
+    "linear": (checks.check_speculative_speedup, lambda a, k, c: (1 + k * a) / (1 + k * c),
+               "而不是 1 + k x alpha"),
+    "no bonus token": (checks.check_speculative_speedup,
+                       lambda a, k, c: sum(a ** i for i in range(k)) / (1 + k * c),
+                       "目标模型自己的词元"),
+    "free draft": (checks.check_speculative_speedup,
+                   lambda a, k, c: expected_tokens_per_pass(a, k), "草稿的 k 步也要花时间"),
+    "divides by zero": (checks.check_speculative_speedup,
+                        lambda a, k, c: (1 - a ** (k + 1)) / (1 - a) / (1 + k * c),
+                        "每个草稿词元都被接受"),
+}
+
+
+@pytest.mark.parametrize("name", ZH_CASES)
+def test_each_hint_comes_in_chinese(chinese, name):
+    check, wrong, words = ZH_CASES[name]
+    with pytest.raises(CheckFailed) as failure:
+        check(wrong)
+    message = str(failure.value)
+    assert words in message, message
+    assert "返回了" in message or "抛出" in message, message
+    assert "returned" not in message and "expected" not in message, message
+
+
+def test_the_quiz_speaks_chinese(chinese):
+    smollm2 = checks.PARAM_CONFIGS["SmolLM2-135M"]
+    quiz = checks.Quiz(checks.build_quiz(smollm2))
+    assert "温度" in quiz.current.prompt and quiz.current.choices[1] == "贪心解码"
+    ok, message = quiz.check(1)
+    assert ok and message.startswith("✅ 答对了。答案：贪心解码。"), message
+    assert "不是一个数" in checks.grade(checks.build_quiz(smollm2)[1], "lots")[1]
+    assert "还没有作答" in checks.grade(quiz.current, None)[1]
+    assert quiz.status() == "第 1 题，共 9 题 · 得分 1 / 已答 1 题"

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from ...model.config import ModelConfig
+from ..language import say
 from ._base import CheckFailed, as_number, call, checker, is_close, matching_mistake, passed
 
 GB = 1e9
@@ -95,22 +96,32 @@ def check_tp_decode_bound(tp_decode_bound) -> None:
         return
     i = wrong[0]
     hint = matching_mistake(answers, [
-        ("with tensor parallelism each GPU holds and reads only 1/n_gpus of the weights, and all "
-         "GPUs read at the same time: divide the weight bytes by n_gpus",
+        (say("with tensor parallelism each GPU holds and reads only 1/n_gpus of the weights, "
+             "and all GPUs read at the same time: divide the weight bytes by n_gpus",
+             "张量并行（tensor parallelism）下每块 GPU 只存、只读 1/n_gpus 的权重，而且所有 GPU "
+             "同时读：权重字节数要除以 n_gpus"),
          [b / (n * s) for n, s, g, b in TP_CASES]),
-        ("bytes_per_param is already in bytes: do not multiply by 8 (that counts bits)",
+        (say("bytes_per_param is already in bytes: do not multiply by 8 (that counts bits)",
+             "bytes_per_param 的单位已经是字节：不要再乘以 8（那是在数比特）"),
          [tp_decode_bound_reference(*case) / 8 for case in TP_CASES]),
-        ("that is seconds per token: the bound in tokens a second is its inverse",
+        (say("that is seconds per token: the bound in tokens a second is its inverse",
+             "这是每个词元要花的秒数：以每秒词元数计的上限是它的倒数"),
          [1 / tp_decode_bound_reference(*case) for case in TP_CASES]),
-        ("use bytes_per_param as given (1 for fp8, 0.5 for int4), not 2 bytes for every model",
+        (say("use bytes_per_param as given (1 for fp8, 0.5 for int4), not 2 bytes for every "
+             "model", "按给定的 bytes_per_param 计算（fp8 为 1，int4 为 0.5），不要对每个模型都按 "
+             "2 字节算"),
          [tp_decode_bound_reference(n, 2, g, b) for n, s, g, b in TP_CASES]),
     ], _close)
     case = TP_CASES[i]
-    raise CheckFailed("tp_decode_bound({}, {}, {}, {})".format(*(_shown(v) for v in case))
-                      + f" returned {_shown(answers[i])}, expected {_shown(wants[i])} tokens/s"
-                      + (f": {hint}" if hint else ": every step each GPU reads its share of the "
-                         "weights, n_params x bytes_per_param / n_gpus bytes, at `bandwidth` "
-                         "bytes a second"))
+    hint = hint or say("every step each GPU reads its share of the weights, n_params x "
+                       "bytes_per_param / n_gpus bytes, at `bandwidth` bytes a second",
+                       "每一步每块 GPU 都要读自己那份权重，共 n_params x bytes_per_param / "
+                       "n_gpus 字节，读取速度是每秒 `bandwidth` 字节")
+    raise CheckFailed(say("{what} returned {got}, expected {want} tokens/s: {hint}",
+                          "{what} 返回了 {got}，应为 {want} 词元/秒：{hint}",
+                          what="tp_decode_bound({}, {}, {}, {})".format(
+                              *(_shown(v) for v in case)),
+                          got=_shown(answers[i]), want=_shown(wants[i]), hint=hint))
 
 
 # --- 2 · the largest batch a KV pool holds -------------------------------------------------------
@@ -136,13 +147,17 @@ def check_max_batch(max_batch) -> None:
     tokens fit, whole, in a KV pool of `pool_bytes` bytes."""
     answers = []
     for pool, name, tokens, size in BATCH_CASES:
-        what = f"max_batch({_shown(pool)}, {name}'s config, {tokens}, {size})"
+        what = say("max_batch({pool}, {name}'s config, {tokens}, {size})",
+                   "max_batch({pool}, {name} 的配置, {tokens}, {size})",
+                   pool=_shown(pool), name=name, tokens=tokens, size=size)
         got = call(max_batch, pool, PARAM_CONFIGS[name], tokens, size, what=what)
         value = as_number(got, what)
         if value != int(value):
-            raise CheckFailed(f"{what} returned {got!r}; a batch is a whole number of "
-                              "sequences: round down, a sequence that does not fit whole cannot "
-                              "run")
+            raise CheckFailed(say("{what} returned {got!r}; a batch is a whole number of "
+                                  "sequences: round down, a sequence that does not fit whole "
+                                  "cannot run",
+                                  "{what} 返回了 {got!r}；批里的序列数是整数：向下取整，"
+                                  "放不下一整条的序列没法运行", what=what, got=got))
         answers.append(int(value))
     cases = [(pool, PARAM_CONFIGS[name], tokens, size) for pool, name, tokens, size in BATCH_CASES]
     wants = [max_batch_reference(*case) for case in cases]
@@ -152,19 +167,28 @@ def check_max_batch(max_batch) -> None:
         return
     i = wrong[0]
     hint = matching_mistake(answers, [
-        ("the cache holds n_kv_heads heads per layer, not n_heads: grouped-query attention "
-         "shares them", [int(p // _per_sequence(c, t, s, heads="q")) for p, c, t, s in cases]),
-        ("each token stores a key AND a value: the factor 2",
+        (say("the cache holds n_kv_heads heads per layer, not n_heads: grouped-query "
+             "attention shares them",
+             "缓存每层存的是 n_kv_heads 个头，不是 n_heads 个："
+             "分组查询注意力（grouped-query attention）让一组查询头共用它们"),
+         [int(p // _per_sequence(c, t, s, heads="q")) for p, c, t, s in cases]),
+        (say("each token stores a key AND a value: the factor 2",
+             "每个词元既存键也存值：别忘了因子 2"),
          [int(p // _per_sequence(c, t, s, factor=1)) for p, c, t, s in cases]),
-        ("round down: a sequence that does not fit whole cannot run",
+        (say("round down: a sequence that does not fit whole cannot run",
+             "向下取整：放不下一整条的序列没法运行"),
          [math.ceil(p / _per_sequence(c, t, s)) for p, c, t, s in cases]),
     ], int.__eq__)
     pool, name, tokens, size = BATCH_CASES[i]
-    raise CheckFailed(f"max_batch({_shown(pool)}, {name}'s config, {tokens}, {size}) returned "
-                      f"{answers[i]}, expected {wants[i]}"
-                      + (f": {hint}" if hint else ": one sequence takes 2 x n_layers x "
-                         "n_kv_heads x head_dim x tokens x bytes_per_value bytes; how many fit "
-                         "whole?"))
+    hint = hint or say("one sequence takes 2 x n_layers x n_kv_heads x head_dim x tokens x "
+                       "bytes_per_value bytes; how many fit whole?",
+                       "一条序列占 2 x n_layers x n_kv_heads x head_dim x tokens x "
+                       "bytes_per_value 字节；能放下几条完整的序列？")
+    raise CheckFailed(say("max_batch({pool}, {name}'s config, {tokens}, {size}) returned {got}, "
+                          "expected {want}: {hint}",
+                          "max_batch({pool}, {name} 的配置, {tokens}, {size}) 返回了 {got}，"
+                          "应为 {want}：{hint}", pool=_shown(pool), name=name, tokens=tokens,
+                          size=size, got=answers[i], want=wants[i], hint=hint))
 
 
 # --- 3 · the speed-up of speculative decoding ----------------------------------------------------
@@ -189,8 +213,10 @@ def check_speculative_speedup(speculative_speedup) -> None:
         what = f"speculative_speedup({alpha}, {k}, {cost})"
         answers.append(as_number(call(
             speculative_speedup, alpha, k, cost, what=what,
-            if_raises="at alpha = 1 every draft is accepted: k + 1 tokens a round (the closed "
-                      "form's 0 / 0)" if alpha == 1 else ""), what))
+            if_raises=say("at alpha = 1 every draft is accepted: k + 1 tokens a round (the "
+                          "closed form's 0 / 0)",
+                          "alpha = 1 时每个草稿词元都被接受：一轮得到 k + 1 个词元"
+                          "（闭式公式在这里是 0 / 0）") if alpha == 1 else ""), what))
     wants = [speculative_speedup_reference(*case) for case in SPEC_CASES]
     wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if not _close(g, w)]
     if not wrong:
@@ -198,22 +224,33 @@ def check_speculative_speedup(speculative_speedup) -> None:
         return
     i = wrong[0]
     mistakes = [
-        ("a token is kept only if every drafted token before it was accepted: the chance of "
-         "reaching the i-th is alpha^i, not alpha (1 + alpha + ... + alpha^k, not 1 + k x alpha)",
+        (say("a token is kept only if every drafted token before it was accepted: the chance "
+             "of reaching the i-th is alpha^i, not alpha (1 + alpha + ... + alpha^k, not 1 + k x "
+             "alpha)",
+             "一个草稿词元只有在它之前的草稿词元全部被接受时才会保留：走到第 i 个的概率是 "
+             "alpha^i，而不是 alpha（1 + alpha + ... + alpha^k，而不是 1 + k x alpha）"),
          [(1 + k * a) / (1 + k * c) for a, k, c in SPEC_CASES]),
-        ("the round always ends with one token of the target's own (after a rejection, or the "
-         "bonus token when all k pass): the sum runs from alpha^0 to alpha^k",
+        (say("the round always ends with one token of the target's own (after a rejection, or "
+             "the bonus token when all k pass): the sum runs from alpha^0 to alpha^k",
+             "每一轮最后总有一个目标模型自己的词元（拒绝之后补的那个，或 k 个全部通过时的"
+             "额外词元）：求和从 alpha^0 到 alpha^k"),
          [(speculative_speedup_reference(a, k, 0) - a ** k) / (1 + k * c)
           for a, k, c in SPEC_CASES]),
-        ("the draft's k steps take time too: divide by 1 + k x draft_cost target steps",
+        (say("the draft's k steps take time too: divide by 1 + k x draft_cost target steps",
+             "草稿的 k 步也要花时间：除以 1 + k x draft_cost 个目标模型步"),
          [speculative_speedup_reference(a, k, 0) for a, k, c in SPEC_CASES]),
     ]
     hint = matching_mistake(answers, mistakes, _close)
     alpha, k, cost = SPEC_CASES[i]
-    raise CheckFailed(f"speculative_speedup({alpha}, {k}, {cost}) returned {_shown(answers[i])}, "
-                      f"expected {_shown(wants[i])}"
-                      + (f": {hint}" if hint else ": (1 + alpha + ... + alpha^k) tokens a round, "
-                         "over 1 + k x draft_cost target steps"))
+    hint = hint or say("(1 + alpha + ... + alpha^k) tokens a round, over 1 + k x draft_cost "
+                       "target steps",
+                       "每轮 (1 + alpha + ... + alpha^k) 个词元，除以 1 + k x draft_cost 个"
+                       "目标模型步")
+    raise CheckFailed(say("speculative_speedup({alpha}, {k}, {cost}) returned {got}, expected "
+                          "{want}: {hint}",
+                          "speculative_speedup({alpha}, {k}, {cost}) 返回了 {got}，应为 {want}："
+                          "{hint}", alpha=alpha, k=k, cost=cost, got=_shown(answers[i]),
+                          want=_shown(wants[i]), hint=hint))
 
 
 # --- the self-check quiz -------------------------------------------------------------------------
@@ -243,21 +280,26 @@ class QuizQuestion:
 def grade(question: QuizQuestion, response) -> tuple[bool, str]:
     """(correct, message) for one response: a choice index, or a number (a string is parsed)."""
     if response is None or (isinstance(response, str) and not response.strip()):
-        return False, "No answer yet: choose or type one, then press Check."
+        return False, say("No answer yet: choose or type one, then press Check.",
+                          "还没有作答：先选一个或填一个数，再点“检查”。")
     if question.numeric:
         try:
             value = float(str(response).replace(",", "").strip())
         except ValueError:
-            return False, f"{response!r} is not a number."
+            return False, say("{response!r} is not a number.", "{response!r} 不是一个数。",
+                              response=response)
         ok = math.isclose(value, question.answer, rel_tol=question.tolerance)
     else:
         if isinstance(response, str):
             if response not in question.choices:
-                return False, f"{response!r} is not one of the choices."
+                return False, say("{response!r} is not one of the choices.",
+                                  "{response!r} 不在选项里。", response=response)
             response = question.choices.index(response)
         ok = int(response) == question.answer
-    verdict = "✅ Right." if ok else "❌ Not quite."
-    return ok, f"{verdict} Answer: {question.answer_text()}. {question.explanation}"
+    verdict = say("✅ Right.", "✅ 答对了。") if ok else say("❌ Not quite.", "❌ 不太对。")
+    return ok, say("{verdict} Answer: {answer}. {explanation}",
+                   "{verdict}答案：{answer}。{explanation}", verdict=verdict,
+                   answer=question.answer_text(), explanation=question.explanation)
 
 
 class Quiz:
@@ -295,8 +337,9 @@ class Quiz:
         return self.current
 
     def status(self) -> str:
-        return (f"Question {self.index + 1} of {len(self.questions)} · score {self.score} / "
-                f"{len(self.results)} answered")
+        return say("Question {i} of {n} · score {score} / {answered} answered",
+                   "第 {i} 题，共 {n} 题 · 得分 {score} / 已答 {answered} 题", i=self.index + 1,
+                   n=len(self.questions), score=self.score, answered=len(self.results))
 
 
 def build_quiz(config) -> list[QuizQuestion]:
@@ -306,43 +349,76 @@ def build_quiz(config) -> list[QuizQuestion]:
     kv_mha = kv_cache_gb_reference(c.n_layers, c.n_heads, c.head_dim, 8192, 1, 2)
     per_token_kb = 2 * c.n_layers * c.n_kv_heads * c.head_dim * 2 / 1e3
     return [
-        QuizQuestion("Sampling with temperature T → 0 gives the same tokens as …",
-                     choices=("beam search", "greedy decoding", "top-k with k = 50",
-                              "uniform random choice"), answer=1,
-                     explanation="Dividing the logits by a tiny T puts all probability on the "
-                                 "largest logit: the argmax, which greedy picks."),
-        QuizQuestion(f"KV cache of this model ({c.n_layers} layers, {c.n_kv_heads} KV heads of "
-                     f"width {c.head_dim}) for one 8,192-token sequence in fp16, in GB?",
+        QuizQuestion(say("Sampling with temperature T → 0 gives the same tokens as …",
+                         "温度 T → 0 时采样得到的词元与哪种方法相同？"),
+                     choices=(say("beam search", "束搜索"), say("greedy decoding", "贪心解码"),
+                              say("top-k with k = 50", "k = 50 的 top-k"),
+                              say("uniform random choice", "均匀随机选择")), answer=1,
+                     explanation=say("Dividing the logits by a tiny T puts all probability on the "
+                                     "largest logit: the argmax, which greedy picks.",
+                                     "把 logits 除以一个极小的 T，全部概率都落到最大的 logit 上："
+                                     "也就是 argmax，正是贪心解码选的那个。")),
+        QuizQuestion(say("KV cache of this model ({layers} layers, {kv} KV heads of width {hd}) "
+                         "for one 8,192-token sequence in fp16, in GB?",
+                         "这个模型（{layers} 层，{kv} 个宽 {hd} 的 KV 头）为一条 8,192 个词元的"
+                         "序列用 fp16 存 KV 缓存，要多少 GB？",
+                         layers=c.n_layers, kv=c.n_kv_heads, hd=c.head_dim),
                      answer=kv_8k_fp16, unit="GB",
-                     explanation="2 (K and V) × layers × kv_heads × head_dim × tokens × 2 bytes."),
-        QuizQuestion(f"The same cache if every one of the {c.n_heads} query heads had its own "
-                     "K/V head (no grouped-query attention), in GB?", answer=kv_mha, unit="GB",
-                     explanation=f"{c.n_heads // c.n_kv_heads}× as much: GQA shares each K/V "
-                                 "head among a group of query heads."),
-        QuizQuestion("KV-cache kilobytes per token of this model in fp16 (1 kB = 1000 bytes)?",
+                     explanation=say("2 (K and V) × layers × kv_heads × head_dim × tokens × 2 "
+                                     "bytes.", "2（K 和 V）× 层数 × kv_heads × head_dim × "
+                                     "词元数 × 2 字节。")),
+        QuizQuestion(say("The same cache if every one of the {n} query heads had its own K/V "
+                         "head (no grouped-query attention), in GB?",
+                         "如果 {n} 个查询头每个都有自己的 K/V 头（不用分组查询注意力），"
+                         "同样的缓存要多少 GB？", n=c.n_heads), answer=kv_mha, unit="GB",
+                     explanation=say("{x}× as much: GQA shares each K/V head among a group of "
+                                     "query heads.",
+                                     "是原来的 {x} 倍：GQA 让一组查询头共用一个 K/V 头。",
+                                     x=c.n_heads // c.n_kv_heads)),
+        QuizQuestion(say("KV-cache kilobytes per token of this model in fp16 (1 kB = 1000 "
+                         "bytes)?", "这个模型用 fp16 时，每个词元的 KV 缓存占多少 kB"
+                         "（1 kB = 1000 字节）？"),
                      answer=per_token_kb, unit="kB",
-                     explanation="2 × layers × kv_heads × head_dim × 2 bytes."),
-        QuizQuestion("Weights of a 70B-parameter model in int4, in GB (ignore scales)?",
+                     explanation=say("2 × layers × kv_heads × head_dim × 2 bytes.",
+                                     "2 × 层数 × kv_heads × head_dim × 2 字节。")),
+        QuizQuestion(say("Weights of a 70B-parameter model in int4, in GB (ignore scales)?",
+                         "700 亿参数（70B）的模型用 int4 存权重，要多少 GB（不计缩放因子）？"),
                      answer=weight_memory_gb_reference(70e9, 4), unit="GB",
-                     explanation="70e9 × 4 bits / 8 = 35e9 bytes."),
-        QuizQuestion("Batch-1 decode of a 7B fp16 model (14 GB) on a GPU with 3,350 GB/s: the "
-                     "most tokens per second?", answer=decode_bound_reference(14e9, 3350),
+                     explanation=say("70e9 × 4 bits / 8 = 35e9 bytes.",
+                                     "70e9 × 4 比特 / 8 = 35e9 字节。")),
+        QuizQuestion(say("Batch-1 decode of a 7B fp16 model (14 GB) on a GPU with 3,350 GB/s: "
+                         "the most tokens per second?",
+                         "7B 的 fp16 模型（14 GB）在带宽 3,350 GB/s 的 GPU 上以批大小 1 解码："
+                         "每秒最多多少个词元？"), answer=decode_bound_reference(14e9, 3350),
                      unit="tokens/s", tolerance=0.1,
-                     explanation="Every step reads every weight once: bandwidth / weight bytes."),
-        QuizQuestion("Which phase is compute-bound on long prompts?",
-                     choices=("prefill", "decode", "detokenization"), answer=0,
-                     explanation="Prefill runs many tokens through each weight at once (high "
-                                 "arithmetic intensity); decode reads every weight for one token."),
-        QuizQuestion("Greedy speculative decoding, compared with plain greedy decoding, gives …",
-                     choices=("the same tokens", "slightly different tokens",
-                              "the draft model's tokens"), answer=0,
-                     explanation="The target verifies every drafted token; only its own argmax "
-                                 "is ever kept."),
-        QuizQuestion("transformers applies top-k and top-p in which order?",
-                     choices=("top-p, then top-k", "top-k, then top-p", "at the same time"),
+                     explanation=say("Every step reads every weight once: bandwidth / weight "
+                                     "bytes.", "每一步都把全部权重读一遍：带宽 / 权重字节数。")),
+        QuizQuestion(say("Which phase is compute-bound on long prompts?",
+                         "提示词很长时，哪个阶段是计算受限的？"),
+                     choices=(say("prefill", "预填充"), say("decode", "解码"),
+                              say("detokenization", "把词元还原成文本")), answer=0,
+                     explanation=say("Prefill runs many tokens through each weight at once (high "
+                                     "arithmetic intensity); decode reads every weight for one "
+                                     "token.", "预填充让许多词元同时经过每个权重（算术强度高）；"
+                                     "解码为了一个词元就要把每个权重读一遍。")),
+        QuizQuestion(say("Greedy speculative decoding, compared with plain greedy decoding, "
+                         "gives …", "贪心的推测解码与普通贪心解码相比，得到的是……"),
+                     choices=(say("the same tokens", "相同的词元"),
+                              say("slightly different tokens", "略有不同的词元"),
+                              say("the draft model's tokens", "草稿模型的词元")), answer=0,
+                     explanation=say("The target verifies every drafted token; only its own "
+                                     "argmax is ever kept.",
+                                     "目标模型逐个验证草稿词元，留下的永远只是它自己的 argmax。")),
+        QuizQuestion(say("transformers applies top-k and top-p in which order?",
+                         "transformers 按什么顺序应用 top-k 和 top-p？"),
+                     choices=(say("top-p, then top-k", "先 top-p，再 top-k"),
+                              say("top-k, then top-p", "先 top-k，再 top-p"),
+                              say("at the same time", "同时进行")),
                      answer=1,
-                     explanation="TopK then TopP (after temperature); top-p then sees the "
-                                 "renormalised top-k distribution."),
+                     explanation=say("TopK then TopP (after temperature); top-p then sees the "
+                                     "renormalised top-k distribution.",
+                                     "先 TopK 再 TopP（都在温度之后）；top-p 看到的是 top-k 之后"
+                                     "重新归一化的分布。")),
     ]
 
 
@@ -353,11 +429,12 @@ def quiz_widget(questions):
     quiz = Quiz(questions)
     title = widgets.HTML()
     choices = widgets.RadioButtons(options=[], value=None, layout={"width": "auto"})
-    number = widgets.Text(placeholder="your number", layout={"width": "14em"})
-    feedback = widgets.HTML("<i>Answer, then press Check.</i>")
+    number = widgets.Text(placeholder=say("your number", "你的答案（数）"),
+                          layout={"width": "14em"})
+    feedback = widgets.HTML(say("<i>Answer, then press Check.</i>", "<i>作答后点“检查”。</i>"))
     score = widgets.HTML()
-    check = widgets.Button(description="Check", button_style="primary")
-    nxt = widgets.Button(description="Next question")
+    check = widgets.Button(description=say("Check", "检查"), button_style="primary")
+    nxt = widgets.Button(description=say("Next question", "下一题"))
 
     def show():
         q = quiz.current
@@ -382,7 +459,9 @@ def quiz_widget(questions):
 
     def on_next(_):
         quiz.next()
-        feedback.value = f"<i>Answer, then press Check. ({quiz.index + 1}/{len(questions)})</i>"
+        feedback.value = say("<i>Answer, then press Check. ({i}/{n})</i>",
+                             "<i>作答后点“检查”。（{i}/{n}）</i>", i=quiz.index + 1,
+                             n=len(questions))
         show()
 
     check.on_click(on_check)
