@@ -390,7 +390,7 @@ def build_quiz(config) -> list[QuizQuestion]:
                          "the most tokens per second?",
                          "7B 的 fp16 模型（14 GB）在带宽 3,350 GB/s 的 GPU 上以批大小 1 解码："
                          "每秒最多多少个词元？"), answer=decode_bound_reference(14e9, 3350),
-                     unit="tokens/s", tolerance=0.1,
+                     unit=say("tokens/s", "词元/秒"), tolerance=0.1,
                      explanation=say("Every step reads every weight once: bandwidth / weight "
                                      "bytes.", "每一步都把全部权重读一遍：带宽 / 权重字节数。")),
         QuizQuestion(say("Which phase is compute-bound on long prompts?",
