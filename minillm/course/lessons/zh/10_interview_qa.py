@@ -14,7 +14,7 @@
 # |---|---|
 # | 本笔记本 | Q1–Q6，原始资料的六道题：自回归、温度、top-k/top-p、重复、显存、吞吐量；Q7–Q11：词元、模型、缓存 |
 # | `10b_interview_engine` | Q12–Q24：预填充与解码、解码策略、性能测量、批处理、分页、量化、推测解码、张量并行 |
-# | `10c_interview_serving` | Q25–Q32：FlashAttention、预填充/解码分离、KV 缓存量化、分块预填充、动态批处理、GQA/MQA/MLA、GPTQ/AWQ/SmoothQuant、EAGLE/MTP；最后是自测题 |
+# | `10c_interview_serving` | Q25–Q32：FlashAttention、预填充/解码分离、KV 缓存量化、分块预填充、动态批处理、GQA/MQA/MLA、GPTQ/AWQ/SmoothQuant、EAGLE/MTP；最后是自测（self-check quiz） |
 
 # %% en=29278d6e
 import os

@@ -153,8 +153,8 @@ for text in prompts:
     wins, losses = wins + (lp_b > lp_g + 1e-6), losses + (lp_b < lp_g - 1e-6)
     print(f"{text[:28]:<28} 平均对数概率：贪心解码 {lp_g:6.3f}，束搜索 {lp_b:6.3f}")
 print(f"束搜索找到概率更高的序列 {wins} 次，贪心解码 {losses} 次，"
-      f"打平 {len(prompts) - wins - losses} 次；束搜索用时是贪心解码的 {timing['beam 4'] / timing['greedy']:.1f} 倍"
-      f"")
+      f"打平 {len(prompts) - wins - losses} 次；束搜索用时是贪心解码的 "
+      f"{timing['beam 4'] / timing['greedy']:.1f} 倍")
 assert wins > losses  # 通常概率更高，但不总是：纸上的模型说明了贪心解码怎样输掉
 
 # %% [markdown] en=597c827f
