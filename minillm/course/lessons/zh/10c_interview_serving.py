@@ -1,16 +1,12 @@
 # 中文版 · 10c_interview_serving.py 的译文。每个单元格标记里的 en=… 是它所译英文单元格的哈希；
 # 流程见 docs/translating.md。
 
-# %% [markdown] en=8229938a todo
-# # 10c · Interview questions (面试题), part three: serving at scale
+# %% [markdown] en=8229938a
+# # 10c · 面试题（interview questions），第三部分：大规模服务
 #
-# Q25–Q32 of chapter 10, the techniques every large deployment now uses, then the self-check
-# quiz (自测). As in `10_interview_qa` and `10b_interview_engine`, each answer is given in Chinese
-# and English and proved by a cell that ends in an `assert`. Where an answer compares two
-# timings, both sides are measured interleaved, several times; the verdict names the spread and
-# says "too noisy to call" when the repetitions disagree.
+# 这是第 10 章的 Q25–Q32，讲的是如今每个大规模部署都在用的技术，最后是自测（self-check quiz）。和 `10_interview_qa`、`10b_interview_engine` 一样，每道题先给出中文答案，再用一个以 `assert` 结尾的单元格证明它。答案要比较两组计时的，两边都交替测量、重复几次；结论会给出波动范围，几次重复结果不一致时就说“噪声太大，无法判断”。
 
-# %% en=5c8abba0 todo
+# %% en=5c8abba0
 import os
 
 import torch
@@ -24,9 +20,9 @@ from minillm.generation.step_timing import kv_cache_formula_bytes
 from minillm.measure import TOO_NOISY, Comparison, load_average
 from minillm.utils.devices import describe
 
-CI = bool(os.environ.get("CI"))  # fewer tokens when the notebook runs in the test suite
-N = 8 if CI else 16              # new tokens per demonstration
-REPEATS = 3                      # interleaved repetitions behind each timing verdict
+CI = bool(os.environ.get("CI"))  # 在测试套件里运行时少生成几个词元
+N = 8 if CI else 16              # 每个演示生成的新词元数
+REPEATS = 3                      # 每个计时结论背后交替重复的次数
 torch.manual_seed(0)
 for key, value in describe().items():
     print(f"{key:>12}: {value}")
@@ -35,37 +31,32 @@ print(load_average())
 device = minillm.pick_device("auto")
 model, tokenizer = minillm.load("smollm2-135m", dtype=torch.float32, device=device, fast=False)
 c = model.config
-print("tokens of two runs are compared", rule(model))
+print("两次运行的词元这样比较：", rule(model))
 prompt = "The capital of France is"
 ids = tokenizer.encode(prompt)
 text_ids = tokenizer.encode("The printing press was invented in the fifteenth century. It "
                             "made books cheaper, and ideas spread faster across Europe.")
 
-# %% [markdown] en=02e4ccec todo
+# %% [markdown] en=02e4ccec
 # ---
-# # Part 7 · Serving at scale: what 2026 interviews ask
+# # 第 7 部分 · 大规模服务：2026 年的面试会问什么
 #
-# Chapters 03b, 06, 07 and 08 build most of these; for the one the course has no engine part
-# for yet (KV-cache quantization), the cell defines a small version in front of you.
+# 这些技术大多在第 03b、06、07、08 章里亲手搭过；课程引擎里还没有的那一项（KV 缓存量化），就在单元格里当场定义一个小版本。
 
-# %% [markdown] en=07bcb375 todo
-# ## Q25 · FlashAttention 为什么快？它改变计算结果吗？ What does FlashAttention change, and does it change the result?
+# %% [markdown] en=07bcb375
+# ## Q25 · FlashAttention 为什么快？它改变计算结果吗？
 #
-# | 中文 | English |
-# |---|---|
-# | 标准注意力先算出完整的分数矩阵 QKᵀ（每个头 n × n 个数），写进显存再读回来做 softmax：序列一长，它占的显存和搬运它的时间都按 n² 增长。FlashAttention 把 Q、K、V 切成能放进片上 SRAM 的小块，用在线 softmax 逐块累加：每行只保存当前最大值 m、指数和 l 和加权和 o，遇到更大的分数就按 exp(m − m') 重新缩放。分数矩阵从不完整写出，额外显存从 O(n²) 降到 O(n)。它是精确算法：结果与标准注意力相同，只差浮点求和的顺序。运算量没有减少，省的是访存，所以收益主要在预填充和长上下文上。 | Standard attention computes the whole score matrix QKᵀ (n × n numbers per head), writes it to GPU memory and reads it back for the softmax: as sequences grow, its memory and the time spent moving it grow as n². FlashAttention cuts Q, K and V into tiles that fit in on-chip SRAM and accumulates tile by tile with the online softmax: each row keeps only its running maximum m, sum of exponentials l and weighted sum o, rescaled by exp(m − m') when a larger score arrives. The score matrix is never written out whole: extra memory drops from O(n²) to O(n). It is exact: the result equals standard attention up to the order of floating-point sums. The arithmetic is not reduced, the memory traffic is, so the gain is mainly in prefill and long contexts. |
+# 标准注意力先算出完整的分数矩阵 QKᵀ（每个头 n × n 个数），写进显存再读回来做 softmax：序列一长，它占的显存和搬运它的时间都按 n² 增长。FlashAttention 把 Q、K、V 切成能放进片上 SRAM 的小块，用在线 softmax 逐块累加：每行只保存当前最大值 m、指数和 l 和加权和 o，遇到更大的分数就按 exp(m − m') 重新缩放。分数矩阵从不完整写出，额外显存从 O(n²) 降到 O(n)。它是精确算法：结果与标准注意力相同，只差浮点求和的顺序。运算量没有减少，省的是访存，所以收益主要在预填充和长上下文上。
 #
-# The proof on the real model's first layer: its queries, keys and values for a long text
-# (before the rotation, which does not change the attention arithmetic), attended both ways,
-# with the memory each way allocates at its peak (chapter 03b builds `flash_attention`):
+# 在真实模型的第一层上证明：取它对一段长文本算出的查询、键和值（在旋转之前，旋转不影响注意力的运算），用两种方式各做一次注意力，并记下每种方式分配内存的峰值（`flash_attention` 在第 03b 章里搭过）：
 
-# %% en=f23f0e5d todo
+# %% en=f23f0e5d
 from minillm.course.tokenizer_samples import corpus
 from minillm.layers import attention_explicit
 from minillm.measure.memory_peak import peak_bytes
 from minillm.model.flash_attention import flash_attention
 
-book = tokenizer.encode(corpus("english")[:20_000])  # Shakespeare, for the long inputs below
+book = tokenizer.encode(corpus("english")[:20_000])  # 莎士比亚的文字，下面的长输入都取自这里
 long_ids = book[:256 if CI else 512]
 first = model.layers[0]
 with torch.inference_mode():
@@ -74,24 +65,20 @@ with torch.inference_mode():
     plain, plain_peak = peak_bytes(attention_explicit, q, k, v)
     tiled, tiled_peak = peak_bytes(flash_attention, q, k, v, block_size=64)
 difference = (plain - tiled).abs().max().item()
-print(f"{len(long_ids)} tokens, {c.n_heads} heads: the score matrices alone are "
-      f"{c.n_heads * len(long_ids) ** 2 * 4 / 1e6:.1f} MB in fp32")
-print(f"peak memory: plain {plain_peak / 1e6:.1f} MB, tiles of 64 {tiled_peak / 1e6:.1f} MB "
-      f"({plain_peak / tiled_peak:.1f}x less); largest difference {difference:.1e}")
+print(f"{len(long_ids)} 个词元，{c.n_heads} 个头：仅分数矩阵在 fp32 下就有 "
+      f"{c.n_heads * len(long_ids) ** 2 * 4 / 1e6:.1f} MB")
+print(f"内存峰值：标准注意力 {plain_peak / 1e6:.1f} MB，64 一块的分块算法 {tiled_peak / 1e6:.1f} MB"
+      f"（少 {plain_peak / tiled_peak:.1f} 倍）；最大差值 {difference:.1e}")
 assert difference < 1e-4 and tiled_peak < plain_peak / 2
 
-# %% [markdown] en=e618ee3a todo
-# ## Q26 · 什么是预填充/解码分离？它解决什么问题？ What is prefill/decode disaggregation, and what does it fix?
+# %% [markdown] en=e618ee3a
+# ## Q26 · 什么是预填充/解码分离？它解决什么问题？
 #
-# | 中文 | English |
-# |---|---|
-# | 预填充是计算受限的，解码是带宽受限的。两者在同一个引擎里时，长提示词的预填充和正在解码的请求挤在同一步里，所有正在生成的用户都要等这一步（TPOT 的尾部变长），新请求也可能排在解码步后面（TTFT 变长）。预填充/解码分离（DistServe、Mooncake，vLLM 和 SGLang 的 PD 模式）把两个阶段放到不同的机器上：预填充机器算出提示词的 KV 缓存和第一个词元，再把 KV 块通过 NVLink 或 RDMA 传给解码机器，解码机器的每一步只有解码行。两个阶段还能各自选择硬件和批大小，分别满足 TTFT 和 TPOT 的目标。代价是每个请求传一次 KV 缓存，并要调好两类机器的比例。 | Prefill is compute-bound, decode bandwidth-bound. In one engine, a long prompt's prefill shares a step with the requests that are decoding, and every user waits for that step (the TPOT tail grows); a new prompt may queue behind decode steps (TTFT grows). Prefill/decode disaggregation (DistServe, Mooncake; vLLM's and SGLang's PD modes) puts the two phases on different machines: a prefill machine computes the prompt's KV cache and first token and sends the KV blocks over NVLink or RDMA to a decode machine, whose steps carry decode rows only. Each phase also gets its own hardware and batch size, sized to a TTFT target and a TPOT target. The price: one KV-cache transfer per request, and a ratio of the two kinds of machine to tune. |
+# 预填充是计算受限的，解码是带宽受限的。两者在同一个引擎里时，长提示词的预填充和正在解码的请求挤在同一步里，所有正在生成的用户都要等这一步（TPOT 的尾部变长），新请求也可能排在解码步后面（TTFT 变长）。预填充/解码分离（DistServe、Mooncake，vLLM 和 SGLang 的 PD 模式）把两个阶段放到不同的机器上：预填充机器算出提示词的 KV 缓存和第一个词元，再把 KV 块通过 NVLink 或 RDMA 传给解码机器，解码机器的每一步只有解码行。两个阶段还能各自选择硬件和批大小，分别满足 TTFT 和 TPOT 的目标。代价是每个请求传一次 KV 缓存，并要调好两类机器的比例。
 #
-# The proof with chapter 06's two engines in one process, each on a clock of its own: the
-# tokens are the ones plain generation gives (the handed-over KV blocks are the right ones),
-# and the decode engine's steps never carry a piece of a prompt longer than its last token.
+# 用第 06 章的两个引擎在同一个进程里证明，每个引擎有自己的时钟：得到的词元与普通生成的相同（说明交接过去的 KV 块是对的），而且解码引擎的每一步从不处理超过提示词最后一个词元的提示词片段。
 
-# %% en=896ce99f todo
+# %% en=896ce99f
 from minillm.engine.disaggregation import (DecodeScheduler, PrefillScheduler,
                                            serve_colocated, serve_disaggregated)
 
@@ -110,33 +97,26 @@ together = serve_colocated(serving_engine("continuous"), pd_arrivals)
 for name, served in (("one engine", together), ("prefill + decode", split)):
     print(f"{name:>16}: " + ", ".join(f"{k} {1e3 * v:.0f} ms" for k, v in
                                       served.summary().items()))
-print(f"hand-over: {split.handoff_bytes / 1e6:.2f} MB of KV blocks for {len(pd_prompts)} "
-      f"prompts, copied in {1e3 * split.handoff_seconds:.1f} ms")
+print(f"交接：{len(pd_prompts)} 个提示词共 {split.handoff_bytes / 1e6:.2f} MB 的 KV 块，"
+      f"复制用了 {1e3 * split.handoff_seconds:.1f} ms")
 widest = max(n for step in decoder.steps for _, n, _ in step.items)
-print(f"the decode engine ran at most {widest} token of a request in one step")
+print(f"解码引擎一步里最多只处理一个请求的 {widest} 个词元")
 plain = [minillm.generate(model, tokenizer, p, max_new_tokens=N, ignore_eos=True).token_ids
          for p in pd_prompts]
 assert all(agree(model, p, o.token_ids, t) for p, o, t in zip(pd_prompts, split.outputs, plain))
-assert widest == 1  # decode rows only: the last prompt token, then one token a step
+assert widest == 1  # 只有解码行：先是提示词的最后一个词元，之后每步一个词元
 
-# %% [markdown] en=6f628cda todo
-# The timings above are one run each, so they carry no verdict: chapter 06 §11 repeats the
-# comparison interleaved and reads the TPOT tail and the longest gap, where the interference
-# shows.
+# %% [markdown] en=6f628cda
+# 上面的计时各只跑了一次，所以不下结论：第 06 章第 11 节把这个比较交替重复了多次，看的是 TPOT 的尾部和最长的间隔，干扰正体现在那里。
 
-# %% [markdown] en=15b30580 todo
-# ## Q27 · KV 缓存可以量化吗？能省多少，代价是什么？ Can the KV cache be quantized, what does it save, and what does it cost?
+# %% [markdown] en=15b30580
+# ## Q27 · KV 缓存可以量化吗？能省多少，代价是什么？
 #
-# | 中文 | English |
-# |---|---|
-# | 可以。上下文长、批量大时，KV 缓存常常比权重还大，而且解码每一步都要把它读一遍。把键和值从 fp16 存成 int8 或 fp8（E4M3），显存和每步读的字节都减半，同样的显存能放下约两倍的词元。做法是每个词元的每个头（或每个通道）配一个缩放因子，写入缓存时量化，做注意力之前反量化。键里常有离群通道，所以键按通道、值按词元量化效果更好（KIVI）；降到 4 位时误差明显变大。vLLM 的 kv_cache_dtype="fp8" 就是这个思路。 | Yes. With long contexts and large batches the KV cache is often larger than the weights, and every decode step reads all of it. Storing keys and values as int8 or fp8 (E4M3) instead of fp16 halves the memory and the bytes each step reads: the same memory holds about twice the tokens. The recipe: a scale for each head of each token (or for each channel), quantize when writing into the cache, dequantize before attention. Keys carry outlier channels, so per-channel scales for keys and per-token scales for values work better (KIVI); at 4 bits the error grows clearly. vLLM's kv_cache_dtype="fp8" follows this idea. |
+# 可以。上下文长、批量大时，KV 缓存常常比权重还大，而且解码每一步都要把它读一遍。把键和值从 fp16 存成 int8 或 fp8（E4M3），显存和每步读的字节都减半，同样的显存能放下约两倍的词元。做法是每个词元的每个头（或每个通道）配一个缩放因子，写入缓存时量化，做注意力之前反量化。键里常有离群通道，所以键按通道、值按词元量化效果更好（KIVI）；降到 4 位时误差明显变大。vLLM 的 kv_cache_dtype="fp8" 就是这个思路。
 #
-# The proof, emulated: prefill 128 tokens of text into a real cache, replace its keys and values
-# by their quantized-and-dequantized values (one scale per token and head), then score the next
-# 64 tokens against that cache. The bytes are what a cache storing the codes and an fp16 scale
-# would hold.
+# 模拟证明：把 128 个词元的文本预填充进一个真实的缓存，把其中的键和值替换成量化再反量化后的值（每个词元、每个头一个缩放因子），然后用这个缓存给接下来的 64 个词元打分。字节数按一个存编码加一个 fp16 缩放因子的缓存来算。
 
-# %% en=a1d775b4 todo
+# %% en=a1d775b4
 kv_text = book[1000:1192]
 context, scored = kv_text[:128], kv_text[128:]
 
@@ -144,13 +124,13 @@ context, scored = kv_text[:128], kv_text[128:]
 def absmax_roundtrip(bits):
     qmax = 2 ** (bits - 1) - 1
 
-    def roundtrip(x):  # one scale per token and head, over its head_dim values
+    def roundtrip(x):  # 每个词元、每个头一个缩放因子，覆盖它的 head_dim 个值
         scale = x.abs().amax(-1, keepdim=True).clamp_min(1e-8) / qmax
         return (x / scale).round().clamp(-qmax, qmax) * scale
     return roundtrip
 
 
-def fp8_roundtrip(x):  # e4m3: 4 exponent bits, 3 mantissa bits, largest value 448
+def fp8_roundtrip(x):  # e4m3：4 位指数，3 位尾数，最大值 448
     scale = x.abs().amax(-1, keepdim=True).clamp_min(1e-8) / 448
     return (x / scale).to(torch.float8_e4m3fn).to(x.dtype) * scale
 
@@ -168,82 +148,73 @@ def score_with_cache(roundtrip=None):
     return float(nll.exp()), logits
 
 
-formats = {"fp16 (reference)": (None, 16), "fp8 e4m3": (fp8_roundtrip, 8),
+formats = {"fp16（参考）": (None, 16), "fp8 e4m3": (fp8_roundtrip, 8),
            "int8": (absmax_roundtrip(8), 8), "int4": (absmax_roundtrip(4), 4)}
 exact_ppl, exact_logits = score_with_cache()
 kv_error, kv_ppl = {}, {}
 for name, (roundtrip, bits) in formats.items():
     ppl, logits = score_with_cache(roundtrip) if roundtrip else (exact_ppl, exact_logits)
     kv_error[name], kv_ppl[name] = (logits - exact_logits).abs().max().item(), ppl
-    per_head = c.head_dim * bits / 8 + (2 if roundtrip else 0)  # codes + an fp16 scale
+    per_head = c.head_dim * bits / 8 + (2 if roundtrip else 0)  # 编码 + 一个 fp16 缩放因子
     per_token = 2 * c.n_layers * c.n_kv_heads * per_head
-    print(f"{name:>16}: {per_token / 1e3:5.1f} kB a token ({2 * c.head_dim / per_head:.2f}x "
-          f"the tokens of fp16 in the same memory); perplexity {ppl:.3f}, largest logit error "
+    print(f"{name:>16}：每个词元 {per_token / 1e3:5.1f} kB（同样的显存能放 fp16 的 {2 * c.head_dim / per_head:.2f} 倍"
+          f"词元）；困惑度 {ppl:.3f}，logit 的最大误差 "
           f"{kv_error[name]:.3f}")
-assert all(abs(kv_ppl[f] / exact_ppl - 1) < 0.01 for f in ("int8", "fp8 e4m3"))  # 8 bits: ~free
+assert all(abs(kv_ppl[f] / exact_ppl - 1) < 0.01 for f in ("int8", "fp8 e4m3"))  # 8 位：几乎没有代价
 assert kv_error["int8"] < kv_error["int4"] / 4 and kv_error["fp8 e4m3"] < kv_error["int4"] / 2
 
-# %% [markdown] en=825dd6ff todo
-# Over 64 scored tokens a perplexity moves by chance by a percent or more, in either direction
-# (int4's may even come out lower); the largest logit error is the steadier measure, and it
-# grows several times from 8 bits to 4.
+# %% [markdown] en=825dd6ff
+# 只有 64 个词元打分时，困惑度会因偶然因素上下浮动一个百分点甚至更多（int4 的困惑度甚至可能更低）；logit 的最大误差是更稳定的指标，从 8 位降到 4 位时它会增大好几倍。
 
-# %% [markdown] en=9183c1e1 todo
-# ## Q28 · 什么是分块预填充？它解决什么问题？ What is chunked prefill, and what does it fix?
+# %% [markdown] en=9183c1e1
+# ## Q28 · 什么是分块预填充？它解决什么问题？
 #
-# | 中文 | English |
-# |---|---|
-# | 连续批处理让预填充和解码在同一步里进行。长提示词一次预填充完，这一步就很长，所有正在解码的请求都要等它，出现一次卡顿（TPOT 的尾部变大）。分块预填充给每一步定一个词元预算（vLLM 的 max_num_batched_tokens），把长提示词切成几块，每步只算一块，和解码行一起跑：每一步都不长，正在生成的用户节奏平稳。代价是长提示词自己的 TTFT 变长：要多跑几步，每一块都要再读前面各块的键。预算的大小就是 TTFT 和 TPOT 之间的权衡。 | Continuous batching runs prefill and decode in the same step. A long prompt prefilled at once makes that step long, and every decoding request waits for it: one stall (the TPOT tail grows). Chunked prefill gives each step a token budget (vLLM's max_num_batched_tokens) and cuts a long prompt into chunks, one per step, run beside the decode rows: every step stays short and the running users keep their pace. The price is the long prompt's own TTFT: more steps, and each chunk reads the earlier chunks' keys again. The budget sets the trade between TTFT and TPOT. |
+# 连续批处理让预填充和解码在同一步里进行。长提示词一次预填充完，这一步就很长，所有正在解码的请求都要等它，出现一次卡顿（TPOT 的尾部变大）。分块预填充给每一步定一个词元预算（vLLM 的 max_num_batched_tokens），把长提示词切成几块，每步只算一块，和解码行一起跑：每一步都不长，正在生成的用户节奏平稳。代价是长提示词自己的 TTFT 变长：要多跑几步，每一块都要再读前面各块的键。预算的大小就是 TTFT 和 TPOT 之间的权衡。
 #
-# The proof with chapter 06's measurement: three requests are decoding when a long prompt
-# arrives, once with a budget larger than the prompt and once with a small one:
+# 用第 06 章的测量来证明：三个请求正在解码时，一个长提示词到来；一次给的词元预算（token budget）比提示词还大，一次给的预算很小：
 
-# %% en=f4020711 todo
+# %% en=f4020711
 from minillm.engine.interference import long_prompt_arrival
 
 LONG, CHUNK = 192, 32
 long_prompt = book[2000:2000 + LONG]
 decoding = [tokenizer.encode(f"Request {i}: tell me about rivers.") for i in range(3)]
 arrivals = {"whole": [], "chunked": []}
-for _ in range(REPEATS):  # interleaved
+for _ in range(REPEATS):  # 交替进行
     for mode, budget in (("whole", LONG + len(decoding)), ("chunked", CHUNK)):
         engine = minillm.Engine(model, tokenizer, num_blocks=64, block_size=16, max_num_seqs=4,
                                 max_num_batched_tokens=budget, enable_prefix_caching=False)
         arrivals[mode].append(long_prompt_arrival(engine, decoding, long_prompt))
 for mode, runs in arrivals.items():
-    print(f"{mode:>8} (budget {runs[-1].budget}): prefilled in {runs[-1].steps} steps; the "
-          f"running requests' longest gap {1e3 * runs[-1].stall:.0f} ms, the long prompt's "
+    print(f"{mode:>8}（预算 {runs[-1].budget}）：{runs[-1].steps} 步完成预填充；"
+          f"正在运行的请求最长的间隔 {1e3 * runs[-1].stall:.0f} ms，长提示词的 "
           f"TTFT {1e3 * runs[-1].ttft:.0f} ms")
 stall = Comparison(tuple(r.stall for r in arrivals["whole"]),
                    tuple(r.stall for r in arrivals["chunked"]))
 wait = Comparison(tuple(r.ttft for r in arrivals["whole"]),
                   tuple(r.ttft for r in arrivals["chunked"]))
-print(f"chunked / whole: longest gap {stall.spread_text()}; the long prompt's TTFT "
+print(f"分块 / 整块：最长间隔 {stall.spread_text()}；长提示词的 TTFT "
       f"{wait.spread_text()}")
-print({True: "chunking did not shorten the stall in any repetition", None: TOO_NOISY,
-       False: "chunking shortened the running requests' longest wait in every repetition"}
+print({True: "每次重复中分块都没有缩短停顿", None: TOO_NOISY,
+       False: "每次重复中分块都缩短了正在运行的请求的最长等待"}
       [stall.above(1.0)], f"({load_average()})")
-assert all(r.steps >= LONG // CHUNK for r in arrivals["chunked"])  # the prompt was cut
+assert all(r.steps >= LONG // CHUNK for r in arrivals["chunked"])  # 提示词被切开了
 assert all(r.steps == 1 for r in arrivals["whole"])
 
-# %% [markdown] en=1e7b765c todo
-# ## Q29 · 动态批处理和连续批处理有什么区别？ Dynamic batching against continuous batching?
+# %% [markdown] en=1e7b765c
+# ## Q29 · 动态批处理和连续批处理有什么区别？
 #
-# | 中文 | English |
-# |---|---|
-# | 动态批处理（Triton、TF Serving 等通用推理服务器的做法）决定一批什么时候开始：请求先等一小段时间或等凑够批大小，再一起送进模型；一批开始后就像静态批处理一样跑到最长的请求结束，中途不能加入。这适合一次前向传播就出结果的模型；对要生成几百个词元的大模型，新请求可能要等整批跑完。连续批处理（迭代级调度）每一步都重新组批，新请求下一步就能加入。⚠️ 有些资料把两个名字混用：区别在调度的粒度，是整个请求还是每次迭代。 | Dynamic batching (what general inference servers such as Triton and TF Serving do) decides when a batch starts: requests wait for a short window, or until the batch is full, then go in together; once started, the batch runs like a static batch until its longest request ends, and nobody joins. That suits models that answer in one forward pass; for an LLM generating hundreds of tokens, a new request may wait for the whole batch. Continuous batching (iteration-level scheduling) rebuilds the batch every step, so a new request joins at the next one. ⚠️ Some texts use the two names for one thing: the difference is the scheduling unit, a whole request or one iteration. |
+# 动态批处理（Triton、TF Serving 等通用推理服务器的做法）决定一批什么时候开始：请求先等一小段时间或等凑够批大小，再一起送进模型；一批开始后就像静态批处理一样跑到最长的请求结束，中途不能加入。这适合一次前向传播就出结果的模型；对要生成几百个词元的大模型，新请求可能要等整批跑完。连续批处理（迭代级调度）每一步都重新组批，新请求下一步就能加入。⚠️ 有些资料把两个名字混用：区别在调度的粒度，是整个请求还是每次迭代。
 #
-# The proof: a request arrives while a batch is two steps into a long answer. The static
-# scheduler runs a started batch to its end, as dynamic batching does once its window closed;
-# the continuous scheduler takes the newcomer in at the next step.
+# 证明：一个批次已经生成了长回答的两步，这时来了一个新请求。静态调度器会把已经开始的批次一直跑到结束，就像动态批处理在时间窗口关闭后那样；连续调度器则在下一步就把新请求接进来。
 
-# %% en=e01bf1c8 todo
+# %% en=e01bf1c8
 def steps_until_first_token(kind, busy_tokens=24):
     engine = minillm.Engine(model, tokenizer, scheduler=kind, num_blocks=64, block_size=16,
                             max_num_seqs=4)
     engine.add_request(ids, max_new_tokens=busy_tokens, ignore_eos=True)
     engine.step()
-    engine.step()  # the batch has started: a prefill step, then a decode step
+    engine.step()  # 批次已经开始：一个预填充步，然后一个解码步
     late = engine.add_request(text_ids, max_new_tokens=4, ignore_eos=True)
     for steps in range(1, 4 * busy_tokens):
         if any(o.request_id == late and o.token_ids for o in engine.step()):
@@ -254,21 +225,18 @@ def steps_until_first_token(kind, busy_tokens=24):
 
 waits = {kind: steps_until_first_token(kind) for kind in ("static", "continuous")}
 for kind, steps in waits.items():
-    print(f"{kind:>10}: the late request's first token came {steps} step{'s' * (steps != 1)} "
-          "after it arrived")
+    print(f"{kind:>10}：晚到的请求到达后，过了 {steps} 步{'' * (steps != 1)}才得到"
+          "第一个词元")
 assert waits["continuous"] == 1 < waits["static"]
 
-# %% [markdown] en=3d24f011 todo
-# ## Q30 · MHA、GQA、MQA 和 MLA 有什么区别？ MHA, GQA, MQA and MLA: what is the difference?
+# %% [markdown] en=3d24f011
+# ## Q30 · MHA、GQA、MQA 和 MLA 有什么区别？
 #
-# | 中文 | English |
-# |---|---|
-# | 区别在于 KV 缓存里每个词元存什么。多头注意力（MHA）的每个查询头都有自己的键头和值头；多查询注意力（MQA）让所有查询头共用一个键值头，缓存最小但质量有损失；分组查询注意力（GQA，Llama 3、SmolLM2 都用它）让每组查询头共用一个键值头，缓存是 MHA 的 kv_heads/heads。多头潜在注意力（MLA，DeepSeek-V2/V3）每层每个词元只存一个压缩的潜在向量（外加一小段携带 RoPE 的键），计算时用上投影还原各头的键和值。解码是带宽受限的：每个词元的缓存越小，能放下的上下文和批越大，每步读的字节越少。 | They differ in what the KV cache stores per token. Multi-head attention (MHA) gives every query head its own key and value head; multi-query attention (MQA) shares one key/value head among all query heads, the smallest cache at some cost in quality; grouped-query attention (GQA; Llama 3 and SmolLM2 use it) shares a key/value head within each group of query heads, a cache kv_heads/heads the size of MHA's. Multi-head latent attention (MLA; DeepSeek-V2/V3) stores one compressed latent vector per token and layer (plus a small key part that carries RoPE) and rebuilds the heads' keys and values by up-projections. Decode is bandwidth-bound: the smaller each token's cache, the longer the context and the larger the batch that fit, and the fewer bytes each step reads. |
+# 区别在于 KV 缓存里每个词元存什么。多头注意力（MHA）的每个查询头都有自己的键头和值头；多查询注意力（MQA）让所有查询头共用一个键值头，缓存最小但质量有损失；分组查询注意力（GQA，Llama 3、SmolLM2 都用它）让每组查询头共用一个键值头，缓存是 MHA 的 kv_heads/heads。多头潜在注意力（MLA，DeepSeek-V2/V3）每层每个词元只存一个压缩的潜在向量（外加一小段携带 RoPE 的键），计算时用上投影还原各头的键和值。解码是带宽受限的：每个词元的缓存越小，能放下的上下文和批越大，每步读的字节越少。
 #
-# The proof: SmolLM2's own key projection and cache, against the formula chapter 03b uses for
-# every design; then the designs side by side for two published shapes (arithmetic).
+# 证明：用 SmolLM2 自己的键投影和缓存，对照第 03b 章为每种设计使用的公式；然后把两种已发布模型结构下的各种设计并排列出（算式）。
 
-# %% en=d64ff173 todo
+# %% en=d64ff173
 from minillm.generation.kv_designs import DESIGNS, PUBLISHED, bytes_per_token
 
 key_rows = first.attn.k_proj.weight.shape[0]
@@ -276,29 +244,24 @@ probe = KVCache.for_model(model, batch_size=1, max_tokens=16)
 with torch.inference_mode():
     model(torch.tensor([ids], device=device), cache=probe)
 measured_per_token = probe.nbytes // probe.length
-print(f"SmolLM2's k_proj has {key_rows} output rows: {key_rows // c.head_dim} key heads for "
-      f"{c.n_heads} query heads; its cache holds {measured_per_token:,} bytes a token in fp32")
+print(f"SmolLM2 的 k_proj 有 {key_rows} 个输出行：{key_rows // c.head_dim} 个键头对应 "
+      f"{c.n_heads} 个查询头；fp32 下它的缓存每个词元占 {measured_per_token:,} 字节")
 for name in ("Llama-3-8B", "DeepSeek-V3"):
     per_design = {d: bytes_per_token(PUBLISHED[name], d) for d in DESIGNS}
-    print(f"{name:>12}, fp16, kB a token: " + ", ".join(
-        f"{d} {b / 1e3:.0f}" if b else f"{d} (not defined)" for d, b in per_design.items()))
+    print(f"{name:>12}，fp16，每个词元的 kB 数：" + "，".join(
+        f"{d} {b / 1e3:.0f}" if b else f"{d}（不适用）" for d, b in per_design.items()))
 assert key_rows == c.n_kv_heads * c.head_dim < c.n_heads * c.head_dim
 assert measured_per_token == bytes_per_token(PUBLISHED["SmolLM2-135M"], "GQA",
                                              bytes_per_value=4)
 
-# %% [markdown] en=9f627aeb todo
-# ## Q31 · GPTQ、AWQ 和 SmoothQuant 分别解决什么问题？ GPTQ, AWQ and SmoothQuant: what does each fix?
+# %% [markdown] en=9f627aeb
+# ## Q31 · GPTQ、AWQ 和 SmoothQuant 分别解决什么问题？
 #
-# | 中文 | English |
-# |---|---|
-# | 三者都用少量校准数据，让量化后这一层的输出接近原来的输出，而不只是让权重接近。GPTQ（仅权重量化，常用 3–4 位）逐列量化，并用校准激活的二阶信息（H = XᵀX 的逆）把每列的舍入误差补偿到还没量化的列上。AWQ（仅权重量化）认为激活大的输入通道对应的权重最重要：把这些通道的权重乘以 s = mean\|x\|^α、激活除以 s，数学上等价，却让重要权重的相对误差变小；α 在校准数据上搜索。SmoothQuant（W8A8，权重和激活都是 int8）把激活离群通道的尺度迁移到权重上：s = max\|X\|^α / max\|W\|^(1−α)，两边都容易量化，于是可以用 int8 矩阵乘法。W4A16（GPTQ、AWQ）省显存和带宽，适合小批量解码；W8A8 和 FP8 还能用上低精度计算单元，适合计算受限的大批量。 | All three use a little calibration data to keep the quantized layer's outputs close to the original outputs, not merely its weights. GPTQ (weight-only, often 3–4 bits) quantizes one column at a time and pushes each column's rounding error onto the columns not yet quantized, using second-order information from the calibration activations (the inverse of H = XᵀX). AWQ (weight-only) notes that weights on input channels with large activations matter most: it multiplies those weights by s = mean\|x\|^α and divides the activations by s, which changes nothing mathematically but shrinks the important weights' relative error; α is searched on the calibration data. SmoothQuant (W8A8: int8 weights and activations) moves the scale of the activations' outlier channels into the weights, s = max\|X\|^α / max\|W\|^(1−α), so both sides quantize well and int8 matrix multiplies can be used. W4A16 (GPTQ, AWQ) saves memory and bandwidth, which suits small-batch decode; W8A8 and FP8 also use low-precision arithmetic units, which suits large, compute-bound batches. |
+# 三者都用少量校准数据，让量化后这一层的输出接近原来的输出，而不只是让权重接近。GPTQ（仅权重量化，常用 3–4 位）逐列量化，并用校准激活的二阶信息（H = XᵀX 的逆）把每列的舍入误差补偿到还没量化的列上。AWQ（仅权重量化）认为激活大的输入通道对应的权重最重要：把这些通道的权重乘以 s = mean|x|^α、激活除以 s，数学上等价，却让重要权重的相对误差变小；α 在校准数据上搜索。SmoothQuant（W8A8，权重和激活都是 int8）把激活离群通道的尺度迁移到权重上：s = max|X|^α / max|W|^(1−α)，两边都容易量化，于是可以用 int8 矩阵乘法。W4A16（GPTQ、AWQ）省显存和带宽，适合小批量解码；W8A8 和 FP8 还能用上低精度计算单元，适合计算受限的大批量。
 #
-# The proof on one real layer: the feed-forward gate projection of layer 20 (576 inputs, 1,536
-# outputs). Its inputs are captured for 1,024 tokens of text (calibration) and 256 more (the
-# test); every method below is judged by the layer's output error on the test tokens. First,
-# the outliers:
+# 在一个真实的层上证明：第 20 层前馈网络的 gate 投影（576 个输入，1,536 个输出）。先截取它对 1,024 个词元文本的输入（校准数据，calibration data），再另取 256 个词元作测试；下面每种方法都按这一层在测试词元上的输出误差来评判。先看离群值：
 
-# %% en=572f829d todo
+# %% en=572f829d
 LAYER, BITS, GROUP = 20, 3, 64
 gate = model.layers[LAYER].mlp.gate_proj
 captured = []
@@ -309,15 +272,14 @@ with torch.inference_mode():
         model(torch.tensor([book[start:start + 256]], device=device))
 hook.remove()
 x_cal, x_test = torch.cat(captured[:4]), captured[4]
-w = gate.weight.detach().float().cpu()  # (outputs, inputs)
+w = gate.weight.detach().float().cpu()  # （输出，输入）
 channel_max = x_cal.abs().amax(0)
-print(f"layer {LAYER}'s gate_proj inputs, {x_cal.shape[1]} channels: the largest reaches "
-      f"{channel_max.max():.1f}, the median channel {channel_max.median():.2f}")
-assert channel_max.max() > 5 * channel_max.median()  # outlier channels: several times the median
+print(f"第 {LAYER} 层 gate_proj 的输入，{x_cal.shape[1]} 个通道：最大的达到 "
+      f"{channel_max.max():.1f}，通道的中位数是 {channel_max.median():.2f}")
+assert channel_max.max() > 5 * channel_max.median()  # 离群通道：是中位数的好几倍
 
-# %% [markdown] en=33c80e49 todo
-# Chapter 07 builds the three methods (`minillm/quant/gptq.py`, `awq.py`, `smoothquant.py`).
-# GPTQ's core, the error of each rounded column spread over the columns still to come:
+# %% [markdown] en=33c80e49
+# 第 07 章亲手实现了这三种方法（`minillm/quant/gptq.py`、`awq.py`、`smoothquant.py`）。GPTQ 的核心是：把每一列舍入产生的误差，分摊到后面还没处理的各列上：
 
 # %% en=968bf00d
 from minillm.course.show import show_source
@@ -328,9 +290,9 @@ from minillm.quant.smoothquant import smooth_scales, w8a8
 
 show_source(gptq)
 
-# %% en=cba21c26 todo
+# %% en=cba21c26
 def output_error(product, x):
-    """The layer's relative output error on inputs x: ‖product − x wᵀ‖ / ‖x wᵀ‖."""
+    """这一层在输入 x 上的相对输出误差：‖product − x wᵀ‖ / ‖x wᵀ‖。"""
     exact = x @ w.T
     return float((product - exact).norm() / exact.norm())
 
@@ -344,34 +306,28 @@ errors = {"RTN": output_error(x_test @ rtn(w, BITS, GROUP).T, x_test),
           "W8A8 + SmoothQuant": output_error(
               w8a8(x_test, w, smooth_scales(x_cal.abs().amax(0), w)), x_test)}
 for name, error in errors.items():
-    what = f"{BITS}-bit weights, groups of {GROUP}" if "W8A8" not in name else "int8 x int8"
-    print(f"{name:>18} ({what}): output error {error:.2%} on the test tokens")
-print(f"AWQ chose alpha = {awq_alpha} on the calibration tokens")
+    what = f"{BITS} 位权重，每组 {GROUP} 个" if "W8A8" not in name else "int8 x int8"
+    print(f"{name:>18}（{what}）：测试词元上的输出误差 {error:.2%}")
+print(f"AWQ 在校准词元上选了 alpha = {awq_alpha}")
 assert errors["GPTQ"] < errors["RTN"] and errors["AWQ"] < errors["RTN"]
 assert errors["W8A8 + SmoothQuant"] < errors["W8A8"]
 
-# %% [markdown] en=83653194 todo
-# GPTQ and AWQ both beat round-to-nearest on the same 3-bit grid, using only 1,024 tokens of
-# calibration; SmoothQuant makes the int8 × int8 product more accurate by moving the outliers'
-# scale into the weights. This is one layer: chapter 07 compares whole-model perplexity.
+# %% [markdown] en=83653194
+# 在同一个 3 位网格上，GPTQ 和 AWQ 都胜过就近舍入（round-to-nearest，RTN），而它们只用了 1,024 个词元的校准数据；SmoothQuant 把离群值的尺度挪进权重里，让 int8 × int8 的乘积更准确。这只是一层：第 07 章比较的是整个模型的困惑度。
 
-# %% [markdown] en=0cdc7343 todo
-# ## Q32 · EAGLE、MTP 和独立的草稿模型有什么不同？ EAGLE and MTP against a separate draft model?
+# %% [markdown] en=0cdc7343
+# ## Q32 · EAGLE、MTP 和独立的草稿模型有什么不同？
 #
-# | 中文 | English |
-# |---|---|
-# | 推测解码的加速取决于接受率 α 和起草的代价 c（草稿一步与目标模型一步的耗时之比）：每轮起草 k 个词元，平均得到 (1 − α^(k+1)) / (1 − α) 个词元，花费约 1 + k·c 个目标步。独立的草稿模型要另外部署、分词器必须相同，α 通常不高，c 也不小。Medusa 在目标模型最后的隐藏状态上加几个解码头，一次猜后面几个位置。EAGLE 训练一个约一层的小网络，根据目标模型顶层的特征自回归地起草，所以 α 高、c 小；EAGLE-2/3 还按置信度展开草稿树。MTP（多词元预测，DeepSeek-V3）在预训练时就学会预测再下一个词元，推理时直接当草稿用，报告的接受率为 85%–90%。它们用同一条接受规则验证，都不改变输出的分布。 | The speed-up rests on the acceptance rate α and the draft's cost c (one draft step's time over one target step's): drafting k tokens a round yields (1 − α^(k+1)) / (1 − α) tokens on average, for about 1 + k·c target steps. A separate draft model must be deployed alongside and share the tokenizer, and usually brings a modest α at a real c. Medusa adds a few decoding heads on the target's last hidden state, each guessing a later position at once. EAGLE trains a network of about one layer that drafts autoregressively from the target's top-layer features, so α is high and c small; EAGLE-2/3 also grow a draft tree by confidence. MTP (multi-token prediction, DeepSeek-V3) learns to predict the token after next in pre-training, and serving uses it as the draft, with reported acceptance rates of 85–90%. All verify with the same acceptance rule, so none changes the output distribution. |
+# 推测解码的加速取决于接受率 α 和起草的代价 c（草稿一步与目标模型一步的耗时之比）：每轮起草 k 个词元，平均得到 (1 − α^(k+1)) / (1 − α) 个词元，花费约 1 + k·c 个目标步。独立的草稿模型要另外部署、分词器必须相同，α 通常不高，c 也不小。Medusa 在目标模型最后的隐藏状态上加几个解码头，一次猜后面几个位置。EAGLE 训练一个约一层的小网络，根据目标模型顶层的特征自回归地起草，所以 α 高、c 小；EAGLE-2/3 还按置信度展开草稿树。MTP（多词元预测，DeepSeek-V3）在预训练时就学会预测再下一个词元，推理时直接当草稿用，报告的接受率为 85%–90%。它们用同一条接受规则验证，都不改变输出的分布。
 #
-# The proof with two drafts cut from SmolLM2 itself, untrained (its first 16 and first 28
-# layers, chapter 08's `first_layers`): the draft that shares more of the target's
-# computation, as EAGLE's features do, is accepted more often; the target's tokens are the same
-# either way. The speed-up each would give follows from the formula, with c = draft layers / 30:
+# 用两个从 SmolLM2 自身切出来、未经训练的草稿来证明（前 16 层和前 28 层，即第 08 章的 `first_layers`）：与目标模型共享更多计算的草稿（正如 EAGLE 复用目标模型的特征）被接受得更频繁；两种情况下目标模型的词元都一样。每种草稿能带来的加速由公式得出，其中 c = 草稿层数 / 30：
 
-# %% en=6afb557e todo
+# %% en=6afb557e
 from minillm.speculative import (ModelDraft, expected_tokens_per_pass, first_layers,
                                  speculative_generate)
 
 K = 4
+# 提示词的意思是“从前，在海边的一个小村庄里，住着……”
 story = tokenizer.encode("Once upon a time, in a small village by the sea, there lived")
 plain = minillm.generate(model, tokenizer, story, max_new_tokens=16, ignore_eos=True)
 alpha = {}
@@ -381,55 +337,43 @@ for depth in (16, 28):
     alpha[depth] = run.stats.acceptance_rate
     cost = depth / c.n_layers
     expected = expected_tokens_per_pass(alpha[depth], K)
-    print(f"draft of {depth:>2} layers: acceptance {alpha[depth]:.0%}, "
-          f"{run.stats.tokens_per_pass:.2f} tokens per target pass (the formula: {expected:.2f}); "
-          f"expected speed-up at c = {cost:.2f}: {expected / (1 + K * cost):.2f}x")
+    print(f"{depth:>2} 层的草稿：接受率 {alpha[depth]:.0%}，"
+          f"目标模型每次前向传播得到 {run.stats.tokens_per_pass:.2f} 个词元（公式：{expected:.2f}）；"
+          f"c = {cost:.2f} 时预期加速 {expected / (1 + K * cost):.2f}x")
     assert agree(model, story, run.token_ids, plain.token_ids)
 head = expected_tokens_per_pass(alpha[28], K) / (1 + K / c.n_layers)
-print(f"arithmetic: a one-layer head (c = 1/{c.n_layers}) with the 28-layer draft's acceptance "
-      f"would give {head:.2f}x")
+print(f"算一算：一个一层的头（c = 1/{c.n_layers}），如果有 28 层草稿的接受率，"
+      f"能带来 {head:.2f}x")
 assert alpha[28] > alpha[16]
 
-# %% [markdown] en=31b02fde todo
-# Cut from the target without training, a shallow draft is rarely right and a deep one costs
-# almost a whole target step: neither pays. That is the gap EAGLE and MTP close: a head of
-# about one layer, trained to predict from the target's own features, is accepted often at
-# little cost.
+# %% [markdown] en=31b02fde
+# 不经训练、直接从目标模型切出来的草稿：浅的很少猜对，深的又几乎要花一整个目标模型步，两者都不划算。这正是 EAGLE 和 MTP 填补的空白：一个大约一层的头，经过训练，用目标模型自己的特征来预测，接受率高而代价很小。
 
-# %% [markdown] en=9663896e todo
+# %% [markdown] en=9663896e
 # ---
-# # Self-check quiz (自测)
+# # 自测（self-check quiz）
 #
-# One question at a time: choose or type your answer, press **Check** to see the answer and
-# why, then **Next question**. Numeric answers count when within 5% (10% for the speed bound).
-# The numbers come from this model's config, not from a table. (Built with ipywidgets; it needs a
-# live kernel.)
+# 一次一道题：选出或填入你的答案，点 **检查** 查看答案和解释，再点 **下一题**。数值题的答案在 5% 以内就算对（速度上限那道题是 10%）。这些数字来自本模型的配置，而不是查表。（测验用 ipywidgets 做成，需要一个运行中的内核。）
 
 # %% en=330dc619
 quiz = checks.quiz_widget(checks.build_quiz(c))
 display(quiz)
 
-# %% [markdown] en=d3289f46 todo
-# The quiz grades with `checks.grade`; here it is checked against the formulas the chapter used:
+# %% [markdown] en=d3289f46
+# 测验用 `checks.grade` 评分；这里用本章用过的公式来检验它：
 
-# %% en=a7d4e70e todo
+# %% en=a7d4e70e
 questions = checks.build_quiz(c)
 kv_q = questions[1]
 right = kv_cache_formula_bytes(c, 8192, 2) / 1e9
 assert checks.grade(kv_q, f"{right * 1.02:.4f}")[0] and not checks.grade(kv_q, right * 2)[0]
-assert checks.grade(questions[0], "greedy decoding")[0]
-print(f"{len(questions)} questions; the 8k-token fp16 KV cache is {right:.3f} GB")
+assert checks.grade(questions[0], "贪心解码")[0]
+print(f"共 {len(questions)} 道题；8k 个词元的 fp16 KV 缓存是 {right:.3f} GB")
 
-# %% [markdown] en=d82cf05a todo
-# ## What to take away
+# %% [markdown] en=d82cf05a
+# ## 要点
 #
-# - In an interview, the formula is the answer and the measurement is the proof: weight bytes
-#   and KV bytes set what fits, bandwidth over bytes sets the decode bound, and the acceptance
-#   rate with the draft's cost sets what speculation buys.
-# - Most serving techniques move work or bytes rather than remove them: FlashAttention keeps the
-#   scores on chip, chunked prefill and disaggregation keep prefill from stalling decode, KV-cache
-#   quantization and MLA shrink what each step reads.
-# - Places the source text needs care: "dynamic batching" is not continuous batching.
-# - The exercise `exercises/10_interview_qa.ipynb` asks three whiteboard estimates: the decode
-#   bound of a 70B fp8 model on 4 GPUs, the largest batch an 80 GB KV pool holds, and the
-#   speed-up speculative decoding gives at α = 0.7 with 4 drafted tokens.
+# - 面试时，公式就是答案，测量就是证明：权重字节数和 KV 字节数决定放得下什么，带宽除以字节数决定解码的上限，接受率加上草稿的代价决定推测解码能换来多少。
+# - 大多数服务技术是在挪动计算或字节，而不是消除它们：FlashAttention 把分数留在片上，分块预填充和预填充/解码分离让预填充不再拖住解码，KV 缓存量化和 MLA 缩小每一步要读的数据。
+# - 原始资料需要小心的地方：“动态批处理”不是连续批处理。
+# - 练习 `exercises/10_interview_qa.ipynb` 要你在白板上做三个估算：70B fp8 模型在 4 块 GPU 上的解码上限，80 GB 的 KV 缓存池最多能放多大的批，以及 α = 0.7、4 个草稿词元时推测解码能带来的加速。
