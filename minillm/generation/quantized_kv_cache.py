@@ -119,6 +119,11 @@ class QuantizedKVCache(KVCacheBase):
         return sum(t[0, :, :1].nelement() * t.element_size() for t in tensors)
 
     @property
+    def capacity_bytes(self) -> int:
+        """Bytes allocated for all `max_tokens` slots of every row (as KVCache.capacity_bytes)."""
+        return self.bytes_per_token() * self.max_tokens * self.batch_size
+
+    @property
     def nbytes(self) -> int:
         """Bytes held by the tokens stored so far, every row."""
         return self.bytes_per_token() * self.length * self.batch_size
