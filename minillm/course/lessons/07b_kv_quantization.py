@@ -1,7 +1,7 @@
 # %% [markdown]
 # # 07b · Appendix: the KV cache in 8 bits
 #
-# Lesson 03 §6 found that the KV cache grows with every token of every request, and named three
+# Lesson 03 §5 found that the KV cache grows with every token of every request, and named three
 # remedies: fewer key/value heads (lesson 03b), paging (chapter 06), and fewer bytes per value.
 # This appendix builds the third. Lesson 07 stored the *weights* in fewer bits; here the keys and
 # values go into 8 bits instead. That is **KV-cache quantization (KV 缓存量化)**.
@@ -21,12 +21,12 @@ from tqdm.auto import tqdm
 
 import minillm
 from minillm.course import show_source
+from minillm.course.tokenizer_samples import corpus
 from minillm.engine import Engine, PagedKVPool, QuantizedKVPool
 from minillm.generation.agreement import first_difference
 from minillm.generation.kv_cache import KVCache
 from minillm.generation.kv_quant import FORMATS, HeadRanges, KVFormat
 from minillm.generation.quantized_kv_cache import QuantizedKVCache
-from minillm.course.tokenizer_samples import corpus
 from minillm.tools.bench.quantization import held_out_ids
 
 CI = bool(os.environ.get("CI"))
@@ -49,7 +49,8 @@ CALIBRATION_TOKENS = 32 if CI else 128  # another text, for per-head scales
 # - **8 bits, per-token scales**: one scale (a float32) for each token's vector in each head;
 # - **8 bits, per-head scales**: one fixed scale per head and layer, nothing stored per token.
 #
-# (Section 2 fills in the per-head scales; for counting bytes any will do.)
+# The per-head scales need a calibration run over sample text; this cell makes it, and section 3
+# explains it.
 
 # %%
 SLOTS = 1000
@@ -127,7 +128,8 @@ assert fp8_error[small].mean() < int8_error[small].mean(), "and less on the smal
 #   **calibration (校准)**: run the model over sample text and keep each head's largest |value|.
 #   Nothing is stored per token, but a later value beyond what calibration saw is clipped.
 #
-# Our per-head ranges came from the first lines of Shakespeare, in section 1:
+# Our per-head ranges came from the first lines of Shakespeare (the course's English corpus),
+# in section 1:
 
 # %%
 show_source(HeadRanges.calibrate)
