@@ -27,6 +27,7 @@ from minillm.generation.agreement import first_difference
 from minillm.generation.kv_cache import KVCache
 from minillm.generation.kv_quant import FORMATS, HeadRanges, KVFormat
 from minillm.generation.quantized_kv_cache import QuantizedKVCache
+from minillm.measure.comparison import TOO_NOISY, compare, load_average
 from minillm.tools.bench.quantization import held_out_ids
 
 CI = bool(os.environ.get("CI"))
@@ -336,12 +337,46 @@ for name, size in [("bf16", llama_bf16), ("8 bits", llama_8bit)]:
 # %% [markdown]
 # ## 7 · What it costs in time here, and on a GPU
 #
-# On this CPU the 8-bit cache saves memory, not time. The fused decode step (appendix 05b) and
-# minillm's C attention kernels read float32 caches; an 8-bit cache cannot hand them its tensors,
-# so it dequantizes what it holds in `append` at every step and takes the general attention
-# path. minillm says so once, when the first such cache is built (the line printed on stderr
-# above). A GPU server gains time as well as room: its attention kernels read the 8-bit keys and
-# values directly, so a decode step, which reads the whole cache, reads half the bytes of bf16.
+# The fused decode step (appendix 05b) and minillm's C attention kernels read float32 caches. An
+# 8-bit cache cannot hand them its tensors, so it dequantizes what it holds in `append` at every
+# step and takes the general attention path. minillm says so once, when the first such cache is
+# built (the line printed on stderr above). So on this CPU the smaller cache is not a faster one.
+# We time decode steps after the same context through a float32 cache and an int8 one,
+# interleaved, several times (lesson 05's way of comparing on a busy machine):
+
+# %%
+CONTEXT, STEPS = (32, 4) if CI else (256, 8)
+context_ids = eval_ids[:, :CONTEXT]
+next_id = eval_ids[:, CONTEXT:CONTEXT + 1]
+timed = {"float32": KVCache.for_model(model, 1, CONTEXT + STEPS),
+         "int8": QuantizedKVCache.for_model(model, 1, CONTEXT + STEPS, "int8")}
+with torch.inference_mode():
+    for cache in timed.values():
+        model(context_ids, cache=cache)  # the same context in both
+
+
+def decode_steps(cache):
+    """STEPS decode steps after the context (the cache cropped back to it first)."""
+    def run():
+        cache.crop(CONTEXT)
+        with torch.inference_mode():
+            for _ in range(STEPS):
+                model(next_id, cache=cache)
+    return run
+
+
+timing = compare(decode_steps(timed["float32"]), decode_steps(timed["int8"]),
+                 repeats=3 if CI else 5)
+print(f"{STEPS} decode steps after {CONTEXT} tokens; {load_average()}")
+print(f"int8 cache / float32 cache: {timing.spread_text()}")
+verdict = timing.above(1.0)
+print(TOO_NOISY if verdict is None else
+      "the int8 cache's steps took longer here" if verdict else
+      "the int8 cache's steps took no longer here")
+
+# %% [markdown]
+# A GPU server gains time as well as room: its attention kernels read the 8-bit keys and values
+# directly, so a decode step, which reads the whole cache, reads half the bytes of bf16.
 #
 # ## 8 · What real engines do
 #
