@@ -345,7 +345,7 @@ for name, size in [("bf16", llama_bf16), ("8 bits", llama_8bit)]:
 # interleaved, several times (lesson 05's way of comparing on a busy machine):
 
 # %%
-CONTEXT, STEPS = (32, 4) if CI else (256, 8)
+CONTEXT, STEPS = (32, 4) if CI else (192, 8)  # the context: part of the held-out text
 context_ids = eval_ids[:, :CONTEXT]
 next_id = eval_ids[:, CONTEXT:CONTEXT + 1]
 timed = {"float32": KVCache.for_model(model, 1, CONTEXT + STEPS),
