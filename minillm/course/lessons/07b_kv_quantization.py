@@ -340,8 +340,8 @@ for name, size in [("bf16", llama_bf16), ("8 bits", llama_8bit)]:
 # The fused decode step (appendix 05b) and minillm's C attention kernels read float32 caches. An
 # 8-bit cache cannot hand them its tensors, so it dequantizes what it holds in `append` at every
 # step and takes the general attention path. minillm says so once, when the first such cache is
-# built (the line printed on stderr above). So on this CPU the smaller cache is not a faster one.
-# We time decode steps after the same context through a float32 cache and an int8 one,
+# built (the line printed on stderr above). So on this CPU we expect no speed-up from the smaller
+# cache. We time decode steps after the same context through a float32 cache and an int8 one,
 # interleaved, several times (lesson 05's way of comparing on a busy machine):
 
 # %%
