@@ -131,3 +131,60 @@ def test_int4_mistakes_are_named():
 
     with pytest.raises(CheckFailed, match="32 does not divide 40.*raise ValueError"):
         checks.check_int4_groups(no_check, dq_groups)
+
+
+# --- 4 · one step of GPTQ ----------------------------------------------------------------------
+
+def gptq_step(w, u, i, round_column, sign=1.0, divide=True, spread=True, write=True, copy=True):
+    w = w.clone() if copy else w
+    q = round_column(w[:, i])
+    error = (w[:, i] - q) / (u[i, i] if divide else 1.0)
+    if spread:
+        w[:, i + 1:] -= sign * error[:, None] * u[i, i + 1:][None, :]
+    if write:
+        w[:, i] = q
+    return w
+
+
+def test_gptq_step_passes_a_correct_step_and_other_correct_forms(capsys):
+    checks.check_gptq_step(gptq_step)
+
+    def outer_form(w, u, i, round_column):  # the whole row of u, column i written by the update
+        w = w.clone()
+        error = (w[:, i] - round_column(w[:, i])) / u[i, i]
+        w[:, i:] -= torch.outer(error, u[i, i:])
+        return w
+
+    checks.check_gptq_step(outer_form)
+    assert capsys.readouterr().out.count("✅") == 2
+    with pytest.raises(CheckFailed, match="not written yet"):
+        checks.check_gptq_step(lambda *a: (_ for _ in ()).throw(NotImplementedError))
+
+
+@pytest.mark.parametrize("mistake,message", [
+    (dict(sign=-1.0), "moved the wrong way"),
+    (dict(divide=False), r"divide the rounding error by u\[i, i\]"),
+    (dict(spread=False), "did not change"),
+    (dict(write=False), "column i itself is not rounded"),
+])
+def test_gptq_step_mistakes_are_named(mistake, message):
+    with pytest.raises(CheckFailed, match=message):
+        checks.check_gptq_step(lambda w, u, i, r: gptq_step(w, u, i, r, **mistake))
+
+
+def test_gptq_step_hints_fire_only_for_their_mistake():
+    def half_update(w, u, i, round_column):  # another mistake: half the correction
+        w = w.clone()
+        q = round_column(w[:, i])
+        w[:, i + 1:] -= 0.5 * ((w[:, i] - q) / u[i, i])[:, None] * u[i, i + 1:]
+        w[:, i] = q
+        return w
+
+    with pytest.raises(CheckFailed) as caught:
+        checks.check_gptq_step(half_update)
+    text = str(caught.value)
+    assert "differs from one GPTQ step" in text
+    for hint in ("wrong way", "divide the rounding", "did not change", "not rounded"):
+        assert hint not in text
+    with pytest.raises(CheckFailed, match="changed its argument"):
+        checks.check_gptq_step(lambda w, u, i, r: gptq_step(w, u, i, r, copy=False))

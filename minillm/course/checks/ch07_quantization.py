@@ -1,13 +1,16 @@
 """Checkers for exercises/07_quantization.ipynb: absmax int8 for a whole tensor and its inverse,
 int8 with one scale per output channel (what minillm's Int8Linear stores,
 `minillm.quant.int8.quantize_int8`), and group-wise int4 with a scale and a minimum (GGUF Q4_1's
-idea, `minillm.quant.basics.zeropoint_quantize`), each compared with minillm on random tensors."""
+idea, `minillm.quant.basics.zeropoint_quantize`), and one step of GPTQ (`minillm.quant.gptq`),
+each compared with minillm on random tensors."""
 
 from __future__ import annotations
 
 import torch
 
 from ...quant.basics import zeropoint_quantize
+from ...quant.gptq import hessian, inverse_cholesky
+from ...quant.grid import fit, snap
 from ...quant.int8 import dequantize_int8, quantize_int8
 from ._base import (CheckFailed, call, checker, expect, expect_raises, matching_mistake,
                     number_or_none, passed, short)
@@ -217,3 +220,69 @@ def check_int4_groups(quantize_groups, dequantize_groups) -> None:
                       what=f"quantize_groups(w with rows of {cols}, group_size={g})",
                       why=f"{g} does not divide {cols}")
     passed("int4 group-wise quantize / dequantize", len(INT4_CASES) + 2)
+
+
+# --- 4 · one step of GPTQ ------------------------------------------------------------------------
+
+GPTQ_CASES = [((4, 6), 0), ((4, 6), 2), ((5, 8), 7), ((3, 10), 4), ((6, 5), 1)]
+
+
+def _gptq_case(shape, seed):
+    """(w, u, round_column): a weight, the upper Cholesky factor of its inverse Hessian from
+    correlated inputs, and rounding to a 3-bit grid with one scale and minimum per row."""
+    rows, cols = shape
+    w = _rand(rows, cols, seed=seed)
+    mix = _rand(cols, cols, seed=seed + 100, scale=0.5)
+    x = _rand(4 * cols, cols, seed=seed + 200) @ (torch.eye(cols) + mix)
+    u = inverse_cholesky(hessian(x)).float()
+    scale, minimum = fit(w, 3)
+    return w, u, lambda column: snap(column[:, None], scale, minimum, 3)[:, 0]
+
+
+def _gptq_step(w, u, i, round_column, sign=1.0, divide=True, spread=True, write=True):
+    w = w.clone()
+    q = round_column(w[:, i])
+    error = (w[:, i] - q) / (u[i, i] if divide else 1.0)
+    if spread:
+        w[:, i + 1:] -= sign * error[:, None] * u[i, i + 1:][None, :]
+    if write:
+        w[:, i] = q
+    return w
+
+
+@checker
+def check_gptq_step(gptq_step) -> None:
+    """`gptq_step(w, u, i, round_column)` -> a new weight: column i rounded
+    (`round_column(w[:, i])`), and every later column j moved by -(error) * u[i, j], where
+    error = (w[:, i] - rounded) / u[i, i]; the columns before i unchanged."""
+    cases = [(shape, i, *_gptq_case(shape, seed=30 + n)) for n, (shape, i) in enumerate(GPTQ_CASES)]
+    answers = []
+    for shape, i, w, u, round_column in cases:
+        what = f"gptq_step(w of shape {shape}, u, i={i}, round_column)"
+        got = call(gptq_step, w, u, i, round_column, what=what)
+        answers.append(_tensor(got, f"{what} returned", shape).float())
+    wants = [_gptq_step(w, u, i, r) for _, i, w, u, r in cases]
+    close = lambda a, b: torch.allclose(a, b, atol=1e-5, rtol=1e-4)  # noqa: E731
+    if all(close(a, b) for a, b in zip(answers, wants)):
+        passed("one GPTQ step", len(cases))
+        return
+    hint = matching_mistake(answers, [
+        ("the later columns moved the wrong way: subtract error * u[i, j] (w[:, j] -= ...), so "
+         "they cancel the error column i made", [_gptq_step(w, u, i, r, sign=-1.0)
+                                                for _, i, w, u, r in cases]),
+        ("divide the rounding error by u[i, i] before spreading it: error = (w[:, i] - q) / "
+         "u[i, i]", [_gptq_step(w, u, i, r, divide=False) for _, i, w, u, r in cases]),
+        ("the columns after i did not change: spread the error over them with row i of u, "
+         "w[:, i + 1:] -= error[:, None] * u[i, i + 1:]",
+         [_gptq_step(w, u, i, r, spread=False) for _, i, w, u, r in cases]),
+        ("column i itself is not rounded: put round_column(w[:, i]) in it",
+         [_gptq_step(w, u, i, r, write=False) for _, i, w, u, r in cases]),
+    ], close)
+    n = next(k for k, (a, b) in enumerate(zip(answers, wants)) if not close(a, b))
+    shape, i, *_ = cases[n]
+    wrong_columns = [c for c in range(shape[1])
+                     if not close(answers[n][:, c], wants[n][:, c])]
+    raise CheckFailed(f"gptq_step(w of shape {shape}, u, i={i}, round_column) differs from one "
+                      f"GPTQ step in column(s) {wrong_columns}" + (f": {hint}" if hint else
+                      "; the columns before i stay, column i is rounded, the later ones move by "
+                      "-error * u[i, j] with error = (w[:, i] - rounded) / u[i, i]"))
