@@ -19,7 +19,9 @@ EXERCISES = sorted(SOURCES.glob("[0-9][0-9]*_*_exercise.py"))
 ZH_SOURCES = sorted((SOURCES / "zh").glob("[0-9][0-9]*_*.py"))
 MESSAGES = sorted((ROOT / "minillm" / "course").glob("checks/*.py")) + sorted(
     (ROOT / "minillm" / "course").glob("widgets/*.py"))
-EVERYTHING = LESSONS + EXERCISES + ZH_SOURCES + MESSAGES
+# the Chinese README and guides (docs/zh/) take their terms from the glossary too
+ZH_DOCS = [ROOT / "README.zh-CN.md"] + sorted((ROOT / "docs" / "zh").glob("*.md"))
+EVERYTHING = LESSONS + EXERCISES + ZH_SOURCES + MESSAGES + ZH_DOCS
 CJK = r"[\u4e00-\u9fff]"
 # a parenthesis holding Chinese, after a space (not a call such as encode("你好")), no quotes
 PAIR = re.compile(r"(?<=\s)\(([^()\"']*" + CJK + r"[^()\"']*)\)")
@@ -138,7 +140,8 @@ def test_every_english_chinese_pair_is_the_glossarys(path):
     assert not problems, "\n".join(problems)
 
 
-@pytest.mark.parametrize("path", ZH_SOURCES + MESSAGES, ids=lambda p: p.parent.name + "/" + p.stem)
+@pytest.mark.parametrize("path", ZH_SOURCES + MESSAGES + ZH_DOCS,
+                         ids=lambda p: p.parent.name + "/" + p.stem)
 def test_every_chinese_english_pair_is_the_glossarys(path):
     terms, _, _ = read_glossary()
     problems = []
