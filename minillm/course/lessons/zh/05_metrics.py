@@ -12,7 +12,7 @@
 # 规模会缩小，让这个 notebook 一两分钟就能跑完。选读的附录 `05b_fast_engine` 打开了本课所测的
 # 快速引擎。
 
-# %% en=ee3a12d5
+# %% en=e9b1cefd
 import os
 import statistics
 
@@ -31,6 +31,7 @@ from minillm.utils.devices import Timer, best_time, describe, pick_device
 from minillm.measure.metrics import predict_latency, throughput
 from minillm.generation.kv_cache import KVCache
 from minillm.model.memory import bytes_per_token
+from minillm.quant.measure import bytes_moved_per_token, int8_decode_paths
 
 CI = bool(os.environ.get("CI"))
 torch.manual_seed(0)
@@ -71,7 +72,8 @@ print(f"提示词：{len(tokenizer.encode(prompt))} 个词元；我们最多要 
 #
 # `minillm.generate` 记下每个词元的时刻；每个结果都以 `.metrics` 带着它们。
 
-# %% en=e58cb66a
+# %% en=903cba8d
+minillm.generate(fast, tokenizer, prompt, max_new_tokens=2)  # 预热：最初几次调用比较慢
 with Timer(device) as stopwatch:
     out = minillm.generate(fast, tokenizer, prompt, max_new_tokens=N_NEW)
 wall = stopwatch.seconds
@@ -353,9 +355,12 @@ show_source(step_cost)
 # 一步），在 64 个已缓存词元之后验证 k 个词元的一次前向（第 08 章推测解码里验证的那种形状），以及
 # 一次预填充。
 
-# %% en=b89bfc64
-# 平的屋顶：取第 3 节的矩阵乘法速率和一次重新预热后测得的速率中较好的那个
-roof = Roof(max(flops, peak_matmul_flops(device, n=1024, repeats=5)), bandwidth)
+# %% en=73f5c659
+# 平的屋顶，按模型自己的数据类型：第 3 节的矩阵乘法速率（若它正是用这个类型测的），或一次重新预热后
+# 测得的速率（bf16 的屋顶会让 float32 的点显得更好看）
+same_dtype = flops if balance_dtype == fast.dtype else 0.0
+roof = Roof(max(same_dtype, peak_matmul_flops(device, n=1024, repeats=5, dtype=fast.dtype)),
+            bandwidth)
 cfg = model.config
 context = len(tokenizer.encode(prompt)) + N_BATCH // 2  # 扫描过程中的平均上下文长度
 points = {}  # 名字 -> (行数, 上下文长度, 秒数)
@@ -385,7 +390,7 @@ points[f"预填充，{prefill_n}"] = (prefill_n, prefill_n // 2, pass_seconds(pr
 
 measured_points = {}
 for name, (rows, ctx, seconds) in points.items():
-    f, nbytes = step_cost(cfg, rows, ctx)
+    f, nbytes = step_cost(cfg, rows, ctx, fast.dtype.itemsize, fast.dtype.itemsize)
     measured_points[name] = (f / nbytes, f / seconds)
     intensity, achieved = measured_points[name]
     print(f"{name:<16} I = 每字节 {intensity:6.2f} FLOP：{achieved / 1e9:6.1f} GFLOP/s，"
@@ -393,7 +398,7 @@ for name, (rows, ctx, seconds) in points.items():
 print(f"屋顶：{roof.peak_flops / 1e9:.0f} GFLOP/s，{roof.bandwidth / 1e9:.1f} GB/s，"
       f"屋脊点在每字节 {roof.ridge:.1f} FLOP")
 
-# %% en=8ef1f466
+# %% en=185e56dd
 grid = torch.logspace(-1.5, 3, 200)
 fig, ax = plt.subplots(figsize=(7, 4.2))
 ax.plot(grid, [roof.attainable(float(i)) / 1e9 for i in grid], "k-", label="屋顶")
@@ -402,7 +407,8 @@ for name, (intensity, achieved) in measured_points.items():
     style = "o" if name.startswith("解码") else "s" if name.startswith("验证") else "^"
     ax.plot(intensity, achieved / 1e9, style, label=name)
 ax.set(xscale="log", yscale="log", xlabel="算术强度（每读一个字节的 FLOP 数）",
-       ylabel="GFLOP/s", title=f"这台机器（{device}）的屋顶线，SmolLM2，float32")
+       ylabel="GFLOP/s",
+       title=f"这台机器（{device}）的屋顶线，SmolLM2，{str(fast.dtype)[6:]}")
 ax.legend(fontsize=7, loc="lower right")
 plt.tight_layout()
 plt.show()
@@ -434,7 +440,7 @@ assert all(achieved < 1.25 * roof.attainable(i) for i, achieved in measured_poin
 #   起作用，这也是为什么在屋脊点低的机器上、或者批已经很大时，它的收益更小。
 # - 几百个词元的**预填充**落在最右边，计算受限：这就是第 3 节里便宜的输入词元。
 
-# %% [markdown] en=5154e499
+# %% [markdown] en=914f4420
 # ## 6 · float32、bfloat16 与 int8 的对比
 #
 # bfloat16（bf16）把每个权重存成 2 字节而不是 4 字节：每个词元要读的字节减半，上限翻倍；int8 存成
@@ -442,9 +448,11 @@ assert all(achieved < 1.25 * roof.attainable(i) for i, achieved in measured_poin
 # 许多 CPU 不支持，PyTorch 在那里的通用 bf16 循环很慢。所以在 CPU 上，`minillm.fast` 让激活值保持
 # float32，用它自己的小型 C 算子（`minillm/kernels/`，首次使用时编译）做乘法：这些算子只读一遍窄位宽
 # 的权重，在寄存器里相乘，bf16 展宽成 float32，int8 则作为整数与舍入到 int16 的 x 相乘（定义见下文）。
-# 变的只有读取的字节数。第 07 章会完整地讲 int8 的故事。
+# 变的只有读取的字节数。在 GPU 上，两个 int8 算子都不运行：每次调用都会构造一份权重的浮点副本（读 1 个
+# 字节，再把副本写出去、读回来），所以下面的上限按每种格式实际搬运的字节数计算。第 07 章会完整地讲
+# int8 的故事。
 
-# %% en=a7d0bbb1
+# %% en=2209daee
 fast16 = fast_engine.optimize(model, "bf16")
 fast8 = fast_engine.optimize(model, "int8")
 rows = {}
@@ -452,9 +460,12 @@ for name, engine in [("float32", fast), ("bfloat16", fast16), ("int8", fast8)]:
     minillm.generate(engine, tokenizer, prompt, max_new_tokens=2)  # 预热（算子在此编译）
     result = minillm.generate(engine, tokenizer, prompt, max_new_tokens=N_NEW)
     rows[name] = result
-    bound_format = decode_bound(bytes_per_token(engine), bandwidth)
-    print(f"{name:>9}：{result.metrics}  每个词元读 {bytes_per_token(engine) / 1e6:.0f} MB，"
+    moved = bytes_moved_per_token(engine)  # GPU 上的 int8：再加上它构造的浮点副本
+    bound_format = decode_bound(moved, bandwidth)
+    print(f"{name:>9}：{result.metrics}  每个词元搬运 {moved / 1e6:.0f} MB，"
           f"上限 {bound_format:.0f} tok/s")
+print("这里 int8 的解码路径：", "，".join(int8_decode_paths(fast8)),
+      "（反量化：每次调用都要写出并读回每个权重的一份浮点副本）")
 if device.type == "cpu":
     print("CPU 能力：", torch.backends.cpu.get_cpu_capability(),
           "| 正在使用的 minillm bf16 算子：", fast16.lm_head.kernel)
