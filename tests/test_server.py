@@ -209,7 +209,11 @@ BAD = [
     ("empty prompt", {"prompt": ""}, 400, "empty"),
     ("token id out of the vocabulary", {"prompt": [1, 64]}, 400, "outside the vocabulary"),
     ("prompt longer than the context", {"prompt": "a" * 600}, 400, "context window"),
-    ("a batch of prompts", {"prompt": ["ab", "cd"]}, 400, "one prompt per request"),
+    ("a streamed batch of prompts", {"prompt": ["ab", "cd"], "stream": True}, 400,
+     "stream: false"),
+    ("a list of objects as the prompt", {"prompt": [{"text": "x"}]}, 400,
+     "a list of lists of token ids"),
+    ("an empty prompt in a batch", {"prompt": [[3, 4], []]}, 400, "prompt 1 of the batch"),
     ("n zero", {"prompt": "x", "n": 0}, 400, "n: Input should be greater than or equal to 1"),
     ("n above the limit", {"prompt": "x", "n": 9}, 400, "limit of 8 samples"),
     ("too many stop strings", {"prompt": "x", "stop": list("abcde")}, 400, "stop"),
@@ -466,7 +470,8 @@ def test_metrics_count_tokens_and_requests_in_prometheus_text(server, client):
     assert metric(after, "minillm_num_requests_waiting") == 0
     assert metric(after, "minillm_kv_blocks_used") == 0
     assert metric(after, "minillm_kv_blocks_total") == 128
-    assert metric(after, "minillm_request_finished_total", finish_reason="length") >= 2
+    assert metric(after, "minillm_request_success_total", finished_reason="length",
+                  model_name="tiny") >= 2
 
 
 def test_metrics_see_a_running_request_and_its_cancellation(tiny):
@@ -484,9 +489,9 @@ def test_metrics_see_a_running_request_and_its_cancellation(tiny):
         assert metric(text, "minillm_num_requests_running") == 1
         assert metric(text, "minillm_kv_blocks_used") == 3  # 17 prompt tokens, blocks of 8
         assert metric(text, "minillm_prompt_tokens_total") == 17
-        assert wait_until(lambda: 'finish_reason="cancelled"' in c.get("/metrics").text)
+        assert wait_until(lambda: 'finished_reason="abort"' in c.get("/metrics").text)
         text = c.get("/metrics").text  # the client hung up: its request was cancelled
-        assert metric(text, "minillm_request_finished_total", finish_reason="cancelled") == 1
+        assert metric(text, "minillm_request_success_total", finished_reason="abort") == 1
         assert metric(text, "minillm_kv_blocks_used") == 0
 
 
