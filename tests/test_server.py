@@ -513,6 +513,11 @@ BAD_FEATURE_VALUES = [
     (CHAT, {"response_format": {"type": "json_schema", "json_schema": {
         "name": "x", "schema": {"type": "object", "required": ["a"]}}}}, "response_format",
      "'required' without 'properties'"),
+    (CHAT, {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+        "type": "object", "properties": {"a": {"anyOf": [{"type": "object"},
+                                                        {"type": "object"}]}}}}}},
+     "response_format", "'anyOf' at properties.a with alternatives that can begin alike "
+                        "(object and object"),
     (CHAT, {"response_format": {"type": "xml"}}, "response_format", "response_format.type"),
     (CHAT, {"presence_penalty": -2.5}, "presence_penalty", "from -2.0 to 2.0"),  # the config's
     (COMPLETIONS, {"frequency_penalty": 3}, "frequency_penalty", "from -2.0 to 2.0"),  # check
@@ -571,6 +576,32 @@ def json_server():
     model, _ = tiny_model(vocab_size=tok.vocab_size, seed=3)
     with ServerThread(Engine(model, tok, num_blocks=256, block_size=8), "json") as running:
         yield running
+
+
+def test_a_pydantic_schema_with_optional_and_ref_is_followed(json_server):
+    """Optional fields (anyOf with null) and a nested model ($ref into $defs), as the openai
+    SDK's `response_format=SomeModel` sends them."""
+    import jsonschema
+    from typing import Optional
+
+    from pydantic import BaseModel, Field
+
+    class Toy(BaseModel):
+        name: str = Field(max_length=6)
+
+    class Pet(BaseModel):
+        age: Optional[int]
+        toy: Optional[Toy] = None
+
+    schema = Pet.model_json_schema()
+    r = httpx.post(json_server.url + CHAT, timeout=120, json={
+        "messages": [{"role": "user", "content": "a pet"}], "max_tokens": 200, "n": 3,
+        "seed": 2, "response_format": {"type": "json_schema",
+                                       "json_schema": {"name": "pet", "schema": schema}}})
+    assert r.status_code == 200, r.text
+    for c in r.json()["choices"]:  # every string bounded: every answer ends in 200 tokens
+        assert c["finish_reason"] == "stop", c
+        jsonschema.validate(json.loads(c["message"]["content"]), schema)
 
 
 PET = {"type": "object", "properties": {"name": {"type": "string"},
