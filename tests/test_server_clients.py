@@ -231,3 +231,40 @@ def test_metrics_carry_vllms_names_the_model_name_and_count_preemptions_and_cach
     for line in text.splitlines():  # every sample names the model
         if line.startswith("minillm_"):
             assert 'model_name="tiny-model"' in line, line
+
+
+def test_the_openai_sdks_parse_with_a_pydantic_model_gets_a_valid_object():
+    """`client.chat.completions.parse(response_format=Model)`: the SDK sends the model's strict
+    schema (anyOf for Optional, $ref into $defs for nested models and enums) and parses the
+    answer back into the model."""
+    import enum
+    from typing import Optional
+
+    import openai
+    from pydantic import BaseModel, Field
+
+    from minillm.course.toy import CharTokenizer
+
+    class Color(str, enum.Enum):
+        red = "red"
+        green = "green"
+
+    class Toy(BaseModel):
+        name: str = Field(max_length=5)
+
+    class Pet(BaseModel):
+        age: Optional[int]
+        color: Color
+        toy: Optional[Toy]
+
+    tok = CharTokenizer()
+    model, _ = tiny_model(vocab_size=tok.vocab_size, seed=3)
+    with ServerThread(Engine(model, tok, num_blocks=64, block_size=8), "json") as server:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+        parse = getattr(client.chat.completions, "parse", None) or \
+            client.beta.chat.completions.parse
+        r = parse(model="json", messages=[{"role": "user", "content": "a pet"}],
+                  response_format=Pet, max_tokens=200, seed=1, n=2)
+    for choice in r.choices:
+        assert choice.finish_reason == "stop"
+        assert isinstance(choice.message.parsed, Pet)
