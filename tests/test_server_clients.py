@@ -268,3 +268,14 @@ def test_the_openai_sdks_parse_with_a_pydantic_model_gets_a_valid_object():
     for choice in r.choices:
         assert choice.finish_reason == "stop"
         assert isinstance(choice.message.parsed, Pet)
+
+
+def test_serve_reads_the_api_key_from_the_environment():
+    from minillm.tools.server import ServerProcess
+
+    with ServerProcess(["--tiny"], env={"MINILLM_API_KEY": "sk-env"}) as server:
+        body = {"prompt": "ab", "max_tokens": 2}
+        assert httpx.post(server.url + "/v1/completions", json=body).status_code == 401
+        r = httpx.post(server.url + "/v1/completions", json=body, timeout=60,
+                       headers={"Authorization": "Bearer sk-env"})
+        assert r.status_code == 200, r.text
