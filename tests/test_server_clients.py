@@ -157,7 +157,7 @@ def test_other_content_parts_are_refused_with_the_type_named(client, part, words
     assert "part 1" in message and words in message, message
 
 
-# --- the API key -----------------------------------------------------------------------------------
+# --- the API key -------------------------------------------------------------------------------
 
 def test_api_key_guards_the_v1_routes_and_leaves_health_and_metrics_open(tiny):
     engine = Engine(*tiny, num_blocks=32, block_size=8, max_num_seqs=2)
