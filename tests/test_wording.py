@@ -63,7 +63,7 @@ class FakeLoad:
 
 SENTENCES = {
     "too_noisy": (too_noisy, "too noisy to call: close other programs and rerun this cell",
-                  "噪声太大，无法下结论：关掉其他程序，再运行一次这个单元格"),
+                  "噪声太大，无法下结论；关掉其他程序，再运行一次这个单元格"),
     "spread_text": (lambda: Comparison(a=(1.0, 2.0, 1.0), b=(2.0, 3.0, 1.5)).spread_text(),
                     "1.50x (1.50-2.00 over 3 interleaved repetitions)",
                     "1.50x（交替计时 3 轮，范围 1.50-2.00）"),

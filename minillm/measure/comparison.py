@@ -21,7 +21,7 @@ from ..utils.wording import text
 def too_noisy() -> str:
     """The verdict when the repetitions disagree, in the current language."""
     return text("too noisy to call: close other programs and rerun this cell",
-                "噪声太大，无法下结论：关掉其他程序，再运行一次这个单元格")
+                "噪声太大，无法下结论；关掉其他程序，再运行一次这个单元格")
 
 
 
