@@ -41,7 +41,7 @@ def _ended_early(report: dict) -> list[str]:
                "{ok} 个回答中有 {early} 个在要求的 {asked} 个词元之前就结束了（finish_reason "
                "{reasons}）：TPOT、延迟和吞吐量描述的是比要求更短的回答",
                early=out["ended_early"], ok=report["ok"], asked=out["asked"],
-               reasons=", ".join(f"{why} {n}" for why, n in sorted(reasons.items())))
+               reasons=say(", ", "、").join(f"{why} {n}" for why, n in sorted(reasons.items())))
     then = say("; ", "；")
     if "none" in reasons:
         text += then + cut_short()
@@ -54,11 +54,11 @@ def _ended_early(report: dict) -> list[str]:
                         "，因为没有要求生成满长度（--no-full-length）")
         elif full["sent"]:
             text += say(": the server accepted {sent} but did not honour it",
-                        "：服务器接受了 {sent}，却没有照做", sent=", ".join(full["sent"]))
+                        "：服务器接受了 {sent}，却没有照做", sent=say(", ", "、").join(full["sent"]))
         else:
             text += say(": the server refused every way of asking for full length ({refused})",
                         "：服务器拒绝了每一种要求满长度的方式（{refused}）",
-                        refused=", ".join(full["refused"]))
+                        refused=say(", ", "、").join(full["refused"]))
     return [text]
 
 
@@ -69,7 +69,7 @@ def _few_requests(report: dict) -> list[str]:
            if report[key]["n"] < MIN_REQUESTS and (streamed or key == "latency_ms")]
     if not few:
         return []
-    counts = ", ".join(f"{label} {n}" for label, n in few)
+    counts = say(", ", "、").join(f"{label} {n}" for label, n in few)
     text = say("percentiles resting on fewer than {min} requests ({counts}) are one or a few "
                "values, not a distribution",
                "只基于不到 {min} 个请求的百分位数（{counts}）只是一个或几个值，不是一个分布",

@@ -15,6 +15,7 @@ import math
 import os
 import platform
 import statistics
+import unicodedata
 from collections import Counter
 
 from ...measure.metrics import throughput
@@ -24,6 +25,16 @@ from .caveats import caveats
 
 PERCENTILES = (50, 90, 99)
 ROWS = ("ttft_ms", "tpot_ms", "latency_ms")
+
+
+def _columns(line: str) -> int:
+    """How many terminal columns `line` takes: a Chinese character takes two."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in line)
+
+
+def _pad(label: str, width: int, right: bool = False) -> str:
+    space = " " * max(0, width - _columns(label))
+    return space + label if right else label + space
 
 
 def _row_label(key: str) -> str:
@@ -104,7 +115,7 @@ def _counted_by(report: dict) -> str:
             "unknown": text("unknown", "未知")}
     parts = []
     for what in ("prompt", "output"):
-        counts = ", ".join(f"{ways.get(way, way)} {n}"
+        counts = text(", ", "、").join(f"{ways.get(way, way)} {n}"
                            for way, n in sorted(report["counted_by"][what].items()))
         parts.append(text("{what} {counts}", "{what}：{counts}", counts=counts,
                           what=text(what, {"prompt": "提示", "output": "输出"}[what])))
@@ -124,10 +135,10 @@ def _full_length_line(report: dict) -> str:
         return text("full length not asked (--no-full-length): answers may end at end of text",
                     "没有要求生成满长度（--no-full-length）：回答可能在文本结束处提前结束")
     line = text("full length asked with {ways}", "要求生成满长度的方式：{ways}",
-                ways=", ".join(fl["sent"]) or text("nothing the server accepts",
+                ways=text(", ", "、").join(fl["sent"]) or text("nothing the server accepts",
                                                    "服务器一种都不接受"))
     if fl["refused"]:
-        line += text(" (refused: {ways})", "（被拒绝：{ways}）", ways=", ".join(fl["refused"]))
+        line += text(" (refused: {ways})", "（被拒绝：{ways}）", ways=text(", ", "、").join(fl["refused"]))
     return line
 
 
@@ -153,7 +164,7 @@ def _settings_lines(report: dict) -> list[str]:
 
 def _output_length_line(report: dict) -> str:
     out = report["output_length"]
-    reasons = ", ".join(f"{why} {n}" for why, n in sorted(out["finish_reasons"].items()))
+    reasons = text(", ", "、").join(f"{why} {n}" for why, n in sorted(out["finish_reasons"].items()))
     line = text("output tokens per answer: {asked} asked, {mean:.1f} received on average (min "
                 "{min}, max {max}); {early} of {ok} ended early",
                 "每个回答的输出词元：要求 {asked} 个，平均收到 {mean:.1f} 个（最少 {min}，最多 {max}）；"
@@ -173,12 +184,12 @@ def table(report: dict) -> str:
     if not report["ok"]:
         return "\n".join(lines + _warnings(report))
     lines.append(_full_length_line(report))
-    head = f"{'':<12}{'n':>4}{text('mean', '平均'):>10}" + "".join(
+    head = f"{'':<12}{'n':>4}{_pad(text('mean', '平均'), 10, right=True)}" + "".join(
         f"{'p' + str(q):>10}" for q in PERCENTILES)
-    lines += [head, "-" * len(head)]
+    lines += [head, "-" * _columns(head)]
     for key in ROWS:
         row = report[key]
-        lines.append(f"{_row_label(key):<12}{row['n']:>4}" + "".join(
+        lines.append(f"{_pad(_row_label(key), 12)}{row['n']:>4}" + "".join(
             f"{row[k]:>10.1f}" for k in ["mean"] + [f"p{q}" for q in PERCENTILES]))
     lines.append(_output_length_line(report))
     lines.append(text("throughput {tok_s:.1f} output tok/s, {req_s:.2f} req/s; {output} output "
