@@ -214,12 +214,14 @@ MACHINE = Machine({"python": "3.12.1", "torch": "2.13.0", "cpu": "x86_64",
 
 def test_the_machine_line_in_both_languages_and_its_keys_unchanged():
     assert str(MACHINE) == ("2 cores, 1 torch threads, x86_64 (AVX2), Python 3.12.1, torch "
-                            "2.13.0, load average 1.5, 2026-12-02 09:30:00 UTC")
+                            "2.13.0, load average 1.50, 2026-12-02 09:30:00 UTC")
     set_language("zh")
     try:
         assert str(MACHINE) == ("2 个核心，torch 用 1 个线程，x86_64（AVX2），Python 3.12.1，"
-                                "torch 2.13.0，平均负载 1.5，2026-12-02 09:30:00 UTC")
+                                "torch 2.13.0，平均负载 1.50，2026-12-02 09:30:00 UTC")
         measured = machine()
+        assert str(Machine({**MACHINE, "load_average_1min": None})).endswith(
+            "平均负载 n/a，2026-12-02 09:30:00 UTC")
     finally:
         set_language("en")
     assert isinstance(measured, dict) and sorted(json.loads(json.dumps(measured))) == sorted(

@@ -51,7 +51,11 @@ class Machine(dict):
                     "{python}, torch {torch}, load average {load_average_1min}, {time_utc} UTC",
                     "{cores} 个核心，torch 用 {threads} 个线程，{cpu}（{cpu_capability}），Python "
                     "{python}，torch {torch}，平均负载 {load_average_1min}，{time_utc} UTC",
-                    **self)
+                    **{**self, "load_average_1min": _load(self["load_average_1min"])})
+
+
+def _load(average) -> str:
+    return "n/a" if average is None else f"{average:.2f}"  # no getloadavg on Windows
 
 
 def machine() -> Machine:
