@@ -29,6 +29,8 @@ NOT_RUN = {
     "09_scaling_out": "time; and its tensor-parallel runs are separate CPU processes (gloo), "
                       "which a harness inside the kernel cannot enter",
     "10_interview_qa": "time: the test budget holds the seven model-heavy chapters",
+    "10b_interview_engine": "time: the test budget holds the seven model-heavy chapters",
+    "10c_interview_serving": "time: the test budget holds the seven model-heavy chapters",
 }
 # Run, but the model stays on the CPU there by design (the lesson says why: it opens the model up
 # tensor by tensor against transformers'): only the absence of device errors is checked.

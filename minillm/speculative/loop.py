@@ -42,6 +42,8 @@ class SpeculativeStats:
     draft_seconds    time spent in the draft's `propose`
     target_seconds   time spent in the target's forward passes (prefill included)
     accepted_per_pass  how many drafted tokens each round accepted
+    proposed_per_pass  how many tokens the draft proposed each round (up to k; prompt lookup
+                       proposes none where the context has no earlier match)
     """
 
     k: int
@@ -52,6 +54,7 @@ class SpeculativeStats:
     draft_seconds: float = 0.0
     target_seconds: float = 0.0
     accepted_per_pass: list[int] = field(default_factory=list)
+    proposed_per_pass: list[int] = field(default_factory=list)
 
     @property
     def acceptance_rate(self) -> float:
@@ -149,6 +152,7 @@ class SpeculativeDecoder:
                 stats.proposed += len(drafted)
                 stats.accepted += n_accepted
                 stats.accepted_per_pass.append(n_accepted)
+                stats.proposed_per_pass.append(len(drafted))
                 for token in new:
                     sequence.add(token)
                     ids.append(token)
