@@ -60,7 +60,7 @@ for name, bits in [("fp32", 32), ("bf16/fp16", 16), ("int8", 8 + 32 / 576),
     print(f"{name:>12}：权重 {gb:.3f} GB -> 最多 {bandwidth / 1e9 / gb:7.1f} 词元/秒")
 
 # %% [markdown] en=3f810119
-# 这个上限有个前提：计算核（kernel）*直接*读取小权重。它到底是不是这样读的，正是第 6 节要讲的
+# 这个上限有个前提：算子（kernel）*直接*读取小权重。它到底是不是这样读的，正是第 6 节要讲的
 # 全部故事。
 #
 # ## 2 · 比特更少的浮点数：fp16 与 bf16
@@ -216,8 +216,8 @@ for g in (32, 64):
 # %% [markdown] en=2c394a0b
 # ## 6 · 测量：内存、质量与速度
 #
-# 每种方案都在同一段留出的英文文本上测（`data/factbook_europe.txt`，《世界概况》（World
-# Factbook）里的国家简介，属于公有领域，模型的提示词里一句也没有用到）：
+# 每种方案都在同一段留出（held-out）的英文文本上测（`data/factbook_europe.txt`，
+# 《世界概况》（World Factbook）里的国家简介，属于公有领域，模型的提示词里一句也没有用到）：
 #
 # - **困惑度（perplexity）**：每个下一词元的负对数似然取平均再取 exp；越低越好；
 # - 相对 fp32 的 **logit 误差**（在所有位置、所有词表项上的最大和平均 |Δ|），以及
@@ -225,7 +225,7 @@ for g in (32, 64):
 # - 来自 `minillm.generate` 指标（第 05 章）的**预填充和解码的每秒词元数**。
 #
 # “int8”（`minillm.quantize`，逐层替换；语言模型头仍是 float32）在解码步里走 minillm 的 int8
-# 计算核；“int8 dequant”每次调用都重建浮点权重。第 7 节会细看这些计算核，以及把语言模型头也
+# 算子；“int8 dequant”每次调用都重建浮点权重。第 7 节会细看这些算子，以及把语言模型头也
 # 放进 int8 的快速路径。
 
 # %% en=59e185db
@@ -268,7 +268,7 @@ for name in rows[1:]:
 #    缩放因子）相乘，在 int32 里累加；
 # 4. 把 int32 的结果缩放回来，再加上 fp16 那部分。
 #
-# fp16 的层只做一次矩阵乘法，这里却要做五六个操作，在 GPU 上每个都是一次计算核启动。批大小
+# fp16 的层只做一次矩阵乘法，这里却要做五六个操作，在 GPU 上每个都是一次算子启动。批大小
 # 为 1 时，这些额外步骤的开销比 int8 权重省下的字节还大：内存减半，速度却下降了。bitsandbytes
 # 需要 CUDA GPU，所以我们运行的是用 PyTorch 写出来的同一套算术（`minillm.quant.llm_int8`）：
 
@@ -334,7 +334,7 @@ if outlier_cols:
 #
 # 再看各个步骤的开销：在批大小为 1（一个解码步）和 128 行（一次预填充）时，在这台 CPU 上计时，
 # 与同一层的一次 float32 乘法相比。这里模拟用的 int8 乘法是 PyTorch 自己的（`torch._int_mm`），
-# 不是 bitsandbytes 的 CUDA 计算核，所以绝对时间和 GPU 上不同；能搬过去的结论是：乘法之外的
+# 不是 bitsandbytes 的 CUDA 算子，所以绝对时间和 GPU 上不同；能搬过去的结论是：乘法之外的
 # 每一步都是额外的工作：
 
 # %% en=7e68c712
@@ -367,11 +367,11 @@ for rows_in in (1, 128):
 #
 # - **dequantize**：每次调用都重建一份浮点权重，再做普通乘法：这是 int8 路径比浮点路径慢的
 #   第二个原因。
-# - **fused**：PyTorch 的仅权重 int8 计算核（`torch._weight_int8pack_mm`），
+# - **fused**：PyTorch 的仅权重 int8 算子（`torch._weight_int8pack_mm`），
 #   一个融合算子（fused kernel）：它直接拿 int8 数相乘，从不写出浮点权重。
 # - **dynamic**：通过 PyTorch 调用 fbgemm 的 int8 GEMM，它把*激活*也量化（这次调用的所有行共用
 #   一个缩放因子），做 int8 乘 int8：也就是不做离群拆分的 LLM.int8()。
-# - **kernel**：minillm 自己的计算核（`minillm/kernels/c/matmul_int8.c`）：它把 x 的每一行用该行
+# - **kernel**：minillm 自己的算子（`minillm/kernels/c/matmul_int8.c`）：它把 x 的每一行用该行
 #   自己的缩放因子舍入成 16 位整数（int16），再与 int8 权重做整数乘法，第 05 章第 6 节写出过
 #   这个过程。它读的字节数是 float32 的四分之一，而 x 的舍入（几万个台阶）比权重的（255 个）
 #   细得多。快速路径的 int8 用的就是它。
@@ -425,9 +425,9 @@ print("PyTorch 在这里用的 CPU 指令集：", torch.backends.cpu.get_cpu_cap
 #
 # - **dequantize** 路径每次调用都要付出一整份浮点权重的代价，所以批大小为 1 时输给 fp32：这就是
 #   原始材料里说的“慢的 int8”；
-# - PyTorch 的 **fused** 计算核有多快，取决于它针对这种 CPU 调得好不好；
+# - PyTorch 的 **fused** 算子有多快，取决于它针对这种 CPU 调得好不好；
 # - **dynamic** 和 **kernel** 路径只读四分之一的字节，批大小为 1 时更快；到了 128 行，乘法变成
-#   计算受限，fp32 的矩阵计算核又赢了回来，所以快速路径在预填充时会重建浮点权重；
+#   计算受限，fp32 的矩阵算子又赢了回来，所以快速路径在预填充时会重建浮点权重；
 # - 在没有原生 16 位算术的 CPU 上，**fp16/bf16** 要临时转换；在 GPU 上它们才是快速路径。
 #
 # dynamic 路径还把每个激活舍入到 8 比特。像解码步那样逐个词元地解码这段留出文本，就能看出
@@ -471,8 +471,8 @@ if "int8 kernel" in error and "int8 dynamic" in error:
 # ### 整个模型在批大小为 1 时：int8 胜过 fp32 和 bf16
 #
 # `minillm.load(..., weights="int8")`（或 `optimize(model, "int8")`）让快速路径的每个线性层，
-# 包括语言模型头，都走 int8 计算核。批大小为 1 时，一个解码步把每个权重读一遍，所以它的速度跟着
-# 每个词元要读的字节数走，上限就是第 05 章测过的那个界（带宽 / 字节数）。有 16 行时，计算核要把
+# 包括语言模型头，都走 int8 算子。批大小为 1 时，一个解码步把每个权重读一遍，所以它的速度跟着
+# 每个词元要读的字节数走，上限就是第 05 章测过的那个界（带宽 / 字节数）。有 16 行时，算子要把
 # 每个权重乘 16 次：这是计算受限的情形，字节少了也帮不上多少忙。
 
 # %% en=13651dfe
@@ -503,9 +503,9 @@ print(f"批大小 1 时 int8 是 fp32 的 {speeds['int8'][0] / speeds['fp32'][0]
 
 # %% [markdown] en=58e45164
 # 所以，朴素的 int8 路径比浮点慢（它要重建浮点权重，或者像 LLM.int8() 那样把激活舍入到 8 比特，
-# 既损失精度又多出步骤）；而一个只读一遍 int8 权重、只把激活舍入到 int16 的计算核，在批大小为 1
+# 既损失精度又多出步骤）；而一个只读一遍 int8 权重、只把激活舍入到 int16 的算子，在批大小为 1
 # 时更快，因为一个解码步的时间就是读权重的时间。在计算受限的地方（行很多，或者预填充），浮点
-# 计算核的算力又占了上风。
+# 算子的算力又占了上风。
 
 # %% [markdown] en=d48b2dc5
 # ## 8 · 3 比特和 4 比特下更好的舍入：GPTQ 与 AWQ
@@ -621,9 +621,9 @@ assert w8a8_error["W8A8 after SmoothQuant"] < w8a8_error["W8A8, int8 per token a
 # 单次乘积的精度：批大小为 1 时，决定速度的是字节数。
 
 # %% [markdown] en=0940c908
-# ## 10 · 专用计算核能做到什么：llama.cpp
+# ## 10 · 专用算子能做到什么：llama.cpp
 #
-# llama.cpp 运行的正是同一个 Q4_1 文件，它用手写的 SIMD 计算核直接拿 4 比特块做乘法，从不构建
+# llama.cpp 运行的正是同一个 Q4_1 文件，它用手写的 SIMD 算子直接拿 4 比特块做乘法，从不构建
 # 浮点权重。`python -m minillm bench latency` 在一次运行里，用同一个文件、同一个提示词、同样的
 # 线程数，给 minillm、transformers 的 `generate()` 计时，装了 `llama-cpp-python`（要从源码构建）
 # 时也给 llama.cpp 计时，并打印解码和预填充的每秒词元数，以及它们两两之间的比值。
@@ -635,7 +635,7 @@ assert w8a8_error["W8A8 after SmoothQuant"] < w8a8_error["W8A8, int8 per token a
 # 量化保留每个权重，只是用更少的比特。另外还有两种缩小模型的办法：
 #
 # - **剪枝（pruning）**去掉权重。幅度剪枝把每行里 |w| 最小的那些置零。非结构化的零只有在稀疏格式
-#   或稀疏计算核利用它们时才省得下东西；结构化剪枝（整个注意力头、通道或层）让矩阵本身变小，
+#   或稀疏算子利用它们时才省得下东西；结构化剪枝（整个注意力头、通道或层）让矩阵本身变小，
 #   但需要重新训练。
 # - **知识蒸馏（knowledge distillation）**训练一个小的*学生*模型去匹配大的*教师*模型的输出
 #   分布（对教师软化后的概率用 KL 散度作损失），而不只是匹配正确的那个词元。SmolLM2 没有经过
@@ -661,9 +661,9 @@ for f, p in zip(fractions, ppl):
 #
 # - `minillm.quantize(model, scheme)` 作用于 `minillm.load` 得到的普通模型；结果不加改动就能在
 #   `minillm.generate` 里运行。
-# - `minillm.load(name, weights="int8")` 就是表里走第 05 章快速路径、用 minillm 计算核的那一行
+# - `minillm.load(name, weights="int8")` 就是表里走第 05 章快速路径、用 minillm 算子的那一行
 #   int8。一个模型要么量化，要么优化，不要两样都做。
-# - 在 GPU 上道理相同：仅权重的 int4/int8 计算核（vLLM、SGLang、llama.cpp 里的）直接读小权重，
+# - 在 GPU 上道理相同：仅权重的 int4/int8 算子（vLLM、SGLang、llama.cpp 里的）直接读小权重，
 #   解码比 fp16 快。
 # - KV 缓存也可以用更少的比特存放：附录 07b 会测量它。
 #
