@@ -40,7 +40,7 @@ class PagedKVPool:
         self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
         self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
         self.num_blocks, self.block_size = num_blocks, block_size
-        self.device = torch.device(device)
+        self.device, self.dtype = torch.device(device), dtype  # dtype: what attention reads
         self._scratch = (self.keys[0][:0], self.values[0][:0])
 
     def scratch(self, rows: int):
@@ -49,10 +49,33 @@ class PagedKVPool:
         gathers, so one pair serves a whole forward pass."""
         if self._scratch[0].shape[0] < rows:
             shape = (rows, *self.keys[0].shape[1:])
-            t = self.keys[0]
-            self._scratch = (torch.empty(shape, dtype=t.dtype, device=t.device),
-                             torch.empty(shape, dtype=t.dtype, device=t.device))
+            self._scratch = (torch.empty(shape, dtype=self.dtype, device=self.device),
+                             torch.empty(shape, dtype=self.dtype, device=self.device))
         return self._scratch[0][:rows], self._scratch[1][:rows]
+
+    def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Store one layer's keys and values, (n, kv_heads, head_dim) each, in pool `slots`."""
+        self.keys[layer].index_copy_(0, slots, k.to(self.keys[layer].dtype))
+        self.values[layer].index_copy_(0, slots, v.to(self.values[layer].dtype))
+
+    def read(self, layer: int, slots: torch.Tensor):
+        """One layer's keys and values at pool `slots` (a flat index), (n, kv_heads, head_dim)
+        each in `dtype`, in the scratch buffers."""
+        k_out, v_out = self.scratch(slots.numel())
+        # index_select copies whole slots (rows of kv_heads x head_dim), much faster than pk[idx],
+        # into the pool's scratch buffers, reused by every layer and pass (no fresh pages each time)
+        torch.index_select(self.keys[layer], 0, slots, out=k_out)
+        torch.index_select(self.values[layer], 0, slots, out=v_out)
+        return k_out, v_out
+
+    def slot_layout(self) -> tuple:
+        """What a slot holds: ("float",) here; a quantized pool names its format and grain."""
+        return ("float",)
+
+    def slot_tensors(self) -> list[torch.Tensor]:
+        """Every tensor with one entry per slot (keys and values; a quantized pool adds its
+        scales): what copying a block copies and what a block's bytes count."""
+        return [*self.keys, *self.values]
 
     @classmethod
     def for_model(cls, model, num_blocks: int, block_size: int = 16) -> "PagedKVPool":
@@ -66,9 +89,10 @@ class PagedKVPool:
 
     @property
     def bytes_per_block(self) -> int:
-        """2 (keys, values) x layers x kv_heads x head_dim x block_size x bytes per value."""
-        t = self.keys[0]
-        return 2 * self.n_layers * t[0].nelement() * t.element_size() * self.block_size
+        """2 (keys, values) x layers x kv_heads x head_dim x block_size x bytes per value (plus
+        the scales of a quantized pool)."""
+        return self.block_size * sum(t[0].nelement() * t.element_size()
+                                     for t in self.slot_tensors())
 
     @property
     def nbytes(self) -> int:
@@ -88,7 +112,7 @@ class PagedKVPool:
         bs = self.block_size
         src = torch.cat([torch.arange(s * bs, (s + 1) * bs) for s, _ in pairs]).to(self.device)
         dst = torch.cat([torch.arange(d * bs, (d + 1) * bs) for _, d in pairs]).to(self.device)
-        for tensor in (*self.keys, *self.values):
+        for tensor in self.slot_tensors():
             tensor[dst] = tensor[src]
 
     def gather(self, layer: int, table: list[int], length: int):
@@ -168,15 +192,9 @@ class PagedBatch(KVCacheBase):
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor):
         """Write this pass's keys and values (batch, kv_heads, seq, head_dim) into their slots,
         then return each row's keys and values so far, read through its block table."""
-        pk, pv = self.pool.keys[layer], self.pool.values[layer]
-        pk.index_copy_(0, self.write_index, self._new(k).to(pk.dtype))
-        pv.index_copy_(0, self.write_index, self._new(v).to(pv.dtype))
-        flat, shape = self.gather_index.view(-1), (*self.gather_index.shape, *pk.shape[1:])
-        # index_select copies whole slots (rows of kv_heads x head_dim), much faster than pk[idx],
-        # into the pool's scratch buffers, reused by every layer and pass (no fresh pages each time)
-        k_out, v_out = self.pool.scratch(flat.numel())
-        torch.index_select(pk, 0, flat, out=k_out)
-        torch.index_select(pv, 0, flat, out=v_out)
+        self.pool.write(layer, self.write_index, self._new(k), self._new(v))
+        k_out, v_out = self.pool.read(layer, self.gather_index.view(-1))
+        shape = (*self.gather_index.shape, *k_out.shape[1:])
         return k_out.view(shape).transpose(1, 2), v_out.view(shape).transpose(1, 2)
 
     def _new(self, t: torch.Tensor) -> torch.Tensor:
@@ -190,9 +208,8 @@ class PagedBatch(KVCacheBase):
         the new keys and values into their slots, then read each row's through its own slots."""
         if not self.attends:  # a prefill chunk, a GPU, or no kernels: the contract's refusal
             return super().attend(layer, q, k, v)
+        self.pool.write(layer, self.write_index, k[:, :, 0], v[:, :, 0])
         pk, pv = self.pool.keys[layer], self.pool.values[layer]
-        pk[self.write_index] = k[:, :, 0].to(pk.dtype)
-        pv[self.write_index] = v[:, :, 0].to(pv.dtype)
         out = kernels.paged_decode_attention(q[:, :, 0], pk, pv, self.decode_slots, self.lengths)
         return out[:, :, None]
 
