@@ -513,7 +513,7 @@ print(f"批大小 1 时 int8 是 fp32 的 {speeds['int8'][0] / speeds['fp32'][0]
 # 到目前为止，每种方案都把每个权重舍入到离它最近的网格点：**就近舍入（round-to-nearest，
 # RTN）**。这样每个*权重*的误差都很小，但评判一个层的是它在真实输入上的*输出* y = x Wᵀ。有两种
 # 方法舍入得更聪明，它们都要用一点**校准数据（calibration data）**：把真实文本送进模型，看清每个
-# 层的输入。
+# 层的输入。这一步叫作校准（calibration）。
 #
 # - **GPTQ**（Frantar 等，2022）修正误差的*总和*。一个层的各个输入彼此相关，所以 GPTQ 每舍入
 #   W 的一列，就微调尚未舍入的那些列，抵消这一列在输出里造成的误差。最好的微调量来自
@@ -665,7 +665,8 @@ for f, p in zip(fractions, ppl):
 #   int8。一个模型要么量化，要么优化，不要两样都做。
 # - 在 GPU 上道理相同：仅权重的 int4/int8 算子（vLLM、SGLang、llama.cpp 里的）直接读小权重，
 #   解码比 fp16 快。
-# - KV 缓存也可以用更少的比特存放：附录 07b 会测量它。
+# - KV 缓存也可以用更少的比特存放，即 KV 缓存量化（KV-cache quantization）：
+#   附录 07b 会测量它。
 #
 # 这台机器上的完整表格：`.venv/bin/python scripts/bench_quantization.py`（2,048 个留出词元；
 # 想快速跑一遍就加 `--small`）。练习：`exercises/zh/07_quantization.ipynb`。
