@@ -202,7 +202,7 @@ def test_the_quantization_table_in_both_languages():
     try:
         assert quantization_table(QUANTIZED).splitlines() == [
             "| 方案 | 权重 MB | 线性层 MB | 困惑度 | 最大 logit 误差 | 平均 logit 误差 "
-            "| 第一名一致 | 预填充 词元/秒 | 解码 词元/秒 |", "|" + "---|" * 9, ROW]
+            "| top-1 一致率 | 预填充词元/秒 | 解码词元/秒 |", "|" + "---|" * 9, ROW]
     finally:
         set_language("en")
 
