@@ -500,7 +500,7 @@ assert ends > independent[0] + independent[k_chart]  # 要么全中，要么全�
 
 # %% en=50017131
 for a in (0.85, 0.90):
-    print(f"alpha = {a:.2f}，k = 1，c = 0，v = 1：{expected_speedup(a, 1, 0.0):.2f}x "
+    print(f"alpha = {a:.2f}，k = 1，c = 0，v = 1：{expected_speedup(a, 1, 0.0):.2f}x"
           "（打印出来的算术，不是测量）")
 
 # %% [markdown] en=cca2c970
