@@ -77,9 +77,9 @@ ONE_DAY = {
                                       "metrics)"),
         ("06_batching", ("lesson",), "06 batching and paged attention (its exercises are "
                                      "homework); or 07 quantization, by the group's interest"),
-        ("10_interview_qa", (1,), "10 interview questions in pairs (exercise task 1: top-k and "
-                                  "top-p together); `python -m minillm progress` to see what is "
-                                  "left"),
+        ("10_interview_qa", (1,), "10 interview questions in pairs (exercise task 1: the decode "
+                                  "bound of a 70B model on 4 GPUs); `python -m minillm progress` "
+                                  "to see what is left"),
     ],
 }
 
@@ -98,8 +98,8 @@ THREE_HOURS = {
         ("04_decoding", ("lesson",), "Decoding strategies with the widgets: temperature, "
                                      "top-k, top-p, min-p, repetition: 04 lesson (its widgets "
                                      "are the hands-on part)"),
-        ("10_interview_qa", (1,), "Interview round: top-k and top-p together, which order? "
-                                  "(10, exercise task 1)"),
+        ("10_interview_qa", (1,), "Interview round: the decode bound of a 70B fp8 model on 4 "
+                                  "GPUs, at the whiteboard (10, exercise task 1)"),
     ],
 }
 
@@ -123,9 +123,9 @@ AGENDA_ZH = {
         "05 性能指标 + 练习任务 1（单个请求的各项指标）",
     "06 batching and paged attention (its exercises are homework); or 07 quantization, by the "
     "group's interest": "06 批处理与分页注意力（练习留作课后作业）；也可以按学员的兴趣改讲 07 量化",
-    "10 interview questions in pairs (exercise task 1: top-k and top-p together); `python -m "
-    "minillm progress` to see what is left":
-        "10 面试题，两人一组（练习任务 1：top-k 与 top-p 一起用）；"
+    "10 interview questions in pairs (exercise task 1: the decode bound of a 70B model on 4 "
+    "GPUs); `python -m minillm progress` to see what is left":
+        "10 面试题，两人一组（练习任务 1：70B 模型在 4 张 GPU 上的解码速度上限）；"
         "用 `python -m minillm progress` 查看还剩哪些没做",
     "Set-up check (`make doctor`), the inference path end to end: 00 lesson, exercise task 1":
         "检查环境（`make doctor`），从头到尾走一遍推理路径：00 课程，练习任务 1",
@@ -137,8 +137,9 @@ AGENDA_ZH = {
     "lesson (its widgets are the hands-on part)":
         "借助交互控件学解码策略：温度、top-k、top-p、min-p、重复惩罚：04 课程"
         "（动手环节就是这些控件）",
-    "Interview round: top-k and top-p together, which order? (10, exercise task 1)":
-        "面试环节：top-k 与 top-p 一起用时，谁先谁后？（10，练习任务 1）",
+    "Interview round: the decode bound of a 70B fp8 model on 4 GPUs, at the whiteboard (10, "
+    "exercise task 1)":
+        "面试环节：在白板上估算 70B fp8 模型在 4 张 GPU 上的解码速度上限（10，练习任务 1）",
 }
 
 

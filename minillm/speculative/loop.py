@@ -27,6 +27,7 @@ from ..generation.request import GenerationRequest, checked_options
 from ..generation.kv_cache import KVCache
 from ..measure.metrics import TokenClock
 from ..utils.validate import check_int
+from ..utils.wording import text
 from .acceptance import verify_greedy, verify_sampled
 from .drafts import Draft, PromptLookupDraft
 
@@ -67,9 +68,13 @@ class SpeculativeStats:
         return self.new_tokens / self.passes if self.passes else float("nan")
 
     def summary(self) -> str:
-        return (f"k={self.k}: {self.new_tokens} tokens in {self.passes} target passes "
-                f"({self.tokens_per_pass:.2f} per pass), {self.accepted}/{self.proposed} drafted "
-                f"tokens accepted ({100 * self.acceptance_rate:.0f}%)")
+        return text("k={k}: {tokens} tokens in {passes} target passes ({per_pass:.2f} per pass), "
+                    "{accepted}/{proposed} drafted tokens accepted ({rate:.0f}%)",
+                    "k={k}：目标模型前向传播 {passes} 次，生成 {tokens} 个词元（每次 {per_pass:.2f}"
+                    " 个），草稿词元接受了 {accepted}/{proposed}（{rate:.0f}%）",
+                    k=self.k, tokens=self.new_tokens, passes=self.passes,
+                    per_pass=self.tokens_per_pass, accepted=self.accepted,
+                    proposed=self.proposed, rate=100 * self.acceptance_rate)
 
 
 @dataclass

@@ -1,10 +1,9 @@
 """Checkers for exercises/10_interview_qa.ipynb, and the chapter's self-check quiz.
 
-The exercise answers three interview questions with a piece of the engine each, checked against
-minillm: the sampling filters in the order `generate()` applies them (Q3, against
-`minillm.decoding.build_processors`), a model's parameter count from its config (Q10, against a
-`minillm.model.LlamaModel` built on the meta device), and its KV-cache bytes (Q13, against a real
-`minillm.KVCache`). GB here is 10^9 bytes, as GPU makers count.
+The exercise asks three estimates an interviewer expects at a whiteboard, each checked against
+its formula on several cases: the batch-1 decode bound of a model split by tensor parallelism,
+the largest batch a KV pool holds, and the expected speed-up of speculative decoding
+(`minillm.speculative.expected_tokens_per_pass`). GB here is 10^9 bytes, as GPU makers count.
 
 The quiz (`build_quiz`, `Quiz`, `quiz_widget`) asks one question at a time, multiple-choice or
 numeric (checked with a relative tolerance), reveals the answer and keeps a score. Its numeric
@@ -18,11 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ...decoding import GenerationConfig
-from ...decoding.processors import (TemperatureProcessor, TopKProcessor, TopPProcessor,
-                                   build_processors)
 from ...model.config import ModelConfig
-from ._base import CheckFailed, as_int, call, checker, expect, matching_mistake, passed, short
+from ._base import CheckFailed, as_number, call, checker, is_close, matching_mistake, passed
 
 GB = 1e9
 
@@ -41,89 +37,14 @@ def decode_bound_reference(weight_bytes, bandwidth_gb_per_s):
     return bandwidth_gb_per_s * GB / weight_bytes
 
 
-# --- 1 · Q3: the sampling filters, in generate()'s order -----------------------------------------
-
-def _sampling_logits(seed, batch, vocab):
-    return torch.randn(batch, vocab, generator=torch.Generator().manual_seed(seed)) * 2.5
-
-
-SAMPLING_CASES = [  # (seed, batch, vocab, temperature, top_k, top_p)
-    (0, 3, 20, 0.7, 5, 0.9), (1, 2, 30, 1.0, 0, 0.8), (2, 3, 20, 1.3, 10, 1.0),
-    (3, 1, 12, 0.5, 3, 0.5), (4, 2, 20, 1.0, 50, 0.95), (5, 4, 50, 2.0, 8, 0.6),
-    (6, 3, 40, 0.8, 20, 0.3), (7, 2, 16, 1.0, 0, 1.0)]
-
-
-def _sampling_reference(logits, temperature, top_k, top_p):
-    config = GenerationConfig(do_sample=True, temperature=temperature, top_k=top_k, top_p=top_p)
-    return build_processors(config)(None, logits)
-
-
-def _chain(logits, temperature, top_k, top_p, order):
-    steps = {"t": TemperatureProcessor(temperature) if temperature != 1.0 else None,
-             "k": TopKProcessor(top_k) if top_k else None,
-             "p": TopPProcessor(top_p) if top_p < 1.0 else None}
-    for name in order:
-        if steps[name] is not None:
-            logits = steps[name](None, logits)
-    return logits
-
-
-def _same_scores(got, want) -> bool:
-    if got.shape != want.shape or not torch.equal(torch.isneginf(got), torch.isneginf(want)):
-        return False
-    keep = ~torch.isneginf(want)
-    return bool(torch.allclose(got[keep].float(), want[keep].float(), rtol=1e-5, atol=1e-6))
-
-
-@checker
-def check_sampling_filter(sampling_filter) -> None:
-    """`sampling_filter(logits, temperature, top_k, top_p)`: the scores generate() samples from:
-    temperature, then top-k (0: off), then top-p (1.0: off)."""
-    cases = [(_sampling_logits(seed, b, v), t, k, p) for seed, b, v, t, k, p in SAMPLING_CASES]
-    answers = []
-    for logits, t, k, p in cases:
-        what = (f"sampling_filter(logits of shape {tuple(logits.shape)}, temperature={t}, "
-                f"top_k={k}, top_p={p})")
-        got = call(sampling_filter, logits, t, k, p, what=what,
-                   if_raises="top_k = 0 means no top-k filter" if k == 0 else
-                   (f"top_k = {k} is more than the vocabulary ({logits.shape[-1]}): keep every "
-                    "token" if k > logits.shape[-1] else ""))
-        expect(isinstance(got, torch.Tensor) and tuple(got.shape) == tuple(logits.shape)
-               and got.is_floating_point(),
-               f"{what} returned {short(got)}; return the filtered scores, a float tensor shaped "
-               "like the logits, removed tokens at -inf")
-        answers.append(got.detach())
-    wants = [_sampling_reference(*c) for c in cases]
-    wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if not _same_scores(g, w)]
-    if not wrong:
-        passed("sampling_filter", len(cases))
-        return
-    i = wrong[0]
-    hint = matching_mistake(answers, [
-        ("you applied top-p before top-k, the order the source text gives; generate() applies "
-         "top-k first, then top-p over what is left, and on these logits the order changes the "
-         "result", [_chain(*c, "tpk") for c in cases]),
-        ("divide by the temperature BEFORE the filters: top-p measures probabilities, and the "
-         "temperature changes them", [_chain(*c, "kpt") for c in cases]),
-        ("the temperature is missing: divide the logits by it first",
-         [_chain(*c, "kp") for c in cases]),
-        ("return the filtered scores (logits), not probabilities: generate() takes the softmax "
-         "when it samples", [torch.softmax(w, -1) for w in wants]),
-    ], _same_scores)
-    logits, t, k, p = cases[i]
-    raise CheckFailed(f"sampling_filter(logits of shape {tuple(logits.shape)}, temperature={t}, "
-                      f"top_k={k}, top_p={p}) differs from generate()'s processors: "
-                      + (hint or "temperature first, then top-k (skipped when 0), then top-p "
-                                 "(skipped when 1.0)"))
-
-
-# --- 2 · Q10: parameters from the config ---------------------------------------------------------
+# --- published shapes -----------------------------------------------------------------------------
 
 PARAM_CONFIGS = {
     "SmolLM2-135M": ModelConfig("llama", 49152, 576, 30, 9, 3, 64, 1536, tie_embeddings=True),
     "SmolLM2-360M": ModelConfig("llama", 49152, 960, 32, 15, 5, 64, 2560, tie_embeddings=True),
     "Llama-2-7B": ModelConfig("llama", 32000, 4096, 32, 32, 32, 128, 11008),
     "Llama-3-8B": ModelConfig("llama", 128256, 4096, 32, 32, 8, 128, 14336),
+    "Llama-3-70B": ModelConfig("llama", 128256, 8192, 80, 64, 8, 128, 28672),
     "a tiny model": ModelConfig("llama", 100, 16, 2, 4, 2, 4, 40),
 }
 
@@ -137,115 +58,162 @@ def parameter_count_reference(config: ModelConfig) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def _param_variant(c, *, head=None, norms=True, gqa=True, mlp_matrices=3):
-    kv = c.n_kv_heads if gqa else c.n_heads
-    attention = c.hidden_size * c.head_dim * (2 * c.n_heads + 2 * kv)
-    layer = attention + mlp_matrices * c.hidden_size * c.intermediate_size
-    layer += 2 * c.hidden_size if norms else 0
-    tied = c.tie_embeddings if head is None else not head
-    total = c.vocab_size * c.hidden_size + c.n_layers * layer + (c.hidden_size if norms else 0)
-    return total + (0 if tied else c.vocab_size * c.hidden_size)
+def _shown(x: float) -> str:
+    """A number with enough digits that two different answers never print the same."""
+    return f"{x:.6g}"
+
+
+def _close(got, want) -> bool:
+    return is_close(got, want, rel=1e-6)
+
+
+# --- 1 · the decode bound of a tensor-parallel model ---------------------------------------------
+
+TP_CASES = [  # (parameters, bytes per parameter, GPUs, bandwidth of one GPU in bytes/s)
+    (70e9, 1, 4, 3.35e12), (70e9, 2, 8, 3.35e12), (8e9, 2, 1, 1.0e12), (405e9, 1, 8, 4.8e12),
+    (135e6, 4, 1, 20e9), (70e9, 0.5, 2, 2.0e12)]
+
+
+def tp_decode_bound_reference(n_params, bytes_per_param, n_gpus, bandwidth):
+    """Tokens a second at batch 1: each GPU reads its 1/n_gpus of the weights every step, all
+    GPUs at once (communication and the KV cache left out)."""
+    return bandwidth / (n_params * bytes_per_param / n_gpus)
 
 
 @checker
-def check_count_parameters(count_parameters) -> None:
-    """`count_parameters(config)`: the parameters of a Llama model with this config, as the
-    model minillm builds from it has."""
-    names = list(PARAM_CONFIGS)
+def check_tp_decode_bound(tp_decode_bound) -> None:
+    """`tp_decode_bound(n_params, bytes_per_param, n_gpus, bandwidth)`: the most tokens a second
+    batch-1 decode reaches when tensor parallelism splits the weights over `n_gpus` GPUs."""
     answers = []
-    for name in names:
-        what = f"count_parameters({name}'s config)"
-        got = call(count_parameters, PARAM_CONFIGS[name], what=what)
-        if isinstance(got, float) and not got.is_integer():
-            raise CheckFailed(f"{what} returned {got!r}; a parameter count is a whole number")
-        answers.append(as_int(got, what))
-    wants = [parameter_count_reference(PARAM_CONFIGS[n]) for n in names]
-    wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if g != w]
+    for case in TP_CASES:
+        what = "tp_decode_bound({}, {}, {}, {})".format(*(_shown(v) for v in case))
+        answers.append(as_number(call(tp_decode_bound, *case, what=what), what))
+    wants = [tp_decode_bound_reference(*case) for case in TP_CASES]
+    wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if not _close(g, w)]
     if not wrong:
-        passed("count_parameters", len(names))
+        passed("tp_decode_bound", len(TP_CASES))
         return
     i = wrong[0]
-    configs = [PARAM_CONFIGS[n] for n in names]
     hint = matching_mistake(answers, [
-        ("with tie_embeddings the LM head IS the embedding matrix: count it once",
-         [_param_variant(c, head=True) for c in configs]),
-        ("without tie_embeddings the LM head is a matrix of its own, vocab_size x hidden_size",
-         [_param_variant(c, head=False) for c in configs]),
-        ("the RMSNorm weights count too: two per layer and one at the end, hidden_size each",
-         [_param_variant(c, norms=False) for c in configs]),
-        ("k_proj and v_proj have n_kv_heads x head_dim rows, not n_heads x head_dim: grouped-"
-         "query attention shares them", [_param_variant(c, gqa=False) for c in configs]),
-        ("SwiGLU has three matrices, gate, up and down, each hidden_size x intermediate_size",
-         [_param_variant(c, mlp_matrices=2) for c in configs]),
-    ], int.__eq__)
-    c = PARAM_CONFIGS[names[i]]
-    raise CheckFailed(f"count_parameters({names[i]}'s config) returned {answers[i]:,}, the "
-                      f"model has {wants[i]:,}" + (f": {hint}" if hint else
-                                                   ": embedding + per layer (q, k, v, o, gate, up, "
-                                                   "down, two norms) + final norm + LM head "
-                                                   f"(tie_embeddings={c.tie_embeddings})"))
+        ("with tensor parallelism each GPU holds and reads only 1/n_gpus of the weights, and all "
+         "GPUs read at the same time: divide the weight bytes by n_gpus",
+         [b / (n * s) for n, s, g, b in TP_CASES]),
+        ("bytes_per_param is already in bytes: do not multiply by 8 (that counts bits)",
+         [tp_decode_bound_reference(*case) / 8 for case in TP_CASES]),
+        ("that is seconds per token: the bound in tokens a second is its inverse",
+         [1 / tp_decode_bound_reference(*case) for case in TP_CASES]),
+        ("use bytes_per_param as given (1 for fp8, 0.5 for int4), not 2 bytes for every model",
+         [tp_decode_bound_reference(n, 2, g, b) for n, s, g, b in TP_CASES]),
+    ], _close)
+    case = TP_CASES[i]
+    raise CheckFailed("tp_decode_bound({}, {}, {}, {})".format(*(_shown(v) for v in case))
+                      + f" returned {_shown(answers[i])}, expected {_shown(wants[i])} tokens/s"
+                      + (f": {hint}" if hint else ": every step each GPU reads its share of the "
+                         "weights, n_params x bytes_per_param / n_gpus bytes, at `bandwidth` "
+                         "bytes a second"))
 
 
-# --- 3 · Q13: the KV cache's bytes ---------------------------------------------------------------
+# --- 2 · the largest batch a KV pool holds -------------------------------------------------------
 
-KV_CASES = [  # (config name, tokens, batch, dtype)
-    ("SmolLM2-135M", 8192, 1, torch.float16), ("SmolLM2-135M", 2048, 16, torch.float32),
-    ("Llama-2-7B", 4096, 1, torch.float16), ("Llama-3-8B", 8192, 8, torch.bfloat16),
-    ("a tiny model", 10, 3, torch.float32), ("a tiny model", 7, 2, torch.bfloat16),
-    ("SmolLM2-360M", 1000, 4, torch.float32)]
-
-
-def _kv_reference(config, tokens, batch, dtype):
-    from ...generation.kv_cache import KVCache
-
-    if config.n_layers * tokens * batch <= 10_000:  # small enough to allocate for real
-        return KVCache(config.n_layers, batch, config.n_kv_heads, config.head_dim, tokens,
-                       dtype=dtype).capacity_bytes
-    size = torch.tensor([], dtype=dtype).element_size()
-    return 2 * config.n_layers * config.n_kv_heads * config.head_dim * tokens * batch * size
+BATCH_CASES = [  # (pool bytes, config name, tokens per sequence, bytes per value)
+    (80e9, "Llama-3-8B", 8192, 2), (80e9, "Llama-3-70B", 8192, 2), (80e9, "Llama-2-7B", 4096, 2),
+    (24e9, "Llama-3-8B", 32768, 1), (1e9, "SmolLM2-135M", 8192, 2), (10_000, "a tiny model", 10, 4),
+    (40e9, "Llama-3-70B", 4000, 1)]
 
 
-def _kv_variant(c, tokens, batch, dtype, *, heads="kv", factor=2, size=None, with_batch=True):
-    size = torch.tensor([], dtype=dtype).element_size() if size is None else size
-    n = c.n_kv_heads if heads == "kv" else c.n_heads
-    return factor * c.n_layers * n * c.head_dim * tokens * (batch if with_batch else 1) * size
+def _per_sequence(config, tokens, bytes_per_value, *, heads="kv", factor=2):
+    n = config.n_kv_heads if heads == "kv" else config.n_heads
+    return factor * config.n_layers * n * config.head_dim * tokens * bytes_per_value
+
+
+def max_batch_reference(pool_bytes, config, tokens, bytes_per_value) -> int:
+    return int(pool_bytes // _per_sequence(config, tokens, bytes_per_value))
 
 
 @checker
-def check_kv_cache_bytes(kv_cache_bytes) -> None:
-    """`kv_cache_bytes(config, tokens, batch, dtype)`: the bytes of the keys and values of
-    `batch` sequences of `tokens` tokens, as a minillm KVCache holds them."""
-    cases = [(PARAM_CONFIGS[name], tokens, batch, dtype) for name, tokens, batch, dtype in KV_CASES]
+def check_max_batch(max_batch) -> None:
+    """`max_batch(pool_bytes, config, tokens, bytes_per_value)`: how many sequences of `tokens`
+    tokens fit, whole, in a KV pool of `pool_bytes` bytes."""
     answers = []
-    for (name, tokens, batch, dtype), case in zip(KV_CASES, cases):
-        what = f"kv_cache_bytes({name}'s config, tokens={tokens}, batch={batch}, {dtype})"
-        got = call(kv_cache_bytes, *case, what=what)
-        if isinstance(got, float) and not got.is_integer():
-            raise CheckFailed(f"{what} returned {got!r}; bytes are a whole number")
-        answers.append(as_int(got, what))
-    wants = [_kv_reference(*c) for c in cases]
+    for pool, name, tokens, size in BATCH_CASES:
+        what = f"max_batch({_shown(pool)}, {name}'s config, {tokens}, {size})"
+        got = call(max_batch, pool, PARAM_CONFIGS[name], tokens, size, what=what)
+        value = as_number(got, what)
+        if value != int(value):
+            raise CheckFailed(f"{what} returned {got!r}; a batch is a whole number of "
+                              "sequences: round down, a sequence that does not fit whole cannot "
+                              "run")
+        answers.append(int(value))
+    cases = [(pool, PARAM_CONFIGS[name], tokens, size) for pool, name, tokens, size in BATCH_CASES]
+    wants = [max_batch_reference(*case) for case in cases]
     wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if g != w]
     if not wrong:
-        passed("kv_cache_bytes", len(cases))
+        passed("max_batch", len(cases))
         return
     i = wrong[0]
     hint = matching_mistake(answers, [
-        ("the cache holds n_kv_heads heads per layer, not n_heads: that is what grouped-query "
-         "attention saves", [_kv_variant(*c, heads="q") for c in cases]),
-        ("half the answer: keys AND values, the factor 2", [_kv_variant(*c, factor=1)
-                                                            for c in cases]),
-        ("every sequence of the batch has its own cache: multiply by batch",
-         [_kv_variant(*c, with_batch=False) for c in cases]),
-        ("the bytes per value depend on dtype: torch.tensor([], dtype=dtype).element_size() "
-         "(2 for float16 and bfloat16, 4 for float32)", [_kv_variant(*c, size=4) for c in cases]),
-        ("element_size() is in bytes; do not multiply by 8",
-         [8 * _kv_variant(*c) for c in cases]),
+        ("the cache holds n_kv_heads heads per layer, not n_heads: grouped-query attention "
+         "shares them", [int(p // _per_sequence(c, t, s, heads="q")) for p, c, t, s in cases]),
+        ("each token stores a key AND a value: the factor 2",
+         [int(p // _per_sequence(c, t, s, factor=1)) for p, c, t, s in cases]),
+        ("round down: a sequence that does not fit whole cannot run",
+         [math.ceil(p / _per_sequence(c, t, s)) for p, c, t, s in cases]),
     ], int.__eq__)
-    name, tokens, batch, dtype = KV_CASES[i]
-    raise CheckFailed(f"kv_cache_bytes({name}'s config, tokens={tokens}, batch={batch}, {dtype}) "
-                      f"returned {answers[i]:,}, expected {wants[i]:,}"
-                      + (f": {hint}" if hint else ": 2 x n_layers x n_kv_heads x head_dim x "
-                                                  "tokens x batch x bytes per value"))
+    pool, name, tokens, size = BATCH_CASES[i]
+    raise CheckFailed(f"max_batch({_shown(pool)}, {name}'s config, {tokens}, {size}) returned "
+                      f"{answers[i]}, expected {wants[i]}"
+                      + (f": {hint}" if hint else ": one sequence takes 2 x n_layers x "
+                         "n_kv_heads x head_dim x tokens x bytes_per_value bytes; how many fit "
+                         "whole?"))
+
+
+# --- 3 · the speed-up of speculative decoding ----------------------------------------------------
+
+SPEC_CASES = [  # (acceptance rate, drafted tokens k, draft step cost / target step cost)
+    (0.7, 4, 0.0), (0.7, 4, 0.05), (0.5, 3, 0.1), (0.9, 6, 0.02), (0.3, 2, 0.2), (1.0, 4, 0.05),
+    (0.0, 5, 0.1), (0.8, 1, 0.0)]
+
+
+def speculative_speedup_reference(alpha, k, draft_cost) -> float:
+    from ...speculative.acceptance import expected_tokens_per_pass
+
+    return expected_tokens_per_pass(alpha, k) / (1 + k * draft_cost)
+
+
+@checker
+def check_speculative_speedup(speculative_speedup) -> None:
+    """`speculative_speedup(alpha, k, draft_cost)`: tokens a round over the round's time in
+    target steps, with each of k drafted tokens accepted with probability alpha."""
+    answers = []
+    for alpha, k, cost in SPEC_CASES:
+        what = f"speculative_speedup({alpha}, {k}, {cost})"
+        answers.append(as_number(call(
+            speculative_speedup, alpha, k, cost, what=what,
+            if_raises="at alpha = 1 every draft is accepted: k + 1 tokens a round (the closed "
+                      "form's 0 / 0)" if alpha == 1 else ""), what))
+    wants = [speculative_speedup_reference(*case) for case in SPEC_CASES]
+    wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if not _close(g, w)]
+    if not wrong:
+        passed("speculative_speedup", len(SPEC_CASES))
+        return
+    i = wrong[0]
+    mistakes = [
+        ("a token is kept only if every drafted token before it was accepted: the chance of "
+         "reaching the i-th is alpha^i, not alpha (1 + alpha + ... + alpha^k, not 1 + k x alpha)",
+         [(1 + k * a) / (1 + k * c) for a, k, c in SPEC_CASES]),
+        ("the round always ends with one token of the target's own (after a rejection, or the "
+         "bonus token when all k pass): the sum runs from alpha^0 to alpha^k",
+         [(speculative_speedup_reference(a, k, 0) - a ** k) / (1 + k * c)
+          for a, k, c in SPEC_CASES]),
+        ("the draft's k steps take time too: divide by 1 + k x draft_cost target steps",
+         [speculative_speedup_reference(a, k, 0) for a, k, c in SPEC_CASES]),
+    ]
+    hint = matching_mistake(answers, mistakes, _close)
+    alpha, k, cost = SPEC_CASES[i]
+    raise CheckFailed(f"speculative_speedup({alpha}, {k}, {cost}) returned {_shown(answers[i])}, "
+                      f"expected {_shown(wants[i])}"
+                      + (f": {hint}" if hint else ": (1 + alpha + ... + alpha^k) tokens a round, "
+                         "over 1 + k x draft_cost target steps"))
 
 
 # --- the self-check quiz -------------------------------------------------------------------------
