@@ -65,8 +65,8 @@ ranges = HeadRanges.calibrate(floats)
 caches = {
     "float32": KVCache.for_model(model, 1, SLOTS),
     "bf16": KVCache(c.n_layers, 1, c.n_kv_heads, c.head_dim, SLOTS, dtype=torch.bfloat16),
-    "8 bits, per token": QuantizedKVCache.for_model(model, 1, SLOTS, "int8"),
-    "8 bits, per head": QuantizedKVCache.for_model(model, 1, SLOTS, "int8", ranges),
+    "8 位，逐词元": QuantizedKVCache.for_model(model, 1, SLOTS, "int8"),
+    "8 位，逐头": QuantizedKVCache.for_model(model, 1, SLOTS, "int8", ranges),
 }
 per_token = {name: cache.capacity_bytes / SLOTS for name, cache in caches.items()}
 for name, size in per_token.items():
@@ -186,7 +186,8 @@ assert median(key_ratio) > median(value_ratio), (key_ratio, value_ratio)
 # - **logits 误差**：在所有位置和词表项上 |Δ| 的最大值和平均值；
 # - **top-1 一致率**：最可能的下一个词元与 float32 相同的位置所占的比例。
 #
-# 逐头缩放因子来自莎士比亚，而不是这段文本：校准从不接触用来评判它的文本。
+# 逐头缩放因子来自莎士比亚，而不是这段文本：校准从不接触用来评判它的文本。表和图里的
+# `per token` 指逐词元缩放因子，`per head` 指逐头缩放因子。
 
 # %% en=ca5b4e46
 eval_ids = torch.tensor([held_out_ids(tokenizer, EVAL_TOKENS)])
