@@ -155,3 +155,34 @@ def test_the_environment_variable_starts_the_engine_in_chinese():
                           "too_noisy; print(too_noisy())"], env=env, capture_output=True,
                          text=True)
     assert out.stdout.strip() == SENTENCES["too_noisy"][2], out.stderr
+
+
+QUANT_ROW = dict(row="int8", weight_bytes=2e8, linear_bytes=1e8, perplexity=9.5,
+                 max_logit_error=0.5, mean_logit_error=0.01, top1_agreement=0.99,
+                 prefill_tokens_per_s=100.0, decode_tokens_per_s=20.0)
+
+
+@pytest.mark.parametrize("lang, head, labels", [
+    ("en", "| scheme | weights MB |", ["weight memory (MB)", "perplexity (lower is better)",
+                                         "memory vs quality", "memory vs speed"]),
+    ("zh", "| 方案 | 权重 MB |", ["权重内存（MB）", "困惑度（越低越好）", "内存与质量",
+                                   "内存与速度"]),
+])
+def test_chapter_07s_benchmark_table_and_chart_follow_the_language(lang, head, labels):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from minillm.tools.bench.quantization import plot_benchmark, table
+
+    set_language(lang)
+    try:
+        assert table([QUANT_ROW]).startswith(head)
+        fig = plot_benchmark([QUANT_ROW])
+        a, b = fig.axes
+        drawn = [a.get_xlabel(), a.get_ylabel(), a.get_title(), b.get_title()]
+        plt.close(fig)
+    finally:
+        set_language("en")
+    assert drawn == labels
