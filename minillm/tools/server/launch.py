@@ -56,12 +56,28 @@ def make_engine(model: str = "smollm2-135m", *, tiny: bool = False, device: str 
     else:
         from ...loading import load
 
-        m, tok = load(model, device=device, weights=weights)
+        m, tok = load(model, device=usable_device(device), weights=weights)
         if tok is None:
             raise ValueError(f"{model} has no tokenizer minillm can read: the server needs one "
                              "to turn text into tokens and back")
     return Engine(m, tok, num_blocks=num_blocks, block_size=block_size,
                   max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
+
+
+def usable_device(device: str):
+    """`device` as a torch.device, or ValueError when this machine's PyTorch cannot use it (a
+    clear message before any weight is loaded, not a traceback from deep inside the load)."""
+    import torch
+
+    from ...utils.devices import pick_device
+
+    chosen = pick_device(device)
+    usable = {"cuda": torch.cuda.is_available,
+              "mps": lambda: torch.backends.mps.is_available()}.get(chosen.type, lambda: True)
+    if not usable():
+        raise ValueError(f"device {device!r}: this machine's PyTorch cannot use {chosen.type} "
+                         "(no such device, or a build without it); use 'cpu' or 'auto'")
+    return chosen
 
 
 class ServerThread:
