@@ -56,7 +56,8 @@ def make_engine(model: str = "smollm2-135m", *, tiny: bool = False, device: str 
     else:
         from ...loading import load
 
-        m, tok = load(model, device=usable_device(device), weights=weights)
+        check_device(device)
+        m, tok = load(model, device=device, weights=weights)
         if tok is None:
             raise ValueError(f"{model} has no tokenizer minillm can read: the server needs one "
                              "to turn text into tokens and back")
@@ -64,9 +65,9 @@ def make_engine(model: str = "smollm2-135m", *, tiny: bool = False, device: str 
                   max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
 
 
-def usable_device(device: str):
-    """`device` as a torch.device, or ValueError when this machine's PyTorch cannot use it (a
-    clear message before any weight is loaded, not a traceback from deep inside the load)."""
+def check_device(device: str) -> None:
+    """ValueError when this machine's PyTorch cannot use `device` (a clear message before any
+    weight is loaded, not a traceback from deep inside the load)."""
     import torch
 
     from ...utils.devices import pick_device
@@ -77,7 +78,6 @@ def usable_device(device: str):
     if not usable():
         raise ValueError(f"device {device!r}: this machine's PyTorch cannot use {chosen.type} "
                          "(no such device, or a build without it); use 'cpu' or 'auto'")
-    return chosen
 
 
 class ServerThread:
