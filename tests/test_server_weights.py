@@ -20,7 +20,7 @@ from minillm.generation.agreement import agree
 from minillm.kernels import dispatch
 from minillm.quant.linear import Int8Linear, Q41Linear, QuantizedLinear
 from minillm.tools.cli import build_parser
-from minillm.tools.server import ServerThread, make_engine
+from minillm.tools.server import ServerProcess, ServerThread, make_engine
 from kernel_machine import layers_use_kernels
 from q4_1_model import with_q4_1
 
@@ -77,6 +77,14 @@ def test_models_and_metrics_name_the_weights_served():
         assert card["id"] == "tiny" and card["weights"] == "int8"
         metrics = client.get("/metrics").text
         assert 'minillm_model_info{model_name="tiny",weights="int8"} 1.0' in metrics
+
+
+def test_the_startup_line_names_the_weights(tmp_path):
+    log = tmp_path / "serve.log"
+    with open(log, "w") as sink, ServerProcess(["--tiny", "--weights", "int8", "--threads", "1"],
+                                               log=sink) as server:
+        assert httpx.get(server.url + "/v1/models").json()["data"][0]["weights"] == "int8"
+    assert f"minillm serve: tiny (int8 weights) on {server.url}" in log.read_text()
 
 
 # --- the engine on quantized weights ----------------------------------------------------------
