@@ -3,7 +3,8 @@ the same weights, in the same process (chapter 05).
 
     run.py        the workload, the interleaved repetitions, the table and the JSON line
     bandwidth.py  the measured read bandwidth and the decode bound it implies
-    options.py    the command's options
+    options.py    the command's options (and `bench step`'s)
+    step.py       `bench step`: one decode step timed operation by operation
 """
 
 from importlib import import_module
