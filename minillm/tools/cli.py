@@ -125,8 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
                       "`bench step` (one decode step, operation by operation) or "
                       "`bench serve --url URL` (load-test a server)",
         description="Two benchmarks named as vLLM names them (`vllm bench latency|serve`), and "
-                    "`bench step`, where a decode step's time goes. The spellings from before, `bench [latency options]` and `bench --url URL "
-                    "[serve options]`, still run, with a note.")
+                    "`bench step`, where a decode step's time goes. The spellings from before, "
+                    "`bench [latency options]` and `bench --url URL [serve options]`, still run, "
+                    "with a note.")
     kinds = bench.add_subparsers(dest="bench", required=True, metavar="{latency,step,serve}")
     latency = kinds.add_parser(
         "latency", help="time minillm against transformers in this process (TTFT, TPOT, "

@@ -2,19 +2,21 @@
 operation.
 
 The step is the fast path's fused decode step (minillm/fast/decode.py), the one `bench latency`
-and `minillm.generate` run. `timed_step` runs the same step, the same calls on the same layers
-in the same order (tests/test_bench_step.py holds its logits and cache equal to the fused
-step's), with a timer around each call: per layer the two norms, the fused q/k/v projection,
-RoPE, the cache write, attention, the o projection, the two residual adds, the fused gate/up
-projection, SiLU·mul and the down projection; per step the id check, the embedding row, the
-RoPE angles, the kernel plan, the final norm, the LM head and the cache's advance. What no timer
-covers (the loop, attribute lookups, the timers' own calls) is the row "between the ops".
+and `minillm.generate` run. Each of its operations is one call of a function of decode.py's;
+`timers` swaps those functions for timed ones while a measurement runs, so the step timed is
+the step itself, not a copy: per layer the two norms, the fused q/k/v projection, RoPE, the
+cache write, attention, the o projection, the two residual adds, the fused gate/up projection,
+SiLU·mul and the down projection; per step the embedding row (with the id check), the RoPE
+angles, the kernel plan, the final norm and the LM head. What no timer covers (the loop,
+attribute lookups, model.forward's check that the step applies, the cache's advance, the
+timers' own calls) is the row "between the ops".
 
-Each figure is the median over many steps of the operation's time in one step (summed over the
-layers); the steps stay at one cache length (each is cropped back). The fused step itself is
-timed in between, untimed, so the table also says what the timers add. For each matrix multiply:
-the bytes of weights it reads and the GB/s that makes, against `read_bandwidth` measured here.
-CPU only: a GPU step's operations overlap, so a timer around one would need a sync each.
+Each figure is an operation's time in one step (summed over the layers), averaged over the
+middle half of many steps ranked by their wall time (`_middle_half`: the rows add up to the
+step); the steps stay at one cache length (each is cropped back). The step is also run
+untimed in between, so the table says what the timers add. For each matrix multiply: the bytes
+of weights it reads and the GB/s that makes, against `read_bandwidth` measured here. CPU only:
+a GPU step's operations overlap, so a timer around one would need a sync each.
 """
 
 from __future__ import annotations
@@ -24,152 +26,90 @@ import os
 import statistics
 import sys
 import time
+from contextlib import contextmanager, nullcontext
 
 import torch
-import torch.nn.functional as F
 
 from ... import kernels
-from ...fast.decode import FusedDecode, _linear, _norm
-from ...kernels import dispatch
-from ...layers.rope import apply_rope
+from ...fast import decode
 from ...measure.bandwidth import read_bandwidth
 from ...model.memory import weight_bytes
 from ...utils.validate import check_int
 from .options import STEP_FORMATS as FORMATS
 
-# The rows of the table, in the order a step runs them; (name, what it is).
-OPS = (("id check", "the token ids are in the vocabulary"),
-       ("embed", "the token's embedding row"),
-       ("rope angles", "cos and sin of this position"),
-       ("kernel plan", "which norms and attention run on minillm's kernels"),
-       ("attn norm", "RMSNorm before attention"),
-       ("qkv proj", "the fused q, k and v projection"),
-       ("rope", "q and k rotated"),
-       ("cache write", "the new key and value into the cache"),
-       ("attention", "the query over the cached keys and values"),
-       ("o proj", "the output projection"),
-       ("residual adds", "x + attention, x + feed-forward"),
-       ("mlp norm", "RMSNorm before the feed-forward"),
-       ("gate_up proj", "the fused gate and up projection"),
-       ("silu*mul", "SiLU(gate) * up"),
-       ("down proj", "the down projection"),
-       ("final norm", "RMSNorm after the last layer"),
-       ("lm head", "the logits"),
-       ("logits", "the logits as float32 (rows, 1, vocab)"),
-       ("cache advance", "the cache counts the new token"))
-NAMES = tuple(name for name, _ in OPS)
+# The rows of the table, in the order a step runs them.
+NAMES = ("embed", "rope angles", "kernel plan", "attn norm", "qkv proj", "rope", "cache write",
+         "attention", "o proj", "residual adds", "mlp norm", "gate_up proj", "silu*mul",
+         "down proj", "final norm", "lm head")
 INDEX = {name: i for i, name in enumerate(NAMES)}
 BETWEEN = "between the ops"
+# decode.py's function -> the row it is timed in (the norms and projections: by their layer).
+TIMED = {"_embed": "embed", "_angles": "rope angles", "decode_plan": "kernel plan",
+         "_rope": "rope", "_write_cache": "cache write", "_attend": "attention",
+         "_silu_mul": "silu*mul", "_head": "lm head", "_norm": None, "_linear": None}
 
 
-def _timed(spent: list, i: int, f, *args):
-    """f(*args), its time added to spent[i]."""
-    start = time.perf_counter()
-    out = f(*args)
-    spent[i] += time.perf_counter() - start
-    return out
+def _timer(spent: list, i: int, f):
+    """f, its time added to spent[i] at each call."""
+    clock = time.perf_counter
+
+    def timed(*args):
+        start = clock()
+        out = f(*args)
+        spent[i] += clock() - start
+        return out
+
+    return timed
 
 
 def _splits_residual(layer, x: torch.Tensor) -> bool:
-    """Whether `_linear(layer, x, residual)` is the layer's own product and then `add_`: a few
-    float32 rows through its kernel (decode.py's first branch). Otherwise the residual is added
+    """Whether `decode._linear(layer, x, residual)` is the layer's own product and then `add_`
+    (a few float32 rows through its kernel: its first branch). Otherwise the residual is added
     inside the multiply (addmm) or by the module's path, and the two are timed as one."""
     return x.dtype is torch.float32 and x.shape[0] <= getattr(layer, "few_rows_max", 0)
 
 
-def _project_add(spent, name: str, layer, x, residual):
-    """layer(x) + residual, the product and the add timed apart where they are apart."""
-    if _splits_residual(layer, x):
-        y = _timed(spent, INDEX[name], _linear, layer, x)
-        return _timed(spent, INDEX["residual adds"], y.add_, residual)
-    return _timed(spent, INDEX[name], _linear, layer, x, residual)
-
-
-def _token_ids(input_ids, model):
-    ids = input_ids.to(model.device)[:, 0]
-    vocab = model.config.vocab_size
-    if bool(((ids < 0) | (ids >= vocab)).any()):
-        bad = ids[(ids < 0) | (ids >= vocab)][0].item()
-        raise ValueError(f"token id {bad} is out of range: the vocabulary has {vocab} ids "
-                         f"(0 to {vocab - 1})")
-    return ids
-
-
-def _angles(model, pos, x):
-    return model.rotary(torch.full((1, 1), pos, device=x.device), x.dtype)
-
-
-def _rope_joint(qkv, rows, nq, nkv, hd, cos, sin):
-    qk = apply_rope(qkv[:, :(nq + nkv) * hd].view(rows, 1, nq + nkv, hd), cos, sin)
-    return qk[:, :, :nq], qk[:, :, nq:]
-
-
-def _rope_apart(attn, qkv, rows, nq, nkv, hd, cos, sin):
-    q, k = attn.qk_norm(qkv[:, :nq * hd].view(rows, 1, nq, hd),
-                        qkv[:, nq * hd:(nq + nkv) * hd].view(rows, 1, nkv, hd))
-    return apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-
-
-def _write_cache(keys, values, k, qkv, rows, nq, nkv, hd, pos):
-    keys[:, :, pos] = k[:, 0]
-    values[:, :, pos] = qkv[:, (nq + nkv) * hd:].view(rows, nkv, hd)
-
-
-def _attend(plan, q, keys, values, rows, nq, nkv, hd, pos):
-    if plan.attention:
-        return kernels.decode_attention(q.reshape(rows, nq, hd), keys, values,
-                                        pos + 1).view(rows, nq * hd)
-    return F.scaled_dot_product_attention(
-        q.reshape(rows, nkv, nq // nkv, hd), keys[:, :, :pos + 1],
-        values[:, :, :pos + 1]).reshape(rows, nq * hd)
-
-
-def _silu_mul(gate_up):
-    f = gate_up.shape[1] // 2
-    return F.silu(gate_up[:, :f]).mul_(gate_up[:, f:])
-
-
-def timed_step(fused: FusedDecode, input_ids: torch.Tensor, cache, spent: list) -> torch.Tensor:
-    """`fused(input_ids, cache)` with each operation's seconds added to spent[INDEX[name]]."""
+@contextmanager
+def timers(fused: decode.FusedDecode, spent: list):
+    """While inside, `fused`'s steps add each operation's seconds to spent[INDEX[row]]."""
     model = fused.model
-    ids = _timed(spent, INDEX["id check"], _token_ids, input_ids, model)
-    pos = cache.length
-    x = _timed(spent, INDEX["embed"], model.embed, ids)
-    rows = x.shape[0]
-    cos, sin = _timed(spent, INDEX["rope angles"], _angles, model, pos, x)
-    plan = _timed(spent, INDEX["kernel plan"], dispatch.decode_step, x, cache.keys[0])
-    norm_kernel = plan.norm
-    for i, layer in enumerate(fused.layers):
-        attn = layer.attn
-        nq, nkv, hd = attn.n_heads, attn.n_kv_heads, attn.head_dim
-        h = _timed(spent, INDEX["attn norm"], _norm, layer.attn_norm, x, norm_kernel)
-        qkv = _timed(spent, INDEX["qkv proj"], _linear, layer.qkv, h)
-        if layer.joint_rope:
-            q, k = _timed(spent, INDEX["rope"], _rope_joint, qkv, rows, nq, nkv, hd, cos, sin)
-        else:
-            q, k = _timed(spent, INDEX["rope"], _rope_apart, attn, qkv, rows, nq, nkv, hd,
-                          cos, sin)
-        keys, values = cache.keys[i], cache.values[i]
-        _timed(spent, INDEX["cache write"], _write_cache, keys, values, k, qkv, rows, nq, nkv,
-               hd, pos)
-        out = _timed(spent, INDEX["attention"], _attend, plan, q, keys, values, rows, nq, nkv,
-                     hd, pos)
-        x = _project_add(spent, "o proj", layer.o, out, x)
-        h = _timed(spent, INDEX["mlp norm"], _norm, layer.mlp_norm, x, norm_kernel)
-        gate_up = _timed(spent, INDEX["gate_up proj"], _linear, layer.gate_up, h)
-        act = _timed(spent, INDEX["silu*mul"], _silu_mul, gate_up)
-        x = _project_add(spent, "down proj", layer.down, act, x)
-    _timed(spent, INDEX["cache advance"], cache.advance, 1)
-    h = _timed(spent, INDEX["final norm"], _norm, model.norm, x, norm_kernel)
-    logits = _timed(spent, INDEX["lm head"], model.lm_head, h)
-    return _timed(spent, INDEX["logits"], _as_logits, logits)
+    rows = {id(model.norm): "final norm"}
+    for layer in fused.layers:
+        for name, module in (("attn norm", layer.attn_norm), ("mlp norm", layer.mlp_norm),
+                             ("qkv proj", layer.qkv), ("o proj", layer.o),
+                             ("gate_up proj", layer.gate_up), ("down proj", layer.down)):
+            rows[id(module)] = name
+    original = {name: getattr(decode, name) for name in TIMED}
+    timed = {name: _timer(spent, INDEX[row], original[name])
+             for name, row in TIMED.items() if row}
+    norms = {row: _timer(spent, INDEX[row], original["_norm"])
+             for row in ("attn norm", "mlp norm", "final norm")}
+    products = {row: _timer(spent, INDEX[row], original["_linear"])
+                for row in ("qkv proj", "o proj", "gate_up proj", "down proj")}
+    add = _timer(spent, INDEX["residual adds"], torch.Tensor.add_)
+
+    def norm(module, x, kernel):
+        return norms[rows[id(module)]](module, x, kernel)
+
+    def linear(layer, x, residual=None):
+        product = products[rows[id(layer)]]
+        if residual is None:
+            return product(layer, x)
+        if _splits_residual(layer, x):
+            return add(product(layer, x), residual)
+        return product(layer, x, residual)
+
+    timed.update(_norm=norm, _linear=linear)
+    try:
+        for name, f in timed.items():
+            setattr(decode, name, f)
+        yield
+    finally:
+        for name, f in original.items():
+            setattr(decode, name, f)
 
 
-def _as_logits(logits):
-    return logits.float()[:, None, :]
-
-
-def matmul_bytes(fused: FusedDecode) -> dict[str, int]:
+def matmul_bytes(fused: decode.FusedDecode) -> dict[str, int]:
     """Bytes of weights each matrix-multiply row of the table reads in one step (all layers)."""
     out = {"qkv proj": 0, "o proj": 0, "gate_up proj": 0, "down proj": 0}
     for layer in fused.layers:
@@ -204,28 +144,40 @@ def measure(model, steps: int = 200, context: int = 128, progress=None) -> dict:
         timed, walls, untimed = [], [], []
         for rep in range(steps + 3):  # the first three warm up
             spent = [0.0] * len(NAMES)
-            for way in ((0, 1) if rep % 2 else (1, 0)):
-                start = time.perf_counter()
-                if way == 0:
-                    timed_step(fused, token, cache, spent)
-                else:
-                    fused(token, cache)
-                elapsed = time.perf_counter() - start
+            for way in (("timed", "untimed") if rep % 2 else ("untimed", "timed")):
+                with timers(fused, spent) if way == "timed" else nullcontext():
+                    start = time.perf_counter()
+                    model(token, cache=cache)  # as generate calls it: forward, then the step
+                    elapsed = time.perf_counter() - start
                 cache.crop(context)
                 if rep >= 3:
-                    (walls if way == 0 else untimed).append(elapsed)
+                    (walls if way == "timed" else untimed).append(elapsed)
             if rep >= 3:
                 timed.append(spent)
             if progress and rep and rep % 50 == 0:
                 progress(f"{rep}/{steps} steps")
-    ops = {name: statistics.median(s[i] for s in timed) for i, name in enumerate(NAMES)}
-    between = [w - sum(s) for w, s in zip(walls, timed)]
-    return {"ops": ops, "between": statistics.median(between),
-            "between_min": min(between), "step_timed": statistics.median(walls),
-            "step": statistics.median(untimed),
-            "step_spread": [min(untimed), max(untimed)], "steps": steps, "context": context,
-            "layers": len(fused.layers), "matmul_bytes": matmul_bytes(fused),
+    kept = _middle_half(walls)
+    ops = {name: statistics.fmean(timed[k][i] for k in kept) for i, name in enumerate(NAMES)}
+    return {"ops": ops,
+            "between": statistics.fmean(walls[k] - sum(timed[k]) for k in kept),
+            "step_timed": statistics.fmean(walls[k] for k in kept),
+            "step": statistics.fmean(untimed[k] for k in _middle_half(untimed)),
+            "step_spread": [min(untimed), max(untimed)],
+            "ops_median": {name: statistics.median(s[i] for s in timed)
+                           for i, name in enumerate(NAMES)},
+            "steps": steps, "context": context, "layers": len(fused.layers),
+            "matmul_bytes": matmul_bytes(fused),
             "per_step": [{"wall": w, "ops": s} for w, s in zip(walls, timed)]}
+
+
+def _middle_half(walls: list) -> list:
+    """The indices of the steps ranked in the middle half by wall time (all of them below 4).
+    Means over these steps add up (the rows' sum is the step's figure) and a step slowed by
+    another process's burst, or a rare fast one, is left out: medians are as robust but do not
+    add, and under load the sum of the operations' medians falls short of the step's."""
+    order = sorted(range(len(walls)), key=walls.__getitem__)
+    quarter = len(walls) // 4
+    return order[quarter:len(walls) - quarter]
 
 
 def table(figures: dict, bandwidth: float, title: str = "") -> str:
@@ -253,11 +205,15 @@ def table(figures: dict, bandwidth: float, title: str = "") -> str:
                        f"{100 * rate / bandwidth:>6.0f}%")
     low, high = figures["step_spread"]
     lines.append(
-        f"medians of {figures['steps']} steps at {figures['context']} cached tokens, "
-        f"{figures['layers']} layers summed; the step untimed: {1e3 * figures['step']:.3f} ms "
-        f"({1e3 * low:.3f}-{1e3 * high:.3f}), timed: {1e3 * figures['step_timed']:.3f} ms (the "
-        f"timers add {100 * (figures['step_timed'] / figures['step'] - 1):.0f}%); "
-        f"read bandwidth {bandwidth / 1e9:.1f} GB/s")
+        f"mean of the middle half of {figures['steps']} steps ranked by wall time, at "
+        f"{figures['context']} cached tokens, {figures['layers']} layers summed; read "
+        f"bandwidth {bandwidth / 1e9:.1f} GB/s")
+    lines.append(
+        f"the step untimed (as generate runs it, interleaved): {1e3 * figures['step']:.3f} ms "
+        f"(all steps {1e3 * low:.3f}-{1e3 * high:.3f}); timed: "
+        f"{1e3 * figures['step_timed']:.3f} ms; untimed less the ops: "
+        f"{1e3 * (figures['step'] - sum(ops.values())):.3f} ms (the Python between the ops "
+        f"without the timers' own calls)")
     lines.append(_what_is_left(figures, total))
     return "\n".join(lines)
 
