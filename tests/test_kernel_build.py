@@ -40,6 +40,9 @@ def test_the_flags_follow_what_the_cpu_reports(monkeypatch):
     assert full.level == "AVX-512" and full.label == "AVX-512 (VNNI)"
     assert "-mavx512vnni" in full.flags and "-mavx512bw" in full.flags
     assert "-mavx512vnni" not in build.target(AVX512_CPU - {"avx512vnni"}).flags
+    assert "-mavx512vbmi" not in full.flags  # Q4_1's four-block steps need VBMI and VL
+    assert {"-mavx512vbmi", "-mavx512vl"} <= set(
+        build.target(AVX512_CPU | {"avx512vl", "avx512vbmi"}).flags)
     assert build.target(AVX512_CPU - {"avx512bw"}).level == "AVX2"  # its int8 half needs BW
     assert build.target(frozenset({"avx2", "fma", "f16c"})).flags == ("-mavx2", "-mfma", "-mf16c")
     assert "lacks fma" in build.target(frozenset({"avx2", "f16c"}))
