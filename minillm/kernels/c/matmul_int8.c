@@ -39,6 +39,10 @@ static inline void dot4_int8_int16(const int8_t *w, int64_t row_bytes, const int
     int64_t k = 0;
     for (; k + IW <= K; k += IW) {
         vi xv = ld16(x + k);
+        _mm_prefetch((const char *)(w3 + row_bytes + k), _MM_HINT_T0);  /* the next four rows */
+        _mm_prefetch((const char *)(w3 + 2 * row_bytes + k), _MM_HINT_T0);
+        _mm_prefetch((const char *)(w3 + 3 * row_bytes + k), _MM_HINT_T0);
+        _mm_prefetch((const char *)(w3 + 4 * row_bytes + k), _MM_HINT_T0);
         a0 = dot16(a0, wide8(w + k), xv);
         a1 = dot16(a1, wide8(w1 + k), xv);
         a2 = dot16(a2, wide8(w2 + k), xv);
