@@ -62,7 +62,7 @@ def test_timing_the_step_changes_nothing_it_computes(arch, tied, weights, one_to
     with torch.inference_mode():
         expected = model(token, cache=cache)
         with step.timers(model.fused_decode, spent):
-            assert decode._rope is not functions["_rope"]
+            assert decode._rope_cache is not functions["_rope_cache"]
             got = model(token, cache=twin)
     assert {name: getattr(decode, name) for name in step.TIMED} == functions  # put back
     assert torch.equal(got, expected)
@@ -103,7 +103,7 @@ def test_the_same_operations_run_and_each_inside_a_named_timer(arch, tied, weigh
     outside = [op for op, name in timed.ops if name is None]
     assert not outside, f"operations outside every timer: {outside}"
     named = {name for _, name in timed.ops}  # a C kernel runs no PyTorch operation
-    assert {"embed", "rope angles", "rope", "cache write", "silu*mul", "lm head"} <= named
+    assert {"embed", "rope angles", "rope+cache write", "silu*mul", "lm head"} <= named
 
 
 def test_measure_adds_up_and_the_table_covers_every_row(one_torch_thread):
