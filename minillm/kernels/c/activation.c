@@ -5,8 +5,9 @@
    exp as SLEEF's expf_u10 evaluates it (PyTorch's vectorized exp on x86-64: a reduction by
    ln 2, a polynomial in fused multiply-adds, a scale by 2^q), then one rounded product with
    up. Greedy tokens must not depend on whether the kernels are built, and a last-bit
-   difference fed to the int8 rounding of the next layer's input can change them. So no other
-   multiply-add here may be fused by the compiler. */
+   difference fed to the int8 rounding of the next layer's input can change them. So each
+   multiply-add SLEEF fuses is an explicit fmaf or vfma, and no product here feeds an add the
+   compiler could fuse it into (tests/test_kernels_small_ops.py holds the bits equal). */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
