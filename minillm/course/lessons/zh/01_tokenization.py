@@ -115,7 +115,7 @@ numbers = ["In 2024, 1,234,567 people paid $19.99.", "pi = 3.14159265358979", "x
            "2 ½ cups"]
 for s in numbers:
     same = tok.encode(s) == llama_cpp.encode(s)
-    print(f"{s!r:42} {'same ids' if same else 'differ:'}",
+    print(f"{s!r:42} {'编号相同' if same else '不同：'}",
           "" if same else f"{tok.tokens(s)} 对比 {llama_cpp.tokens(s)}")
 every_string = parity_strings(chat_template=tok.apply_chat_template)
 split_differs = [s for s in every_string if tok.encode(s) != llama_cpp.encode(s)]

@@ -94,8 +94,8 @@ pd_arrivals = [(0.05 * i, p, {"max_new_tokens": N, "ignore_eos": True})
 decoder = serving_engine(DecodeScheduler)
 split = serve_disaggregated(serving_engine(PrefillScheduler), decoder, pd_arrivals)
 together = serve_colocated(serving_engine("continuous"), pd_arrivals)
-for name, served in (("one engine", together), ("prefill + decode", split)):
-    print(f"{name:>16}: " + ", ".join(f"{k} {1e3 * v:.0f} ms" for k, v in
+for name, served in (("单个引擎", together), ("预填充 + 解码", split)):
+    print(f"{name:>16}：" + "，".join(f"{k} {1e3 * v:.0f} ms" for k, v in
                                       served.summary().items()))
 print(f"交接：{len(pd_prompts)} 个提示词共 {split.handoff_bytes / 1e6:.2f} MB 的 KV 块，"
       f"复制用了 {1e3 * split.handoff_seconds:.1f} ms")
