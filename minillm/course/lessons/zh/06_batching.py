@@ -669,7 +669,7 @@ for name, rows in pd.items():
     print(f"{name:>17}：" + "，".join(f"{k} {1000 * v:.0f} ms" for k, v in rows[-1].items()))
 print(f"交接：为 {PD_N} 个提示词复制了 {split.handoff_bytes / 2**20:.1f} MiB 的 KV 块，"
       f"用时 {1000 * split.handoff_seconds:.1f} ms")
-for key in ("TPOT p90", "longest gap", "TTFT p50"):
+for key in ("TPOT p90", "最长间隔", "TTFT p50"):
     c = Comparison(tuple(r[key] for r in pd["2 个同置引擎"]),
                    tuple(r[key] for r in pd["预填充 + 解码"]))
     verdict = {True: "更高", False: "更低", None: TOO_NOISY}[c.above(1.0)]
