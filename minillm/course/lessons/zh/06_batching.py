@@ -540,9 +540,9 @@ LONG, CHUNK = (256, 32) if CI else (512, 64)
 long_prompt = make_workload(tokenizer, 1, prompt_lengths=(LONG, LONG), output_lengths=(1, 1),
                             seed=5)[0].prompt
 decoding = [w.prompt for w in work[:SEATS]]
-arrivals = {"whole": [], "chunked": []}
+arrivals = {"整块": [], "分块": []}
 for _ in range(REPEATS):  # 交替进行
-    for mode, budget in (("whole", LONG + SEATS), ("chunked", CHUNK)):
+    for mode, budget in (("整块", LONG + SEATS), ("分块", CHUNK)):
         engine = new_engine("continuous", max_num_batched_tokens=budget, max_num_seqs=SEATS + 1,
                             enable_prefix_caching=False, record=False)
         arrivals[mode].append(long_prompt_arrival(engine, decoding, long_prompt))
@@ -551,11 +551,11 @@ for mode, results in arrivals.items():
     print(f"{mode:>8}（预算 {r.budget}）：{r.steps} 步；运行中请求的最长间隔 "
           f"{1000 * r.stall:.0f} ms，平均 {1000 * r.mean_gap:.0f} ms；长提示词的 TTFT "
           f"{1000 * r.ttft:.0f} ms")
-stall = Comparison(tuple(r.stall for r in arrivals["whole"]),
-                   tuple(r.stall for r in arrivals["chunked"]))
-wait = Comparison(tuple(r.ttft for r in arrivals["whole"]),
-                  tuple(r.ttft for r in arrivals["chunked"]))
-print(f"chunked / whole，最长间隔：{stall.spread_text()}；长提示词的 TTFT："
+stall = Comparison(tuple(r.stall for r in arrivals["整块"]),
+                   tuple(r.stall for r in arrivals["分块"]))
+wait = Comparison(tuple(r.ttft for r in arrivals["整块"]),
+                  tuple(r.ttft for r in arrivals["分块"]))
+print(f"分块 / 整块，最长间隔：{stall.spread_text()}；长提示词的 TTFT："
       f"{wait.spread_text()}")
 print({True: "分块没有缩短停顿", None: TOO_NOISY,
        False: "每次重复里，分块都缩短了运行中请求最长的等待"}
@@ -566,7 +566,7 @@ print({True: "分块没有缩短停顿", None: TOO_NOISY,
 
 # %% en=0ae509dc
 fig, ax = plt.subplots(figsize=(7, 2.6))
-for mode, style in (("whole", "s-"), ("chunked", "o-")):
+for mode, style in (("整块", "s-"), ("分块", "o-")):
     gaps = arrivals[mode][-1].gaps[:arrivals[mode][-1].steps]  # 第一个请求的
     ends = [sum(gaps[:i + 1]) for i in range(len(gaps))]
     ax.plot(ends, [1000 * g for g in gaps], style, label=f"提示词：{mode}")

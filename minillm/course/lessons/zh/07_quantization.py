@@ -361,7 +361,8 @@ for rows_in in (1, 128):
 # ### minillm 的仅权重 int8：四种乘法
 #
 # minillm 的 int8 只把权重*存*成 int8，和 GPU 推理服务器上的 int8 一样；激活以浮点数进来。
-# `quant.Int8Linear` 有四种乘法（它的 `path`）：
+# `quant.Int8Linear` 有四种乘法（它的 `path`），下面的图里依次叫“int8 反量化”“int8 融合”
+# “int8 动态”和“int8 算子”：
 #
 # - **dequantize**：每次调用都重建一份浮点权重，再做普通乘法：这是 int8 路径比浮点路径慢的
 #   第二个原因。
@@ -393,15 +394,15 @@ with torch.inference_mode():
             "fp32": lambda: F.linear(x, w32),
             "bf16": lambda: F.linear(x.bfloat16(), wbf),
             "fp16": lambda: F.linear(x.half(), w16),
-            "int8 dequantize": lambda: layer8.forward_dequantize(x),
-            "int4 dequantize": lambda: layer4(x),
+            "int8 反量化": lambda: layer8.forward_dequantize(x),
+            "int4 反量化": lambda: layer4(x),
         }
         if quant.fused_int8_available():
-            calls["int8 fused"] = lambda: layer8.forward_fused(x)
+            calls["int8 融合"] = lambda: layer8.forward_fused(x)
         if dynamic_int8_available():
-            calls["int8 dynamic"] = lambda: layer8.forward_dynamic(x)
+            calls["int8 动态"] = lambda: layer8.forward_dynamic(x)
         if kernel_int8_available():
-            calls["int8 kernel"] = lambda: layer8.forward_kernel(x)
+            calls["int8 算子"] = lambda: layer8.forward_kernel(x)
         for name, fn in calls.items():
             kernel_times[(name, rows_in)] = time_call(fn, repeats)
 names = list(dict.fromkeys(n for n, _ in kernel_times))
@@ -451,19 +452,19 @@ cpu_model = model if device.type == "cpu" else copy.deepcopy(model).cpu()
 fast8 = optimize(cpu_model, "int8")
 paths = {"fp32": cpu_model}
 if kernel_int8_available():
-    paths["int8 kernel"] = fast8
+    paths["int8 算子"] = fast8
 if dynamic_int8_available():
     fast8_dynamic = copy.deepcopy(fast8)
     quant.set_int8_path(fast8_dynamic, "dynamic")
-    paths["int8 dynamic"] = fast8_dynamic
+    paths["int8 动态"] = fast8_dynamic
 steps = {name: stepwise(m, step_ids) for name, m in tqdm(paths.items(), desc="路径")}
 error = {}
 for name, (ppl, logits) in steps.items():
     error[name] = (logits - steps["fp32"][1]).abs().mean().item()
     print(f"{name:>12}：困惑度 {ppl:.3f}（相对 fp32 {ppl / steps['fp32'][0] - 1:+.2%}），"
           f"平均 |logit - fp32 的 logit| {error[name]:.4f}，逐个解码 {len(step_ids) - 1} 个词元")
-if "int8 kernel" in error and "int8 dynamic" in error:
-    assert error["int8 kernel"] < error["int8 dynamic"]  # x 用 int8 比用 int16 损失更大
+if "int8 算子" in error and "int8 动态" in error:
+    assert error["int8 算子"] < error["int8 动态"]  # x 用 int8 比用 int16 损失更大
 
 # %% [markdown] en=e8f4fdd8
 # ### 整个模型在批大小为 1 时：int8 胜过 fp32 和 bf16
