@@ -196,7 +196,7 @@ show_source(minillm.decoding.TopPProcessor)
 from minillm.course.widgets import filter_view  # noqa: E402
 
 # “我最喜欢的食物是”（平坦），“法国的首都是”（尖锐）
-PROMPTS = {"平坦": "My favourite food is", "尖锐": "The capital of France is"}
+PROMPTS = {"flat": "My favourite food is", "peaked": "The capital of France is"}
 for kind, text in PROMPTS.items():
     lg = next_token_logits(model, tokenizer, text)
     k5, k50, p9 = (filter_view(lg, top_k=5), filter_view(lg, top_k=50),
@@ -217,7 +217,7 @@ for kind, text in PROMPTS.items():
 # %% en=ac957b12
 from minillm.decoding import TopKProcessor, TopPProcessor  # noqa: E402
 
-lg = next_token_logits(model, tokenizer, PROMPTS["平坦"])[None]
+lg = next_token_logits(model, tokenizer, PROMPTS["flat"])[None]
 k_then_p = TopPProcessor(0.5)(None, TopKProcessor(10)(None, lg))
 p_then_k = TopKProcessor(10)(None, TopPProcessor(0.5)(None, lg))
 kept_kp, kept_pk = int(torch.isfinite(k_then_p).sum()), int(torch.isfinite(p_then_k).sum())
