@@ -3,14 +3,13 @@
 
    It computes what PyTorch's CPU kernels compute, to the bit: SiLU(x) = x / (1 + exp(-x)),
    exp as SLEEF's expf_u10 evaluates it (PyTorch's vectorized exp on x86-64: a reduction by
-   ln 2, a polynomial in fused multiply-adds, a scale by 2^q), then one rounded product with
-   up. Greedy tokens must not depend on whether the kernels are built, and a last-bit
+   ln 2, a polynomial in fused multiply-adds, a scale by 2^q) over whole chunks of two vectors
+   and as the C library's expf after them (PyTorch's scalar loop), then one rounded product
+   with up. Greedy tokens must not depend on whether the kernels are built, and a last-bit
    difference fed to the int8 rounding of the next layer's input can change them. So each
-   multiply-add SLEEF fuses is an explicit fmaf or vfma, and no product here feeds an add the
+   multiply-add SLEEF fuses is an explicit vfma, and no product here feeds an add the
    compiler could fuse it into (tests/test_kernels_small_ops.py holds the bits equal). */
 #include <math.h>
-#include <stdint.h>
-#include <string.h>
 
 #include "minillm_kernels.h"
 #include "simd.h"
@@ -23,30 +22,6 @@
 #define C3 0.00833336077630519866943359f
 #define C2 0.0416664853692054748535156f
 #define C1 0.166666671633720397949219f
-
-static inline float pow2i(int32_t q) {
-    int32_t bits = (q + 0x7f) << 23;
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-/* SLEEF's xexpf (sleefsimdsp.c), one lane */
-static inline float exp_u10(float d) {
-    int32_t q = (int32_t)nearbyintf(d * LOG2E);
-    float s = fmaf((float)q, -LN2_HI, d);
-    s = fmaf((float)q, -LN2_LO, s);
-    float u = C5;
-    u = fmaf(u, s, C4);
-    u = fmaf(u, s, C3);
-    u = fmaf(u, s, C2);
-    u = fmaf(u, s, C1);
-    u = fmaf(u, s, 0.5f);
-    u = 1.0f + fmaf(s * s, u, s);
-    u = u * pow2i(q >> 1) * pow2i(q - (q >> 1));
-    u = d < -104.0f ? 0.0f : u;
-    return d > 100.0f ? INFINITY : u;
-}
 
 #ifdef __AVX512F__
 typedef __m512i vq;
@@ -95,17 +70,20 @@ static inline vf vexp_u10(vf d) {
 }
 
 void silu_mul_f32(const float *GU, float *Y, int64_t B, int64_t F) {
+    /* PyTorch's loop: SLEEF's exp over chunks of two vectors, then the C library's expf for
+       what is left of the row */
+    int64_t vectors = F - F % (2 * VW);
     for (int64_t b = 0; b < B; b++) {
         const float *gate = GU + b * 2 * F, *up = gate + F;
         float *y = Y + b * F;
         int64_t i = 0;
-        for (; i + VW <= F; i += VW) {
+        for (; i < vectors; i += VW) {
             vf g = vload(gate + i);
             vf e = vexp_u10(vmul(g, vset1(-1.0f)));  /* -g, exactly */
             vstore(y + i, vmul(vdiv(g, vadd(vset1(1.0f), e)), vload(up + i)));
         }
         for (; i < F; i++) {
-            float silu = gate[i] / (1.0f + exp_u10(-gate[i]));
+            float silu = gate[i] / (1.0f + expf(-gate[i]));
             y[i] = silu * up[i];
         }
     }
