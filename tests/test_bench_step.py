@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from minillm import kernels
 from minillm.fast import decode, optimize
 from minillm.generation.kv_cache import KVCache
 from minillm.tools.bench import step
@@ -149,6 +150,10 @@ def test_the_command_runs_on_a_tiny_model_folder(tmp_path, capsys, one_torch_thr
     assert "int8, batch 1, 1 thread(s)" in out and "lm head" in out and "between the ops" in out
     assert '"weights": "int8"' in json_file.read_text()
     assert torch.get_num_threads() == 1  # put back as it was
+    with kernels.without_kernels():
+        assert main(["bench", "step", "--model", str(tmp_path), "--steps", "3",
+                     "--context", "8"]) == 0
+    assert "minillm's kernels off" in capsys.readouterr().out
     assert main(["bench", "step", "--model", str(tmp_path), "--context", "64"]) == 2
     assert "context must be an int from 1 to 63" in capsys.readouterr().err
     assert main(["bench", "step", "--model", str(tmp_path), "--weights", "q4_1"]) == 2

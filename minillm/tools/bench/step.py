@@ -256,7 +256,7 @@ def run(model_name: str = "smollm2-135m", weights: str = "fp32", threads: int | 
     load = round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
     return {"model": str(model_name), "weights": weights, "threads": threads,
             "bandwidth": bandwidth, "figures": figures, "load_average_1min": load,
-            "torch": torch.__version__, "kernels": kernels.available()}
+            "torch": torch.__version__, "kernels": kernels.dispatch.cpu_kernels("cpu")}
 
 
 def report_table(report: dict) -> str:
