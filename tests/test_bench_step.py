@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from minillm import kernels
 from minillm.fast import decode, optimize
 from minillm.generation.kv_cache import KVCache
 from minillm.tools.bench import step
@@ -62,7 +63,7 @@ def test_timing_the_step_changes_nothing_it_computes(arch, tied, weights, one_to
     with torch.inference_mode():
         expected = model(token, cache=cache)
         with step.timers(model.fused_decode, spent):
-            assert decode._rope is not functions["_rope"]
+            assert decode._rope_cache is not functions["_rope_cache"]
             got = model(token, cache=twin)
     assert {name: getattr(decode, name) for name in step.TIMED} == functions  # put back
     assert torch.equal(got, expected)
@@ -103,7 +104,7 @@ def test_the_same_operations_run_and_each_inside_a_named_timer(arch, tied, weigh
     outside = [op for op, name in timed.ops if name is None]
     assert not outside, f"operations outside every timer: {outside}"
     named = {name for _, name in timed.ops}  # a C kernel runs no PyTorch operation
-    assert {"embed", "rope angles", "rope", "cache write", "silu*mul", "lm head"} <= named
+    assert {"embed", "rope angles", "rope+cache write", "silu*mul", "lm head"} <= named
 
 
 def test_measure_adds_up_and_the_table_covers_every_row(one_torch_thread):
@@ -149,6 +150,10 @@ def test_the_command_runs_on_a_tiny_model_folder(tmp_path, capsys, one_torch_thr
     assert "int8, batch 1, 1 thread(s)" in out and "lm head" in out and "between the ops" in out
     assert '"weights": "int8"' in json_file.read_text()
     assert torch.get_num_threads() == 1  # put back as it was
+    with kernels.without_kernels():
+        assert main(["bench", "step", "--model", str(tmp_path), "--steps", "3",
+                     "--context", "8"]) == 0
+    assert "minillm's kernels off" in capsys.readouterr().out
     assert main(["bench", "step", "--model", str(tmp_path), "--context", "64"]) == 2
     assert "context must be an int from 1 to 63" in capsys.readouterr().err
     assert main(["bench", "step", "--model", str(tmp_path), "--weights", "q4_1"]) == 2

@@ -259,6 +259,13 @@ AVX2_CHECK = textwrap.dedent("""
             p = torch.softmax(torch.einsum("hd,nhd->hn", q[i], k) / head_dim ** 0.5, -1)
             torch.testing.assert_close(got[i], torch.einsum("hn,nhd->hd", p, v), atol=1e-5,
                                        rtol=1e-5)
+    gu = 8 * torch.randn(2, 2 * 40, generator=gen)  # 40: two vectors of 16 and a tail of 8
+    assert torch.equal(kernels.silu_mul(gu), torch.nn.functional.silu(gu[:, :40]) * gu[:, 40:])
+    from minillm.layers.rope import RotaryEmbedding, apply_rope
+    cos, sin = RotaryEmbedding(8, 10000.0, 16)(torch.full((1, 1), 5))
+    qkv, cache = torch.randn(2, 8 * 8, generator=gen), torch.zeros(2, 2, 16, 8)
+    q = kernels.rope_write_cache(qkv, cos[0, 0], sin[0, 0], cache, cache.clone(), 5, 4)
+    assert torch.equal(q, apply_rope(qkv.view(2, 1, 8, 8)[:, :, :4], cos, sin)[:, 0])
     print("AVX2 kernels agree")
 """)
 

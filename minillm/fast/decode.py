@@ -7,10 +7,13 @@ shows. This is the one other implementation of the Llama block's math (the reada
 `Attention.qk_norm`, so Qwen3 runs here unchanged), written as one loop over the layers on 2-D
 tensors (rows, width), with the residual added inside the matrix multiply where the layer allows
 it and the new keys and values written straight into the cache. On a CPU, RMSNorm and the
-attention over the cache are minillm's own kernels (`kernels.rms_norm`,
-`kernels.decode_attention`: one call each instead of PyTorch's general ones, whose overhead per
+attention over the cache, RoPE with the cache write, and SiLU·mul are minillm's own kernels
+(`kernels.rms_norm`, `kernels.decode_attention`, `kernels.rope_write_cache`,
+`kernels.silu_mul`: one call each instead of PyTorch's general operations, whose overhead per
 call is what a one-row step feels), where `kernels.dispatch.decode_step` (here `decode_plan`)
-says so: it looks at the step's device first, so a GPU step never touches the C library.
+says so: it looks at the step's device first, so a GPU step never touches the C library. The
+step checks its tensors for those kernels once (`FusedDecode.kernels_fit`) and then calls their
+unchecked twins, so the checks are paid once per step, not at each of a layer's calls.
 Prefill, padded batches and the engine's paged cache take the module path. `tests/test_fast.py`
 checks both give the same logits; `scripts/bench_fused_decode.py` measures what it saves. Each
 of the step's operations is one call of a function named here, so `python -m minillm bench step`
@@ -20,15 +23,21 @@ timed functions in their place.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+import warnings
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .. import kernels
 from ..generation.kv_cache import KVCacheProtocol, capability
+from ..kernels.activation import silu_mul_unchecked
+from ..kernels.attention import decode_attention_unchecked
+from ..kernels.dispatch import DecodeKernels
 from ..kernels.dispatch import decode_step as decode_plan
+from ..kernels.norm import rms_norm_unchecked
+from ..kernels.rope import rope_write_cache_unchecked
 from ..layers import Attention
 from ..layers.rope import apply_rope
 from .linear import FastLinear
@@ -49,12 +58,13 @@ class _Layer:
 
 
 def _norm(norm: nn.Module, x: torch.Tensor, kernel: bool) -> torch.Tensor:
-    """RMSNorm(x): minillm's kernel where the step's plan says so, else PyTorch's fused one
-    called directly (one operation in every float dtype), else the module."""
-    weight = norm.weight
+    """RMSNorm(x): minillm's kernel where the step's plan says so (its weights checked once per
+    step), else PyTorch's fused one called directly (one operation in every float dtype), else
+    the module."""
+    weight = _weight(norm)
     if x.dtype is weight.dtype:
         if kernel and x.dtype is torch.float32:
-            return kernels.rms_norm(x, weight, norm.eps)
+            return rms_norm_unchecked(x, weight, norm.eps)
         return F.rms_norm(x, weight.shape, weight, norm.eps)
     return norm(x)
 
@@ -89,43 +99,59 @@ def _angles(model, pos: int, x: torch.Tensor):
     return model.rotary(torch.full((1, 1), pos, device=x.device), x.dtype)
 
 
-def _rope(layer: _Layer, qkv: torch.Tensor, cos, sin):
-    """q (rows, 1, nq, hd) and k (rows, 1, nkv, hd) from qkv, rotated (and normed first where
-    the family has its own qk_norm)."""
+def _rope_cache(plan: DecodeKernels, layer: _Layer, qkv: torch.Tensor, cos, sin, keys,
+                values, pos: int) -> torch.Tensor:
+    """q (rows, nq, hd) from qkv, rotated (and normed first where the family has its own
+    qk_norm); the new key, rotated, and value written into the layer's cache at `pos`, in
+    place."""
     attn = layer.attn
+    if plan.rope_cache and layer.joint_rope and qkv.dtype is torch.float32 \
+            and qkv.is_contiguous():  # one call: q and k rotated, k and v into the cache
+        return rope_write_cache_unchecked(qkv, cos, sin, keys, values, pos, attn.n_heads)
     rows, nq, nkv, hd = qkv.shape[0], attn.n_heads, attn.n_kv_heads, attn.head_dim
     if layer.joint_rope:  # q and k side by side in qkv: one rotation for both
         qk = apply_rope(qkv[:, :(nq + nkv) * hd].view(rows, 1, nq + nkv, hd), cos, sin)
-        return qk[:, :, :nq], qk[:, :, nq:]
-    q, k = attn.qk_norm(qkv[:, :nq * hd].view(rows, 1, nq, hd),
-                        qkv[:, nq * hd:(nq + nkv) * hd].view(rows, 1, nkv, hd))
-    return apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-
-
-def _write_cache(keys, values, pos: int, k: torch.Tensor, qkv: torch.Tensor) -> None:
-    """The new key (k) and value (qkv's last part) into a layer's cache at `pos`, in place."""
-    rows, nkv, hd = k.shape[0], keys.shape[1], keys.shape[-1]
-    keys[:, :, pos] = k[:, 0]
+        q, k = qk[:, 0, :nq], qk[:, 0, nq:]
+    else:
+        q, k = attn.qk_norm(qkv[:, :nq * hd].view(rows, 1, nq, hd),
+                            qkv[:, nq * hd:(nq + nkv) * hd].view(rows, 1, nkv, hd))
+        q, k = apply_rope(q, cos, sin)[:, 0], apply_rope(k, cos, sin)[:, 0]
+    keys[:, :, pos] = k
     values[:, :, pos] = qkv[:, qkv.shape[1] - nkv * hd:].view(rows, nkv, hd)
+    return q
 
 
-def _attend(plan, q: torch.Tensor, keys, values, pos: int) -> torch.Tensor:
-    """The new query (rows, 1, nq, hd) over the cache's first pos + 1 keys and values:
+def _attend(plan: DecodeKernels, q: torch.Tensor, keys, values, pos: int) -> torch.Tensor:
+    """The new query (rows, nq, hd) over the cache's first pos + 1 keys and values:
     (rows, nq * hd)."""
-    rows, nq, hd = q.shape[0], q.shape[2], q.shape[3]
+    rows, nq, hd = q.shape
     if plan.attention:  # one call instead of PyTorch's general attention
-        return kernels.decode_attention(q.reshape(rows, nq, hd), keys, values,
-                                        pos + 1).view(rows, nq * hd)
+        return decode_attention_unchecked(q.contiguous(), keys, values, pos + 1,
+                                          plan.threads).view(rows, nq * hd)
     nkv = keys.shape[1]  # each key/value head's group of query heads as its queries: no copies
     return F.scaled_dot_product_attention(
         q.reshape(rows, nkv, nq // nkv, hd), keys[:, :, :pos + 1],
         values[:, :, :pos + 1]).reshape(rows, nq * hd)
 
 
-def _silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+def _silu_mul(plan: DecodeKernels, gate_up: torch.Tensor) -> torch.Tensor:
     """SiLU(gate) * up, gate and up side by side in one tensor."""
+    if plan.silu_mul and gate_up.dtype is torch.float32 and gate_up.is_contiguous():
+        return silu_mul_unchecked(gate_up)
     f = gate_up.shape[1] // 2
     return F.silu(gate_up[:, :f]).mul_(gate_up[:, f:])
+
+
+def _plan(fused: "FusedDecode", x: torch.Tensor, keys: torch.Tensor) -> DecodeKernels:
+    """Which of the step's small operations run on minillm's kernels (the device first: no C
+    for a GPU step), with the tensors they take checked, once per step."""
+    return fused.kernels_fit(decode_plan(x, keys), x.shape[1])
+
+
+def _weight(norm: nn.Module) -> torch.Tensor:
+    """norm.weight, without nn.Module's attribute lookup (about 2 us, 61 times a step)."""
+    weight = norm._parameters.get("weight")
+    return norm.weight if weight is None else weight
 
 
 def _head(model, x: torch.Tensor) -> torch.Tensor:
@@ -142,6 +168,9 @@ class FusedDecode:
                               b.mlp.gate_up_proj, b.mlp.down_proj,
                               type(b.attn).qk_norm is Attention.qk_norm)
                        for b in model.layers]
+        self.norms = [m for layer in self.layers for m in (layer.attn_norm, layer.mlp_norm)]
+        self.norms.append(model.norm)
+        self._warned = False
 
     @staticmethod
     def supports(model) -> bool:
@@ -161,6 +190,23 @@ class FusedDecode:
                 and cache.n_layers == len(self.layers)
                 and cache.length < min(cache.max_tokens, self.model.config.max_seq_len))
 
+    def kernels_fit(self, plan: DecodeKernels, width: int) -> DecodeKernels:
+        """The step's plan, its norm kernel kept where every norm's weight is what the
+        unchecked kernel reads (`width` contiguous float32 values on the CPU, checked here once
+        per step instead of at each of its calls), else left to PyTorch (said once). The plan
+        (`decode_plan`) has checked the activations and the cache; the tensors the layers give
+        (qkv, gate_up) are checked at their call, where it costs an attribute lookup."""
+        if not plan.norm or all(w.dtype is torch.float32 and w.is_cpu and w.is_contiguous()
+                                and w.dim() == 1 and w.numel() == width
+                                for w in map(_weight, self.norms)):
+            return plan
+        if not self._warned:
+            self._warned = True
+            warnings.warn("a norm's weight is not the contiguous float32 vector minillm's "
+                          "RMSNorm kernel reads: this model's decode steps norm with PyTorch's "
+                          "kernel", RuntimeWarning, stacklevel=3)
+        return replace(plan, norm=False)
+
     def __call__(self, input_ids: torch.Tensor, cache: KVCacheProtocol) -> torch.Tensor:
         """Logits (rows, 1, vocab) in float32 for one new token per row."""
         # Each operation is one call of a module-level function: `bench step` times them so.
@@ -168,15 +214,14 @@ class FusedDecode:
         pos = cache.length
         x = _embed(model, input_ids)  # (rows, width)
         cos, sin = _angles(model, pos, x)
-        plan = decode_plan(x, cache.keys[0])  # the device first: no C for a GPU step
+        plan = _plan(self, x, cache.keys[0])
         norm_kernel = plan.norm
         for i, layer in enumerate(self.layers):
             keys, values = cache.keys[i], cache.values[i]
             qkv = _linear(layer.qkv, _norm(layer.attn_norm, x, norm_kernel))
-            q, k = _rope(layer, qkv, cos, sin)
-            _write_cache(keys, values, pos, k, qkv)
+            q = _rope_cache(plan, layer, qkv, cos, sin, keys, values, pos)
             x = _linear(layer.o, _attend(plan, q, keys, values, pos), x)
             gate_up = _linear(layer.gate_up, _norm(layer.mlp_norm, x, norm_kernel))
-            x = _linear(layer.down, _silu_mul(gate_up), x)
+            x = _linear(layer.down, _silu_mul(plan, gate_up), x)
         cache.advance(1)
         return _head(model, _norm(model.norm, x, norm_kernel))

@@ -16,10 +16,14 @@ arithmetic.
     c/matmul_q4_1.c        gemm_q4_1: the GGUF file's own Q4_1 blocks
     c/norm.c, attention.c  rms_norm_f32; decode_attention (contiguous cache), paged_scores and
                            paged_values (the engine's paged pool, read in place)
+    c/rope.c               rope_write_cache: a decode step's RoPE of q and k and its cache write
+    c/activation.c         silu_mul_f32: SiLU(gate) * up
     build.py               compiled on first use with the system's C compiler, for this CPU
     limits.py              the sizes the C is built for (MAX_HEAD_DIM, ...), named once
     matmul.py, norm.py,    one wrapper per kernel: checks its tensors (dtype, shape, the CPU:
-    attention.py           a GPU tensor never reaches C), then calls it
+    attention.py, rope.py, a GPU tensor never reaches C), then calls it; the fused decode step
+    activation.py          calls the small operations' `_unchecked` twins after checking its
+                           tensors once per step
     dispatch.py            which kernel an operation gets (C or PyTorch), the row limits, and
                            the switch MINILLM_NO_KERNEL
 
@@ -33,12 +37,14 @@ from .build import KernelBuildWarning, Status, cannot_build, status
 from .dispatch import SWITCH, without_kernels
 from .limits import INT8_MAX_K, INT8_MAX_ROWS, MAX_HEAD_DIM
 from .matmul import gemm_f32, gemm_int8, gemm_q4_1, gemv_bf16, gemv_f32
+from .activation import silu_mul
 from .norm import rms_norm
+from .rope import rope_write_cache
 
 __all__ = ["gemv_f32", "gemm_f32", "gemv_bf16", "gemm_int8", "gemm_q4_1", "rms_norm",
-           "decode_attention", "paged_decode_attention", "status", "available", "cannot_build",
-           "without_kernels", "KernelBuildWarning", "Status", "SWITCH", "MAX_HEAD_DIM",
-           "INT8_MAX_ROWS", "INT8_MAX_K"]
+           "rope_write_cache", "silu_mul", "decode_attention", "paged_decode_attention",
+           "status", "available", "cannot_build", "without_kernels", "KernelBuildWarning",
+           "Status", "SWITCH", "MAX_HEAD_DIM", "INT8_MAX_ROWS", "INT8_MAX_K"]
 
 
 def available() -> bool:

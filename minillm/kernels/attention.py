@@ -40,12 +40,21 @@ def decode_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, 
     _heads(q, kv_heads, head_dim, "cache")
     if not isinstance(length, int) or not 1 <= length <= max_tokens:
         raise ValueError(f"length must be an int 1..{max_tokens}, got {length!r}")
-    q = q.contiguous()
+    return decode_attention_unchecked(q.contiguous(), keys, values, length,
+                                      checks.threads(threads))
+
+
+def decode_attention_unchecked(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                               length: int, threads: int) -> torch.Tensor:
+    """`decode_attention` without its checks, for the fused decode step, which makes them once
+    per step (`FusedDecode.kernels_fit`): q contiguous, the rest as `decode_attention` says, or
+    the C reads out of bounds."""
+    rows, kv_heads, max_tokens, head_dim = keys.shape
     out = torch.empty_like(q)
     if function("decode_attention")(q.data_ptr(), keys.data_ptr(), values.data_ptr(),
                                     out.data_ptr(), rows, kv_heads, q.shape[1] // kv_heads,
                                     max_tokens, length, head_dim, head_dim ** -0.5,
-                                    checks.threads(threads)) != 0:
+                                    threads) != 0:
         raise MemoryError(f"the decode attention kernel could not allocate its scores "
                           f"({rows * q.shape[1]} x {length})")
     return out

@@ -10,6 +10,9 @@
                                                                              rounded as the
                                                                              kernel rounds it)
     decode RMSNorm    rms_norm_f32                           any             F.rms_norm
+    decode RoPE and   rope_write_cache (contiguous cache)    any             apply_rope, copies
+    cache write
+    decode SiLU*mul   silu_mul_f32                           any             F.silu, mul_
     decode attention  decode_attention (contiguous cache)    any             SDPA
     paged attention   paged_scores, paged_values             decode steps    gather, then SDPA
 
@@ -236,19 +239,23 @@ class RoutedLinear:
 class DecodeKernels:
     norm: bool  # RMSNorm through rms_norm_f32
     attention: bool  # attention over the contiguous cache through decode_attention
+    rope_cache: bool  # RoPE of q and k and the cache write through rope_write_cache
+    silu_mul: bool  # SiLU(gate) * up through silu_mul_f32
+    threads: int = 1  # the OpenMP threads a kernel that has them runs on (PyTorch's count)
 
 
-NO_DECODE_KERNELS = DecodeKernels(False, False)
+NO_DECODE_KERNELS = DecodeKernels(False, False, False, False)
 
 
 def decode_step(x: torch.Tensor, keys: torch.Tensor) -> DecodeKernels:
-    """Which of a fused decode step's norms and attention run on minillm's kernels, for the
-    step's activations `x` and a layer's cache `keys`. The device is checked first: a GPU step
-    never touches (or builds) the C library."""
+    """Which of a fused decode step's small operations run on minillm's kernels, for the step's
+    activations `x` and a layer's cache `keys`. The device is checked first: a GPU step never
+    touches (or builds) the C library."""
     if not x.is_cpu or x.dtype is not torch.float32 or not cpu_kernels(x.device):
         return NO_DECODE_KERNELS
-    return DecodeKernels(True, keys.is_cpu and keys.dtype is torch.float32
-                         and keys.is_contiguous() and keys.shape[-1] <= MAX_HEAD_DIM)
+    cache = keys.is_cpu and keys.dtype is torch.float32 and keys.is_contiguous()
+    return DecodeKernels(True, cache and keys.shape[-1] <= MAX_HEAD_DIM,
+                         cache and keys.shape[-1] % 2 == 0, True, torch.get_num_threads())
 
 
 def paged_attention(keys: torch.Tensor) -> bool:

@@ -22,3 +22,13 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float,
     function("rms_norm_f32")(x.data_ptr(), weight.data_ptr(), out.data_ptr(),
                              x.numel() // max(d, 1), d, float(eps))
     return out
+
+
+def rms_norm_unchecked(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """`rms_norm` without its checks, for the fused decode step, which makes them once per step
+    (`FusedDecode.kernels_fit`) instead of at each of its 61 calls: x (rows, D) and weight (D,)
+    contiguous float32 on the CPU, or the C reads out of bounds."""
+    out = torch.empty_like(x)
+    function("rms_norm_f32")(x.data_ptr(), weight.data_ptr(), out.data_ptr(), x.shape[0],
+                             x.shape[1], eps)
+    return out

@@ -40,6 +40,17 @@ int gemm_q4_1(const uint8_t *W, const float *bias, const float *X, float *Y, int
 /* Y[r] = X[r] / sqrt(mean(X[r]^2) + eps) * w: X, Y (rows, D), w (D) */
 void rms_norm_f32(const float *X, const float *w, float *Y, int64_t rows, int64_t D, float eps);
 
+/* One decode step's RoPE and cache write, one new token per row: QKV (B, (NQ + 2 NKV) D) the
+   fused projection's output (q's heads, k's, v's); cos, sin (D) position pos's angles;
+   Q (B, NQ, D) gets q rotated; K, V (B, NKV, T, D), a layer's cache: position pos (< T) gets
+   k rotated and v. D even. */
+void rope_write_cache(const float *QKV, const float *cos, const float *sin, float *Q, float *K,
+                      float *V, int64_t B, int64_t NQ, int64_t NKV, int64_t T, int64_t pos,
+                      int64_t D);
+
+/* Y (B, F) = SiLU(GU[:, :F]) * GU[:, F:], GU (B, 2 F) */
+void silu_mul_f32(const float *GU, float *Y, int64_t B, int64_t F);
+
 /* softmax(q k^T * scale) v for one new query per row over a contiguous KV cache:
    Q (B, NKV * G, D), query head h * G + g in key/value head h's group; K, V (B, NKV, T, D), the
    first n positions filled; O (B, NKV * G, D); D <= MAX_HEAD_DIM. Returns 0, or -1 (computing

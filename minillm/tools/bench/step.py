@@ -4,12 +4,13 @@ operation.
 The step is the fast path's fused decode step (minillm/fast/decode.py), the one `bench latency`
 and `minillm.generate` run. Each of its operations is one call of a function of decode.py's;
 `timers` swaps those functions for timed ones while a measurement runs, so the step timed is
-the step itself, not a copy: per layer the two norms, the fused q/k/v projection, RoPE, the
-cache write, attention, the o projection, the two residual adds, the fused gate/up projection,
-SiLU·mul and the down projection; per step the embedding row (with the id check), the RoPE
-angles, the kernel plan, the final norm and the LM head. What no timer covers (the loop,
-attribute lookups, model.forward's check that the step applies, the cache's advance, the
-timers' own calls) is the row "between the ops".
+the step itself, not a copy: per layer the two norms, the fused q/k/v projection, RoPE with the
+cache write (one kernel), attention, the o projection, the two residual adds, the fused gate/up
+projection, SiLU·mul and the down projection; per step the embedding row (with the id check),
+the RoPE angles, the kernel plan (with the check of the tensors the kernels take), the final
+norm and the LM head. What no timer covers (the loop, attribute lookups, model.forward's check
+that the step applies, the cache's advance, the timers' own calls) is the row "between the
+ops".
 
 Each figure is an operation's time in one step (summed over the layers), averaged over the
 middle half of many steps ranked by their wall time (`_middle_half`: the rows add up to the
@@ -38,14 +39,14 @@ from ...utils.validate import check_int
 from .options import STEP_FORMATS as FORMATS
 
 # The rows of the table, in the order a step runs them.
-NAMES = ("embed", "rope angles", "kernel plan", "attn norm", "qkv proj", "rope", "cache write",
+NAMES = ("embed", "rope angles", "kernel plan", "attn norm", "qkv proj", "rope+cache write",
          "attention", "o proj", "residual adds", "mlp norm", "gate_up proj", "silu*mul",
          "down proj", "final norm", "lm head")
 INDEX = {name: i for i, name in enumerate(NAMES)}
 BETWEEN = "between the ops"
 # decode.py's function -> the row it is timed in (the norms and projections: by their layer).
-TIMED = {"_embed": "embed", "_angles": "rope angles", "decode_plan": "kernel plan",
-         "_rope": "rope", "_write_cache": "cache write", "_attend": "attention",
+TIMED = {"_embed": "embed", "_angles": "rope angles", "_plan": "kernel plan",
+         "_rope_cache": "rope+cache write", "_attend": "attention",
          "_silu_mul": "silu*mul", "_head": "lm head", "_norm": None, "_linear": None}
 
 
@@ -255,7 +256,7 @@ def run(model_name: str = "smollm2-135m", weights: str = "fp32", threads: int | 
     load = round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
     return {"model": str(model_name), "weights": weights, "threads": threads,
             "bandwidth": bandwidth, "figures": figures, "load_average_1min": load,
-            "torch": torch.__version__, "kernels": kernels.available()}
+            "torch": torch.__version__, "kernels": kernels.dispatch.cpu_kernels("cpu")}
 
 
 def report_table(report: dict) -> str:
