@@ -1,7 +1,7 @@
 """The int8 and Q4_1 kernels take four weight rows a pass (x's vectors loaded once for the four)
-and the rest one at a time, and Q4_1 takes four blocks a step with the last step masked: a row's
-result must not depend on the rows computed beside it, on which rows of x come with it, on how
-many blocks its last step holds, or on the thread count. The formulas themselves are checked in
+and the rest one at a time, and Q4_1 takes four blocks a step, then a last pair (a masked load)
+and an odd block alone: a row's result must not depend on the rows computed beside it, on which
+rows of x come with it, on how its blocks end, or on the thread count. The formulas themselves are checked in
 test_kernels.py."""
 
 import subprocess
@@ -89,7 +89,7 @@ print("no read past the weights")
 
 
 def test_q4_1_reads_no_weight_past_the_last_block():
-    """A last step of fewer than 4 blocks loads only their bytes: weights that end right before
+    """A row ending in fewer than 4 blocks loads only their bytes: weights that end right before
     a page the process may not read are multiplied without a fault."""
     result = subprocess.run([sys.executable, "-c", GUARD_PAGE_CHECK], capture_output=True,
                             text=True, timeout=120)
