@@ -1,6 +1,9 @@
 """The benchmark's pieces on tiny models: each engine times exactly the tokens it was asked for
 (the prompt is not a token), the bandwidth bound is bytes over bandwidth, the table shows ratios."""
 
+import signal
+import sys
+
 import pytest
 import torch
 
@@ -142,3 +145,58 @@ def test_every_name_the_bench_package_offers_resolves():
 
     for name in bench.__all__:
         assert getattr(bench, name) is not None, name
+
+
+FAKE_LLAMA_CPP = {
+    "__init__.py": "from .llama import Llama\n__version__ = 'fake'\n",
+    "llama_cpp.py": "class Params:\n    use_extra_bufts = True\n\n"
+                    "def llama_model_default_params():\n    return Params()\n",
+    "llama.py": "import os, signal\nfrom . import llama_cpp\n\n"
+                "class Llama:\n"
+                "    def __init__(self, model_path, **options):\n"
+                "        self.params = llama_cpp.llama_model_default_params()\n"
+                "    def tokenize(self, text):\n        return [1, 2]\n"
+                "    def reset(self):\n        pass\n"
+                "    def generate(self, ids, **options):\n"
+                "        if self.params.use_extra_bufts and os.environ.get('FAKE_CRASH'):\n"
+                "            os.kill(os.getpid(), signal.SIGSEGV)\n"
+                "        while True:\n            yield 7\n",
+}
+
+
+@pytest.fixture
+def fake_llama_cpp(tmp_path, monkeypatch):
+    """A llama_cpp package that dies of SIGSEGV on its first token when FAKE_CRASH is set,
+    unless its model parameters turn the extra buffer types off (as the real wheel did here)."""
+    package = tmp_path / "llama_cpp"
+    package.mkdir()
+    for name, text in FAKE_LLAMA_CPP.items():
+        (package / name).write_text(text)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    for name in [m for m in sys.modules if m == "llama_cpp" or m.startswith("llama_cpp.")]:
+        monkeypatch.delitem(sys.modules, name)
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF")
+    return model
+
+
+def test_llama_cpp_that_crashes_on_its_first_token_runs_without_its_extra_paths(
+        fake_llama_cpp, monkeypatch):
+    from minillm.tools.bench.run import llama_cpp_crashes, llama_cpp_engine
+
+    assert llama_cpp_crashes(fake_llama_cpp, 64, 1) == 0
+    notes = []
+    llama_cpp_engine(fake_llama_cpp, 64, notes).decode([1, 2, 3], 4, threads=1)
+    assert notes == []
+    monkeypatch.setenv("FAKE_CRASH", "1")
+    assert llama_cpp_crashes(fake_llama_cpp, 64, 1) == signal.SIGSEGV
+    engine = llama_cpp_engine(fake_llama_cpp, 64, notes)
+    assert len(engine.decode([1, 2, 3], 4, threads=1).token_times) == 4  # did not die here
+    engine.decode([1, 2, 3], 4, threads=1)
+    assert len(notes) == 1 and "crashed decoding its first token here" in notes[0] \
+        and "use_extra_bufts=False" in notes[0] and "signal 11" in notes[0] and "at 1 thread(s)" in notes[0]
+    import llama_cpp.llama
+
+    assert llama_cpp.llama.llama_cpp.llama_model_default_params().use_extra_bufts, \
+        "the defaults are put back once the Llama is made"

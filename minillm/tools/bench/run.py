@@ -23,7 +23,10 @@ import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -104,11 +107,13 @@ def transformers_engine(model, dtype: str) -> Engine:
     return Engine("transformers", dtype, run, bytes_per_token(model))
 
 
-def llama_cpp_engine(path, context: int) -> Engine | None:
+def llama_cpp_engine(path, context: int, notes: list | None = None) -> Engine | None:
     """llama.cpp's Python binding on the same GGUF file (its own Q4_1 kernels), when installed.
-    One `Llama` per thread count, made on first use."""
+    One `Llama` per thread count, made on first use. Where llama.cpp dies on its first token
+    with its default weight paths (a build for this CPU whose AMX or repacked-weight path
+    crashes), it runs with them off (llama-server's --no-repack) and a note says so."""
     try:
-        from llama_cpp import Llama
+        import llama_cpp
     except ImportError:
         return None
     instances = {}
@@ -116,8 +121,17 @@ def llama_cpp_engine(path, context: int) -> Engine | None:
     def run(ids, n, threads=None):
         threads = threads or torch.get_num_threads()
         if threads not in instances:
-            instances[threads] = Llama(model_path=str(path), n_ctx=context, n_threads=threads,
-                                       n_threads_batch=threads, verbose=False)
+            crash = llama_cpp_crashes(path, context, threads)
+            if crash and notes is not None:
+                notes.append(f"llama.cpp {getattr(llama_cpp, '__version__', '?')} crashed "
+                             f"decoding its first token here at {threads} thread(s) with its "
+                             f"default weight paths (signal {crash}); it is timed with its extra "
+                             f"buffer types off (use_extra_bufts=False: no AMX or repacked "
+                             f"weights, as llama-server's --no-repack)")
+            with _plain_weights(bool(crash)):
+                instances[threads] = llama_cpp.Llama(
+                    model_path=str(path), n_ctx=context, n_threads=threads,
+                    n_threads_batch=threads, verbose=False)
         llm = instances[threads]
         llm.reset()
         start, times = time.perf_counter(), []
@@ -128,6 +142,47 @@ def llama_cpp_engine(path, context: int) -> Engine | None:
         return RequestMetrics(start, tuple(times), len(ids))
 
     return Engine("llama.cpp", "Q4_1", run, os.path.getsize(path))
+
+
+LLAMA_CPP_PROBE = ("import sys\nfrom llama_cpp import Llama\n"
+                   "context, threads = int(sys.argv[2]), int(sys.argv[3])\n"
+                   "llm = Llama(model_path=sys.argv[1], n_ctx=context, n_threads=threads,\n"
+                   "            n_threads_batch=threads, verbose=False)\n"
+                   "next(llm.generate([1, 2, 3, 4], top_k=1, temp=0.0))\n")
+
+
+def llama_cpp_crashes(path, context: int, threads: int) -> int:
+    """The signal that kills llama.cpp decoding one token of `path` with its defaults and these
+    settings, in a child process (0 when it does not crash: an error it raises is left to the
+    benchmark)."""
+    try:
+        done = subprocess.run([sys.executable, "-c", LLAMA_CPP_PROBE, str(path), str(context),
+                               str(threads)], capture_output=True, timeout=600)
+    except subprocess.TimeoutExpired:
+        return 0
+    return -done.returncode if done.returncode < 0 else 0
+
+
+@contextmanager
+def _plain_weights(on: bool):
+    """While a Llama is made: its model parameters with llama.cpp's extra buffer types off."""
+    if not on:
+        yield
+        return
+    from llama_cpp import llama as binding  # the module whose Llama reads the defaults
+
+    default = binding.llama_cpp.llama_model_default_params
+
+    def params():
+        p = default()
+        p.use_extra_bufts = False
+        return p
+
+    binding.llama_cpp.llama_model_default_params = params
+    try:
+        yield
+    finally:
+        binding.llama_cpp.llama_model_default_params = default
 
 
 # --- the run ----------------------------------------------------------------------------------
@@ -227,7 +282,8 @@ def run(formats=("fp32", "bf16", "int8", "q4_1"), tokens: int = 64, prompt_token
             if fmt == "q4_1" else optimize(readable, fmt)  # q4_1: the file's own blocks
         engines.append(minillm_engine(fast, tokenizer, fmt))
     if with_llama_cpp and device.type == "cpu":
-        engine = llama_cpp_engine(minillm.model_file("smollm2-135m"), prompt_tokens + tokens + 8)
+        engine = llama_cpp_engine(minillm.model_file("smollm2-135m"), prompt_tokens + tokens + 8,
+                                  notes)
         if engine is not None:
             engines.append(engine)
         else:
