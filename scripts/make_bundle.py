@@ -5,6 +5,9 @@ file, and the course itself, so a learner installs with no network at all.
     # then, on the learner's machine (no network needed):
     cd dist/minillm-bundle/course && make course OFFLINE=..
 
+`--book build/book/html` (as `make bundle` passes it, after `make book`) adds the built book, which a
+learner reads offline by opening book/index.html.
+
 `--only-build-tools` writes a small bundle whose wheelhouse holds only what building minillm itself
 needs; the tests use it, with the other packages taken from an existing environment, to prove the
 offline path quickly.
@@ -52,7 +55,11 @@ def main(argv=None) -> int:
     parser.add_argument("--torch", default="torch==2.13.0", help="the torch requirement to bundle")
     parser.add_argument("--only-build-tools", action="store_true",
                         help="bundle only the build tools' wheels (for tests)")
+    parser.add_argument("--book", type=Path, default=None,
+                        help="the built book (make book writes build/book/html) to include")
     args = parser.parse_args(argv)
+    if args.book is not None and not (args.book / "index.html").is_file():
+        parser.error(f"--book {args.book}: no index.html there; build the book first (make book)")
 
     sys.path.insert(0, str(ROOT))
     from minillm.files import fetch
@@ -74,8 +81,12 @@ def main(argv=None) -> int:
         built.unlink()  # the course is installed editable from course/, not from a wheel
     shutil.copy2(fetch(), model / fetch().name)
     files = copy_course(course)
+    if args.book is not None:
+        shutil.copytree(args.book, out / "book")
+    read = "Read the course without installing anything: open book/index.html in a browser.\n\n" \
+        if args.book is not None else ""
     (out / "README.txt").write_text(
-        "minillm offline bundle\n\n"
+        "minillm offline bundle\n\n" + read +
         "Install with no network:\n"
         "    cd course && make course OFFLINE=..\n"
         "(or `make test OFFLINE=..` to run the tests). The wheels are for the platform and Python\n"
@@ -84,6 +95,8 @@ def main(argv=None) -> int:
     print(f"  wheels: {len(list(wheels.glob('*.whl')))} files, {size_mb(wheels):.0f} MB")
     print(f"  model:  {size_mb(model):.0f} MB")
     print(f"  course: {files} files, {size_mb(course):.1f} MB")
+    if args.book is not None:
+        print(f"  book:   {size_mb(out / 'book'):.1f} MB (book/index.html)")
     print(f"  total:  {size_mb(out):.0f} MB, written in {time.perf_counter() - start:.0f} s")
     return 0
 

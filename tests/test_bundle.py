@@ -27,8 +27,10 @@ def _run(command, **kwargs):
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory, gguf_path):
     out = tmp_path_factory.mktemp("bundle") / "minillm-bundle"
+    book = tmp_path_factory.mktemp("book")  # stands in for build/book/html (test_book_browser.py)
+    (book / "index.html").write_text("<title>minillm</title>")
     _run([sys.executable, str(ROOT / "scripts" / "make_bundle.py"), "--out", str(out),
-          "--only-build-tools"], timeout=600)
+          "--only-build-tools", "--book", str(book)], timeout=600)
     return out
 
 
@@ -38,6 +40,8 @@ def test_bundle_layout(bundle):
     assert (bundle / "course" / "Makefile").is_file()
     assert (bundle / "course" / "notebooks" / "00_welcome.ipynb").is_file()
     assert "make course OFFLINE=.." in (bundle / "README.txt").read_text()
+    assert (bundle / "book" / "index.html").is_file(), "the built book is in the bundle"
+    assert "open book/index.html" in (bundle / "README.txt").read_text()
 
 
 def test_offline_install_runs_chapter_00(bundle, tmp_path, gguf_path):

@@ -1,0 +1,123 @@
+"""What a lesson draws and what its page shows: a plotting cell of the source must leave a figure
+in the executed copy, and every figure of the copy must be on the built page.
+
+A plotting cell draws with matplotlib's pyplot or shows one of the course's chart widgets
+(CHART_WIDGETS). A figure is an image output (PNG or SVG) or an inline <svg>/<img> in HTML
+output (the widgets' charts)."""
+
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import nbformat
+
+from .execute import lesson_cells
+
+CHART_WIDGETS = ("temperature_explorer", "filter_view", "top_k_top_p_explorer",
+                 "repetition_explorer", "playground", "LatencyChart", "block_map_explorer",
+                 "plot_timeline", "plot_latency")
+PLOTTING = re.compile(r"\bplt\.(show|subplots|figure)\(|\b(" + "|".join(CHART_WIDGETS) + r")\(")
+IMAGE_MIMES = ("image/png", "image/svg+xml", "image/jpeg")
+
+
+def _code(source: str) -> str:
+    """The source without its comments: a name in a comment draws nothing."""
+    return "\n".join(line.split("#", 1)[0] for line in source.splitlines())
+
+
+def plotting_cells(nb) -> list[int]:
+    """Indices (among the lesson's own cells) of the code cells that draw a figure."""
+    return [i for i, cell in enumerate(lesson_cells(nb))
+            if cell.cell_type == "code" and PLOTTING.search(_code(cell.source))]
+
+
+def figures_in(outputs) -> int:
+    count = 0
+    for output in outputs:
+        data = output.get("data", {})
+        if any(mime in data for mime in IMAGE_MIMES):
+            count += 1
+        elif "text/html" in data:
+            text = data["text/html"]
+            text = "".join(text) if isinstance(text, list) else text
+            count += len(re.findall(r"<svg\b", text)) + len(re.findall(r"<img\b", text))
+    return count
+
+
+class _OutputFigures(HTMLParser):
+    """Counts <img> and outermost <svg> elements inside a page's cell outputs."""
+
+    def __init__(self):
+        super().__init__()
+        self.stack: list[tuple[str, bool]] = []
+        self.svg_depth = 0
+        self.count = 0
+
+    def handle_starttag(self, tag, attrs):
+        classes = (dict(attrs).get("class") or "").split()
+        inside = any(flag for _, flag in self.stack) or "cell_output" in classes
+        if inside and tag == "img":
+            self.count += 1
+        if tag == "svg":
+            if inside and self.svg_depth == 0:
+                self.count += 1
+            self.svg_depth += 1
+        if tag not in ("img", "br", "hr", "input", "meta", "link", "source", "wbr"):
+            self.stack.append((tag, inside))
+
+    def handle_endtag(self, tag):
+        if tag == "svg":
+            self.svg_depth = max(self.svg_depth - 1, 0)
+        for i in range(len(self.stack) - 1, -1, -1):
+            if self.stack[i][0] == tag:
+                del self.stack[i:]
+                break
+
+
+def figures_on_page(page: Path) -> int:
+    parser = _OutputFigures()
+    parser.feed(page.read_text(encoding="utf-8"))
+    return parser.count
+
+
+def copy_problems(nb, name: str) -> tuple[list[str], int]:
+    """A plotting cell whose output has no figure, in an executed copy. Returns (problems, the
+    number of figures in the copy)."""
+    cells = lesson_cells(nb)
+    plotting = set(plotting_cells(nb))
+    problems, count = [], 0
+    for i, cell in enumerate(cells):
+        if cell.cell_type != "code":
+            continue
+        n = figures_in(cell.get("outputs", []))
+        count += n
+        if i in plotting and n == 0:
+            problems.append(f"{name}: code cell {i} plots but its output has no figure")
+    return problems, count
+
+
+def missing_figures(copy: Path, page: Path) -> list[str]:
+    """What is wrong between an executed copy and its page: a plotting cell without a figure, or
+    fewer figures on the page than in the copy or than the source has plotting cells."""
+    nb = nbformat.read(copy, as_version=4)
+    problems, in_copy = copy_problems(nb, copy.name)
+    if not page.is_file():
+        return problems + [f"{page}: no such page"]
+    shown, plotting = figures_on_page(page), len(plotting_cells(nb))
+    if shown < max(in_copy, plotting):
+        problems.append(f"{page.name}: {shown} figures on the page, {in_copy} in the executed "
+                        f"notebook, {plotting} plotting cells in the source")
+    return problems
+
+
+def glossary_terms(glossary: Path) -> list[tuple[str, str]]:
+    """(English, 中文) from the glossary's table."""
+    terms = []
+    for line in glossary.read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 2 and line.startswith("|") and not set(cells[0]) <= set("-: ") \
+                and cells[0] != "English":
+            terms.append((cells[0], cells[1]))
+    return terms
