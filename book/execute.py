@@ -143,4 +143,5 @@ def measured_note(book: dict, language: str):
                 f"(minillm commit {book['commit']}). Run the notebook to measure your machine.")
     cell = nbformat.v4.new_markdown_cell(f'<div class="book-measured">\n\n{text}\n\n</div>')
     cell.metadata["tags"] = [NOTE_TAG]
+    cell["id"] = NOTE_TAG
     return cell

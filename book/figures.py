@@ -15,9 +15,10 @@ import nbformat
 
 from .execute import lesson_cells
 
-CHART_WIDGETS = ("temperature_explorer", "filter_view", "top_k_top_p_explorer",
-                 "repetition_explorer", "playground", "LatencyChart", "block_map_explorer",
-                 "plot_timeline", "plot_latency")
+# The course's widgets and figure functions that draw a chart (minillm/course/widgets/).
+CHART_WIDGETS = ("temperature_explorer", "top_k_top_p_explorer", "block_map_explorer",
+                 "LatencyChart", "temperature_figure", "filter_figure", "block_map_figure",
+                 "plot_latency")
 PLOTTING = re.compile(r"\bplt\.(show|subplots|figure)\(|\b(" + "|".join(CHART_WIDGETS) + r")\(")
 IMAGE_MIMES = ("image/png", "image/svg+xml", "image/jpeg")
 
@@ -95,6 +96,9 @@ def copy_problems(nb, name: str) -> tuple[list[str], int]:
         count += n
         if i in plotting and n == 0:
             problems.append(f"{name}: code cell {i} plots but its output has no figure")
+        if n and i not in plotting:
+            problems.append(f"{name}: code cell {i} shows a figure but is not a plotting cell by "
+                            "book/figures.py's rule (PLOTTING): add the call that draws it")
     return problems, count
 
 
