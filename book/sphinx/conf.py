@@ -17,7 +17,7 @@ copyright = "the minillm authors, Apache-2.0"
 language = EDITION.get("language", "en")
 html_title = EDITION.get("title", "minillm: LLM inference, built step by step")
 
-extensions = ["myst_nb", "mathml", "twin"]
+extensions = ["myst_nb", "mathml", "twin", "chinese_search"]
 exclude_patterns = ["_build", "**.ipynb_checkpoints"]
 templates_path = [str(Path(__file__).parent / "_templates")]
 html_static_path = [str(Path(__file__).parent / "_static")]
