@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 import time
+from concurrent.futures import Future, ProcessPoolExecutor
+from contextlib import nullcontext
 from pathlib import Path
 
 from . import execute, figures, sources
@@ -29,9 +31,15 @@ def parse(argv):
                         help="the executed copies (default: executed/ for full sizes, "
                              "OUT/executed for ci)")
     parser.add_argument("--force", action="store_true", help="execute every lesson again")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="lessons executed at once (default 1: each lesson's timings "
+                             "measured without the others competing for the cores)")
     parser.add_argument("--zh-root", type=Path, default=ROOT,
                         help="the folder holding notebooks/zh, exercises/zh, README.zh-CN.md")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error(f"--jobs must be 1 or more, got {args.jobs}")
+    return args
 
 
 def chosen(edition, lessons: str) -> list[Path]:
@@ -49,19 +57,35 @@ def chosen(edition, lessons: str) -> list[Path]:
     return picked
 
 
-def executed_copies(edition, lessons, folder: Path, sizes: str, force: bool) -> dict:
-    copies = {}
+def executed_copies(edition, lessons, folder: Path, sizes: str, force: bool,
+                    jobs: int = 1) -> dict:
+    """The executed copy of each lesson in `folder`, executing those whose source changed."""
+    stale = []
     for lesson in lessons:
-        copy = folder / lesson.name
-        if not force and execute.is_current(lesson, copy, sizes):
-            print(f"  {edition.language} {lesson.stem}: unchanged, kept {_shown(copy)}", flush=True)
+        if not force and execute.is_current(lesson, folder / lesson.name, sizes):
+            print(f"  {edition.language} {lesson.stem}: unchanged, kept "
+                  f"{_shown(folder / lesson.name)}", flush=True)
         else:
-            print(f"  {edition.language} {lesson.stem}: executing ({sizes} sizes)...", flush=True)
-            book = execute.execute(lesson, copy, sizes, edition.language)
-            print(f"  {edition.language} {lesson.stem}: {book['seconds']} s -> {_shown(copy)}",
-                  flush=True)
-        copies[lesson.name] = copy
-    return copies
+            stale.append(lesson)
+    for lesson in stale:
+        print(f"  {edition.language} {lesson.stem}: executing ({sizes} sizes)...", flush=True)
+    with ProcessPoolExecutor(max_workers=jobs) if jobs > 1 else nullcontext() as pool:
+        runs = {lesson: (pool.submit if pool else _now)(execute.execute, lesson,
+                                                        folder / lesson.name, sizes,
+                                                        edition.language)
+                for lesson in stale}
+        for lesson, run in runs.items():
+            book = run.result()
+            print(f"  {edition.language} {lesson.stem}: {book['seconds']} s -> "
+                  f"{_shown(folder / lesson.name)}", flush=True)
+    return {lesson.name: folder / lesson.name for lesson in lessons}
+
+
+def _now(function, *args) -> Future:
+    """Run `function` here and now, as a finished Future (one job: the lessons one by one)."""
+    done: Future = Future()
+    done.set_result(function(*args))
+    return done
 
 
 def _shown(path: Path) -> str:
@@ -99,7 +123,7 @@ def main(argv=None) -> int:
     for edition in found:
         folder = executed_root if edition.language == "en" else executed_root / "zh"
         copies = executed_copies(edition, chosen(edition, args.lessons), folder, args.sizes,
-                                 args.force)
+                                 args.force, args.jobs)
         layouts[edition.language] = sources.lay_out(edition, copies, out / "src" / edition.language)
     executed_at = time.monotonic()
     html = out / "html"

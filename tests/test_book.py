@@ -171,3 +171,18 @@ def test_executed_copies_are_in_step_with_the_lessons(lesson):
     errors = [o for c in nb.cells for o in c.get("outputs", []) if o["output_type"] == "error"]
     assert errors == []
     assert widgets.VIEW_MIME not in json.dumps(nb), "widgets are kept as static HTML"
+
+
+def test_the_command_refuses_bad_choices_with_what_is_allowed(capsys):
+    from book import __main__ as command
+
+    with pytest.raises(SystemExit):
+        command.parse(["--jobs", "0"])
+    assert "--jobs must be 1 or more, got 0" in capsys.readouterr().err
+    english = sources.editions()[0]
+    with pytest.raises(SystemExit, match="two-digit chapter numbers such as 04,05; got"):
+        command.chosen(english, "4,x")
+    with pytest.raises(SystemExit, match="no lesson numbered 99"):
+        command.chosen(english, "04,99")
+    assert [p.name for p in command.chosen(english, "05,04")] == ["04_decoding.ipynb",
+                                                                  "05_metrics.ipynb"]
