@@ -1,8 +1,8 @@
 """The reference the course checks itself against: the same GGUF file loaded by transformers.
 
-transformers dequantizes the GGUF file into a Hugging Face model (about 20 s here). The first load
-saves that model and its tokenizer as a plain Hugging Face folder (safetensors) in the cache, so
-later loads take a few seconds.
+transformers dequantizes the GGUF file into a Hugging Face model, which takes a while. The first
+load saves that model and its tokenizer as a plain Hugging Face folder (safetensors) in the cache,
+so later loads only read it.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def load_reference(name: str = DEFAULT_MODEL, dtype=None, device: str = "cpu"):
     """Load the model and tokenizer with transformers, as a reference for minillm.
 
     Returns `(model, tokenizer)`: a transformers `LlamaForCausalLM` in eval mode and its fast
-    tokenizer. The first call converts the GGUF file (about 20 s); later calls read the cache."""
+    tokenizer. The first call converts the GGUF file; later calls read the cache."""
     import torch
 
     AutoModelForCausalLM, AutoTokenizer = _transformers()
