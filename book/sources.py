@@ -17,13 +17,12 @@ LESSON_NAME = re.compile(r"^\d\d_\w+\.ipynb$")
 GUIDE_ORDER = ["architecture", "glossary", "server", "instructor", "benchmarks", "book"]
 WORDS = {
     "en": {"chapters": "Chapters", "exercises": "Exercises", "guides": "Guides",
-           "lesson": "lesson", "exercise": "exercises", "benchmarks": "Benchmarks",
+           "exercise": "exercises",
            "exercise_link": "The exercises of this chapter: [{title}](../exercises/{name})",
            "intro": "Every lesson below ran on the real model; its page shows what it printed "
                     "and drew, and on which machine. The exercises are the tasks with their "
                     "checks, without the solutions; the guides follow."},
-    "zh": {"chapters": "章节", "exercises": "练习", "guides": "指南", "lesson": "课程",
-           "exercise": "练习", "benchmarks": "基准测试",
+    "zh": {"chapters": "章节", "exercises": "练习", "guides": "指南", "exercise": "练习",
            "exercise_link": "本章练习：[{title}](../exercises/{name})",
            "intro": "下面每一课都在真实模型上运行过；每页显示它打印和绘制的内容，以及在哪台机器上测得。"
                     "练习页只有题目和检查，没有答案；其后是各篇指南。"},
@@ -100,13 +99,6 @@ def chapter_table(readme: str, lessons: set[str], exercises: set[str],
     return re.sub(r"`(notebooks|exercises)/(zh/)?(\d\d_\w+\.ipynb)`", link, section)
 
 
-def benchmarks_section(readme: str) -> str | None:
-    """The README's measured-speed section (with its subsections), for a Benchmarks page when
-    docs/ has none."""
-    match = re.search(r"(?ms)^## (Speed, measured|速度.*?)$.*?(?=^## |\Z)", readme)
-    return match.group(0) if match else None
-
-
 def front_page(edition: Edition, lessons: list[str], exercises: list[str],
                guide_pages: list[str]) -> str:
     readme = edition.readme.read_text(encoding="utf-8")
@@ -149,13 +141,6 @@ def lay_out(edition: Edition, executed: dict[str, Path], target: Path) -> dict:
     for guide in edition.guides:
         shutil.copy2(guide, target / "docs" / guide.name)
         guide_pages.append(f"docs/{guide.name}")
-    if not any(g.stem == "benchmarks" for g in edition.guides):
-        section = benchmarks_section(edition.readme.read_text(encoding="utf-8"))
-        if section:
-            page = re.sub(r"^## ", "# ", section, count=1)
-            page = re.sub(r"(?m)^###", "##", page)
-            (target / "docs" / "benchmarks.md").write_text(page, encoding="utf-8")
-            guide_pages.insert(min(len(guide_pages), 4), "docs/benchmarks.md")
     lessons = sorted(executed)
     (target / "index.md").write_text(front_page(edition, lessons, exercise_names, guide_pages),
                                      encoding="utf-8")
