@@ -31,6 +31,9 @@ def parse(argv):
                         help="the executed copies (default: executed/ for full sizes, "
                              "OUT/executed for ci)")
     parser.add_argument("--force", action="store_true", help="execute every lesson again")
+    parser.add_argument("--cell-timeout", type=int, default=7200,
+                        help="seconds one cell may run before the book stops (default 7200: a "
+                             "full-size cell on a busy 2-core machine can take half an hour)")
     parser.add_argument("--jobs", type=int, default=1,
                         help="lessons executed at once (default 1: each lesson's timings "
                              "measured without the others competing for the cores)")
@@ -58,7 +61,7 @@ def chosen(edition, lessons: str) -> list[Path]:
 
 
 def executed_copies(edition, lessons, folder: Path, sizes: str, force: bool,
-                    jobs: int = 1) -> dict:
+                    jobs: int = 1, cell_timeout: int = 7200) -> dict:
     """The executed copy of each lesson in `folder`, executing those whose source changed."""
     stale = []
     for lesson in lessons:
@@ -72,7 +75,7 @@ def executed_copies(edition, lessons, folder: Path, sizes: str, force: bool,
     with ProcessPoolExecutor(max_workers=jobs) if jobs > 1 else nullcontext() as pool:
         runs = {lesson: (pool.submit if pool else _now)(execute.execute, lesson,
                                                         folder / lesson.name, sizes,
-                                                        edition.language)
+                                                        edition.language, cell_timeout)
                 for lesson in stale}
         for lesson, run in runs.items():
             book = run.result()
@@ -123,7 +126,7 @@ def main(argv=None) -> int:
     for edition in found:
         folder = executed_root if edition.language == "en" else executed_root / "zh"
         copies = executed_copies(edition, chosen(edition, args.lessons), folder, args.sizes,
-                                 args.force, args.jobs)
+                                 args.force, args.jobs, args.cell_timeout)
         layouts[edition.language] = sources.lay_out(edition, copies, out / "src" / edition.language)
     executed_at = time.monotonic()
     html = out / "html"

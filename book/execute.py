@@ -74,7 +74,7 @@ def commit() -> str | None:
 
 
 def execute(lesson: Path, copy: Path, sizes: str, language: str = "en",
-            timeout_s: int = 1800) -> dict:
+            timeout_s: int = 7200) -> dict:
     """Run `lesson` in a fresh kernel (in its own folder, with CI set for the "ci" sizes) and
     write the executed copy to `copy`. A cell that raises stops the book with that error.
     Returns the copy's record."""
