@@ -9,8 +9,7 @@ import os
 import subprocess
 import sys
 import time
-from concurrent.futures import Future, ProcessPoolExecutor
-from contextlib import nullcontext
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 from . import execute, figures, sources
@@ -70,25 +69,27 @@ def executed_copies(edition, lessons, folder: Path, sizes: str, force: bool,
                   f"{_shown(folder / lesson.name)}", flush=True)
         else:
             stale.append(lesson)
-    for lesson in stale:
+    def done(lesson, book):
+        print(f"  {edition.language} {lesson.stem}: {book['seconds']} s -> "
+              f"{_shown(folder / lesson.name)}", flush=True)
+
+    def started(lesson):
         print(f"  {edition.language} {lesson.stem}: executing ({sizes} sizes)...", flush=True)
-    with ProcessPoolExecutor(max_workers=jobs) if jobs > 1 else nullcontext() as pool:
-        runs = {lesson: (pool.submit if pool else _now)(execute.execute, lesson,
-                                                        folder / lesson.name, sizes,
-                                                        edition.language, cell_timeout)
-                for lesson in stale}
-        for lesson, run in runs.items():
-            book = run.result()
-            print(f"  {edition.language} {lesson.stem}: {book['seconds']} s -> "
-                  f"{_shown(folder / lesson.name)}", flush=True)
+
+    arguments = [(lesson, folder / lesson.name, sizes, edition.language, cell_timeout)
+                 for lesson in stale]
+    if jobs == 1:
+        for lesson, *rest in arguments:
+            started(lesson)
+            done(lesson, execute.execute(lesson, *rest))
+    else:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            runs = {pool.submit(execute.execute, *args): args[0] for args in arguments}
+            for lesson in stale:
+                started(lesson)
+            for run in as_completed(runs):
+                done(runs[run], run.result())
     return {lesson.name: folder / lesson.name for lesson in lessons}
-
-
-def _now(function, *args) -> Future:
-    """Run `function` here and now, as a finished Future (one job: the lessons one by one)."""
-    done: Future = Future()
-    done.set_result(function(*args))
-    return done
 
 
 def _shown(path: Path) -> str:
