@@ -1,12 +1,13 @@
 """What a lesson draws and what its page shows: a plotting cell of the source must leave a figure
 in the executed copy, and every figure of the copy must be on the built page.
 
-A plotting cell draws with matplotlib's pyplot or shows one of the course's chart widgets
-(CHART_WIDGETS). A figure is an image output (PNG or SVG) or an inline <svg>/<img> in HTML
-output (the widgets' charts)."""
+A plotting cell draws with matplotlib's pyplot, shows one of the course's chart widgets
+(CHART_WIDGETS), or calls a function of the lesson that does. A figure is an image output (PNG or
+SVG) or an inline <svg>/<img> in HTML output (the widgets' charts)."""
 
 from __future__ import annotations
 
+import ast
 import re
 from html.parser import HTMLParser
 from pathlib import Path
@@ -19,19 +20,44 @@ from .execute import lesson_cells
 CHART_WIDGETS = ("temperature_explorer", "top_k_top_p_explorer", "block_map_explorer",
                  "LatencyChart", "temperature_figure", "filter_figure", "block_map_figure",
                  "plot_latency")
-PLOTTING = re.compile(r"\bplt\.(show|subplots|figure)\(|\b(" + "|".join(CHART_WIDGETS) + r")\(")
+DRAWING = {"plt.show", "plt.subplots", "plt.figure", *CHART_WIDGETS}
 IMAGE_MIMES = ("image/png", "image/svg+xml", "image/jpeg")
 
 
-def _code(source: str) -> str:
-    """The source without its comments: a name in a comment draws nothing."""
-    return "\n".join(line.split("#", 1)[0] for line in source.splitlines())
+def _calls(node) -> set[str]:
+    """The names called anywhere inside `node`: `f(...)` as "f", `plt.show()` as "plt.show", and
+    a function handed to a call, as `interact(draw, ...)` hands `draw`, which it calls."""
+    names = set()
+    for call in (n for n in ast.walk(node) if isinstance(n, ast.Call)):
+        if isinstance(call.func, ast.Name):
+            names.add(call.func.id)
+        elif isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name):
+            names.add(f"{call.func.value.id}.{call.func.attr}")
+        names.update(arg.id for arg in call.args if isinstance(arg, ast.Name))
+    return names
 
 
 def plotting_cells(nb) -> list[int]:
-    """Indices (among the lesson's own cells) of the code cells that draw a figure."""
-    return [i for i, cell in enumerate(lesson_cells(nb))
-            if cell.cell_type == "code" and PLOTTING.search(_code(cell.source))]
+    """Indices (among the lesson's own cells) of the code cells that draw a figure: at their top
+    level they call pyplot, a chart widget, or a function an earlier cell defined that draws."""
+    helpers, found = set(), []
+    for i, cell in enumerate(lesson_cells(nb)):
+        if cell.cell_type != "code":
+            continue
+        try:
+            tree = ast.parse(cell.source)
+        except SyntaxError:  # IPython syntax (a magic) draws no figure in this course
+            continue
+        top = []
+        for statement in tree.body:
+            if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if _calls(statement) & (DRAWING | helpers):
+                    helpers.add(statement.name)
+            else:
+                top.append(statement)
+        if any(_calls(statement) & (DRAWING | helpers) for statement in top):
+            found.append(i)
+    return found
 
 
 def figures_in(outputs) -> int:
@@ -98,7 +124,7 @@ def copy_problems(nb, name: str) -> tuple[list[str], int]:
             problems.append(f"{name}: code cell {i} plots but its output has no figure")
         if n and i not in plotting:
             problems.append(f"{name}: code cell {i} shows a figure but is not a plotting cell by "
-                            "book/figures.py's rule (PLOTTING): add the call that draws it")
+                            "book/figures.py's rule: add the call that draws it to DRAWING")
     return problems, count
 
 
