@@ -9,8 +9,6 @@ fixture notebook written here. Screenshots go to test-artifacts/book/."""
 
 from __future__ import annotations
 
-import os
-import re
 import subprocess
 import sys
 import time
