@@ -26,8 +26,9 @@ SIZES = ("full", "ci")
 NOTE_TAG = "book-measured"
 # Printed by the kernel after the lesson's last cell: what the lesson's numbers ran on.
 PROBE = """import json as _json, torch as _torch
+_gpu = _torch.cuda.get_device_name(0) if _torch.cuda.is_available() else None
 print(_json.dumps({"torch": _torch.__version__, "threads": _torch.get_num_threads(),
-                   "gpu": _torch.cuda.get_device_name(0) if _torch.cuda.is_available() else None}))"""
+                   "gpu": _gpu}))"""
 
 
 def lesson_cells(nb) -> list:

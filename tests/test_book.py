@@ -32,7 +32,8 @@ WIDGET_LESSON = _notebook(
     ("markdown", "# 99 · A tiny lesson\n\nA slider and a chart."),
     ("code", "import ipywidgets as w\n"
              "slider = w.IntSlider(value=3, min=0, max=9, description='k')\n"
-             "chart = w.HTML('<div data-chart=\"demo\"><svg width=\"20\" height=\"10\"></svg></div>')\n"
+             "chart = w.HTML('<div data-chart=\"demo\">'\n"
+             "               '<svg width=\"20\" height=\"10\"></svg></div>')\n"
              "hidden = w.Label('hidden', layout=w.Layout(display='none'))\n"
              "w.VBox([slider, chart, hidden])"),
     ("code", "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()"),
@@ -169,7 +170,8 @@ def test_glossary_terms_feed_the_chinese_search():
     assert "English" not in terms and not any(set(t) <= set("-: ") for t in terms)
 
 
-@pytest.mark.parametrize("lesson", LESSONS + ZH_LESSONS, ids=lambda p: p.relative_to(ROOT).as_posix())
+@pytest.mark.parametrize("lesson", LESSONS + ZH_LESSONS,
+                         ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_executed_copies_are_in_step_with_the_lessons(lesson):
     """executed/ holds each lesson as `make book` ran it at full size, for readers on the
     repository host; a lesson changed since then must be executed again."""

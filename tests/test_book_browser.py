@@ -63,7 +63,8 @@ def book(tmp_path_factory):
         [sys.executable, "-m", "book", "--sizes", "ci", "--lessons", ",".join(
             name[:2] for name in LESSONS), "--out", str(work / "out"), "--zh-root", str(zh_root)],
         cwd=ROOT, capture_output=True, text=True, timeout=1800)
-    assert result.returncode == 0, f"python -m book failed:\n{result.stdout}\n{result.stderr[-5000:]}"
+    assert result.returncode == 0, \
+        f"python -m book failed:\n{result.stdout}\n{result.stderr[-5000:]}"
     print(f"\nbook built in {time.monotonic() - start:.0f} s:\n{result.stdout}")
     return work / "out" / "html"
 
@@ -204,7 +205,8 @@ def test_the_front_page_is_the_chapter_table(book, browser):
     table = page.locator("article table").first.inner_text()
     for n in range(11):
         assert f"{n:02d}" in table
-    links = page.locator("article table a").evaluate_all("as => as.map(a => a.getAttribute('href'))")
+    links = page.locator("article table a").evaluate_all(
+        "as => as.map(a => a.getAttribute('href'))")
     assert "notebooks/04_decoding.html" in links and "exercises/04_decoding.html" in links
     nav = page.locator(".bd-sidebar-primary").inner_text()
     assert "04 · Decoding strategies" in nav and "Glossary" in nav
