@@ -62,16 +62,37 @@ def load_model(name_or_path, dtype=torch.float32, device="auto", *, fast: bool =
                         f"got {fast!r}")
     if weights is not None and not fast:
         raise ValueError("weights= chooses the fast path's weight format; it needs fast=True")
+    if weights == "q4_1":
+        device = _q4_1_device(device)
     model = build_model(config, tensors, dtype=dtype, device=device)
     if weights == "q4_1":
         _use_q4_1_blocks(model, kind, path)
     if fast and "fast" in registry.architecture(config.arch).features:
         from .fast import optimize_in_place
+        from .kernels import dispatch
 
         model = optimize_in_place(model, weights)
+        dispatch.announce(model.device, weights)  # which kernels decode, or why none: once
     elif weights is not None:
         registry.require(config, "fast")
     return model
+
+
+def _q4_1_device(device):
+    """Where Q4_1 blocks run: minillm's CPU kernel, so "auto" means the CPU (said once when it
+    would have picked a GPU); a device named outright is kept (and refused later if not the
+    CPU)."""
+    from .utils.devices import pick_device
+    from .utils.notices import say_once
+
+    if not (isinstance(device, str) and device == "auto"):
+        return device
+    auto = pick_device("auto")
+    if auto.type != "cpu":
+        say_once(f"weights='q4_1' runs the file's 4-bit blocks on the CPU (minillm's Q4_1 "
+                 f"kernel), so this model is loaded on the CPU, not on {auto.type}; for the "
+                 f"GPU use weights='int8', 'bf16' or 'fp16'")
+    return "cpu"
 
 
 def _use_q4_1_blocks(model, kind: str, path) -> None:
@@ -105,8 +126,8 @@ def load(name_or_path="smollm2-135m", dtype=torch.float32, device="auto", *, fas
 
     `fast=True` (the default) gives the fast path (`minillm.fast.optimize`): the same network and
     the same tokens, its projections fused and its linear layers stored for speed, and `weights`
-    ("fp32", "bf16", "fp16", "int8", or "q4_1": a GGUF file's own 4-bit blocks, on the CPU;
-    default: `dtype`) chooses how those are stored. `fast=False`
+    ("fp32", "bf16", "fp16", "int8", or "q4_1": a GGUF file's own 4-bit blocks, on the CPU,
+    which `device="auto"` then picks; default: `dtype`) chooses how those are stored. `fast=False`
     gives the readable model the lessons open up: q_proj, k_proj, v_proj, ... as chapter 02
     draws them.
 

@@ -14,7 +14,8 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 
-from .files import DEFAULT_MODEL, cache_dir, model_file, model_source, written_aside  # noqa: E402
+from .files import (DEFAULT_MODEL, cache_entry, model_file, model_source,  # noqa: E402
+                    writable_cache_dir, written_aside)
 
 _COMPLETE = "minillm-complete"
 
@@ -25,13 +26,14 @@ def _transformers():
         from transformers import AutoModelForCausalLM, AutoTokenizer
     except ImportError as error:
         raise ImportError("the reference model needs transformers, which the engine alone does "
-                          "not install: pip install 'minillm[course]'") from error
+                          "not install: pip install 'minillm-course[course]'") from error
     return AutoModelForCausalLM, AutoTokenizer
 
 
 def reference_dir(name: str = DEFAULT_MODEL) -> Path:
-    """The cache folder holding transformers' dequantized copy of the model."""
-    return cache_dir() / "hf" / model_source(name).name
+    """The cache folder holding transformers' dequantized copy of the model (in a read-only
+    shared cache when it is there, else in the user's writable one)."""
+    return cache_entry(Path("hf") / model_source(name).name, marker=_COMPLETE)
 
 
 def _convert(name: str, folder: Path) -> None:
@@ -68,6 +70,7 @@ def load_reference(name: str = DEFAULT_MODEL, dtype=None, device: str = "cpu"):
     hf_logging.disable_progress_bar()
     folder = reference_dir(name)
     if not (folder / _COMPLETE).is_file():
+        folder = writable_cache_dir() / "hf" / model_source(name).name
         _convert(name, folder)
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype or torch.float32)

@@ -17,7 +17,7 @@ import transformers
 
 import minillm
 from minillm.utils.devices import best_time
-from minillm.generation.loop import eos_ids
+from minillm.generation.request import eos_ids
 
 SETTINGS = {
     "greedy": dict(),

@@ -30,15 +30,15 @@ def main(argv=None):
     import torch
 
     import minillm
-    from minillm import kernels
+    from minillm.kernels import dispatch
     from minillm.utils.devices import Timer
     from minillm.fast import FastLinear
 
     torch.set_num_threads(args.threads)
-    limit = kernels.gemm_f32_max_rows()
+    limit = dispatch.f32_max_rows() if dispatch.cpu_kernels("cpu") else 0
     if not limit:
-        raise SystemExit("minillm's float32 kernels cannot be built here (x86-64 AVX2 and a C "
-                         "compiler): nothing to compare")
+        raise SystemExit(f"minillm's float32 kernels do not run here ({dispatch.why_not('cpu')}): "
+                         f"nothing to compare")
     model, _ = minillm.load("smollm2-135m")
     layers = [m for m in model.modules() if isinstance(m, FastLinear) and m.few_rows_max]
     weights = sum(layer.in_features * layer.out_features for layer in layers)

@@ -40,7 +40,7 @@ while [ $# -gt 0 ]; do
 done
 
 notebooks() {
-  ls notebooks/[0-9][0-9]_*.ipynb solutions/[0-9][0-9]_*.ipynb | grep -E -- "${ONLY:-.}"
+  ls notebooks/[0-9][0-9]*_*.ipynb solutions/[0-9][0-9]_*.ipynb | grep -E -- "${ONLY:-.}"
 }
 
 wanted() {  # is step $1 among --steps?

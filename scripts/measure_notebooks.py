@@ -8,6 +8,8 @@ table and both agendas (each between its markers).
                                                      # lesson times stay as they were measured
     python scripts/measure_notebooks.py --sizes      # only recount the notebooks' words, lines
                                                      # and tasks; every run time stays
+    python scripts/measure_notebooks.py --lessons 03_kv_cache 03b_long_context
+        # run only these lessons (and their solution notebooks); every other time stays
     python scripts/measure_notebooks.py --render     # only rewrite the guide from the JSON file
     python scripts/measure_notebooks.py --from-junit report.xml
         # take the run times nbval measured in a test run (`make test PYTEST_ARGS=--junitxml=...`)
@@ -65,14 +67,13 @@ ONE_DAY = {
                                                  "(RMSNorm, causal attention, one block)"),
         (None, 60, "Lunch"),
         ("03_kv_cache", ("lesson", 3), "03 KV cache + exercise task 3 (the decode loop)"),
-        ("04_decoding", ("lesson", 1, 2, 3), "04 decoding strategies + exercise tasks 1–3 (the "
-                                             "widgets are the favourite part: leave time)"),
+        ("04_decoding", ("lesson", 1, 2), "04 decoding strategies + exercise tasks 1–2 (the "
+                                          "widgets are the favourite part: leave time)"),
         (None, 15, "Break"),
         ("05_metrics", ("lesson", 1), "05 measuring inference + exercise task 1 (one request's "
                                       "metrics)"),
-        ("06_batching", ("lesson", 1), "06 batching and paged attention + exercise task 1 (the "
-                                       "block allocator); or 07 quantization, by the group's "
-                                       "interest"),
+        ("06_batching", ("lesson",), "06 batching and paged attention (its exercises are "
+                                     "homework); or 07 quantization, by the group's interest"),
         ("10_interview_qa", (1,), "10 interview questions in pairs (exercise task 1: top-k and "
                                   "top-p together); `python -m minillm progress` to see what is "
                                   "left"),
@@ -91,8 +92,9 @@ THREE_HOURS = {
         (None, 10, "Break"),
         ("03_kv_cache", ("lesson",), "Prefill, decode and the KV cache: the O(n²) loop and its "
                                      "fix: 03 lesson"),
-        ("04_decoding", ("lesson", 1, 2), "Decoding strategies with the widgets: temperature, "
-                                          "top-k, top-p: 04 lesson, exercise tasks 1–2"),
+        ("04_decoding", ("lesson",), "Decoding strategies with the widgets: temperature, "
+                                     "top-k, top-p, min-p, repetition: 04 lesson (its widgets "
+                                     "are the hands-on part)"),
         ("10_interview_qa", (1,), "Interview round: top-k and top-p together, which order? "
                                   "(10, exercise task 1)"),
     ],
@@ -130,7 +132,9 @@ def exercise_size(path: Path) -> dict:
 
 
 def _lessons():
-    return sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    """Every lesson: each chapter's (NN_name) and a chapter's second lesson (NNb_name), which
+    has no exercise notebook of its own."""
+    return sorted((ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
 
 
 def recount(data: dict) -> dict:
@@ -141,6 +145,10 @@ def recount(data: dict) -> dict:
         solution = ROOT / "solutions" / lesson.name
         if solution.exists():
             entry.update(exercise_size(solution))
+    order = [lesson.stem for lesson in _lessons()]  # a split-off lesson sits after its first half
+    data["chapters"] = dict(sorted(data["chapters"].items(),
+                                   key=lambda item: order.index(item[0]) if item[0] in order
+                                   else len(order)))
     return data
 
 
@@ -169,12 +177,21 @@ def _how(source: str) -> str:
     return source + (" with CI set (reduced sizes)" if os.environ.get("CI") else "")
 
 
-def measure(lessons: bool = True, old: dict | None = None) -> dict:
+def measure(lessons: bool = True, old: dict | None = None,
+            only: list[str] | None = None) -> dict:
     """Run the solution notebooks (and the lessons, unless `lessons` is False: then their times
-    come from `old`)."""
+    come from `old`). With `only`, run just those lessons and their solutions; the others keep
+    their times from `old`, and the guide names the lessons timed later."""
     data = {"chapters": {}} if old is None else json.loads(json.dumps(old))
     today = time.strftime("%Y-%m-%d")
+    names = [lesson.stem for lesson in _lessons()]
+    unknown = sorted(set(only or ()) - set(names))
+    if unknown:
+        raise SystemExit(f"no lesson named {', '.join(unknown)}; the lessons are "
+                         f"{', '.join(names)}")
     for lesson in _lessons():
+        if only and lesson.stem not in only:
+            continue
         entry = data["chapters"].setdefault(lesson.stem, {})
         if lessons:
             entry["lesson_run_s"] = round(run_seconds(lesson), 1)
@@ -184,8 +201,12 @@ def measure(lessons: bool = True, old: dict | None = None) -> dict:
         print(f"{lesson.stem}: {entry}", flush=True)
     data["machine"] = _machine()
     how = _how("running each notebook")
+    if only:
+        data.setdefault("retimed", {}).update({name: f"{today}, {how}" for name in only})
+        return recount(data)
     if lessons:
         data.update(measured=today, source=how)
+        data.pop("retimed", None)
     data.update(exercises_measured=today, exercises_source=how)
     return recount(data)
 
@@ -264,6 +285,9 @@ def render(data: dict) -> str:
     if data.get("exercises_measured"):
         line += (f"; exercises (their solution notebooks) on {data['exercises_measured']} "
                  f"({data['exercises_source']})")
+    later = "; ".join(f"{name} on {when}" for name, when in data.get("retimed", {}).items())
+    if later:
+        line += f"; timed later: {later}"
     rows.append(f"{line}, by `python scripts/measure_notebooks.py` on {m['platform']}, Python "
                 f"{m['python']}, torch {m['torch']}.")
     return "\n".join(rows)
@@ -315,6 +339,8 @@ def main(argv=None) -> int:
                       help="recount the notebooks' sizes; keep every measured run time")
     mode.add_argument("--exercises", action="store_true",
                       help="run only the solution notebooks; keep the lessons' run times")
+    mode.add_argument("--lessons", nargs="+", metavar="NAME",
+                      help="run only these lessons and their solutions; keep the other times")
     mode.add_argument("--from-junit", type=Path, metavar="XML",
                       help="take the run times from a JUnit report of a test run")
     args = parser.parse_args(argv)
@@ -325,6 +351,8 @@ def main(argv=None) -> int:
             data = recount(json.loads(TIMES.read_text()))
         elif args.exercises:
             data = measure(lessons=False, old=json.loads(TIMES.read_text()))
+        elif args.lessons:
+            data = measure(old=json.loads(TIMES.read_text()), only=args.lessons)
         elif args.from_junit:
             data = from_junit(args.from_junit)
         else:

@@ -18,6 +18,9 @@ wraps the results again. While the harness is active:
   index tensors in indexing, and copies (`copy_`, `t[:2] = cpu_tensor`);
 - `.cpu()` / `.to("cpu")` give real CPU tensors; `.item()`, `.tolist()`, `bool(t)`, `int(t)`
   work (a host sync); `.numpy()` (so `np.asarray`, matplotlib) raises TypeError as on a GPU;
+- `.data_ptr()` asked by minillm's CPU kernels (a module under `minillm.kernels`) raises
+  RuntimeError("CUDA pointer passed to a CPU kernel ..."): on a GPU that address points into the
+  GPU's memory and the C code would crash the process; asked by anything else it answers;
 - `torch.cuda.is_available()` is True (so `minillm.utils.devices.pick_device("auto")` is cuda), and
   `torch.cuda.synchronize`, `get_device_name`, `manual_seed_all` and `Event` work;
 - `torch.Generator(device="cuda")` gives a `FakeCudaGenerator` (a CPU generator that reports
@@ -34,19 +37,29 @@ Limits (where a real GPU differs and this harness does not tell):
   for a cuda tensor): `requires_grad=True` is ignored there; inference code does not notice;
 - in-place operations that change a fake tensor's shape (`resize_`, `unsqueeze_`, ...) and
   `t.data = other` raise;
-- `Module.to("cpu")` / `.cpu()` on a module on the fake device gives it new Parameter objects
-  (a real GPU keeps them), so weights tied by sharing one Parameter come back untied;
+- `Module.to(...)` swaps each parameter's contents for the moved tensor, in both directions
+  (`torch.__future__.set_swap_module_params_on_conversion(True)` while the harness is active):
+  the Parameter objects are kept, as on a GPU, but a module that holds a view of its own
+  parameter (which pins it) cannot be moved until it lets go of the view;
 - the modes are per thread: a thread started (with a `target`) while the harness is active runs
   under it too; a thread started before does not;
 - one device, cuda:0; streams and memory statistics are not faked;
 - once it has run, PyTorch's C++ side counts CUDA as initialised for the rest of the process: a
   real cuda call after the harness fails with "Could not run ... with arguments from the 'CUDA'
   backend" instead of "Torch not compiled with CUDA enabled".
+
+`FakeMps` is the same harness as an Apple GPU (MPS) shows itself: tensors report `mps:0`,
+`torch.backends.mps.is_available()` is True and `torch.cuda.is_available()` stays False (so
+`pick_device("auto")` is mps), `torch.mps.synchronize` counts its calls (`mps_synchronizations`),
+and float64 is refused as the real backend refuses it: making, moving or casting a float64 (or
+complex128) tensor onto mps raises TypeError. Its limits are the ones above, and it does not
+know which other operations a given macOS lacks.
 """
 
 from __future__ import annotations
 
 import copy
+import sys
 import threading
 import time
 import types
@@ -57,8 +70,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
 CUDA = torch.device("cuda", 0)
+MPS = torch.device("mps", 0)
 CPU = torch.device("cpu")
+_FAKE = [CUDA]  # the device the active harness fakes: cuda:0 (FakeCuda) or mps:0 (FakeMps)
 DEVICE_NAME = "fake CUDA (computes on the CPU)"
+MPS_DEVICE_NAME = "fake Apple GPU (computes on the CPU)"
 
 aten = torch.ops.aten
 # CUDA takes CPU index tensors for indexing (it copies them over).
@@ -69,7 +85,8 @@ _CROSS_DEVICE_OK = {aten.copy_.default, aten._copy_from.default,
 
 
 class FakeCudaTensor(torch.Tensor):
-    """A tensor that reports device cuda:0 and keeps its values in `elem`, a CPU tensor."""
+    """A tensor that reports the fake device (cuda:0, or mps:0 under FakeMps) and keeps its
+    values in `elem`, a CPU tensor."""
 
     elem: torch.Tensor
 
@@ -78,6 +95,8 @@ class FakeCudaTensor(torch.Tensor):
         if type(elem) is not torch.Tensor or not elem.is_cpu:
             raise TypeError(f"FakeCudaTensor wraps a plain CPU tensor, got {type(elem).__name__} "
                             f"on {elem.device}")
+        if _FAKE[0].type == "mps" and elem.dtype in _NOT_ON_MPS:
+            raise TypeError(_MPS_FLOAT64)
         if torch.is_inference_mode_enabled():
             # A wrapper made in inference mode is an inference tensor, and PyTorch then refuses
             # to make it a view of a normal tensor (`weight.t()` under inference_mode): every
@@ -107,7 +126,7 @@ class FakeCudaTensor(torch.Tensor):
 
     def __repr__(self, *, tensor_contents=None) -> str:
         text = repr(self.elem)
-        return text[:-1] + ", device='cuda:0')" if text.endswith(")") else text
+        return text[:-1] + f", device='{_FAKE[0]}')" if text.endswith(")") else text
 
     def __format__(self, spec: str) -> str:
         if self.dim() == 0:
@@ -129,7 +148,7 @@ class FakeCudaTensor(torch.Tensor):
 def _wrapper(cls, elem):
     return torch.Tensor._make_wrapper_subclass(
         cls, elem.size(), strides=elem.stride(), storage_offset=elem.storage_offset(),
-        dtype=elem.dtype, layout=elem.layout, device=CUDA, requires_grad=False)
+        dtype=elem.dtype, layout=elem.layout, device=_FAKE[0], requires_grad=False)
 
 
 def is_fake_cuda(tensor) -> bool:
@@ -150,26 +169,27 @@ def _device_type(device) -> str | None:
 
 def _check_index(device: torch.device) -> None:
     if device.index not in (None, 0):
-        raise RuntimeError(f"CUDA error: invalid device ordinal ({device}): the fake CUDA "
-                           "harness has one device, cuda:0")
+        raise RuntimeError(f"{device.type.upper()} error: invalid device ordinal ({device}): the "
+                           f"fake device harness has one device, {_FAKE[0]}")
 
 
 def _as_cuda0(arg):
-    """`arg` as torch.device("cuda", 0) when it names a CUDA device, else unchanged. A CPU-only
-    PyTorch cannot resolve a bare "cuda" to cuda:0 itself (it has no CUDA device guard)."""
-    if isinstance(arg, (str, torch.device)) and _device_type(arg) == "cuda":
+    """`arg` as the fake device (cuda:0 or mps:0) when it names that device type, else
+    unchanged. A CPU-only PyTorch cannot resolve a bare "cuda" to cuda:0 itself (it has no CUDA
+    device guard)."""
+    if isinstance(arg, (str, torch.device)) and _device_type(arg) == _FAKE[0].type:
         try:
             device = torch.device(arg)
         except RuntimeError:
             return arg
         _check_index(device)
-        return CUDA
+        return _FAKE[0]
     return arg
 
 
 def _mismatch(where, other: torch.device) -> RuntimeError:
     return RuntimeError(f"Expected all tensors to be on the same device, but found at least two "
-                        f"devices, cuda:0 and {other}! (raised by the fake CUDA harness in "
+                        f"devices, {_FAKE[0]} and {other}! (raised by the fake device harness in "
                         f"{where})")
 
 
@@ -266,7 +286,7 @@ def _run(func, args, kwargs):
     device = None
     if position is not None:
         device = kwargs.get("device") if kwarg_only or position >= len(args) else args[position]
-    out_cuda = device is not None and _device_type(device) == "cuda"
+    out_cuda = device is not None and _device_type(device) == _FAKE[0].type
     if out_cuda:  # compute on the CPU
         _check_index(torch.device(device))
         if kwarg_only or position >= len(args):
@@ -340,16 +360,16 @@ _FakeCudaDispatch.__torch_dispatch__ = _dispatch
 
 class FakeCudaGenerator(torch._C.Generator):
     """`torch.Generator(device="cuda")` under the harness: a CPU generator (random ops compute
-    on the CPU) that reports device cuda:0."""
+    on the CPU) that reports the fake device, cuda:0 (mps:0 under FakeMps)."""
 
     @property
     def device(self) -> torch.device:
-        return CUDA
+        return _FAKE[0]
 
 
 class _GeneratorType(type):
     def __call__(cls, device="cpu"):
-        if _device_type(device) == "cuda":
+        if _device_type(device) == _FAKE[0].type:
             _check_index(torch.device(device))
             return FakeCudaGenerator()
         return torch._C.Generator(device)
@@ -372,12 +392,13 @@ def _check_generator(func, args, kwargs) -> None:
     generator = kwargs["generator"]
     device = kwargs.get("device")
     if device is not None:
-        on_cuda = _device_type(device) == "cuda"
+        on_cuda = _device_type(device) == _FAKE[0].type
     else:
         first = next((t for a in args for t in _tensors(a)), None)
         on_cuda = isinstance(first, FakeCudaTensor)
-    found = "cuda" if isinstance(generator, FakeCudaGenerator) else generator.device.type
-    wanted = "cuda" if on_cuda else "cpu"
+    fake = _FAKE[0].type
+    found = fake if isinstance(generator, FakeCudaGenerator) else generator.device.type
+    wanted = fake if on_cuda else "cpu"
     if found != wanted:
         raise RuntimeError(f"Expected a '{wanted}' device type for generator but found "
                            f"'{found}' (raised by the fake CUDA harness in {func.__name__})")
@@ -421,8 +442,8 @@ def _setitem(tensor, index, value) -> None:
 
 
 def _numpy(tensor, *args, **kwargs):
-    raise TypeError("can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy "
-                    "the tensor to host memory first.")
+    raise TypeError(f"can't convert {_FAKE[0]} device type tensor to numpy. Use Tensor.cpu() to "
+                    "copy the tensor to host memory first.")
 
 
 def _on_values(func, args, kwargs):
@@ -446,6 +467,25 @@ def _on_values(func, args, kwargs):
     return tree_map(rewrap, out)
 
 
+_KERNELS = "minillm.kernels"
+
+
+def _data_ptr(tensor) -> int:
+    """The address of a fake tensor's CPU values, except when minillm's CPU kernels ask: a real
+    GPU tensor's address points into the GPU's memory, so handing one to C is a crash."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_globals.get("__name__", "").startswith(("torch",
+                                                                                __name__)):
+        frame = frame.f_back
+    caller = "" if frame is None else frame.f_globals.get("__name__", "")
+    if caller == _KERNELS or caller.startswith(_KERNELS + "."):
+        raise RuntimeError(f"CUDA pointer passed to a CPU kernel: {caller} asked for the address "
+                           f"of a {tensor.dtype} tensor of shape {tuple(tensor.shape)} on cuda:0 "
+                           f"(raised by the fake CUDA harness; on a GPU this address points into "
+                           f"the GPU's memory and the C code would crash)")
+    return tensor.elem.data_ptr()
+
+
 # Methods of a fake tensor answered here, not by dispatch.
 _FAKE_METHODS = {
     torch.Tensor.tolist: lambda t: t.elem.tolist(),
@@ -455,7 +495,7 @@ _FAKE_METHODS = {
     torch.Tensor.__complex__: lambda t: complex(t.elem),
     torch.Tensor.numpy: _numpy,
     torch.Tensor.__array__: _numpy,
-    torch.Tensor.data_ptr: lambda t: t.elem.data_ptr(),
+    torch.Tensor.data_ptr: _data_ptr,
     torch.Tensor.untyped_storage: lambda t: t.elem.untyped_storage(),
     # A fake tensor never requires grad (see the limits above); asking is accepted and ignored,
     # so that nn.Parameter(t) works.
@@ -469,7 +509,7 @@ def _to(tensor, *args, **kwargs):
     the process)."""
     if torch.is_grad_enabled() and tensor.requires_grad \
             and not isinstance(tensor, FakeCudaTensor) \
-            and any(isinstance(a, FakeCudaTensor) or a == CUDA
+            and any(isinstance(a, FakeCudaTensor) or a == _FAKE[0]
                     for a in (*args, *kwargs.values()) if isinstance(a, (torch.Tensor,
                                                                          torch.device))):
         raise RuntimeError("the fake CUDA harness cannot follow a tensor that requires grad "
@@ -478,6 +518,9 @@ def _to(tensor, *args, **kwargs):
 
 
 def _cuda(tensor, device=None, non_blocking=False, memory_format=torch.preserve_format):
+    if _FAKE[0].type != "cuda":  # a Mac's PyTorch has no CUDA: let the real method say so
+        return torch.Tensor.cuda(tensor, device, non_blocking=non_blocking,
+                                 memory_format=memory_format)
     if device is not None:
         _check_index(torch.device("cuda", device) if isinstance(device, int)
                      else torch.device(device))
@@ -535,11 +578,11 @@ class _FakeCudaFunctions(TorchFunctionMode):
         if kwargs:
             if "device" in kwargs:
                 device = kwargs["device"]
-                if type(device) is int:  # a CUDA ordinal
+                if type(device) is int and _FAKE[0] == CUDA:  # a CUDA ordinal
                     _check_index(torch.device("cuda", device))
                     device = CUDA
                 kwargs = {**kwargs, "device": _as_cuda0(device)}
-                if kwargs["device"] == CUDA and kwargs.get("requires_grad"):
+                if kwargs["device"] == _FAKE[0] and kwargs.get("requires_grad"):
                     kwargs["requires_grad"] = False
             if kwargs.get("generator") is not None:
                 _check_generator(func, args, kwargs)
@@ -561,7 +604,7 @@ class _FakeCudaFunctions(TorchFunctionMode):
         try:
             return func(*args, **kwargs)
         except RuntimeError as error:
-            if "not linked with support for cuda" not in str(error) \
+            if f"not linked with support for {_FAKE[0].type}" not in str(error) \
                     or not _has_fake(args, kwargs):
                 raise
         return _on_values(func, args, kwargs)
@@ -596,6 +639,16 @@ class FakeCudaEvent:
         if self.time is None or end.time is None:
             raise RuntimeError("Both events must be recorded before calculating elapsed time.")
         return (end.time - self.time) * 1000.0
+
+
+def _event_factory(real_event):
+    """`torch.Event(device=...)` (transformers' generate makes two): a host-clock event on the
+    fake device, the real one elsewhere. A CPU build of torch refuses an mps event outright."""
+    def event(device=None, **options):
+        if device is not None and torch.device(device).type == _FAKE[0].type:
+            return FakeCudaEvent(**options)
+        return real_event(device=device, **options)  # device=None is torch's own default
+    return event
 
 
 def _cuda_device_arg(device=None) -> None:
@@ -638,6 +691,39 @@ def _fake_cuda_api() -> dict:
     }
 
 
+# ---- torch.mps and torch.backends.mps ---------------------------------------------------------
+
+# What Apple's GPUs cannot hold, and what PyTorch's MPS backend says when asked to.
+_NOT_ON_MPS = (torch.float64, torch.complex128)
+_MPS_FLOAT64 = ("Cannot convert a MPS Tensor to float64 dtype as the MPS framework doesn't "
+                "support float64. Please use float32 instead. (raised by the fake MPS harness)")
+_MPS_SYNCS = [0]
+
+
+def mps_synchronizations() -> int:
+    """How many times `torch.mps.synchronize` has been called under FakeMps in this process."""
+    return _MPS_SYNCS[0]
+
+
+def _mps_synchronize() -> None:
+    _MPS_SYNCS[0] += 1
+
+
+def _fake_mps_api() -> dict:
+    """torch.mps's functions as an Apple Silicon Mac answers them (memory figures: none used)."""
+    return {
+        "synchronize": _mps_synchronize,
+        "device_count": lambda: 1,
+        "manual_seed": lambda seed: None,
+        "seed": lambda: None,
+        "empty_cache": lambda: None,
+        "current_allocated_memory": lambda: 0,
+        "driver_allocated_memory": lambda: 0,
+        "recommended_max_memory": lambda: 16 * 2**30,
+        "Event": FakeCudaEvent,
+    }
+
+
 # ---- the switch ----------------------------------------------------------------------------
 
 _MISSING = object()
@@ -645,9 +731,14 @@ _MISSING = object()
 
 class FakeCuda:
     """The fake CUDA device: `with FakeCuda():`, or `FakeCuda().start()` for the rest of the
-    thread's life (a notebook kernel). One at a time."""
+    thread's life (a notebook kernel). One at a time (FakeMps included)."""
 
     _active = None
+    device = CUDA
+
+    def _patches(self) -> list:
+        """(owner, name, value): what the harness sets while active, besides the modes."""
+        return [(torch.cuda, name, value) for name, value in _fake_cuda_api().items()]
 
     def __init__(self):
         self._modes = None
@@ -655,16 +746,21 @@ class FakeCuda:
 
     def start(self) -> "FakeCuda":
         if FakeCuda._active is not None:
-            raise RuntimeError("a FakeCuda is already active")
+            raise RuntimeError(f"a {type(FakeCuda._active).__name__} is already active")
         # torch._dynamo (imported on the first dispatch) indexes torch.cuda's functions when it
         # is first imported: let it see the real ones.
         import torch._dynamo  # noqa: F401
 
         FakeCuda._active = self
+        _FAKE[0] = self.device
         self._lift = torch._C._only_lift_cpu_tensors()
+        # Module.to("cpu") would otherwise set `param.data` to a CPU tensor, leaving the fake
+        # wrapper in place with stale values.
+        self._swap = torch.__future__.get_swap_module_params_on_conversion()
+        torch.__future__.set_swap_module_params_on_conversion(True)
         torch._C._set_only_lift_cpu_tensors(True)  # torch.tensor(..., device=) builds on the CPU
-        patches = [(torch.cuda, name, value) for name, value in _fake_cuda_api().items()]
-        patches += [(torch, "Generator", _Generator),
+        patches = self._patches()
+        patches += [(torch, "Generator", _Generator), (torch, "Event", _event_factory(torch.Event)),
                     (threading.Thread, "run", _under_harness(threading.Thread.run))]
         for owner, name, value in patches:
             self._saved.append((owner, name, owner.__dict__.get(name, _MISSING)))
@@ -683,6 +779,7 @@ class FakeCuda:
                 setattr(owner, name, value)
         self._saved, self._modes = [], None
         torch._C._set_only_lift_cpu_tensors(self._lift)
+        torch.__future__.set_swap_module_params_on_conversion(self._swap)
         FakeCuda._active = None
 
     def __enter__(self) -> "FakeCuda":
@@ -690,6 +787,21 @@ class FakeCuda:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+class FakeMps(FakeCuda):
+    """The fake device as an Apple GPU shows itself: `with FakeMps():` (see the module's
+    docstring). torch.cuda is left as it is: unavailable."""
+
+    device = MPS
+
+    def _patches(self) -> list:
+        mps = torch.backends.mps
+        return [(torch.mps, name, value) for name, value in _fake_mps_api().items()] + [
+            (mps, "is_available", lambda: True), (mps, "is_built", lambda: True),
+            (mps, "is_macos_or_newer", lambda major, minor: True),
+            (mps, "is_macos13_or_newer", lambda minor=0: True),
+            (mps, "get_name", lambda: MPS_DEVICE_NAME)]
 
 
 def _enter_modes() -> list:

@@ -193,7 +193,7 @@ def test_every_engine_module_imports_without_the_wings_dependencies():
         "try:\n"
         "    minillm.reference.load_reference()\n"
         "except ImportError as error:\n"
-        "    assert \"pip install 'minillm[course]'\" in str(error), error\n"
+        "    assert \"pip install 'minillm-course[course]'\" in str(error), error\n"
         "else:\n"
         "    raise AssertionError('load_reference ran without transformers')\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

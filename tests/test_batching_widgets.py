@@ -54,6 +54,41 @@ def test_block_map_explorer_keeps_the_engine_it_was_built_with():
         block_map_explorer(engine, [])
 
 
+def test_no_request_is_drawn_in_a_grey_that_reads_as_reserved():
+    """Grey means reserved (left) and white free (right): every request's colour has hue."""
+    import colorsys
+
+    fig = block_map_figure({rid: ([rid], 4, 16) for rid in range(20)}, 16, 32, 0)
+    for cell in _cells(fig)[:20]:
+        r, g, b = cell.get_facecolor()[:3]
+        assert colorsys.rgb_to_hls(r, g, b)[2] > 0.3, f"{cell.get_gid()} is grey"
+
+
+def test_a_step_with_no_request_running_says_so_instead_of_an_empty_chart():
+    fig = block_map_figure({}, block_size=16, num_blocks=32, step=41)
+    assert fig._suptitle.get_text() == "step 41: no request running; all 32 blocks are free"
+    assert "no request running" in [t.get_text() for t in fig.axes[0].texts]
+    assert len(_cells(fig)) == 32
+
+
+def test_blocks_shared_by_samples_are_hatched_counted_once_and_keyed():
+    """Copy-on-write: three samples of request 0 share the prompt's two full blocks; each has
+    its own last block."""
+    snapshot = {(0, 0): ([0, 1, 2], 36, 60), (0, 1): ([0, 1, 3], 36, 60),
+                (0, 2): ([0, 1, 4], 36, 60)}
+    fig = block_map_figure(snapshot, block_size=16, num_blocks=16, step=3)
+    by_id = {c.get_gid(): c for c in _cells(fig)}
+    assert by_id["blockmap-block-0"].get_hatch() and by_id["blockmap-block-1"].get_hatch()
+    assert not by_id["blockmap-block-2"].get_hatch()
+    assert [t.get_text() for t in fig.axes[1].texts] == ["×3", "×3"]
+    key = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
+    assert key == ["request 0 sample 0", "request 0 sample 1", "request 0 sample 2",
+                   "shared (×k holders)", "free block"]
+    assert fig._suptitle.get_text() == ("step 3: 108 tokens stored in 44 slots (shared blocks "
+                                        "once); paged holds 80 slots (55% used), contiguous "
+                                        "180 (60% used)")
+
+
 def _step(start, end, *items):
     return SimpleNamespace(start=start, end=end, items=list(items))
 
@@ -75,3 +110,21 @@ def test_timeline_numbers_requests_with_integers_and_keys_only_what_appears():
     first = min(ax.patches, key=lambda p: p.get_x())
     assert first.get_x() == 0.0 and first.get_width() == pytest.approx(0.5)
     assert first.get_facecolor()[:3] == matplotlib.colors.to_rgb(COLOURS["prefill"])
+
+
+def test_recorded_block_maps_key_samples_and_skip_the_empty_last_step():
+    from minillm.course.toy import tiny_model
+    from minillm.course.widgets.batching import record_block_maps
+    from minillm.engine import Engine
+
+    engine = Engine(*tiny_model(), num_blocks=16, block_size=4)
+    engine.add_request(list(range(10)), n=3, do_sample=True, seed=0, max_new_tokens=5,
+                       ignore_eos=True)
+    engine.add_request([1, 2], max_new_tokens=2, ignore_eos=True)
+    maps = record_block_maps(engine)
+    assert not engine.has_unfinished() and all(maps)
+    assert set(maps[-1]) <= {(0, 0), (0, 1), (0, 2)}
+    forked = next(m for m in maps if len([k for k in m if isinstance(k, tuple)]) == 3)
+    tables = [forked[(0, i)][0] for i in range(3)]
+    assert tables[0][:2] == tables[1][:2] == tables[2][:2]  # the prompt's two full blocks
+    assert 1 in maps[0] and maps[0][1] == ([maps[0][1][0][0]], 2, 4)

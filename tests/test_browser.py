@@ -1,5 +1,7 @@
-"""The course as a learner meets it: JupyterLab in a real browser (Debian's Chromium, driven by
-playwright). A widget that computes correctly can still show nothing; only a browser tells.
+"""The course as a learner meets it: JupyterLab in a real browser (the machine's Chromium or
+Chrome, driven by playwright; tests/browser/chromium.py finds it, CHROMIUM=path chooses it). A
+widget that computes correctly can still show nothing; only a browser tells. Without a browser
+these tests are skipped with one line saying how to enable them (CI requires them).
 
 Screenshots go to test-artifacts/browser/ (printed in the output)."""
 
@@ -11,16 +13,26 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from browser.jupyter import (CHROMIUM, CHROMIUM_FLAGS, ROOT, api, current_notebook,
+from browser.chromium import CJK_FONT, cjk_font_found, find_chromium, required
+from browser.fonts import cjk_glyphs, drawn_fonts
+from browser.jupyter import (CHROMIUM_FLAGS, KERNEL_IDLE, ROOT, api, current_notebook,
                              element_screenshot, error_outputs, jupyterlab, open_notebook, run_all,
-                             screenshot, settle, shutdown_kernels)
+                             run_new_cell, screenshot, settle, shutdown_kernels)
 from browser.lessons import LESSON_CHECKS
+from browser.widgets import output_area, slider
 
 pytestmark = pytest.mark.slow
 
+CHROMIUM, FOUND = find_chromium()
+if CHROMIUM is None:
+    if required():
+        pytest.fail(f"MINILLM_BROWSER_TESTS=required, but {FOUND.split(': ', 1)[1]}",
+                    pytrace=False)
+    pytest.skip(FOUND, allow_module_level=True)
+
 # Lessons whose controls the test moves; any lesson that builds ipywidgets must be listed here.
 WIDGET_NOTEBOOKS = sorted(
-    p.relative_to(ROOT).as_posix() for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")
+    p.relative_to(ROOT).as_posix() for p in (ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb")
     if "minillm.course.widgets" in p.read_text(encoding="utf-8")
     or "ipywidgets" in p.read_text(encoding="utf-8"))
 
@@ -49,20 +61,11 @@ BUSY_LIMIT_S = 180
 IGNORED_CONSOLE = ("favicon", "Failed to load resource: the server responded with a status of 404")
 
 
-# Chinese terms in the lessons need a CJK font, or the browser draws boxes.
-CJK_FONT = "/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc"
-
-
-def _missing_message(path: str) -> str:
-    return (f"{path} is missing: `make browser` installs Debian's chromium, chromium-driver and "
-            "fonts-noto-cjk")
-
-
 @pytest.fixture(scope="module")
 def browser():
-    for needed in (CHROMIUM, CJK_FONT):
-        if not Path(needed).exists():
-            pytest.fail(_missing_message(needed))
+    if required() and not cjk_font_found():
+        pytest.fail(f"no CJK font ({CJK_FONT}): `make browser` installs Debian's fonts-noto-cjk, "
+                    "without which the lessons' Chinese terms show as boxes")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
@@ -238,3 +241,69 @@ def test_make_course_serves_the_welcome_notebook_and_its_first_cells_run(browser
                       f"screenshot {shot}")
         finally:
             page.close()
+
+
+# A widget a learner adds to the Chinese welcome notebook (chapter 00 itself has none).
+ZH_WIDGET_CELL = """from minillm.course.widgets import temperature_explorer
+
+fast, fast_tokenizer = minillm.load("smollm2-135m")
+temperature_explorer(fast, fast_tokenizer, "The capital of France is")"""
+CJK_CHARACTER = "[\u4e00-\u9fff]"
+
+
+def _cjk_count(text: str) -> int:
+    import re
+
+    return len(re.findall(CJK_CHARACTER, text))
+
+
+def test_make_course_lang_zh_opens_the_chinese_edition_drawn_with_a_cjk_font(browser, tmp_path,
+                                                                             capsys):
+    """`make course LANG=zh`: its start page is notebooks/zh/00_welcome.ipynb, which runs;
+    its Chinese is drawn with the CJK font, and a widget's labels are Chinese, drawn so too."""
+    notebook = "notebooks/zh/00_welcome.ipynb"
+    original = (ROOT / notebook).read_bytes()
+
+    def make_course(args):
+        return ["make", "--no-print-directory", "course", "LANG=zh",
+                "JUPYTER_ARGS=" + " ".join(args)]
+
+    with jupyterlab(tmp_path, make_course) as (base, token):
+        page, problems = _watched_page(browser)
+        try:
+            page.goto(f"{base}/?token={token}", timeout=120_000)  # where `make course` goes
+            page.wait_for_function("() => !!window.jupyterapp", timeout=120_000)
+            page.wait_for_function(KERNEL_IDLE, timeout=120_000)
+            shown = page.evaluate("() => window.jupyterapp.shell.currentWidget.context.path")
+            assert shown == notebook
+            run_all(page)
+            assert error_outputs(page) == []
+            heading = current_notebook(page).locator(".jp-MarkdownOutput h1").first
+            title = heading.inner_text()
+            fonts = drawn_fonts(page, heading)
+            assert "欢迎" in title and cjk_glyphs(fonts) >= _cjk_count(title), (title, fonts)
+            printed = current_notebook(page).locator(".jp-OutputArea-output pre",
+                                                     has_text="个词元").first
+            assert cjk_glyphs(drawn_fonts(page, printed)) > 0, printed.inner_text()
+            heading_shot = element_screenshot(heading, "zh-00_welcome-heading")
+
+            run_new_cell(page, ZH_WIDGET_CELL)
+            assert error_outputs(page) == []
+            area = output_area(page, '[data-chart="temperature"]')
+            label = area.locator("label.widget-label").first
+            assert label.inner_text() == "温度 T"
+            assert slider(area, "温度 T").count() == 1
+            label_fonts = drawn_fonts(page, label)
+            assert cjk_glyphs(label_fonts) >= 2, label_fonts
+            chart_title = area.locator("svg text", has_text="下一个词元").first
+            chart_fonts = drawn_fonts(page, chart_title)
+            assert cjk_glyphs(chart_fonts) >= 5, (chart_title.text_content(), chart_fonts)
+            widget_shot = element_screenshot(area, "zh-00_welcome-temperature-widget")
+            assert problems == [], f"JavaScript errors: {problems}"
+            with capsys.disabled():
+                print(f"\nmake course LANG=zh: {shown} ran; heading {title!r} drawn with "
+                      f"{fonts}; widget label drawn with {label_fonts}, chart title with "
+                      f"{chart_fonts}; screenshots {heading_shot}, {widget_shot}")
+        finally:
+            page.close()
+    assert (ROOT / notebook).read_bytes() == original, f"the browser run saved into {notebook}"

@@ -5,10 +5,12 @@ To stay quick, the bundle here holds only the build tools' wheels; the heavy pac
 transformers, JupyterLab) come from the test's own environment through a .pth file. `make bundle`
 builds the full wheelhouse the same way."""
 
+import json
 import os
 import subprocess
 import sys
 import sysconfig
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -36,12 +38,40 @@ def bundle(tmp_path_factory, gguf_path):
 
 def test_bundle_layout(bundle):
     assert (bundle / "model" / "SmolLM2-135M-Instruct.Q4_1.gguf").is_file()
+    licence = (bundle / "model" / "SmolLM2-135M-Instruct.Q4_1.LICENSE.txt").read_text()
+    assert "a model by Hugging Face" in licence and "Apache License" in licence
     assert list((bundle / "wheels").glob("setuptools-*.whl"))
     assert (bundle / "course" / "Makefile").is_file()
+    assert (bundle / "course" / "LICENSE").is_file()
     assert (bundle / "course" / "notebooks" / "00_welcome.ipynb").is_file()
-    assert "make course OFFLINE=.." in (bundle / "README.txt").read_text()
+    readme = (bundle / "README.txt").read_text()
+    assert "make course OFFLINE=.." in readme
     assert (bundle / "book" / "index.html").is_file(), "the built book is in the bundle"
-    assert "open book/index.html" in (bundle / "README.txt").read_text()
+    assert "open book/index.html" in readme
+    held = json.loads((bundle / "bundle.json").read_text())
+    assert held["torch"]["build"] == "none" and "no torch" in readme  # build tools only here
+    assert held["python"] == sys.version.split()[0]
+
+
+@pytest.mark.parametrize("wheel,requires,build", [
+    ("torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl", [], "CPU"),
+    ("torch-2.13.0+cu128-cp311-cp311-manylinux_2_28_x86_64.whl", ["nvidia-cublas-cu12"],
+     "CUDA 12.8"),
+    ("torch-2.13.0-cp311-cp311-manylinux_2_28_x86_64.whl", ["nvidia-cublas-cu12", "sympy"],
+     "CUDA"),
+    ("torch-2.13.0-cp311-none-macosx_11_0_arm64.whl", ["sympy"], "CPU"),
+])
+def test_the_bundle_says_which_torch_build_it_holds(tmp_path, wheel, requires, build):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        from make_bundle import torch_build
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    with zipfile.ZipFile(tmp_path / wheel, "w") as archive:
+        archive.writestr("torch-2.13.0.dist-info/METADATA", "Name: torch\n" + "".join(
+            f"Requires-Dist: {r}\n" for r in requires))
+    assert torch_build(tmp_path) == {"wheel": wheel, "version": wheel.split("-")[1],
+                                     "build": build}
 
 
 def test_offline_install_runs_chapter_00(bundle, tmp_path, gguf_path):

@@ -28,7 +28,7 @@ def test_field_names_are_transformers_names():
 
 
 def test_ignore_eos_runs_to_max_new_tokens_and_is_checked():
-    from minillm.generation.loop import eos_ids
+    from minillm.generation.request import eos_ids
 
     class Model:
         class config:
@@ -118,3 +118,68 @@ def test_bad_values_raise_value_error_naming_field_value_and_range(fields, name,
 def test_wrong_types_raise_type_error(fields):
     with pytest.raises(TypeError, match=next(iter(fields))):
         GenerationConfig(**fields)
+
+
+# --- sampling options without do_sample: ignored, and said once --------------------------------
+
+def _ignored_warnings(build) -> list[str]:
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")  # Python's own rule: once per line of code
+        build()
+    return [str(w.message) for w in caught
+            if issubclass(w.category, minillm.decoding.IgnoredSamplingOptionsWarning)]
+
+
+def test_sampling_options_without_do_sample_warn_naming_them_and_the_fix():
+    import warnings
+
+    with pytest.warns(minillm.decoding.IgnoredSamplingOptionsWarning) as caught:
+        config = GenerationConfig(temperature=0.8, top_p=0.9)
+    assert config.do_sample is False and config.temperature == 0.8  # still greedy, as asked
+    message = str(caught[0].message)
+    assert message == ("temperature and top_p are set but do_sample=False, so greedy decoding "
+                       "ignores them: pass do_sample=True to sample with them, or leave them out "
+                       "for greedy decoding")
+    assert caught[0].filename == __file__  # it points at the line that built the config
+    with pytest.warns(minillm.decoding.IgnoredSamplingOptionsWarning, match="num_beams=1 and "
+                      "do_sample=True to sample with it, or leave it out for beam search"):
+        GenerationConfig(num_beams=2, min_p=0.1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        GenerationConfig(do_sample=True, temperature=0.8, top_k=5, top_p=0.9, min_p=0.1)
+        GenerationConfig(temperature=0)  # OpenAI's spelling of greedy
+        GenerationConfig(temperature=1.0, top_k=None, top_p=1.0)  # each at its "off" value
+
+
+def test_the_warning_is_shown_once_however_often_a_loop_builds_such_configs():
+    def loop():
+        for t in (0.5, 0.6, 0.7):
+            GenerationConfig(temperature=t)
+        for k in (5, 10):
+            minillm.decoding.GenerationConfig.merge(None, top_k=k)
+
+    assert _ignored_warnings(loop) == [
+        "temperature is set but do_sample=False, so greedy decoding ignores it: pass "
+        "do_sample=True to sample with it, or leave it out for greedy decoding",
+        "top_k is set but do_sample=False, so greedy decoding ignores it: pass do_sample=True to "
+        "sample with it, or leave it out for greedy decoding"]
+
+
+def test_generate_warns_at_the_callers_line_and_a_built_config_does_not_warn_again():
+    from minillm.course.toy import LetterTokenizer, tiny_model
+
+    model, tok = tiny_model()
+    config = GenerationConfig(max_new_tokens=2, do_sample=True)
+    assert GenerationConfig.merge(config) is config  # nothing changed: the same value
+
+    def run():
+        for _ in range(3):
+            minillm.generate(model, tok, "abc", config, temperature=0.3)
+
+    assert len(_ignored_warnings(run)) == 0  # sampling: nothing is ignored
+    greedy = GenerationConfig(max_new_tokens=2)
+    assert len(_ignored_warnings(
+        lambda: [minillm.generate(model, LetterTokenizer(), "abc", greedy, top_p=p)
+                 for p in (0.5, 0.9)])) == 1

@@ -12,7 +12,8 @@ from transformers.generation import logits_process as hf
 
 from minillm.decoding import (BadWordsProcessor, MinPProcessor, NoRepeatNGramProcessor,
                               ProcessorList, RepetitionPenaltyProcessor, TemperatureProcessor,
-                              TopKProcessor, TopPProcessor, build_processors, GenerationConfig)
+                              TopKProcessor, TopPProcessor, build_processors, GenerationConfig,
+                              IgnoredSamplingOptionsWarning)
 
 CASES = 120
 
@@ -148,8 +149,9 @@ def test_built_chain_matches_transformers_order():
 
 
 def test_greedy_builds_no_sampling_filters():
-    config = GenerationConfig(temperature=0.5, top_k=5, top_p=0.5, min_p=0.1,
-                              repetition_penalty=1.2)
+    with pytest.warns(IgnoredSamplingOptionsWarning, match="temperature, top_k, top_p and min_p"):
+        config = GenerationConfig(temperature=0.5, top_k=5, top_p=0.5, min_p=0.1,
+                                  repetition_penalty=1.2)
     assert [type(p) for p in build_processors(config)] == [RepetitionPenaltyProcessor]
     assert isinstance(build_processors(GenerationConfig()), ProcessorList)
     assert len(build_processors(GenerationConfig())) == 0

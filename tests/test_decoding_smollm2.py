@@ -11,7 +11,7 @@ import torch
 
 import minillm
 from minillm.decoding import GenerationConfig
-from minillm.generation.loop import eos_ids
+from minillm.generation.request import eos_ids
 
 NEW = 12
 PLAIN = ["The capital of France is", "Once upon a time, there was a little",

@@ -8,7 +8,7 @@ import torch
 
 matplotlib.use("Agg")
 
-from minillm.decoding import GenerationConfig  # noqa: E402
+from minillm.decoding import GenerationConfig, IgnoredSamplingOptionsWarning  # noqa: E402
 from minillm.course.text_quality import (distinct_n, mean_logprob, repeated_ngram_rate,  # noqa: E402
                                       repeated_ngrams, repeated_token_mask)
 from minillm.course.widgets import (config_from_values, filter_figure, filter_view,  # noqa: E402
@@ -137,6 +137,45 @@ def test_filter_view_keeps_what_transformers_keeps(seed):
     assert view.cut == 1 or view.cumulative[view.cut - 2] < p
 
 
+def test_min_p_keeps_the_tokens_at_least_min_p_times_as_likely_as_the_top_one():
+    probs = torch.tensor([0.5, 0.3, 0.15, 0.05])
+    view = filter_view(probs.log(), min_p=0.4)  # the line: 0.4 * 0.5 = 0.2
+    assert view.removed_by == ["", "", "min-p", "min-p"] and view.n_kept == 2
+    assert view.n_after_top_p == 4 and view.renormalised == pytest.approx([0.625, 0.375, 0, 0])
+    hot = filter_view(probs.log(), min_p=0.4, temperature=2.0)  # flatter: the line moves down
+    assert hot.n_kept == 3
+    both = filter_view(probs.log(), top_p=0.5, min_p=0.1)  # top-p removes first
+    assert both.removed_by == ["", "top-p", "top-p", "top-p"]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_filter_view_with_min_p_keeps_what_transformers_keeps(seed):
+    from transformers.generation.logits_process import (LogitsProcessorList, MinPLogitsWarper,
+                                                        TemperatureLogitsWarper,
+                                                        TopPLogitsWarper)
+
+    torch.manual_seed(seed)
+    logits = torch.randn(500) * 3
+    p, m, t = [(1.0, 0.1, 1.0), (0.9, 0.05, 2.0), (0.95, 0.3, 0.7), (1.0, 0.02, 3.0)][seed]
+    chain = LogitsProcessorList([TemperatureLogitsWarper(t)]
+                                + ([TopPLogitsWarper(p)] if p < 1.0 else [])
+                                + [MinPLogitsWarper(m)])
+    theirs = torch.isfinite(chain(None, logits[None].clone()))[0]
+    view = filter_view(logits, 0, p, t, show=500, min_p=m)
+    assert view.n_kept == int(theirs.sum()) and view.kept == theirs[view.ids].tolist()
+
+
+def test_filter_figure_names_min_p_and_notes_byte_labels():
+    view = filter_view(torch.linspace(40, -40, 300), 0, 0.9, 1.0, 10, min_p=0.5)
+    fig = filter_figure(view, [f"t{i}" for i in view.ids], 0, 0.9, 1.0, 0.5, note="a note")
+    by_min_p = len(_gid_patches(fig.axes[0], "filters-bar-minp-"))
+    assert by_min_p == min(view.n_after_top_p, 10) - view.n_kept > 0
+    assert fig._suptitle.get_text().endswith(
+        f"then min-p 0.5 keeps {view.n_kept}), holding "
+        f"{fig._suptitle.get_text().split('holding ')[1]}")
+    assert "removed by min-p" in _texts(fig) and fig.axes[0].get_xlabel().endswith("\na note")
+
+
 def _filter_fig(logits, k, p, t=1.0, show=10):
     view = filter_view(logits, k, p, t, show)
     return view, filter_figure(view, [f"t{i}" for i in view.ids], k, p, t)
@@ -195,11 +234,41 @@ def test_mean_logprob_is_the_average_of_each_token_logprob():
     assert got == pytest.approx(float(want))
 
 
+class BytesTokenizer:
+    """Four tokens: 你 cut in two (b"\\xe4\\xbd" + b"\\xa0"), " hi", and <|im_end|> (special)."""
+    pieces = [b"\xe4\xbd", b"\xa0", b" hi\n", b"<|im_end|>"]
+    special_tokens = {"<|im_end|>": 3}
+
+    def token_bytes(self, i):
+        return self.pieces[i]
+
+    def decode(self, ids, skip_special_tokens=False):
+        return b"".join(self.pieces[i] for i in ids).decode("utf-8", errors="replace")
+
+
+def test_a_token_holding_part_of_a_character_shows_its_bytes():
+    from minillm.course.widgets.tokens import has_byte_labels, text_pieces, token_label
+
+    tok = BytesTokenizer()
+    assert [token_label(tok, i) for i in range(4)] == ["\\xe4\\xbd", "\\xa0", " hi\\n",
+                                                       "<|im_end|>"]
+    assert has_byte_labels(tok, [0, 2]) and not has_byte_labels(tok, [2, 3])
+    assert text_pieces(tok, [2, 0, 1, 3, 0]) == [(" hi\n", [0]), ("你", [1, 2]), ("\ufffd", [4])]
+
+
+def test_the_repetition_view_joins_a_characters_bytes_and_leaves_out_special_tokens():
+    report = repetition_report("greedy", [0, 1, 2, 0, 1, 2, 3], n=3)
+    page = highlight_html(BytesTokenizer(), report)
+    assert "<|im_end|>" not in page and "&lt;|im_end|&gt;" not in page
+    assert page.count("你") == 2 and "\ufffd" not in page
+    assert '<span style="background:#f8b4b4">你</span>' in page  # the repeated one
+
+
 class FakeTokenizer:
     def encode(self, text):
         return [ord(c) % 50 for c in text]
 
-    def decode(self, ids):
+    def decode(self, ids, skip_special_tokens=False):
         return "".join(chr(97 + i % 26) for i in ids)
 
 
@@ -240,7 +309,9 @@ def test_playground_describe_names_the_mode_rounds_and_flags_options_it_ignores(
     from minillm.course.widgets.playground import describe
 
     assert describe(GenerationConfig()) == "greedy"
-    assert describe(GenerationConfig(temperature=0.7, length_penalty=2.0)) == (
+    with pytest.warns(IgnoredSamplingOptionsWarning):  # and says it once
+        ignored = GenerationConfig(temperature=0.7, length_penalty=2.0)
+    assert describe(ignored) == (
         "greedy · temperature=0.7 (sampling only) · length_penalty=2.0 (beam search only)")
     assert describe(GenerationConfig(num_beams=3, early_stopping="never")) == (
         "beam search, 3 beams · early_stopping='never'")
@@ -271,6 +342,10 @@ def test_runs_stand_side_by_side_latest_first_with_their_differences_in_bold():
     assert page.count("class='minillm-run'") == 2 and "data-run='1'" not in page
     assert "<b>greedy</b>" in page and "<b>sampling</b>" in page
     assert "running…" in page and "generating…" in page
+    # a setting the other run turned off reads as the controls say, never as Python's None
+    stopped = run(4, GenerationConfig(stop=["\n"]), ["x"], ["1 token"], 0.1)
+    page = runs_html([stopped, run(5, GenerationConfig(), ["x"], ["1 token"], 0.1)])
+    assert "<b>stop=none</b>" in page and "None" not in page
 
 
 def test_the_status_line_never_wraps():
@@ -383,5 +458,8 @@ def test_repetition_explorer_regenerates_only_what_changed(smollm2):
     assert "generating 1 of 1: repetition_penalty=2.5…" in seen
     assert seen[-1] == "generated 1, kept 2 unchanged" and disabled == [True, False]
     assert box.progress.layout.visibility == "hidden"
-    box.controls["repetition_penalty"].value = 1.8  # generated before: nothing to do
+    box.controls["repetition_penalty"].value = 1.3  # generated before: nothing to do
     assert box.generated == 4 and box.status.value == "nothing changed"
+    assert "the same text as" not in box.rows[1].value
+    box.controls["repetition_penalty"].value = 1.0  # no penalty: greedy's text, and it says so
+    assert "the same text as greedy" in box.rows[1].value

@@ -98,3 +98,26 @@ def test_smollm2_on_two_processes(gguf_path):
     assert report.max_abs_diff < 1e-4, report
     assert report.top1_agree and report.tokens_equal, report
     assert report.ranks[0]["prefill_calls"] == 60
+
+
+def test_the_backend_follows_where_the_ranks_tensors_are(monkeypatch):
+    """gloo for CPU tensors even on a machine with several GPUs (nccl moves GPU tensors only:
+    lesson 09 on a 2-GPU machine picked nccl for its CPU ranks); nccl only for ranks on CUDA
+    with a GPU each."""
+    from minillm.distributed import demos, launch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert launch.default_backend(2, "cpu") == "gloo"
+    assert launch.default_backend(2, "cuda") == "nccl"
+    with pytest.raises(ValueError, match="3 ranks on cuda need 3 GPUs, this machine has 2"):
+        launch.default_backend(3, "cuda")
+    with pytest.raises(ValueError, match="'cpu' or 'cuda'"):
+        launch.default_backend(2, "mps")
+    chosen = []
+    monkeypatch.setattr(demos, "run_distributed", lambda fn, n, args, device: chosen.append(
+        launch.default_backend(n, device)) or [{"logits": torch.zeros(1, 3), "tokens": []}] * n)
+    monkeypatch.setattr(demos, "_reference", lambda *args: (torch.zeros(1, 3), []))
+    demos.compare_tensor_parallel("unused", [1, 2], world_size=2, new_tokens=0)
+    demos.compare_pipeline_parallel("unused", [1, 2], world_size=2)
+    assert chosen == ["gloo", "gloo"] and demos.DEVICE == "cpu"

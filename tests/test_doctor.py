@@ -15,8 +15,8 @@ def test_a_ready_machine_passes_every_item(gguf_path, capsys):
     out = capsys.readouterr().out
     assert "Everything the course needs is here." in out
     assert "[FAIL]" not in out
-    for name in ["python", "package torch", "torch build", "model file", "free memory",
-                 "free disk", "JupyterLab + widgets"]:
+    for name in ["python", "package torch", "torch build", "model file", "cache", "free memory",
+                 "free disk", "JupyterLab + widgets", "kernels"]:
         assert f"] {name}:" in out
 
 
@@ -42,7 +42,7 @@ def test_a_cuda_build_without_a_gpu_is_the_wrong_torch_build(monkeypatch):
     check = doctor.check_torch_build()
     assert not check.ok
     assert "CUDA build of torch but no usable NVIDIA GPU" in check.detail
-    assert "torch==2.13.0" in check.fix
+    assert "TORCH_INDEX=" in check.fix and "rm -rf .venv" in check.fix
 
 
 def test_a_missing_package_names_the_fix(monkeypatch):
@@ -88,3 +88,67 @@ def test_doctor_times_a_real_generation(gguf_path):
     check = doctor.check_generation()
     assert check.ok, check.detail
     assert "10 tokens" in check.detail or "tokens in" in check.detail
+
+
+def test_the_kernels_line_says_what_was_built_or_why_not(monkeypatch):
+    from minillm.kernels import build
+
+    if build.cannot_build() is None:
+        check = doctor.check_kernels(measure=False)
+        assert check.ok and check.detail == f"built, {build.status().label}", check.detail
+    monkeypatch.setattr(build, "cannot_build", lambda: "this CPU is arm64, and ...")
+    check = doctor.check_kernels(measure=False)
+    assert check.ok and check.detail == "not built: this CPU is arm64, and ..."
+    monkeypatch.setenv("MINILLM_NO_KERNEL", "1")
+    assert doctor.check_kernels(measure=False).detail == \
+        "not used: switched off by MINILLM_NO_KERNEL"
+
+
+def test_a_failed_kernel_build_is_a_failed_item_with_its_fix(monkeypatch):
+    from minillm.kernels import build
+
+    failed = build.Status(False, "", "", "the compiler (cc) failed: norm.c:3:1: error: ...",
+                          failed=True)
+    monkeypatch.setattr(build, "cannot_build", lambda: None)
+    monkeypatch.setattr(build, "status", lambda: failed)
+    check = doctor.check_kernels(measure=True)  # nothing to measure: it failed
+    assert not check.ok and "not built: the compiler (cc) failed: norm.c:3:1" in check.detail
+    assert "install a C compiler" in check.fix
+    assert "[FAIL] kernels:" in check.line()
+
+
+@pytest.mark.slow
+def test_the_kernels_line_measures_what_they_change_here(gguf_path, monkeypatch):
+    """With the kernels: a decode step with them against one on PyTorch's, both measured now.
+    Without (a machine that cannot build them): PyTorch's step against the time this machine
+    needs to read the weights once."""
+    import re
+
+    from minillm.kernels import build
+
+    if build.cannot_build() is None:
+        check = doctor.check_kernels(measure=True)
+        assert check.ok, check.detail
+        assert re.search(r"; \d+\.\dx faster decoding here \(a decode step takes \d+\.\d ms with "
+                         r"them, \d+\.\d ms on PyTorch's kernels\)", check.detail), check.detail
+    monkeypatch.setattr(build, "cannot_build", lambda: "there is no C compiler (cc, gcc or clang)")
+    check = doctor.check_kernels(measure=True)
+    assert check.ok, check.detail
+    assert re.search(r"^not built: there is no C compiler .*; decoding runs on PyTorch, about "
+                     r"\d+\.\dx slower here than reading the weights allows \(\d+\.\d ms a step "
+                     r"against \d+\.\d ms to read them once\)$", check.detail), check.detail
+
+
+def test_a_read_only_cache_is_reported_with_where_writes_go(tmp_path, monkeypatch):
+    from minillm import files
+
+    shared, user = tmp_path / "shared", tmp_path / "user"
+    monkeypatch.setenv("MINILLM_CACHE", str(shared))
+    monkeypatch.setenv("MINILLM_USER_CACHE", str(user))
+    monkeypatch.setattr(files, "can_write", lambda folder: folder != shared)
+    check = doctor.check_cache()
+    assert check.ok and f"{shared} is read-only here" in check.detail and str(user) in check.detail
+    assert str(user) in doctor.check_disk().detail
+    monkeypatch.setattr(files, "can_write", lambda folder: False)
+    check = doctor.check_cache()
+    assert not check.ok and "MINILLM_USER_CACHE" in check.fix

@@ -23,7 +23,7 @@ def solutions():
     for kind, body in re.findall(r"# %% ?(\[\w+\])?\n(.*?)(?=\n# %%|\Z)", text, flags=re.S):
         if kind == "[task]":
             exec(body.split("# ==== solution ====")[1], namespace)
-        elif not kind and "def blocks_to_add" in body:
+        elif not kind and ("def blocks_to_add" in body or "def schedule_step" in body):
             exec(body, namespace)
     return namespace
 
@@ -165,7 +165,7 @@ def test_a_plan_that_changes_the_requests_is_named(solutions):
     def marks(running, free_blocks, budget, block_size):
         plan = solutions["plan_running"](running, free_blocks, budget, block_size)
         for r in running:
-            r["computed"] = r["tokens"]
+            r["computed"] = r["num_tokens"]
         return plan
 
     with pytest.raises(CheckFailed, match="changed its argument `running`"):
@@ -177,3 +177,28 @@ def test_a_decode_preempted_after_it_was_planned_leaves_the_plan():
     engine's scheduler undoes its plan, and the exercise asks for the same)."""
     want = checks._reference_step([checks._r("old", 8, 4, 1), checks._r("new", 6, 5, 2)], [], 0)
     assert want["run"] == [("old", 4)] and want["preempted"] == ["new"]
+
+
+def test_the_trace_plans_every_case_as_the_engine_does(capsys):
+    import random
+
+    rng = random.Random(0)
+    cases = list(checks.RUNNING_CASES) + [(checks._random_running(rng), rng.randint(0, 6),
+                                           rng.choice([8, 16, 32]), 4) for _ in range(300)]
+    for running, free, budget, block_size in cases:
+        got, lines = checks._narrated_plan(running, free, budget, block_size)
+        want = checks._reference_step(running, [], free, block_size, budget)
+        assert {**got, "preempted": sorted(got["preempted"])} == want
+        assert lines[-1] == f"result: {got}"
+
+
+def test_the_exercises_worked_trace_shows_both_preemption_cases(capsys):
+    """The case the exercise traces before task 3: a decode preempts itself, and a chunk
+    preempts a decode planned earlier in the step."""
+    case = [checks._r("a", 30, 4, 1), checks._r("b", 9, 8, 2), checks._r("c", 5, 4, 1)]
+    assert SOURCE.read_text().count('"num_tokens": ') >= 3  # the same case, written out
+    result = checks.trace_plan_running(case, free_blocks=1, budget=16, block_size=4)
+    out = capsys.readouterr().out
+    assert "c preempted itself: it does not run" in out
+    assert "b was planned: out of the plan, +1 block, +1 budget" in out
+    assert result == {"run": [("a", 15)], "preempted": ["c", "b"], "free_blocks": 0}

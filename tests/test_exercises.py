@@ -1,15 +1,17 @@
-"""The exercise machinery: exercises and solutions stay in step, and an unsolved exercise fails in
-every check cell with the checker's own message."""
+"""The exercise machinery, in both editions (exercises/ and exercises/zh/): exercises and
+solutions stay in step, an unsolved exercise fails in every check cell with the checker's own
+message (in the edition's language), and every notebook is built from its source."""
 
-import importlib.util
 from pathlib import Path
 
 import nbformat
 import pytest
+from script_modules import script
 
 ROOT = Path(__file__).resolve().parents[1]
-EXERCISES = sorted((ROOT / "exercises").glob("[0-9][0-9]_*.ipynb"))
-SOURCES = ROOT / "minillm" / "course" / "lessons"
+EDITIONS = ["", "zh"]
+EXERCISES = sorted(p for e in EDITIONS for p in (ROOT / "exercises" / e).glob("[0-9][0-9]_*.ipynb"))
+NOT_WRITTEN = {"exercises": "not written yet", "zh": "还没有写"}  # by the notebook's folder
 
 
 def _tags(cell):
@@ -20,15 +22,29 @@ def _read(path):
     return nbformat.read(path, as_version=4)
 
 
-def test_every_lesson_has_an_exercise_and_a_solution():
-    for lesson in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
-        assert (ROOT / "exercises" / lesson.name).is_file(), f"no exercises/{lesson.name}"
-        assert (ROOT / "solutions" / lesson.name).is_file(), f"no solutions/{lesson.name}"
+def _ids(path: Path) -> str:
+    return f"{path.parent.name}/{path.stem}"
 
 
-@pytest.mark.parametrize("exercise", EXERCISES, ids=lambda p: p.stem)
+def _solution(exercise: Path) -> Path:
+    return ROOT / "solutions" / exercise.relative_to(ROOT / "exercises")
+
+
+@pytest.mark.parametrize("edition", EDITIONS)
+def test_every_lesson_has_an_exercise_and_a_solution(edition):
+    for lesson in sorted((ROOT / "notebooks" / edition).glob("[0-9][0-9]_*.ipynb")):
+        for folder in ("exercises", "solutions"):
+            assert (ROOT / folder / edition / lesson.name).is_file(), \
+                f"no {folder}/{edition}{'/' if edition else ''}{lesson.name}"
+    for part in sorted((ROOT / "notebooks" / edition).glob("[0-9][0-9][a-z]_*.ipynb")):
+        # a chapter's second lesson (03b_...): its chapter's exercise notebook covers it
+        assert list((ROOT / "exercises" / edition).glob(f"{part.name[:2]}_*.ipynb")), \
+            f"{part.name} belongs to chapter {part.name[:2]}, which has no exercise notebook"
+
+
+@pytest.mark.parametrize("exercise", EXERCISES, ids=_ids)
 def test_exercise_and_solution_differ_only_in_task_cells(exercise):
-    ex, sol = _read(exercise), _read(ROOT / "solutions" / exercise.name)
+    ex, sol = _read(exercise), _read(_solution(exercise))
     assert len(ex.cells) == len(sol.cells), "exercise and solution have different cell counts"
     tasks = 0
     for i, (a, b) in enumerate(zip(ex.cells, sol.cells)):
@@ -44,7 +60,7 @@ def test_exercise_and_solution_differ_only_in_task_cells(exercise):
     assert tasks >= 1 and checks >= tasks, "each task needs a check cell after it"
 
 
-@pytest.mark.parametrize("exercise", EXERCISES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("exercise", EXERCISES, ids=_ids)
 def test_unsolved_exercise_fails_each_check_with_the_checkers_message(exercise):
     from nbclient import NotebookClient
 
@@ -59,25 +75,19 @@ def test_unsolved_exercise_fails_each_check_with_the_checkers_message(exercise):
             assert errors, f"check cell {i} passed on an unsolved exercise"
             assert errors[0]["ename"] == "CheckFailed", \
                 f"check cell {i} failed with {errors[0]['ename']}: {errors[0]['evalue']}"
-            assert "not written yet" in errors[0]["evalue"], errors[0]["evalue"]
+            assert NOT_WRITTEN[exercise.parent.name] in errors[0]["evalue"], errors[0]["evalue"]
         else:
             assert not errors, f"cell {i} raised {errors[0]['ename']}: {errors[0]['evalue']}"
 
 
-def _builder():
-    spec = importlib.util.spec_from_file_location("notebook_builder",
-                                                  ROOT / "scripts" / "notebook.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.mark.parametrize("source", sorted(SOURCES.glob("*.py")), ids=lambda p: p.stem)
+@pytest.mark.parametrize("source", script("notebook").all_sources(), ids=_ids)
 def test_notebooks_are_built_from_their_sources(source):
-    builder = _builder()
+    builder = script("notebook")
     cells = builder.parse(source.read_text(encoding="utf-8"))
     for target, variant in builder.targets(source):
-        built = builder.build(cells, variant)
+        assert target.is_file(), f"{target.relative_to(ROOT)} is missing: run python " \
+                                 "scripts/notebook.py --all"
+        built = builder.build(cells, variant, builder.edition_of(source))
         committed = _read(target)
         assert [c.source for c in committed.cells] == [c.source for c in built.cells], (
             f"{target.relative_to(ROOT)} is out of date with {source.relative_to(ROOT)}: run "

@@ -11,7 +11,8 @@ import torch.nn.functional as F
 
 import minillm
 from minillm.utils.devices import Timer, describe, model_device, pick_device, synchronize
-from fake_cuda import CUDA, DEVICE_NAME, FakeCuda, FakeCudaGenerator, is_fake_cuda
+from fake_cuda import (CUDA, DEVICE_NAME, MPS, FakeCuda, FakeCudaGenerator, FakeMps,
+                       is_fake_cuda, mps_synchronizations)
 
 MIXED = "Expected all tensors to be on the same device"
 
@@ -160,6 +161,85 @@ def test_module_to_cuda_keeps_parameters_and_tied_weights():
         torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0)
 
 
+def test_a_module_moved_back_to_the_cpu_keeps_its_parameters_and_values():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.Linear(4, 10, bias=False))
+    model[1].weight = model[0].weight
+    weight = model[0].weight
+    want = weight.detach().clone()
+    with FakeCuda():
+        model.to("cuda")
+        model.cpu()
+        assert model[1].weight is model[0].weight is weight
+        assert type(weight) is torch.nn.Parameter and weight.device.type == "cpu"
+    assert torch.equal(weight.detach(), want)
+    assert not torch.__future__.get_swap_module_params_on_conversion()  # restored
+
+
+# ---- the fake MPS: an Apple GPU -------------------------------------------------------------
+
+def test_fake_mps_is_an_apple_gpu_and_is_restored_after():
+    assert pick_device("auto").type == "cpu"
+    with FakeMps():
+        assert pick_device("auto") == torch.device("mps") and not torch.cuda.is_available()
+        x = torch.ones(3, device=pick_device("auto"))
+        assert is_fake_cuda(x) and x.device == MPS and x.is_mps
+        assert (x * 2).sum().item() == 6.0
+        g = torch.Generator(device="mps").manual_seed(0)
+        assert g.device == MPS and torch.randn(2, device="mps", generator=g).device == MPS
+        with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+            x + torch.ones(3)
+        with pytest.raises((AssertionError, RuntimeError), match="(?i)cuda"):
+            x.cuda()  # a Mac's PyTorch has no CUDA
+        with pytest.raises(TypeError, match="can't convert mps:0 device type tensor to numpy"):
+            x.numpy()
+    assert pick_device("auto").type == "cpu" and not torch.backends.mps.is_available()
+
+
+@pytest.mark.parametrize("make", [
+    lambda x: x.double(),
+    lambda x: x.to(torch.float64),
+    lambda x: torch.zeros(2, dtype=torch.float64, device="mps"),
+    lambda x: torch.ones(2, dtype=torch.float64).to("mps"),
+    lambda x: torch.tensor([1.0], dtype=torch.float64, device="mps"),
+    lambda x: torch.nn.Linear(3, 2).to("mps").double(),
+    lambda x: x.cpu().double().to(x.device),
+], ids=["double", "to-float64", "zeros", "move", "tensor", "module", "back-again"])
+def test_fake_mps_refuses_float64_as_apple_gpus_do(make):
+    with FakeMps():
+        x = torch.ones(3, device="mps")
+        with pytest.raises(TypeError, match="MPS framework doesn't support float64"):
+            make(x)
+        assert x.cpu().double().dtype == torch.float64  # on the CPU it is fine
+
+
+@pytest.mark.parametrize("harness,device", [(FakeCuda, "cuda"), (FakeMps, "mps")])
+def test_torch_event_on_the_fake_device_times_on_the_host_and_is_restored_after(harness, device):
+    """transformers' generate makes `torch.Event(device=input_ids.device)`: a CPU build of torch
+    refuses an mps event ("not linked with support for mps devices")."""
+    real = torch.Event
+    with harness():
+        start, end = (torch.Event(device=device, enable_timing=True) for _ in range(2))
+        start.record()
+        torch.ones(3, device=device).sum()
+        end.record()
+        assert end.query() and start.elapsed_time(end) >= 0.0
+        assert type(torch.Event(device="cpu")) is real  # elsewhere, the real one
+    assert torch.Event is real
+
+
+def test_a_timer_without_a_device_waits_for_mps():
+    """On a Mac `Timer()` with no device must wait for the GPU, as it does for CUDA."""
+    with FakeMps():
+        before = mps_synchronizations()
+        with Timer():
+            torch.ones(3, device="mps").sum()
+        assert mps_synchronizations() == before + 2  # on entry and on exit
+        synchronize("mps")
+        synchronize()
+        assert mps_synchronizations() == before + 4
+
+
 def test_a_fake_cuda_tensor_never_requires_grad(fake_cuda):
     p = torch.nn.Parameter(torch.ones(2, device="cuda"))
     assert is_fake_cuda(p) and isinstance(p, torch.nn.Parameter) and not p.requires_grad
@@ -231,3 +311,19 @@ def test_autograd_is_refused_onto_cuda_before_pytorch_aborts(fake_cuda):
             move()
     with torch.no_grad():
         assert is_fake_cuda(leaf.to(target)) and is_fake_cuda(torch.zeros(1, device=0))
+
+
+def test_a_cuda_pointer_handed_to_a_cpu_kernel_raises(fake_cuda, monkeypatch):
+    """On a GPU, a CUDA tensor's data_ptr() is an address in the GPU's memory: minillm's C
+    kernels reading it crash the process. The harness raises instead when a module of
+    minillm.kernels asks, and answers everyone else (minillm.model.memory compares addresses)."""
+    from minillm import kernels
+    from minillm.kernels import checks
+
+    x, w = torch.randn(4, device="cuda"), torch.randn(4, 3)
+    assert x.data_ptr() == x.elem.data_ptr()  # asked from here: the CPU values' address
+    with pytest.raises(ValueError, match="x is on cuda:0: minillm's kernels run on the CPU"):
+        kernels.gemv_f32(x, w)  # the wrapper's own device check comes first
+    monkeypatch.setattr(checks, "on_cpu", lambda *args, **kwargs: None)  # a wrapper without it
+    with pytest.raises(RuntimeError, match="CUDA pointer passed to a CPU kernel"):
+        kernels.gemv_f32(x, w)

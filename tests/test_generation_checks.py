@@ -263,3 +263,77 @@ def test_a_prefill_in_pieces_is_named():
 
     with pytest.raises(CheckFailed, match="the first pass \\(prefill\\) should see the whole"):
         check_decode(token_by_token)
+
+
+def right_blocks(q, blocks):
+    m, l, o = float("-inf"), 0.0, 0.0
+    for k, v in blocks:
+        s = k @ q / q.shape[0] ** 0.5
+        m_new = max(m, s.max().item())
+        rescale = float(np.exp(m - m_new))
+        p = torch.exp(s - m_new)
+        l, o, m = l * rescale + p.sum(), o * rescale + p @ v, m_new
+    return o / l
+
+
+def _blocks_with(scaled=True, rescale_l=True, rescale_o=True, divide=True, subtract_max=True,
+                 sign=1):
+    def wrong(q, blocks):
+        m, l, o = float("-inf"), 0.0, 0.0
+        for k, v in blocks:
+            s = k @ q / (q.shape[0] ** 0.5 if scaled else 1.0)
+            m_new = max(m, s.max().item()) if subtract_max else 0.0
+            rescale = float(np.exp(sign * (m - m_new))) if m != float("-inf") else 0.0
+            p = torch.exp(s - m_new)
+            l = l * (rescale if rescale_l else 1.0) + p.sum()
+            o = o * (rescale if rescale_o else 1.0) + p @ v
+            m = m_new
+        return o / l if divide else o
+    return wrong
+
+
+def test_attend_in_blocks_passes_the_right_answer_in_float64_too(capsys):
+    checks.check_attend_in_blocks(right_blocks)
+    checks.check_attend_in_blocks(lambda q, blocks: right_blocks(
+        q.double(), ((k.double(), v.double()) for k, v in blocks)))
+    checks.check_attend_in_blocks(lambda q, blocks: right_blocks(q, blocks).numpy())
+    assert capsys.readouterr().out.count("✅") == 3
+
+
+def test_attend_in_blocks_stub_fails_with_a_plain_message():
+    with pytest.raises(CheckFailed, match="not written yet"):
+        checks.check_attend_in_blocks(stub)
+
+
+def test_attend_in_blocks_hints_are_specific():
+    assert_hints_are_specific(checks.check_attend_in_blocks, {
+        "no rescale": (_blocks_with(rescale_l=False, rescale_o=False), "multiply both l and o"),
+        "l only": (_blocks_with(rescale_o=False), "rescaled l but not o"),
+        "o only": (_blocks_with(rescale_l=False), "rescaled o but not l"),
+        "inverted factor": (_blocks_with(sign=-1), "not e^(m_new - m)"),
+        "no sqrt(d)": (_blocks_with(scaled=False), "s = k @ q / sqrt(d)"),
+        "no division": (_blocks_with(divide=False), "return o / l"),
+        "no max": (_blocks_with(subtract_max=False), "e^score overflowed"),
+    })
+
+
+def test_attend_in_blocks_that_keeps_the_blocks_is_named():
+    def joins(q, blocks):
+        blocks = list(blocks)
+        keys = torch.cat([k for k, _ in blocks])
+        values = torch.cat([v for _, v in blocks])
+        return torch.softmax(keys @ q / q.shape[0] ** 0.5, 0) @ values
+
+    with pytest.raises(CheckFailed, match="the blocks were kept"):
+        checks.check_attend_in_blocks(joins)
+
+
+def test_attend_in_blocks_reading_twice_or_a_wrong_shape_is_named():
+    def twice(q, blocks):
+        sum(1 for _ in blocks)
+        return right_blocks(q, blocks)
+
+    with pytest.raises(CheckFailed, match="read a second time"):
+        checks.check_attend_in_blocks(twice)
+    with pytest.raises(CheckFailed, match=r"shape \(1, 8\).*shape \(d_v,\)"):
+        checks.check_attend_in_blocks(lambda q, blocks: right_blocks(q, blocks)[None])

@@ -1,12 +1,13 @@
-"""The lessons on a (fake) CUDA device: each lesson notebook runs top to bottom (CI sizes) in a
-kernel whose first cell starts the fake CUDA harness (tests/fake_cuda.py), so
-`minillm.pick_device("auto")` is cuda, every tensor a lesson puts there computes on the CPU, and
-a cell that mixes a cuda tensor with a CPU one (or hands a cuda tensor to NumPy or matplotlib)
-fails as it would on a GPU.
+"""The lessons on a (fake) GPU, CUDA's and Apple's (MPS): each lesson notebook runs top to
+bottom (CI sizes) in a kernel whose first cell starts the fake device harness
+(tests/fake_cuda.py: FakeCuda or FakeMps), so `minillm.pick_device("auto")` is cuda (or mps),
+every tensor a lesson puts there computes on the CPU, and a cell that mixes a GPU tensor with a
+CPU one (or hands one to NumPy or matplotlib, or, on mps, asks for float64) fails as it would
+on that GPU.
 
 The model-heavy lessons run here; the others are listed in NOT_RUN with the reason. Each group
-below is one pytest-xdist scope (`make test` runs `--dist loadscope`), so the two groups share
-the two workers."""
+on each device is one class, one pytest-xdist scope (`make test` runs `--dist loadscope`), so
+the four share the two workers."""
 
 import os
 from pathlib import Path
@@ -15,27 +16,29 @@ import nbformat
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LESSONS = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+LESSONS = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
 
 GROUPS = {
-    "decoding": ["00_welcome", "02_forward_pass", "03_kv_cache", "04_decoding"],
-    "serving": ["05_metrics", "06_batching", "08_speculative"],
+    "decoding": ["00_welcome", "02_forward_pass", "03_kv_cache", "03b_long_context",
+                 "04_decoding"],
+    "serving": ["05_metrics", "05b_fast_engine", "06_batching", "08_speculative"],
 }
 NOT_RUN = {
     "01_tokenization": "no model on a device: the tokenizer chapter runs on the CPU by design",
-    "07_quantization": "time: the test budget holds the seven model-heavy lessons",
+    "07_quantization": "time: the test budget holds the seven model-heavy chapters",
     "09_scaling_out": "time; and its tensor-parallel runs are separate CPU processes (gloo), "
                       "which a harness inside the kernel cannot enter",
-    "10_interview_qa": "time: the test budget holds the seven model-heavy lessons",
+    "10_interview_qa": "time: the test budget holds the seven model-heavy chapters",
 }
 # Run, but the model stays on the CPU there by design (the lesson says why: it opens the model up
 # tensor by tensor against transformers'): only the absence of device errors is checked.
 ON_CPU = {"02_forward_pass"}
 
-START = f"""import sys
-sys.path.insert(0, {str(ROOT / "tests")!r})
+HARNESSES = {"cuda": "FakeCuda", "mps": "FakeMps"}
+START = """import sys
+sys.path.insert(0, {tests!r})
 import fake_cuda
-fake_cuda.FakeCuda().start()"""
+fake_cuda.{harness}().start()"""
 REPORT = """import minillm
 print(minillm.pick_device("auto"), fake_cuda.cuda_ops())"""
 
@@ -46,36 +49,56 @@ def test_every_lesson_is_run_or_says_why_not():
     assert ON_CPU <= set(run)
 
 
-def run_on_fake_cuda(path: Path, monkeypatch) -> tuple[str, int]:
-    """Run the notebook at `path` with the harness started in its first cell; returns what
-    `pick_device("auto")` gave in the kernel and how many operations ran on the fake device."""
+def stdout_of(cell) -> str:
+    """Everything a cell printed: its stdout may arrive in several stream outputs (a busy
+    machine flushes a print in pieces)."""
+    return "".join(o.get("text", "") for o in cell.get("outputs", [])
+                   if o.get("output_type") == "stream" and o.get("name") == "stdout")
+
+
+def run_on_fake_device(path: Path, monkeypatch, device: str = "cuda") -> tuple[str, int]:
+    """Run the notebook at `path` with the harness for `device` ("cuda" or "mps") started in
+    its first cell; returns what `pick_device("auto")` gave in the kernel and how many
+    operations ran on the fake device."""
     from nbclient import NotebookClient
 
     nb = nbformat.read(path, as_version=4)
-    nb.cells.insert(0, nbformat.v4.new_code_cell(START))
+    start = START.format(tests=str(ROOT / "tests"), harness=HARNESSES[device])
+    nb.cells.insert(0, nbformat.v4.new_code_cell(start))
     nb.cells.append(nbformat.v4.new_code_cell(REPORT))
     monkeypatch.setenv("CI", "1")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
         [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
-    NotebookClient(nb, timeout=900, kernel_name="python3",
+    NotebookClient(nb, timeout=1800, kernel_name="python3",
                    resources={"metadata": {"path": str(path.parent)}}).execute()
-    device, ops = nb.cells[-1].outputs[0]["text"].split()
-    return device, int(ops)
+    picked, ops = stdout_of(nb.cells[-1]).split()
+    return picked, int(ops)
 
 
-def check_lesson(name: str, monkeypatch) -> None:
-    device, ops = run_on_fake_cuda(ROOT / "notebooks" / f"{name}.ipynb", monkeypatch)
-    assert device == "cuda", f"{name}: pick_device('auto') gave {device} under the harness"
+def check_lesson(name: str, monkeypatch, device: str) -> None:
+    picked, ops = run_on_fake_device(ROOT / "notebooks" / f"{name}.ipynb", monkeypatch, device)
+    assert picked == device, f"{name}: pick_device('auto') gave {picked} under the harness"
     if name not in ON_CPU:
-        assert ops > 0, f"{name} ran nothing on the cuda device"
+        assert ops > 0, f"{name} ran nothing on the {device} device"
 
 
-@pytest.mark.parametrize("cell,error", [
-    ("x = torch.ones(3, device=minillm.pick_device())\nx + torch.arange(3)",
+def test_the_report_reads_every_piece_of_a_printed_line():
+    cell = nbformat.v4.new_code_cell("print(...)")
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="cuda"),
+                    nbformat.v4.new_output("stream", name="stderr", text="a warning\n"),
+                    nbformat.v4.new_output("stream", name="stdout", text=" 1234\n")]
+    assert stdout_of(cell).split() == ["cuda", "1234"]
+
+
+@pytest.mark.parametrize("device,cell,error", [
+    ("cuda", "x = torch.ones(3, device=minillm.pick_device())\nx + torch.arange(3)",
      "Expected all tensors to be on the same device"),
-    ("plt.plot(torch.ones(3, device='cuda'))", "can't convert cuda:0 device type tensor"),
-], ids=["mixed-devices", "plot-a-cuda-tensor"])
-def test_a_lesson_cell_that_would_fail_on_a_gpu_fails_here(tmp_path, monkeypatch, cell, error):
+    ("cuda", "plt.plot(torch.ones(3, device='cuda'))", "can't convert cuda:0 device type tensor"),
+    ("mps", "torch.ones(3, device=minillm.pick_device()).double()",
+     "MPS framework doesn't support float64"),
+], ids=["mixed-devices", "plot-a-cuda-tensor", "float64-on-mps"])
+def test_a_lesson_cell_that_would_fail_on_a_gpu_fails_here(tmp_path, monkeypatch, device, cell,
+                                                           error):
     from nbclient.exceptions import CellExecutionError
 
     nb = nbformat.v4.new_notebook(cells=[
@@ -83,18 +106,42 @@ def test_a_lesson_cell_that_would_fail_on_a_gpu_fails_here(tmp_path, monkeypatch
         nbformat.v4.new_code_cell(cell)])
     nbformat.write(nb, tmp_path / "lesson.ipynb")
     with pytest.raises(CellExecutionError, match=error):
-        run_on_fake_cuda(tmp_path / "lesson.ipynb", monkeypatch)
+        run_on_fake_device(tmp_path / "lesson.ipynb", monkeypatch, device)
 
 
 @pytest.mark.slow
 class TestDecodingLessons:
     @pytest.mark.parametrize("name", GROUPS["decoding"])
     def test_lesson_runs_on_cuda(self, name, monkeypatch):
-        check_lesson(name, monkeypatch)
+        check_lesson(name, monkeypatch, "cuda")
 
 
 @pytest.mark.slow
 class TestServingLessons:
     @pytest.mark.parametrize("name", GROUPS["serving"])
     def test_lesson_runs_on_cuda(self, name, monkeypatch):
-        check_lesson(name, monkeypatch)
+        check_lesson(name, monkeypatch, "cuda")
+
+
+# The lessons on fake MPS double the lessons' share of `make test` (about 7 minutes on 2 cores),
+# and one such run (02_forward_pass) hung once with its kernel idle: run them on demand until that
+# is understood. tests/test_fake_cuda.py and tests/test_package_on_fake_cuda.py keep the package on
+# fake MPS in every run.
+ON_MPS = pytest.mark.skipif(not os.environ.get("MINILLM_MPS_LESSONS"),
+                            reason="the lessons on fake MPS run with MINILLM_MPS_LESSONS=1")
+
+
+@ON_MPS
+@pytest.mark.slow
+class TestDecodingLessonsOnMps:
+    @pytest.mark.parametrize("name", GROUPS["decoding"])
+    def test_lesson_runs_on_mps(self, name, monkeypatch):
+        check_lesson(name, monkeypatch, "mps")
+
+
+@ON_MPS
+@pytest.mark.slow
+class TestServingLessonsOnMps:
+    @pytest.mark.parametrize("name", GROUPS["serving"])
+    def test_lesson_runs_on_mps(self, name, monkeypatch):
+        check_lesson(name, monkeypatch, "mps")

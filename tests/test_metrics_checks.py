@@ -2,6 +2,7 @@
 its own hint (and no other mistake that hint)."""
 
 import math
+import re
 import time
 
 import numpy as np
@@ -37,19 +38,34 @@ def right_throughput(reqs):
             / (max(t[-1] for _, t in reqs) - min(s for s, _ in reqs)))
 
 
+def right_roofline(rows, n_weights, bytes_per_weight, peak_flops, bandwidth):
+    return max(2 * n_weights * rows / peak_flops, n_weights * bytes_per_weight / bandwidth)
+
+
 def test_right_answers_pass(capsys):
     checks.check_request_metrics(metrics)
     checks.check_predict_latency(lambda a, b, n: a + b * (n - 1))
     checks.check_time_stream(right_time_stream)
     checks.check_throughput(right_throughput)
-    assert capsys.readouterr().out.count("✅") == 4
+    checks.check_roofline_seconds(right_roofline)
+    assert capsys.readouterr().out.count("✅") == 5
 
 
 @pytest.mark.parametrize("kind", [np.float64, np.float32, lambda x: torch.tensor(x)])
 def test_number_types_are_accepted(kind, capsys):
     checks.check_request_metrics(lambda s, t: {k: kind(v) for k, v in metrics(s, t).items()})
     checks.check_throughput(lambda reqs: kind(right_throughput(reqs)))
-    assert capsys.readouterr().out.count("✅") == 2
+    checks.check_predict_latency(lambda a, b, n: kind(a + b * (n - 1)))
+    checks.check_roofline_seconds(lambda *case: kind(right_roofline(*case)))
+    assert capsys.readouterr().out.count("✅") == 4
+
+
+def test_a_wrong_latency_is_shown_with_enough_digits_to_differ():
+    with pytest.raises(CheckFailed) as failure:
+        checks.check_predict_latency(lambda a, b, n: (a + b * (n - 1)) * (1 + 1e-5))
+    returned, expected = re.search(r"returned (\S+), expected (\S+?)[ :(]",
+                                   str(failure.value)).groups()
+    assert returned != expected, str(failure.value)
 
 
 def test_request_metrics_hints_are_specific():
@@ -119,6 +135,9 @@ def time_stream_variant(kind):
                 items.append(item)
         if kind == "perf_counter":
             return right_time_stream(stream, time.perf_counter)
+        if kind == "from the start":
+            start, times, items = right_time_stream(stream, clock)
+            return start, [t - start for t in times], items
         raise ValueError(kind)
 
     return timed
@@ -130,6 +149,7 @@ def test_time_stream_hints_are_specific():
         "collected": (time_stream_variant("collected"), "collecting the stream first"),
         "before": (time_stream_variant("before"), "read before its item arrived"),
         "perf_counter": (time_stream_variant("perf_counter"), "not time.perf_counter()"),
+        "from the start": (time_stream_variant("from the start"), "measured from the start"),
     })
 
 
@@ -163,8 +183,23 @@ def test_throughput_hint_says_overlap_only_when_the_requests_overlap():
     assert checks._overlap(checks.THROUGHPUT_CASES[0] + [(10.5, [11.0])])
 
 
+def test_roofline_hints_are_specific():
+    assert_hints_are_specific(checks.check_roofline_seconds, {
+        "min": (lambda r, w, b, p, bw: min(2 * w * r / p, w * b / bw), "not min(...)"),
+        "sum": (lambda r, w, b, p, bw: 2 * w * r / p + w * b / bw, "not their sum"),
+        "one flop": (lambda r, w, b, p, bw: max(w * r / p, w * b / bw), "2 FLOP per weight"),
+        "bytes x rows": (lambda r, w, b, p, bw: max(2 * w * r / p, w * b * r / bw),
+                         "do not multiply the bytes by rows"),
+        "no bytes per weight": (lambda r, w, b, p, bw: max(2 * w * r / p, w / bw),
+                                "multiply the weights by bytes_per_weight"),
+        "reading only": (lambda r, w, b, p, bw: w * b / bw, "that is the reading alone"),
+        "arithmetic only": (lambda r, w, b, p, bw: 2 * w * r / p, "the arithmetic alone"),
+    })
+
+
 @pytest.mark.parametrize("check", [checks.check_request_metrics, checks.check_predict_latency,
-                                   checks.check_time_stream, checks.check_throughput])
+                                   checks.check_time_stream, checks.check_throughput,
+                                   checks.check_roofline_seconds])
 def test_an_unwritten_stub_says_so(check):
     def stub(*args):
         raise NotImplementedError

@@ -203,3 +203,37 @@ def test_the_chart_does_not_redraw_when_nothing_arrives():
     quiet_from, quiet_to = times[3] + chart.redraw_seconds + 0.05, times[4]
     assert quiet_to - quiet_from > 0.6
     assert not [t for t in chart.draw_times if quiet_from < t < quiet_to]
+
+
+class _ChatTok(_Tok):
+    """The stand-in tokenizer with a chat template that writes what it was given."""
+
+    chat_template = "{{ messages }}"
+
+    def __init__(self):
+        self.templated = []
+
+    def apply_chat_template(self, messages, add_generation_prompt=True):
+        self.templated.append((messages, add_generation_prompt))
+        return f"<user>{messages[0]['content']}</user><assistant>"
+
+
+def test_the_chat_template_box_wraps_the_prompt_when_ticked():
+    tok = _ChatTok()
+    chart = LatencyChart(_tiny(), tok, prompt="Write a haiku.", max_new_tokens=3)
+    assert chart.chat.value and not chart.chat.disabled  # ticked: the tokenizer has a template
+    chat_run = chart.run()
+    assert tok.templated == [([{"role": "user", "content": "Write a haiku."}], True)]
+    assert chat_run.prompt_token_ids == tok.encode("<user>Write a haiku.</user><assistant>")
+    chart.chat.value = False
+    raw_run = chart.run()
+    assert len(tok.templated) == 1 and raw_run.prompt_token_ids == tok.encode("Write a haiku.")
+
+
+def test_without_a_chat_template_the_box_is_off_and_cannot_be_forced():
+    chart = LatencyChart(_tiny(), _Tok(), max_new_tokens=3)
+    assert not chart.chat.value and chart.chat.disabled
+    with pytest.raises(ValueError, match="chat=True needs a tokenizer with a chat template"):
+        LatencyChart(_tiny(), _Tok(), chat=True)
+    with pytest.raises(ValueError, match="chat must be True, False or None"):
+        LatencyChart(_tiny(), _ChatTok(), chat="yes")

@@ -1,9 +1,11 @@
-"""minillm on a (fake) CUDA device: every runner, loaded with `device="cuda"`, runs without a
-device mix and gives what it gives on the CPU. The fake device (tests/fake_cuda.py) computes on
-the CPU and raises on every operation a GPU would refuse, so a tensor made on the CPU for a model
-on cuda fails here as it would on a GPU. Each test runs its work twice, on the CPU and under the
-harness on cuda, and compares: the same tokens, logits within 1e-5 (a prompt's attention takes
-another path off the CPU: one SDPA call instead of minillm's blocks of queries)."""
+"""minillm on a (fake) GPU, CUDA's and Apple's (MPS): every runner, loaded with
+`device="cuda"` (or "mps"), runs without a device mix and gives what it gives on the CPU. The
+fake device (tests/fake_cuda.py) computes on the CPU and raises on every operation a GPU would
+refuse, so a tensor made on the CPU for a model on the GPU fails here as it would there; the fake
+MPS also refuses float64, as Apple's GPUs do. Each test runs its work twice, on the CPU and under
+the harness on the fake device, and compares: the same tokens, logits within 1e-5 (a prompt's
+attention takes another path off the CPU: one SDPA call instead of minillm's blocks of
+queries)."""
 
 import threading
 
@@ -15,13 +17,19 @@ from minillm.utils.devices import model_device
 from minillm.engine import Engine
 from minillm.course.toy import LetterTokenizer
 from minillm.generation.kv_cache import KVCache
-from fake_cuda import CUDA, FakeCuda, is_fake_cuda
+from fake_cuda import MPS, FakeCuda, FakeMps, is_fake_cuda
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 PROMPT = [5, 17, 3, 40, 22, 9, 31, 5, 17, 3]
 OTHER = [8, 1, 60]
 TOK = LetterTokenizer(eos_token_ids=[2])
+
+
+@pytest.fixture(params=[FakeCuda, FakeMps], ids=["cuda", "mps"])
+def fake(request):
+    """The harness a test runs its GPU half under (its `.device`: cuda:0 or mps:0)."""
+    return request.param
 
 
 @pytest.fixture(scope="module", params=["llama", "qwen2-biased"])
@@ -55,21 +63,21 @@ def load(folder, device, runner="fast-out_in"):
     return model if runner == "readable" else optimize(model, layout=runner.split("-")[1])
 
 
-def on_cpu_and_cuda(work, folder, runner="fast-out_in"):
-    """`work(model)` on the model loaded on the CPU, then under the harness on cuda (results
-    moved back to the CPU by `work` itself, as a GPU user would)."""
+def on_cpu_and_gpu(work, folder, fake, runner="fast-out_in"):
+    """`work(model)` on the model loaded on the CPU, then under the harness `fake` on its
+    device (results moved back to the CPU by `work` itself, as a GPU user would)."""
     want = work(load(folder, "cpu", runner))
-    with FakeCuda():
+    with fake():
         model = load(folder, "auto", runner)
-        assert model_device(model) == CUDA
+        assert model_device(model) == fake.device
         got = work(model)
     return want, got
 
 
 @pytest.mark.parametrize("fast", [False, True], ids=["readable", "fast"])
-def test_load_puts_every_tensor_on_cuda(folder, fast):
-    with FakeCuda():
-        model, tokenizer = minillm.load(folder, device="cuda", fast=fast)
+def test_load_puts_every_tensor_on_the_gpu(folder, fast, fake):
+    with fake():
+        model, tokenizer = minillm.load(folder, device=fake.device.type, fast=fast)
         assert tokenizer is None  # the folder has no tokenizer files
         assert all(is_fake_cuda(t) for t in model.state_dict().values())
         with torch.inference_mode():
@@ -82,7 +90,7 @@ def test_load_puts_every_tensor_on_cuda(folder, fast):
 
 
 @pytest.mark.parametrize("runner", RUNNERS)
-def test_forward_gives_the_cpu_logits(folder, runner):
+def test_forward_gives_the_cpu_logits(folder, runner, fake):
     ids = torch.tensor([PROMPT, PROMPT[::-1]])  # on the CPU: forward moves ids (the rule)
     mask = torch.ones_like(ids)
     mask[1, :3] = 0
@@ -93,13 +101,13 @@ def test_forward_gives_the_cpu_logits(folder, runner):
             padded = model(ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(0))
             assert plain.device == model_device(model)
             return plain.cpu(), padded.cpu()
-    want, got = on_cpu_and_cuda(work, folder, runner)
+    want, got = on_cpu_and_gpu(work, folder, fake, runner)
     for w, g in zip(want, got):
         torch.testing.assert_close(g, w, atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize("runner", RUNNERS)
-def test_prefill_and_decode_through_the_kv_cache(folder, runner):
+def test_prefill_and_decode_through_the_kv_cache(folder, runner, fake):
     def work(model):
         cache = KVCache.for_model(model, 1, 32)
         assert all(t.device == model_device(model) for t in cache.keys + cache.values)
@@ -109,11 +117,11 @@ def test_prefill_and_decode_through_the_kv_cache(folder, runner):
                 rows.append(model(torch.tensor([[token]]), cache=cache)[0, -1])
         assert cache.length == len(PROMPT) + 4
         return torch.stack(rows).cpu()
-    want, got = on_cpu_and_cuda(work, folder, runner)
+    want, got = on_cpu_and_gpu(work, folder, fake, runner)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
 
 
-def test_processors_and_sampling_on_cuda_tensors():
+def test_processors_and_sampling_on_gpu_tensors(fake):
     from minillm.decoding import GenerationConfig, build_processors, choose_next_token, \
         make_generator
 
@@ -130,8 +138,8 @@ def test_processors_and_sampling_on_cuda_tensors():
         tokens = [choose_next_token(out, config, generator).tolist() for _ in range(5)]
         return out.cpu(), tokens
     want = work("cpu")
-    with FakeCuda():
-        got = work("cuda")
+    with fake():
+        got = work(fake.device.type)
     torch.testing.assert_close(got[0], want[0], atol=0, rtol=0)
     assert got[1] == want[1]
 
@@ -146,26 +154,26 @@ GENERATIONS = {
 
 
 @pytest.mark.parametrize("kind", GENERATIONS)
-def test_generate(folder, kind):
+def test_generate(folder, kind, fake):
     def work(model):
         return minillm.generate(model, TOK, PROMPT, ignore_eos=True, **GENERATIONS[kind]).token_ids
-    want, got = on_cpu_and_cuda(work, folder)
+    want, got = on_cpu_and_gpu(work, folder, fake)
     assert got == want
 
 
-def test_generate_a_padded_batch_and_stream(folder):
+def test_generate_a_padded_batch_and_stream(folder, fake):
     def work(model):
         batch = minillm.generate(model, TOK, [PROMPT, OTHER], max_new_tokens=6, ignore_eos=True)
         stream = minillm.stream(model, TOK, PROMPT, max_new_tokens=6, ignore_eos=True)
         pieces = list(stream)
         assert stream.metrics.n_tokens == 6
         return [g.token_ids for g in batch], pieces, stream.result.token_ids
-    want, got = on_cpu_and_cuda(work, folder)
+    want, got = on_cpu_and_gpu(work, folder, fake)
     assert got == want
 
 
 @pytest.mark.parametrize("scheduler", ["continuous", "static"])
-def test_engine_steps(folder, scheduler):
+def test_engine_steps(folder, scheduler, fake):
     def work(model):
         engine = Engine(model, TOK, scheduler=scheduler, num_blocks=32, block_size=4,
                         max_num_seqs=4, max_num_batched_tokens=16)
@@ -177,12 +185,12 @@ def test_engine_steps(folder, scheduler):
                                                         "seed": 1}, {"max_new_tokens": 4}],
                                ignore_eos=True)
         return len(first), [o.token_ids for o in outs]
-    want, got = on_cpu_and_cuda(work, folder)
+    want, got = on_cpu_and_gpu(work, folder, fake)
     assert got == want
 
 
 @pytest.mark.parametrize("draft", ["prompt-lookup", "model", "model-sampled"])
-def test_speculative_decoding(folder, draft):
+def test_speculative_decoding(folder, draft, fake):
     from minillm.speculative import ModelDraft, PromptLookupDraft, first_layers, \
         speculative_generate
 
@@ -193,12 +201,12 @@ def test_speculative_decoding(folder, draft):
         out = speculative_generate(model, TOK, PROMPT * 2, proposer, k=3, max_new_tokens=10,
                                    ignore_eos=True, **sampled)
         return out.token_ids, out.stats.accepted
-    want, got = on_cpu_and_cuda(work, folder)
+    want, got = on_cpu_and_gpu(work, folder, fake)
     assert got == want
 
 
 @pytest.mark.parametrize("scheme", ["int8", "int4", "bf16", "optimize-int8"])
-def test_quantized_models(folder, scheme):
+def test_quantized_models(folder, scheme, fake):
     from minillm.fast import optimize
     from minillm.quant import set_int8_path
 
@@ -217,12 +225,12 @@ def test_quantized_models(folder, scheme):
         tokens = minillm.generate(quantized, TOK, PROMPT, max_new_tokens=4,
                                   ignore_eos=True).token_ids
         return logits, tokens
-    want, got = on_cpu_and_cuda(work, folder, "readable")
+    want, got = on_cpu_and_gpu(work, folder, fake, "readable")
     torch.testing.assert_close(got[0], want[0], atol=1e-4, rtol=0)
     assert got[1] == want[1]
 
 
-def test_bf16_fast_path_computes_in_bf16_on_cuda(folder):
+def test_bf16_fast_path_computes_in_bf16_on_a_gpu(folder, fake):
     """On a GPU optimize(model, "bf16") casts the whole model (a CPU keeps float32
     activations): a different computation, so it is compared with float32 at bf16's tolerance,
     wider than test_fast's weight-only 0.15 (the activations round to 8 bits too: a dozen
@@ -232,9 +240,9 @@ def test_bf16_fast_path_computes_in_bf16_on_cuda(folder):
     want = load(folder, "cpu", "readable")
     with torch.inference_mode():
         want = want(torch.tensor([PROMPT]))
-    with FakeCuda():
-        model = optimize(minillm.load_model(folder, device="cuda", fast=False), "bf16")
-        assert model.dtype == torch.bfloat16 and model_device(model) == CUDA
+    with fake():
+        model = optimize(minillm.load_model(folder, device=fake.device.type, fast=False), "bf16")
+        assert model.dtype == torch.bfloat16 and model_device(model) == fake.device
         cache = KVCache.for_model(model, 1, 16)
         with torch.inference_mode():
             got = model(torch.tensor([PROMPT]), cache=cache)  # logits come back in float32
@@ -244,11 +252,60 @@ def test_bf16_fast_path_computes_in_bf16_on_cuda(folder):
     torch.testing.assert_close(got.cpu(), want, atol=0.3, rtol=0)
 
 
-def test_step_timers(folder):
+def _logits(model) -> torch.Tensor:
+    with torch.inference_mode():
+        return model(torch.tensor([PROMPT])).float().cpu()
+
+
+@pytest.mark.parametrize("weights", ["fp32", "bf16", "int8"])
+def test_a_fast_model_moved_to_mps_and_back_keeps_its_logits(folder, weights):
+    """A fast model built on the CPU (where minillm's kernels may be chosen for its layers),
+    moved onto an Apple GPU and back, gives its CPU logits on both devices. (int8 off the CPU
+    multiplies by the dequantized weights where the CPU's kernel rounds x to 16 bits: the
+    same within 0.01.)"""
+    from minillm.fast import optimize
+
+    fast = optimize(load(folder, "cpu", "readable"), weights)
+    before = _logits(fast)
+    with FakeMps():
+        fast.to("mps")
+        assert model_device(fast) == MPS
+        torch.testing.assert_close(_logits(fast), before, atol=0.01 if weights == "int8" else 1e-5,
+                                   rtol=0)
+        tokens = minillm.generate(fast, TOK, PROMPT, max_new_tokens=4, ignore_eos=True)
+        fast.cpu()
+    assert model_device(fast).type == "cpu"
+    torch.testing.assert_close(_logits(fast), before, atol=1e-5, rtol=0)
+    assert minillm.generate(fast, TOK, PROMPT, max_new_tokens=4,
+                            ignore_eos=True).token_ids == tokens.token_ids
+
+
+@pytest.mark.parametrize("weights", ["fp32", "bf16"])
+def test_a_fast_model_cast_on_mps_keeps_its_logits(folder, weights):
+    """.float() on an Apple GPU widens what the layers store (bf16 weights: the same values,
+    so the same logits); .half() rounds weights and activations to fp16 (the readable model's
+    logits within fp16's tolerance, as bf16's on a GPU in the test above)."""
+    from minillm.fast import optimize
+
+    want = _logits(load(folder, "cpu", "readable"))
+    fast = optimize(load(folder, "cpu", "readable"), weights)
+    before = _logits(fast)
+    with FakeMps():
+        fast.to("mps").float()
+        assert model_device(fast) == MPS and fast.dtype == torch.float32
+        torch.testing.assert_close(_logits(fast), before, atol=1e-4, rtol=0)
+        fast.half()
+        assert model_device(fast) == MPS and fast.dtype == torch.float16
+        torch.testing.assert_close(_logits(fast), want, atol=0.3, rtol=0)
+        assert len(minillm.generate(fast, TOK, PROMPT, max_new_tokens=4,
+                                    ignore_eos=True).token_ids) == 4
+
+
+def test_step_timers(folder, fake):
     from minillm.generation.step_timing import decode_step_times, prefill_time, recompute_step_time
 
-    with FakeCuda():
-        model = load(folder, "cuda")
+    with fake():
+        model = load(folder, fake.device.type)
         times, tokens = decode_step_times(model, TOK, PROMPT, 4)
         assert len(times) == len(tokens) == 4 and all(t > 0 for t in times)
         times, _ = decode_step_times(model, TOK, PROMPT, 3, use_cache=False)
@@ -256,18 +313,18 @@ def test_step_timers(folder):
         assert recompute_step_time(model, 12) > 0 and prefill_time(model, 12) > 0
 
 
-def test_results_leave_the_device_only_when_asked(folder):
+def test_results_leave_the_device_only_when_asked(folder, fake):
     """What the runners hand back to the user is plain Python (token ids, text), never a cuda
     tensor the user would have to move."""
-    with FakeCuda():
-        model = load(folder, "cuda")
+    with fake():
+        model = load(folder, fake.device.type)
         out = minillm.generate(model, TOK, PROMPT, max_new_tokens=3, ignore_eos=True)
         assert all(type(t) is int for t in out.token_ids)
         with torch.inference_mode():
             assert is_fake_cuda(model(torch.tensor([PROMPT])))
 
 
-def test_the_server_serves_from_cuda(folder):
+def test_the_server_serves_from_the_gpu(folder, fake):
     """The OpenAI-compatible server: its engine steps in a thread of its own and each request is
     added from a worker thread, all started under the harness, so every one of them runs on the
     fake device; concurrent requests give what each gives alone on the CPU."""
@@ -279,8 +336,9 @@ def test_the_server_serves_from_cuda(folder):
     cpu = load(folder, "cpu")
     want = [minillm.generate(cpu, TOK, p, max_new_tokens=6, ignore_eos=True).text
             for p in prompts]
-    with FakeCuda():
-        engine = Engine(load(folder, "cuda"), TOK, num_blocks=32, block_size=4, max_num_seqs=4)
+    with fake():
+        engine = Engine(load(folder, fake.device.type), TOK, num_blocks=32, block_size=4,
+                        max_num_seqs=4)
         with ServerThread(engine, "tiny") as server, \
                 httpx.Client(base_url=server.url, timeout=60) as client:
             got = [None] * len(prompts)
@@ -297,7 +355,7 @@ def test_the_server_serves_from_cuda(folder):
     assert got == want
 
 
-def test_the_measuring_helpers_the_lessons_call_on_a_gpu(folder):
+def test_the_measuring_helpers_the_lessons_call_on_a_gpu(folder, fake):
     """What chapters 04-08 measure with, run on cuda: bandwidth, perplexity and logit error,
     quantized speed, the engine's offline and online benchmarks, plain against speculative
     decoding, and the decoding widgets' logits."""
@@ -330,7 +388,60 @@ def test_the_measuring_helpers_the_lessons_call_on_a_gpu(folder):
                 [o.token_ids for o in offline["outputs"]], online["requests"],
                 [(r["draft"], r["tokens"], r["identical"]) for r in rows],
                 filter_view(logits, top_k=5).ids)
-    want, got = on_cpu_and_cuda(work_on, folder, "readable")
+    want, got = on_cpu_and_gpu(work_on, folder, fake, "readable")
     assert got == want
-    with FakeCuda():
-        assert read_bandwidth("cuda", megabytes=1, repeats=1) > 0
+    with fake():
+        assert read_bandwidth(fake.device.type, megabytes=1, repeats=1) > 0
+
+
+def test_what_keeps_float64_computes_it_on_the_cpu_for_mps():
+    """Apple GPUs have no float64: the helpers that sum in float64 (the online softmax,
+    LLM.int8()'s exact integer product, the decoding widgets) move to the CPU for it and give
+    back their results where they belong."""
+    from minillm.course.widgets import filter_view, temperature_table
+    from minillm.model.flash_attention import online_softmax
+    from minillm.quant.llm_int8 import LLMInt8Linear, int8_matmul
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 40, generator=g) * 4
+    h = torch.randn(3, 64, generator=g)
+    a = torch.randint(-127, 128, (5, 64), generator=g, dtype=torch.int8)
+    b = torch.randint(-127, 128, (64, 7), generator=g, dtype=torch.int8)
+    w = torch.randn(7, 64, generator=g)
+    w[:, 3] *= 20  # an outlier column
+    logits = torch.randn(64, generator=g) * 3
+    want = (online_softmax(x, 16), int8_matmul(a, b), LLMInt8Linear(w)(h),
+            filter_view(logits, top_k=5, top_p=0.9), temperature_table(logits, 0.7))
+    with FakeMps():
+        got = online_softmax(x.to("mps"), 16)
+        assert got.device == MPS and got.dtype == torch.float32
+        torch.testing.assert_close(got.cpu(), want[0], rtol=0, atol=0)
+        product = int8_matmul(a.to("mps"), b.to("mps"))
+        assert product.device == MPS and torch.equal(product.cpu(), want[1])
+        layer = LLMInt8Linear(w.to("mps"))
+        y = layer(h.to("mps"))
+        torch.testing.assert_close(y.cpu(), want[2], rtol=0, atol=1e-5)
+        assert filter_view(logits.to("mps"), top_k=5, top_p=0.9) == want[3]
+        assert temperature_table(logits.to("mps"), 0.7) == want[4]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("harness", [FakeCuda, FakeMps], ids=["cuda", "mps"])
+def test_q4_1_with_device_auto_runs_on_the_cpu_and_says_so(gguf_path, harness, capsys,
+                                                          monkeypatch):
+    """The README's `minillm.load(..., weights="q4_1")` on a machine with a GPU: the file's
+    4-bit blocks run on the CPU (minillm's kernel), so "auto" picks the CPU, said once."""
+    from minillm.utils import notices
+
+    monkeypatch.setattr(notices, "_SAID", set())
+    with harness():
+        model, tokenizer = minillm.load(gguf_path, weights="q4_1")
+        assert model_device(model).type == "cpu"
+        again, _ = minillm.load(gguf_path, weights="q4_1", device="auto")
+        text = minillm.generate(model, tokenizer, "The capital of France is",
+                                max_new_tokens=4).text
+        with pytest.raises(ValueError, match="load on device='cpu'"):
+            minillm.load(gguf_path, weights="q4_1", device=harness.device.type)
+    said = [line for line in capsys.readouterr().err.splitlines() if "weights='q4_1'" in line]
+    assert len(said) == 1 and f"not on {harness.device.type}" in said[0], said
+    assert text.strip()

@@ -4,7 +4,6 @@ attention read through block tables, checked against the model run on whole sequ
 import pytest
 import torch
 
-from minillm import kernels
 from minillm.engine import BlockManager, PagedBatch, PagedKVPool, paged_forward
 from minillm.engine.block_manager import block_hash
 from minillm.course.toy import tiny_model
@@ -149,9 +148,9 @@ def test_paged_forward_equals_the_model_on_whole_sequences(tiny, chunks):
 def test_a_decode_step_attends_in_the_pool_and_gives_the_gather_paths_logits(head_dim,
                                                                            monkeypatch):
     """A pass of one new token per row reads its keys where they lie (minillm.kernels' paged
-    attention) where the kernel is built; the same pass with the gather path gives the same
-    logits, and both leave the same keys and values in the pool."""
-    from minillm.engine import paged_cache
+    attention) where dispatch routes it there; the same pass with the kernels switched off (the
+    gather path) gives the same logits, and both leave the same keys and values in the pool."""
+    from minillm.kernels import dispatch
 
     model = tiny_model(hidden_size=4 * head_dim)[0]
     lengths = [9, 3, 14]
@@ -160,13 +159,13 @@ def test_a_decode_step_attends_in_the_pool_and_gives_the_gather_paths_logits(hea
     runs = {}
     for kernel in (True, False):
         if not kernel:
-            monkeypatch.setattr(paged_cache, "_kernel_reads", lambda pool: False)
+            monkeypatch.setenv(dispatch.SWITCH, "1")
         pool = PagedKVPool.for_model(model, num_blocks=16, block_size=4)
         tables = _scattered_tables(BlockManager(16, 4), [n + 1 for n in lengths])
         with torch.inference_mode():
             paged_forward(model, pool, tables, [0, 0, 0], [s[:-1] for s in seqs])
             step = PagedBatch(pool, tables, lengths, [1, 1, 1])
-            assert step.attends == (kernel and kernels.load("paged_scores") is not None)
+            assert step.attends == (kernel and dispatch.cpu_kernels("cpu"))
             runs[kernel] = (paged_forward(model, pool, tables, lengths, [s[-1:] for s in seqs]),
                             pool)
     (got, pool), (want, gathered) = runs[True], runs[False]

@@ -113,10 +113,28 @@ def test_tp_feed_forward_mistakes_are_named():
             parts.append(h[..., :c.stop - c.start] @ mlp.down_proj.weight[:, c.start:c.stop].T)
         return parts
 
-    with pytest.raises(CheckFailed, match="the SAME hidden features"):
-        checks.check_tp_feed_forward(split_differently)
+    def chunked(x, mlp, world):  # torch.chunk's shares: 4, 4, 2 for 10 features over 3 ranks
+        return [(F.silu(x @ g.T) * (x @ u.T)) @ d.T for g, u, d in zip(
+            mlp.gate_proj.weight.chunk(world), mlp.up_proj.weight.chunk(world),
+            mlp.down_proj.weight.chunk(world, dim=1))]
+
+    def relu(x, mlp, world):
+        return checks._ffn_variant(x, mlp, world, act=F.relu)
+
+    def silu_after(x, mlp, world):
+        return checks._ffn_variant(x, mlp, world, silu_after=True)
+
+    assert_hints_are_specific(checks.check_tp_feed_forward, {
+        "features": (split_differently, "the SAME hidden features"),
+        "chunk": (chunked, "torch.chunk gives 4, 4, 2"),
+        "relu": (relu, "not ReLU"),
+        "silu after": (silu_after, "SiLU goes on the gate alone"),
+    })
     with pytest.raises(CheckFailed, match="already the whole output"):
         checks.check_tp_feed_forward(lambda x, mlp, world: [mlp(x)] * world)
+    with pytest.raises(CheckFailed) as failure:  # a mistake the checker has no name for
+        checks.check_tp_feed_forward(lambda x, mlp, world: [0.5 * p for p in tp_ffn(x, mlp, world)])
+    assert str(failure.value).endswith("* up[0:12] x")
 
 
 def test_percentile_hints_are_specific():

@@ -509,8 +509,8 @@ BAD_FEATURE_VALUES = [
         "name": "x", "schema": {"type": "object", "required": ["a"]}}}}, "response_format",
      "'required' without 'properties'"),
     (CHAT, {"response_format": {"type": "xml"}}, "response_format", "response_format.type"),
-    (CHAT, {"presence_penalty": -2.5}, "presence_penalty", "greater than or equal to -2"),
-    (COMPLETIONS, {"frequency_penalty": 3}, "frequency_penalty", "less than or equal to 2"),
+    (CHAT, {"presence_penalty": -2.5}, "presence_penalty", "from -2.0 to 2.0"),  # the config's
+    (COMPLETIONS, {"frequency_penalty": 3}, "frequency_penalty", "from -2.0 to 2.0"),  # check
     (CHAT, {"max_tokens": 3, "max_completion_tokens": 4}, "max_completion_tokens", "disagree"),
     (CHAT, {"response_format": {"type": "json_object"}, "ignore_eos": True}, "ignore_eos",
      "ignore_eos"),

@@ -193,3 +193,68 @@ def test_stubs_say_not_written_yet(check):
 
     with pytest.raises(CheckFailed, match="not written yet"):
         check(stub)
+
+
+# --- the same hints in Chinese (set_language("zh"), as the notebooks in zh/ do) ----------------
+
+@pytest.fixture
+def chinese():
+    from minillm.course import set_language
+
+    set_language("zh")
+    yield
+    set_language("en")
+
+
+ZH_WORDS = {  # the words of each hint in the Chinese edition; the English words must not show
+    "no generation prompt": "以开启助手的轮次结尾", "no default system": "会先放上它默认的那一条",
+    "default system always": "只有对话里没有系统消息时", "no newline after im_end": "紧跟一个换行符",
+    "prompt included": "你把提示词也一起返回了", "special tokens kept": "文本里还留着",
+    "no chat template": "模型根本没看到对话模板", "no generation prompt": "接着用户的话往下写",
+    "one token more": "超过了 max_new_tokens", "first token counted": "把第一个词元也算进去了",
+    "seconds per token": "每个词元花的秒数", "timed from 0": "从 0 开始计时",
+}
+ZH_CASES = ([("chat", n, w, c) for n, (w, c) in CHAT_MISTAKES.items()]
+            + [("answer", n, w, c) for n, (w, c) in ANSWER_MISTAKES.items()]
+            + [("answer", "one token more", one_token_more, "runs past max_new_tokens")]
+            + [("decode", n, w, c) for n, (w, c) in DECODE_MISTAKES.items()])
+
+
+@pytest.mark.parametrize("check, name, wrong, english", ZH_CASES, ids=[c[1] for c in ZH_CASES])
+def test_each_hint_comes_in_chinese(chinese, reference, check, name, wrong, english):
+    run = {"chat": checks.check_chat_prompt, "decode": checks.check_decode_speed,
+           "answer": lambda fn: checks.check_answer(fn, *reference)}[check]
+    with pytest.raises(CheckFailed) as failure:
+        run(wrong)
+    message = str(failure.value)
+    assert ZH_WORDS[name] in message, message
+    assert " " not in english or english not in message, message  # code stays as it is
+    assert "返回了" in message and "returned" not in message, message
+
+
+def test_the_shared_messages_come_in_chinese(chinese, capsys):
+    def stub(*args):
+        raise NotImplementedError
+
+    with pytest.raises(CheckFailed, match="`.*stub` 还没有写：把 `raise NotImplementedError` 换成"):
+        checks.check_decode_speed(stub)
+    with pytest.raises(CheckFailed, match="请返回一个数"):
+        checks.check_decode_speed(lambda t: str(right_speed(t)))
+    with pytest.raises(CheckFailed, match="没有可以计时的解码步：应当抛出 ValueError"):
+        checks.check_decode_speed(lambda t: (len(t) - 1) / max(t[-1] - t[0], 1e-9))
+    with pytest.raises(CheckFailed, match="两者从第 .* 个字符起开始不同"):
+        checks.check_chat_prompt(lambda m: right_prompt(m).replace("user", "User"))
+    with pytest.raises(CheckFailed, match="修改了它的参数 `m`：不要改动传进来的列表"):
+        checks.check_chat_prompt(lambda m: m.pop() and right_prompt(m))
+    with pytest.raises(CheckFailed, match=r"answer\(model, tokenizer, .*\) 抛出了 KeyError"):
+        checks.check_answer(lambda model, tokenizer, messages, k: messages[0]["text"], None, None)
+    checks.check_decode_speed(right_speed)
+    assert "✅ decode_speed：全部 7 个用例通过" in capsys.readouterr().out
+
+
+def test_english_is_the_default(capsys):
+    from minillm.course import current_language
+
+    assert current_language() == "en"
+    checks.check_decode_speed(right_speed)
+    assert "all 7 cases pass" in capsys.readouterr().out

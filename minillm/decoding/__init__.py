@@ -1,6 +1,7 @@
 """Decoding strategies (解码策略): how the next token is chosen from the model's logits.
 
-    config.py       GenerationConfig: the options, with transformers' names, validated
+    config.py       GenerationConfig: the options, with transformers' names, each checked by
+                    one check (CHECKS) that the processors and the server run too
     processors.py   one small class per rule (temperature, top-k, top-p, min-p, repetition,
                     presence and frequency penalties, no-repeat n-gram, bad words) and
                     build_processors, which chains them
@@ -15,7 +16,7 @@
 """
 
 from .beam_search import Hypothesis, beam_search
-from .config import GenerationConfig
+from .config import GenerationConfig, IgnoredSamplingOptionsWarning
 from .json_constraint import JSONConstraint, SchemaError
 from .processors import (BadWordsProcessor, FrequencyPenaltyProcessor, MinPProcessor,
                          NoRepeatNGramProcessor, PresencePenaltyProcessor, ProcessorList,
@@ -24,7 +25,8 @@ from .processors import (BadWordsProcessor, FrequencyPenaltyProcessor, MinPProce
 from .sampling import choose_next_token, make_generator
 
 __all__ = [
-    "GenerationConfig", "build_processors", "choose_next_token", "make_generator", "beam_search",
+    "GenerationConfig", "IgnoredSamplingOptionsWarning", "build_processors", "choose_next_token",
+    "make_generator", "beam_search",
     "Hypothesis", "ProcessorList", "TemperatureProcessor", "TopKProcessor", "TopPProcessor",
     "MinPProcessor", "RepetitionPenaltyProcessor", "NoRepeatNGramProcessor", "BadWordsProcessor",
     "bad_words_ids", "PresencePenaltyProcessor", "FrequencyPenaltyProcessor", "JSONConstraint",

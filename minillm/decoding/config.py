@@ -11,14 +11,21 @@ A few fields transformers lacks take their names from the APIs that have them: `
     beam search              GenerationConfig(num_beams=4, length_penalty=1.0)
 
 A config is checked when it is built: a bad value raises a ValueError (a wrong type a TypeError)
-that names the field, the value and what is allowed.
+that names the field, the value and what is allowed. A sampling option (temperature, top_k,
+top_p, min_p) set on a config that does not sample is ignored, as in transformers, and said so
+once: an `IgnoredSamplingOptionsWarning` naming the options and the fix.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import sys
+import warnings
 from dataclasses import dataclass, field
+from functools import partial
+
+from ..utils.validate import check_int, check_number, is_int
 
 
 @dataclass(frozen=True)
@@ -95,6 +102,7 @@ class GenerationConfig:
 
     def __post_init__(self):
         _validate(self)
+        _warn_if_sampling_options_ignored(self)
 
     @classmethod
     def field_names(cls) -> list[str]:
@@ -102,7 +110,8 @@ class GenerationConfig:
 
     @classmethod
     def merge(cls, config: "GenerationConfig | None" = None, **fields) -> "GenerationConfig":
-        """A new, validated config: `config` (or the defaults, when None) with `fields` changed.
+        """A validated config: `config` (or the defaults, when None) with `fields` changed;
+        `config` itself when nothing changes (a config is a value, checked when it was built).
 
         >>> GenerationConfig.merge(None, do_sample=True, top_p=0.9).top_p
         0.9
@@ -114,6 +123,8 @@ class GenerationConfig:
         if unknown:
             raise TypeError(f"unknown generation option(s) {', '.join(unknown)}; the options "
                             f"are: {', '.join(cls.field_names())}")
+        if config is not None and not fields:
+            return config
         base = config if config is not None else cls()
         return dataclasses.replace(base, **fields)
 
@@ -125,65 +136,66 @@ class GenerationConfig:
         return dataclasses.asdict(self)
 
 
-# --- validation -----------------------------------------------------------------------------------
+# --- validation: each option's check, declared once -------------------------------------------
+# GenerationConfig runs these when it is built; the processors run the same ones on their
+# arguments, and the server's request model on its fields (minillm/tools/server/protocol.py).
 
-from ..utils.validate import check_number, is_int as _is_int, is_number as _is_number  # noqa: E402
+_OPENAI_PENALTY = "a number from -2.0 to 2.0 (0.0 is off), as in OpenAI's API"
+CHECKS = {
+    "max_new_tokens": partial(check_int, "max_new_tokens", low=1),
+    "temperature": partial(check_number, "temperature", ok=lambda t: t >= 0,
+                           allowed="a number >= 0 (0 or do_sample=False: greedy)"),
+    "top_k": partial(check_int, "top_k", low=0, allow_none=True,
+                     allowed="an int >= 0 (0 or None turns top-k off)"),
+    "top_p": partial(check_number, "top_p", ok=lambda p: 0 < p <= 1,
+                     allowed="a number in (0, 1] (1.0 turns top-p off)"),
+    "min_p": partial(check_number, "min_p", low=0, high=1, allow_none=True,
+                     allowed="a number in [0, 1] (None turns min-p off)"),
+    "repetition_penalty": partial(check_number, "repetition_penalty",
+                                  ok=lambda p: 0 < p < math.inf,
+                                  allowed="a number > 0 (1.0 is no penalty)"),
+    "presence_penalty": partial(check_number, "presence_penalty", low=-2.0, high=2.0,
+                                allowed=_OPENAI_PENALTY),
+    "frequency_penalty": partial(check_number, "frequency_penalty", low=-2.0, high=2.0,
+                                 allowed=_OPENAI_PENALTY),
+    "no_repeat_ngram_size": partial(check_int, "no_repeat_ngram_size", low=0,
+                                    allowed="an int >= 0 (0 is off)"),
+    "num_beams": partial(check_int, "num_beams", low=1, allowed="an int >= 1 (1: no beam search)"),
+    "length_penalty": partial(check_number, "length_penalty", allowed="a finite number"),
+    "num_return_sequences": partial(check_int, "num_return_sequences", low=1),
+    "seed": partial(check_int, "seed", low=0, allow_none=True, allowed="an int >= 0 or None"),
+}
+_SAMPLING_TEMPERATURE = partial(check_number, "temperature", ok=lambda t: t > 0,
+                                allowed="a number > 0 when do_sample=True (use do_sample=False "
+                                        "for greedy decoding)")
 
 
-def _int(name, value, low, allowed, allow_none=False):
-    if value is None and allow_none:
-        return
-    if not _is_int(value):
-        raise TypeError(f"{name} must be an int ({allowed}), got {value!r} "
-                        f"({type(value).__name__})")
-    if value < low:
-        raise ValueError(f"{name} must be {allowed}, got {value!r}")
-
-
-def _number(name, value, allowed, ok, allow_none=False):
-    if value is None and allow_none:
-        return
-    if not _is_number(value):
-        raise TypeError(f"{name} must be a number ({allowed}), got {value!r} "
-                        f"({type(value).__name__})")
-    if math.isnan(value) or not ok(value):
-        raise ValueError(f"{name} must be {allowed}, got {value!r}")
+def check_option(name: str, value, *, sampling: bool = False):
+    """`value` checked as the option `name` of GenerationConfig (a TypeError or ValueError naming
+    the option, the value and what is allowed). `sampling`: the value is used to sample now,
+    which makes a temperature of 0 an error."""
+    if name == "temperature" and sampling:
+        return _SAMPLING_TEMPERATURE(value)
+    return CHECKS[name](value)
 
 
 def _token_ids(name, value, allowed):
     if not isinstance(value, (list, tuple)) or not value:
         raise ValueError(f"{name} must be {allowed}, got {value!r}")
     for token in value:
-        if not _is_int(token) or token < 0:
+        if not is_int(token) or token < 0:
             raise ValueError(f"{name} must be {allowed}, got {value!r} (bad entry {token!r})")
 
 
 def _validate(c: GenerationConfig) -> None:
-    _int("max_new_tokens", c.max_new_tokens, 1, "an int >= 1")
     if not isinstance(c.do_sample, bool):
         raise TypeError(f"do_sample must be True or False, got {c.do_sample!r}")
-    if c.do_sample:
-        _number("temperature", c.temperature, "> 0 when do_sample=True (use do_sample=False "
-                "for greedy decoding)", lambda t: t > 0)
-    else:
-        _number("temperature", c.temperature, ">= 0", lambda t: t >= 0)
-    _int("top_k", c.top_k, 0, "an int >= 0 (0 or None turns top-k off)", allow_none=True)
-    _number("top_p", c.top_p, "in (0, 1] (1.0 turns top-p off)", lambda p: 0 < p <= 1)
-    _number("min_p", c.min_p, "in [0, 1] (None turns min-p off)", lambda p: 0 <= p <= 1,
-            allow_none=True)
-    _number("repetition_penalty", c.repetition_penalty, "> 0 (1.0 is no penalty)",
-            lambda p: 0 < p < math.inf)
-    for name in ("presence_penalty", "frequency_penalty"):
-        check_number(name, getattr(c, name), -2.0, 2.0,
-                     allowed="a number from -2.0 to 2.0 (0.0 is off), as in OpenAI's API")
-    _int("no_repeat_ngram_size", c.no_repeat_ngram_size, 0, "an int >= 0 (0 is off)")
-    _int("num_beams", c.num_beams, 1, "an int >= 1 (1: no beam search)")
-    _number("length_penalty", c.length_penalty, "a finite number", math.isfinite)
+    for name in CHECKS:
+        check_option(name, getattr(c, name), sampling=c.do_sample)
     if c.early_stopping not in (True, False, "never") or not isinstance(c.early_stopping,
                                                                         (bool, str)):
         raise ValueError(f"early_stopping must be True, False or 'never', got "
                          f"{c.early_stopping!r}")
-    _int("num_return_sequences", c.num_return_sequences, 1, "an int >= 1")
     if c.num_return_sequences > c.num_beams:
         raise ValueError(f"num_return_sequences must be <= num_beams ({c.num_beams}), got "
                          f"{c.num_return_sequences}: beam search returns at most num_beams "
@@ -205,7 +217,7 @@ def _validate(c: GenerationConfig) -> None:
                                  f"(bad entry {sequence!r})") from None
         object.__setattr__(c, "bad_words_ids", [list(s) for s in c.bad_words_ids])
     if c.eos_token_id is not None:
-        if _is_int(c.eos_token_id):
+        if is_int(c.eos_token_id):
             if c.eos_token_id < 0:
                 raise ValueError(f"eos_token_id must be a token id >= 0, a list of them, or "
                                  f"None, got {c.eos_token_id!r}")
@@ -215,10 +227,6 @@ def _validate(c: GenerationConfig) -> None:
             object.__setattr__(c, "eos_token_id", list(c.eos_token_id))
     if not isinstance(c.ignore_eos, bool):
         raise TypeError(f"ignore_eos must be True or False, got {c.ignore_eos!r}")
-    if c.seed is not None and not _is_int(c.seed):
-        raise TypeError(f"seed must be an int or None, got {c.seed!r}")
-    if c.seed is not None and c.seed < 0:
-        raise ValueError(f"seed must be an int >= 0 or None, got {c.seed!r}")
     if c.stop is not None:
         stop = [c.stop] if isinstance(c.stop, str) else c.stop
         if (not isinstance(stop, (list, tuple)) or not stop
@@ -226,3 +234,49 @@ def _validate(c: GenerationConfig) -> None:
             raise ValueError(f"stop must be a non-empty string, a list of them, or None, got "
                              f"{c.stop!r}")
         object.__setattr__(c, "stop", list(stop))
+
+
+# --- sampling options on a config that does not sample ----------------------------------------
+
+SAMPLING_OPTIONS = {"temperature": (1.0, 0), "top_k": (0, None), "top_p": (1.0,),
+                    "min_p": (None,)}  # each option, and the values that leave sampling as is
+
+
+class IgnoredSamplingOptionsWarning(UserWarning):
+    """Sampling options set on a GenerationConfig whose do_sample is False: they are ignored."""
+
+
+def ignored_sampling_options(config: GenerationConfig) -> list[str]:
+    """The sampling options `config` sets that its decoding ignores (do_sample=False). A
+    temperature of 0 asks for greedy decoding (OpenAI's spelling), so it is not among them."""
+    if config.do_sample:
+        return []
+    return [name for name, off in SAMPLING_OPTIONS.items() if getattr(config, name) not in off]
+
+
+def _warn_if_sampling_options_ignored(config: GenerationConfig) -> None:
+    """Warn, as transformers does, when sampling options would be silently ignored. The message
+    names the options, not their values, so Python's warnings show it once per line of code
+    that builds such configs, however often a loop runs that line."""
+    names = ignored_sampling_options(config)
+    if not names:
+        return
+    listed = " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+    them = "them" if len(names) > 1 else "it"
+    beams = config.num_beams > 1
+    mode = "beam search" if beams else "greedy decoding"
+    message = (f"{listed} {'are' if len(names) > 1 else 'is'} set but do_sample=False, so "
+               f"{mode} ignores {them}: pass {'num_beams=1 and ' if beams else ''}"
+               f"do_sample=True to sample with {them}, or leave {them} out for {mode}")
+    warnings.warn(message, IgnoredSamplingOptionsWarning, stacklevel=_callers_level())
+
+
+def _callers_level() -> int:
+    """warnings.warn's stacklevel, called from the function that calls this one, that points at
+    the first frame outside minillm and the dataclass machinery (a dataclass's generated
+    __init__ runs in its module's globals): the line that asked for the config."""
+    frame, level = sys._getframe(2), 2
+    while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] in (
+            "minillm", "dataclasses"):
+        frame, level = frame.f_back, level + 1
+    return level

@@ -3,7 +3,9 @@
 Each is a class with one method, `__call__(input_ids, scores) -> scores`:
     input_ids  (batch, length) LongTensor: every token so far, the prompt included
     scores     (batch, vocab) float: the logits (or log-probabilities) for the next token
-A token that must not be picked gets the score -inf, so softmax gives it probability 0.
+A token that must not be picked gets the score -inf, so softmax gives it probability 0. Each
+checks its argument in its constructor with the check GenerationConfig runs on the option of the
+same name (decoding/config.py's CHECKS), so a value is refused with one message everywhere.
 
 The semantics are transformers' (`transformers/generation/logits_process.py`), and
 tests/test_decoding_processors.py checks each one against its transformers twin; the presence and
@@ -17,7 +19,8 @@ from __future__ import annotations
 
 import torch
 
-from ..utils.validate import check_int, check_number
+from ..utils.validate import check_int
+from .config import check_option
 
 NEG_INF = float("-inf")
 
@@ -26,9 +29,7 @@ class TemperatureProcessor:
     """Divide the logits by T: P_i = e^(z_i/T) / sum_j e^(z_j/T). T < 1 sharpens, T > 1 flattens."""
 
     def __init__(self, temperature: float):
-        if not temperature > 0:
-            raise ValueError(f"temperature must be > 0, got {temperature!r}")
-        self.temperature = float(temperature)
+        self.temperature = check_option("temperature", temperature, sampling=True)
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         return scores / self.temperature
@@ -38,8 +39,7 @@ class TopKProcessor:
     """Keep the k highest scores; every token tied with the k-th is kept too."""
 
     def __init__(self, top_k: int, min_tokens_to_keep: int = 1):
-        if not isinstance(top_k, int) or top_k < 1:
-            raise ValueError(f"top_k must be an int >= 1, got {top_k!r}")
+        check_int("top_k", top_k, 1, allowed="an int >= 1 (a config's top_k 0 means no filter)")
         self.top_k = max(top_k, min_tokens_to_keep)
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
@@ -56,9 +56,7 @@ class TopPProcessor:
     cumulative probability (itself and everything less likely) is still <= 1 - top_p."""
 
     def __init__(self, top_p: float, min_tokens_to_keep: int = 1):
-        if not 0 < top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
-        self.top_p = float(top_p)
+        self.top_p = check_option("top_p", top_p)
         self.min_tokens_to_keep = min_tokens_to_keep
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
@@ -74,9 +72,7 @@ class MinPProcessor:
     """Keep the tokens whose probability is at least min_p times the most likely token's."""
 
     def __init__(self, min_p: float, min_tokens_to_keep: int = 1):
-        if not 0 <= min_p <= 1:
-            raise ValueError(f"min_p must be in [0, 1], got {min_p!r}")
-        self.min_p = float(min_p)
+        self.min_p = check_option("min_p", min_p)
         self.min_tokens_to_keep = min_tokens_to_keep
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
@@ -93,9 +89,7 @@ class RepetitionPenaltyProcessor:
     the token appeared."""
 
     def __init__(self, penalty: float):
-        if not penalty > 0:
-            raise ValueError(f"repetition_penalty must be > 0, got {penalty!r}")
-        self.penalty = float(penalty)
+        self.penalty = check_option("repetition_penalty", penalty)
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         seen = torch.gather(scores, 1, input_ids)
@@ -132,7 +126,7 @@ class PresencePenaltyProcessor(GeneratedTokens):
 
     def __init__(self, penalty: float, prompt_length: int | None = None):
         super().__init__(prompt_length)
-        self.penalty = check_number("presence_penalty", penalty, -2.0, 2.0)
+        self.penalty = check_option("presence_penalty", penalty)
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         seen = self.counts(input_ids, scores.shape[-1]) > 0
@@ -146,7 +140,7 @@ class FrequencyPenaltyProcessor(GeneratedTokens):
 
     def __init__(self, penalty: float, prompt_length: int | None = None):
         super().__init__(prompt_length)
-        self.penalty = check_number("frequency_penalty", penalty, -2.0, 2.0)
+        self.penalty = check_option("frequency_penalty", penalty)
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         return scores - self.penalty * self.counts(input_ids, scores.shape[-1]).to(scores.dtype)
@@ -158,9 +152,8 @@ class NoRepeatNGramProcessor:
     is banned now."""
 
     def __init__(self, ngram_size: int):
-        if not isinstance(ngram_size, int) or ngram_size < 1:
-            raise ValueError(f"no_repeat_ngram_size must be an int >= 1, got {ngram_size!r}")
-        self.n = ngram_size
+        self.n = check_int("no_repeat_ngram_size", ngram_size, 1,
+                           allowed="an int >= 1 (a config's 0 means no rule)")
 
     def banned_tokens(self, tokens: list[int]) -> list[int]:
         n, length = self.n, len(tokens)

@@ -11,6 +11,10 @@ from .launch import run_distributed
 from .pipeline_parallel import PipelineStage
 from .tensor_parallel import all_reduce_cost, shard_model
 
+# Where the demos' ranks keep their tensors (`_load`): the CPU, so they talk over gloo even on a
+# machine with GPUs.
+DEVICE = "cpu"
+
 
 def _load(source, fast: bool = True):
     """The model (on the CPU: the ranks here are processes on one machine; with a GPU each, the
@@ -18,7 +22,7 @@ def _load(source, fast: bool = True):
     from ..loading import load_model
     from ..tokenizer import load_tokenizer
 
-    model = load_model(source, device="cpu", fast=fast)
+    model = load_model(source, device=DEVICE, fast=fast)
     try:
         tokenizer = load_tokenizer(source)
     except (ValueError, TypeError, FileNotFoundError):
@@ -86,7 +90,7 @@ def compare_tensor_parallel(source, prompt_ids, world_size=2, new_tokens=8) -> P
     """Logits and greedy tokens of the whole model against a `world_size`-way tensor-parallel run."""
     ref_logits, ref_tokens = _reference(source, prompt_ids, new_tokens)
     ranks = run_distributed(tensor_parallel_rank, world_size,
-                            (source, list(prompt_ids), new_tokens))
+                            (source, list(prompt_ids), new_tokens), device=DEVICE)
     logits = ranks[0]["logits"]
     return ParallelReport((logits - ref_logits).abs().max().item(),
                           bool((logits.argmax(-1) == ref_logits.argmax(-1)).all()),
@@ -96,7 +100,7 @@ def compare_tensor_parallel(source, prompt_ids, world_size=2, new_tokens=8) -> P
 
 def compare_pipeline_parallel(source, prompt_ids, world_size=2) -> ParallelReport:
     ref_logits, _ = _reference(source, prompt_ids, 0)
-    ranks = run_distributed(pipeline_rank, world_size, (source, list(prompt_ids)))
+    ranks = run_distributed(pipeline_rank, world_size, (source, list(prompt_ids)), device=DEVICE)
     logits = ranks[-1]["logits"]
     return ParallelReport((logits - ref_logits).abs().max().item(),
                           bool((logits.argmax(-1) == ref_logits.argmax(-1)).all()), None, [], [],

@@ -1,8 +1,8 @@
 """Run a function on several processes joined by torch.distributed, the way torchrun does.
 
 Every process runs `fn(rank, world_size, *args)`; the return values come back as a list, one per
-rank. The processes talk over 127.0.0.1 with the gloo backend on CPUs (nccl when every rank has
-its own GPU)."""
+rank. The processes talk over 127.0.0.1 with the backend that fits where the ranks' tensors live:
+gloo for CPU tensors, nccl when they are on GPUs and every rank has its own."""
 
 from __future__ import annotations
 
@@ -23,9 +23,18 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def default_backend(world_size: int) -> str:
-    return "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= world_size \
-        else "gloo"
+def default_backend(world_size: int, device="cpu") -> str:
+    """gloo for ranks whose tensors are on the CPU (whatever GPUs the machine has: nccl moves
+    only GPU tensors); nccl for ranks on CUDA when every rank has a GPU of its own."""
+    kind = torch.device(device).type
+    if kind == "cpu":
+        return "gloo"
+    if kind != "cuda":
+        raise ValueError(f"the ranks' tensors must be on 'cpu' or 'cuda', got {device!r}")
+    if not torch.cuda.is_available() or torch.cuda.device_count() < world_size:
+        raise ValueError(f"{world_size} ranks on cuda need {world_size} GPUs, this machine has "
+                         f"{torch.cuda.device_count() if torch.cuda.is_available() else 0}")
+    return "nccl"
 
 
 def _portable(value, to_numpy: bool):
@@ -59,11 +68,12 @@ def _worker(rank, world_size, backend, port, fn, args, results, threads):
 
 
 def run_distributed(fn, world_size: int = 2, args: tuple = (), backend: str | None = None,
-                    timeout: float = 600):
+                    timeout: float = 600, device="cpu"):
     """Run `fn(rank, world_size, *args)` on `world_size` processes; return their results by rank.
-    `fn` must be importable (defined in a module, not in a notebook cell)."""
+    `fn` must be importable (defined in a module, not in a notebook cell). `device`: where the
+    ranks keep their tensors ("cpu", or "cuda": rank r on cuda:r), which picks the backend."""
     check_int("world_size", world_size, 1, allowed="a positive int")
-    backend = backend or default_backend(world_size)
+    backend = backend or default_backend(world_size, device)
     threads = max(1, (os.cpu_count() or 1) // world_size)
     context = mp.get_context("spawn")
     results = context.Queue()

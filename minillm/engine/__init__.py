@@ -10,8 +10,12 @@
     scheduler.py      StaticScheduler and ContinuousScheduler (token budget, chunked prefill,
                       preemption by recompute)
     engine.py         Engine: add_request, step, cancel, run, generate
-    bench.py          workloads, offline throughput, KV memory ratios, Poisson online mode
-    toy.py            a tiny random Llama and toy tokenizers for tests and checkers
+    radix_cache.py    RadixCache: SGLang's token-level prefix cache with LRU eviction, and hit
+                      rates of it and of the block-hash chain on the same requests
+    virtual_clock.py  ClockedEngine: an engine whose clock moves only by its measured steps
+    interference.py   a long prompt arriving into running decodes, chunked or not
+    disaggregation.py prefill/decode disaggregation: a prefill engine hands KV blocks to a
+                      decode engine, each on its own clock
 """
 
 from .block_manager import Block, BlockManager, block_hash

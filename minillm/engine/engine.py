@@ -30,11 +30,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..decoding import (GenerationConfig, ProcessorList, build_processors, choose_next_token,
-                        make_generator)
+from ..decoding import GenerationConfig, choose_next_token
+from ..generation.request import make_request
 from ..utils.devices import model_device
 from ..utils.devices import now as clock
-from ..generation.loop import eos_ids, encode_prompts
 from ..utils.validate import check_int
 from .block_manager import BlockManager
 from .logprobs import token_logprobs
@@ -112,31 +111,21 @@ class Engine:
         logits_processor  a function of (input_ids, scores) run before the config's processors,
                           e.g. a minillm.decoding.JSONConstraint; the n samples share it
 
-        A setting that is invalid, or a request that could never fit (longer than the model's
-        context window or than the whole block pool), raises ValueError/TypeError for this
-        request alone: nothing is queued and the other requests are not touched."""
-        config = GenerationConfig.merge(config, **fields)
+        The prompt and its options are checked at the front door every runner shares
+        (minillm.generation.request.make_request). A setting that is invalid, or a request that
+        could never fit (longer than the model's context window or than the whole block pool),
+        raises ValueError/TypeError for this request alone: nothing is queued and the other
+        requests are not touched."""
         vocab = self.model.config.vocab_size
         check_int("n", n, 1, self.max_num_seqs,
                   allowed=f"an int from 1 to max_num_seqs ({self.max_num_seqs})")
         check_int("logprobs", logprobs, 0, vocab, allow_none=True)
         check_int("prompt_logprobs", prompt_logprobs, 0, vocab, allow_none=True)
-        if logits_processor is not None and not callable(logits_processor):
-            raise TypeError(f"logits_processor must be a function of (input_ids, scores), got "
-                            f"{type(logits_processor).__name__}")
-        if config.num_beams > 1:
-            raise ValueError(f"the engine does not run beam search (num_beams={config.num_beams}); "
-                             "use minillm.generate for beam search, or num_beams=1")
-        prompts, batch = encode_prompts(self.tokenizer, prompt, self.model.config.vocab_size)
-        if batch:
-            raise ValueError(f"add_request takes one prompt, got a list of {len(prompts)}: call "
-                             "it once per prompt")
-        ids = prompts[0]
+        checked = make_request(self.model, self.tokenizer, prompt, config,
+                               runner="Engine.add_request", logits_processor=logits_processor,
+                               **fields)
+        ids, config = checked.prompt_ids, checked.config
         total = len(ids) + config.max_new_tokens
-        if total > self.max_seq_len:
-            raise ValueError(f"the prompt has {len(ids)} tokens; with max_new_tokens="
-                             f"{config.max_new_tokens} it needs {total} positions, more than the "
-                             f"model's context window of {self.max_seq_len}")
         need = self.blocks.blocks_for(total)
         if need > self.blocks.num_blocks:
             raise ValueError(f"this request can never fit: prompt ({len(ids)}) + max_new_tokens "
@@ -144,11 +133,7 @@ class Engine:
                              f"{self.blocks.block_size}, the pool has only "
                              f"{self.blocks.num_blocks}; lower max_new_tokens, shorten the "
                              "prompt, or make the pool larger")
-        eos = eos_ids(self.model, self.tokenizer, config)
-        processors = build_processors(config, eos)
-        if logits_processor is not None:
-            processors = ProcessorList([logits_processor, *processors])
-        generator = make_generator(config, self.device) if config.do_sample else None
+        generator = checked.generator(self.device)
         with self._lock:
             if request_id is None:
                 request_id = next(self._ids)
@@ -156,9 +141,9 @@ class Engine:
                     request_id = next(self._ids)
             elif request_id in self.requests:
                 raise ValueError(f"request id {request_id!r} is already in use")
-            request = Request(request_id, ids, config, processors, generator, self.tokenizer,
-                              eos, arrival_time, n=n, logprobs=logprobs,
-                              prompt_logprobs=prompt_logprobs)
+            request = Request(request_id, ids, config, checked.processors, generator,
+                              self.tokenizer, checked.eos_ids, arrival_time, n=n,
+                              logprobs=logprobs, prompt_logprobs=prompt_logprobs)
             self.requests[request_id] = request
             self.scheduler.add(request)
             self._work.notify_all()

@@ -4,9 +4,9 @@
 (num_blocks * block_size, kv_heads, head_dim): slot `block * block_size + offset` holds one token.
 
 `PagedBatch` is what the model sees for one forward pass over a batch of sequences, each with
-`context` tokens already in the pool and `new` tokens to run now. It keeps
-`minillm.generation.kv_cache.KVCacheProtocol` (`append(layer, k, v)` returns the keys and values to attend
-over, `advance(n)`), so the model code is unchanged:
+`context` tokens already in the pool and `new` tokens to run now. It keeps the KV-cache contract (minillm.generation.kv_cache:
+`append(layer, k, v)` returns the keys and values to attend over, `advance(n)`), so the model code
+is unchanged:
 
 - the batch's new tokens are left-padded to the longest (`seq`), and each row's keys are laid out
   so that its last key sits at the end: row i's keys occupy the last `context_i + new_i` of
@@ -15,8 +15,8 @@ over, `advance(n)`), so the model code is unchanged:
   its block table into that layout; `attention_mask` hides the padding, `position_ids` count each
   row's own tokens. The model's causal mask then lets each new token see its context and itself.
 
-A decode step (one new token per row) on the CPU skips the gather: `attends` is true and the
-attention layer calls `attend`, which runs minillm.kernels' paged attention over each row's own
+A decode step (one new token per row) on the CPU skips the gather: `attends` (a capability of the
+contract) is true and the attention layer calls `attend`, which runs minillm.kernels' paged attention over each row's own
 slots, reading its keys and values once, where they lie (what vLLM's paged attention kernel does
 on a GPU). Elsewhere (prefill chunks, a GPU, no C compiler) the gather path runs.
 """
@@ -26,6 +26,8 @@ from __future__ import annotations
 import torch
 
 from .. import kernels
+from ..generation.kv_cache import KVCacheBase
+from ..kernels import dispatch
 from ..utils.devices import model_device, model_dtype
 
 
@@ -96,8 +98,10 @@ class PagedKVPool:
         return (self.keys[layer][idx].transpose(0, 1), self.values[layer][idx].transpose(0, 1))
 
 
-class PagedBatch:
-    """One forward pass's view of the pool (see the module docstring)."""
+class PagedBatch(KVCacheBase):
+    """One forward pass's view of the pool (see the module docstring). Of the contract's
+    optional capabilities it has `attends` (a decode step on the CPU); it is not contiguous, and
+    it neither crops nor reorders: the engine keeps each sequence's length and blocks."""
 
     def __init__(self, pool: PagedKVPool, tables: list[list[int]], contexts: list[int],
                  news: list[int]):
@@ -139,13 +143,13 @@ class PagedBatch:
         self.new_mask = self.new_mask.to(device)
         self.batch = b
         self.seq = seq
-        self.attends = seq == 1 and _kernel_reads(pool)
+        self.attends = seq == 1 and dispatch.paged_attention(pool.keys[0])
         if self.attends:  # row i's key slots in order, its first `total_i` entries
             first = torch.minimum(torch.arange(keys)[None, :], (total - 1)[:, None])
             self.decode_slots = table.gather(1, first // bs) * bs + first % bs
             self.lengths = total
 
-    # --- KVCacheProtocol ---------------------------------------------------------------------------
+    # --- the KV-cache contract ----------------------------------------------------------------
 
     @property
     def n_layers(self) -> int:
@@ -172,6 +176,8 @@ class PagedBatch:
     def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
         """A decode step's attention (q (batch, heads, 1, head_dim)) straight from the pool: write
         the new keys and values into their slots, then read each row's through its own slots."""
+        if not self.attends:  # a prefill chunk, a GPU, or no kernels: the contract's refusal
+            return super().attend(layer, q, k, v)
         pk, pv = self.pool.keys[layer], self.pool.values[layer]
         pk[self.write_index] = k[:, :, 0].to(pk.dtype)
         pv[self.write_index] = v[:, :, 0].to(pv.dtype)
@@ -187,14 +193,6 @@ class PagedBatch:
         for i, r in enumerate(rows):
             ids[i, self.seq - len(r):] = torch.tensor(r, dtype=torch.long)
         return ids.to(self.pool.device)
-
-
-def _kernel_reads(pool: PagedKVPool) -> bool:
-    """Whether minillm.kernels' paged attention takes this pool: float32 on the CPU, heads of at
-    most 256 values, and a kernel built here."""
-    keys = pool.keys[0]
-    return (keys.device.type == "cpu" and keys.dtype == torch.float32
-            and keys.shape[-1] <= 256 and kernels.load("paged_scores") is not None)
 
 
 def paged_forward(model, pool: PagedKVPool, tables, contexts, rows: list[list[int]], *,

@@ -7,7 +7,7 @@
                                              Int8Linear); `minillm.load` returns one by default
     linear.py                                FastLinear: layout, storage dtype, own kernels
     layout.py                                which weight layout multiplies fastest here
-    (minillm/kernels.py                      the float32, bf16 and int8 CPU kernels they call)
+    (minillm/kernels/                        the C kernels they call, and dispatch.py: which one)
 
 Nothing else changes: the copy is the same class (LlamaModel, Qwen3Model, ...), runs the same
 blocks and attention (minillm.layers), keeps the same forward contract, and gives the same
@@ -31,7 +31,8 @@ from ..utils.devices import FLOAT_DTYPES
 from ..layers.linear import replace_module
 from .layout import best_layout, time_layouts
 from .decode import FusedDecode
-from .linear import ONE_ROW_KERNELS, FastLinear
+from ..kernels import dispatch
+from .linear import FastLinear
 
 __all__ = ["optimize", "is_optimized", "FastLinear", "best_layout", "time_layouts",
            "WEIGHT_FORMATS"]
@@ -70,10 +71,10 @@ def optimize(model, weights=None, *, layout: str = "auto", kernel="auto"):
              On a GPU a float format casts the whole model (its arithmetic is fast in bf16).
     layout   "auto" (time both and keep the faster), "in_out" (x @ W) or "out_in" (F.linear).
     kernel   float32 or bf16 weights on a CPU: "auto" multiplies a decode step's rows with
-             minillm's own kernels (minillm/kernels.py: gemv_bf16 for one row of bf16, gemv_f32
-             and gemm_f32 for up to kernels.gemm_f32_max_rows() rows of float32) where they can
-             be built, False never (PyTorch's own), True insists (ValueError where they cannot
-             be built).
+             minillm's own kernels (minillm/kernels/: gemv_bf16 for one row of bf16, gemv_f32
+             and gemm_f32 for float32 rows, as many as minillm.kernels.dispatch routes) where
+             they can run, False never (PyTorch's own), True insists (ValueError where they
+             cannot run).
 
     The original model is left as it is; the copy holds its own weights (about as many bytes
     again, plus the LM head when the embeddings are tied)."""
@@ -142,14 +143,12 @@ def _linear_maker(fmt: str, act_dtype, device, layout: str, kernel):
         return lambda w, b: Int8Linear.from_weight(w, b)
     dtype = FLOAT_DTYPES[fmt]
     use_kernel = False
-    if dtype in ONE_ROW_KERNELS and act_dtype == torch.float32 and device.type == "cpu" \
+    if dispatch.kernel_layout(dtype) and act_dtype == torch.float32 and device.type == "cpu" \
             and kernel in ("auto", True):
-        from ..kernels import load
-
-        use_kernel = load(ONE_ROW_KERNELS[dtype]) is not None
+        use_kernel = dispatch.cpu_kernels(device)
         if kernel is True and not use_kernel:
-            raise ValueError("minillm's kernels cannot be built here (they need an x86-64 AVX2 "
-                             "CPU and a C compiler); use kernel='auto'")
+            raise ValueError(f"minillm's kernels cannot run here ({dispatch.why_not(device)}); "
+                             f"use kernel='auto'")
     elif kernel is True:
         raise ValueError("kernel=True needs float32 or bf16 weights with float32 activations "
                          "on a CPU")

@@ -1,4 +1,4 @@
-"""The fast path's decode step: one new token per row, no padding, a contiguous KVCache.
+"""The fast path's decode step: one new token per row, no padding, a contiguous KV cache.
 
 Generation spends almost all its steps here, and at batch 1 a step's arithmetic is small, so
 what the step costs beyond reading the weights (Python, module calls, small tensor operations)
@@ -7,11 +7,12 @@ shows. This is the one other implementation of the Llama block's math (the reada
 `Attention.qk_norm`, so Qwen3 runs here unchanged), written as one loop over the layers on 2-D
 tensors (rows, width), with the residual added inside the matrix multiply where the layer allows
 it and the new keys and values written straight into the cache. On a CPU, RMSNorm and the
-attention over the cache are minillm's own kernels (`kernels.rms_norm_f32`,
+attention over the cache are minillm's own kernels (`kernels.rms_norm`,
 `kernels.decode_attention`: one call each instead of PyTorch's general ones, whose overhead per
-call is what a one-row step feels). Prefill, padded batches and the
-engine's paged cache take the module path. `tests/test_fast.py` checks both give the same logits;
-`scripts/bench_decode_overhead.py` measures what it saves.
+call is what a one-row step feels), where `kernels.dispatch.decode_step` says so: it looks at
+the step's device first, so a GPU step never touches the C library. Prefill, padded batches and
+the engine's paged cache take the module path. `tests/test_fast.py` checks both give the same logits;
+`scripts/bench_fused_decode.py` measures what it saves.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .. import kernels
-from ..generation.kv_cache import KVCache
+from ..generation.kv_cache import KVCacheProtocol, capability
+from ..kernels import dispatch
 from ..layers import Attention
 from ..layers.rope import apply_rope
 from .linear import FastLinear
@@ -43,16 +45,13 @@ class _Layer:
     joint_rope: bool  # no qk_norm of the family's own: q and k are rotated in one call
 
 
-def _norm(norm: nn.Module, x: torch.Tensor, kernel) -> torch.Tensor:
-    """RMSNorm(x): minillm's kernel on a CPU (`kernel`, None where it cannot be built), else
-    PyTorch's fused float32 one called directly, else the module."""
+def _norm(norm: nn.Module, x: torch.Tensor, kernel: bool) -> torch.Tensor:
+    """RMSNorm(x): minillm's kernel where the step's plan says so, else PyTorch's fused float32
+    one called directly, else the module."""
     weight = norm.weight
-    if x.dtype == torch.float32 and weight.dtype == torch.float32:
-        if kernel is not None and x.device.type == "cpu":
-            out = torch.empty_like(x)
-            kernel(x.data_ptr(), weight.data_ptr(), out.data_ptr(), x.shape[0], x.shape[1],
-                   norm.eps)
-            return out
+    if x.dtype is torch.float32 and weight.dtype is torch.float32:
+        if kernel:
+            return kernels.rms_norm(x, weight, norm.eps)
         return F.rms_norm(x, weight.shape, weight, norm.eps)
     return norm(x)
 
@@ -61,8 +60,7 @@ def _linear(layer: nn.Module, x: torch.Tensor, residual: torch.Tensor | None = N
     """layer(x) (+ residual): a few float32 rows through the layer's own kernel where it has one
     (FastLinear, Int8Linear, Q41Linear: `few_rows`), else the residual added inside the multiply
     for a float FastLinear."""
-    if x.dtype == torch.float32 and x.device.type == "cpu" \
-            and x.shape[0] <= getattr(layer, "few_rows_max", 0):
+    if x.dtype is torch.float32 and x.shape[0] <= getattr(layer, "few_rows_max", 0):
         y = layer.few_rows(x)
         return y if residual is None else y.add_(residual)
     if isinstance(layer, FastLinear) and layer._b is None and x.dtype == layer._same_dtype_as:
@@ -89,14 +87,18 @@ class FusedDecode:
                    and "qkv_proj" in b.attn._modules and "gate_up_proj" in b.mlp._modules
                    and hasattr(b, "attn_norm") for b in model.layers)
 
-    def applies(self, input_ids, cache, position_ids, attention_mask) -> bool:
-        return (type(cache) is KVCache and position_ids is None and attention_mask is None
+    def applies(self, input_ids, cache: KVCacheProtocol | None, position_ids,
+                attention_mask) -> bool:
+        """Whether this step can run the pass: one new token per row, no padding, and a cache
+        whose tensors it may write and read in place (the contract's `contiguous`)."""
+        return (cache is not None and capability(cache, "contiguous")
+                and position_ids is None and attention_mask is None
                 and isinstance(input_ids, torch.Tensor) and input_ids.dim() == 2
                 and input_ids.shape[1] == 1 and input_ids.shape[0] == cache.batch_size
                 and cache.n_layers == len(self.layers)
                 and cache.length < min(cache.max_tokens, self.model.config.max_seq_len))
 
-    def __call__(self, input_ids: torch.Tensor, cache: KVCache) -> torch.Tensor:
+    def __call__(self, input_ids: torch.Tensor, cache: KVCacheProtocol) -> torch.Tensor:
         """Logits (rows, 1, vocab) in float32 for one new token per row."""
         model = self.model
         vocab = model.config.vocab_size
@@ -109,14 +111,8 @@ class FusedDecode:
         x = model.embed(ids)  # (rows, width)
         rows = x.shape[0]
         cos, sin = model.rotary(torch.full((1, 1), pos, device=x.device), x.dtype)
-        # looked up each step, not kept: ctypes functions cannot be deep-copied with the model
-        norm_kernel = kernels.load("rms_norm_f32")
-        attention_kernel = kernels.load("decode_attention")
-        own_attention = (attention_kernel is not None and x.device.type == "cpu"
-                  and x.dtype == cache.keys[0].dtype == torch.float32
-                  and cache.keys[0].is_contiguous()
-                  and cache.keys[0].shape[-1] <= 256)
-        threads = torch.get_num_threads()
+        plan = dispatch.decode_step(x, cache.keys[0])  # the device first: no C for a GPU step
+        norm_kernel = plan.norm
         for i, layer in enumerate(self.layers):
             attn = layer.attn
             nq, nkv, hd = attn.n_heads, attn.n_kv_heads, attn.head_dim
@@ -131,11 +127,9 @@ class FusedDecode:
             keys, values = cache.keys[i], cache.values[i]
             keys[:, :, pos] = k[:, 0]
             values[:, :, pos] = qkv[:, (nq + nkv) * hd:].view(rows, nkv, hd)
-            if own_attention:  # minillm's kernel: one call instead of PyTorch's general attention
-                out, q = torch.empty(rows, nq * hd), q.contiguous()  # q kept alive for the call
-                attention_kernel(q.data_ptr(), keys.data_ptr(), values.data_ptr(),
-                                 out.data_ptr(), rows, nkv, nq // nkv, keys.shape[2], pos + 1,
-                                 hd, hd ** -0.5, threads)
+            if plan.attention:  # one call instead of PyTorch's general attention
+                out = kernels.decode_attention(q.reshape(rows, nq, hd), keys, values,
+                                               pos + 1).view(rows, nq * hd)
             else:  # each key/value head's group of query heads as its queries: no key copies
                 out = F.scaled_dot_product_attention(
                     q.reshape(rows, nkv, nq // nkv, hd), keys[:, :, :pos + 1],

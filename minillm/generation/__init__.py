@@ -1,7 +1,9 @@
 """Generation (chapter 03): the loop that turns a prompt into new tokens, and what it keeps.
 
     loop.py            generate, stream, token_steps: prefill once, then one decode step per token
-    kv_cache.py        KVCacheProtocol (the contract every cache keeps) and KVCache
+    request.py         make_request: the front door every runner checks a prompt and its options at
+    kv_cache.py        the contract every cache keeps (KVCacheProtocol, the optional
+                       capabilities in KVCacheBase) and KVCache
     stopping.py        Sequence: EOS, max_new_tokens, stop strings, text that waits for a whole
                        UTF-8 character
     results.py         Completion: the fields every runner returns for one prompt
@@ -19,8 +21,10 @@ from ..utils.lazy import lazy_exports
 _EXPORTS = {
     "generate": "loop", "stream": "loop", "timed_stream": "loop", "token_steps": "loop",
     "start": "loop", "Setup": "loop", "Generation": "loop", "TimedStream": "loop",
-    "encode_prompts": "loop", "eos_ids": "loop", "left_pad": "loop", "positions": "loop",
-    "KVCache": "kv_cache", "KVCacheProtocol": "kv_cache", "LayerSlots": "kv_cache",
+    "left_pad": "loop", "positions": "loop", "make_request": "request",
+    "GenerationRequest": "request", "encode_prompts": "request", "eos_ids": "request",
+    "KVCache": "kv_cache", "KVCacheProtocol": "kv_cache", "KVCacheBase": "kv_cache",
+    "capability": "kv_cache", "LayerSlots": "kv_cache",
     "Sequence": "stopping", "Completion": "results", "agree": "agreement",
     "RingKVCache": "sliding_window",
 }

@@ -15,6 +15,8 @@ A batch of prompts of different lengths is left-padded to one length; the attent
 the padding and the position ids count only real tokens, so each row gives the tokens it would
 give alone.
 
+Every generation starts at the front door, `request.make_request`: the prompt and its options
+checked once, turned into token ids, a GenerationConfig, EOS ids, processors and a sampler.
 `token_steps` is the one per-token loop: `generate` and `stream` both run it.
 """
 
@@ -28,9 +30,9 @@ import torch
 from ..utils.devices import model_device
 from .kv_cache import KVCache
 from ..measure.metrics import RequestMetrics, TokenClock, TokenEvent
+from .request import GenerationRequest, make_request
 from .results import Completion
-from .stopping import Sequence, check_stop_strings
-from ..utils.validate import check_int
+from .stopping import Sequence
 
 
 @dataclass
@@ -49,90 +51,14 @@ class Generation(Completion):
 # --- the decoding seam (chapter 04 fills it in) -----------------------------------------------------
 
 def _decoding():
-    """Chapter 04's pieces: GenerationConfig, build_processors, make_generator,
-    choose_next_token (greedy argmax unless do_sample) and beam_search."""
+    """Chapter 04's pieces the loop calls: choose_next_token (greedy argmax unless do_sample)
+    and beam_search. (The request brings the config, its processors and its sampler.)"""
     from .. import decoding
 
     return decoding
 
 
 # --- inputs ---------------------------------------------------------------------------------------
-
-def _is_ids(value) -> bool:
-    return isinstance(value, (list, tuple)) and all(
-        isinstance(i, int) and not isinstance(i, bool) for i in value)
-
-
-def encode_prompts(tokenizer, prompt, vocab_size: int | None = None) -> tuple[list[list[int]], bool]:
-    """`prompt` (a string, a list of ids, or a list of those) as a list of id lists, and whether
-    it was a batch. Empty prompts and ids outside the vocabulary raise ValueError."""
-    if isinstance(prompt, str) or (_is_ids(prompt) and len(prompt) > 0):
-        prompts, batch = [prompt], False
-    elif isinstance(prompt, (list, tuple)) and len(prompt) > 0:
-        prompts, batch = list(prompt), True
-    elif isinstance(prompt, (list, tuple)):
-        raise ValueError("the prompt is empty: give a non-empty string, a non-empty list of "
-                         "token ids, or a non-empty list of those")
-    else:
-        raise TypeError(f"prompt must be a string, a list of token ids, or a list of those, "
-                        f"got {type(prompt).__name__}")
-    ids = []
-    for n, p in enumerate(prompts):
-        where = f"prompt {n} (of {len(prompts)}) in the batch" if batch else "the prompt"
-        if isinstance(p, str) and tokenizer is None:
-            raise TypeError(f"{where} is text, but there is no tokenizer (the model was loaded "
-                            "without one): pass token ids instead")
-        if isinstance(p, str):
-            p = list(tokenizer.encode(p)) if p else []
-        elif not _is_ids(p):
-            raise TypeError(f"{where} must be a string or a list of int token ids, got "
-                            f"{type(p).__name__}" + (f" {p!r}" if len(repr(p)) < 60 else ""))
-        if len(p) == 0:
-            raise ValueError(f"{where} is empty: the model needs at least one token to continue")
-        if vocab_size is not None:
-            bad = [i for i in p if not 0 <= i < vocab_size]
-            if bad:
-                raise ValueError(f"{where} has token id {bad[0]}, outside the vocabulary "
-                                 f"(0 to {vocab_size - 1})")
-        ids.append([int(i) for i in p])
-    return ids, batch
-
-
-def _check_max_new_tokens(value) -> None:
-    check_int("max_new_tokens", value, 1)
-
-
-def _check_context(prompts: list[list[int]], max_new_tokens: int, max_seq_len: int,
-                   batch: bool) -> None:
-    for n, p in enumerate(prompts):
-        if len(p) + max_new_tokens > max_seq_len:
-            where = f"prompt {n} (of {len(prompts)}) in the batch" if batch else "the prompt"
-            raise ValueError(
-                f"{where} has {len(p)} token{'s' * (len(p) != 1)}; with max_new_tokens={max_new_tokens} that needs "
-                f"{len(p) + max_new_tokens} positions, more than the model's context window of "
-                f"{max_seq_len}: shorten the prompt to at most {max_seq_len - max_new_tokens} "
-                f"tokens or lower max_new_tokens")
-
-
-def eos_ids(model, tokenizer, config) -> list[int]:
-    """The ids that end a sequence: none with `ignore_eos`, the config's when set, else the
-    model's and tokenizer's."""
-    if config.ignore_eos:
-        return []
-    if config.eos_token_id is not None:
-        value = config.eos_token_id
-        return [value] if isinstance(value, int) else list(value)
-    ids = list(getattr(model.config, "eos_token_ids", ()) or ())
-    for i in getattr(tokenizer, "eos_token_ids", None) or ():
-        if i not in ids:
-            ids.append(i)
-    return ids
-
-
-def _pad_id(tokenizer, eos: list[int]) -> int:
-    pad = getattr(tokenizer, "pad_token_id", None)
-    return int(pad) if pad is not None else (eos[0] if eos else 0)
-
 
 def left_pad(prompts: list[list[int]], pad_id: int, device="cpu"):
     """(input_ids, attention_mask), both (batch, longest): shorter prompts padded on the left."""
@@ -152,24 +78,20 @@ def positions(mask: torch.Tensor) -> torch.Tensor:
 
 # --- the loop -------------------------------------------------------------------------------------
 
-def token_steps(model, prompts: list[list[int]], sequences: list[Sequence], config, *,
-                use_cache: bool = True, pad_id: int = 0,
-                logits_processor=None) -> Iterator[list[str]]:
+def token_steps(model, request: GenerationRequest, sequences: list[Sequence], *,
+                use_cache: bool = True) -> Iterator[list[str]]:
     """The generation loop. Each iteration runs one forward pass (the first is the prefill),
     chooses one token per row, records it in that row's `Sequence`, and yields the text each row
-    can show now ("" for rows that have finished). It ends when every row has finished.
-    `logits_processor` (a function of (input_ids, scores), e.g. a JSONConstraint) runs before
-    the config's own processors."""
+    can show now ("" for rows that have finished). It ends when every row has finished. The
+    request (request.py) brings the prompts, the config, its processors and the pad id."""
     decoding = _decoding()
     device = model_device(model)
-    process = decoding.build_processors(config, sorted(sequences[0].eos_token_ids))
-    if logits_processor is not None:
-        process.insert(0, logits_processor)
-    generator = decoding.make_generator(config, device) if config.do_sample else None
-    input_ids, mask = left_pad(prompts, pad_id, device)
+    config, process, pad_id = request.config, request.processors, request.pad_id
+    generator = request.generator(device)
+    input_ids, mask = left_pad(request.prompts, pad_id, device)
     padded = bool((mask == 0).any())
     max_new = max(s.max_new_tokens for s in sequences)
-    cache = KVCache.for_model(model, len(prompts), input_ids.shape[1] + max_new) \
+    cache = KVCache.for_model(model, len(sequences), input_ids.shape[1] + max_new) \
         if use_cache else None
     all_ids = input_ids
     with torch.inference_mode():
@@ -202,27 +124,29 @@ def token_steps(model, prompts: list[list[int]], sequences: list[Sequence], conf
 class Setup:
     """A checked generation, ready to run: what `start` returns.
 
-    prompts     each prompt's token ids
+    request     the checked request (request.py): prompts, config, EOS ids, processors
     sequences   one `Sequence` per prompt: its new tokens, text and stopping rules
-    config      the GenerationConfig in force
-    batch       whether the caller passed a batch (a list of prompts)
-    pad_id      the id left padding uses
-    logits_processor  an extra rule run before the config's own (None: none)
     """
 
     model: object
-    prompts: list[list[int]]
+    request: GenerationRequest
     sequences: list[Sequence]
-    config: object
-    batch: bool
-    pad_id: int
-    logits_processor: Callable | None = None
+
+    @property
+    def prompts(self) -> list[list[int]]:
+        return self.request.prompts
+
+    @property
+    def config(self):
+        return self.request.config
+
+    @property
+    def batch(self) -> bool:
+        return self.request.batch
 
     def steps(self, use_cache: bool = True) -> Iterator[list[str]]:
         """The generation loop (`token_steps`) over these prompts."""
-        return token_steps(self.model, self.prompts, self.sequences, self.config,
-                           use_cache=use_cache, pad_id=self.pad_id,
-                           logits_processor=self.logits_processor)
+        return token_steps(self.model, self.request, self.sequences, use_cache=use_cache)
 
     def results(self, clock: TokenClock | None = None) -> list[Generation]:
         """Each sequence as a `Generation`, with its timing from `clock` when given."""
@@ -234,35 +158,18 @@ class Setup:
         return results
 
 
-def start(model, tokenizer, prompt, config=None, *, logits_processor=None, **fields) -> Setup:
-    """Check the inputs and set up a generation (see `Setup`)."""
-    decoding = _decoding()
-    if "max_new_tokens" in fields:
-        _check_max_new_tokens(fields["max_new_tokens"])
-    config = decoding.GenerationConfig.merge(config, **fields)
-    _check_max_new_tokens(config.max_new_tokens)
-    prompts, batch = encode_prompts(tokenizer, prompt, model.config.vocab_size)
-    _check_context(prompts, config.max_new_tokens, model.config.max_seq_len, batch)
-    eos = eos_ids(model, tokenizer, config)
-    stop = check_stop_strings(config.stop)
-    if stop and tokenizer is None:
-        raise ValueError("stop strings need a tokenizer to see text; without one, stop with "
-                         "eos_token_id or max_new_tokens")
-    if logits_processor is not None and not callable(logits_processor):
-        raise TypeError(f"logits_processor must be a function of (input_ids, scores), got "
-                        f"{type(logits_processor).__name__}")
-    if logits_processor is not None and config.num_beams > 1:
-        raise ValueError("logits_processor is not supported with beam search (num_beams > 1)")
-    sequences = [Sequence(p, tokenizer, eos, config.max_new_tokens, stop) for p in prompts]
-    return Setup(model, prompts, sequences, config, batch, _pad_id(tokenizer, eos),
-                 logits_processor)
+def start(model, tokenizer, prompt, config=None, *, logits_processor=None,
+          runner: str | None = None, **fields) -> Setup:
+    """Check the inputs at the front door (`make_request`) and set up a generation."""
+    request = make_request(model, tokenizer, prompt, config, logits_processor=logits_processor,
+                           runner=runner, **fields)
+    return Setup(model, request, request.sequences())
 
 
 def _beam_results(setup: Setup, tokenizer) -> list[Generation]:
     """Beam search (chapter 04) for each prompt: the best hypothesis, with all returned ones."""
     results = []
-    config, eos = setup.config, sorted(setup.sequences[0].eos_token_ids)
-    stop = check_stop_strings(config.stop)
+    config, eos, stop = setup.config, sorted(set(setup.request.eos_ids)), setup.request.stop
     for p in setup.prompts:
         hypotheses = _decoding().beam_search(setup.model, p, config, eos)
         returned = []
@@ -322,14 +229,8 @@ class TimedStream:
             raise TypeError(f"on_token must be a function of one TokenEvent, got "
                             f"{type(on_token).__name__}")
         self._clock = TokenClock()
-        self._setup = setup = start(model, tokenizer, prompt, config,
+        self._setup = setup = start(model, tokenizer, prompt, config, runner="a stream",
                                     logits_processor=logits_processor, **fields)
-        if setup.batch:
-            raise ValueError(f"a stream takes one prompt, got a batch of {len(setup.prompts)}: "
-                             "use minillm.generate for a batch (each result has .metrics)")
-        if setup.config.num_beams > 1:
-            raise ValueError("a stream does not run beam search (num_beams > 1): the best beam "
-                             "is known only at the end; use minillm.generate")
         self.on_token, self.use_cache = on_token, use_cache
         self.prompt_tokens = len(setup.prompts[0])
         self._started = False

@@ -6,8 +6,10 @@ cache needs only W slots per layer: token n goes to slot n mod W, overwriting to
 no later query may see. The cache stops growing at W tokens, whatever the length of the text.
 
 - `sliding_window_mask` is the (queries, keys) mask: causal, and at most `window` back.
-- `RingKVCache` is a KV cache of `window` slots with the interface of `minillm.KVCache`, so the
-  model runs on it unchanged: `model(ids, cache=ring)`.
+- `RingKVCache` is a KV cache of `window` slots that keeps the KV-cache contract
+  (minillm.generation.kv_cache), so the model runs on it unchanged: `model(ids, cache=ring)`.
+  It is not contiguous (its slots are not positions) and cannot crop (a token past the window
+  has overwritten one that an earlier length would need).
 - `window_forward` runs a Llama-family model over a whole sequence with the window mask in every
   layer and no cache: the reference the ring cache is checked against.
 

@@ -20,9 +20,7 @@ def decode_step_times(model, tokenizer, prompt, new_tokens: int, *, use_cache: b
     """Greedy generation of exactly `new_tokens` tokens (EOS ignored unless `ignore_eos` is
     False). Returns `(seconds per step, new token ids)`; seconds[0] is the prefill."""
     setup = start(model, tokenizer, prompt, max_new_tokens=new_tokens, do_sample=False,
-                  ignore_eos=ignore_eos)
-    if setup.batch:
-        raise ValueError("decode_step_times takes one prompt")
+                  ignore_eos=ignore_eos, runner="decode_step_times")
     device = model_device(model)
     times = []
     last = now(device)

@@ -19,6 +19,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..generation.kv_cache import KVCacheProtocol, capability
 from .linear import fuse_linears
 from .rope import apply_rope
 
@@ -126,7 +127,8 @@ class Attention(nn.Module):
         k, v    = cache.append(layer, k, v)   (this step's keys and values, plus all earlier)
         out     = o_proj(attention(q, k, v))
 
-    The KV cache is anything that keeps `minillm.generation.kv_cache.KVCacheProtocol`. A family changes one
+    The KV cache is anything that keeps `minillm.generation.kv_cache.KVCacheProtocol`; one that
+    `attends` itself (a capability of the contract) takes the attention over. A family changes one
     step by overriding a method: Qwen3 normalizes q and k per head in `qk_norm`. Tensor
     parallelism (`minillm.distributed`) gives each rank some of the heads, by changing
     `n_heads`, `n_kv_heads` and the projections' rows; nothing here knows about it."""
@@ -183,13 +185,13 @@ class Attention(nn.Module):
         """A family's normalization of queries and keys before the rotation (none here)."""
         return q, k
 
-    def forward(self, x, cos=None, sin=None, mask=None, cache=None):
+    def forward(self, x, cos=None, sin=None, mask=None, cache: KVCacheProtocol | None = None):
         b, s, _ = x.shape
         q, k, v = self.project(x)
         q, k = self.qk_norm(q, k)
         if cos is not None:
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        if cache is not None and getattr(cache, "attends", False):  # a paged decode kernel
+        if cache is not None and capability(cache, "attends"):  # e.g. a paged decode kernel
             out = cache.attend(self.layer_idx, q, k, v)
         else:
             if cache is not None:  # store this step's keys and values, attend over all so far

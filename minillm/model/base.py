@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from ..generation.kv_cache import KVCacheProtocol
 from .inputs import keep_last, prepare
 
 
@@ -22,14 +23,14 @@ class DecoderModel(nn.Module):
     """A decoder-only transformer. A family sets `config`, `embed`, `layers`, `norm` and
     `lm_head` in its __init__ and implements `run_layers`."""
 
-    def forward(self, input_ids, cache=None, position_ids=None, attention_mask=None,
-                logits_to_keep: int = 0):
+    def forward(self, input_ids, cache: KVCacheProtocol | None = None, position_ids=None,
+                attention_mask=None, logits_to_keep: int = 0):
         """Logits (batch, seq, vocab) in float32 for token ids (batch, seq), on any device (they
         are moved to the model's).
 
-        With `cache` (a minillm KVCache, or anything that keeps KVCacheProtocol) each layer
-        appends its new keys and values and attends over all of them; the cache advances by seq
-        at the end. `position_ids` default to cache.length + arange(seq); for a left-padded batch
+        With `cache` (anything that keeps minillm.generation.kv_cache.KVCacheProtocol: a
+        KVCache, a RingKVCache, the engine's PagedBatch) each layer appends its new keys and
+        values and attends over all of them; the cache advances by seq at the end. `position_ids` default to cache.length + arange(seq); for a left-padded batch
         pass them (e.g. counted from each row's first real token) together with `attention_mask`
         (batch, cached + seq), 1 = real. `logits_to_keep=n` returns only the last n positions'
         logits (0: all), as transformers' does.
@@ -49,7 +50,8 @@ class DecoderModel(nn.Module):
     def embed_tokens(self, input_ids, position_ids=None):
         return self.embed(input_ids)
 
-    def run_layers(self, x, position_ids, mask=None, cache=None, layers=None):
+    def run_layers(self, x, position_ids, mask=None, cache: KVCacheProtocol | None = None,
+                   layers=None):
         """x through `layers` (default: all of them)."""
         raise NotImplementedError
 

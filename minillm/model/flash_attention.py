@@ -26,16 +26,19 @@ import torch
 
 def online_softmax(x: torch.Tensor, block_size: int) -> torch.Tensor:
     """softmax over the last axis of `x`, reading it `block_size` entries at a time: one pass
-    keeps the running maximum and the running sum of exponentials, a second writes the result."""
+    keeps the running maximum and the running sum of exponentials, a second writes the result.
+    The sums are kept in float64 on the CPU (Apple's GPUs have no float64); the result comes
+    back on `x`'s device in its dtype."""
     _check_block(block_size)
-    m = torch.full(x.shape[:-1], float("-inf"), dtype=torch.float64, device=x.device)
-    total = torch.zeros(x.shape[:-1], dtype=torch.float64, device=x.device)
+    x64 = x.cpu().double()
+    m = torch.full(x.shape[:-1], float("-inf"), dtype=torch.float64)
+    total = torch.zeros(x.shape[:-1], dtype=torch.float64)
     for start in range(0, x.shape[-1], block_size):
-        block = x[..., start:start + block_size].double()
+        block = x64[..., start:start + block_size]
         m_new = torch.maximum(m, block.amax(-1))
         total = total * torch.exp(m - m_new) + torch.exp(block - m_new[..., None]).sum(-1)
         m = m_new
-    return (torch.exp(x.double() - m[..., None]) / total[..., None]).to(x.dtype)
+    return (torch.exp(x64 - m[..., None]) / total[..., None]).to(device=x.device, dtype=x.dtype)
 
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

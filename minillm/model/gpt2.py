@@ -18,6 +18,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+from ..generation.kv_cache import KVCacheProtocol
 from ..layers import Attention, GeluMLP, LMHead
 from .base import DecoderModel
 from .config import ModelConfig
@@ -32,7 +33,7 @@ class GPT2Block(nn.Module):
         self.mlp_norm = nn.LayerNorm(config.hidden_size, eps=config.norm_eps)
         self.mlp = GeluMLP(config)
 
-    def forward(self, x, mask=None, cache=None):
+    def forward(self, x, mask=None, cache: KVCacheProtocol | None = None):
         x = x + self.attn(self.attn_norm(x), mask=mask, cache=cache)
         return x + self.mlp(self.mlp_norm(x))
 
@@ -50,7 +51,8 @@ class GPT2Model(DecoderModel):
     def embed_tokens(self, input_ids, position_ids):
         return self.embed(input_ids) + self.pos_embed(position_ids)
 
-    def run_layers(self, x, position_ids, mask=None, cache=None, layers=None):
+    def run_layers(self, x, position_ids, mask=None, cache: KVCacheProtocol | None = None,
+                   layers=None):
         for layer in self.layers if layers is None else layers:
             x = layer(x, mask, cache)
         return x

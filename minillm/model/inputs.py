@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import torch
 
+from ..generation.kv_cache import KVCacheProtocol
 from ..layers.attention import causal_mask
 from ..utils.validate import check_int
 
 
-def prepare(config, input_ids, cache=None, position_ids=None, attention_mask=None, device=None):
+def prepare(config, input_ids, cache: KVCacheProtocol | None = None, position_ids=None,
+            attention_mask=None, device=None):
     """Check a forward pass's arguments; return `(input_ids, position_ids, mask)`, all on
     `device` (default: where input_ids are).
 

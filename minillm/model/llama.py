@@ -15,6 +15,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+from ..generation.kv_cache import KVCacheProtocol
 from ..layers import Attention, GatedMLP, LMHead, RMSNorm, RotaryEmbedding
 from .base import DecoderModel
 from .config import ModelConfig
@@ -33,7 +34,7 @@ class LlamaBlock(nn.Module):
         self.mlp_norm = RMSNorm(config.hidden_size, config.norm_eps)
         self.mlp = GatedMLP(config)
 
-    def forward(self, x, cos, sin, mask=None, cache=None):
+    def forward(self, x, cos, sin, mask=None, cache: KVCacheProtocol | None = None):
         x = x + self.attn(self.attn_norm(x), cos, sin, mask, cache)
         return x + self.mlp(self.mlp_norm(x))
 
@@ -52,7 +53,8 @@ class LlamaModel(DecoderModel):
         self.norm = RMSNorm(config.hidden_size, config.norm_eps)
         self.lm_head = LMHead(config, self.embed)
 
-    def run_layers(self, x, position_ids, mask=None, cache=None, layers=None):
+    def run_layers(self, x, position_ids, mask=None, cache: KVCacheProtocol | None = None,
+                   layers=None):
         """x through `layers` (default: all), with the rotary angles of `position_ids`."""
         cos, sin = self.rotary(position_ids, x.dtype)
         for layer in self.layers if layers is None else layers:

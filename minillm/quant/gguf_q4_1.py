@@ -92,6 +92,25 @@ def dequantize_q4_1(blocks) -> "torch.Tensor":
     return (nibbles * d + m).reshape(rows, -1)
 
 
+def q4_1_minimums(blocks) -> "torch.Tensor":
+    """Each block's minimum m, float32 (rows, blocks per row)."""
+    import torch
+
+    b = blocks.reshape(blocks.shape[0], -1, BLOCK_BYTES)
+    return b[..., 2:4].contiguous().view(torch.float16).float()[..., 0]
+
+
+def round_x_per_block(x) -> "torch.Tensor":
+    """x (rows, K) rounded as llama.cpp's (and minillm's) Q4_1 kernel rounds it before the integer
+    multiply: each block of 32 values to int8 steps of its own max|x| / 127."""
+    import torch
+
+    blocks = x.reshape(x.shape[0], -1, BLOCK_WEIGHTS)
+    big = blocks.abs().amax(-1, keepdim=True)
+    inv = torch.where(big > 0, 127.0 / big, torch.zeros_like(big))
+    return (torch.round(blocks * inv) * (big / 127.0)).reshape(x.shape)
+
+
 def q4_1_linears(path, config) -> dict:
     """The linear layers a GGUF file stores as Q4_1, as raw blocks: minillm's parameter name
     (e.g. "layers.0.attn.q_proj.weight") -> uint8 (rows, blocks per row x 20), the rows in
@@ -100,14 +119,16 @@ def q4_1_linears(path, config) -> dict:
     import torch
     from safetensors.torch import load_file, save_file
 
-    from ..files import cache_dir
+    from ..files import cache_entry, writable_cache_dir
     from ..model import registry
 
     path = Path(path)
     st = path.stat()
-    cached = cache_dir() / "converted" / f"{path.stem}-{st.st_size}-{st.st_mtime_ns}.q4_1"
+    relative = Path("converted") / f"{path.stem}-{st.st_size}-{st.st_mtime_ns}.q4_1"
+    cached = cache_entry(relative)
     if cached.is_file():
         return load_file(cached)
+    cached = writable_cache_dir() / relative
     import gguf
 
     family = registry.architecture(config.arch).module()

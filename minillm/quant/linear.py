@@ -9,20 +9,21 @@ It saves memory at rest, but every call rebuilds the float weight, so it reads t
 *and* writes and reads a full-size float copy: slower than the float layer it replaced. This is
 why a naive int8 path can be slower than fp16 (the source text says so of Hugging Face's int8).
 A fused kernel (融合算子) multiplies with the int8 numbers directly and applies the scales to the
-result, never building the float weight. Int8Linear has two:
+result, never building the float weight. Int8Linear has three:
 
 - "fused": PyTorch's weight-only kernel `torch._weight_int8pack_mm` (x (M, K) fp32/bf16, int8
-  weight (N, K), scales (N,)). On the course's AVX-512 machine it was measured *slower* than
-  float32: it widens every weight to float before multiplying.
+  weight (N, K), scales (N,)). It widens every weight to float before multiplying, so whether
+  it beats float32 depends on how well it is tuned for the CPU (lesson 07 §7 times it).
 - "dynamic": fbgemm's int8 GEMM through PyTorch (`torch.ops.quantized.linear_dynamic`), which
   also quantizes the activations, one scale for the call's rows, and multiplies int8 by int8
   with the CPU's integer dot-product instructions (VNNI where there is one), then scales the
-  int32 sums back to float. About 2x faster than float32 at batch 1, but the activations'
-  rounding costs accuracy: on SmolLM2 perplexity rose 1.9% decoding token by token, and 234%
-  over whole 512-token windows (one scale for 512 rows of activations with outliers).
-- "kernel": minillm's own (minillm.kernels.gemm_int8): int8 weights widened to float32 in
-  registers, activations kept in float32. It reads a quarter of float32's bytes and rounds
-  nothing but the weights. The fast path's int8 runs it for decode steps.
+  int32 sums back to float. It reads a quarter of float32's bytes, but the activations'
+  rounding costs accuracy (lesson 07 §7 measures it token by token), most over a whole prompt
+  in one call: one scale for all its rows of activations, outliers included.
+- "kernel": minillm's own (minillm.kernels.gemm_int8): int8 weights times x rounded to int16
+  per row, in integers. It reads a quarter of float32's bytes, and x's rounding is far finer
+  than the weights'. The fast path's int8 runs it for decode steps ("auto": up to
+  minillm.kernels.dispatch's QUANT_MAX_ROWS rows, where the kernels run here).
 """
 
 from __future__ import annotations
@@ -33,15 +34,13 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .gguf_q4_1 import BLOCK_BYTES, BLOCK_WEIGHTS, dequantize_q4_1
+from ..kernels import dispatch
+from .gguf_q4_1 import (BLOCK_BYTES, BLOCK_WEIGHTS, dequantize_q4_1, q4_1_minimums,
+                        round_x_per_block)
 from .int4 import GROUP_SIZE, dequantize_int4, quantize_int4
 from .int8 import dequantize_int8, quantize_int8
 
 INT8_PATHS = ("auto", "kernel", "dynamic", "fused", "dequantize")
-# "auto" runs minillm's int8 kernel for inputs of at most this many rows (decode steps); for
-# more (a prefill) it rebuilds the float weight once for the call: the multiply is compute-bound
-# there, and PyTorch's float32 matrix multiply is the fastest at it.
-KERNEL_MAX_ROWS = 16
 
 
 def fused_int8_available() -> bool:
@@ -51,9 +50,7 @@ def fused_int8_available() -> bool:
 
 def kernel_int8_available() -> bool:
     """Whether minillm's own int8 kernel can be built and run here (minillm.kernels)."""
-    from ..kernels import load
-
-    return load("gemm_int8") is not None
+    return dispatch.cpu_kernels("cpu")
 
 
 def dynamic_int8_available() -> bool:
@@ -91,11 +88,12 @@ class QuantizedLinear(nn.Module):
         return F.linear(x, self.dequantized_weight(x.dtype), bias)
 
 
-class Int8Linear(QuantizedLinear):
+class Int8Linear(dispatch.RoutedLinear, QuantizedLinear):
     """int8 weights, one float32 scale per output channel. `path`: "dequantize" (rebuild the float
     weight every call), "fused" (PyTorch's weight-only int8 kernel), "dynamic" (fbgemm's int8 x
     int8 kernel, float32 input on an x86-64 CPU), "kernel" (minillm's own) or "auto" (the kernel
-    for inputs of at most KERNEL_MAX_ROWS rows where it applies, else dequantize)."""
+    for the few rows minillm.kernels.dispatch routes to it, else the PyTorch path dispatch
+    names: "fused" for a decode step's rows, "dequantize" for a prefill's)."""
 
     scheme = "int8"
 
@@ -123,9 +121,14 @@ class Int8Linear(QuantizedLinear):
             raise ValueError("this PyTorch has no fbgemm engine (x86-64 CPUs only); use "
                              "path='dequantize'")
         if value == "kernel" and not kernel_int8_available():
-            raise ValueError("minillm's int8 kernel cannot be built here (it needs an x86-64 "
-                             "AVX2 CPU and a C compiler); use path='dequantize'")
+            raise ValueError(f"minillm's int8 kernel cannot run here "
+                             f"({dispatch.why_not('cpu')}); use path='dequantize'")
         self._path = value
+        self.replan()
+
+    def _plan(self):
+        route = dispatch.int8_linear(self.qweight, self.scale, self.bias, self._path)
+        return route, (self.qweight, self.scale, self.bias)
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, path: str = "auto") -> "Int8Linear":
@@ -153,7 +156,7 @@ class Int8Linear(QuantizedLinear):
                 # `dynamic_int8_available()` is the switch if a later release removes it.
                 warnings.filterwarnings("ignore", message=".*quantized tensor creation.*")
                 qw = torch._make_per_channel_quantized_tensor(
-                    self.qweight.cpu(), self.scale.double().cpu(), zero, 0)
+                    self.qweight.cpu(), self.scale.cpu().double(), zero, 0)
             bias = None if self.bias is None else self.bias.detach().float().cpu()
             self._packed = torch.ops.quantized.linear_prepack(qw, bias)
         return self._packed
@@ -196,37 +199,14 @@ class Int8Linear(QuantizedLinear):
         y = gemm_int8(x.reshape(-1, self.in_features), self.qweight, self.scale, self.bias)
         return y.reshape(*x.shape[:-1], self.out_features)
 
-    @property
-    def few_rows_max(self) -> int:
-        """The most rows `few_rows` takes: KERNEL_MAX_ROWS where the path is "auto" or "kernel"
-        and minillm's kernel runs here, else 0."""
-        ok = (self._path in ("auto", "kernel") and self.qweight.device.type == "cpu"
-              and (self.bias is None or self.bias.dtype == torch.float32)
-              and kernel_int8_available())
-        return KERNEL_MAX_ROWS if ok else 0
-
-    def few_rows(self, x: torch.Tensor) -> torch.Tensor:
-        """x (rows, in) float32 on the CPU, rows <= `few_rows_max`, through minillm's kernel with
-        no checks beyond those: a decode step's call (the checked one is `forward_kernel`)."""
-        from ..kernels import load
-
-        x = x.contiguous()
-        y = torch.empty(x.shape[0], self.out_features)
-        load("gemm_int8")(self.qweight.data_ptr(), self.scale.data_ptr(),
-                          None if self.bias is None else self.bias.data_ptr(), x.data_ptr(),
-                          y.data_ptr(), x.shape[0], self.out_features, self.in_features,
-                          torch.get_num_threads())
-        return y
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         path = self.path
         if path == "auto":
             rows = x.numel() // max(self.in_features, 1)
-            if x.dtype == torch.float32 and x.device.type == "cpu" \
-                    and rows <= self.few_rows_max:
+            if x.dtype is torch.float32 and x.is_cpu and 0 < rows <= self.few_rows_max:
                 return self.few_rows(x.reshape(rows, self.in_features)).reshape(
                     *x.shape[:-1], self.out_features)
-            path = "dequantize"
+            path = dispatch.int8_pytorch_path(x, rows)
         return {"kernel": self.forward_kernel, "dynamic": self.forward_dynamic,
                 "fused": self.forward_fused, "dequantize": self.forward_dequantize}[path](x)
 
@@ -266,11 +246,12 @@ class Int4Linear(QuantizedLinear):
                 f"group_size={self.group_size}, bias={self.bias is not None}")
 
 
-class Q41Linear(QuantizedLinear):
+class Q41Linear(dispatch.RoutedLinear, QuantizedLinear):
     """A weight kept as GGUF Q4_1 blocks, byte for byte as the model file stores them (see
-    minillm.quant.gguf_q4_1): 20 bytes per 32 weights. Up to KERNEL_MAX_ROWS rows are multiplied
-    by minillm's Q4_1 kernel (minillm/kernels.py), which reads the blocks directly; more rows (a
-    prefill) rebuild the float weight once for the call."""
+    minillm.quant.gguf_q4_1): 20 bytes per 32 weights. A decode step's few rows are multiplied
+    by minillm's Q4_1 kernel (minillm/kernels/c/matmul_q4_1.c), which reads the blocks directly,
+    where minillm.kernels.dispatch routes them; more rows (a prefill), or no kernel here,
+    rebuild the float weight for the call."""
 
     scheme = "q4_1"
 
@@ -280,6 +261,10 @@ class Q41Linear(QuantizedLinear):
                              f"{BLOCK_WEIGHTS}), got {tuple(blocks.shape)} {blocks.dtype}")
         super().__init__(blocks.shape[1] // BLOCK_BYTES * BLOCK_WEIGHTS, blocks.shape[0], bias)
         self.register_buffer("blocks", blocks.contiguous())
+        self.replan()
+
+    def _plan(self):
+        return dispatch.q4_1_linear(self.blocks, self.bias), (self.blocks, self.bias)
 
     @classmethod
     def stack(cls, layers) -> "Q41Linear":
@@ -291,32 +276,25 @@ class Q41Linear(QuantizedLinear):
     def dequantized_weight(self, dtype=torch.float32) -> torch.Tensor:
         return dequantize_q4_1(self.blocks).to(dtype)
 
-    @property
-    def few_rows_max(self) -> int:
-        """The most rows `few_rows` takes: KERNEL_MAX_ROWS where minillm's Q4_1 kernel runs
-        here, else 0."""
-        ok = (self.blocks.device.type == "cpu" and q4_1_kernel_available()
-              and (self.bias is None or self.bias.dtype == torch.float32))
-        return KERNEL_MAX_ROWS if ok else 0
-
-    def few_rows(self, x: torch.Tensor) -> torch.Tensor:
-        """x (rows, in) float32 on the CPU, rows <= `few_rows_max`, through minillm's kernel with
-        no checks beyond those (the checked call is `kernels.gemm_q4_1`)."""
-        from ..kernels import load
-
-        x = x.contiguous()
-        y = torch.empty(x.shape[0], self.out_features)
-        load("gemm_q4_1")(self.blocks.data_ptr(),
-                          None if self.bias is None else self.bias.data_ptr(), x.data_ptr(),
-                          y.data_ptr(), x.shape[0], self.out_features, self.in_features,
-                          torch.get_num_threads())
-        return y
+    def forward_rounded(self, x: torch.Tensor) -> torch.Tensor:
+        """The kernel's arithmetic in PyTorch, for the rows dispatch would have sent it: x rounded
+        to int8 per block of 32 times q * d, plus each minimum m times the block's exact sum of
+        x (W = q * d + m, so W x̂ + m (Σx - Σx̂))."""
+        lead, x = x.shape[:-1], x.reshape(-1, self.in_features)
+        rounded = round_x_per_block(x.float())
+        sums = (x.float() - rounded).reshape(x.shape[0], -1, BLOCK_WEIGHTS).sum(-1)
+        y = rounded @ self.dequantized_weight().t() + sums @ q4_1_minimums(self.blocks).t()
+        y = y.to(x.dtype)
+        return (y if self.bias is None else y + self.bias.to(x.dtype)).reshape(
+            *lead, self.out_features)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // max(self.in_features, 1)
-        if x.device.type == "cpu" and x.dtype == torch.float32 and rows <= self.few_rows_max:
+        if x.dtype is torch.float32 and x.is_cpu and 0 < rows <= self.few_rows_max:
             return self.few_rows(x.reshape(rows, self.in_features)).reshape(
                 *x.shape[:-1], self.out_features)
+        if dispatch.q4_1_rounds_x(x, rows):
+            return self.forward_rounded(x)
         return self.forward_dequantize(x)
 
     def extra_repr(self) -> str:
@@ -325,6 +303,5 @@ class Q41Linear(QuantizedLinear):
 
 
 def q4_1_kernel_available() -> bool:
-    from ..kernels import load
-
-    return load("gemm_q4_1") is not None
+    """Whether minillm's Q4_1 kernel can be built and run here (minillm.kernels)."""
+    return dispatch.cpu_kernels("cpu")

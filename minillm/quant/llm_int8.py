@@ -50,7 +50,9 @@ def int8_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
             return torch._int_mm(a.contiguous(), b.contiguous())
         except RuntimeError:  # a shape or device this kernel does not take
             pass
-    return (a.double() @ b.double()).round().to(torch.int32)  # exact below 2^53
+    # float64 is exact below 2^53; on the CPU, since Apple's GPUs have no float64
+    exact = a.cpu().double() @ b.cpu().double()
+    return exact.round().to(device=a.device, dtype=torch.int32)
 
 
 class LLMInt8Linear:

@@ -23,6 +23,7 @@ import torch
 
 from ..utils.devices import Timer, model_device
 from ..generation.loop import Generation, start
+from ..generation.request import GenerationRequest, checked_options
 from ..generation.kv_cache import KVCache
 from ..measure.metrics import TokenClock
 from ..utils.validate import check_int
@@ -75,30 +76,31 @@ class SpeculativeGeneration(Generation):
     stats: SpeculativeStats | None = field(default=None, repr=False)
 
 
+RUNNER = "speculative decoding"  # how the front door's messages name this runner
+
+
 def _check_k(k) -> None:
     check_int("k (tokens drafted per round)", k, 1)
 
 
 class SpeculativeDecoder:
     """Runs speculative decoding for one sequence at a time. After `run`, `cache` is the
-    target's KV cache (it holds every token but the last) and `stats` the round statistics."""
+    target's KV cache (it holds every token but the last) and `stats` the round statistics.
+
+    `config` is a GenerationConfig, or a request checked at the front door
+    (minillm.generation.request.make_request), whose processors and sampler it then uses."""
 
     def __init__(self, target, draft: Draft, k: int = 4, config=None):
         if not isinstance(draft, Draft):
             raise TypeError(f"draft must be a minillm.speculative Draft (PromptLookupDraft(), "
                             f"ModelDraft(model)), got {type(draft).__name__}")
         _check_k(k)
-        from ..decoding import GenerationConfig, build_processors, make_generator
-
         self.target, self.draft, self.k = target, draft, k
-        self.config = config if config is not None else GenerationConfig()
-        if self.config.num_beams > 1:
-            raise ValueError("speculative decoding runs greedy decoding or sampling, not beam "
-                             f"search (num_beams={self.config.num_beams}); use num_beams=1")
-        self.process = build_processors(self.config)
         self.device = model_device(target)
-        self.generator = make_generator(self.config, self.device) if self.config.do_sample \
-            else None
+        request = config if isinstance(config, GenerationRequest) else \
+            checked_options(target, config, runner=RUNNER)
+        self.config, self.process = request.config, request.processors
+        self.generator = request.generator(self.device)
         self.cache: KVCache | None = None
         self.stats = SpeculativeStats(k=k)
 
@@ -183,11 +185,8 @@ def speculative_generate(target, tokenizer, prompt, draft: Draft | str = "prompt
         draft = PromptLookupDraft()
     _check_k(k)
     clock = TokenClock()
-    setup = start(target, tokenizer, prompt, config, **fields)
-    if setup.batch:
-        raise ValueError(f"speculative_generate takes one prompt, got a batch of "
-                         f"{len(setup.prompts)}: call it once per prompt")
-    decoder = SpeculativeDecoder(target, draft, k, setup.config)
+    setup = start(target, tokenizer, prompt, config, runner=RUNNER, **fields)
+    decoder = SpeculativeDecoder(target, draft, k, setup.request)
     stats = decoder.run(setup.prompts[0], setup.sequences[0],
                         on_tokens=lambda s: clock.tick([s]))
     (result,) = setup.results(clock)

@@ -36,20 +36,22 @@ class GGUFMetadataError(ValueError):
 
 def read_gguf_metadata(path) -> dict:
     """All key-value metadata of a GGUF file, as Python values (arrays become lists)."""
-    from ..files import cache_dir
+    from ..files import cache_entry, writable_cache_dir
 
     path = Path(path)
     with open(path, "rb") as f:
         if f.read(4) != b"GGUF":
             raise GGUFMetadataError(f"{path} is not a GGUF file (it does not start with 'GGUF')")
     st = path.stat()
-    cached = cache_dir() / "gguf-metadata" / f"{path.stem}-{st.st_size}-{st.st_mtime_ns}.json"
+    relative = Path("gguf-metadata") / f"{path.stem}-{st.st_size}-{st.st_mtime_ns}.json"
+    cached = cache_entry(relative)
     if cached.is_file():
         try:
             return json.loads(cached.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             pass  # a damaged copy: read the file again
     metadata = _parse(path)
+    cached = writable_cache_dir() / relative
     cached.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=cached.parent, delete=False,
                                      suffix=".partial") as f:

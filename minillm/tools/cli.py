@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+DISTRIBUTION = "minillm-course"  # the name pip knows minillm by (pyproject.toml's)
+
 
 def _fetch(args) -> int:
     from ..files import ModelFileError, fetch
@@ -69,9 +71,26 @@ def _serve(args) -> int:
     return serve_cli(args)
 
 
+def version_line() -> str:
+    """minillm's version, the distribution it is installed as, and the torch and Python under it
+    (what a bug report needs), without importing torch."""
+    import platform
+    from importlib import metadata
+
+    from .. import __version__
+
+    try:
+        torch = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch = "not installed"
+    return (f"minillm {__version__} (distribution {DISTRIBUTION}), torch {torch}, "
+            f"Python {platform.python_version()}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m minillm",
                                      description="minillm: the course's inference engine")
+    parser.add_argument("--version", action="version", version=version_line())
     commands = parser.add_subparsers(dest="command", required=True)
     fetch = commands.add_parser(
         "fetch", help="put the course model in the cache and print its path",

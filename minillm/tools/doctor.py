@@ -16,6 +16,9 @@ MIN_PYTHON = (3, 10)
 MIN_FREE_MEMORY_GB = 2.0
 MIN_FREE_DISK_GB = 2.0
 SETUP_FIX = "run `make course` (or `pip install -e '.[dev]'` inside your environment)"
+CPU_TORCH_FIX = ("install torch's CPU build in a fresh environment: `rm -rf .venv && make course "
+                 "TORCH_INDEX=<PyTorch's CPU wheel index>` (the README's \"torch: the CPU "
+                 "build\" gives the address), or check the GPU driver with `nvidia-smi`")
 PACKAGES = ["torch", "transformers", "gguf", "accelerate", "tokenizers", "safetensors", "numpy",
             "matplotlib", "ipywidgets", "jupyterlab", "ipykernel", "tqdm", "nbval"]
 
@@ -65,16 +68,18 @@ def check_torch_build() -> Check:
         return Check("torch build", False,
                      f"{detail}: a CUDA build of torch but no usable NVIDIA GPU, so several GB "
                      "are installed for nothing and the course runs on the CPU anyway",
-                     "install the CPU build in a fresh environment: `rm -rf .venv && make course` "
-                     "(it pins torch==2.13.0), or check the GPU driver with `nvidia-smi`")
+                     CPU_TORCH_FIX)
     return Check("torch build", True, detail)
 
 
 def check_model_file() -> Check:
-    from ..files import DEFAULT_MODEL, cache_dir, model_source, verify
+    from ..files import DEFAULT_MODEL, cache_dir, cache_entry, model_source, verify
 
     source = model_source(DEFAULT_MODEL)
-    path = cache_dir() / source.filename
+    try:
+        path = cache_entry(source.filename)
+    except PermissionError:  # not in the cache, and nowhere to fetch it to (the cache item says)
+        path = cache_dir() / source.filename
     problem = verify(path, source)
     if problem is not None:
         return Check("model file", False, problem,
@@ -106,11 +111,31 @@ def check_memory() -> Check:
                  f"close programs: the course needs about {MIN_FREE_MEMORY_GB:.0f} GB")
 
 
-def check_disk() -> Check:
-    from ..files import cache_dir
+def check_cache() -> Check:
+    """Where minillm reads its cache from and writes to (a shared cache may be read-only)."""
+    from ..files import cache_dir, writable_cache_dir
 
-    free = shutil.disk_usage(cache_dir()).free / 1e9
-    return Check("free disk", free >= MIN_FREE_DISK_GB, f"{free:.1f} GB free at {cache_dir()}",
+    shared = cache_dir()
+    try:
+        writable = writable_cache_dir()
+    except PermissionError as error:
+        return Check("cache", False, str(error),
+                     "set MINILLM_USER_CACHE to a folder you can write to")
+    if writable == shared:
+        return Check("cache", True, f"{shared} (writable)")
+    return Check("cache", True, f"{shared} is read-only here (shared): minillm reads it, and "
+                 f"writes converted weights and kernels to {writable}")
+
+
+def check_disk() -> Check:
+    from ..files import writable_cache_dir
+
+    try:
+        folder = writable_cache_dir()
+    except PermissionError:
+        return Check("free disk", False, "no writable cache folder (see the cache item)")
+    free = shutil.disk_usage(folder).free / 1e9
+    return Check("free disk", free >= MIN_FREE_DISK_GB, f"{free:.1f} GB free at {folder}",
                  f"free at least {MIN_FREE_DISK_GB:.0f} GB, or point MINILLM_CACHE elsewhere")
 
 
@@ -150,12 +175,27 @@ def check_generation(new_tokens: int = 10) -> Check:
                  f"{result.text!r}")
 
 
+def check_kernels(measure: bool = True) -> Check:
+    """minillm's C kernels: built (and for what), or why not; with `measure`, what they change
+    in a decode step here (minillm.tools.doctor_kernels)."""
+    from .doctor_kernels import kernels_line
+
+    try:
+        ok, detail, fix = kernels_line(measure)
+    except Exception as error:  # the doctor reports, it does not crash
+        return Check("kernels", False, f"{type(error).__name__}: {error}",
+                     "fix the items above first; then run `python -m minillm doctor` again")
+    return Check("kernels", ok, detail, fix)
+
+
 def run_checks(generate: bool = True) -> list[Check]:
     checks = [check_python()]
     checks += [check_package(name) for name in PACKAGES]
-    checks += [check_torch_build(), check_model_file(), check_memory(), check_disk(),
-               check_jupyter()]
-    if generate and all(c.ok for c in checks):
+    checks += [check_torch_build(), check_model_file(), check_cache(), check_memory(),
+               check_disk(), check_jupyter()]
+    ready = all(c.ok for c in checks)
+    checks.append(check_kernels(measure=generate and ready))
+    if generate and ready:
         checks.append(check_generation())
     elif generate:
         checks.append(Check("generation", False, "skipped: fix the items above first"))

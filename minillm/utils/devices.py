@@ -26,7 +26,7 @@ def pick_device(device: str | torch.device = "auto") -> torch.device:
     if device == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda")
-        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+        if _mps_available():
             return torch.device("mps")
         return torch.device("cpu")
     try:
@@ -62,16 +62,23 @@ def model_dtype(model) -> torch.dtype:
 
 
 def synchronize(device=None) -> None:
-    """Wait until every kernel queued on `device` (a torch.device, a name, or a model) has run.
-    Nothing to wait for on a CPU."""
+    """Wait until every kernel queued on `device` (a torch.device, a name, or a model) has run;
+    without a device, on every GPU this process may have used (CUDA's, Apple's MPS). Nothing to
+    wait for on a CPU."""
     if device is not None and not isinstance(device, (torch.device, str)):
         device = model_device(device)
     device = torch.device(device) if device is not None else None
     if device is None or device.type == "cuda":
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             torch.cuda.synchronize(device)
-    elif device.type == "mps":
-        torch.mps.synchronize()
+    if device is None or device.type == "mps":
+        if _mps_available():
+            torch.mps.synchronize()
+
+
+def _mps_available() -> bool:
+    mps = getattr(torch.backends, "mps", None)
+    return mps is not None and mps.is_available()
 
 
 def now(device=None) -> float:

@@ -1,5 +1,6 @@
-"""Drive JupyterLab in Debian's Chromium the way a learner does: open a notebook, run all, use its
-controls. The server runs on 127.0.0.1 with a free port, a token and a temporary home folder."""
+"""Drive JupyterLab in a Chromium (browser/chromium.py finds it) the way a learner does: open a
+notebook, run all, use its controls. The server runs on 127.0.0.1 with a free port, a token and
+a temporary home folder."""
 
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update",
                   "--disable-sync"]
@@ -160,6 +160,19 @@ def open_notebook(page, base: str, token: str, path: str, timeout_ms: int = 120_
 def run_all(page, timeout_ms: int = 600_000) -> None:
     page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
     page.wait_for_function(ALL_RAN, timeout=timeout_ms, polling=1000)
+
+
+def run_new_cell(page, code: str) -> None:
+    """Add a code cell at the end of the notebook on show and run it, as a learner who types a
+    cell of their own (the tests never save the notebook)."""
+    page.evaluate("""async code => {
+      const app = window.jupyterapp, notebook = app.shell.currentWidget.content;
+      notebook.activeCellIndex = notebook.widgets.length - 1;
+      await app.commands.execute('notebook:insert-cell-below');
+      notebook.activeCell.model.sharedModel.setSource(code);
+      await app.commands.execute('notebook:run-cell');
+    }""", code)
+    page.wait_for_function(ALL_RAN, timeout=600_000, polling=1000)
 
 
 def error_outputs(page) -> list[str]:

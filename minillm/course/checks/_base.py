@@ -14,6 +14,9 @@ tensor it returned, and failing in plain words.
   gets a message instead of a traceback.
 - `matching_mistake` names a mistake only when the learner's answers equal that mistake's answers
   on every case tried, so a hint fires for the mistake it names and for no other.
+
+Every message is written in English and Chinese side by side with `say` (minillm.course.language)
+and made when the check runs, so it comes in the language the notebook set.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import inspect
 import math
 
 from ...utils.validate import is_int, is_number
+from ..language import say
 
 
 class CheckFailed(AssertionError):
@@ -39,9 +43,11 @@ def checker(check):
         except CheckFailed:
             raise
         except Exception as error:
-            raise CheckFailed(f"your answer could not be checked: reading it raised "
-                              f"{type(error).__name__}: {error}. Return the kind of value the "
-                              "task describes") from error
+            raise CheckFailed(say(
+                "your answer could not be checked: reading it raised {error}. Return the kind of "
+                "value the task describes",
+                "无法检查你的答案：读取它时抛出了 {error}。请返回题目要求的那种值",
+                error=f"{type(error).__name__}: {error}")) from error
 
     return run
 
@@ -52,7 +58,8 @@ def expect(condition: bool, message: str) -> None:
 
 
 def passed(name: str, cases: int) -> None:
-    print(f"✅ {name}: all {cases} cases pass")
+    print(say("✅ {name}: all {cases} cases pass", "✅ {name}：全部 {cases} 个用例通过",
+              name=name, cases=cases))
 
 
 def short(value, limit: int = 100) -> str:
@@ -95,35 +102,46 @@ def call(fn, *args, what: str | None = None, may_change=(), if_raises: str = "",
     passed as they are so that the caller sees what the learner wrote into them. `if_raises` is
     added to the message when the call raises: what about this case the learner may have missed."""
     if not callable(fn):
-        raise CheckFailed(f"expected a function, got {type(fn).__name__} {short(fn)}: pass the "
-                          "function itself, without calling it")
+        raise CheckFailed(say("expected a function, got {got}: pass the function itself, without "
+                              "calling it",
+                              "这里要的是函数，传进来的却是 {got}：请传入函数本身，不要调用它",
+                              got=f"{type(fn).__name__} {short(fn)}"))
     what = what or shown_call(fn, args, kwargs)
     names = _parameter_names(fn, len(args))
-    given = []  # (name, the caller's object, the copy the learner gets)
+    given = []  # (name or position, the caller's object, the copy the learner gets, untouched)
     for key, value in list(enumerate(args)) + list(kwargs.items()):
         name = names.get(key) if isinstance(key, int) else key
         keep = key in may_change or name in may_change
         copy = _OPAQUE if keep else _snapshot(value)
-        given.append((name or f"number {key + 1}", value, value if copy is _OPAQUE else copy,
-                      copy is _OPAQUE))
+        given.append((name or key, value, value if copy is _OPAQUE else copy, copy is _OPAQUE))
     n = len(args)
     try:
         result = fn(*[g[2] for g in given[:n]], **{k: g[2] for k, g in zip(kwargs, given[n:])})
     except NotImplementedError:
-        raise CheckFailed(f"`{_owner(fn)}` is not written yet: replace `raise "
-                          "NotImplementedError` with your code, run its cell, then run this "
-                          "check again.") from None
+        raise CheckFailed(_not_written(fn)) from None
     except CheckFailed:
         raise
     except Exception as error:
-        raise CheckFailed(f"{what} raised {type(error).__name__}: {error}"
-                          + (f". {if_raises}" if if_raises else "")) from error
+        raise CheckFailed(say("{what} raised {error}", "{what} 抛出了 {error}", what=what,
+                              error=f"{type(error).__name__}: {error}")
+                          + (say(". {hint}", "。{hint}", hint=if_raises) if if_raises else "")
+                          ) from error
     for name, original, passed_copy, untouched in given:
         if not untouched and not _same(passed_copy, original):
-            which = name if name.startswith("number ") else f"`{name}`"
-            raise CheckFailed(f"{what} changed its argument {which}: "
-                              f"{_leave_alone(passed_copy)}")
+            which = (say("argument number {n}", "第 {n} 个参数", n=name + 1)
+                     if isinstance(name, int) else say("argument `{name}`", "参数 `{name}`",
+                                                       name=name))
+            raise CheckFailed(say("{what} changed its {which}: {advice}",
+                                  "{what} 修改了它的{which}：{advice}", what=what, which=which,
+                                  advice=_leave_alone(passed_copy)))
     return result
+
+
+def _not_written(fn) -> str:
+    return say("`{name}` is not written yet: replace `raise NotImplementedError` with your code, "
+               "run its cell, then run this check again.",
+               "`{name}` 还没有写：把 `raise NotImplementedError` 换成你的代码，运行它所在的"
+               "单元格，再运行这个检查。", name=_owner(fn))
 
 
 def expect_raises(fn, *args, error=ValueError, why: str, what: str | None = None, **kwargs):
@@ -132,16 +150,18 @@ def expect_raises(fn, *args, error=ValueError, why: str, what: str | None = None
     try:
         result = fn(*args, **kwargs)
     except NotImplementedError:
-        raise CheckFailed(f"`{_owner(fn)}` is not written yet: replace `raise "
-                          "NotImplementedError` with your code, run its cell, then run this "
-                          "check again.") from None
+        raise CheckFailed(_not_written(fn)) from None
     except error:
         return
     except Exception as raised:
-        raise CheckFailed(f"{what} raised {type(raised).__name__} ({raised}), but {why}: raise "
-                          f"{error.__name__} saying so") from None
-    raise CheckFailed(f"{what} returned {short(result)}, but {why}: raise {error.__name__} "
-                      "saying so")
+        raise CheckFailed(say("{what} raised {raised} ({message}), but {why}: raise {error} saying "
+                              "so",
+                              "{what} 抛出了 {raised}（{message}），但{why}：应当抛出 {error} "
+                              "并说明原因", what=what, raised=type(raised).__name__,
+                              message=raised, why=why, error=error.__name__)) from None
+    raise CheckFailed(say("{what} returned {result}, but {why}: raise {error} saying so",
+                          "{what} 返回了 {result}，但{why}：应当抛出 {error} 并说明原因",
+                          what=what, result=short(result), why=why, error=error.__name__))
 
 
 def _owner(fn) -> str:
@@ -166,12 +186,16 @@ def _parameter_names(fn, n_args: int) -> dict:
 
 def _leave_alone(value) -> str:
     if _is_tensor(value) or _is_array(value):
-        return ("leave the tensor you were given as it was and return a new one (write "
-                "`x = x / t`, not `x /= t`, `x[...] = ...` or an in-place method like "
-                "`x.div_(t)` or `masked_fill_`)")
+        return say("leave the tensor you were given as it was and return a new one (write "
+                   "`x = x / t`, not `x /= t`, `x[...] = ...` or an in-place method like "
+                   "`x.div_(t)` or `masked_fill_`)",
+                   "不要改动传进来的张量，返回一个新的（写 `x = x / t`，不要写 `x /= t`、"
+                   "`x[...] = ...`，也不要用 `x.div_(t)`、`masked_fill_` 这类原地修改的方法）")
     if isinstance(value, dict):
-        return "leave the dict you were given as it was and build a new one"
-    return "leave the list you were given as it was and build a new one"
+        return say("leave the dict you were given as it was and build a new one",
+                   "不要改动传进来的字典，另建一个新的")
+    return say("leave the list you were given as it was and build a new one",
+               "不要改动传进来的列表，另建一个新的")
 
 
 # --- the copy compared after a call -----------------------------------------------------------
@@ -259,7 +283,9 @@ def as_number(got, what: str) -> float:
     """`got` as a float, or a CheckFailed saying a number was expected."""
     value = number_or_none(got)
     if value is None:
-        raise CheckFailed(f"{what} returned {type(got).__name__} {short(got)}; return a number")
+        raise CheckFailed(say("{what} returned {got}; return a number",
+                              "{what} 返回了 {got}；请返回一个数", what=what,
+                              got=f"{type(got).__name__} {short(got)}"))
     return value
 
 
@@ -270,11 +296,15 @@ def as_int(got, what: str) -> int:
         return int(got)
     value = number_or_none(got)
     if value is None:
-        raise CheckFailed(f"{what} returned {type(got).__name__} {short(got)}; return a whole "
-                          "number (an int)")
+        raise CheckFailed(_not_whole(what, f"{type(got).__name__} {short(got)}"))
     if not math.isfinite(value) or value != int(value):
-        raise CheckFailed(f"{what} returned {got!r}; return a whole number (an int)")
+        raise CheckFailed(_not_whole(what, repr(got)))
     return int(value)
+
+
+def _not_whole(what: str, got: str) -> str:
+    return say("{what} returned {got}; return a whole number (an int)",
+               "{what} 返回了 {got}；请返回一个整数（int）", what=what, got=got)
 
 
 def is_close(got, want, rel: float = 1e-6, abs_: float = 1e-9) -> bool:
@@ -291,7 +321,9 @@ def same_number(got, want, what: str, rel: float = 1e-6, abs_: float = 1e-9) -> 
     """`got` must be a number equal to `want` within the tolerance, of any number type."""
     value = as_number(got, what)
     if not is_close(value, want, rel, abs_):
-        raise CheckFailed(f"{what} returned {value!r}, expected {want!r}")
+        raise CheckFailed(say("{what} returned {value!r}, expected {want!r}",
+                              "{what} 返回了 {value!r}，应为 {want!r}", what=what, value=value,
+                              want=want))
 
 
 def expect_close(got, want, what: str, rel: float = 1e-6, abs_: float = 1e-9) -> None:

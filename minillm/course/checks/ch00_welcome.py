@@ -5,12 +5,15 @@
 - `answer(model, tokenizer, messages, max_new_tokens)`: text in, text out, compared with the
   tokens greedy `generate()` gives on the same prompt.
 - `decode_speed(token_times)`: compared with `minillm.measure.metrics.RequestMetrics`.
+
+Every message says both languages side by side (`say`), chosen by the notebook's set_language.
 """
 
 from __future__ import annotations
 
 from ...measure.metrics import RequestMetrics
 from ...tokenizer.chat import SMOLLM_SYSTEM, chatml
+from ..language import say
 from ._base import (CheckFailed, as_number, call, checker, expect, expect_raises, is_close,
                     matching_mistake, passed, short)
 
@@ -29,24 +32,32 @@ CONVERSATIONS = [
 
 def _chat_mistakes(cases):
     return [
-        ("the prompt must end by opening the assistant's turn, `<|im_start|>assistant\\n`: "
-         "that is what makes the model answer instead of carrying on the user's message",
+        (say("the prompt must end by opening the assistant's turn, `<|im_start|>assistant\\n`: "
+             "that is what makes the model answer instead of carrying on the user's message",
+             "提示词必须以开启助手的轮次结尾，即 `<|im_start|>assistant\\n`：模型正是看到它才会"
+             "作答，而不是接着用户的话往下写"),
          [chatml(m, False, SMOLLM_SYSTEM) for m in cases]),
-        ("when the conversation has no system message, SmolLM2's template puts its default one "
-         f"first: `<|im_start|>system\\n{SMOLLM_SYSTEM}<|im_end|>\\n`",
+        (say("when the conversation has no system message, SmolLM2's template puts its default "
+             "one first: `<|im_start|>system\\n{system}<|im_end|>\\n`",
+             "对话里没有系统消息时，SmolLM2 的模板会先放上它默认的那一条："
+             "`<|im_start|>system\\n{system}<|im_end|>\\n`", system=SMOLLM_SYSTEM),
          [chatml(m, True, None) for m in cases]),
-        ("add the default system message only when the conversation has none; a conversation "
-         "that starts with its own system message keeps just that one",
+        (say("add the default system message only when the conversation has none; a "
+             "conversation that starts with its own system message keeps just that one",
+             "只有对话里没有系统消息时才加默认的那一条；以自己的系统消息开头的对话只保留"
+             "它自己的"),
          [chatml([{"role": "system", "content": SMOLLM_SYSTEM}] + m, True, None) for m in cases]),
-        ("each message ends with `<|im_end|>` followed by a newline `\\n`",
+        (say("each message ends with `<|im_end|>` followed by a newline `\\n`",
+             "每条消息都以 `<|im_end|>` 结尾，后面紧跟一个换行符 `\\n`"),
          [chatml(m, True, SMOLLM_SYSTEM).replace("<|im_end|>\n", "<|im_end|>") for m in cases]),
     ]
 
 
 def _first_difference(got: str, want: str) -> str:
     i = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
-    return (f"they first differ at character {i}: yours has {got[i:i + 25]!r}, the template "
-            f"{want[i:i + 25]!r}")
+    return say("they first differ at character {i}: yours has {got!r}, the template {want!r}",
+               "两者从第 {i} 个字符起开始不同：你的是 {got!r}，模板的是 {want!r}", i=i,
+               got=got[i:i + 25], want=want[i:i + 25])
 
 
 @checker
@@ -56,8 +67,10 @@ def check_chat_prompt(chat_prompt) -> None:
     answers = []
     for messages in CONVERSATIONS:
         got = call(chat_prompt, messages, what=f"chat_prompt({short(messages, 70)})")
-        expect(isinstance(got, str), f"chat_prompt({short(messages, 70)}) returned "
-                                     f"{type(got).__name__}; return the prompt as one str")
+        expect(isinstance(got, str),
+               say("chat_prompt({messages}) returned {kind}; return the prompt as one str",
+                   "chat_prompt({messages}) 返回了 {kind}；请把提示词作为一个 str 返回",
+                   messages=short(messages, 70), kind=type(got).__name__))
         answers.append(got)
     wants = [chatml(m, True, SMOLLM_SYSTEM) for m in CONVERSATIONS]
     wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if g != w]
@@ -66,9 +79,10 @@ def check_chat_prompt(chat_prompt) -> None:
         return
     i = wrong[0]
     hint = matching_mistake(answers, _chat_mistakes(CONVERSATIONS), str.__eq__)
-    raise CheckFailed(f"chat_prompt({short(CONVERSATIONS[i], 70)}) returned {answers[i]!r}, "
-                      f"expected {wants[i]!r}; "
-                      + (hint or _first_difference(answers[i], wants[i])))
+    raise CheckFailed(say("chat_prompt({messages}) returned {got!r}, expected {want!r}; {hint}",
+                          "chat_prompt({messages}) 返回了 {got!r}，应为 {want!r}；{hint}",
+                          messages=short(CONVERSATIONS[i], 70), got=answers[i], want=wants[i],
+                          hint=hint or _first_difference(answers[i], wants[i])))
 
 
 # --- 2 · text in, text out --------------------------------------------------------------------
@@ -94,17 +108,26 @@ def _generate_ids(model, tokenizer, prompt: str, max_new_tokens: int):
 
 def _answer_mistakes(model, tokenizer, cases, runs):
     """The answers of typical mistakes; those that need another generation come last."""
-    yield ("decode only the new tokens (the ids after the prompt's); you returned the prompt "
-           "too", [tokenizer.decode(p + n, skip_special_tokens=True) for p, n in runs])
-    yield ("the text still holds special tokens such as `<|im_end|>`: decode with "
-           "`skip_special_tokens=True`", [tokenizer.decode(n) for _, n in runs])
-    yield ("the model never saw the chat template: build the prompt with "
-           "`tokenizer.apply_chat_template(messages, add_generation_prompt=True, "
-           "tokenize=False)` (or your chat_prompt)",
+    yield (say("decode only the new tokens (the ids after the prompt's); you returned the "
+               "prompt too",
+               "只解码新生成的词元（提示词之后的那些 id）；你把提示词也一起返回了"),
+           [tokenizer.decode(p + n, skip_special_tokens=True) for p, n in runs])
+    yield (say("the text still holds special tokens such as `<|im_end|>`: decode with "
+               "`skip_special_tokens=True`",
+               "文本里还留着 `<|im_end|>` 这样的特殊词元：解码时要传 "
+               "`skip_special_tokens=True`"),
+           [tokenizer.decode(n) for _, n in runs])
+    yield (say("the model never saw the chat template: build the prompt with "
+               "`tokenizer.apply_chat_template(messages, add_generation_prompt=True, "
+               "tokenize=False)` (or your chat_prompt)",
+               "模型根本没看到对话模板：请用 `tokenizer.apply_chat_template(messages, "
+               "add_generation_prompt=True, tokenize=False)`（或者你的 chat_prompt）构造提示词"),
            [tokenizer.decode(_generate_ids(model, tokenizer, m[-1]["content"], k)[1],
                              skip_special_tokens=True) for m, k in cases])
-    yield ("the prompt does not open the assistant's turn, so the model carries on the user's "
-           "message: use add_generation_prompt=True",
+    yield (say("the prompt does not open the assistant's turn, so the model carries on the "
+               "user's message: use add_generation_prompt=True",
+               "提示词没有开启助手的轮次，于是模型接着用户的话往下写：请传入 "
+               "add_generation_prompt=True"),
            [tokenizer.decode(_generate_ids(model, tokenizer, chatml(m, False, SMOLLM_SYSTEM),
                                            k)[1], skip_special_tokens=True) for m, k in cases])
 
@@ -117,8 +140,11 @@ def check_answer(answer, model, tokenizer) -> None:
     for messages, k in ANSWER_CASES:
         what = f"answer(model, tokenizer, {short(messages, 60)}, {k})"
         got = call(answer, model, tokenizer, messages, k, what=what)
-        expect(isinstance(got, str), f"{what} returned {type(got).__name__}; return the "
-                                     "answer's text as a str (tokenizer.decode gives one)")
+        expect(isinstance(got, str),
+               say("{what} returned {kind}; return the answer's text as a str (tokenizer.decode "
+                   "gives one)",
+                   "{what} 返回了 {kind}；请把回答的文本作为 str 返回（tokenizer.decode 返回的"
+                   "就是 str）", what=what, kind=type(got).__name__))
         answers.append(got)
     runs = [_generate_ids(model, tokenizer, chatml(m, True, SMOLLM_SYSTEM), k)
             for m, k in ANSWER_CASES]
@@ -135,11 +161,18 @@ def check_answer(answer, model, tokenizer) -> None:
             hint = text
             break
     if hint is None and len(answers[i]) > len(wants[i]) and answers[i].startswith(wants[i]):
-        hint = (f"it runs past max_new_tokens={k}: generate at most that many new tokens")
-    raise CheckFailed(f"answer(model, tokenizer, {short(messages, 60)}, {k}) returned "
-                      f"{answers[i]!r}; greedy decoding gives {wants[i]!r}. "
-                      + (hint or "Use greedy decoding (do_sample=False) on the chat prompt and "
-                                 "decode only the new tokens, skipping special tokens"))
+        hint = say("it runs past max_new_tokens={k}: generate at most that many new tokens",
+                   "它超过了 max_new_tokens={k}：新生成的词元最多只能有这么多个", k=k)
+    raise CheckFailed(say("answer(model, tokenizer, {messages}, {k}) returned {got!r}; greedy "
+                          "decoding gives {want!r}. {hint}",
+                          "answer(model, tokenizer, {messages}, {k}) 返回了 {got!r}；"
+                          "贪心解码得到的是 {want!r}。{hint}",
+                          messages=short(messages, 60), k=k, got=answers[i], want=wants[i],
+                          hint=hint or say(
+                              "Use greedy decoding (do_sample=False) on the chat prompt and "
+                              "decode only the new tokens, skipping special tokens",
+                              "请对套用了对话模板的提示词做贪心解码（do_sample=False），"
+                              "并且只解码新生成的词元，跳过特殊词元")))
 
 
 # --- 3 · decode speed -------------------------------------------------------------------------
@@ -155,12 +188,17 @@ DECODE_CASES = [
 
 def _decode_mistakes(cases):
     return [
-        ("it counted the first token, but the first token comes from prefill: count only the "
-         "tokens after it", [len(t) / (t[-1] - t[0]) for t in cases]),
-        ("that is seconds per token; decode speed is tokens per second, the inverse",
+        (say("it counted the first token, but the first token comes from prefill: count only "
+             "the tokens after it",
+             "它把第一个词元也算进去了，可第一个词元来自预填充：只数它之后的词元"),
+         [len(t) / (t[-1] - t[0]) for t in cases]),
+        (say("that is seconds per token; decode speed is tokens per second, the inverse",
+             "这是每个词元花的秒数；解码速度是每秒词元数，正好是它的倒数"),
          [(t[-1] - t[0]) / (len(t) - 1) for t in cases]),
-        ("it timed from 0 instead of from the first token: decode starts when the first token "
-         "is out", [(len(t) - 1) / t[-1] for t in cases]),
+        (say("it timed from 0 instead of from the first token: decode starts when the first "
+             "token is out",
+             "它从 0 开始计时，而不是从第一个词元开始：第一个词元出来之后解码才开始"),
+         [(len(t) - 1) / t[-1] for t in cases]),
     ]
 
 
@@ -177,12 +215,17 @@ def check_decode_speed(decode_speed) -> None:
     if wrong:
         i = wrong[0]
         hint = matching_mistake(answers, _decode_mistakes(DECODE_CASES), is_close)
-        raise CheckFailed(f"decode_speed({DECODE_CASES[i]}) returned {answers[i]:.6g}, expected "
-                          f"{wants[i]:.6g} tokens/s"
-                          + (f": {hint}" if hint else ": (tokens after the first) / (last time "
-                                                      "- first time)"))
+        raise CheckFailed(say("decode_speed({times}) returned {got:.6g}, expected {want:.6g} "
+                              "tokens/s: {hint}",
+                              "decode_speed({times}) 返回了 {got:.6g}，应为每秒 {want:.6g} 个"
+                              "词元：{hint}",
+                              times=DECODE_CASES[i], got=answers[i], want=wants[i],
+                              hint=hint or say("(tokens after the first) / (last time - first "
+                                               "time)",
+                                               "（第一个之后的词元数）/（最后时刻 - 最初时刻）")))
     for times in ([1.0], []):
         expect_raises(decode_speed, times, error=ValueError,
-                      why=f"with {len(times)} token{'s' if len(times) != 1 else ''} there is no "
-                          "decode step to time")
+                      why=say("with {n} token{s} there is no decode step to time",
+                              "只有 {n} 个词元时，没有可以计时的解码步", n=len(times),
+                              s="s" if len(times) != 1 else ""))
     passed("decode_speed", len(DECODE_CASES) + 2)

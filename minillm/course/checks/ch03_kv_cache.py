@@ -1,6 +1,10 @@
-"""Checkers for exercises/03_kv_cache.ipynb: the cache's size, the cache update, the decode loop."""
+"""Checkers for exercises/03_kv_cache.ipynb: the cache's size, the cache update, the decode loop,
+and attention over blocks of keys with the online softmax (lesson 03b)."""
 
 from __future__ import annotations
+
+import math
+import weakref
 
 import torch
 
@@ -217,3 +221,157 @@ def check_greedy_decode(greedy_decode, model, tokenizer) -> None:
                    f"{want[:stop_at]}: stop right after the first EOS id, and keep it")
             cases += 1
     passed("greedy_decode", cases)
+
+
+# --- 4 · attention one block at a time (the online softmax) -------------------------------------
+
+BLOCK_CASES = [  # (d, d_v, block sizes, how large each block's keys are)
+    (8, 8, [4, 4, 4], [1, 2, 3]),  # the largest score moves to a later block
+    (8, 3, [5, 1, 7], [3, 1, 2]),  # values narrower than keys; a block of one key
+    (16, 16, [1] * 6, [1, 1.5, 2, 2.5, 3, 3.5]),
+    (4, 6, [8], [1]),  # one block: the plain softmax
+    (64, 64, [32, 32, 32, 17], [1, 1, 4, 1]),  # SmolLM2's head width, a short last block
+    (4, 4, [3, 3, 3], [300, 600, 1000]),  # scores near a thousand: e^score overflows
+]
+
+
+def _block_case(index):
+    d, d_v, sizes, scales = BLOCK_CASES[index]
+    gen = torch.Generator().manual_seed(40 + index)
+    q = torch.randn(d, generator=gen)
+    keys = torch.cat([s * torch.randn(b, d, generator=gen) for b, s in zip(sizes, scales)])
+    values = torch.randn(sum(sizes), d_v, generator=gen)
+    return q, keys, values, sizes
+
+
+class _OnePass:
+    """A case's keys and values, handed out block by block, once. It notes when the function
+    still holds a block two blocks later (it kept the blocks instead of its running values)."""
+
+    def __init__(self, keys, values, sizes):
+        self.keys, self.values, self.sizes = keys, values, sizes
+        self.handed: list = []  # a weak reference to each block's keys
+        self.kept: int | None = None  # the first block still held two blocks later
+        self.started = False
+
+    def __iter__(self):
+        if self.started:
+            raise CheckFailed("the blocks were read a second time; they arrive once, as from a "
+                              "stream: loop over them once, keeping m, l and o")
+        self.started = True
+        return self._blocks()
+
+    def _blocks(self):
+        start = 0
+        for i, size in enumerate(self.sizes):
+            if i >= 2 and self.kept is None and self.handed[i - 2]() is not None:
+                self.kept = i - 2
+            k = self.keys[start:start + size].clone()
+            v = self.values[start:start + size].clone()
+            self.handed.append(weakref.ref(k))
+            start += size
+            yield k, v
+            del k, v  # the generator holds nothing it handed out
+
+
+def _blockwise(q, keys, values, sizes, *, scaled=True, rescale_l=True, rescale_o=True,
+               divide=True, subtract_max=True, factor_sign=1):
+    """The online softmax over the blocks, with each step optionally done wrong (the mistakes)."""
+    m, l, o, start = float("-inf"), 0.0, 0.0, 0
+    for size in sizes:
+        k, v = keys[start:start + size], values[start:start + size]
+        start += size
+        s = k @ q / (math.sqrt(q.shape[0]) if scaled else 1.0)
+        m_new = max(m, s.max().item()) if subtract_max else 0.0
+        factor = math.exp(factor_sign * (m - m_new)) if m != float("-inf") else 0.0
+        p = torch.exp(s - m_new)
+        l = l * (factor if rescale_l else 1.0) + p.sum()
+        o = o * (factor if rescale_o else 1.0) + p @ v
+        m = m_new
+    return o / l if divide else o
+
+
+_BLOCK_MISTAKES = [
+    ("when a block raises the maximum from m to m_new, the sums kept so far were computed "
+     "against the old m: multiply both l and o by e^(m - m_new) before adding the block's terms",
+     dict(rescale_l=False, rescale_o=False)),
+    ("you rescaled l but not o: o was summed against the old maximum too, so multiply it by "
+     "e^(m - m_new) as well", dict(rescale_o=False)),
+    ("you rescaled o but not l: l was summed against the old maximum too, so multiply it by "
+     "e^(m - m_new) as well", dict(rescale_l=False)),
+    ("the factor is e^(m - m_new), the old maximum minus the new one (at most 1), not "
+     "e^(m_new - m)", dict(factor_sign=-1)),
+    ("scale the scores as attention does: s = k @ q / sqrt(d)", dict(scaled=False)),
+    ("return o / l: o alone is the weighted sum before the softmax's division",
+     dict(divide=False)),
+]
+
+
+def _as_vector(got, what):
+    if isinstance(got, torch.Tensor):
+        return got.detach().cpu().double()
+    try:
+        return torch.as_tensor(got, dtype=torch.float64)
+    except (TypeError, ValueError, RuntimeError):
+        raise CheckFailed(f"{what} returned {type(got).__name__} {short(got)}; return a tensor "
+                          "of d_v numbers, o / l") from None
+
+
+def _close(a, b) -> bool:
+    return a.shape == b.shape and bool(torch.allclose(a, b.double(), rtol=1e-3, atol=1e-3,
+                                                      equal_nan=True))
+
+
+@checker
+def check_attend_in_blocks(attend_in_blocks) -> None:
+    """`attend_in_blocks(q, blocks)` must return softmax(K q / sqrt(d)) V for one query q, reading
+    `blocks` ((k, v) pairs) once and keeping only its running maximum, sum and output between
+    blocks: the online softmax of FlashAttention."""
+    answers, wants = [], []
+    for index in range(len(BLOCK_CASES)):
+        q, keys, values, sizes = _block_case(index)
+        d, d_v = q.shape[0], values.shape[1]
+        what = (f"attend_in_blocks(q of {d} numbers, {len(sizes)} blocks of "
+                f"{'/'.join(map(str, sizes))} keys, values of {d_v})")
+        blocks = _OnePass(keys, values, sizes)
+        got = call(attend_in_blocks, q, blocks, what=what,
+                   if_raises="`blocks` hands out (k, v) pairs once: loop over it with "
+                             "`for k, v in blocks:`")
+        if blocks.kept is not None:
+            raise CheckFailed(f"{what}: block {blocks.kept + 1} was still held when block "
+                              f"{blocks.kept + 3} was asked for, so the blocks were kept (in a "
+                              "list, or joined): keep only m, l and o between blocks. Holding "
+                              "one block at a time is what lets FlashAttention skip the "
+                              "n x n scores")
+        got = _as_vector(got, what)
+        if got.shape != (d_v,):
+            hint = (": one query gives one vector; return o / l with shape (d_v,)"
+                    if got.numel() == d_v else
+                    ": the output has one number per value dimension, d_v" if got.dim() == 1
+                    else "")
+            raise CheckFailed(f"{what} returned shape {tuple(got.shape)}, expected ({d_v},)"
+                              + hint)
+        weights = torch.softmax(keys.double() @ q.double() / math.sqrt(d), dim=0)
+        answers.append(got)
+        wants.append(weights @ values.double())
+    wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if not _close(g, w)]
+    if not wrong:
+        passed("attend_in_blocks", len(BLOCK_CASES))
+        return
+    i = wrong[0]
+    d, d_v, sizes, _ = BLOCK_CASES[i]
+    q, keys, values, _ = _block_case(i)
+    scores = keys @ q / math.sqrt(d)
+    if not torch.isfinite(answers[i]).all():
+        hint = (f"the output holds inf or nan: e^score overflowed (the scores here reach "
+                f"{scores.max().item():.0f}). Subtract the running maximum before exp: "
+                "e^(s - m_new) is at most 1")
+    else:
+        models = [(text, [_blockwise(*_block_case(j), **how)
+                          for j in range(len(BLOCK_CASES))]) for text, how in _BLOCK_MISTAKES]
+        hint = matching_mistake(answers, models, _close)
+    shown = ", ".join(f"{x:.4f}" for x in answers[i][:4].tolist())
+    expected = ", ".join(f"{x:.4f}" for x in wants[i][:4].tolist())
+    raise CheckFailed(f"attend_in_blocks on blocks of {'/'.join(map(str, sizes))} keys (d={d}, "
+                      f"d_v={d_v}) returned [{shown}{', ...' if d_v > 4 else ''}], expected "
+                      f"[{expected}{', ...' if d_v > 4 else ''}]" + (f": {hint}" if hint else ""))

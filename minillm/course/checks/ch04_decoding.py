@@ -296,7 +296,7 @@ def _as_triple(got, what, beams):
 
 
 def _same_beams(got, want) -> bool:
-    return (torch.allclose(got[0].double(), want[0].double(), atol=1e-5)
+    return (torch.allclose(got[0].cpu().double(), want[0].cpu().double(), atol=1e-5)
             and torch.equal(got[1].long(), want[1].long())
             and torch.equal(got[2].long(), want[2].long()))
 

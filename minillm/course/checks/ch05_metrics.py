@@ -1,5 +1,6 @@
 """Checkers for exercises/05_metrics.ipynb: one request's metrics, the latency formula, timing a
-token stream, and the throughput of many requests, each compared with `minillm.measure.metrics`."""
+token stream and the throughput of many requests, each compared with `minillm.measure.metrics`;
+and a forward pass's least time under the roofline, compared with `minillm.measure.roofline`."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import math
 import random
 
 from ...measure.metrics import RequestMetrics, predict_latency, throughput
+from ...measure.roofline import Roof
 from ._base import (CheckFailed, as_number, call, checker, expect, is_close, matching_mistake,
                     passed, short)
 
@@ -112,7 +114,7 @@ def check_predict_latency(predict) -> None:
         what = f"predict_latency({ttft:.4g}, {tpot:.4g}, {n})"
         answers.append(as_number(call(predict, ttft, tpot, n, what=what), what))
     wants = [predict_latency(ttft, tpot, n) for ttft, tpot, n, _ in cases]
-    wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if not is_close(g, w, rel=1e-9)]
+    wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if not is_close(g, w)]
     if wrong:
         i = wrong[0]
         ttft, tpot, n, measured = cases[i]
@@ -122,10 +124,10 @@ def check_predict_latency(predict) -> None:
             ("TTFT comes once, not per token: TTFT + TPOT x (n_tokens - 1)",
              [(a + b) * (k - 1) for a, b, k, _ in cases]),
         ]
-        hint = matching_mistake(answers, mistakes, lambda a, b: is_close(a, b, rel=1e-9))
+        hint = matching_mistake(answers, mistakes, is_close)
         seen = f" (the measured latency of that request was {measured:.4g})" if measured else ""
-        raise CheckFailed(f"predict_latency({ttft:.4g}, {tpot:.4g}, {n}) returned "
-                          f"{answers[i]:.6g}, expected {wants[i]:.6g}{seen}"
+        raise CheckFailed(f"predict_latency({ttft!r}, {tpot!r}, {n}) returned "
+                          f"{answers[i]:.10g}, expected {wants[i]:.10g}{seen}"
                           + (f": {hint}" if hint else ""))
     passed("predict_latency", len(cases))
 
@@ -190,9 +192,8 @@ def check_time_stream(time_stream) -> None:
         clock_values = {want_start, *want_times}
         if any(not any(math.isclose(v, c) for c in clock_values)
                for v in [got_start] + got_times):
-            raise CheckFailed(f"{what}: the times {short([got_start] + got_times)} are not "
-                              "readings of the clock you were given; read every time with "
-                              "clock(), not time.perf_counter()")
+            _not_clock_readings(what, got_start, got_times, want_start, want_times,
+                                clock.reads, len(want_items))
         expect(len(got_times) == len(want_times),
                f"{what} returned {len(got_times)} times for {len(want_items)} items; record "
                "one time per item")
@@ -212,6 +213,25 @@ def check_time_stream(time_stream) -> None:
             f"{what} returned start {got_start} and times {short(got_times)}; expected start "
             f"{want_start} and times {short(want_times)}")
     passed("time_stream", len(STREAM_CASES))
+
+
+def _not_clock_readings(what, got_start, got_times, want_start, want_times, reads, items):
+    """Fail for times that are not readings of the given clock, naming the mistake that made
+    them: times measured from the start, or another clock (too few reads of the given one)."""
+    since_start = [t - want_start for t in want_times]
+    if want_times and len(got_times) == len(since_start) and all(
+            math.isclose(g, s, abs_tol=1e-9) for g, s in zip(got_times, since_start)):
+        raise CheckFailed(f"{what}: the times {short(got_times)} are measured from the start "
+                          "(clock() - start); return the clock's readings themselves, "
+                          "clock() right after each item: the metrics subtract the start")
+    if reads < 1 + items:
+        raise CheckFailed(f"{what}: the clock you were given was read {reads} time(s) for a "
+                          f"start and {items} item(s), and the times "
+                          f"{short([got_start] + got_times)} are not its readings: read every "
+                          "time with clock(), not time.perf_counter() or another clock")
+    raise CheckFailed(f"{what}: the times {short([got_start] + got_times)} are not readings of "
+                      "the clock you were given: return start = clock() and, for each item, "
+                      "the clock() read right after it")
 
 
 # --- 4 · throughput ------------------------------------------------------------------------------
@@ -263,4 +283,70 @@ def check_throughput(throughput_fn) -> None:
         hint += " (these requests overlap in time)"
     raise CheckFailed(f"throughput of {len(reqs)} request(s) returned {answers[i]:.6g}, expected "
                       f"{wants[i]:.6g}: {tokens} tokens over {span:.4g} s"
+                      + (f"; {hint}" if hint else ""))
+
+
+# --- 5 · the roofline ---------------------------------------------------------------------------
+
+ROOF_CASES = [  # (rows, weights, bytes per weight, peak FLOP/s, bytes/s)
+    (1, 134_515_008, 4, 100e9, 25e9),  # SmolLM2 in float32 on a CPU-like machine
+    (4, 134_515_008, 4, 100e9, 25e9),
+    (64, 134_515_008, 4, 100e9, 25e9),
+    (512, 134_515_008, 4, 100e9, 25e9),
+    (1, 6.74e9, 2, 989e12, 3.35e12),  # a 7B model in fp16 on an H100 (published figures)
+    (256, 6.74e9, 2, 989e12, 3.35e12),
+    (2048, 6.74e9, 2, 989e12, 3.35e12),
+    (16, 6.74e9, 1, 197e12, 819e9),  # int8 weights on a TPU v5e (published figures)
+]
+
+
+def _roof_seconds(rows, weights, nbytes, peak, bandwidth) -> float:
+    flops = 2 * weights * rows
+    return flops / Roof(peak, bandwidth).attainable(flops / (weights * nbytes))
+
+
+def _roof_mistakes():
+    def model(f):
+        return [f(*case) for case in ROOF_CASES]
+
+    return [
+        ("the pass needs both its arithmetic and its reading, and the slower of the two sets "
+         "the time: max(...), not min(...)",
+         model(lambda r, w, b, p, bw: min(2 * w * r / p, w * b / bw))),
+        ("the reading and the arithmetic go on at once: the time is the larger of the two, not "
+         "their sum", model(lambda r, w, b, p, bw: 2 * w * r / p + w * b / bw)),
+        ("a multiply and an add: 2 FLOP per weight per row",
+         model(lambda r, w, b, p, bw: max(w * r / p, w * b / bw))),
+        ("the weights are read once per pass, whatever the rows (that is what a batch shares): "
+         "do not multiply the bytes by rows",
+         model(lambda r, w, b, p, bw: max(2 * w * r / p, w * b * r / bw))),
+        ("multiply the weights by bytes_per_weight to get the bytes read",
+         model(lambda r, w, b, p, bw: max(2 * w * r / p, w / bw))),
+        ("that is the reading alone: with many rows the arithmetic takes longer (past the ridge "
+         "the pass is compute-bound)", model(lambda r, w, b, p, bw: w * b / bw)),
+        ("that is the arithmetic alone: with few rows, reading the weights takes longer (the "
+         "pass is bandwidth-bound)", model(lambda r, w, b, p, bw: 2 * w * r / p)),
+    ]
+
+
+@checker
+def check_roofline_seconds(roofline_seconds) -> None:
+    """`roofline_seconds(rows, n_weights, bytes_per_weight, peak_flops, bandwidth)`: the least
+    time of a forward pass of `rows` tokens, 2 FLOP per weight per row against the weights read
+    once: max(FLOPs / peak_flops, bytes / bandwidth), as minillm.measure.roofline's Roof gives."""
+    answers = []
+    for case in ROOF_CASES:
+        what = f"roofline_seconds{case}"
+        answers.append(as_number(call(roofline_seconds, *case, what=what), what))
+    wants = [_roof_seconds(*case) for case in ROOF_CASES]
+    wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if not is_close(g, w)]
+    if not wrong:
+        passed("roofline_seconds", len(ROOF_CASES))
+        return
+    i = wrong[0]
+    rows, weights, nbytes, peak, bandwidth = ROOF_CASES[i]
+    hint = matching_mistake(answers, _roof_mistakes(), is_close)
+    raise CheckFailed(f"roofline_seconds{ROOF_CASES[i]} returned {answers[i]:.6g} s, expected "
+                      f"{wants[i]:.6g} s: {2 * weights * rows:.3g} FLOP at {peak:.3g} FLOP/s "
+                      f"against {weights * nbytes:.3g} bytes at {bandwidth:.3g} bytes/s"
                       + (f"; {hint}" if hint else ""))

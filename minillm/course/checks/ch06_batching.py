@@ -1,7 +1,7 @@
 """Checkers for exercises/06_batching.ipynb: a block allocator, then one continuous-batching step in
-three parts (admitting waiting requests, planning the running ones with preemption, the whole
-step), each replayed on fixed and random cases and compared with minillm.engine's own
-BlockManager and ContinuousScheduler."""
+parts (admitting waiting requests, planning the running ones with preemption, the whole step),
+each replayed on fixed and random cases and compared with minillm.engine's own BlockManager and
+ContinuousScheduler; and `trace_plan_running`, which plans a case the same way and says why."""
 
 from __future__ import annotations
 
@@ -128,12 +128,12 @@ def check_block_allocator(BlockAllocator) -> None:
 
 # --- the requests the scheduler steps see ---------------------------------------------------------
 
-# A request is {"id", "tokens", "computed", "blocks"}: its total tokens so far (prompt and
-# generated), how many of them are in the cache, and how many blocks it holds.
-def _r(rid, tokens, computed, blocks=None, block_size=4):
+# A request is {"id", "num_tokens", "computed", "blocks"}: how many tokens it has so far (prompt
+# and generated), how many of them are in the cache, and how many blocks it holds.
+def _r(rid, num_tokens, computed, blocks=None, block_size=4):
     if blocks is None:
         blocks = -(-computed // block_size)
-    return {"id": rid, "tokens": tokens, "computed": computed, "blocks": blocks}
+    return {"id": rid, "num_tokens": num_tokens, "computed": computed, "blocks": blocks}
 
 
 def _random_running(rng, block_size=4):
@@ -161,7 +161,7 @@ def _reference_step(running, waiting, free_blocks, block_size=4, budget=16, max_
     bm.allocate()  # one block held outside the case, so an empty pool is possible
     sched = ContinuousScheduler(bm, max_num_seqs=max(max_seqs, 1), max_num_batched_tokens=budget)
     for r in running + waiting:
-        req = Request(r["id"], [1] * r["tokens"], GenerationConfig(max_new_tokens=1), [], None,
+        req = Request(r["id"], [1] * r["num_tokens"], GenerationConfig(max_new_tokens=1), [], None,
                       LetterTokenizer(), [], arrival_time=0.0)
         if any(r is x for x in running):
             req.num_computed = r["computed"]
@@ -238,7 +238,7 @@ def _admit_variant(waiting, free_blocks, budget, free_seats, block_size=4, *, st
     for r in waiting:
         if budget == 0 or (seats and len(plan) >= free_seats):
             break
-        n = min(r["tokens"], budget) if chunk else r["tokens"]
+        n = min(r["num_tokens"], budget) if chunk else r["num_tokens"]
         need = _need(r, n, block_size)
         if blocks and need > free_blocks:
             if stop:
@@ -290,7 +290,7 @@ def check_admit_waiting(admit_waiting) -> None:
          ("admit a request only when the blocks for its n tokens, ceil(n / block_size), are "
           "free", lambda *c: _admit_variant(*c, blocks=False))],
         "admit waiting requests in order while budget and seats are left: each runs "
-              "n = min(tokens, budget left) and needs ceil(n / block_size) free blocks")
+        "n = min(num_tokens, budget left) and needs ceil(n / block_size) free blocks")
     if message:
         raise CheckFailed(message)
     passed("admit_waiting", len(cases))
@@ -301,14 +301,15 @@ def check_admit_waiting(admit_waiting) -> None:
 def _running_variant(running, free_blocks, budget, block_size=4, *, decodes_first=True,
                      victim=-1, preempt=True, run_self=False, use_budget=True):
     running, plan, preempted = list(running), [], []
-    order = sorted(running, key=lambda r: r["tokens"] - r["computed"] > 1) if decodes_first \
+    order = sorted(running, key=lambda r: r["num_tokens"] - r["computed"] > 1) if decodes_first \
         else list(running)
     for r in order:
         if budget <= 0 and use_budget:
             break
         if r["id"] in preempted:
             continue
-        n = min(r["tokens"] - r["computed"], budget) if use_budget else r["tokens"] - r["computed"]
+        left = r["num_tokens"] - r["computed"]
+        n = min(left, budget) if use_budget else left
         while preempt and _need(r, n, block_size) > free_blocks and running:
             out = running.pop(victim)
             free_blocks += out["blocks"]
@@ -321,6 +322,67 @@ def _running_variant(running, free_blocks, budget, block_size=4, *, decodes_firs
         plan.append((r["id"], n))
         budget -= n
     return {"run": plan, "preempted": preempted, "free_blocks": free_blocks}
+
+
+def _narrated_plan(running, free_blocks, budget, block_size=4):
+    """plan_running as the exercise states its rules, with one line for each decision."""
+    def left(r):
+        return r["num_tokens"] - r["computed"]
+
+    def blocks(k):
+        return f"{k} block{'s' if k != 1 else ''}"
+
+    lines = [f"free_blocks={free_blocks}, budget={budget}, block_size={block_size}"]
+    still, plan, preempted = list(running), [], []
+    order = [r for r in running if left(r) == 1] + [r for r in running if left(r) > 1]
+    lines.append("order: " + (", ".join(
+        f"{r['id']} ({'decode' if left(r) == 1 else f'chunk, {left(r)} tokens left'})"
+        for r in order) or "nobody is running"))
+    for r in order:
+        if budget == 0:
+            lines.append("the budget is spent: stop")
+            break
+        if r["id"] in preempted:
+            lines.append(f"{r['id']}: preempted earlier in this step, skipped")
+            continue
+        n = min(left(r), budget)
+        need = _need(r, n, block_size)
+        line = (f"{r['id']}: runs {n} token{'s' if n != 1 else ''}, needs {blocks(need)} more, "
+                f"{free_blocks} free")
+        while need > free_blocks:
+            victim = still.pop()
+            free_blocks += victim["blocks"]
+            preempted.append(victim["id"])
+            line += (f"\n    -> preempt {victim['id']} (the newest still running): "
+                     f"+{blocks(victim['blocks'])}, {free_blocks} free")
+            for rid, m in [item for item in plan if item[0] == victim["id"]]:
+                plan.remove((rid, m))
+                budget += m
+                back = _need(victim, m, block_size)
+                free_blocks += back
+                line += (f"\n    -> {rid} was planned: out of the plan, +{blocks(back)}, "
+                         f"+{m} budget; {free_blocks} free, budget {budget}")
+            if victim is r:
+                line += f"\n    -> {r['id']} preempted itself: it does not run"
+                break
+        if r["id"] in preempted:
+            lines.append(line)
+            continue
+        free_blocks -= need
+        plan.append((r["id"], n))
+        budget -= n
+        lines.append(line + f"\n    -> planned: {free_blocks} free, budget {budget}")
+    result = {"run": plan, "preempted": preempted, "free_blocks": free_blocks}
+    lines.append(f"result: {result}")
+    return result, lines
+
+
+def trace_plan_running(running, free_blocks, budget, block_size=4) -> dict:
+    """Print how one step plans `running` (requests as the exercise writes them), decision by
+    decision, as minillm's ContinuousScheduler does; return the plan."""
+    result, lines = _narrated_plan(running, free_blocks, budget, block_size)
+    print("\n".join(lines))
+    return result
 
 
 RUNNING_CASES = [  # (running, free_blocks, budget, block_size)
@@ -351,7 +413,7 @@ def check_plan_running(plan_running) -> None:
     message = _step_diagnosis(
         answers, wants, cases, shown,
         [("decodes (one token left) go first, then prompt chunks, each group in list order: "
-          "sorted(running, key=lambda r: r['tokens'] - r['computed'] > 1)",
+          "sorted(running, key=lambda r: r['num_tokens'] - r['computed'] > 1)",
           lambda *c: _running_variant(*c, decodes_first=False)),
          ("preempt the most recently admitted request, the LAST one still in `running`, not "
           "the first", lambda *c: _running_variant(*c, victim=0)),
@@ -360,10 +422,11 @@ def check_plan_running(plan_running) -> None:
           lambda *c: _running_variant(*c, preempt=False)),
          ("a request that preempts itself gives its blocks back and is not run this step",
           lambda *c: _running_variant(*c, run_self=True)),
-         ("each request runs n = min(tokens - computed, budget left), and the step stops when "
-          "the budget is spent", lambda *c: _running_variant(*c, use_budget=False))],
+         ("each request runs n = min(num_tokens - computed, budget left), and the step stops "
+          "when the budget is spent", lambda *c: _running_variant(*c, use_budget=False))],
         "running requests go first (one-token decodes, then prompt chunks), each taking "
-              "min(tokens - computed, budget left)")
+        "min(num_tokens - computed, budget left); checks.trace_plan_running(...) on this case "
+        "shows each decision")
     if message:
         raise CheckFailed(message)
     passed("plan_running", len(cases))

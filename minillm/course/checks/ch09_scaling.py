@@ -173,7 +173,9 @@ def check_row_parallel(row_parallel_parts) -> None:
 
 # --- 4 · the tensor-parallel feed-forward block ---------------------------------------------------
 
-FFN_CASES = [(16, 24, 2), (8, 12, 3), (10, 7, 2), (12, 32, 4), (6, 5, 1)]  # hidden, ffn, ranks
+# (hidden, ffn, ranks): even splits, and 10 features over 3 ranks, where split_evenly's 4, 3, 3
+# and torch.chunk's 4, 4, 2 differ
+FFN_CASES = [(16, 24, 2), (8, 12, 3), (10, 7, 2), (12, 32, 4), (6, 5, 1), (8, 10, 3)]
 
 
 def _ffn(hidden, ffn, seed):
@@ -187,37 +189,110 @@ def _ffn(hidden, ffn, seed):
     return mlp, x
 
 
+def _ffn_variant(x, mlp, world, *, chunk=False, act=None, silu_after=False, down_of=None):
+    """Each rank's partial output, computed with one of the usual mistakes (None when that
+    mistake cannot run on this case). `down_of(r, world)`: the share whose columns of down rank
+    r uses (r itself when right)."""
+    import torch.nn.functional as F
+
+    act = act or F.silu
+    ffn = mlp.gate_proj.weight.shape[0]
+    if chunk:
+        size = -(-ffn // world)
+        shares = [range(i, min(i + size, ffn)) for i in range(0, ffn, size)]
+    else:
+        shares = split_evenly(ffn, world)
+    if len(shares) != world:
+        return None
+    parts = []
+    for r, rows in enumerate(shares):
+        cols = shares[down_of(r, world) if down_of else r]
+        if len(cols) != len(rows):
+            return None
+        gate = x @ mlp.gate_proj.weight[rows.start:rows.stop].T
+        up = x @ mlp.up_proj.weight[rows.start:rows.stop].T
+        hidden = act(gate * up) if silu_after else act(gate) * up
+        parts.append(hidden @ mlp.down_proj.weight[:, cols.start:cols.stop].T)
+    return parts
+
+
+def _same_parts(got, want) -> bool:
+    return want is not None and len(got) == len(want) and all(
+        g.shape == w.shape and torch.allclose(g.to(w.dtype), w, atol=1e-9)
+        for g, w in zip(got, want))
+
+
+def _check_ffn_shapes(what, parts, full, world) -> None:
+    for r, part in enumerate(parts):
+        expect(part.shape == full.shape,
+               f"{what}: rank {r}'s part has shape {tuple(part.shape)}; each rank gives a "
+               f"partial sum of the whole output {tuple(full.shape)} (down_proj is "
+               "row-parallel)")
+        if world > 1 and torch.allclose(part.to(full.dtype), full, atol=1e-9):
+            raise CheckFailed(f"{what}: rank {r}'s part is already the whole output; each rank "
+                              "uses only its own share of the hidden features")
+
+
 @checker
 def check_tp_feed_forward(tp_feed_forward_parts) -> None:
     """`tp_feed_forward_parts(x, mlp, world_size)`: rank r's partial output of the SwiGLU block
     `mlp`: gate and up column-parallel, down row-parallel, over r's share of the hidden
-    features, as minillm's shard_mlp."""
-    for i, (hidden, ffn, world) in enumerate(FFN_CASES):
-        mlp, x = _ffn(hidden, ffn, seed=i)
-        what = (f"tp_feed_forward_parts(x {tuple(x.shape)}, mlp with {ffn} hidden features, "
-                f"{world})")
-        with torch.no_grad():
-            parts = _parts(call(tp_feed_forward_parts, x, mlp, world, what=what), world, what)
-            full = mlp(x)
-            wants = [shard_mlp(mlp, rows, r)(x)
-                     for r, rows in enumerate(split_evenly(ffn, world))]
-        for r, (part, want) in enumerate(zip(parts, wants)):
-            expect(part.shape == want.shape,
-                   f"{what}: rank {r}'s part has shape {tuple(part.shape)}; each rank gives a "
-                   f"partial sum of the whole output {tuple(want.shape)} (down_proj is "
-                   "row-parallel)")
-            if world > 1 and torch.allclose(part.to(full.dtype), full, atol=1e-9):
-                raise CheckFailed(f"{what}: rank {r}'s part is already the whole output; each "
-                                  "rank uses only its own share of the hidden features")
+    features (split_evenly), as minillm's shard_mlp."""
+    cases, answers, wants, failure = [], [], [], None
+    with torch.no_grad():
+        for i, (hidden, ffn, world) in enumerate(FFN_CASES):
+            mlp, x = _ffn(hidden, ffn, seed=i)
+            what = (f"tp_feed_forward_parts(x {tuple(x.shape)}, mlp with {ffn} hidden features, "
+                    f"{world})")
+            try:
+                parts = _parts(call(tp_feed_forward_parts, x, mlp, world, what=what), world,
+                               what)
+                _check_ffn_shapes(what, parts, mlp(x), world)
+            except CheckFailed as error:  # reported unless an earlier case was already wrong
+                failure = error
+                break
+            cases.append((what, x, mlp, world, ffn))
+            answers.append(parts)
+            wants.append([shard_mlp(mlp, rows, r)(x)
+                          for r, rows in enumerate(split_evenly(ffn, world))])
+        wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if not _same_parts(g, w)]
+        if not wrong:
+            if failure is not None:
+                raise failure
+            passed("tp_feed_forward_parts", len(FFN_CASES))
+            return
+        import torch.nn.functional as F
+
+        same = ("the gate's and up's rows and down's columns are the SAME hidden features: rank "
+                "r uses share r of all three")
+        mistakes = [
+            ("the hidden features are shared out as split_evenly does (10 over 3 ranks: 4, 3, 3); "
+             "torch.chunk gives 4, 4, 2", dict(chunk=True)),
+            ("the activation is SiLU, x * sigmoid(x) (F.silu), not ReLU", dict(act=F.relu)),
+            ("SiLU goes on the gate alone: silu(gate x) * (up x), not silu(gate x * up x)",
+             dict(silu_after=True)),
+            (same, dict(down_of=lambda r, world: (r + 1) % world)),
+            (same, dict(down_of=lambda r, world: world - 1 - r)),
+        ]
+        hint = None
+        for words, kind in mistakes:
+            # the mistake, where it can run, gives the learner's parts on every case, the first
+            # wrong one included
+            models = [_ffn_variant(x, mlp, world, **kind) for _, x, mlp, world, _ in cases]
+            if models[wrong[0]] is not None and all(
+                    m is None or _same_parts(a, m) for a, m in zip(answers, models)):
+                hint = words
+                break
+    i = wrong[0]
+    what, _, _, world, ffn = cases[i]
+    for r, (part, want) in enumerate(zip(answers[i], wants[i])):
+        if not torch.allclose(part.to(want.dtype), want, atol=1e-9):
             rows = split_evenly(ffn, world)[r]
-            expect(torch.allclose(part.to(want.dtype), want, atol=1e-9),
-                   f"{what}: rank {r}'s part differs from down[:, {rows.start}:{rows.stop}] "
-                   f"applied to silu(gate[{rows.start}:{rows.stop}] x) * "
-                   f"up[{rows.start}:{rows.stop}] x: "
-                   "the gate's and up's rows and down's columns are the SAME hidden features")
-        expect(torch.allclose(sum(parts).to(full.dtype), full, atol=1e-9),
-               f"{what}: the parts, added up, do not give mlp(x)")
-    passed("tp_feed_forward_parts", len(FFN_CASES))
+            a, b = rows.start, rows.stop
+            raise CheckFailed(f"{what}: rank {r}'s part differs from down[:, {a}:{b}] applied to "
+                              f"silu(gate[{a}:{b}] x) * up[{a}:{b}] x"
+                              + (f": {hint}" if hint else ""))
+    raise CheckFailed(f"{what}: the parts, added up, do not give mlp(x)")
 
 
 # --- 5 · a load test's percentile -----------------------------------------------------------------

@@ -177,8 +177,20 @@ print(f"decode:  {1000 * decode_per_token:.2f} ms per new token "
       f"({decode_per_token / prefill_per_token:.0f}x more)")
 
 # %% [markdown]
-# Why? In decode every step reads *all* the weights from memory to produce a single token, so
-# memory bandwidth, not arithmetic, sets the pace. Chapter 05 measures this bound.
+# Why? The arithmetic per token is the same in both stages, but prefill shares one pass over the
+# weights among all the prompt's tokens. A decode step reads *all* the weights from memory to
+# produce a single token. How fast is that reading here?
+
+# %%
+weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+print(f"the weights: {weight_bytes / 1e6:.0f} MB, read once per decode step")
+print(f"at {1000 * decode_per_token:.1f} ms a step: {weight_bytes / decode_per_token / 1e9:.1f} GB/s")
+
+# %% [markdown]
+# Two costs set the pace of decode, and neither is arithmetic: reading every weight from memory
+# once per step (memory bandwidth), and the fixed cost of each step, since PyTorch launches
+# hundreds of small operations for every token, however little each one computes (per-step
+# overhead). Chapter 05 measures this machine's memory bandwidth and separates the two.
 #
 # ## 5 · The chapter map
 #
@@ -188,8 +200,10 @@ print(f"decode:  {1000 * decode_per_token:.2f} ms per new token "
 # | 01 | [tokenization (分词)](01_tokenization.ipynb) | a byte-level BPE tokenizer that matches the real one |
 # | 02 | [forward pass (前向传播)](02_forward_pass.ipynb) | the transformer, loading the real weights |
 # | 03 | [prefill, decode and the KV cache](03_kv_cache.ipynb) | the generation loop and KV cache |
+# | 03b | [long context](03b_long_context.ipynb) | FlashAttention, smaller caches, a sliding window |
 # | 04 | [decoding strategies (解码策略)](04_decoding.ipynb) | greedy, beam search, sampling, top-k, top-p |
-# | 05 | [measuring inference (性能指标)](05_metrics.ipynb) | TTFT, TPOT, throughput, a fast engine |
+# | 05 | [measuring inference (性能指标)](05_metrics.ipynb) | TTFT, TPOT, throughput, the bandwidth bound |
+# | 05b | [appendix: the fast engine](05b_fast_engine.ipynb) (optional) | fused layers, `torch.compile` |
 # | 06 | [batching and paged attention](06_batching.ipynb) | continuous batching, a paged KV cache |
 # | 07 | [quantization (量化)](07_quantization.ipynb) | int8 and int4 weights |
 # | 08 | [speculative decoding (推测解码)](08_speculative.ipynb) | draft and verify |

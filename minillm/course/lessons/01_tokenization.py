@@ -80,14 +80,56 @@ for step in range(8):
 # %% [markdown]
 # Look at the merge `b'r' + b' '`: it glues the end of one word to the space before the next.
 # Real tokenizers prevent that. Before BPE, the text is cut into words by a regular expression,
-# the **pre-tokenizer** (预分词器), and merges never cross the cuts. SmolLM2 uses
-# GPT-2's pattern: contractions, an optional space followed by letters, an optional space
-# followed by digits, other symbols, and whitespace.
+# the **pre-tokenizer** (预分词器), and merges never cross the cuts.
+#
+# The GGUF file names its pre-tokenizer `smollm`. transformers' GGUF reader does not know that
+# name and falls back to GPT-2's pattern: contractions, an optional space followed by letters,
+# an optional space followed by digits, other symbols, and whitespace. minillm reads the file
+# the same way, so that its ids match the reference's (section 8 checks them).
 
 # %%
 tok = minillm.load_tokenizer("smollm2-135m")
 print(tok.pre_tokenizer.steps[0]["pattern"])
 print(tok.pre_tokenizer("I'm   learning BPE in 2024: 你好，世界！"))
+
+# %% [markdown]
+# llama.cpp reads the same name differently: its `smollm` pre-tokenizer first cuts every number
+# character into a piece of its own, then applies GPT-2's pattern. SmolLM2's vocabulary hints
+# that it was trained that way: not one of its tokens joins a digit to anything else. Does the
+# difference change any ids? We build llama.cpp's split with minillm's `PreTokenizer` and
+# compare on numbers and on the 300+ strings of section 8:
+
+# %%
+from minillm.course.tokenizer_samples import parity_strings
+from minillm.tokenizer.pretokenize import GPT2_PATTERN, PreTokenizer
+
+digit_tokens = [i for i in range(tok.vocab_size)
+                if any(c in b"0123456789" for c in tok.token_bytes(i))]
+print("tokens holding a digit:", len(digit_tokens), "- each a single digit:",
+      all(len(tok.token_bytes(i)) == 1 for i in digit_tokens))
+
+llama_cpp = minillm.load_tokenizer("smollm2-135m")
+llama_cpp.pre_tokenizer = PreTokenizer([{"type": "digits", "individual": True},
+                                        {"type": "split", "pattern": GPT2_PATTERN}])
+numbers = ["In 2024, 1,234,567 people paid $19.99.", "pi = 3.14159265358979", "x  12",
+           "2 ½ cups"]
+for s in numbers:
+    same = tok.encode(s) == llama_cpp.encode(s)
+    print(f"{s!r:42} {'same ids' if same else 'differ:'}",
+          "" if same else f"{tok.tokens(s)} against {llama_cpp.tokens(s)}")
+every_string = parity_strings(chat_template=tok.apply_chat_template)
+split_differs = [s for s in every_string if tok.encode(s) != llama_cpp.encode(s)]
+print(f"{len(split_differs)} of {len(every_string)} test strings get different ids")
+assert all(len(tok.token_bytes(i)) == 1 for i in digit_tokens)
+assert tok.encode(numbers[0]) == llama_cpp.encode(numbers[0])
+
+# %% [markdown]
+# Ordinary numbers get the same ids either way: the vocabulary has only single-digit tokens, so
+# both cuts end at one token per digit. The two part where two or more whitespace characters
+# come before a digit (GPT-2's pattern gives the last one to the number, llama.cpp's first cut
+# leaves the whitespace together), and on number symbols such as ½ and ³ after a space, which
+# GPT-2's pattern keeps with the space. minillm follows transformers, the course's reference; the
+# same file served by llama.cpp gives the other ids on such strings.
 
 # %% [markdown]
 # ## 3 · Training on a real corpus
@@ -124,8 +166,13 @@ for k in list(range(12)) + [merges_mixed - 3, merges_mixed - 2, merges_mixed - 1
 # %% [markdown]
 # ## 4 · Why "你好，世界！" costs SmolLM2 so many tokens
 #
-# SmolLM2's vocabulary has 49,152 tokens, learned mostly from English text and code. Few Chinese
-# characters earned a token of their own, so many fall back to byte tokens:
+# The source text says "你好，世界！" becomes 5 tokens. That is what a tokenizer trained on
+# Chinese gives: its vocabulary holds common characters and words, such as 你好 and 世界, as
+# single tokens.
+# SmolLM2 is an English model. Its 49,152 tokens were learned from English text and code, where
+# Chinese is rare, so few Chinese characters earned a token of their own. A character without one
+# falls back to its UTF-8 bytes, three for most Chinese characters, and BPE can join only the
+# byte pairs it saw often enough:
 
 # %%
 def show_tokens(t, s):
@@ -145,9 +192,11 @@ assert len(hello_ids) == 12
 show_tokens(tok, hello)
 
 # %% [markdown]
-# Six characters, twelve tokens: several characters are split into a two-byte token and a
-# one-byte token. A tokenizer trained on Chinese text learns whole characters instead, and then
-# common words. Let's train one on the poems alone.
+# Six characters, twelve tokens, not five: four characters become a two-byte token and a
+# one-byte token, 界 becomes three single bytes, and only the full-width comma "，" has a token
+# of its own. The count depends on the tokenizer, not on the text. A tokenizer trained on
+# Chinese text learns whole characters instead, and then common words. Let's train one on the
+# poems alone.
 
 # %%
 chinese_text = corpus("traditional Chinese") + corpus("simplified Chinese")
@@ -283,9 +332,15 @@ show_source(minillm.tokenizer.StreamDecoder.push)
 #
 # BERT's **WordPiece** (词片) also builds words from pieces, marking a piece that continues a word
 # with `##`. It works on characters, not bytes: its vocabulary must hold every character it will
-# ever meet, and a word with a character it never saw becomes `[UNK]`, the text lost. To compare
-# like with like, we train both on the English plays with the same vocabulary size; WordPiece
-# with the `tokenizers` package.
+# ever meet, and a word with a character it never saw becomes `[UNK]`, the text lost.
+#
+# WordPiece as Google described it differs from BPE in two more ways. Its training merges the
+# pair that raises the likelihood of the training text most, which comes down to the score
+# count(ab) / (count(a) · count(b)), not the most frequent pair. Its encoding takes, from the
+# start of each word, the longest piece in the vocabulary, instead of replaying merges.
+#
+# To compare like with like, we train both on the English plays with the same vocabulary size;
+# WordPiece with the `tokenizers` package.
 
 # %%
 from tokenizers import Tokenizer as RustTokenizer
@@ -305,6 +360,59 @@ print(f"vocabulary sizes: BPE {bpe_en.vocab_size}, WordPiece {wordpiece.get_voca
 for s in ["The quickest brown foxes", "Thou art  more lovely", "naïve café 🙂", "你好，世界！",
           "x = lambda y: y ** 2"]:
     print(f"{s!r}\n  WordPiece {wordpiece.encode(s).tokens}\n  BPE       {bpe_en.tokens(s)}")
+
+# %% [markdown]
+# Which merge rule did that trainer use? The `tokenizers` package's `WordPieceTrainer` trains with
+# BPE's rule, the most frequent pair, and only writes the result in WordPiece's form. A BPE
+# trainer given the same settings and the `##` mark shows it: the two vocabularies are almost
+# the same (the check: at least 99% of the tokens shared).
+
+# %%
+same_settings = RustTokenizer(models.BPE(unk_token="[UNK]", continuing_subword_prefix="##"))
+same_settings.normalizer = wordpiece.normalizer
+same_settings.pre_tokenizer = wordpiece.pre_tokenizer
+same_settings.train_from_iterator(
+    english_text.splitlines(), trainers.BpeTrainer(vocab_size=bpe_en.vocab_size,
+                                                   special_tokens=["[UNK]"],
+                                                   continuing_subword_prefix="##",
+                                                   show_progress=False))
+shared = set(wordpiece.get_vocab()) & set(same_settings.get_vocab())
+print(f"WordPieceTrainer and BpeTrainer share {len(shared)} of {wordpiece.get_vocab_size()} "
+      "tokens")
+assert len(shared) >= 0.99 * wordpiece.get_vocab_size()
+
+# %% [markdown]
+# So the comparison here is of WordPiece's format and its longest-piece encoding, on a vocabulary
+# learned by frequency. The likelihood rule would have started elsewhere. The first pairs each
+# rule picks on the plays' words (a piece after the first letter of a word carries `##`):
+
+# %%
+from collections import Counter
+
+word_counts = Counter(w for w, _ in wordpiece.pre_tokenizer.pre_tokenize_str(english_text))
+pair_count, piece_count = Counter(), Counter()
+for word, n in word_counts.items():
+    symbols = [word[0]] + ["##" + ch for ch in word[1:]]
+    for piece in symbols:
+        piece_count[piece] += n
+    for pair in zip(symbols, symbols[1:]):
+        pair_count[pair] += n
+
+
+def likelihood_score(pair):
+    return pair_count[pair] / (piece_count[pair[0]] * piece_count[pair[1]])
+
+
+by_frequency = sorted(pair_count, key=lambda pair: -pair_count[pair])[:5]
+by_likelihood = sorted(pair_count, key=lambda pair: -likelihood_score(pair))[:5]
+for name, chosen in [("frequency (BPE)", by_frequency), ("likelihood (WordPiece)", by_likelihood)]:
+    print(f"{name:>22}: " + ", ".join(f"{a}+{b} ({pair_count[a, b]}x)" for a, b in chosen))
+
+# %% [markdown]
+# Frequency picks the most common letter pairs (t and h, h and e). Likelihood picks pairs whose parts
+# seldom appear apart, however rare: inside a word, a capital Q appears only in BANQUO, a
+# speaker's name printed in capitals in *Macbeth*, and always before a U. Both schemes then keep
+# merging the pieces they made.
 
 # %%
 every = [s for texts in groups.values() for s in texts]
@@ -335,8 +443,6 @@ print(f"  BPE:       {bpe_rate:.2f} tokens/char, 0 unknown by construction, "
 # code, numbers, whitespace runs, special tokens inside text and chat-template output.
 
 # %%
-from minillm.course.tokenizer_samples import parity_strings
-
 _, reference = minillm.load_reference("smollm2-135m")
 strings = parity_strings(chat_template=tok.apply_chat_template)
 different = [s for s in strings if tok.encode(s) != reference.encode(s)]

@@ -1,14 +1,17 @@
 # %% [markdown]
-# # Exercises 03 · The KV cache and the decode loop
+# # Exercises 03 · The KV cache, the decode loop and the online softmax
 #
-# Three tasks: how big a KV cache is, how a cache stores a new token's keys and values, and the
-# generation loop itself (prefill, then decode one token at a time). Write each function in its
-# cell, run the cell, then run the check cell below it. A check says in plain words what is
-# wrong.
+# Four tasks: how big a KV cache is, how a cache stores a new token's keys and values, the
+# generation loop itself (prefill, then decode one token at a time), and attention over keys
+# that arrive in blocks, with the online softmax of FlashAttention (lesson 03b). Write each
+# function in its cell, run the cell, then run the check cell below it. A check says in plain
+# words what is wrong.
 #
 # Check your work from a terminal too: `pytest --nbval-lax exercises/03_kv_cache.ipynb`.
 
 # %%
+import math
+
 import torch
 
 import minillm
@@ -110,3 +113,64 @@ try:
     print(tokenizer.decode(greedy_decode(model, chat, 24, list(model.config.eos_token_ids))))
 except NotImplementedError:
     print("write greedy_decode above first")
+
+# %% [markdown]
+# ## 4 · Attention one block at a time: the online softmax
+#
+# Lesson 03b builds FlashAttention on one idea, the online softmax (在线 softmax). Here you write
+# it for one query, as a decode step could run it over a cache read in blocks.
+#
+# Write `attend_in_blocks(q, blocks)`. `q` is one query, a vector of d numbers. `blocks` hands
+# out the keys and values in pairs `(k, v)`, `k` shaped (b, d) and `v` shaped (b, d_v), and can
+# be read only once. Return the attention output over all the keys, a vector of d_v numbers:
+# softmax(K q / √d) V. Between blocks, keep only three running values:
+#
+# - `m`, the largest score so far (start at `float("-inf")`);
+# - `l`, the sum of e^(score − m) over the keys so far (start at 0);
+# - `o`, the sum of e^(score − m) × that key's value (start at 0; it becomes a vector of d_v
+#   numbers with the first block).
+#
+# For each block: the scores `s = k @ q / math.sqrt(d)`; `m_new = max(m, s.max().item())`;
+# multiply `l` and `o` by e^(m − m_new), since they were summed against the old maximum; add the
+# block's terms e^(s − m_new), summed into `l` and weighted by `v` into `o`; then `m = m_new`.
+# At the end return `o / l`.
+#
+# Do not keep the blocks or join them (the check watches): holding one block at a time is the
+# whole point.
+
+# %% [task]
+def attend_in_blocks(q, blocks):
+    # YOUR CODE HERE
+    raise NotImplementedError
+# ==== solution ====
+def attend_in_blocks(q, blocks):
+    m, l, o = float("-inf"), 0.0, 0.0
+    for k, v in blocks:
+        s = k @ q / math.sqrt(q.shape[0])
+        m_new = max(m, s.max().item())
+        rescale = math.exp(m - m_new)  # 0 for the first block: nothing is summed yet
+        p = torch.exp(s - m_new)
+        l = l * rescale + p.sum()
+        o = o * rescale + p @ v
+        m = m_new
+    return o / l
+
+# %% [check]
+checks.check_attend_in_blocks(attend_in_blocks)
+
+# %% [markdown]
+# Your function at SmolLM2's head width: one query against 300 random keys and values, read in
+# blocks of 64, compared with PyTorch's attention over all of them at once.
+
+# %%
+gen = torch.Generator().manual_seed(0)
+d = model.config.head_dim
+q, keys, values = torch.randn(d, generator=gen), torch.randn(300, d, generator=gen), \
+    torch.randn(300, d, generator=gen)
+whole = torch.nn.functional.scaled_dot_product_attention(q[None, None], keys[None], values[None])
+try:
+    pieces = ((keys[i:i + 64], values[i:i + 64]) for i in range(0, 300, 64))
+    mine = attend_in_blocks(q, pieces)
+    print(f"largest difference from the whole attention: {(mine - whole[0, 0]).abs().max():.1e}")
+except NotImplementedError:
+    print("write attend_in_blocks above first")

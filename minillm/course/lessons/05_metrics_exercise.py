@@ -2,12 +2,14 @@
 # # Exercises 05 · Measuring inference
 #
 # The lesson timed every token of a generation. Here you build the measuring part of minillm
-# yourself: the metrics of one request, the latency formula, a timer for a token stream, and the
-# throughput of many requests. Each request is a `start` time and a list `token_times`: the moment
-# (in seconds, one clock) each new token was ready.
+# yourself: the metrics of one request, the latency formula, a timer for a token stream, the
+# throughput of many requests, and the least time of a forward pass under the roofline. Each
+# request is a `start` time and a list `token_times`: the moment (in seconds, one clock) each
+# new token was ready.
 #
 # Write each function in its cell, run it, then run the check cell below it. Each checker compares
-# your function with `minillm.measure.metrics` on many requests. Check your work from a terminal with
+# your function with minillm's own (`minillm.measure.metrics`, `minillm.measure.roofline`) on many
+# cases. Check your work from a terminal with
 # `pytest --nbval-lax exercises/05_metrics.ipynb`.
 
 # %%
@@ -134,3 +136,42 @@ checks.check_throughput(throughput)
 # %% [markdown]
 # `minillm.measure.metrics` holds the same definitions (`RequestMetrics`, `predict_latency`, `TokenClock`,
 # `throughput`), and every `minillm.generate` result carries them as `.metrics`.
+
+# %% [markdown]
+# ## 5 · The roofline (屋顶线模型)
+#
+# A forward pass of `rows` tokens (a decode step of `rows` requests, or a prompt of `rows`
+# tokens) multiplies with every weight once per row: 2 FLOP per weight per row, a multiply and
+# an add. It reads every weight once, whatever the rows: `n_weights × bytes_per_weight` bytes
+# (leave the KV cache out). A machine does at most `peak_flops` FLOP/s and reads at most
+# `bandwidth` bytes/s, and it can do both at once.
+#
+# Write `roofline_seconds(rows, n_weights, bytes_per_weight, peak_flops, bandwidth)`: the least
+# time the pass can take on that machine, in seconds.
+
+# %% [task]
+def roofline_seconds(rows, n_weights, bytes_per_weight, peak_flops, bandwidth):
+    # YOUR CODE HERE
+    raise NotImplementedError
+# ==== solution ====
+def roofline_seconds(rows, n_weights, bytes_per_weight, peak_flops, bandwidth):
+    arithmetic = 2 * n_weights * rows / peak_flops
+    reading = n_weights * bytes_per_weight / bandwidth
+    return max(arithmetic, reading)
+
+# %% [check]
+checks.check_roofline_seconds(roofline_seconds)
+
+# %% [markdown]
+# Your function on published figures: a 7B model (Llama-2-7B, 6.74 billion weights) in fp16 on
+# one H100 (989 TFLOP/s, 3.35 TB/s). Up to the ridge, more rows cost almost nothing per step;
+# past it, each step grows with its rows.
+
+# %%
+try:
+    for rows in [1, 16, 64, 256, 1024, 4096]:
+        seconds = roofline_seconds(rows, 6.74e9, 2, 989e12, 3.35e12)
+        print(f"{rows:>5} rows: at least {1000 * seconds:7.2f} ms a step, at most "
+              f"{rows / seconds:9,.0f} tokens/s")
+except NotImplementedError:
+    print("write roofline_seconds above first")

@@ -5,8 +5,9 @@
 #
 # 1. a block allocator (块分配器) with reference counts (引用计数), the heart of the paged KV
 #    cache;
-# 2. – 4. one step of a continuous-batching (连续批处理) scheduler, in three parts: admitting
-#    waiting requests, planning the running ones (who is preempted, 抢占), and the whole step.
+# 2. – 3. one step of a continuous-batching (连续批处理) scheduler, in two parts: admitting
+#    waiting requests, and planning the running ones (who is preempted, 抢占). A worked trace
+#    walks through the second before you write it; then the two parts make the whole step.
 #
 # Each checker replays fixed and random cases against `minillm.engine`. Write each piece in its
 # cell, run the cell, then run the check cell below it. From a terminal:
@@ -83,12 +84,16 @@ show_source(BlockManager.release)
 # %% [markdown]
 # ## The requests a scheduler sees
 #
-# The next three tasks plan one forward pass. Each request is a dict: `"id"`, `"tokens"` (its
-# tokens so far, prompt and generated), `"computed"` (how many of them are already in the KV
-# cache) and `"blocks"` (blocks it holds; a block holds `block_size` tokens). A request that runs
-# `n` more tokens needs `ceil((computed + n) / block_size)` blocks in all, so it must get
-# `ceil((computed + n) / block_size) - blocks` more. Every function returns a new plan and leaves
-# the lists and dicts it was given as they were.
+# The next two tasks plan one forward pass. Each request is a dict of four numbers:
+#
+# - `"id"`: its name;
+# - `"num_tokens"`: how many tokens it has so far, prompt and generated;
+# - `"computed"`: how many of them are already in the KV cache (the rest run in this step);
+# - `"blocks"`: how many blocks it holds; a block holds `block_size` tokens.
+#
+# A request that runs `n` more tokens needs `ceil((computed + n) / block_size)` blocks in all,
+# so it must get `ceil((computed + n) / block_size) - blocks` more. Every function returns a new
+# plan and leaves the lists and dicts it was given as they were.
 
 # %%
 def blocks_to_add(request, n, block_size):
@@ -100,11 +105,11 @@ def blocks_to_add(request, n, block_size):
 #
 # Write `admit_waiting(waiting, free_blocks, budget, free_seats, block_size)`. Go through
 # `waiting` in order (first come, first served). While budget is left and fewer than
-# `free_seats` requests have been admitted, the next request runs `n = min(tokens, budget left)`
-# tokens (a long prompt is cut into chunks: chunked prefill, 分块预填充) and needs
-# `blocks_to_add(request, n, block_size)` free blocks. Stop at the first request that does not
-# fit, even if a later one would. Return `{"run": [(id, n), ...], "free_blocks": blocks free
-# afterwards}`.
+# `free_seats` requests have been admitted, the next request runs
+# `n = min(num_tokens, budget left)` tokens (a long prompt is cut into chunks: chunked prefill,
+# 分块预填充) and needs `blocks_to_add(request, n, block_size)` free blocks. Stop at the first
+# request that does not fit, even if a later one would. Return
+# `{"run": [(id, n), ...], "free_blocks": blocks free afterwards}`.
 
 # %% [task]
 def admit_waiting(waiting, free_blocks, budget, free_seats, block_size):
@@ -116,7 +121,7 @@ def admit_waiting(waiting, free_blocks, budget, free_seats, block_size):
     for request in waiting:
         if budget == 0 or len(plan) >= free_seats:
             break
-        n = min(request["tokens"], budget)
+        n = min(request["num_tokens"], budget)
         need = blocks_to_add(request, n, block_size)
         if need > free_blocks:
             break
@@ -131,20 +136,39 @@ checks.check_admit_waiting(admit_waiting)
 # %% [markdown]
 # ## 3 · Plan the running requests, preempting when blocks run out
 #
-# Write `plan_running(running, free_blocks, budget, block_size)`. `running` is in the order the
-# requests were admitted.
+# `plan_running(running, free_blocks, budget, block_size)` plans the requests already running.
+# `running` lists them in the order they were admitted, oldest first. The rules:
 #
-# 1. Go through the running requests with one token left (decodes) first, then those with more
+# 1. **Order.** Requests with one token left to run (decodes) go first, then those with more
 #    (prompt chunks), each group in list order. Stop when the budget is spent.
-# 2. Each runs `n = min(tokens - computed, budget left)` tokens and needs
+# 2. **Size.** Each runs `n = min(num_tokens - computed, budget left)` tokens and needs
 #    `blocks_to_add(request, n, block_size)` more blocks.
-# 3. While it needs more blocks than are free, **preempt** the most recently admitted request
-#    still running (the last one left in `running`): it gives all its blocks back and does not
-#    run. If the request preempts itself, it is not run either. Skip requests already preempted.
-#    A decode planned earlier in this step can be the one preempted: take it out of the plan
-#    again, with the budget and the blocks it was given.
+# 3. **Preemption.** While it needs more blocks than are free, preempt the *newest* request still
+#    running (the last one left in the list): all its blocks go back to the pool, it joins
+#    `preempted`, and it does not run in this step. Two cases follow from that one rule:
+#    - the newest request still running may be the very request being planned: it preempts
+#      itself, and does not run;
+#    - it may be a decode planned earlier in this step: take it out of the plan again, with the
+#      budget and the blocks counted for it.
+#
+#    A request preempted earlier in the step is skipped when its turn comes.
 #
 # Return `{"run": [(id, n), ...], "preempted": [ids], "free_blocks": blocks free afterwards}`.
+#
+# Before writing it, watch the rules work. `checks.trace_plan_running` plans any case the way
+# the engine does and says why at each request. Here the pool has one free block; the decodes
+# `b` and `c` go first, and `a`'s prompt chunk comes last:
+
+# %%
+case = [{"id": "a", "num_tokens": 30, "computed": 4, "blocks": 1},
+        {"id": "b", "num_tokens": 9, "computed": 8, "blocks": 2},
+        {"id": "c", "num_tokens": 5, "computed": 4, "blocks": 1}]
+checks.trace_plan_running(case, free_blocks=1, budget=16, block_size=4)
+
+# %% [markdown]
+# `c` needed a block and was itself the newest request still running; `a` then needed four and
+# preempted `b`, which had been planned: its token and its block came back. When a check below
+# names a case you plan differently, trace that case the same way.
 
 # %% [task]
 def plan_running(running, free_blocks, budget, block_size):
@@ -153,24 +177,24 @@ def plan_running(running, free_blocks, budget, block_size):
 # ==== solution ====
 def plan_running(running, free_blocks, budget, block_size):
     still_running, plan, preempted = list(running), [], []
-    decodes_first = sorted(running, key=lambda r: r["tokens"] - r["computed"] > 1)
-    for request in decodes_first:
+    decodes = [r for r in running if r["num_tokens"] - r["computed"] == 1]
+    chunks = [r for r in running if r["num_tokens"] - r["computed"] > 1]
+    for request in decodes + chunks:
         if budget == 0:
             break
         if request["id"] in preempted:
             continue
-        n = min(request["tokens"] - request["computed"], budget)
+        n = min(request["num_tokens"] - request["computed"], budget)
         while blocks_to_add(request, n, block_size) > free_blocks:
-            victim = still_running.pop()  # the most recently admitted
+            victim = still_running.pop()  # the newest still running
             free_blocks += victim["blocks"]
             preempted.append(victim["id"])
-            for rid, m in list(plan):
-                if rid == victim["id"]:  # planned earlier in this step: undo it
-                    plan.remove((rid, m))
-                    budget += m
-                    free_blocks += blocks_to_add(victim, m, block_size)
+            for rid, m in [item for item in plan if item[0] == victim["id"]]:
+                plan.remove((rid, m))  # planned earlier in this step: undo it
+                budget += m
+                free_blocks += blocks_to_add(victim, m, block_size)
             if victim is request:
-                break
+                break  # it preempted itself
         if request["id"] in preempted:
             continue
         free_blocks -= blocks_to_add(request, n, block_size)
@@ -182,19 +206,14 @@ def plan_running(running, free_blocks, budget, block_size):
 checks.check_plan_running(plan_running)
 
 # %% [markdown]
-# ## 4 · The whole step
+# ## The whole step
 #
-# Write `schedule_step(running, waiting, free_blocks, block_size=4, budget=16, max_seqs=4)`:
-# plan the running requests first; if nobody was preempted (the pool has room), admit waiting
-# requests with the budget and the free blocks that are left and `max_seqs - len(running)` free
-# seats. (A step that preempted is short of blocks: it admits nobody.) Return
-# `{"run": [...], "preempted": [...], "free_blocks": ...}`.
+# Your two functions make one step of the scheduler: plan the running requests first; if nobody
+# was preempted (the pool has room), admit waiting requests with the budget and the free blocks
+# that are left, into the seats the running requests leave free. A step that preempted is short
+# of blocks: it admits nobody.
 
-# %% [task]
-def schedule_step(running, waiting, free_blocks, block_size=4, budget=16, max_seqs=4):
-    # YOUR CODE HERE
-    raise NotImplementedError
-# ==== solution ====
+# %%
 def schedule_step(running, waiting, free_blocks, block_size=4, budget=16, max_seqs=4):
     plan = plan_running(running, free_blocks, budget, block_size)
     if plan["preempted"]:

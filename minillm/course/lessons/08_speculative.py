@@ -291,8 +291,8 @@ plt.show()
 
 # %%
 with torch.inference_mode():
-    target_logits = model(ids_t)[0].double()
-    draft_logits = first_layers(model, 24)(ids_t)[0].double()
+    target_logits = model(ids_t)[0].cpu().double()  # float64 on the CPU: Apple GPUs have none
+    draft_logits = first_layers(model, 24)(ids_t)[0].cpu().double()
 temperatures = [0.05, 0.5, 1.0, 2.0, 4.0, 16.0]
 beta_at = {}
 for T in temperatures:

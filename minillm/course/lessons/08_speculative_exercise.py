@@ -63,7 +63,7 @@ checks.check_prompt_lookup(prompt_lookup)
 #
 # - go through the drafted tokens; while each one is the target's argmax at its position, keep it;
 # - at the first that is not, emit the target's argmax there instead and stop;
-# - if all n pass, add the **bonus token** (奖励词元), the target's argmax after the last one
+# - if all n pass, add the **bonus token** (额外词元), the target's argmax after the last one
 #   (`target_scores[n]`), which the same forward pass gave for free.
 #
 # `n_accepted` counts the drafted tokens kept. The tokens are exactly what plain greedy decoding of

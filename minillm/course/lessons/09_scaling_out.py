@@ -5,14 +5,27 @@
 # (2n GB for n billion parameters, chapter 02): more than one GPU holds. This chapter shows how
 # inference is spread over several devices, runs it for real on two processes, and then turns
 # to serving: minillm's own OpenAI-compatible server, measured with a load client that works
-# against any such server (vLLM, Text Generation Inference, SGLang, llama.cpp's server).
+# against any such server (vLLM, SGLang, llama.cpp's server).
 #
-# - **model parallelism (模型并行)**: the model's weights are spread across devices;
-# - **tensor parallelism (张量并行)**: every layer's matrices are split, all devices work on every
-#   layer together;
-# - **pipeline parallelism (流水线并行)**: consecutive layers on different devices, like stations
-#   on an assembly line;
+# Each way of spreading the work splits something different:
+#
+# - **model parallelism (模型并行)** is the umbrella name for splitting *one model's weights*
+#   across devices. It comes in two kinds:
+#   - **tensor parallelism (张量并行)**: every layer's matrices are split, and all devices work
+#     on every layer together (sections 1–3);
+#   - **pipeline parallelism (流水线并行)**: consecutive layers on different devices, like
+#     stations on an assembly line; cutting the batch into micro-batches keeps every station
+#     busy at once (section 4).
+# - **expert parallelism (专家并行)**: in a mixture-of-experts model, whole experts live on
+#   different devices, and each token travels to the devices of its experts (section 8);
 # - **data parallelism (数据并行)**: whole copies of the model, each serving its own requests.
+#
+# Large deployments combine them: tensor parallelism inside a machine, pipeline parallelism
+# across machines, expert parallelism for the experts, data parallelism for more users.
+# The course's source text calls "layers on different devices" model parallelism and
+# "overlapping stages" pipeline parallelism. Those are one split seen twice: layers on different
+# devices *is* pipeline parallelism, and its stages overlap only once the batch is cut into
+# micro-batches; without them one device works at a time (section 4 draws it).
 #
 # Every number below is measured in this run. When the environment variable `CI` is set (the
 # course's tests), the sizes shrink so the notebook runs in a few minutes on two CPU cores.
@@ -30,11 +43,11 @@ from minillm.course import show_source
 from minillm.utils.devices import Timer
 from minillm.distributed import (all_reduce_cost, compare_pipeline_parallel,
                                  compare_tensor_parallel, split_evenly)
+from minillm.measure import load_average
 
 CI = bool(os.environ.get("CI"))
 torch.manual_seed(0)
-load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-print(f"{os.cpu_count()} CPUs, load average {load:.1f}: timings move with the machine's load")
+print(f"{load_average() or f'{os.cpu_count()} CPUs'}: timings move with the machine's load")
 
 # %% [markdown]
 # ## 1 · Splitting one linear layer two ways
@@ -208,27 +221,40 @@ plt.show()
 # %% [markdown]
 # With 4 stages and m micro-batches the stages are busy m / (m + 3) of the time.
 #
-# ## 5 · How vLLM and Text Generation Inference serve at scale
+# ## 5 · How vLLM and SGLang serve at scale
 #
-# The engines people deploy are built from the ideas of chapters 03–08, plus what a fleet needs:
+# The engines people deploy are built from the ideas of chapters 03–08, plus what a fleet needs.
+# Text Generation Inference, once the third name here, was archived by its maintainers in March
+# 2026; vLLM and SGLang remain the two most deployed open engines:
 #
-# | idea | minillm chapter | vLLM | Text Generation Inference |
+# | idea | minillm chapter | vLLM | SGLang |
 # |---|---|---|---|
 # | KV cache | 03 | yes | yes |
-# | continuous batching (连续批处理) | 06 | yes | yes ("continuous batching" is TGI's term too) |
-# | PagedAttention, paged KV cache | 06 | invented it | yes |
-# | prefix caching | 06 | automatic prefix caching | yes |
-# | quantized weights | 07 | GPTQ, AWQ, fp8, GGUF | GPTQ, AWQ, bitsandbytes, fp8 |
-# | speculative decoding | 08 | draft models, n-gram (prompt lookup) | Medusa, n-gram |
-# | tensor parallelism | 09 | `--tensor-parallel-size N` | `--num-shard N` |
-# | pipeline parallelism | 09 | `--pipeline-parallel-size N` | no |
-# | fused GPU kernels | 05 | FlashAttention, CUDA graphs | FlashAttention, CUDA graphs |
+# | continuous batching (连续批处理) | 06 | yes | yes |
+# | paged KV cache | 06 | PagedAttention (vLLM invented it) | pages of one token |
+# | prefix caching | 06 | block hashes (automatic prefix caching) | a radix tree (RadixAttention) |
+# | chunked prefill | 06 | on by default | on by default |
+# | prefill/decode disaggregation | 06 | KV connectors (NIXL, LMCache, Mooncake) | Mooncake or NIXL transfer |
+# | quantized weights | 07 | GPTQ, AWQ, fp8, GGUF | GPTQ, AWQ, fp8, GGUF |
+# | speculative decoding | 08 | draft models, n-gram, EAGLE, Medusa, MTP | draft models, n-gram, EAGLE-2/3, MTP |
+# | tensor parallelism | 09 | `--tensor-parallel-size N` | `--tp-size N` |
+# | pipeline parallelism | 09 | `--pipeline-parallel-size N` | `--pp-size N` |
+# | expert parallelism | 09 | `--enable-expert-parallel` | `--ep-size N` |
+# | fused GPU kernels | 05 | FlashAttention, CUDA graphs | FlashInfer, CUDA graphs |
+#
+# The speculative row names three ways to draft without a separate draft model (chapter 08
+# drafts with one, or with prompt lookup): **Medusa** adds a few extra output heads to the target
+# model, each guessing one more token ahead from the same last hidden state; **EAGLE** trains a
+# one-layer draft network that reads the target's hidden states, not just its tokens, so its
+# guesses are accepted more often; **MTP** (multi-token prediction, DeepSeek-V3's) trains the
+# model itself with extra modules that predict the following tokens, which then serve as the
+# draft. All three are verified by the same acceptance rule as chapter 08's.
 #
 # Below the serving layer, specialised engines compile the model for one kind of hardware:
 # **TensorRT** (NVIDIA's compiler, with TensorRT-LLM for language models) fuses layers and picks
 # kernels per GPU; **TorchScript** (and now `torch.compile`/`torch.export`) turns a PyTorch model
-# into a graph that runs without Python. vLLM and TGI also speak the **OpenAI API**, so one client
-# talks to any of them. To measure a vLLM server with this chapter's load client:
+# into a graph that runs without Python. vLLM and SGLang also speak the **OpenAI API**, so one
+# client talks to either. To measure a vLLM server with this chapter's load client:
 #
 # ```
 # vllm serve HuggingFaceTB/SmolLM2-135M-Instruct --port 8000       # on the GPU machine
@@ -349,8 +375,7 @@ print("server stopped")
 #
 # **Mixture of experts (混合专家, MoE).** The feed-forward becomes many "experts"; a small router
 # sends each token to its top k. The model holds all experts' parameters but computes only k of
-# them per token (Mixtral: 8 experts, 2 per token). Under tensor parallelism the experts are spread
-# across devices (expert parallelism, 专家并行).
+# them per token (Mixtral: 8 experts, 2 per token).
 
 # %%
 class TinyMoE(torch.nn.Module):
@@ -382,6 +407,21 @@ print(f"parameters: {sum(p.numel() for p in moe.parameters()):,}; "
 print("experts chosen per token:", chosen.tolist())
 
 # %% [markdown]
+# Expert parallelism spreads the experts themselves: with 8 experts on 4 devices, device d holds
+# experts 2d and 2d + 1 whole. Nothing inside an expert is split (that would be tensor
+# parallelism); instead each token's hidden state is sent to the devices of its k experts and
+# the results come back, an exchange called **all-to-all** where tensor parallelism needs an
+# all-reduce. The router decides the traffic, so a device whose experts are popular receives
+# more:
+
+# %%
+DEVICES = 4
+device_of = torch.arange(len(moe.experts)) // (len(moe.experts) // DEVICES)
+received = torch.bincount(device_of[chosen].flatten(), minlength=DEVICES)
+print(f"{len(tokens)} tokens x {moe.k} experts = {received.sum().item()} hidden states sent; "
+      f"device 0-{DEVICES - 1} receive {received.tolist()}")
+
+# %% [markdown]
 # **Sparse attention (稀疏注意力).** Full causal attention compares each token with every earlier
 # one: n(n+1)/2 pairs. A sliding window (Mistral's) keeps only the last w, so cost and KV cache
 # grow linearly; other patterns add a few global tokens or strided blocks.
@@ -398,10 +438,14 @@ print(f"{n} tokens: causal attention {full_pairs:,} pairs, window {w}: {window_p
 # small and quantized (chapter 07). SmolLM2-135M's weights at each width:
 
 # %%
+from minillm.quant.gguf_q4_1 import BLOCK_BYTES, BLOCK_WEIGHTS
+
 params = sum(p.numel() for p in model.parameters())
-for name, bits in (("fp32", 32), ("fp16", 16), ("int8", 8), ("int4", 4.5)):
+int4_bits = 8 * BLOCK_BYTES / BLOCK_WEIGHTS  # GGUF Q4_1, chapter 07: 20 bytes per 32 weights
+for name, bits in (("fp32", 32), ("fp16", 16), ("int8", 8), ("int4", int4_bits)):
     print(f"{name:>5}: {params * bits / 8 / 2**20:7.0f} MiB")
-print(f"({params / 1e6:.0f} M parameters; int4 counted at 4.5 bits with its group scales)")
+print(f"({params / 1e6:.0f} M parameters; int4 counted at {int4_bits:g} bits a weight: 4-bit "
+      f"codes plus each block of {BLOCK_WEIGHTS} weights' fp16 scale and minimum)")
 
 # %% [markdown]
 # **Adaptive computation (自适应计算).** Not every token needs every layer: an "early exit" stops
@@ -468,8 +512,8 @@ for c, r in reports.items():
           f"TPOT p50 {r['tpot_ms']['p50']:5.0f} ms, latency p99 {r['latency_ms']['p99']:6.0f} ms")
 print(f"tensor parallel on 2 processes: max logit difference {tp.max_abs_diff:.1e}, greedy "
       f"tokens equal: {tp.tokens_equal}; {per_token:,} all-reduce bytes per token per rank")
-print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs during this run")
+print(f"{load_average()} at the end of this run")
 
 # %% [markdown]
-# The same client measures any OpenAI-compatible server: point `--url` at a vLLM or TGI server on
-# a GPU and compare its p99 latency and throughput with these.
+# The same client measures any OpenAI-compatible server: point `--url` at a vLLM or SGLang
+# server on a GPU and compare its p99 latency and throughput with these.

@@ -114,11 +114,12 @@ print("max difference after one all-reduce:", (sum(partial) - whole).abs().max()
 # %% [markdown]
 # ## 4 · The feed-forward block, split across ranks
 #
-# minillm's SwiGLU block computes `down(silu(gate(x)) * up(x))` (a `minillm.model.llama.SwiGLU`
+# minillm's SwiGLU block computes `down(silu(gate(x)) * up(x))` (a `minillm.layers.GatedMLP`
 # with `gate_proj`, `up_proj` and `down_proj`, each an `nn.Linear` without bias). Its hidden
 # features are shared out with `split_evenly(intermediate_size, world_size)`: rank r holds the
 # rows `rows_r` of `gate_proj` and `up_proj` (column-parallel) and the same columns of
-# `down_proj` (row-parallel), so the split hidden activations never travel.
+# `down_proj` (row-parallel), so the split hidden activations never travel. (The checker also
+# splits 10 hidden features over 3 ranks: 4, 3, 3.)
 #
 # Write `tp_feed_forward_parts(x, mlp, world_size)`: the list of each rank's partial output,
 # `down[:, rows_r](silu(gate[rows_r] x) * up[rows_r] x)`. Added up (one all-reduce) they give

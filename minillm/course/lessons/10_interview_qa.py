@@ -683,8 +683,8 @@ assert agree(model, code, spec.token_ids, plain.token_ids)
 from minillm.speculative import accept_probability, first_layers, residual_distribution
 
 with torch.inference_mode():
-    p_t = torch.softmax(model(torch.tensor([ids]))[0, -1].double(), -1)
-    q_d = torch.softmax(first_layers(model, 24)(torch.tensor([ids]))[0, -1].double(), -1)
+    p_t = torch.softmax(model(torch.tensor([ids]))[0, -1].cpu().double(), -1)
+    q_d = torch.softmax(first_layers(model, 24)(torch.tensor([ids]))[0, -1].cpu().double(), -1)
 accept = torch.clamp(p_t / q_d, max=1.0)  # min(1, p/q) for every token at once
 likely = q_d.topk(5).indices  # the package's rule agrees on the draft's favourite tokens
 assert all(float(accept_probability(p_t, q_d, int(t))) == float(accept[t]) for t in likely)

@@ -3,7 +3,8 @@ plain compute function and each chart from a plain figure function, both tested 
 browser; charts are shown as inline SVG (render.py), so they draw on a fresh kernel's first run.
 
     temperature.py   temperature_explorer      <- temperature_table, temperature_figure
-    filters.py       top_k_top_p_explorer      <- filter_view, filter_figure
+    filters.py       top_k_top_p_explorer      <- filter_view, filter_figure (top-k, top-p, min-p)
+    tokens.py        token labels and running text (bytes of a character cut across tokens)
     playground.py    playground                <- config_from_values, describe, runs_html
     repetition.py    repetition_explorer       <- repetition_report
     latency.py       LatencyChart (chapter 05) <- plot_latency

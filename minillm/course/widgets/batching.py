@@ -12,7 +12,7 @@ from .readable import plural
 from .render import chart_html, new_figure
 
 __all__ = ["COLOURS", "plot_timeline", "timeline_legend", "block_map_figure",
-           "block_map_explorer"]
+           "block_map_explorer", "record_block_maps"]
 
 # The kinds of row a forward pass runs (minillm.engine.StepRecord.items), in the timeline's colours.
 COLOURS = {"prefill": "tab:orange", "decode": "tab:blue", "recompute": "tab:red",
@@ -49,50 +49,72 @@ def timeline_legend(ax, kinds) -> None:
               frameon=False)
 
 
-def _request_colour(rid: int):
-    """18 strong colours (tab10, then Dark2), so pale can mean part-filled."""
+def _palette():
+    """16 strong colours, none of them grey (grey means reserved, white free), so pale can
+    mean part-filled: tab10 and Dark2 without their greys."""
     import matplotlib
 
-    palette = matplotlib.colormaps["tab10"].colors + matplotlib.colormaps["Dark2"].colors
-    return palette[rid % len(palette)]
+    tab10, dark2 = matplotlib.colormaps["tab10"].colors, matplotlib.colormaps["Dark2"].colors
+    return [c for i, c in enumerate(tab10) if i != 7] + [c for i, c in enumerate(dark2) if i != 7]
+
+
+def _request_colour(key):
+    """A request's colour; the samples of request r (keys (r, i)) take the colours after r's."""
+    palette = _palette()
+    index = key if isinstance(key, int) else sum(key)
+    return palette[index % len(palette)]
+
+
+def _label(key) -> str:
+    return f"request {key}" if isinstance(key, int) else f"request {key[0]} sample {key[1]}"
 
 
 def block_map_figure(snapshot: dict, block_size: int, num_blocks: int, step: int):
-    """The pool after one step. `snapshot` maps each running request's id to (block table,
-    tokens in the cache, tokens a contiguous cache would reserve). Left: the contiguous cache,
-    one bar per request; right: the paged pool, one cell per block, coloured by its owner (pale:
-    part-filled), with a key."""
+    """The pool after one step. `snapshot` maps each running sequence to (block table, tokens in
+    the cache, tokens a contiguous cache would reserve); a sequence is a request id, or
+    (request id, sample index) for the n samples of one request. Left: the contiguous cache,
+    one bar per sequence; right: the paged pool, one cell per block, coloured by its owner
+    (pale: part-filled; hatched with "×k": shared by k sequences, copy-on-write), with a key."""
     from matplotlib.patches import Patch, Rectangle
 
     fig = new_figure(11, 3.6)
     left, right = fig.subplots(1, 2, width_ratios=[1, 1.15])
-    rows = sorted(snapshot.items())
-    for row, (rid, (_, used, reserved)) in enumerate(rows):
+    rows = sorted(snapshot.items(), key=lambda kv: (kv[0],) if isinstance(kv[0], int) else kv[0])
+    for row, (key, (_, used, reserved)) in enumerate(rows):
         left.barh(row, reserved, color="gainsboro")
-        left.barh(row, used, color=_request_colour(rid))
+        left.barh(row, used, color=_request_colour(key))
         left.text(reserved, row, f" {used}/{reserved}", va="center", fontsize=8)
-    left.set_yticks(range(len(rows)), [f"request {rid}" for rid, _ in rows], fontsize=8)
+    left.set_yticks(range(len(rows)), [_label(key) for key, _ in rows], fontsize=8)
     left.set_ylim(len(rows) - 0.5 if rows else 0.5, -0.5)
     left.set_xlabel("token slots")
     left.set_title("contiguous: reserved (grey) vs used", fontsize=10)
     left.margins(x=0.15)
+    if not rows:
+        left.text(0.5, 0.5, "no request running", ha="center", va="center",
+                  transform=left.transAxes, fontsize=10)
 
-    owner, fill = {}, {}
-    for rid, (table, used, _) in snapshot.items():
+    owners, fill = {}, {}
+    for key, (table, used, _) in rows:
         for k, block in enumerate(table):
-            owner[block] = rid
-            fill[block] = min(block_size, max(used - k * block_size, 0)) / block_size
+            owners.setdefault(block, []).append(key)
+            fill[block] = max(fill.get(block, 0.0),
+                              min(block_size, max(used - k * block_size, 0)) / block_size)
     n_rows = -(-num_blocks // GRID_COLUMNS)
     for block in range(num_blocks):
         r, c = divmod(block, GRID_COLUMNS)
-        if block in owner:
-            colour, alpha = _request_colour(owner[block]), max(fill[block], 0.25)
+        holders = owners.get(block, [])
+        if holders:
+            colour, alpha = _request_colour(holders[0]), max(fill[block], 0.25)
         else:
             colour, alpha = "white", 1.0
-        cell = Rectangle((c, r), 1, 1, facecolor=colour, alpha=alpha, edgecolor="none")
+        cell = Rectangle((c, r), 1, 1, facecolor=colour, alpha=alpha, edgecolor="none",
+                         hatch="////" if len(holders) > 1 else None)
         cell.set_gid(f"blockmap-block-{block}")
         right.add_patch(cell)
         right.add_patch(Rectangle((c, r), 1, 1, fill=False, edgecolor="#bbb", linewidth=0.5))
+        if len(holders) > 1:
+            right.text(c + 0.5, r + 0.5, f"×{len(holders)}", ha="center", va="center",
+                       fontsize=6, color="black")
     right.set_xlim(0, GRID_COLUMNS)
     right.set_ylim(n_rows, 0)
     right.set_aspect("equal")
@@ -103,19 +125,44 @@ def block_map_figure(snapshot: dict, block_size: int, num_blocks: int, step: int
     right.set_ylabel("first block of the row", fontsize=8)
     right.set_title(f"paged: {num_blocks} blocks of {block_size} (pale = part-filled)",
                     fontsize=10).set_gid("blockmap-pool-title")
-    key = [Patch(color=_request_colour(rid), label=f"request {rid}") for rid, _ in rows]
+    key = [Patch(color=_request_colour(k), label=_label(k)) for k, _ in rows]
+    if any(len(h) > 1 for h in owners.values()):
+        key.append(Patch(facecolor="white", edgecolor="black", hatch="////",
+                         label="shared (×k holders)"))
     key.append(Patch(facecolor="white", edgecolor="#bbb", label="free block"))
     right.legend(handles=key, loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=7,
                  frameon=False, ncols=2 if len(key) > 9 else 1)
 
     used = sum(u for _, u, _ in snapshot.values())
-    paged = sum(len(t) for t, _, _ in snapshot.values()) * block_size
+    stored = sum(round(fill[b] * block_size) for b in owners)  # a shared block counts once
+    paged = len(owners) * block_size
     contiguous = sum(r for _, _, r in snapshot.values())
-    fig.suptitle(f"step {step}: {plural(used, 'token')} stored; paged holds {paged} slots "
-                 f"({used / max(paged, 1):.0%} used), contiguous {contiguous} "
-                 f"({used / max(contiguous, 1):.0%} used)", fontsize=10).set_gid(
-                     "blockmap-title")
+    if not rows:
+        title = f"step {step}: no request running; all {num_blocks} blocks are free"
+    else:
+        shared = f" in {stored} slots (shared blocks once)" if stored != used else ""
+        title = (f"step {step}: {plural(used, 'token')} stored{shared}; paged holds {paged} "
+                 f"slots ({stored / max(paged, 1):.0%} used), contiguous {contiguous} "
+                 f"({used / max(contiguous, 1):.0%} used)")
+    fig.suptitle(title, fontsize=10).set_gid("blockmap-title")
     return fig
+
+
+def record_block_maps(engine) -> list[dict]:
+    """Step `engine` until every request has ended, keeping after each step a snapshot of the
+    pool as `block_map_figure` takes it: each running sequence's block table, tokens in the
+    cache and tokens a contiguous cache would reserve. A sequence is its request id, or
+    (request id, sample index) for a request with n > 1 samples. Steps after which nothing runs
+    (the last one) are left out."""
+    snapshots = []
+    while engine.has_unfinished():
+        engine.step()
+        snapshot = {(r.id, r.index) if r.n > 1 else r.id:
+                    (list(r.block_table), r.num_computed, r.max_tokens)
+                    for r in engine.scheduler.running}
+        if snapshot:
+            snapshots.append(snapshot)
+    return snapshots
 
 
 def block_map_explorer(engine, snapshots: list[dict], step: int | None = None):

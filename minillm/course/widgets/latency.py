@@ -18,6 +18,10 @@ millisecond (latency_svg.py), instead of through matplotlib.
     >>> chart                       # in Jupyter: a prompt box, a button, the chart and the text
     >>> chart.run("Tell me a story")  # or from code; returns the Generation (with .metrics)
 
+As in the playground (chapter 04), a "chat template" box, ticked by default when the tokenizer
+has one, wraps the prompt as a user's message in the model's chat format, so an instruction is
+answered instead of continued.
+
 `plot_latency(metrics, ax)` draws the same chart for any `RequestMetrics`, without widgets.
 """
 
@@ -81,23 +85,34 @@ class LatencyChart:
     """A prompt box, a Generate button, a live chart of per-token latency and the text."""
 
     def __init__(self, model, tokenizer, prompt: str = "Tell me about the Moon.",
-                 redraw_seconds: float = 0.2, **fields):
+                 redraw_seconds: float = 0.2, chat: bool | None = None, **fields):
         import ipywidgets as w
 
         if isinstance(redraw_seconds, bool) or not isinstance(redraw_seconds, (int, float)) \
                 or not 0 < redraw_seconds <= 0.25:
             raise ValueError(f"redraw_seconds must be a number from 0 (excluded) to 0.25, so the "
                              f"chart redraws at least 4 times a second; got {redraw_seconds!r}")
+        has_template = getattr(tokenizer, "chat_template", None) is not None
+        if chat is None:
+            chat = has_template
+        elif not isinstance(chat, bool):
+            raise ValueError(f"chat must be True, False or None (use the template when the "
+                             f"tokenizer has one), got {chat!r}")
+        elif chat and not has_template:
+            raise ValueError("chat=True needs a tokenizer with a chat template; this one has "
+                             "none: pass chat=False to send the prompt as raw text")
         self.model, self.tokenizer, self.fields = model, tokenizer, fields
         self.fields.setdefault("max_new_tokens", 48)
         self.redraw_seconds = redraw_seconds
         self.prompt = w.Text(value=prompt, description="prompt", layout=w.Layout(width="60%"))
         self.button = w.Button(description="Generate", button_style="primary")
+        self.chat = w.Checkbox(value=chat, disabled=not has_template, indent=False,
+                               description="chat template", layout=w.Layout(width="130px"))
         self.chart = w.HTML(layout=w.Layout(width="600px"))
         self.text = w.HTML(layout=w.Layout(width="360px"))
         self.stats = w.HTML(layout=w.Layout(width="960px"))
         self.button.on_click(lambda _: self.run())
-        self.widget = w.VBox([w.HBox([self.prompt, self.button]),
+        self.widget = w.VBox([w.HBox([self.prompt, self.button, self.chat]),
                               w.HBox([self.chart, self.text]), self.stats])
         self.result = None
         self.redraws = 0
@@ -159,8 +174,12 @@ class LatencyChart:
         if prompt is not None:
             self.prompt.value = prompt
         events: queue.Queue = queue.Queue()
-        stream = timed_stream(self.model, self.tokenizer, self.prompt.value,
-                              on_token=events.put, **self.fields)
+        text = self.prompt.value
+        if self.chat.value:
+            text = self.tokenizer.apply_chat_template([{"role": "user", "content": text}],
+                                                      add_generation_prompt=True)
+        stream = timed_stream(self.model, self.tokenizer, text, on_token=events.put,
+                              **self.fields)
         stop = threading.Event()
         worker = threading.Thread(target=self._generate, args=(stream, events, stop),
                                   name="minillm-latency-chart", daemon=True)

@@ -7,9 +7,10 @@ in bold), its text, why it ended and how long it took, so two settings can be co
 from __future__ import annotations
 
 import html
+import warnings
 from dataclasses import dataclass, field
 
-from ...decoding.config import GenerationConfig
+from ...decoding.config import GenerationConfig, IgnoredSamplingOptionsWarning
 from .readable import finish_reason_text, number
 
 
@@ -33,7 +34,9 @@ def config_from_values(values: dict, tokenizer=None) -> GenerationConfig:
         from ...decoding.processors import bad_words_ids
 
         fields["bad_words_ids"] = bad_words_ids(tokenizer, words)
-    return GenerationConfig.merge(None, **fields)
+    with warnings.catch_warnings():  # the run's card marks the options greedy decoding ignores
+        warnings.simplefilter("ignore", IgnoredSamplingOptionsWarning)
+        return GenerationConfig.merge(None, **fields)
 
 
 MAX_NEW_TOKENS = 300  # the slider's top
@@ -69,9 +72,19 @@ def describe(config: GenerationConfig) -> str:
     return " · ".join(describe_parts(config))
 
 
+# How a setting that is off reads on a card, in the controls' words instead of Python's None.
+OFF = {"min_p": "off", "seed": "random", "stop": "none", "bad_words_ids": "none",
+       "eos_token_id": "the model's"}
+
+
 def setting_values(config: GenerationConfig) -> dict[str, str]:
-    """Every field of `config`, rounded for people: what two runs' cards compare."""
-    return {name: number(getattr(config, name)) for name in GenerationConfig.field_names()}
+    """Every field of `config`, rounded for people: what two runs' cards compare. A field that
+    is off (None) reads as the controls say it: min_p=off, seed=random, stop=none."""
+    values = {}
+    for name in GenerationConfig.field_names():
+        value = getattr(config, name)
+        values[name] = OFF.get(name, "none") if value is None else number(value)
+    return values
 
 
 @dataclass

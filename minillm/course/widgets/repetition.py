@@ -3,7 +3,8 @@ no_repeat_ngram_size, repeated n-grams highlighted and counted.
 
 Each text is generated once per (prompt, setting) and kept: moving the penalty slider
 regenerates only the penalty's text, never the unchanged greedy one. While a text is being
-generated the controls are disabled and a progress bar counts its tokens."""
+generated the controls are disabled and a progress bar counts its tokens. A row whose setting
+changed nothing says it has the same text as the row above it."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 
 from ..text_quality import distinct_n, repeated_ngrams, repeated_token_mask
 from .readable import finish_reason_text, number
+from .tokens import text_pieces
 
 
 @dataclass
@@ -36,11 +38,13 @@ def repetition_report(label: str, token_ids, n: int = 3) -> RepetitionReport:
 
 
 def highlight_html(tokenizer, report: RepetitionReport, note: str = "") -> str:
-    """The text, token by token, with tokens inside repeated n-grams on a red background;
-    `note` (e.g. why the generation ended) follows the counts."""
+    """The text, token by token, with tokens inside repeated n-grams on a red background (the
+    tokens of one character cut across tokens together; special tokens such as <|im_end|> left
+    out); `note` (e.g. why the generation ended) follows the counts."""
     parts = []
-    for token, repeated in zip(report.token_ids, report.mask):
-        piece = html.escape(tokenizer.decode([token])).replace("\n", "↵<br>")
+    for text, positions in text_pieces(tokenizer, report.token_ids):
+        piece = html.escape(text).replace("\n", "↵<br>")
+        repeated = any(report.mask[i] for i in positions)
         parts.append(f'<span style="background:#f8b4b4">{piece}</span>' if repeated else piece)
     note = f" · {html.escape(note)}" if note else ""
     return (f"<b>{html.escape(report.label)}</b>: {report.repeated} of {report.total} "
@@ -70,7 +74,7 @@ def repetition_explorer(model, tokenizer, prompt: str = "I like cats. I like dog
     wide = {"style": {"description_width": "initial"}, "continuous_update": False}
     text = w.Text(value=prompt, description="prompt", layout=w.Layout(width="480px"),
                   continuous_update=False)
-    penalty = w.FloatSlider(value=1.8, min=1.0, max=3.0, step=0.1,
+    penalty = w.FloatSlider(value=1.3, min=1.0, max=3.0, step=0.1,
                             description="repetition_penalty", **wide)
     ngram = w.IntSlider(value=3, min=1, max=8, description="no_repeat_ngram_size", **wide)
     progress = w.IntProgress(value=0, min=0, max=max_new_tokens,
@@ -80,10 +84,20 @@ def repetition_explorer(model, tokenizer, prompt: str = "I like cats. I like dog
     done: dict[tuple, object] = {}  # (prompt, label) -> Generation
     box = w.VBox([text, w.HBox([penalty, ngram]), w.HBox([progress, status]), *rows])
 
-    def show(row, label, result):
+    def show(row, label, result, same_as=None):
         report = repetition_report(label, result.token_ids, n)
         note = finish_reason_text(result.finish_reason, len(result.token_ids), result.text)
+        if same_as is not None:
+            note += f" · the same text as {same_as}"
         row.value = highlight_html(tokenizer, report, note)
+
+    def same_text(rows_now, label):
+        """The first row above `label` that generated exactly its tokens, if any."""
+        mine = done[(text.value, label)].token_ids
+        for other in list(rows_now)[:list(rows_now).index(label)]:
+            if done[(text.value, other)].token_ids == mine:
+                return other
+        return None
 
     def run(_=None):
         rows_now = settings(penalty.value, ngram.value)
@@ -111,7 +125,7 @@ def repetition_explorer(model, tokenizer, prompt: str = "I like cats. I like dog
                         pass
                     done[key] = stream.result
                     box.generated += 1
-                show(row, label, done[key])
+                show(row, label, done[key], same_text(rows_now, label))
             kept = len(rows_now) - len(todo)
             status.value = (f"generated {len(todo)}, kept {kept} unchanged" if todo else
                             "nothing changed")

@@ -14,8 +14,10 @@ import math
 
 import torch
 
+from ..language import say
 from .readable import number, percent, plural
 from .render import chart_html, new_figure
+from .tokens import BYTES_NOTE, has_byte_labels, token_label
 
 FLOOR = 1e-6  # the log axis starts here; smaller probabilities are drawn at it and labelled
 
@@ -32,7 +34,7 @@ def next_token_logits(model, tokenizer, prompt) -> torch.Tensor:
 def coverage_curve(probs: torch.Tensor, points: int = 200) -> tuple[list[int], list[float]]:
     """How much probability the k most likely tokens hold, at about `points` values of k spread
     evenly on a log scale from 1 to the vocabulary size: (k values, probabilities)."""
-    cumulative = probs.double().sort(descending=True).values.cumsum(0)
+    cumulative = probs.cpu().double().sort(descending=True).values.cumsum(0)
     n = cumulative.numel()
     ks = sorted({max(1, round(n ** (i / (points - 1)))) for i in range(points)} | {n})
     return ks, [min(float(cumulative[k - 1]), 1.0) for k in ks]
@@ -48,6 +50,7 @@ def temperature_table(logits: torch.Tensor, temperature: float, top_n: int = 12)
         raise ValueError(f"temperature must be a number > 0, got {temperature!r}")
     if logits.dim() != 1:
         raise ValueError(f"logits must be one row (vocab,), got shape {tuple(logits.shape)}")
+    logits = logits.detach().cpu()  # float64 below: on the CPU (Apple's GPUs have none)
     probs = torch.softmax(logits.double() / temperature, dim=-1)
     ids = torch.topk(logits, min(top_n, logits.numel())).indices
     logp = torch.log2(probs.clamp_min(1e-300))
@@ -64,12 +67,9 @@ def temperature_table(logits: torch.Tensor, temperature: float, top_n: int = 12)
             "coverage_k": ks, "coverage": coverage}
 
 
-def token_label(tokenizer, token_id: int) -> str:
-    return repr(tokenizer.decode([token_id]))[1:-1] or "∅"
-
-
 def covers_90(n: int) -> str:
-    return f"{plural(n, 'token')} {'covers' if n == 1 else 'cover'} 90%"
+    return say("{tokens} {cover} 90%", "{n:,} 个词元覆盖 90%", tokens=plural(n, "token"),
+               cover="covers" if n == 1 else "cover", n=n)
 
 
 def _percent_axis(axis) -> None:
@@ -80,16 +80,17 @@ def _percent_axis(axis) -> None:
 
 
 def temperature_figure(table: dict, labels: list[str], temperature: float,
-                       prompt: str | None = None):
+                       prompt: str | None = None, note: str = ""):
     """The chart for one `temperature_table`: the top tokens and the rest of the vocabulary as
-    bars on a log scale (each labelled with its probability), and the coverage curve."""
+    bars on a log scale (each labelled with its probability), and the coverage curve. `note`
+    (e.g. what a \\x.. label means) follows the x axis's label."""
     from matplotlib.ticker import FuncFormatter
 
     fig = new_figure(10, 3.8)
     bars_ax, cover_ax = fig.subplots(1, 2, width_ratios=[2, 1])
     n_rest = table["vocab_size"] - len(table["ids"])
     heights = table["probs"] + [table["rest"]]
-    names = labels + [f"the other\n{n_rest:,}"]
+    names = labels + [say("the other\n{n:,}", "其余\n{n:,} 个", n=n_rest)]
     colours = ["tab:blue"] * len(labels) + ["darkgrey"]
     bars = bars_ax.bar(range(len(heights)), [max(h, FLOOR) for h in heights], color=colours)
     for i, (bar, p) in enumerate(zip(bars, heights)):
@@ -104,8 +105,10 @@ def temperature_figure(table: dict, labels: list[str], temperature: float,
     _percent_axis(bars_ax.yaxis)
     bars_ax.set_xticks(range(len(names)), names, rotation=45, ha="right", fontsize=8,
                        rotation_mode="anchor")
-    bars_ax.set_xlabel("next token (the most likely at T = 1 first)")
-    bars_ax.set_ylabel("probability (log scale)")
+    bars_ax.set_xlabel(say("next token (the most likely at T = 1 first)",
+                           "下一个词元（按 T = 1 时的概率从高到低）")
+                       + (f"\n{note}" if note else ""))
+    bars_ax.set_ylabel(say("probability (log scale)", "概率（对数坐标）"))
 
     n90 = table["tokens_for_90pct"]
     cover_ax.plot(table["coverage_k"], table["coverage"], color="tab:blue")
@@ -118,13 +121,18 @@ def temperature_figure(table: dict, labels: list[str], temperature: float,
     cover_ax.set_ylim(0, 1.02)
     cover_ax.xaxis.set_major_formatter(FuncFormatter(lambda k, _: f"{k:,.0f}"))
     cover_ax.yaxis.set_major_formatter(FuncFormatter(lambda p, _: f"{100 * p:.0f}%"))
-    cover_ax.set_xlabel("the k most likely tokens (log scale)")
-    cover_ax.set_ylabel("probability they hold")
+    cover_ax.set_xlabel(say("the k most likely tokens (log scale)",
+                            "概率最高的 k 个词元（对数坐标）"))
+    cover_ax.set_ylabel(say("probability they hold", "它们合计的概率"))
     cover_ax.set_title(covers_90(n90), fontsize=9, color="tab:red")
 
-    about = f"after {prompt!r} " if prompt else ""
-    fig.suptitle(f"next token {about}at T = {number(float(temperature))}: entropy "
-                 f"{table['entropy_bits']:.2f} of at most {table['max_entropy_bits']:.1f} bits",
+    fields = dict(prompt=prompt, t=number(float(temperature)), h=table["entropy_bits"],
+                  most=table["max_entropy_bits"])
+    fig.suptitle(say("next token after {prompt!r} at T = {t}: entropy {h:.2f} of at most "
+                     "{most:.1f} bits", "{prompt!r} 之后的下一个词元，T = {t}：熵为 {h:.2f} "
+                     "比特，最多 {most:.1f} 比特", **fields) if prompt else
+                 say("next token at T = {t}: entropy {h:.2f} of at most {most:.1f} bits",
+                     "下一个词元，T = {t}：熵为 {h:.2f} 比特，最多 {most:.1f} 比特", **fields),
                  fontsize=10)
     return fig
 
@@ -136,9 +144,11 @@ def temperature_explorer(model, tokenizer, prompt: str = "The weather today is",
     import ipywidgets as w
 
     logits = next_token_logits(model, tokenizer, prompt)
-    labels = [token_label(tokenizer, i) for i in torch.topk(logits, top_n).indices.tolist()]
+    top = torch.topk(logits, top_n).indices.tolist()
+    labels = [token_label(tokenizer, i) for i in top]
+    note = BYTES_NOTE if has_byte_labels(tokenizer, top) else ""
     slider = w.FloatSlider(value=temperature, min=0.01, max=3.0, step=0.01,
-                           description="temperature T", continuous_update=False,
+                           description=say("temperature T", "温度 T"), continuous_update=False,
                            style={"description_width": "initial"},
                            layout=w.Layout(width="480px"))
     chart = w.HTML()
@@ -146,7 +156,7 @@ def temperature_explorer(model, tokenizer, prompt: str = "The weather today is",
 
     def draw(change=None):
         table = temperature_table(logits, slider.value, top_n)
-        box.figure = temperature_figure(table, labels, slider.value, prompt)
+        box.figure = temperature_figure(table, labels, slider.value, prompt, note)
         chart.value = chart_html(box.figure, "temperature")
 
     slider.observe(draw, names="value")

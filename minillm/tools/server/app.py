@@ -24,7 +24,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ...decoding import JSONConstraint, SchemaError
-from ...generation.loop import eos_ids, encode_prompts
+from ...generation.request import eos_ids, encode_prompts
 from .answers import ChatAnswer, CompletionAnswer
 from .logprobs import TokenText
 from .protocol import APIError, ChatCompletionRequest, CompletionRequest, error_body
@@ -80,7 +80,9 @@ def _validation_message(errors) -> tuple[str, str | None]:
         if e.get("type") == "json_invalid":
             return ("the body is not valid JSON: " + e.get("msg", "") +
                     f" (at character {loc[-1] if loc else '?'})"), None
-        if e.get("type") == "extra_forbidden":
+        if e.get("type") == "value_error":  # a check of ours: its message names the field
+            parts.append(str(e.get("ctx", {}).get("error", e.get("msg"))))
+        elif e.get("type") == "extra_forbidden":
             parts.append(f"unknown field {where!r}")
         elif e.get("type") == "missing":
             parts.append(f"{where} is required")

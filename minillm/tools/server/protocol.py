@@ -6,6 +6,12 @@ exactly `max_tokens` tokens). Types are strict: `"max_tokens": "5"` or `5.0` is 
 A field the server does not know is an error too (OpenAI does the same), so a typo is not
 silently ignored. The answers' shapes are in responses.py.
 
+The sampling options are GenerationConfig's (minillm/decoding/config.py), checked by its own
+checks: `OPTION_FIELDS` says which option each request field sets, `NOT_OFFERED` which options
+the API leaves out, and tests/test_server_options.py holds both against GenerationConfig (every
+option is one or the other; the server refuses exactly the values the config refuses, beyond
+OpenAI's own limits: temperature at most 2, at most 4 stop strings).
+
 Every error is answered as OpenAI does:
 
     {"error": {"message": "...", "type": "invalid_request_error", "param": "max_tokens",
@@ -16,13 +22,26 @@ from __future__ import annotations
 
 from typing import Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ...decoding import GenerationConfig
+from ...decoding.config import check_option
 from .responses import ErrorDetail, ErrorResponse
 
 MAX_STOP_STRINGS = 4
+MAX_TEMPERATURE = 2.0  # OpenAI's limit; GenerationConfig takes any temperature >= 0
 MAX_LOGPROBS = 20  # the most alternatives per position (OpenAI's limit for chat)
+
+# request field -> the GenerationConfig option it sets
+OPTION_FIELDS = {"max_tokens": "max_new_tokens", "temperature": "temperature", "top_p": "top_p",
+                 "top_k": "top_k", "repetition_penalty": "repetition_penalty",
+                 "presence_penalty": "presence_penalty", "frequency_penalty": "frequency_penalty",
+                 "seed": "seed", "stop": "stop", "ignore_eos": "ignore_eos"}
+NOT_OFFERED = (  # GenerationConfig's options this API does not take
+    "do_sample",  # temperature 0 asks for greedy decoding, anything above it samples
+    "min_p", "no_repeat_ngram_size", "bad_words_ids", "eos_token_id",
+    "num_beams", "length_penalty", "early_stopping", "num_return_sequences",  # beam search
+)
 
 
 class APIError(Exception):
@@ -67,10 +86,6 @@ class ResponseFormat(BaseModel):
     json_schema: JSONSchemaFormat | None = None
 
 
-def _penalty():
-    return Field(default=0.0, ge=-2.0, le=2.0)
-
-
 def _top_logprobs():
     return Field(default=None, ge=0, le=MAX_LOGPROBS)
 
@@ -82,12 +97,12 @@ class Sampling(BaseModel):
 
     model: str | None = None
     max_tokens: int | None = Field(default=None, ge=1)
-    temperature: float = Field(default=1.0, ge=0.0, le=2.0)
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    top_k: int = Field(default=0, ge=-1)
-    repetition_penalty: float = Field(default=1.0, gt=0.0)
-    presence_penalty: float = _penalty()
-    frequency_penalty: float = _penalty()
+    temperature: float = Field(default=1.0, le=MAX_TEMPERATURE)
+    top_p: float = 1.0
+    top_k: int = 0  # -1 is off too, as in vLLM
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
     n: int = Field(default=1, ge=1)
     seed: int | None = None
     stop: Union[str, list[str], None] = None
@@ -95,6 +110,19 @@ class Sampling(BaseModel):
     stream_options: StreamOptions | None = None
     ignore_eos: bool = False
     user: str | None = None
+
+    @field_validator("temperature", "top_p", "top_k", "repetition_penalty", "presence_penalty",
+                     "frequency_penalty", "seed")
+    @classmethod
+    def _option(cls, value, info):
+        """GenerationConfig's own check of the option (a temperature of 0 is greedy here)."""
+        if info.field_name == "top_k" and value == -1:
+            return 0
+        try:
+            check_option(OPTION_FIELDS[info.field_name], value)
+        except TypeError as error:  # pydantic turns only ValueErrors into a 400
+            raise ValueError(str(error)) from None
+        return value
 
     def generation_config(self, max_tokens: int) -> GenerationConfig:
         """The engine's settings for this request. temperature 0 means greedy, as in OpenAI;
@@ -113,8 +141,7 @@ class Sampling(BaseModel):
                       seed=self.seed, presence_penalty=self.presence_penalty,
                       frequency_penalty=self.frequency_penalty)
         if sample:
-            fields.update(temperature=self.temperature, top_p=self.top_p,
-                          top_k=max(self.top_k, 0))
+            fields.update(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k)
         if self.ignore_eos:
             fields["ignore_eos"] = True
         try:

@@ -1,0 +1,187 @@
+# %% [markdown]
+# # 05b · Appendix: inside the fast engine (optional)
+#
+# Lesson 05 measured the fast path that `minillm.load` returns and found batch-1 decode bound by
+# memory bandwidth. This optional appendix opens that engine: what `minillm.fast.optimize`
+# changes in the model chapter 02 built, what sets the pace of its step on a GPU, and what a
+# compiler (`torch.compile`) adds on top. No later lesson depends on it.
+
+# %%
+import os
+
+import torch
+
+import minillm
+from minillm import fast as fast_engine
+from minillm.course import show_source
+from minillm.generation.agreement import agree
+from minillm.generation.kv_cache import KVCache
+from minillm.measure.bandwidth import read_bandwidth
+from minillm.measure.comparison import TOO_NOISY, compare, load_average
+from minillm.model.memory import bytes_per_token
+from minillm.utils.devices import Timer, describe, pick_device
+
+CI = bool(os.environ.get("CI"))
+torch.manual_seed(0)
+device = pick_device("auto")
+for key, value in describe().items():
+    print(f"{key:>12}: {value}")
+
+model, tokenizer = minillm.load("smollm2-135m", device=device, fast=False)  # the readable one
+fast = fast_engine.optimize(model)
+prompt = tokenizer.apply_chat_template(
+    [{"role": "user", "content": "Why is the sky blue?"}], add_generation_prompt=True)
+N_NEW = 16 if CI else 48
+
+# %% [markdown]
+# ## 1 · What `optimize` changes
+#
+# `minillm.fast.optimize` does not write a second model. It copies the same network, the same
+# `LlamaBlock`s and `Attention` layers the lessons opened up, and changes what the linear layers
+# hold: q, k and v fused into one matrix (one multiply instead of three, `Attention.fuse`), gate
+# and up fused, and every matrix a `FastLinear` stored in the layout that multiplies fastest here
+# (it times both), the LM head included. Here is one layer of each:
+
+# %%
+print(model.layers[0])
+print(fast.layers[0])
+
+# %% [markdown]
+# The attention layer's projection step is the one place that knows about the fusion:
+
+# %%
+show_source(type(fast.layers[0].attn).project)
+
+# %% [markdown]
+# and `FastLinear.forward` is the multiply itself, with its layout, the bias added inside the
+# multiplication (`addmm`), and the narrow-weight paths:
+
+# %%
+show_source(fast_engine.FastLinear.forward)
+
+# %% [markdown]
+# The same forward contract, so `generate` runs both, with the same greedy tokens:
+
+# %%
+plain = minillm.generate(model, tokenizer, prompt, max_new_tokens=N_NEW)
+out = minillm.generate(fast, tokenizer, prompt, max_new_tokens=N_NEW)
+print(f"readable minillm: {plain.metrics}")
+print(f"fast minillm:     {out.metrics}")
+same = sum(a == b for a, b in zip(plain.token_ids, out.token_ids))
+print(f"layout chosen: {fast.layout}; the same token at {same} of {len(out.token_ids)} positions")
+# float32 sums in another order (fused matrices): ~1e-4 apart, so exact on a CPU
+assert agree(model, out.prompt_token_ids, plain.token_ids[:16], out.token_ids[:16])
+
+# %% [markdown]
+# `python -m minillm bench latency` compares the fast engine with transformers' `generate()` on
+# the same weights, in the same process, interleaved: TTFT, TPOT, decode and prefill tokens per
+# second, the ratios, and lesson 05's bandwidth bound, for float32, bf16 and int8, and llama.cpp
+# where it is installed. Run it in a terminal (it takes a few minutes).
+
+# %% [markdown]
+# ## 2 · On a GPU: launches, not bytes
+#
+# Lesson 05 §7 argued that on a GPU a small model's decode step is set by its kernel launches,
+# not by the bytes it reads. When this appendix runs on a CUDA GPU, the cell below measures it:
+# the CPU's and the GPU's decode speed, the step's time against the time its bytes take at the
+# measured bandwidth, and the kernels one step launches.
+
+# %%
+if device.type == "cuda":
+    from torch.profiler import ProfilerActivity, profile, supported_activities
+
+    bandwidth = read_bandwidth(device, megabytes=64 if CI else 256)
+    n_bytes = bytes_per_token(fast)
+    cpu_model = minillm.load("smollm2-135m", device="cpu")[0]
+    rows = {}
+    for name, engine in [("cpu", cpu_model), ("cuda", fast)]:
+        minillm.generate(engine, tokenizer, prompt, max_new_tokens=2)  # warm up
+        r = minillm.generate(engine, tokenizer, prompt, max_new_tokens=N_NEW)
+        rows[name] = r
+        print(f"{name:>5}: {r.metrics}")
+    gpu_tpot = rows["cuda"].metrics.tpot
+    speeds = {name: r.metrics.decode_tokens_per_second for name, r in rows.items()}
+    print(f"GPU / CPU decode speed: {speeds['cuda'] / speeds['cpu']:.1f}x")
+    print(f"bytes alone would take {1000 * n_bytes / bandwidth:.2f} ms a token at the measured "
+          f"{bandwidth / 1e9:.0f} GB/s; the step takes {1000 * gpu_tpot:.2f} ms "
+          f"({gpu_tpot * bandwidth / n_bytes:.0f}x the bandwidth bound)")
+    if ProfilerActivity.CUDA in supported_activities():  # a PyTorch built with CUDA's profiler
+        cache = KVCache.for_model(fast, 1, 64)
+        step_ids = torch.tensor([[1, 2, 3, 4]], device=device)
+        with torch.inference_mode():
+            fast(step_ids, cache=cache)
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                fast(step_ids[:, :1], cache=cache)
+                torch.cuda.synchronize()
+        launches = sum(e.count for e in prof.key_averages() if e.device_type.name == "CUDA")
+        print(f"one decode step launched {launches} GPU kernels: about "
+              f"{1e6 * gpu_tpot / max(launches, 1):.1f} us each, all told")
+    else:
+        print("this PyTorch's profiler cannot see CUDA kernels, so the launches go uncounted")
+else:
+    print(f"No CUDA GPU here ({device}); this cell measures when the appendix runs on one "
+          "(scripts/gpu_check.sh runs the whole course on a CUDA machine).")
+
+# %% [markdown]
+# ## 3 · Compiling the decode step
+#
+# The source text names TorchScript among specialised inference engines; its successor is
+# `torch.compile`, which traces a function and generates fused kernels (C++ on a CPU, Triton on a
+# GPU). We compile one layer's feed-forward block of the readable model (RMSNorm, the gate and up
+# multiplies, SiLU, the down multiply, the residual add: PyTorch operations a compiler can trace)
+# and time it against eager mode, in turns. The fast model's block would not do: it calls
+# minillm's own C kernels, which the compiler cannot look into. Compiling takes a while the
+# first time, so this cell runs only outside CI.
+
+# %%
+block = model.layers[0]  # the readable model's first LlamaBlock: plain PyTorch layers
+hidden_size = model.config.hidden_size
+
+
+def mlp_block(x):
+    return x + block.mlp(block.mlp_norm(x))
+
+
+def calls(fn, x, n=200):
+    """A function that calls `fn(x)` n times: one timing covers many short calls."""
+    def run():
+        with torch.inference_mode():
+            for _ in range(n):
+                fn(x)
+    return run
+
+
+x = torch.randn(1, hidden_size, device=device)
+if CI:
+    print("skipped under CI: compiling takes tens of seconds on a small CPU")
+else:
+    with Timer(device) as compiling:
+        compiled = torch.compile(mlp_block)
+        with torch.inference_mode():
+            torch.testing.assert_close(compiled(x), mlp_block(x), atol=1e-4, rtol=1e-4)
+    print(f"compiling took {compiling.seconds:.0f} s")
+    timed = compare(calls(mlp_block, x), calls(compiled, x), repeats=5, device=device)
+    eager_t, compiled_t = (sorted(s)[len(s) // 2] / 200 for s in (timed.a, timed.b))
+    print(f"eager {1e6 * eager_t:.0f} us, compiled {1e6 * compiled_t:.0f} us per call; compiled "
+          f"over eager: {timed.spread_text()}; {load_average()}")
+    faster = timed.above(1.0)
+    print("verdict:", {False: "the compiled block is faster here", True: "the compiled block is "
+                       "slower here", None: TOO_NOISY}[faster])
+
+# %% [markdown]
+# A compiler fuses the small element-wise operations (the norm, SiLU, the multiply, the add) into
+# fewer kernels; it cannot make the three big matrix-vector products read memory faster. At
+# batch 1 on a CPU those products take most of the time, so the gain, where the verdict finds
+# one, is small. On a GPU, where each tiny kernel costs a launch, compiling (and CUDA graphs,
+# `mode="reduce-overhead"`) matters far more.
+#
+# ## Summary
+#
+# - `minillm.fast.optimize` keeps the network chapter 02 built and changes only what its linear
+#   layers hold: fused matrices (q, k, v; gate and up), each stored in the layout and dtype that
+#   multiplies fastest here, with minillm's own C kernels on a CPU.
+# - The readable and the fast model share the forward contract, so every runner takes either;
+#   they give the same greedy tokens.
+# - On a GPU, a small model's decode step is set by its kernel launches more than by its bytes.
+# - A compiler fuses the small element-wise operations between the big products; at batch 1 on
+#   a CPU the products, which read the weights, keep most of the time.

@@ -1,0 +1,157 @@
+/* Float32 weights in the (in, out) layout times one row (gemv_f32) or several (gemm_f32). */
+#include <stdlib.h>
+
+#include "minillm_kernels.h"
+#include "simd.h"
+
+/* y[n] = sum_k x[k] * W[k][n] (+ bias[n]); W float32, row-major (K, N): the (in, out) layout.
+   Sixteen rows of W are streamed at a time, in memory order, each times its x[k], summed into
+   four accumulators and added to y once: y (N floats) stays in the L1 cache, so the only stream
+   from memory is W's, which the CPU's prefetcher follows. Columns are split between threads. */
+#define F32_ROWS 16
+static void gemv_f32_columns(const float *W, const float *x, float *y, int64_t N, int64_t K,
+                             int64_t n0, int64_t n1) {
+    int64_t k = 0;
+    for (; k + F32_ROWS <= K; k += F32_ROWS) {
+        const float *w = W + k * N;
+        vf xs[F32_ROWS];
+        for (int i = 0; i < F32_ROWS; i++)
+            xs[i] = vset1(x[k + i]);
+        int64_t n = n0;
+        for (; n + VW <= n1; n += VW) {
+            vf a = vmul(xs[0], vload(w + n)), b = vmul(xs[1], vload(w + N + n));
+            vf c = vmul(xs[2], vload(w + 2 * N + n)), d = vmul(xs[3], vload(w + 3 * N + n));
+            for (int i = 4; i < F32_ROWS; i += 4) {
+                a = vfma(xs[i], vload(w + i * N + n), a);
+                b = vfma(xs[i + 1], vload(w + (i + 1) * N + n), b);
+                c = vfma(xs[i + 2], vload(w + (i + 2) * N + n), c);
+                d = vfma(xs[i + 3], vload(w + (i + 3) * N + n), d);
+            }
+            vstore(y + n, vadd(vload(y + n), vadd(vadd(a, b), vadd(c, d))));
+        }
+        for (; n < n1; n++) {
+            float total = 0.0f;
+            for (int i = 0; i < F32_ROWS; i++)
+                total += x[k + i] * w[i * N + n];
+            y[n] += total;
+        }
+    }
+    for (; k < K; k++)
+        for (int64_t n = n0; n < n1; n++)
+            y[n] += x[k] * W[k * N + n];
+}
+
+void gemv_f32(const float *W, const float *bias, const float *x, float *y, int64_t N, int64_t K,
+              int threads) {
+    /* one strip of columns per thread, as wide as it can be: each row of a strip is one run of
+       memory, and the wider the runs the better the prefetcher streams them */
+    int64_t parts = threads > 1 && N >= 512 ? threads : 1;
+    int64_t width = ((N + parts - 1) / parts + VW - 1) / VW * VW;
+    #pragma omp parallel for schedule(static) num_threads(threads) if (parts > 1)
+    for (int64_t p = 0; p < parts; p++) {
+        int64_t n0 = p * width, n1 = n0 + width < N ? n0 + width : N;
+        for (int64_t n = n0; n < n1; n++)
+            y[n] = bias ? bias[n] : 0.0f;
+        if (n0 < n1)
+            gemv_f32_columns(W, x, y, N, K, n0, n1);
+    }
+}
+
+/* Y = X W (+ bias) for a few rows: X (M, K), W (K, N) float32 row-major (the (in, out) layout),
+   Y (M, N). The work is cut into tiles of GEMM_ROWS rows by GEMM_COLS columns of Y, whose sums
+   stay in registers (24 vectors with AVX-512, 12 with AVX2) while the tile's strip of W goes by,
+   one row of W (GEMM_COLS floats) per step: each weight loaded is used GEMM_ROWS times, so for a
+   decode batch of 8-16 rows the multiply is bound by arithmetic, not by reading W.
+   With AVX-512 it also beats PyTorch's multiply (MKL's) on this project's CPU at every size
+   measured, from 2 rows to a 2,048-token prompt, and by most on thin products and two threads
+   (scripts/bench_gemm_f32.py); with AVX2 it wins up to 8 rows (minillm/kernels/dispatch.py
+   sends it no more). The strip is read down its column a row of W at a time, a jump of N
+   floats; with few rows of X the arithmetic is too short to hide those jumps, so the strip is
+   taken GEMM_SPAN rows of W at a time, the next strip's span after it, and the sums go back to
+   Y between spans (Y is small: it stays in cache). */
+#ifdef __AVX512F__
+#define GEMM_ROWS 8
+#else
+#define GEMM_ROWS 4
+#endif
+#define GEMM_VECS 3
+#define GEMM_COLS (GEMM_VECS * VW)
+#define GEMM_SPAN 16
+
+static inline __attribute__((always_inline)) void gemm_tile(
+        const float *W, const float *X, const float *bias, float *Y, int64_t N, int64_t K,
+        int64_t n, int64_t k0, int64_t k1, const int rows, const int vecs) {
+    vf acc[GEMM_ROWS][GEMM_VECS];
+    for (int r = 0; r < rows; r++)
+        for (int j = 0; j < vecs; j++)
+            acc[r][j] = k0 ? vload(Y + r * N + n + j * VW)
+                           : bias ? vload(bias + n + j * VW) : vzero();
+    const float *w = W + k0 * N + n;
+    for (int64_t k = k0; k < k1; k++, w += N) {
+        vf wk[GEMM_VECS];
+        for (int j = 0; j < vecs; j++)
+            wk[j] = vload(w + j * VW);
+        for (int r = 0; r < rows; r++) {
+            vf xr = vset1(X[r * K + k]);
+            for (int j = 0; j < vecs; j++)
+                acc[r][j] = vfma(xr, wk[j], acc[r][j]);
+        }
+    }
+    for (int r = 0; r < rows; r++)
+        for (int j = 0; j < vecs; j++)
+            vstore(Y + r * N + n + j * VW, acc[r][j]);
+}
+
+/* gemm_tile with its sizes known to the compiler, so that its sums are registers */
+#define GEMM_TILE(R) gemm_tile(W, X, bias, Y, N, K, n, k0, k1, R, vecs)
+static void gemm_tile_of(const float *W, const float *X, const float *bias, float *Y, int64_t N,
+                         int64_t K, int64_t n, int64_t k0, int64_t k1, int rows, int vecs) {
+    switch (rows) {
+    case 1: GEMM_TILE(1); break;
+    case 2: GEMM_TILE(2); break;
+    case 3: GEMM_TILE(3); break;
+#if GEMM_ROWS == 8
+    case 4: GEMM_TILE(4); break;
+    case 5: GEMM_TILE(5); break;
+    case 6: GEMM_TILE(6); break;
+    case 7: GEMM_TILE(7); break;
+#endif
+    default: GEMM_TILE(GEMM_ROWS); break;
+    }
+}
+
+
+void gemm_f32(const float *W, const float *bias, const float *X, float *Y, int64_t M, int64_t N,
+              int64_t K, int threads) {
+    int64_t tiles = (N + GEMM_COLS - 1) / GEMM_COLS;
+    int64_t parts = threads > 1 && tiles > 1 ? threads : 1, per = (tiles + parts - 1) / parts;
+    /* spans pay on one thread; threads sharing the columns were measured faster without them */
+    int64_t span = M <= GEMM_ROWS && parts == 1 ? GEMM_SPAN : K;
+    #pragma omp parallel for schedule(static) num_threads(threads) if (parts > 1)
+    for (int64_t p = 0; p < parts; p++) {
+        int64_t t1 = (p + 1) * per < tiles ? (p + 1) * per : tiles;
+        for (int64_t k0 = 0; k0 < K; k0 += span)
+            for (int64_t t = p * per; t < t1; t++) {
+                int64_t n = t * GEMM_COLS, width = N - n < GEMM_COLS ? N - n : GEMM_COLS;
+                int64_t k1 = k0 + span < K ? k0 + span : K;
+                int vecs = (int)(width / VW);
+                for (int64_t m = 0; m < M; m += GEMM_ROWS) {
+                    int rows = M - m < GEMM_ROWS ? (int)(M - m) : GEMM_ROWS;
+                    if (vecs == GEMM_VECS)
+                        gemm_tile_of(W, X + m * K, bias, Y + m * N, N, K, n, k0, k1, rows, 3);
+                    else if (vecs == 2)
+                        gemm_tile_of(W, X + m * K, bias, Y + m * N, N, K, n, k0, k1, rows, 2);
+                    else if (vecs == 1)
+                        gemm_tile_of(W, X + m * K, bias, Y + m * N, N, K, n, k0, k1, rows, 1);
+                    /* the last columns, fewer than a vector: one at a time */
+                    for (int64_t c = n + vecs * VW; c < n + width; c++)
+                        for (int64_t r = m; r < m + rows; r++) {
+                            float total = k0 ? Y[r * N + c] : bias ? bias[c] : 0.0f;
+                            for (int64_t k = k0; k < k1; k++)
+                                total += X[r * K + k] * W[k * N + c];
+                            Y[r * N + c] = total;
+                        }
+                }
+            }
+    }
+}

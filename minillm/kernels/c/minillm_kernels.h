@@ -1,0 +1,62 @@
+/* Every function minillm calls in its C library, declared once. The .c files include this, so
+   the compiler holds each definition to its line here, and the Python side reads these lines to
+   tell ctypes the argument types (minillm/kernels/signatures.py): a signature is written only
+   here. Matrices are row-major and contiguous; `threads` is an OpenMP thread count.
+
+   The sizes below come from minillm/kernels/limits.py, as -D flags of the build. */
+#ifndef MINILLM_KERNELS_H
+#define MINILLM_KERNELS_H
+
+#include <stdint.h>
+
+#if !defined(MAX_HEAD_DIM) || !defined(INT8_MAX_ROWS) || !defined(INT8_MAX_K) \
+    || !defined(Q4_1_BLOCK_BYTES)
+#error "build with -D flags for the limits in minillm/kernels/limits.py"
+#endif
+
+/* y = x W (+ bias): x (K), W float32 (K, N) (the (in, out) layout), y (N) */
+void gemv_f32(const float *W, const float *bias, const float *x, float *y, int64_t N, int64_t K,
+              int threads);
+
+/* Y = X W (+ bias): X (M, K), W float32 (K, N), Y (M, N), any M >= 1 */
+void gemm_f32(const float *W, const float *bias, const float *X, float *Y, int64_t M, int64_t N,
+              int64_t K, int threads);
+
+/* y = W x: W bfloat16 (N, K) (the (out, in) layout, as uint16), x (K), y (N) */
+void gemv_bf16(const uint16_t *W, const float *x, float *y, int64_t N, int64_t K, int threads);
+
+/* Y = X (scale * W)^T (+ bias): W int8 (N, K), scale (N), X (M, K), Y (M, N);
+   1 <= M <= INT8_MAX_ROWS, 1 <= K <= INT8_MAX_K. Returns 0, or -1 (computing nothing) for other
+   sizes or when it cannot allocate x's rounded copy. */
+int gemm_int8(const int8_t *W, const float *scale, const float *bias, const float *X, float *Y,
+              int64_t M, int64_t N, int64_t K, int threads);
+
+/* Y = X W^T (+ bias), W in GGUF Q4_1 blocks (N, K / 32 blocks of 20 bytes), K a multiple of 32,
+   X (M, K), Y (M, N). Returns 0, or -1 (computing nothing) when it cannot allocate x's rounded
+   copy. */
+int gemm_q4_1(const uint8_t *W, const float *bias, const float *X, float *Y, int64_t M, int64_t N,
+              int64_t K, int threads);
+
+/* Y[r] = X[r] / sqrt(mean(X[r]^2) + eps) * w: X, Y (rows, D), w (D) */
+void rms_norm_f32(const float *X, const float *w, float *Y, int64_t rows, int64_t D, float eps);
+
+/* softmax(q k^T * scale) v for one new query per row over a contiguous KV cache:
+   Q (B, NKV * G, D), query head h * G + g in key/value head h's group; K, V (B, NKV, T, D), the
+   first n positions filled; O (B, NKV * G, D); D <= MAX_HEAD_DIM. Returns 0, or -1 (computing
+   nothing) when it cannot allocate the scores. */
+int decode_attention(const float *Q, const float *K, const float *V, float *O, int64_t B,
+                     int64_t NKV, int64_t G, int64_t T, int64_t n, int64_t D, float scale,
+                     int threads);
+
+/* A decode step's attention over a paged KV pool, in two calls around a softmax.
+   paged_scores: S (B, NKV * G, L) = q k^T * scale for each row's keys, read through its slots:
+   Q (B, NKV * G, D); K (slots, NKV, D), the pool; slots (B, L), row b's first lens[b] entries
+   its keys' slots in order; entries past lens[b] get -inf.
+   paged_values: O (B, NKV * G, D) = P v, P (B, NKV * G, L) the softmax of S; D <= MAX_HEAD_DIM. */
+void paged_scores(const float *Q, const float *K, const int64_t *slots, const int64_t *lens,
+                  float *S, int64_t B, int64_t L, int64_t NKV, int64_t G, int64_t D, float scale,
+                  int threads);
+void paged_values(const float *P, const float *V, const int64_t *slots, const int64_t *lens,
+                  float *O, int64_t B, int64_t L, int64_t NKV, int64_t G, int64_t D, int threads);
+
+#endif

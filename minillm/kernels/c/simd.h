@@ -1,0 +1,95 @@
+/* The vector helpers every kernel is written with (ggml's simd-mappings.h, in small): one set of
+   names, two widths. Built with AVX-512 (16 floats a register) where the CPU has it, else AVX2
+   (8 floats); minillm/kernels/build.py picks the compiler flags from what the CPU reports. */
+#ifndef MINILLM_SIMD_H
+#define MINILLM_SIMD_H
+
+#include <immintrin.h>
+#include <stdint.h>
+
+/* the sum of an AVX2 register's 8 floats (kernels that stay 8 wide at either width) */
+static inline float vsum8(__m256 a) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    s = _mm_hadd_ps(s, s);
+    return _mm_cvtss_f32(_mm_hadd_ps(s, s));
+}
+
+/* ---- float32 vectors: vf, VW floats ------------------------------------------------------- */
+#ifdef __AVX512F__
+#define VW 16
+typedef __m512 vf;
+static inline vf vload(const float *p) { return _mm512_loadu_ps(p); }
+static inline vf vfma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
+static inline vf vadd(vf a, vf b) { return _mm512_add_ps(a, b); }
+static inline vf vzero(void) { return _mm512_setzero_ps(); }
+static inline vf vset1(float v) { return _mm512_set1_ps(v); }
+static inline vf vmul(vf a, vf b) { return _mm512_mul_ps(a, b); }
+static inline void vstore(float *p, vf a) { _mm512_storeu_ps(p, a); }
+static inline float vsum(vf a) { return _mm512_reduce_add_ps(a); }
+#else
+#define VW 8
+typedef __m256 vf;
+static inline vf vload(const float *p) { return _mm256_loadu_ps(p); }
+static inline vf vfma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
+static inline vf vadd(vf a, vf b) { return _mm256_add_ps(a, b); }
+static inline vf vzero(void) { return _mm256_setzero_ps(); }
+static inline vf vset1(float v) { return _mm256_set1_ps(v); }
+static inline vf vmul(vf a, vf b) { return _mm256_mul_ps(a, b); }
+static inline void vstore(float *p, vf a) { _mm256_storeu_ps(p, a); }
+static inline float vsum(vf a) { return vsum8(a); }
+#endif
+
+/* the dot product of a and b's first D - D % VW values, in one vector's lanes */
+static inline vf dot_vf(const float *a, const float *b, int64_t D) {
+    vf acc = vzero();
+    for (int64_t d = 0; d + VW <= D; d += VW)
+        acc = vfma(vload(a + d), vload(b + d), acc);
+    return acc;
+}
+
+/* the rest of it: the last D % VW values */
+static inline float dot_tail(const float *a, const float *b, int64_t D) {
+    float total = 0.0f;
+    for (int64_t d = D - D % VW; d < D; d++)
+        total += a[d] * b[d];
+    return total;
+}
+
+/* ---- int16 pairs into int32: vi, IW int16 values -------------------------------------------- */
+#ifdef __AVX512BW__
+#define IW 32
+typedef __m512i vi;
+static inline vi wide8(const int8_t *p) {
+    return _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)p));
+}
+static inline vi ld16(const int16_t *p) { return _mm512_loadu_si512((const void *)p); }
+static inline vi izero(void) { return _mm512_setzero_si512(); }
+static inline int32_t isum(vi a) { return _mm512_reduce_add_epi32(a); }
+static inline vi iadd(vi a, vi b) { return _mm512_add_epi32(a, b); }
+#ifdef __AVX512VNNI__
+static inline vi dot16(vi acc, vi w, vi x) { return _mm512_dpwssd_epi32(acc, w, x); }
+#else
+static inline vi dot16(vi acc, vi w, vi x) {
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(w, x));
+}
+#endif
+#else
+#define IW 16
+typedef __m256i vi;
+static inline vi wide8(const int8_t *p) {
+    return _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)p));
+}
+static inline vi ld16(const int16_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
+static inline vi izero(void) { return _mm256_setzero_si256(); }
+static inline vi iadd(vi a, vi b) { return _mm256_add_epi32(a, b); }
+static inline int32_t isum(vi a) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+    s = _mm_hadd_epi32(s, s);
+    return _mm_cvtsi128_si32(_mm_hadd_epi32(s, s));
+}
+static inline vi dot16(vi acc, vi w, vi x) {
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(w, x));
+}
+#endif
+
+#endif

@@ -1,0 +1,263 @@
+"""Which kernel runs an operation: minillm's C kernels or PyTorch's. Decided here and nowhere else.
+
+    operation         minillm's kernel (float32 rows, CPU)   up to           else (PyTorch's)
+    float32 linear    gemv_f32, gemm_f32 ((in, out) layout)  F32_MAX_ROWS    F.linear
+    bf16 linear       gemv_bf16 ((out, in) layout)           1 row           bf16 matmul; from
+                                                                             UPCAST_ROWS widened
+    int8 linear       gemm_int8                              QUANT_MAX_ROWS  _weight_int8pack_mm;
+                                                                             a prefill dequantizes
+    Q4_1 linear       gemm_q4_1                              QUANT_MAX_ROWS  dequantize (x
+                                                                             rounded as the
+                                                                             kernel rounds it)
+    decode RMSNorm    rms_norm_f32                           any             F.rms_norm
+    decode attention  decode_attention (contiguous cache)    any             SDPA
+    paged attention   paged_scores, paged_values             decode steps    gather, then SDPA
+
+The layers ask when they are built and again after every device or dtype change (`.to()`,
+`.cuda()`, `.float()`, `.half()`: nn.Module's `_apply`): FastLinear, Int8Linear and Q41Linear
+(`RoutedLinear`), the fast path's fused decode step (`decode_step`, each step, before it touches
+the C library) and the engine's PagedBatch (`paged_attention`). A tensor on a GPU is never routed
+to a C kernel (and the kernels' wrappers refuse one), and nothing is built for a GPU.
+
+MINILLM_NO_KERNEL=1 (any non-empty value) switches the kernels off for every layer: decoding
+runs on PyTorch's kernels, with the same greedy tokens (tested; for Q4_1, PyTorch rounds x as
+the kernel does), and nothing is compiled. The
+switch is read when a layer plans its route and by every decode step; `without_kernels()` sets
+it for a block. The wrappers themselves (minillm.kernels.gemv_f32, ...) still run when called.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from . import build, matmul
+from .limits import MAX_HEAD_DIM
+
+SWITCH = "MINILLM_NO_KERNEL"
+
+# Rows up to which gemm_f32 beats PyTorch's multiply (scripts/bench_gemm_f32.py): with AVX-512,
+# every count measured up to a 2,048-token prompt; with AVX2 (4-row tiles), up to 8 rows.
+F32_MAX_ROWS = {"AVX-512": 1 << 20, "AVX2": 8}
+# Rows up to which int8 and Q4_1 weights go through their kernels (decode steps, batched); a
+# prefill rebuilds the float weight once for the call and multiplies with PyTorch, faster there.
+QUANT_MAX_ROWS = 16
+# Rows from which bf16/fp16 weights times float32 rows on a CPU are widened to float32 for the
+# call: at many rows the multiply is compute-bound, and PyTorch's float32 kernels are far faster
+# there than its bf16/fp16 ones on a CPU without bf16 arithmetic.
+UPCAST_ROWS = 8
+# The weight layout each one-row kernel reads: gemv_f32 streams (in, out), gemv_bf16 (out, in).
+KERNEL_LAYOUTS = {torch.float32: "in_out", torch.bfloat16: "out_in"}
+
+
+def switched_off() -> bool:
+    return bool(os.environ.get(SWITCH))
+
+
+@contextmanager
+def without_kernels():
+    """A block in which every layer that plans a route, and every decode step, takes PyTorch's
+    kernels (MINILLM_NO_KERNEL set, then restored)."""
+    before = os.environ.get(SWITCH)
+    os.environ[SWITCH] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[SWITCH]
+        else:
+            os.environ[SWITCH] = before
+
+
+def cpu_kernels(device) -> bool:
+    """Whether tensors on `device` may go to minillm's kernels: a CPU, the switch not set, and
+    the kernels built here (on first ask). A GPU device answers False without building."""
+    device = device if isinstance(device, torch.device) else torch.device(device)
+    return device.type == "cpu" and not switched_off() and build.library() is not None
+
+
+def why_not(device) -> str | None:
+    """Why tensors on `device` do not go to minillm's kernels, or None when they do."""
+    device = device if isinstance(device, torch.device) else torch.device(device)
+    if device.type != "cpu":
+        return f"they are CPU code, and this model is on {device}"
+    if switched_off():
+        return f"switched off by {SWITCH}"
+    state = build.status()
+    return None if state.built else state.reason
+
+
+def describe(device) -> str:
+    """One line: which kernels the fast path decodes with on `device`, or why PyTorch's."""
+    reason = why_not(device)
+    if reason is None:
+        return f"minillm's C kernels ({build.status().label}) decode on the CPU"
+    return (f"minillm's C kernels are not used ({reason}): decoding runs on PyTorch's kernels, "
+            f"slower on a CPU; `python -m minillm doctor` measures how much")
+
+
+_ANNOUNCED = []
+
+
+def announce(device, weights=None) -> None:
+    """Say `describe(device)` on stderr, once per process (minillm.load's first fast model; a
+    failed build has already said it, as a KernelBuildWarning), and once that Q4_1 weights
+    without minillm's kernel are rebuilt at every call."""
+    reason = why_not(device)
+    if weights == "q4_1" and reason is not None and "q4_1" not in _ANNOUNCED:
+        _ANNOUNCED.append("q4_1")
+        print(f"minillm: weights='q4_1' without minillm's Q4_1 kernel ({reason}) rebuilds every "
+              f"float weight at each call: far slower than 'fp32' or 'int8' here",
+              file=sys.stderr)
+    if "kernels" in _ANNOUNCED:
+        return
+    _ANNOUNCED.append("kernels")
+    if torch.device(device).type != "cpu" or switched_off() or not build.status().failed:
+        print(f"minillm: {describe(device)}", file=sys.stderr)
+
+
+# ---- linear layers -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Route:
+    """How a linear layer multiplies a few float32 rows on the CPU: `run(x, *operands)` for
+    1 <= rows <= max_rows (x (rows, in) -> (rows, out)); max_rows 0: always PyTorch's kernels."""
+
+    kernel: str  # the C kernel's name, "" for PyTorch's
+    max_rows: int
+    run: Callable | None
+
+
+PYTORCH = Route("", 0, None)
+
+
+def f32_max_rows() -> int:
+    """Rows gemm_f32 takes from a float32 layer here (0 where the kernels are not built)."""
+    return F32_MAX_ROWS.get(build.status().level, 0)
+
+
+def _f32_rows(x, weight, bias):
+    """One row streams the weights (gemv_f32); more use each weight for every row (gemm_f32)."""
+    if x.shape[0] == 1:
+        return matmul.gemv_f32(x, weight, bias)
+    return matmul.gemm_f32(x, weight, bias)
+
+
+def _bf16_row(x, weight, bias):
+    y = matmul.gemv_bf16(x, weight)
+    return y if bias is None else y.add_(bias)
+
+
+def _float32_or_none(t) -> bool:
+    return t is None or t.dtype is torch.float32
+
+
+def float_linear(weight: torch.Tensor, layout: str, bias=None, allowed: bool = True) -> Route:
+    """A FastLinear's route: its weight's dtype, layout and device, and whether its owner lets
+    it use minillm's kernels."""
+    if not allowed or not _float32_or_none(bias) or not cpu_kernels(weight.device):
+        return PYTORCH
+    if weight.dtype is torch.float32 and layout == KERNEL_LAYOUTS[torch.float32]:
+        return Route("gemv_f32/gemm_f32", f32_max_rows(), _f32_rows)
+    if weight.dtype is torch.bfloat16 and layout == KERNEL_LAYOUTS[torch.bfloat16]:
+        return Route("gemv_bf16", 1, _bf16_row)
+    return PYTORCH
+
+
+def int8_linear(qweight: torch.Tensor, scale: torch.Tensor, bias, path: str) -> Route:
+    """An Int8Linear's route ("auto" and "kernel" paths: minillm's int8 kernel for few rows)."""
+    if path not in ("auto", "kernel") or scale.dtype is not torch.float32 \
+            or not _float32_or_none(bias) or not cpu_kernels(qweight.device):
+        return PYTORCH
+    return Route("gemm_int8", QUANT_MAX_ROWS, matmul.gemm_int8)
+
+
+def int8_pytorch_path(x: torch.Tensor, rows: int) -> str:
+    """An Int8Linear's PyTorch path for rows minillm's kernel does not take: PyTorch's own
+    weight-only int8 kernel ("fused": no float copy of the weight; faster than rebuilding it
+    for a decode step's few rows) where it takes x, else "dequantize" (a prefill's many rows:
+    compute-bound, and float32's multiply is the fastest at that)."""
+    if rows <= QUANT_MAX_ROWS and x.is_cpu and x.dtype in (torch.float32, torch.bfloat16) \
+            and hasattr(torch, "_weight_int8pack_mm"):
+        return "fused"
+    return "dequantize"
+
+
+def q4_1_rounds_x(x: torch.Tensor, rows: int) -> bool:
+    """Whether a Q41Linear's rows that no kernel takes are computed as its kernel computes them
+    (x rounded to int8 per block, `Q41Linear.forward_rounded`): the rows the kernel would have
+    had, so that the tokens do not depend on whether it is built. A prefill's rows, which never
+    go to the kernel, multiply the float weight by x as it is."""
+    return rows <= QUANT_MAX_ROWS and x.dtype is torch.float32
+
+
+def q4_1_linear(blocks: torch.Tensor, bias) -> Route:
+    """A Q41Linear's route: minillm's Q4_1 kernel for few rows."""
+    if not _float32_or_none(bias) or not cpu_kernels(blocks.device):
+        return PYTORCH
+    return Route("gemm_q4_1", QUANT_MAX_ROWS, matmul.gemm_q4_1)
+
+
+class RoutedLinear:
+    """What the linear layers that may call a kernel share (a mixin before nn.Module): a route
+    planned here when the layer is built and again after every device or dtype change, and the
+    one call that multiplies a few rows by it. A layer defines `_plan()` -> (route, the tensors
+    the kernel takes after x)."""
+
+    route: Route = PYTORCH
+    few_rows_max: int = 0
+
+    def _plan(self) -> tuple[Route, tuple]:
+        raise NotImplementedError
+
+    def replan(self) -> None:
+        self.route, self._operands = self._plan()
+        self.few_rows_max = self.route.max_rows
+
+    def _apply(self, fn, *args, **kwargs):  # .to(), .cuda(), .float(), .half(), ...
+        out = super()._apply(fn, *args, **kwargs)
+        self.replan()
+        return out
+
+    def few_rows(self, x: torch.Tensor) -> torch.Tensor:
+        """x (rows, in) float32 on the CPU, 1 <= rows <= `few_rows_max`, through the layer's
+        kernel: (rows, out) float32."""
+        return self.route.run(x, *self._operands)
+
+
+# ---- a decode step's small operations --------------------------------------------------------
+
+@dataclass(frozen=True)
+class DecodeKernels:
+    norm: bool  # RMSNorm through rms_norm_f32
+    attention: bool  # attention over the contiguous cache through decode_attention
+
+
+NO_DECODE_KERNELS = DecodeKernels(False, False)
+
+
+def decode_step(x: torch.Tensor, keys: torch.Tensor) -> DecodeKernels:
+    """Which of a fused decode step's norms and attention run on minillm's kernels, for the
+    step's activations `x` and a layer's cache `keys`. The device is checked first: a GPU step
+    never touches (or builds) the C library."""
+    if not x.is_cpu or x.dtype is not torch.float32 or not cpu_kernels(x.device):
+        return NO_DECODE_KERNELS
+    return DecodeKernels(True, keys.is_cpu and keys.dtype is torch.float32
+                         and keys.is_contiguous() and keys.shape[-1] <= MAX_HEAD_DIM)
+
+
+def paged_attention(keys: torch.Tensor) -> bool:
+    """Whether a decode step over a paged pool whose layers' keys look like `keys` reads them in
+    place with minillm's kernel: float32 on the CPU, heads of at most MAX_HEAD_DIM values."""
+    return (keys.is_cpu and keys.dtype is torch.float32 and keys.shape[-1] <= MAX_HEAD_DIM
+            and cpu_kernels(keys.device))
+
+
+def kernel_layout(dtype: torch.dtype) -> str | None:
+    """The weight layout minillm's one-row kernel for `dtype` reads, or None: no such kernel."""
+    return KERNEL_LAYOUTS.get(dtype)

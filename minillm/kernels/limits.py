@@ -1,0 +1,20 @@
+"""The sizes minillm's C kernels are built for, named once. Each is passed to the compiler as a
+-D flag of the same name (build.py) and checked by the wrappers before a call, so a size the C
+cannot take raises in Python instead of reaching C."""
+
+# The attention kernels keep one head's output in registers: heads of at most this many values.
+MAX_HEAD_DIM = 256
+# Rows of x one gemm_int8 call rounds and multiplies (its per-row scales live on the stack);
+# the wrapper splits more rows into calls of this many.
+INT8_MAX_ROWS = 64
+# The longest row gemm_int8 takes: it rounds x to at most (2**31 - 1) / (128 K) so that its int32
+# sums cannot overflow, which leaves x at least 512 steps a side up to this length.
+INT8_MAX_K = 32768
+# GGUF Q4_1: a block is 32 weights in 20 bytes (a float16 scale d, a float16 minimum m, 16 bytes
+# of 4-bit values); minillm.quant.gguf_q4_1 reads the same layout (a test holds the two equal).
+Q4_1_BLOCK_BYTES = 20
+Q4_1_BLOCK_WEIGHTS = 32
+
+# What the compiler is told (-DNAME=value).
+DEFINES = {"MAX_HEAD_DIM": MAX_HEAD_DIM, "INT8_MAX_ROWS": INT8_MAX_ROWS,
+           "INT8_MAX_K": INT8_MAX_K, "Q4_1_BLOCK_BYTES": Q4_1_BLOCK_BYTES}

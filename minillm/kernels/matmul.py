@@ -1,0 +1,111 @@
+"""The weight kernels' wrappers: float32, bf16, int8 and GGUF Q4_1 weights times float32 rows.
+Each checks its tensors (minillm.kernels.checks) and calls its C function (c/matmul_*.c); the
+layers' hot paths call these same functions (through minillm.kernels.dispatch)."""
+
+from __future__ import annotations
+
+import torch
+
+from . import checks
+from .build import function
+from .limits import INT8_MAX_K, INT8_MAX_ROWS, Q4_1_BLOCK_BYTES, Q4_1_BLOCK_WEIGHTS
+
+
+def _one_row(x: torch.Tensor, k: int) -> tuple[int, ...]:
+    """x, k float32 values as (K,) or (1, K), checked; the output's lead shape: () or (1,)."""
+    checks.on_cpu("x", x, torch.float32)
+    if x.numel() != k or x.dim() > 2:
+        raise ValueError(f"x must be {k} float32 values ((K,) or (1, K)), got shape "
+                         f"{tuple(x.shape)}")
+    return (1,) if x.dim() == 2 else ()
+
+
+def gemv_f32(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+             out: torch.Tensor | None = None, threads: int | None = None) -> torch.Tensor:
+    """x, K float32 values ((K,) or (1, K)), times weight (K, N) float32 (the (in, out) layout),
+    plus `bias` (N,): (N,) or (1, N) float32 as x is (or `out`). Sixteen weight rows are
+    streamed at a time in memory order while the output stays in the L1 cache."""
+    k, n = checks.matrix("weight", weight, torch.float32, "(in, out)")
+    lead = _one_row(x, k)
+    checks.vector("bias", bias, n)
+    out = torch.empty(*lead, n, dtype=torch.float32) if out is None else \
+        checks.output(out, (*lead, n))
+    function("gemv_f32")(weight.data_ptr(), checks.address(bias), x.data_ptr(), out.data_ptr(),
+                         n, k, checks.threads(threads))
+    return out
+
+
+def gemm_f32(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+             out: torch.Tensor | None = None, threads: int | None = None) -> torch.Tensor:
+    """x (M, K) float32, contiguous, times weight (K, N) float32 (the (in, out) layout), plus
+    `bias` (N,): (M, N) float32 (or `out`), any M >= 1. Tiles of rows by columns whose sums stay
+    in registers: each weight loaded serves several rows."""
+    k, n = checks.matrix("weight", weight, torch.float32, "(in, out)")
+    checks.on_cpu("x", x, torch.float32)
+    if x.dim() != 2 or x.shape[1] != k or x.shape[0] < 1:
+        raise ValueError(f"x must be 1 or more rows of {k} float32 values, got shape "
+                         f"{tuple(x.shape)}")
+    checks.vector("bias", bias, n)
+    m = x.shape[0]
+    out = torch.empty(m, n, dtype=torch.float32) if out is None else checks.output(out, (m, n))
+    function("gemm_f32")(weight.data_ptr(), checks.address(bias), x.data_ptr(), out.data_ptr(),
+                         m, n, k, checks.threads(threads))
+    return out
+
+
+def gemv_bf16(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None,
+              threads: int | None = None) -> torch.Tensor:
+    """x, K float32 values ((K,) or (1, K)), times weight (N, K) bfloat16 (the (out, in)
+    layout): (N,) or (1, N) float32 as x is (or `out`). Each weight is widened to float32 in
+    registers."""
+    n, k = checks.matrix("weight", weight, torch.bfloat16, "(out, in)")
+    lead = _one_row(x, k)
+    out = torch.empty(*lead, n, dtype=torch.float32) if out is None else \
+        checks.output(out, (*lead, n))
+    function("gemv_bf16")(weight.data_ptr(), x.data_ptr(), out.data_ptr(), n, k,
+                          checks.threads(threads))
+    return out
+
+
+def gemm_int8(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor,
+              bias: torch.Tensor | None = None, threads: int | None = None) -> torch.Tensor:
+    """x, rows of K float32 values, times the int8 weight (N, K) with one float32 scale per
+    output row (N,), plus `bias` (N,): (rows, N) float32. x is rounded to int16 per row and
+    multiplied in integers; K at most INT8_MAX_K."""
+    n, k = checks.matrix("qweight", qweight, torch.int8, "(out, in)")
+    if k > INT8_MAX_K:
+        raise ValueError(f"the int8 kernel takes rows of at most {INT8_MAX_K:,} values "
+                         f"(INT8_MAX_K), got {k:,}")
+    x = checks.rows("x", x, k, contiguous=False).contiguous()
+    checks.vector("scale", scale, n)
+    checks.vector("bias", bias, n)
+    out = torch.empty(x.shape[0], n, dtype=torch.float32)
+    fn, count = function("gemm_int8"), checks.threads(threads)
+    for start in range(0, x.shape[0], INT8_MAX_ROWS):  # the kernel rounds this many rows a call
+        part = x[start:start + INT8_MAX_ROWS]
+        if fn(qweight.data_ptr(), scale.data_ptr(), checks.address(bias), part.data_ptr(),
+              out[start:].data_ptr(), part.shape[0], n, k, count) != 0:
+            raise MemoryError(f"the int8 kernel could not allocate x's rounded copy "
+                              f"({part.shape[0]} x {k})")
+    return out
+
+
+def gemm_q4_1(x: torch.Tensor, blocks: torch.Tensor, bias: torch.Tensor | None = None,
+              threads: int | None = None) -> torch.Tensor:
+    """x, rows of K float32 values, times a weight stored as GGUF Q4_1 blocks, `blocks` uint8
+    (N, K / 32 * 20), plus `bias` (N,): (rows, N) float32. Like llama.cpp's, the kernel rounds
+    each block of 32 values of x to int8 (its own scale) and multiplies integers."""
+    n, width = checks.matrix("blocks", blocks, torch.uint8, "(out, blocks of the row)")
+    if width % Q4_1_BLOCK_BYTES:
+        raise ValueError(f"blocks must hold {Q4_1_BLOCK_BYTES} bytes per block of "
+                         f"{Q4_1_BLOCK_WEIGHTS} weights, got rows of {width} bytes")
+    k = width // Q4_1_BLOCK_BYTES * Q4_1_BLOCK_WEIGHTS
+    x = checks.rows("x", x, k, contiguous=False).contiguous()
+    checks.vector("bias", bias, n)
+    out = torch.empty(x.shape[0], n, dtype=torch.float32)
+    if function("gemm_q4_1")(blocks.data_ptr(), checks.address(bias), x.data_ptr(),
+                             out.data_ptr(), x.shape[0], n, k,
+                             checks.threads(threads)) != 0:
+        raise MemoryError(f"the Q4_1 kernel could not allocate x's rounded copy "
+                          f"({x.shape[0]} x {k})")
+    return out

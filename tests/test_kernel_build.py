@@ -1,0 +1,174 @@
+"""Building minillm's C kernels: the sources compile without a warning at either vector width,
+the flags follow what the CPU reports, a failed build says so once and loudly (and the kernel
+tests then fail, not skip), also when no folder can be written (tests/test_readonly_cache.py
+has the read-only shared cache)."""
+
+import os
+from pathlib import Path
+import re
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import pytest
+import torch
+
+from minillm import kernels
+from minillm.kernels import build, dispatch, limits, signatures
+from kernel_machine import needs_kernels
+
+AVX512_CPU = frozenset({"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vnni"})
+
+
+@needs_kernels
+@pytest.mark.parametrize("level", ["native", "AVX2"])
+def test_the_sources_compile_with_all_warnings_on_and_print_nothing(level, tmp_path):
+    """-Wall -Wextra and not one warning, for this CPU's own build and for the AVX2 half."""
+    found = build.target()
+    flags = [*found.flags, build.OPENMP] if level == "native" else \
+        ["-mavx2", "-mfma", "-mf16c", build.OPENMP]
+    output = build._compile(build.compiler(), flags, tmp_path / "lib.so")
+    assert output == "", output
+    assert (tmp_path / "lib.so").is_file()
+
+
+def test_the_flags_follow_what_the_cpu_reports(monkeypatch):
+    monkeypatch.setattr(build.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    full = build.target(AVX512_CPU)
+    assert full.level == "AVX-512" and full.label == "AVX-512 (VNNI)"
+    assert "-mavx512vnni" in full.flags and "-mavx512bw" in full.flags
+    assert "-mavx512vnni" not in build.target(AVX512_CPU - {"avx512vnni"}).flags
+    assert build.target(AVX512_CPU - {"avx512bw"}).level == "AVX2"  # its int8 half needs BW
+    assert build.target(frozenset({"avx2", "fma", "f16c"})).flags == ("-mavx2", "-mfma", "-mf16c")
+    assert "lacks fma" in build.target(frozenset({"avx2", "f16c"}))
+    assert "does not say" in build.target(frozenset())
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")  # lowered
+    assert build.target(AVX512_CPU).level == "AVX2"
+    monkeypatch.setattr(build.platform, "machine", lambda: "arm64")
+    assert "this CPU is arm64" in build.target(AVX512_CPU)
+
+
+def test_the_cpu_flags_are_read_from_the_system():
+    if not os.path.exists("/proc/cpuinfo"):
+        pytest.skip("no /proc/cpuinfo here")
+    flags = build.cpu_flags()
+    assert flags and all("_" not in f for f in flags)
+    if kernels.cannot_build() is None:
+        assert {"avx2", "fma", "f16c"} <= flags
+
+
+def test_each_signature_is_declared_once_and_every_c_function_is_declared():
+    """The header is the one place: every function the .c files export is declared in it
+    (static helpers aside), and the table ctypes gets is read from it."""
+    defined = set()
+    for path in build.SOURCE_DIR.glob("*.c"):
+        text = re.sub(r"/\*.*?\*/", "", path.read_text(), flags=re.S)
+        defined |= set(re.findall(r"^(?:void|int)\s+(\w+)\s*\(", text, flags=re.M))
+    assert defined == set(signatures.SIGNATURES)
+    gemm = signatures.SIGNATURES["gemm_int8"]
+    assert gemm.params == ("W", "scale", "bias", "X", "Y", "M", "N", "K", "threads")
+    assert gemm.restype is not None and signatures.SIGNATURES["gemv_f32"].restype is None
+
+
+def test_the_limits_are_named_once_and_reach_the_c_as_flags():
+    from minillm.quant import gguf_q4_1
+
+    assert (limits.Q4_1_BLOCK_BYTES, limits.Q4_1_BLOCK_WEIGHTS) == \
+        (gguf_q4_1.BLOCK_BYTES, gguf_q4_1.BLOCK_WEIGHTS)
+    c = "".join(p.read_text() for p in build.SOURCE_DIR.glob("*.[ch]"))
+    for name in limits.DEFINES:
+        assert re.search(rf"\b{name}\b", c), name
+    assert not re.search(r"\b(256|32768)\b", c), "a limit written as a bare number in the C"
+    package = build.SOURCE_DIR.parent.parent
+    for path in package.rglob("*.py"):
+        text = path.read_text()
+        assert not re.search(r"(head_dim|shape\[-1\]|hd)\s*<=\s*256", text), path
+
+
+FAILED_BUILD = textwrap.dedent("""
+    import warnings
+    import torch
+    from minillm import kernels
+    from minillm.kernels import dispatch
+    warnings.simplefilter("always")
+    assert not dispatch.cpu_kernels("cpu") and not dispatch.cpu_kernels("cpu")
+    print("STATUS", kernels.status().line())
+    print("FAILED", kernels.status().failed)
+    try:
+        kernels.gemv_f32(torch.ones(4), torch.ones(4, 2))
+    except RuntimeError as error:
+        print("RAISED", error)
+""")
+
+
+def _run(code, env, timeout=300):
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, **env}, timeout=timeout)
+
+
+@needs_kernels
+def test_a_missing_compiler_warns_once_and_the_wrappers_raise(tmp_path):
+    """CC=false (a compiler that fails and prints nothing): one KernelBuildWarning naming what
+    went wrong, however often the kernels are asked for; the layers take PyTorch's path, and a
+    wrapper called directly raises, so a kernel test fails rather than skips."""
+    result = _run(FAILED_BUILD, {"CC": "false", "MINILLM_CACHE": str(tmp_path)})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stderr.count("KernelBuildWarning") == 1, result.stderr
+    assert "the compiler (false) failed: it exited with status 1 and printed nothing" \
+        in result.stderr
+    assert "STATUS not built: the compiler (false) failed" in result.stdout
+    assert "FAILED True" in result.stdout
+    assert "RAISED minillm's C kernels are not available here: the compiler (false)" \
+        in result.stdout
+
+
+@needs_kernels
+def test_a_compile_error_is_named_by_its_first_line(tmp_path, monkeypatch):
+    source = tmp_path / "c"
+    source.mkdir()
+    for path in build.SOURCE_DIR.iterdir():
+        (source / path.name).write_text(path.read_text())
+    (source / "norm.c").write_text((source / "norm.c").read_text() + "\nint broken( {\n")
+    monkeypatch.setattr(build, "SOURCE_DIR", source)
+    monkeypatch.setenv("MINILLM_CACHE", str(tmp_path / "cache"))
+    build.forget()
+    try:
+        with pytest.warns(kernels.KernelBuildWarning, match=r"norm\.c:\d+:\d+: error"):
+            assert build.library() is None
+        assert build.status().failed and "error" in build.status().reason
+        assert not dispatch.cpu_kernels("cpu")
+    finally:
+        build.forget()
+
+
+def test_with_no_folder_to_build_in_the_build_fails_loudly_and_says_so(monkeypatch):
+    from minillm import files
+
+    if build.cannot_build():
+        pytest.skip(f"this machine cannot build the kernels: {build.cannot_build()}")
+
+    def nowhere():
+        raise PermissionError("minillm cannot write to its cache ...: set MINILLM_USER_CACHE")
+
+    monkeypatch.setattr(files, "cache_entry", lambda relative, **_: Path("/nonexistent") / relative)
+    monkeypatch.setattr(files, "writable_cache_dir", nowhere)
+    build.forget()
+    try:
+        with pytest.warns(kernels.KernelBuildWarning, match="no folder to build them in"):
+            assert build.library() is None
+        assert build.status().failed and "MINILLM_USER_CACHE" in build.status().reason
+    finally:
+        build.forget()
+
+
+def test_the_switch_builds_nothing_and_says_why(monkeypatch):
+    monkeypatch.setenv(dispatch.SWITCH, "1")
+    monkeypatch.setattr(build, "library", lambda: pytest.fail("built with the switch set"))
+    assert not dispatch.cpu_kernels("cpu")
+    assert dispatch.why_not("cpu") == "switched off by MINILLM_NO_KERNEL"
+    assert "switched off by MINILLM_NO_KERNEL" in dispatch.describe("cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert dispatch.why_not("cuda") == "they are CPU code, and this model is on cuda"

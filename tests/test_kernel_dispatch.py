@@ -1,0 +1,282 @@
+"""minillm.kernels.dispatch, the one place that decides which kernel runs: it alone holds the row
+limits and the switch; every layer re-plans after a device or dtype change, so a model converted
+or moved after `optimize` keeps its logits (no kernel reads a layout or a dtype it was not built
+for, and no CUDA tensor reaches C); a GPU generation never builds the library; and with the
+kernels switched off the fast path gives the same greedy tokens."""
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+
+import minillm
+from minillm.fast import FastLinear, optimize
+from minillm.generation.kv_cache import KVCache
+from minillm.kernels import build, dispatch
+from minillm.model import ModelConfig, registry
+from minillm.quant.int4 import quantize_int4
+from minillm.quant.linear import Int8Linear, Q41Linear
+from fake_cuda import FakeCuda
+from kernel_machine import layers_use_kernels
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+PACKAGE = Path(minillm.__file__).parent
+PROMPT = [5, 9, 2, 7, 3, 11]
+
+
+def test_the_row_limits_and_the_switch_live_in_dispatch_alone():
+    """No other module of the engine holds a row threshold for a kernel, reads the switch, or
+    names the kernels' old per-file tables."""
+    pattern = re.compile(r"^\s*[A-Z_]*ROWS\s*=\s*\d|few_rows_max\s*=\s*\d|(rows|numel\(\)|"
+                         r"shape\[0\])\s*<=\s*\d|KERNEL_MAX_ROWS|gemm_f32_max_rows|"
+                         r"ONE_ROW_KERNELS|_kernel_reads|(environ|getenv)\W[^\n]*NO_KERNEL", re.M)
+    allowed = {PACKAGE / "kernels" / "dispatch.py",
+               PACKAGE / "kernels" / "limits.py"}  # what one C call takes, not a route
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        if path in allowed or PACKAGE / "course" / "lessons" in path.parents:
+            continue
+        hits = [m.group(0) for m in pattern.finditer(path.read_text())]
+        if hits:
+            found[str(path.relative_to(PACKAGE))] = hits
+    assert found == {}
+    text = (PACKAGE / "kernels" / "dispatch.py").read_text()
+    for name in ("F32_MAX_ROWS", "QUANT_MAX_ROWS", "UPCAST_ROWS", "MINILLM_NO_KERNEL"):
+        assert name in text
+
+
+def _config(bias=False):
+    return ModelConfig(arch="llama", vocab_size=96, hidden_size=64, n_layers=2, n_heads=4,
+                       n_kv_heads=2, head_dim=16, intermediate_size=96, rope_theta=10000.0,
+                       norm_eps=1e-6, max_seq_len=64, tie_embeddings=False, eos_token_ids=(),
+                       attention_bias=bias, mlp_bias=bias)
+
+
+def _tiny(bias=False, seed=0):
+    torch.manual_seed(seed)
+    model = registry.architecture("llama").model_class(_config(bias))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.normal_(mean=1.0 if "norm" in name else 0.0, std=0.3 if "norm" in name else 0.2)
+    return model.eval().requires_grad_(False)
+
+
+def _q4_1_blocks(weight):
+    """The GGUF Q4_1 blocks of a weight (out, in): per 32 weights d, m (float16), 16 bytes."""
+    packed, d, m = quantize_int4(weight, 32)
+    rows, groups = d.shape
+    fields = [d.contiguous().view(torch.uint8).view(rows, groups, 2),
+              m.contiguous().view(torch.uint8).view(rows, groups, 2),
+              packed.view(rows, groups, 16)]
+    return torch.cat(fields, dim=-1).reshape(rows, groups * 20).contiguous()
+
+
+def _with_q4_1(model):
+    """`model` with each linear layer of its blocks held as Q4_1 blocks, as load(weights="q4_1")
+    gives them (the LM head stays, as in the course file)."""
+    from minillm.layers.linear import replace_module
+
+    for name, module in list(model.layers.named_modules()):
+        if isinstance(module, nn.Linear):
+            replace_module(model.layers, name, Q41Linear(_q4_1_blocks(module.weight),
+                                                        module.bias))
+    return model
+
+
+def _rounded(model, dtype):
+    """A copy of `model` whose matrices (the ones optimize narrows on a CPU: the linear layers'
+    and the LM head's weights) went through `dtype` and back."""
+    import copy
+
+    twin = copy.deepcopy(model)
+    with torch.no_grad():
+        for m in twin.modules():
+            if isinstance(m, nn.Linear) or m is twin.lm_head:
+                m.weight.copy_(m.weight.to(dtype).float())
+    return twin
+
+
+def _fast(fmt, model):
+    return optimize(_with_q4_1(model) if fmt == "q4_1" else model, fmt)
+
+
+def _reference(fmt, model, dtype):
+    """A fresh optimize, in `dtype`, of the weights `optimize(model, fmt)` holds."""
+    if fmt in ("bf16", "fp16"):
+        model = _rounded(model, {"bf16": torch.bfloat16, "fp16": torch.float16}[fmt])
+        fmt = None
+    elif fmt == "fp32":
+        fmt = None
+    elif fmt == "q4_1":
+        model = _with_q4_1(model)
+    return optimize(model.to(dtype), fmt)
+
+
+def _logits(model):
+    """The prompt's last logits and a fused decode step's, float32."""
+    cache = KVCache.for_model(model, 1, 16)
+    with torch.inference_mode():
+        first = model(torch.tensor([PROMPT]), cache=cache)[:, -1]
+        step = model(torch.tensor([[4]]), cache=cache)[:, -1]
+    return torch.cat([first, step]).float()
+
+
+FORMATS = ["fp32", "bf16", "fp16", "int8", "q4_1"]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["float", "half"])
+def test_float_and_half_of_every_fast_format_give_a_fresh_optimizes_logits(fmt, dtype):
+    """`.float()` / `.half()` re-plan every layer: a bf16 layer made float32 keeps its (out, in)
+    layout and so leaves the float32 kernel, which reads (in, out); a layer made float16 takes
+    no kernel at all. The logits are those of a fresh `optimize` of the same weights in that
+    dtype (to float32 rounding; half: to float16's)."""
+    model = _tiny()
+    converted = _fast(fmt, model).to(dtype)
+    fresh = _reference(fmt, _tiny(), dtype)
+    got, want = _logits(converted), _logits(fresh)
+    tolerance = 1e-4 if dtype == torch.float32 else 0.05
+    torch.testing.assert_close(got, want, atol=tolerance, rtol=0)
+    assert torch.equal(got.argmax(-1), want.argmax(-1))
+    for layer in converted.modules():
+        if isinstance(layer, (FastLinear, Int8Linear)) and layer.route.run is not None:
+            assert dtype == torch.float32  # half: no kernel takes these weights
+            if layer.route.kernel.startswith("gemv_f32"):
+                assert layer.layout == "in_out" and layer.weight.dtype == torch.float32
+
+
+@layers_use_kernels
+def test_a_bf16_layer_made_float32_leaves_the_float32_kernel():
+    """The case that gave wrong logits: a bf16 FastLinear stores (out, in), the layout its
+    kernel reads; made float32, the float32 kernel (which reads (in, out)) must not take it."""
+    fast = optimize(_tiny(), "bf16")
+    layer = fast.layers[0].mlp.down_proj
+    assert layer.route.kernel == "gemv_bf16" and layer.layout == "out_in"
+    layer.float()
+    assert layer.weight.dtype == torch.float32 and layer.route.kernel == ""
+    x = torch.randn(1, layer.in_features)
+    torch.testing.assert_close(layer(x), x @ layer.matrix() + (0 if layer.bias is None
+                                                                else layer.bias))
+    layer.to(torch.float16)
+    assert layer.route.kernel == "" and layer.few_rows_max == 0
+
+
+@pytest.mark.parametrize("fmt", ["fp32", "bf16", "int8", "q4_1"])
+def test_an_optimized_cpu_model_moved_to_cuda_generates_there(fmt):
+    """optimize on the CPU (kernels planned), then .to("cuda"): every layer re-plans to PyTorch's
+    kernels, so no CUDA pointer reaches C (the fake device raises if one does), and greedy
+    generation gives the CPU's tokens."""
+    from minillm.course.toy import LetterTokenizer
+
+    tok = LetterTokenizer(eos_token_ids=[])
+    fast = _fast(fmt, _tiny())
+    with torch.inference_mode():
+        want = minillm.generate(fast, tok, PROMPT, max_new_tokens=6).token_ids
+    want_logits = _logits(fast)
+    with FakeCuda():
+        moved = fast.to("cuda")
+        assert all(layer.route.run is None for layer in moved.modules()
+                   if isinstance(layer, dispatch.RoutedLinear))
+        with torch.inference_mode():
+            got = minillm.generate(moved, tok, PROMPT, max_new_tokens=6).token_ids
+        got_logits = _logits(moved).cpu()
+    if fmt == "q4_1":  # rounding steps tipped differently: see the switched-off test below
+        assert len(got) == len(want)
+        assert (got_logits - want_logits).norm() / want_logits.norm() < 0.05
+    else:
+        assert got == want
+
+
+def test_a_generation_on_cuda_never_builds_the_library(monkeypatch):
+    """Loading, optimizing and generating on the GPU never asks for the C library: nothing
+    compiles inside a first timed GPU generation."""
+    from minillm.course.toy import LetterTokenizer
+
+    monkeypatch.setattr(build, "library", lambda: pytest.fail("the library was asked for"))
+    with FakeCuda():
+        model = optimize(_tiny().to("cuda"), "int8")
+        with torch.inference_mode():
+            minillm.generate(model, LetterTokenizer(eos_token_ids=[]), PROMPT, max_new_tokens=3)
+        assert dispatch.decode_step(torch.ones(1, 4, device="cuda"),
+                                    torch.ones(1, 1, 4, 4)) == dispatch.NO_DECODE_KERNELS
+
+
+@pytest.mark.parametrize("fmt", ["fp32", "bf16", "int8", "q4_1"])
+def test_with_the_kernels_switched_off_the_fast_path_gives_the_same_tokens(fmt):
+    """MINILLM_NO_KERNEL (dispatch.without_kernels sets it): every layer and the decode step
+    take PyTorch's kernels, and greedy decoding gives the tokens the kernels give (Q4_1: x
+    rounded per block in PyTorch as the kernel rounds it, so a rounding step that a last-bit
+    difference tips can move a logit: on this tiny random model (two blocks a row) the tokens
+    part and the logits stay within 5%; the course model's tokens are the same (the slow test
+    below); bf16:
+    PyTorch's bf16 matmul rounds x to bf16 too, so its logits differ by that rounding)."""
+    from minillm.course.toy import LetterTokenizer
+
+    tok = LetterTokenizer(eos_token_ids=[])
+    with dispatch.without_kernels():
+        plain = _fast(fmt, _tiny())
+        assert all(layer.route.run is None for layer in plain.modules()
+                   if isinstance(layer, dispatch.RoutedLinear))
+        with torch.inference_mode():
+            want = minillm.generate(plain, tok, PROMPT, max_new_tokens=12).token_ids
+        want_logits = _logits(plain)
+    fast = _fast(fmt, _tiny())
+    with torch.inference_mode():
+        got = minillm.generate(fast, tok, PROMPT, max_new_tokens=12).token_ids
+    if fmt == "q4_1":
+        assert (_logits(fast) - want_logits).norm() / want_logits.norm() < 0.05
+        return
+    assert got == want
+    torch.testing.assert_close(_logits(fast), want_logits, rtol=0,
+                               atol=0.05 if fmt == "bf16" else 1e-3)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("weights", ["fp32", "bf16", "int8", "q4_1"])
+def test_the_course_model_decodes_the_same_tokens_without_the_kernels(weights, gguf_path):
+    from minillm.generation.agreement import agree
+
+    model, tokenizer = minillm.load("smollm2-135m", weights=weights)
+    prompt = tokenizer.encode("The capital of France is")
+    want = minillm.generate(model, tokenizer, prompt, max_new_tokens=16).token_ids
+    del model
+    with dispatch.without_kernels():
+        plain, _ = minillm.load("smollm2-135m", weights=weights)
+        got = minillm.generate(plain, tokenizer, prompt, max_new_tokens=16).token_ids
+    assert agree(plain, prompt, got, want), (got, want)
+
+
+@layers_use_kernels
+def test_q4_1_without_its_kernel_rounds_x_as_the_kernel_does():
+    q41 = Q41Linear(_q4_1_blocks(torch.randn(40, 96)), torch.randn(40))
+    x = torch.randn(3, 96)
+    torch.testing.assert_close(q41.forward_rounded(x), q41(x), atol=1e-4, rtol=1e-4)
+    exact = q41.forward_dequantize(x)
+    assert 0 < (q41(x) - exact).norm() / exact.norm() < 0.02  # the rounding is there
+
+
+@layers_use_kernels
+def test_each_layer_asks_dispatch_and_shares_one_few_rows_call():
+    fast = optimize(_tiny(bias=True))
+    int8 = Int8Linear.from_weight(torch.randn(32, 64), torch.randn(32))
+    q41 = Q41Linear(_q4_1_blocks(torch.randn(32, 64)), torch.randn(32))
+    layers = [fast.layers[0].attn.qkv_proj, int8, q41]
+    assert [layer.route.kernel for layer in layers] == ["gemv_f32/gemm_f32", "gemm_int8",
+                                                       "gemm_q4_1"]
+    assert int8.few_rows_max == q41.few_rows_max == dispatch.QUANT_MAX_ROWS
+    assert layers[0].few_rows_max == dispatch.f32_max_rows()
+    for layer in layers:
+        assert type(layer).few_rows is dispatch.RoutedLinear.few_rows
+        x = torch.randn(3, layer.in_features)
+        want = x @ (layer.matrix() if hasattr(layer, "matrix")
+                    else layer.dequantized_weight().t()) + layer.bias
+        got = layer.few_rows(x)
+        assert (got - want).norm() / want.norm() < 0.02  # Q4_1: x rounded to int8 per block
+    int8.path = "dequantize"
+    assert int8.route.kernel == "" and int8.few_rows_max == 0
+    int8.half()
+    int8.path = "auto"
+    assert int8.route.kernel == ""  # a float16 scale: no kernel takes it

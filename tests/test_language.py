@@ -1,0 +1,106 @@
+"""One language setting for the course's own messages (minillm.course.language): English by
+default, Chinese after set_language("zh") or with MINILLM_LANGUAGE=zh; checkers, widgets and
+charts follow it, the engine and the command line never read it."""
+
+import os
+import subprocess
+import sys
+import warnings
+
+import matplotlib
+import pytest
+
+import minillm.course.language as language_module
+from minillm.course import current_language, say, set_language
+
+
+@pytest.fixture
+def chinese():
+    set_language("zh")
+    yield
+    set_language("en")
+
+
+def test_english_by_default_and_one_call_switches():
+    assert current_language() == "en"
+    assert say("{n} tokens", "{n} 个词元", n=3) == "3 tokens"
+    set_language("zh")
+    try:
+        assert say("{n} tokens", "{n} 个词元", n=3) == "3 个词元"
+        assert say("no {fields}", "没有{fields}") == "没有{fields}"  # no fields: no formatting
+    finally:
+        set_language("en")
+    assert say("a", "甲") == "a"
+
+
+@pytest.mark.parametrize("bad", ["fr", "zh-CN", "", None, "ZH"])
+def test_an_unknown_language_is_refused_naming_the_choices(bad):
+    with pytest.raises(ValueError, match="use one of 'en', 'zh'"):
+        set_language(bad)
+    assert current_language() == "en"
+
+
+def _language_in_a_fresh_process(value):
+    env = dict(os.environ, MINILLM_LANGUAGE=value)
+    return subprocess.run([sys.executable, "-c", "from minillm.course import current_language; "
+                           "print(current_language())"], env=env, capture_output=True, text=True)
+
+
+def test_the_environment_variable_sets_the_starting_language():
+    assert _language_in_a_fresh_process("zh").stdout.strip() == "zh"
+    bad = _language_in_a_fresh_process("klingon")
+    assert bad.returncode != 0 and "MINILLM_LANGUAGE='klingon'" in bad.stderr
+
+
+def test_the_engine_and_the_command_line_do_not_read_it():
+    code = ("import sys, minillm, minillm.tools.cli; "
+            "print('minillm.course.language' in sys.modules)")
+    env = dict(os.environ, MINILLM_LANGUAGE="zh")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.stdout.strip() == "False", out.stderr
+    help_text = subprocess.run([sys.executable, "-m", "minillm", "--help"], env=env,
+                               capture_output=True, text=True).stdout
+    assert "usage" in help_text and not any("\u4e00" <= c <= "\u9fff" for c in help_text)
+
+
+def test_chinese_gives_matplotlib_a_font_with_chinese_glyphs(chinese):
+    from matplotlib.figure import Figure
+
+    font = language_module.use_cjk_font()
+    if font is None:
+        pytest.fail("no CJK font installed: `make browser` installs fonts-noto-cjk")
+    assert matplotlib.rcParams["font.family"][-1] == font
+    fig = Figure()
+    fig.suptitle("一次回答：预填充 prefill")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "Glyph ... missing from font" would be raised
+        fig.canvas.draw()
+
+
+def test_no_chinese_font_is_said_once(monkeypatch):
+    monkeypatch.setattr(language_module, "CJK_FONTS", ["No Such Font"])
+    monkeypatch.setattr(language_module, "_font_warned", False)
+    with pytest.warns(UserWarning, match="no font with Chinese glyphs"):
+        assert language_module.use_cjk_font() is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert language_module.use_cjk_font() is None
+
+
+def test_a_widget_speaks_the_language(chinese):
+    """The temperature explorer's slider, axes and title, on a tiny random model."""
+    from minillm.course.toy import tiny_model
+    from minillm.course.widgets import temperature_explorer
+
+    model, tokenizer = tiny_model()
+    box = temperature_explorer(model, tokenizer, "abc", top_n=5)
+    texts = [t.get_text() for t in box.figure.findobj(matplotlib.text.Text)]
+    assert box.slider.description == "温度 T"
+    assert "下一个词元（按 T = 1 时的概率从高到低）" in texts and "概率（对数坐标）" in texts
+    title = box.figure._suptitle.get_text()
+    assert title.startswith("'abc' 之后的下一个词元，T = 1.0：熵为") and "比特" in title
+    assert any(t.endswith("个词元覆盖 90%") for t in texts)
+    set_language("en")
+    box = temperature_explorer(model, tokenizer, "abc", top_n=5)
+    assert box.slider.description == "temperature T"
+    assert box.figure._suptitle.get_text().startswith("next token after 'abc' at T = 1.0")

@@ -1,0 +1,44 @@
+"""Lessons 06 and 09 keep the corrections of issue 34: the engines they compare, the terms they
+define before use, and the figures they no longer state."""
+
+import re
+from pathlib import Path
+
+LESSONS = Path(__file__).resolve().parents[1] / "minillm" / "course" / "lessons"
+BATCHING = (LESSONS / "06_batching.py").read_text(encoding="utf-8")
+SCALING = (LESSONS / "09_scaling_out.py").read_text(encoding="utf-8")
+SCALING_EXERCISE = (LESSONS / "09_scaling_out_exercise.py").read_text(encoding="utf-8")
+
+
+def test_text_generation_inference_is_named_only_as_archived():
+    for text in (BATCHING, SCALING):
+        for match in re.finditer(r"Text Generation Inference|\bTGI\b", text):
+            nearby = text[match.start():match.end() + 120]
+            assert "archived" in nearby, nearby
+
+
+def test_the_serving_table_compares_vllm_with_sglang_and_names_the_drafting_methods():
+    table = SCALING.split("| idea | minillm chapter | vLLM | SGLang |")[1].split("\n#\n")[0]
+    speculative = next(line for line in table.splitlines() if "speculative decoding" in line)
+    for method in ("EAGLE", "Medusa", "MTP"):
+        assert method in speculative
+    assert "expert parallelism" in table
+
+
+def test_terms_are_defined_before_they_are_used():
+    assert BATCHING.index("dynamic batching (动态批处理)") < BATCHING.index("## 2 ·")
+    assert BATCHING.index("Poisson process (泊松过程)") < BATCHING.index("run_online(")
+
+
+def test_expert_parallelism_is_its_own_axis_and_model_parallelism_the_umbrella():
+    intro = SCALING.split("# %%\nimport")[0]
+    assert "expert parallelism (专家并行)" in intro
+    assert "Under tensor parallelism the experts" not in SCALING
+    assert re.search(r"model parallelism \(模型并行\)\*\* is the umbrella", intro)
+
+
+def test_int4_is_counted_at_q4_1s_bits_and_the_exercise_names_a_real_class():
+    assert "4.5" not in SCALING
+    assert "BLOCK_BYTES / BLOCK_WEIGHTS" in SCALING
+    assert "minillm.model.llama.SwiGLU" not in SCALING_EXERCISE
+    assert "minillm.layers.GatedMLP" in SCALING_EXERCISE
