@@ -65,8 +65,13 @@ def executed_copies(edition, lessons, folder: Path, sizes: str, force: bool,
     stale = []
     for lesson in lessons:
         if not force and execute.is_current(lesson, folder / lesson.name, sizes):
-            print(f"  {edition.language} {lesson.stem}: unchanged, kept "
-                  f"{_shown(folder / lesson.name)}", flush=True)
+            if execute.prose_is_current(lesson, folder / lesson.name):
+                print(f"  {edition.language} {lesson.stem}: unchanged, kept "
+                      f"{_shown(folder / lesson.name)}", flush=True)
+            else:
+                execute.refresh_prose(lesson, folder / lesson.name)
+                print(f"  {edition.language} {lesson.stem}: code unchanged, its prose copied "
+                      f"into {_shown(folder / lesson.name)}", flush=True)
         else:
             stale.append(lesson)
     def done(lesson, book):

@@ -1,9 +1,10 @@
 """Execute a lesson notebook and keep its outputs, once per version of its cells.
 
-An executed copy records in its metadata (`minillm_book`) the key of the cells it ran (a sha256 of
-their types and sources, and the sizes: "full", or "ci" for the smaller runs the tests use) and
-the machine it ran on. A copy whose key matches the lesson's is reused: a lesson whose source did
-not change is not executed again. The copy's widgets become static HTML (book/widgets.py), and a
+An executed copy records in its metadata (`minillm_book`) the key of the code it ran (a sha256 of
+the code cells' sources, and the sizes: "full", or "ci" for the smaller runs the tests use) and
+the machine it ran on. A copy whose key matches the lesson's is reused: a lesson whose code did
+not change is not executed again, and a change to its prose alone is copied into it
+(`refresh_prose`) without running anything. The copy's widgets become static HTML (book/widgets.py), and a
 note under its title says where and when its numbers were measured."""
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def lesson_cells(nb) -> list:
 def source_key(nb, sizes: str) -> str:
     if sizes not in SIZES:
         raise ValueError(f"sizes must be one of {SIZES}, got {sizes!r}")
-    cells = [(c.cell_type, c.source) for c in lesson_cells(nb)]
+    cells = [c.source for c in lesson_cells(nb) if c.cell_type == "code"]
     digest = hashlib.sha256(json.dumps(cells, ensure_ascii=False).encode("utf-8")).hexdigest()
     return f"{sizes}:{digest}"
 
@@ -54,6 +55,28 @@ def record(path: Path) -> dict:
 def is_current(lesson: Path, copy: Path, sizes: str) -> bool:
     key = source_key(nbformat.read(lesson, as_version=4), sizes)
     return record(copy).get("source_key") == key
+
+
+def prose_is_current(lesson: Path, copy: Path) -> bool:
+    """The copy's markdown cells are the lesson's (its own note under the title aside)."""
+    def prose(nb):
+        return [(c.cell_type, c.source) for c in lesson_cells(nb)]
+    ran = nbformat.read(copy, as_version=4)
+    return [cell for cell in prose(ran) if cell[0] != "code"] == \
+        [cell for cell in prose(nbformat.read(lesson, as_version=4)) if cell[0] != "code"]
+
+
+def refresh_prose(lesson: Path, copy: Path) -> None:
+    """Rewrite `copy` with the lesson's cells in the lesson's order: its markdown as it is now,
+    its code cells as they ran (the same code, in the same order: the caller checked the key)."""
+    ran = nbformat.read(copy, as_version=4)
+    nb = nbformat.read(lesson, as_version=4)
+    executed = iter([c for c in lesson_cells(ran) if c.cell_type == "code"])
+    nb.cells = [next(executed) if c.cell_type == "code" else c for c in nb.cells]
+    note = next(c for c in ran.cells if NOTE_TAG in c.get("metadata", {}).get("tags", []))
+    nb.cells.insert(_after_title(nb), note)
+    nb.metadata = ran.metadata
+    nbformat.write(nb, copy)
 
 
 def cpu_name() -> str:

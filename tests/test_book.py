@@ -82,6 +82,27 @@ def test_a_copy_is_current_until_its_lesson_changes(executed):
     assert not execute.is_current(lesson, lesson.parent / "absent.ipynb", "ci")
 
 
+def test_a_change_to_the_prose_alone_is_copied_in_without_executing(executed, tmp_path):
+    lesson, copy, book = executed
+    nb = nbformat.read(lesson, as_version=4)
+    nb.cells[0].source = "# 99 · A tiny lesson, retitled\n\nNew words."
+    nb.cells.insert(3, nbformat.v4.new_markdown_cell("A paragraph added between two code cells."))
+    edited, kept = tmp_path / "99_tiny.ipynb", tmp_path / "copy.ipynb"
+    nbformat.write(nb, edited)
+    kept.write_bytes(copy.read_bytes())
+    assert execute.is_current(edited, kept, "ci"), "the key covers the code only"
+    assert not execute.prose_is_current(edited, kept)
+    execute.refresh_prose(edited, kept)
+    assert execute.prose_is_current(edited, kept) and execute.is_current(edited, kept, "ci")
+    refreshed, ran = nbformat.read(kept, as_version=4), nbformat.read(copy, as_version=4)
+    assert refreshed.cells[0].source.startswith("# 99 · A tiny lesson, retitled")
+    assert execute.NOTE_TAG in refreshed.cells[1].metadata["tags"], "the note stays under the title"
+    assert refreshed.cells[4].source == "A paragraph added between two code cells."
+    code = [c for c in refreshed.cells if c.cell_type == "code"]
+    assert code == [c for c in ran.cells if c.cell_type == "code"], "outputs kept as they ran"
+    assert refreshed.metadata["minillm_book"] == book
+
+
 def test_the_book_note_does_not_change_the_key():
     nb = nbformat.read(LESSONS[0], as_version=4)
     key = execute.source_key(nb, "full")
@@ -180,7 +201,10 @@ def test_executed_copies_are_in_step_with_the_lessons(lesson):
     assert copy.is_file(), f"{copy.relative_to(ROOT)} is missing: run `make book`, commit executed/"
     assert execute.is_current(lesson, copy, "full"), \
         (f"{copy.relative_to(ROOT)} was executed from an older {lesson.relative_to(ROOT)}: run "
-         "`make book` (it executes only the lessons that changed) and commit executed/")
+         "`make book` (it executes only the lessons whose code changed) and commit executed/")
+    assert execute.prose_is_current(lesson, copy), \
+        (f"{copy.relative_to(ROOT)} has older prose than {lesson.relative_to(ROOT)}: run "
+         "`make book` (it copies the prose in without executing) and commit executed/")
     nb = nbformat.read(copy, as_version=4)
     assert figures.copy_problems(nb, copy.name)[0] == []
     errors = [o for c in nb.cells for o in c.get("outputs", []) if o["output_type"] == "error"]
