@@ -13,7 +13,7 @@ from pathlib import Path
 import nbformat
 
 ROOT = Path(__file__).resolve().parents[1]
-LESSON_NAME = re.compile(r"^\d\d_\w+\.ipynb$")
+LESSON_NAME = re.compile(r"^\d\d[a-z]?_\w+\.ipynb$")  # 03b_long_context: a second lesson
 GUIDE_ORDER = ["architecture", "glossary", "server", "instructor", "benchmarks", "book"]
 WORDS = {
     "en": {"chapters": "Chapters", "exercises": "Exercises", "guides": "Guides",
@@ -96,7 +96,7 @@ def chapter_table(readme: str, lessons: set[str], exercises: set[str],
             page += f" · [{exercise_word}](exercises/{name})"
         return page
 
-    return re.sub(r"`(notebooks|exercises)/(zh/)?(\d\d_\w+\.ipynb)`", link, section)
+    return re.sub(r"`(notebooks|exercises)/(zh/)?(\d\d[a-z]?_\w+\.ipynb)`", link, section)
 
 
 def front_page(edition: Edition, lessons: list[str], exercises: list[str],

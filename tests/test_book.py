@@ -14,8 +14,8 @@ sys.path.insert(0, str(ROOT))
 
 from book import execute, figures, sources, widgets  # noqa: E402
 
-LESSONS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-ZH_LESSONS = sorted((ROOT / "notebooks" / "zh").glob("[0-9][0-9]_*.ipynb"))
+LESSONS = sorted((ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
+ZH_LESSONS = sorted((ROOT / "notebooks" / "zh").glob("[0-9][0-9]*_*.ipynb"))
 
 
 def _notebook(*cells):
@@ -225,3 +225,9 @@ def test_the_command_refuses_bad_choices_with_what_is_allowed(capsys):
         command.chosen(english, "04,99")
     assert [p.name for p in command.chosen(english, "05,04")] == ["04_decoding.ipynb",
                                                                   "05_metrics.ipynb"]
+
+
+def test_a_chapters_second_lesson_is_a_page_of_its_own():
+    names = [p.name for p in sources.editions()[0].lesson_files()]
+    assert "03b_long_context.ipynb" in names and "05b_fast_engine.ipynb" in names
+    assert names == sorted(names), "in course order: 03, 03b, 04"
