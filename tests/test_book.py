@@ -223,8 +223,8 @@ def test_the_command_refuses_bad_choices_with_what_is_allowed(capsys):
         command.chosen(english, "4,x")
     with pytest.raises(SystemExit, match="no lesson numbered 99"):
         command.chosen(english, "04,99")
-    assert [p.name for p in command.chosen(english, "05,04")] == ["04_decoding.ipynb",
-                                                                  "05_metrics.ipynb"]
+    assert [p.name for p in command.chosen(english, "05,04")] == [
+        "04_decoding.ipynb", "05_metrics.ipynb", "05b_fast_engine.ipynb"], "a chapter's lessons"
 
 
 def test_a_chapters_second_lesson_is_a_page_of_its_own():
