@@ -1,7 +1,8 @@
 """Measure how long every lesson and solution notebook takes to run on this machine, estimate the
 time a learner needs for each chapter and each exercise task, and lay out the workshop agendas
-from those estimates. Writes `docs/notebook_times.json` and, in `docs/instructor.md`, the timing
-table and both agendas (each between its markers).
+from those estimates. Writes `docs/notebook_times.json` and, in `docs/instructor.md` and its Chinese
+twin `docs/zh/instructor.md`, the timing table and both agendas (each between its markers; the
+same numbers in both, the headers and the agenda items in each guide's language).
 
     python scripts/measure_notebooks.py              # run every notebook (several minutes)
     python scripts/measure_notebooks.py --exercises  # run only the solution notebooks; the
@@ -10,7 +11,7 @@ table and both agendas (each between its markers).
                                                      # and tasks; every run time stays
     python scripts/measure_notebooks.py --lessons 03_kv_cache 03b_long_context
         # run only these lessons (and their solution notebooks); every other time stays
-    python scripts/measure_notebooks.py --render     # only rewrite the guide from the JSON file
+    python scripts/measure_notebooks.py --render     # only rewrite both guides from the JSON file
     python scripts/measure_notebooks.py --from-junit report.xml
         # take the run times nbval measured in a test run (`make test PYTEST_ARGS=--junitxml=...`)
 
@@ -41,6 +42,8 @@ import nbformat
 ROOT = Path(__file__).resolve().parents[1]
 TIMES = ROOT / "docs" / "notebook_times.json"
 GUIDE = ROOT / "docs" / "instructor.md"
+GUIDE_ZH = ROOT / "docs" / "zh" / "instructor.md"
+GUIDES = {"en": GUIDE, "zh": GUIDE_ZH}
 START, END = "<!-- times:start -->", "<!-- times:end -->"
 READ_WORDS_PER_MIN, READ_CJK_CHARS_PER_MIN, READ_CODE_LINES_PER_MIN = 150, 170, 20
 MIN_PER_TASK, MIN_PER_SOLUTION_LINE = 8, 1
@@ -74,9 +77,9 @@ ONE_DAY = {
                                       "metrics)"),
         ("06_batching", ("lesson",), "06 batching and paged attention (its exercises are "
                                      "homework); or 07 quantization, by the group's interest"),
-        ("10_interview_qa", (1,), "10 interview questions in pairs (exercise task 1: top-k and "
-                                  "top-p together); `python -m minillm progress` to see what is "
-                                  "left"),
+        ("10_interview_qa", (1,), "10 interview questions in pairs (exercise task 1: the decode "
+                                  "bound of a 70B model on 4 GPUs); `python -m minillm progress` "
+                                  "to see what is left"),
     ],
 }
 
@@ -95,12 +98,49 @@ THREE_HOURS = {
         ("04_decoding", ("lesson",), "Decoding strategies with the widgets: temperature, "
                                      "top-k, top-p, min-p, repetition: 04 lesson (its widgets "
                                      "are the hands-on part)"),
-        ("10_interview_qa", (1,), "Interview round: top-k and top-p together, which order? "
-                                  "(10, exercise task 1)"),
+        ("10_interview_qa", (1,), "Interview round: the decode bound of a 70B fp8 model on 4 "
+                                  "GPUs, at the whiteboard (10, exercise task 1)"),
     ],
 }
 
 AGENDAS = (ONE_DAY, THREE_HOURS)
+
+# Each agenda item's Chinese, keyed by its English: an item whose English changes has no Chinese
+# until this table is brought along (rendering the Chinese guide then stops and names it).
+AGENDA_ZH = {
+    "Break": "休息",
+    "Lunch": "午餐",
+    "00 welcome + exercise task 1; `make doctor` problems fixed":
+        "00 欢迎 + 练习任务 1；解决 `make doctor` 报出的问题",
+    "01 tokenization + exercise tasks 1–2 (counting and merging pairs)":
+        "01 分词 + 练习任务 1–2（统计字节对、合并字节对）",
+    "02 forward pass + exercise tasks 1, 3 and 4 (RMSNorm, causal attention, one block)":
+        "02 前向传播 + 练习任务 1、3、4（RMSNorm、因果注意力、一个完整的 Transformer 块）",
+    "03 KV cache + exercise task 3 (the decode loop)": "03 KV 缓存 + 练习任务 3（解码循环）",
+    "04 decoding strategies + exercise tasks 1–2 (the widgets are the favourite part: leave "
+    "time)": "04 解码策略 + 练习任务 1–2（交互控件最受学员欢迎，多留些时间）",
+    "05 measuring inference + exercise task 1 (one request's metrics)":
+        "05 性能指标 + 练习任务 1（单个请求的各项指标）",
+    "06 batching and paged attention (its exercises are homework); or 07 quantization, by the "
+    "group's interest": "06 批处理与分页注意力（练习留作课后作业）；也可以按学员的兴趣改讲 07 量化",
+    "10 interview questions in pairs (exercise task 1: the decode bound of a 70B model on 4 "
+    "GPUs); `python -m minillm progress` to see what is left":
+        "10 面试题，两人一组（练习任务 1：70B 模型在 4 张 GPU 上的解码速度上限）；"
+        "用 `python -m minillm progress` 查看还剩哪些没做",
+    "Set-up check (`make doctor`), the inference path end to end: 00 lesson, exercise task 1":
+        "检查环境（`make doctor`），从头到尾走一遍推理路径：00 课程，练习任务 1",
+    "Tokenization: BPE by hand, why Chinese costs more tokens: 01 lesson, exercise task 1":
+        "分词：手算字节对编码（BPE），看中文为什么更费词元：01 课程，练习任务 1",
+    "Prefill, decode and the KV cache: the O(n²) loop and its fix: 03 lesson":
+        "预填充、解码与 KV 缓存：O(n²) 的生成循环及其解法：03 课程",
+    "Decoding strategies with the widgets: temperature, top-k, top-p, min-p, repetition: 04 "
+    "lesson (its widgets are the hands-on part)":
+        "借助交互控件学解码策略：温度、top-k、top-p、min-p、重复惩罚：04 课程"
+        "（动手环节就是这些控件）",
+    "Interview round: the decode bound of a 70B fp8 model on 4 GPUs, at the whiteboard (10, "
+    "exercise task 1)":
+        "面试环节：在白板上估算 70B fp8 模型在 4 张 GPU 上的解码速度上限（10，练习任务 1）",
+}
 
 
 # --- sizes ----------------------------------------------------------------------------------------
@@ -270,26 +310,69 @@ def slot_minutes(data: dict, chapter, parts) -> int:
 
 # --- the guide ------------------------------------------------------------------------------------
 
-def render(data: dict) -> str:
-    rows = ["| chapter | lesson runs in | exercise runs in | learner: lesson | learner: exercises "
-            "(tasks) |", "|---|---:|---:|---:|---:|"]
-    for name, c in data["chapters"].items():
-        exercise = f"{c['exercise_run_s']:.0f} s" if "exercise_run_s" in c else "—"
-        tasks = f"{exercise_minutes(c):.0f} min ({c.get('tasks', 0)})" if "tasks" in c else "—"
-        rows.append(f"| {name} | {c['lesson_run_s']:.0f} s | {exercise} | "
-                    f"{lesson_minutes(c):.0f} min | {tasks} |")
+# The generated parts' words in each guide's language; the numbers are the same in both.
+WORDS = {
+    "en": {"header": "| chapter | lesson runs in | exercise runs in | learner: lesson | "
+                     "learner: exercises (tasks) |",
+           "s": " s", "min": " min", "tasks": " ({})",
+           "agenda header": "| time | what | minutes |", "end": "End"},
+    "zh": {"header": "| 章节 | 课程运行时间 | 练习运行时间 | 学习者：课程 | 学习者：练习（任务数） |",
+           "s": " 秒", "min": " 分钟", "tasks": "（{} 个任务）",
+           "agenda header": "| 时间 | 内容 | 分钟 |", "end": "结束"},
+}
+
+
+def _how_zh(how: str) -> str:
+    """The Chinese of a "how it was measured" note as measure() and from_junit() write it."""
+    ci = " with CI set (reduced sizes)"
+    if how.endswith(ci):
+        return _how_zh(how[:-len(ci)]) + "，设置了 CI（规模缩小）"
+    if how == "running each notebook":
+        return "逐个运行 notebook"
+    match = re.fullmatch(r"nbval cell times from (\S+)", how)
+    if match:
+        return f"取自 {match.group(1)} 中 nbval 记录的各单元格耗时"
+    match = re.fullmatch(r"(\d{4}-\d\d-\d\d), (.+)", how)
+    if match:
+        return f"{match.group(1)}，{_how_zh(match.group(2))}"
+    raise SystemExit(f"{TIMES.name} says a time was measured by {how!r}, which has no Chinese "
+                     f"in measure_notebooks.py: add it to _how_zh")
+
+
+def _measured_line(data: dict, lang: str) -> str:
     m = data["machine"]
-    rows.append("")
     how = data.get("source", "running each notebook")
+    later = data.get("retimed", {})
+    if lang == "zh":
+        line = f"课程于 {data['measured']} 测得（{_how_zh(how)}）"
+        if data.get("exercises_measured"):
+            line += (f"；练习（即其参考答案 notebook）于 {data['exercises_measured']} 测得"
+                     f"（{_how_zh(data['exercises_source'])}）")
+        if later:
+            line += "；之后重新计时：" + "；".join(f"{name} 于 {_how_zh(when)}"
+                                           for name, when in later.items())
+        return (f"{line}。测量命令为 `python scripts/measure_notebooks.py`，机器为 "
+                f"{m['platform']}，Python {m['python']}，torch {m['torch']}。")
     line = f"Lessons measured on {data['measured']} ({how})"
     if data.get("exercises_measured"):
         line += (f"; exercises (their solution notebooks) on {data['exercises_measured']} "
                  f"({data['exercises_source']})")
-    later = "; ".join(f"{name} on {when}" for name, when in data.get("retimed", {}).items())
     if later:
-        line += f"; timed later: {later}"
-    rows.append(f"{line}, by `python scripts/measure_notebooks.py` on {m['platform']}, Python "
-                f"{m['python']}, torch {m['torch']}.")
+        line += "; timed later: " + "; ".join(f"{name} on {when}" for name, when in later.items())
+    return (f"{line}, by `python scripts/measure_notebooks.py` on {m['platform']}, Python "
+            f"{m['python']}, torch {m['torch']}.")
+
+
+def render(data: dict, lang: str = "en") -> str:
+    w = WORDS[lang]
+    rows = [w["header"], "|---|---:|---:|---:|---:|"]
+    for name, c in data["chapters"].items():
+        exercise = f"{c['exercise_run_s']:.0f}{w['s']}" if "exercise_run_s" in c else "—"
+        tasks = (f"{exercise_minutes(c):.0f}{w['min']}{w['tasks'].format(c.get('tasks', 0))}"
+                 if "tasks" in c else "—")
+        rows.append(f"| {name} | {c['lesson_run_s']:.0f}{w['s']} | {exercise} | "
+                    f"{lesson_minutes(c):.0f}{w['min']} | {tasks} |")
+    rows += ["", _measured_line(data, lang)]
     return "\n".join(rows)
 
 
@@ -298,15 +381,24 @@ def _clock(minutes: int, relative: bool) -> str:
         f"{minutes // 60:02d}:{minutes % 60:02d}"
 
 
-def render_agenda(data: dict, agenda: dict) -> str:
+def _agenda_item(what: str, lang: str) -> str:
+    if lang == "en":
+        return what
+    if what not in AGENDA_ZH:
+        raise SystemExit(f"the agenda item {what!r} has no Chinese: add it to AGENDA_ZH in "
+                         f"scripts/measure_notebooks.py (keyed by the English)")
+    return AGENDA_ZH[what]
+
+
+def render_agenda(data: dict, agenda: dict, lang: str = "en") -> str:
     relative = agenda["start"] == 0
-    rows = ["| time | what | minutes |", "|---|---|---:|"]
+    rows = [WORDS[lang]["agenda header"], "|---|---|---:|"]
     now = agenda["start"]
     for chapter, parts, what in agenda["slots"]:
         minutes = slot_minutes(data, chapter, parts)
-        rows.append(f"| {_clock(now, relative)} | {what} | {minutes} |")
+        rows.append(f"| {_clock(now, relative)} | {_agenda_item(what, lang)} | {minutes} |")
         now += minutes
-    rows.append(f"| {_clock(now, relative)} | End | |")
+    rows.append(f"| {_clock(now, relative)} | {WORDS[lang]['end']} | |")
     return "\n".join(rows)
 
 
@@ -314,19 +406,30 @@ def _markers(name: str) -> tuple[str, str]:
     return f"<!-- {name}:start -->", f"<!-- {name}:end -->"
 
 
-def _replace(text: str, start: str, end: str, body: str) -> str:
+def _replace(text: str, start: str, end: str, body: str, guide: Path = GUIDE) -> str:
     if start not in text or end not in text:
-        raise SystemExit(f"{GUIDE} has no {start} ... {end} markers")
+        raise SystemExit(f"{guide} has no {start} ... {end} markers")
     head, rest = text.split(start, 1)
     _, tail = rest.split(end, 1)
     return f"{head}{start}\n{body}\n{end}{tail}"
 
 
-def write_guide(data: dict) -> None:
-    text = _replace(GUIDE.read_text(encoding="utf-8"), START, END, render(data))
+def guide_text(data: dict, lang: str) -> str:
+    """The guide in `lang` with its generated parts rendered from `data`."""
+    guide = GUIDES[lang]
+    text = _replace(guide.read_text(encoding="utf-8"), START, END, render(data, lang), guide)
     for agenda in AGENDAS:
-        text = _replace(text, *_markers(agenda["marker"]), render_agenda(data, agenda))
-    GUIDE.write_text(text, encoding="utf-8")
+        text = _replace(text, *_markers(agenda["marker"]), render_agenda(data, agenda, lang),
+                        guide)
+    return text
+
+
+def write_guide(data: dict) -> None:
+    """Both guides, each rendered before either is written: a missing translation leaves both
+    as they were."""
+    texts = {lang: guide_text(data, lang) for lang in GUIDES}
+    for lang, text in texts.items():
+        GUIDES[lang].write_text(text, encoding="utf-8")
 
 
 def main(argv=None) -> int:
@@ -334,7 +437,7 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--render", action="store_true",
-                      help="rewrite the guide from docs/notebook_times.json only")
+                      help="rewrite both guides from docs/notebook_times.json only")
     mode.add_argument("--sizes", action="store_true",
                       help="recount the notebooks' sizes; keep every measured run time")
     mode.add_argument("--exercises", action="store_true",
@@ -359,7 +462,7 @@ def main(argv=None) -> int:
             data = measure()
         TIMES.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
     write_guide(data)
-    print(f"wrote {GUIDE.relative_to(ROOT)}")
+    print("wrote " + " and ".join(str(guide.relative_to(ROOT)) for guide in GUIDES.values()))
     return 0
 
 

@@ -4,6 +4,7 @@ found, named and shown. docs/translating.md is the translator's guide.
 
     python scripts/translate.py status            every chapter: cells to translate, stale, ...
     python scripts/translate.py start 03          lessons/zh/03_*.py from the English, all `todo`
+                                                  (a second lesson is a chapter of its own: 03b)
     python scripts/translate.py diff 03           what changed in English since each stale cell
                                                   was translated (from git history)
     python scripts/translate.py refresh 03 [N..]  mark stale cells (or only the English cells
@@ -127,12 +128,22 @@ def compare(english: list[Cell], zh: list[Cell], english_name: str, zh_name: str
 
 # --- chapters and their files --------------------------------------------------------------------
 
+def chapter_of(source: Path) -> str:
+    """A source's chapter as translate.py names it: "03" for 03_kv_cache.py and its exercise,
+    "03b" for the chapter's second lesson 03b_long_context.py (translated on its own)."""
+    return source.name.split("_")[0]
+
+
+def chapters() -> list[str]:
+    return sorted({chapter_of(p) for p in SOURCES.glob(_builder.SOURCE_GLOB)})
+
+
 def chapter_sources(chapter: str) -> list[Path]:
-    """The English sources of a chapter ("03"): its lesson and its exercise."""
+    """The English sources of a chapter ("03"): its lesson and its exercise; of "03b", the
+    second lesson."""
     found = sorted(SOURCES.glob(f"{chapter}_*.py"))
-    if not re.fullmatch(r"\d\d", chapter) or not found:
-        known = sorted({p.name[:2] for p in SOURCES.glob("[0-9][0-9]_*.py")})
-        raise SystemExit(f"no chapter {chapter!r}: the chapters are {', '.join(known)}")
+    if not re.fullmatch(r"\d\d[a-z]?", chapter) or not found:
+        raise SystemExit(f"no chapter {chapter!r}: the chapters are {', '.join(chapters())}")
     return found
 
 
@@ -150,7 +161,7 @@ def read(path: Path) -> list[Cell]:
 
 def problems_of(english: Path) -> list[Problem]:
     """The problems of one English source's Chinese twin (which must exist)."""
-    chapter = english.name[:2]
+    chapter = chapter_of(english)
     return compare(read(english), read(zh_source(english)), rel(english),
                    rel(zh_source(english)), chapter)
 
@@ -340,21 +351,20 @@ def diff(chapter: str) -> None:
 
 def status() -> None:
     translated = translated_chapters()
-    chapters = sorted({p.name[:2] for p in SOURCES.glob("[0-9][0-9]_*.py")})
     print("chapter  source                        cells  todo  stale  missing  orphan  "
           "Chinese prose")
-    for chapter in chapters:
+    for chapter in chapters():
         for english in chapter_sources(chapter):
             target = zh_source(english)
             if not target.exists():
-                print(f"{chapter}       {english.name:<29} not started")
+                print(f"{chapter:<8} {english.name:<29} not started")
                 continue
             problems = problems_of(english)
             count = {k: sum(p.kind == k for p in problems)
                      for k in ("todo", "stale", "missing", "orphan")}
             cells = read(target)
             text = "\n".join(markdown(c.source) for c in cells if c.kind == "markdown")
-            print(f"{chapter}       {english.name:<29} {len(cells):>5}  {count['todo']:>4}  "
+            print(f"{chapter:<8} {english.name:<29} {len(cells):>5}  {count['todo']:>4}  "
                   f"{count['stale']:>5}  {count['missing']:>7}  {count['orphan']:>6}  "
                   f"{100 * chinese_share(text):>5.0f}%")
     print(f"listed as translated in {rel(TRANSLATED)}: {', '.join(translated) or 'none'}")

@@ -21,6 +21,11 @@ wraps the results again. While the harness is active:
 - `.data_ptr()` asked by minillm's CPU kernels (a module under `minillm.kernels`) raises
   RuntimeError("CUDA pointer passed to a CPU kernel ..."): on a GPU that address points into the
   GPU's memory and the C code would crash the process; asked by anything else it answers;
+- host synchronizations are counted by kind (`host_syncs()`, `Tally`): value reads (`.item()`,
+  `bool(t)`, `.tolist()`), boolean-mask indexing and `nonzero`, pageable host-to-device and
+  device-to-host copies, `torch.cuda.synchronize`; `t.pin_memory()` gives a tensor whose
+  `non_blocking=True` copy to the device is not one. `cuda_ops()` counts ATen operations, a
+  proxy for kernel launches;
 - `torch.cuda.is_available()` is True (so `minillm.utils.devices.pick_device("auto")` is cuda), and
   `torch.cuda.synchronize`, `get_device_name`, `manual_seed_all` and `Event` work;
 - `torch.Generator(device="cuda")` gives a `FakeCudaGenerator` (a CPU generator that reports
@@ -58,11 +63,13 @@ know which other operations a given macOS lacks.
 
 from __future__ import annotations
 
+import collections
 import copy
 import sys
 import threading
 import time
 import types
+import weakref
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -303,6 +310,7 @@ def _run(func, args, kwargs):
     if not fakes and not out_cuda:
         return func(*args, **kwargs)
     _COUNT[0] += 1
+    _count_sync(func, args, kwargs, fakes, device)
     if fakes and device is None:
         if mixed and func not in _CROSS_DEVICE_OK:
             _check_devices(func, args, kwargs, written)
@@ -338,8 +346,121 @@ _COUNT = [0]
 
 
 def cuda_ops() -> int:
-    """How many ATen operations have run on the fake device in this process."""
+    """How many ATen operations have run on the fake device in this process (a proxy for the
+    kernels a GPU would launch: each is at least one launch there)."""
     return _COUNT[0]
+
+
+# ---- host synchronizations ----------------------------------------------------------------------
+#
+# What makes the host wait for a GPU (the queue of launched work drains before Python goes on):
+# reading a value (`.item()`, `bool(t)`, `int(t)`, `.tolist()`), anything whose output size
+# depends on values (boolean-mask indexing, `nonzero`), a copy from pageable host memory to the
+# device or from the device to the host, and `torch.cuda.synchronize`. A copy from pinned
+# memory (`t.pin_memory()`) with `non_blocking=True` does not wait.
+
+_SYNCS: collections.Counter = collections.Counter()
+_PINNED: dict = {}  # storage address -> weak reference to the pinned tensor
+_SCALAR_READS = {aten._local_scalar_dense.default, aten.is_nonzero.default, aten.item.default}
+_MASK_INDEXING = {aten.index.Tensor, aten.index_put.default, aten.index_put_.default,
+                  aten._index_put_impl_.default}
+_VALUE_SIZED = {aten.nonzero.default: "nonzero", aten.masked_select.default: "boolean mask",
+                aten.unique_consecutive.default: "nonzero", aten._unique2.default: "nonzero"}
+
+
+def host_syncs() -> collections.Counter:
+    """How many times, by kind, the host has waited for the fake device in this process."""
+    return collections.Counter(_SYNCS)
+
+
+class Tally:
+    """`with Tally() as t:` counts what runs on the fake device inside the block: `t.ops` (ATen
+    operations, the launch proxy), `t.syncs` (host synchronizations by kind) and `t.total`."""
+
+    def __enter__(self) -> "Tally":
+        self._syncs, self._ops = host_syncs(), cuda_ops()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.syncs = host_syncs() - self._syncs
+        self.ops = cuda_ops() - self._ops
+
+    @property
+    def total(self) -> int:
+        return sum(self.syncs.values())
+
+
+def _sync(kind: str) -> None:
+    _SYNCS[kind] += 1
+
+
+_TO_OPS = {aten._to_copy.default, aten.to.dtype_layout, aten.to.device, aten.to.other}
+
+
+def _argument(func, args, kwargs, name: str):
+    """The value an operation got for its argument `name` (None when not given)."""
+    for i, a in enumerate(func._schema.arguments):
+        if a.name == name:
+            return args[i] if i < len(args) and not a.kwarg_only else kwargs.get(name)
+    return None
+
+
+def _is_mask(index) -> bool:
+    return isinstance(index, torch.Tensor) and index.dtype in (torch.bool, torch.uint8)
+
+
+def _is_pinned(tensor) -> bool:
+    """Whether `tensor` (or what it views) came from `pin_memory()` under the harness."""
+    if not isinstance(tensor, torch.Tensor) or isinstance(tensor, FakeCudaTensor):
+        return False
+    owner = _PINNED.get(tensor.untyped_storage().data_ptr())
+    return owner is not None and owner() is not None
+
+
+def _pinned_async(source, non_blocking) -> bool:
+    return bool(non_blocking) and _is_pinned(source)
+
+
+def _count_sync(func, args, kwargs, fakes, device) -> None:
+    """Record the host synchronization an operation with a fake tensor makes, if any."""
+    if func in _SCALAR_READS:
+        _sync("scalar read")
+    elif func in _VALUE_SIZED:
+        _sync(_VALUE_SIZED[func])
+    elif func in _MASK_INDEXING and len(args) > 1 \
+            and any(_is_mask(i) for i in _tensors(args[1])):
+        _sync("boolean mask")
+    elif func in _TO_OPS:
+        source = args[0]
+        if func is aten.to.other:
+            device = args[1].device if len(args) > 1 else kwargs["other"].device
+        if device is None:
+            return
+        if isinstance(source, FakeCudaTensor) and _device_type(device) == "cpu":
+            _sync("device-to-host copy")
+        elif not isinstance(source, FakeCudaTensor) and _device_type(device) == _FAKE[0].type \
+                and not _pinned_async(source, _argument(func, args, kwargs, "non_blocking")):
+            _sync("pageable host-to-device copy")
+    elif func is aten.copy_.default:
+        target, source = args[0], args[1]
+        non_blocking = _argument(func, args, kwargs, "non_blocking")
+        if isinstance(target, FakeCudaTensor) and not isinstance(source, FakeCudaTensor):
+            if not _pinned_async(source, non_blocking):
+                _sync("pageable host-to-device copy")
+        elif not isinstance(target, FakeCudaTensor):
+            _sync("device-to-host copy")
+
+
+def _pin_memory(tensor, device=None):
+    """`t.pin_memory()` under the harness: a copy in (what stands for) page-locked memory,
+    which a `non_blocking=True` copy to the device does not wait on."""
+    if isinstance(tensor, FakeCudaTensor):
+        raise RuntimeError("cannot pin a tensor that is not on the CPU (raised by the fake "
+                           "device harness)")
+    pinned = tensor.clone()
+    address = pinned.untyped_storage().data_ptr()
+    _PINNED[address] = weakref.ref(pinned, lambda _: _PINNED.pop(address, None))
+    return pinned
 
 
 class _FakeCudaDispatch(TorchDispatchMode):
@@ -426,6 +547,7 @@ def _plain_index(index):
 
 def _getitem(tensor, index):
     """`tensor[index]` on the CPU values (PyTorch's own indexing takes a CUDA device guard)."""
+    _count_mask(index)
     return FakeCudaTensor(tensor.elem[_plain_index(index)])
 
 
@@ -437,8 +559,18 @@ def _setitem(tensor, index, value) -> None:
     if isinstance(value, torch.Tensor) and value.dim() > 0 and _has_tensor_index(index) \
             and isinstance(value, FakeCudaTensor) != isinstance(tensor, FakeCudaTensor):
         raise _mismatch("index_put_", CPU)
+    if isinstance(tensor, FakeCudaTensor):
+        _count_mask(index)
+        if isinstance(value, torch.Tensor) and not isinstance(value, FakeCudaTensor):
+            _sync("pageable host-to-device copy")
     target = tensor.elem if isinstance(tensor, FakeCudaTensor) else tensor
     target[_plain_index(index)] = _unwrap(value)
+
+
+def _count_mask(index) -> None:
+    items = index if isinstance(index, tuple) else (index,)
+    if any(_is_mask(i) for i in items):
+        _sync("boolean mask")
 
 
 def _numpy(tensor, *args, **kwargs):
@@ -451,6 +583,11 @@ def _on_values(func, args, kwargs):
     (`~t`, `t.contiguous()`, `t.new_tensor(...)`, ...), which a CPU-only PyTorch cannot take:
     run it on the CPU values, after `_run`'s device check."""
     _COUNT[0] += 1
+    name = getattr(func, "__name__", "")
+    if name == "copy_":
+        _count_sync(aten.copy_.default, args, kwargs, None, None)
+    elif name in ("nonzero", "argwhere", "masked_select", "unique", "unique_consecutive"):
+        _sync("nonzero" if name != "masked_select" else "boolean mask")
     leaves = [t for a in (*args, *kwargs.values()) for t in _tensors(a)]
     fakes = [t for t in leaves if isinstance(t, FakeCudaTensor)]
     if func is not torch.Tensor.copy_:
@@ -488,11 +625,11 @@ def _data_ptr(tensor) -> int:
 
 # Methods of a fake tensor answered here, not by dispatch.
 _FAKE_METHODS = {
-    torch.Tensor.tolist: lambda t: t.elem.tolist(),
-    torch.Tensor.__int__: lambda t: int(t.elem),
-    torch.Tensor.__float__: lambda t: float(t.elem),
-    torch.Tensor.__index__: lambda t: t.elem.__index__(),
-    torch.Tensor.__complex__: lambda t: complex(t.elem),
+    torch.Tensor.tolist: lambda t: (_sync("tolist"), t.elem.tolist())[1],
+    torch.Tensor.__int__: lambda t: (_sync("scalar read"), int(t.elem))[1],
+    torch.Tensor.__float__: lambda t: (_sync("scalar read"), float(t.elem))[1],
+    torch.Tensor.__index__: lambda t: (_sync("scalar read"), t.elem.__index__())[1],
+    torch.Tensor.__complex__: lambda t: (_sync("scalar read"), complex(t.elem))[1],
     torch.Tensor.numpy: _numpy,
     torch.Tensor.__array__: _numpy,
     torch.Tensor.data_ptr: _data_ptr,
@@ -545,6 +682,8 @@ def _setitem_any(tensor, index, value):
 # Calls answered here, whatever their arguments' devices.
 _CALLS = {
     torch.Tensor.to: _to,
+    torch.Tensor.pin_memory: _pin_memory,
+    torch.Tensor.is_pinned: lambda t, device=None: _is_pinned(t),
     torch.Tensor.cuda: _cuda,
     torch.Tensor.__getitem__: _getitem_any,
     torch.Tensor.__setitem__: _setitem_any,
@@ -625,7 +764,7 @@ class FakeCudaEvent:
         self.time = time.perf_counter()
 
     def synchronize(self) -> None:
-        pass
+        _sync("synchronize")
 
     def wait(self, stream=None) -> None:
         pass
@@ -660,6 +799,11 @@ def _cuda_device_arg(device=None) -> None:
     _check_index(device)
 
 
+def _cuda_synchronize(device=None) -> None:
+    _cuda_device_arg(device)
+    _sync("synchronize")
+
+
 def _fake_cuda_api() -> dict:
     """torch.cuda's functions as a machine with one GPU answers them."""
     properties = types.SimpleNamespace(name=DEVICE_NAME, major=9, minor=0,
@@ -677,7 +821,7 @@ def _fake_cuda_api() -> dict:
         "device_count": lambda: 1,
         "current_device": lambda: 0,
         "set_device": lambda device: _cuda_device_arg(device),
-        "synchronize": lambda device=None: _cuda_device_arg(device),
+        "synchronize": _cuda_synchronize,
         "get_device_name": about(DEVICE_NAME),
         "get_device_capability": about((9, 0)),
         "get_device_properties": about(properties),
@@ -707,6 +851,7 @@ def mps_synchronizations() -> int:
 
 def _mps_synchronize() -> None:
     _MPS_SYNCS[0] += 1
+    _sync("synchronize")
 
 
 def _fake_mps_api() -> dict:

@@ -128,3 +128,27 @@ def test_recorded_block_maps_key_samples_and_skip_the_empty_last_step():
     tables = [forked[(0, i)][0] for i in range(3)]
     assert tables[0][:2] == tables[1][:2] == tables[2][:2]  # the prompt's two full blocks
     assert 1 in maps[0] and maps[0][1] == ([maps[0][1][0][0]], 2, 4)
+
+
+def test_the_labels_come_in_chinese():
+    """With the zh setting (the notebooks in zh/), the block map and the timeline speak Chinese."""
+    import matplotlib.pyplot as plt
+
+    from minillm.course import set_language
+    from minillm.course.widgets.batching import block_map_figure, timeline_legend
+
+    set_language("zh")
+    try:
+        empty = block_map_figure({}, 16, 32, 41)
+        assert empty._suptitle.get_text() == "第 41 步：没有请求在运行；全部 32 个块都空闲"
+        full = block_map_figure({0: ([0, 1], 20, 48), 1: ([0, 2], 18, 48)}, 16, 32, 3)
+        title = full._suptitle.get_text()
+        assert title.startswith("第 3 步：存了 38 个词元") and "分页占" in title, title
+        labels = [t.get_text() for t in full.axes[1].get_legend().get_texts()]
+        assert "请求 0" in labels and "空闲块" in labels and "共享（×k 个持有者）" in labels
+        fig, ax = plt.subplots()
+        timeline_legend(ax, {"prefill", "ghost"})
+        assert [t.get_text() for t in ax.get_legend().get_texts()] == ["预填充", "幽灵"]
+        plt.close("all")
+    finally:
+        set_language("en")

@@ -116,3 +116,22 @@ def test_the_threads_option_reads_a_list_and_refuses_what_is_not_one(capsys):
         with pytest.raises(SystemExit):
             parser.parse_args(["--threads", bad])
         assert "positive integers separated by commas" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_on_a_gpu_q4_1_is_left_out_with_a_note_and_the_rest_runs(gguf_path):
+    """`bench latency --device cuda` on the fake GPU: q4_1 (CPU blocks only) gets a note, not
+    a crash; the other formats are timed there."""
+    from fake_cuda import FakeCuda
+    from minillm.tools.bench.run import run
+
+    with FakeCuda():
+        report = run(formats=("fp32", "q4_1"), tokens=2, prompt_tokens=8, repeats=1,
+                     device="cuda", with_transformers=False, with_llama_cpp=False,
+                     progress=lambda message: None)
+        with pytest.raises(ValueError, match="q4_1 runs on the CPU only"):
+            run(formats=("q4_1",), device="cuda", progress=lambda message: None)
+    assert [(r["engine"], r["dtype"]) for r in report["results"]] == [("minillm", "fp32")]
+    assert report["settings"]["formats"] == ["fp32"]
+    assert any("q4_1 has no row" in note for note in report["notes"])
+    assert "q4_1 has no row" in table(report)

@@ -147,3 +147,86 @@ def test_beam_step_hints_are_specific():
 def test_beam_step_wrong_count_is_named():
     with pytest.raises(CheckFailed, match="expected num_beams"):
         checks.check_beam_step(lambda lp, bs, n: checks.reference_beam_step(lp, bs, 1))
+
+
+# --- the same hints in the Chinese edition ------------------------------------------------------
+
+@pytest.fixture
+def chinese():
+    from minillm.course import set_language
+
+    set_language("zh")
+    yield
+    set_language("en")
+
+
+ZH_HINTS = [  # (check, a wrong answer, words of its Chinese hint, words of its English hint)
+    (checks.check_apply_temperature, lambda logits, t: logits * t, "你乘上了温度",
+     "multiplied by the temperature"),
+    (checks.check_apply_temperature, lambda logits, t: torch.softmax(logits / t, -1),
+     "你返回的是概率", "returned probabilities"),
+    (checks.check_apply_temperature, lambda logits, t: logits - t, "你减去了温度",
+     "subtracted the temperature"),
+    (checks.check_top_k, checks._strict_top_k, "与第 k 名分数相同", "tied with the k-th best"),
+    (checks.check_top_k, lambda logits, k: checks._top_k_variant(logits, k, shift=1),
+     "你保留了 k + 1 个词元", "kept k + 1"),
+    (checks.check_top_k, lambda logits, k: checks._top_k_variant(logits, k, shift=-1),
+     "你保留了 k - 1 个词元", "kept k - 1"),
+    (checks.check_top_k, lambda logits, k: checks._top_k_variant(logits, k, largest=False),
+     "最低的 k 个分数", "the k lowest"),
+    (checks.check_top_k, lambda logits, k: checks._top_k_variant(logits, k, fill=0.0),
+     "分数必须是 -inf，而不是 0", "not 0"),
+    (checks.check_top_p, lambda logits, p: checks._top_p_variant(logits, p, crossing=False),
+     "你去掉了越过 p 的那个词元", "dropped the token that crosses p"),
+    (checks.check_top_p, checks._one_too_many, "你多保留了一个词元", "one token too many"),
+    (checks.check_top_p, lambda logits, p: checks._top_p_variant(logits, p, descending=False),
+     "你保留的是最不可能的词元", "least likely tokens"),
+    (checks.check_top_p, lambda logits, p: checks._top_p_variant(logits, p, softmax=False),
+     "你累加的是 logits", "added up the logits"),
+    (checks.check_top_p, lambda logits, p: checks._top_p_variant(logits, p, unsort=False),
+     "掩码还是排序后的顺序", "still in sorted order"),
+    (checks.check_repetition_penalty,
+     lambda ids, logits, p: logits.scatter(1, ids, logits.gather(1, ids) / p),
+     "你把负分数也除了", "divided negative scores"),
+    (checks.check_repetition_penalty, checks._per_occurrence, "每个不同的词元只惩罚一次",
+     "once per occurrence"),
+    (checks.check_repetition_penalty, lambda ids, logits, p: logits.scatter(1, ids, torch.where(
+        logits.gather(1, ids) < 0, logits.gather(1, ids) / p, logits.gather(1, ids) * p)),
+     "正负弄反了", "the wrong way round"),
+    (checks.check_repetition_penalty, lambda ids, logits, p: RepetitionPenaltyProcessor(p)(
+        ids.reshape(1, -1).expand(ids.shape[0], -1), logits), "第 b 行的词元只在第 b 行受罚",
+     "row b in row b only"),
+    (checks.check_beam_step, swapped_beam_step, "parents 和 tokens 弄反了", "swapped"),
+    (checks.check_beam_step, lambda lp, bs, n: checks.reference_beam_step(
+        lp, torch.zeros_like(bs), n), "没有算上各条束已有的累计得分",
+     "ignore the beams' running scores"),
+    (checks.check_beam_step, checks._per_beam_best, "你取的是每条束各自最好的词元",
+     "best token of each beam"),
+    (checks.check_beam_step, lambda lp, bs, n: tuple(
+        t.flip(0) for t in checks.reference_beam_step(lp, bs, n)), "按从好到差的顺序返回",
+     "best first"),
+]
+
+
+@pytest.mark.parametrize("check, wrong, zh_words, en_words", ZH_HINTS,
+                         ids=[f"{c.__name__}-{en}" for c, _, _, en in ZH_HINTS])
+def test_each_hint_comes_in_chinese(chinese, check, wrong, zh_words, en_words):
+    with pytest.raises(CheckFailed) as failure:
+        check(wrong)
+    message = str(failure.value)
+    assert zh_words in message, message
+    assert en_words not in message, message
+
+
+def test_the_chapters_own_messages_come_in_chinese(chinese, capsys):
+    with pytest.raises(CheckFailed, match="不小于词表大小（20）：所有词元都保留"):
+        checks.check_top_k(lambda logits, k: logits.masked_fill(
+            logits < torch.topk(logits, k).values[..., -1:], float("-inf")))
+    with pytest.raises(CheckFailed, match="而不是掩码或下标"):
+        checks.check_top_k(lambda logits, k: ~torch.isneginf(right_top_k(logits, k)))
+    with pytest.raises(CheckFailed, match="应为 num_beams = "):
+        checks.check_beam_step(lambda lp, bs, n: checks.reference_beam_step(lp, bs, 1))
+    with pytest.raises(CheckFailed, match="形状为 .* 的 logits"):
+        checks.check_apply_temperature(lambda logits, t: logits[:, :-1] / t)
+    checks.check_top_p(right_top_p)
+    assert "✅ top_p_filter：全部 9 个用例通过" in capsys.readouterr().out

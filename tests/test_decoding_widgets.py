@@ -382,6 +382,39 @@ def test_playground_says_why_an_empty_answer_is_empty():
     assert not box.button.disabled
 
 
+def test_chapter_04s_widgets_speak_chinese():
+    """With the zh setting the filter chart, the repetition view and the playground's card and
+    controls are labelled in Chinese; the numbers are the same."""
+    from minillm.course import set_language
+    from minillm.course.widgets import playground
+    from minillm.generation.loop import generate
+    from tests.test_fast import _Tok, _tiny
+
+    set_language("zh")
+    try:
+        view = filter_view(torch.linspace(4, -4, 300), 5, 0.5, 1.0, 10)
+        fig = filter_figure(view, [f"t{i}" for i in view.ids], 5, 0.5, 1.0)
+        assert fig._suptitle.get_text().startswith(f"保留 {view.n_kept} 个词元（T = 1.0，然后 "
+                                                   "top-k 5 保留 5 个，然后 top-p 0.5 保留")
+        assert "被 top-k 去掉" in _texts(fig) and fig.axes[0].get_ylabel() == "词元的概率"
+        report = repetition_report("greedy", [1, 2, 3, 1, 2, 3], 3)
+        assert "个 n-gram 中有 1 个重复" in highlight_html(_Tok(), report)
+
+        model, tokenizer = _tiny(), _Tok()
+        tokenizer.eos_token_ids = (generate(model, tokenizer, "abc",
+                                            max_new_tokens=1).token_ids[0],)
+        box = playground(model, tokenizer, "abc", max_new_tokens=5)
+        assert box.button.description == "生成" and box.chat.description == "对话模板"
+        box.chat.value = False
+        box.controls["do_sample"].value = False
+        box.run()
+        assert "<i>（没有文本）</i>" in box.output.value and "第 1 次运行 · 最新" in box.output.value
+        assert "没有文本：第一个词元就是文本结束词元" in box.status.value
+        assert "贪心解码" in box.output.value
+    finally:
+        set_language("en")
+
+
 # --- the widgets themselves, on the real model ----------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -113,6 +113,21 @@ def test_streamed_pieces_join_to_the_text_and_metrics_are_filled(tiny):
     assert m.n_tokens == 7 and m.prompt_tokens == 3 and 0 < m.ttft <= m.latency
 
 
+def test_queue_time_runs_from_arrival_to_the_first_admission(tiny):
+    """With room for one sequence, the second request waits until the first has finished: its
+    queue time covers the first's whole run, and is no longer than its own time to first token.
+    Its samples (n=2) share the one admission."""
+    engine = Engine(*tiny, num_blocks=32, block_size=8, max_num_seqs=2)
+    first = engine.add_request([1, 2, 3], max_new_tokens=6, ignore_eos=True, n=2)
+    second = engine.add_request([4, 5], max_new_tokens=2, ignore_eos=True)
+    finals = engine.run()
+    a, b = finals[first], finals[second]
+    assert 0 <= a.queue_time <= a.metrics.ttft
+    assert all(s.queue_time == a.queue_time for s in a.samples)
+    assert b.queue_time >= a.metrics.latency - a.queue_time  # it waited for the first's run
+    assert b.queue_time <= b.metrics.ttft
+
+
 def test_an_invalid_setting_rejects_that_request_alone(tiny):
     engine = Engine(*tiny, num_blocks=32, block_size=8)
     with pytest.raises(ValueError, match="top_p"):

@@ -202,3 +202,65 @@ def test_the_exercises_worked_trace_shows_both_preemption_cases(capsys):
     assert "c preempted itself: it does not run" in out
     assert "b was planned: out of the plan, +1 block, +1 budget" in out
     assert result == {"run": [("a", 15)], "preempted": ["c", "b"], "free_blocks": 0}
+
+
+# --- the same hints in Chinese (set_language("zh"), as the notebooks in zh/ do) ----------------
+
+@pytest.fixture
+def chinese():
+    from minillm.course import set_language
+
+    set_language("zh")
+    yield
+    set_language("en")
+
+
+ZH_HINTS = [  # (check, a wrong answer, the Chinese words of its hint)
+    (checks.check_admit_waiting, admit(stop=False), "遇到第一个放不下的请求就停下"),
+    (checks.check_admit_waiting, admit(seats=False), "最多接纳 free_seats 个请求"),
+    (checks.check_admit_waiting, admit(chunk=False), "分块预填充（chunked prefill）"),
+    (checks.check_admit_waiting, admit(blocks=False), "都空闲时，才接纳"),
+    (checks.check_plan_running, running(decodes_first=False), "解码（只剩一个词元）排在前面"),
+    (checks.check_plan_running, running(victim=0), "而不是第一个"),
+    (checks.check_plan_running, running(preempt=False), "free_blocks 就会小于 0"),
+    (checks.check_plan_running, running(run_self=True), "抢占了自己的请求"),
+    (checks.check_plan_running, running(use_budget=False), "预算用完这一步就停"),
+    (checks.check_schedule_step, step(admit_after_preempt=True), "不接纳任何新请求"),
+    (checks.check_schedule_step, step(seats_from_max=True), "减去仍在运行的请求数"),
+]
+
+
+@pytest.mark.parametrize("check, wrong, words", ZH_HINTS, ids=[w for _, _, w in ZH_HINTS])
+def test_each_hint_comes_in_chinese(chinese, check, wrong, words):
+    with pytest.raises(CheckFailed) as failure:
+        check(wrong)
+    message = str(failure.value)
+    assert words in message and "你的计划是" in message, message
+    assert "you planned" not in message and "expected" not in message, message
+
+
+def test_the_allocator_messages_come_in_chinese(chinese, solutions):
+    class NoCounts(solutions["BlockAllocator"]):
+        def free(self, block):
+            if block not in self.free_list:
+                self.free_list.append(block)
+            self.ref_count[block] = 0
+
+    class NumFreeMethod(solutions["BlockAllocator"]):
+        def num_free(self):
+            return 0
+
+    with pytest.raises(CheckFailed, match="还被另一条序列占用着.*不能回到池里"):
+        checks.check_block_allocator(NoCounts)
+    with pytest.raises(CheckFailed, match="num_free 是一个方法"):
+        checks.check_block_allocator(NumFreeMethod)
+
+
+def test_the_trace_comes_in_chinese(chinese, capsys):
+    case = [checks._r("a", 30, 4, 1), checks._r("b", 9, 8, 2), checks._r("c", 5, 4, 1)]
+    result = checks.trace_plan_running(case, free_blocks=1, budget=16, block_size=4)
+    out = capsys.readouterr().out
+    assert "c 抢占了它自己：这一步不运行" in out
+    assert "b 原本已排进计划：移出计划，+1 个块，预算 +1" in out
+    assert "结果：" in out and "result" not in out and "preempt " not in out, out
+    assert result == {"run": [("a", 15)], "preempted": ["c", "b"], "free_blocks": 0}

@@ -37,8 +37,10 @@ def test_every_lesson_has_an_exercise_and_a_solution(edition):
             assert (ROOT / folder / edition / lesson.name).is_file(), \
                 f"no {folder}/{edition}{'/' if edition else ''}{lesson.name}"
     for part in sorted((ROOT / "notebooks" / edition).glob("[0-9][0-9][a-z]_*.ipynb")):
-        # a chapter's second lesson (03b_...): its chapter's exercise notebook covers it
-        assert list((ROOT / "exercises" / edition).glob(f"{part.name[:2]}_*.ipynb")), \
+        # a chapter's second lesson (03b_...): its chapter's exercise notebook covers it (in
+        # Chinese, or in English while the chapter's exercise is not translated yet: 05b before 05)
+        assert any((ROOT / "exercises" / e).glob(f"{part.name[:2]}_*.ipynb")
+                   for e in {edition, ""}), \
             f"{part.name} belongs to chapter {part.name[:2]}, which has no exercise notebook"
 
 

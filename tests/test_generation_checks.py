@@ -337,3 +337,108 @@ def test_attend_in_blocks_reading_twice_or_a_wrong_shape_is_named():
         checks.check_attend_in_blocks(twice)
     with pytest.raises(CheckFailed, match=r"shape \(1, 8\).*shape \(d_v,\)"):
         checks.check_attend_in_blocks(lambda q, blocks: right_blocks(q, blocks)[None])
+
+
+# --- the same hints in Chinese (set_language("zh"), as the notebooks in zh/ do) ----------------
+
+@pytest.fixture
+def chinese():
+    from minillm.course import set_language
+
+    set_language("zh")
+    yield
+    set_language("en")
+
+
+def _copies(keys, values, k, v, length):
+    return torch.cat([keys[:, :, :length], k], 2), torch.cat([values[:, :, :length], v], 2)
+
+
+def _whole_buffer(keys, values, k, v, length):
+    right_append(keys, values, k, v, length)
+    return keys, values
+
+
+def _at_zero(keys, values, k, v, length):
+    right_append(keys, values, k, v, 0)
+    return keys[:, :, :length + k.shape[2]], values[:, :, :length + k.shape[2]]
+
+
+def _never_full(keys, values, k, v, length):
+    end = length + k.shape[2]
+    keys[:, :, length:end] = k[:, :, :keys.shape[2] - length]
+    values[:, :, length:end] = v[:, :, :keys.shape[2] - length]
+    return keys[:, :, :end], values[:, :, :end]
+
+
+def _uncached(model, prompt_ids, max_new_tokens, eos_token_ids):
+    ids = list(prompt_ids)
+    with torch.inference_mode():
+        for _ in range(max_new_tokens):
+            ids.append(int(model(torch.tensor([ids]))[0, -1].argmax()))
+    return ids[len(prompt_ids):]
+
+
+def _joins(q, blocks):
+    blocks = list(blocks)
+    keys, values = torch.cat([k for k, _ in blocks]), torch.cat([v for _, v in blocks])
+    return torch.softmax(keys @ q / q.shape[0] ** 0.5, 0) @ values
+
+
+ZH_CASES = {  # name: (check, wrong answer, Chinese words of its message, English words of it)
+    "no factor 2": (checks.check_kv_cache_bytes, lambda l, h, d, t, b: l * h * d * t * b,
+                    "既有键也有值", "keys AND values"),
+    "no layers": (checks.check_kv_cache_bytes, lambda l, h, d, t, b: 2 * h * d * t * b,
+                  "每一层都存着自己的键和值", "multiply by n_layers"),
+    "values not bytes": (checks.check_kv_cache_bytes, lambda l, h, d, t, b: 2 * l * h * d * t,
+                         "不是字节数", "counts values, not bytes"),
+    "bits": (checks.check_kv_cache_bytes, lambda l, h, d, t, b: 16 * l * h * d * t * b,
+             "不要再乘以 8", "do not multiply by 8"),
+    "unnamed mistake": (checks.check_kv_cache_bytes, lambda *a: right_bytes(*a) + 1,
+                        "层 x", "layers x"),
+    "fraction": (checks.check_kv_cache_bytes, lambda *a: right_bytes(*a) / 3,
+                 "字节数应该是整数", "whole number"),
+    "copy": (checks.check_append_kv, _copies, "要原地写进去", "in place"),
+    "whole buffer": (checks.check_append_kv, _whole_buffer, "你返回了整个缓冲区",
+                     "the whole buffer"),
+    "wrong position": (checks.check_append_kv, _at_zero, "它们属于之前的词元",
+                       "belong to earlier tokens"),
+    "lists": (checks.check_append_kv, lambda *a: tuple(t.tolist() for t in right_append(*a)),
+              "不要返回列表", "not lists"),
+    "never full": (checks.check_append_kv, _never_full, "放不下：缓存已满",
+                   "the cache is full"),
+    "prompt too": (lambda fn: check_decode(fn),
+                   lambda m, p, n, e: list(p) + right_decode(m, p, n, e), "只返回新词元",
+                   "return only the new tokens"),
+    "no cache": (lambda fn: check_decode(fn), _uncached, "每次调用模型都要传 cache=cache",
+                 "ran without the cache"),
+    "ignores eos": (lambda fn: check_decode(fn), lambda m, p, n, e: right_decode(m, p, n, []),
+                    "在第一个 EOS id 之后立即停止", "stop right after the first EOS"),
+    "no rescale": (checks.check_attend_in_blocks,
+                   _blocks_with(rescale_l=False, rescale_o=False), "先把 l 和 o 都乘以",
+                   "multiply both l and o"),
+    "inverted factor": (checks.check_attend_in_blocks, _blocks_with(sign=-1),
+                        "旧最大值减新最大值", "the old maximum minus"),
+    "no max": (checks.check_attend_in_blocks, _blocks_with(subtract_max=False),
+               "e^score 溢出了", "e^score overflowed"),
+    "kept blocks": (checks.check_attend_in_blocks, _joins, "说明这些块被存了下来",
+                    "the blocks were kept"),
+}
+
+
+@pytest.mark.parametrize("name", ZH_CASES)
+def test_each_hint_comes_in_chinese(chinese, name):
+    check, wrong, words, english = ZH_CASES[name]
+    with pytest.raises(CheckFailed) as failure:
+        check(wrong)
+    message = str(failure.value)
+    assert words in message, message
+    assert english not in message, message
+    assert "returned" not in message and "expected" not in message, message
+
+
+def test_the_passes_and_the_stub_come_in_chinese(chinese, capsys):
+    with pytest.raises(CheckFailed, match="还没有写"):
+        check_decode(stub)
+    checks.check_attend_in_blocks(right_blocks)
+    assert "✅ attend_in_blocks：全部 6 个用例通过" in capsys.readouterr().out

@@ -19,7 +19,9 @@ EXERCISES = sorted(SOURCES.glob("[0-9][0-9]*_*_exercise.py"))
 ZH_SOURCES = sorted((SOURCES / "zh").glob("[0-9][0-9]*_*.py"))
 MESSAGES = sorted((ROOT / "minillm" / "course").glob("checks/*.py")) + sorted(
     (ROOT / "minillm" / "course").glob("widgets/*.py"))
-EVERYTHING = LESSONS + EXERCISES + ZH_SOURCES + MESSAGES
+# the Chinese README and guides (docs/zh/) take their terms from the glossary too
+ZH_DOCS = [ROOT / "README.zh-CN.md"] + sorted((ROOT / "docs" / "zh").glob("*.md"))
+EVERYTHING = LESSONS + EXERCISES + ZH_SOURCES + MESSAGES + ZH_DOCS
 CJK = r"[\u4e00-\u9fff]"
 # a parenthesis holding Chinese, after a space (not a call such as encode("你好")), no quotes
 PAIR = re.compile(r"(?<=\s)\(([^()\"']*" + CJK + r"[^()\"']*)\)")
@@ -138,7 +140,8 @@ def test_every_english_chinese_pair_is_the_glossarys(path):
     assert not problems, "\n".join(problems)
 
 
-@pytest.mark.parametrize("path", ZH_SOURCES + MESSAGES, ids=lambda p: p.parent.name + "/" + p.stem)
+@pytest.mark.parametrize("path", ZH_SOURCES + MESSAGES + ZH_DOCS,
+                         ids=lambda p: p.parent.name + "/" + p.stem)
 def test_every_chinese_english_pair_is_the_glossarys(path):
     terms, _, _ = read_glossary()
     problems = []
@@ -170,11 +173,15 @@ def test_each_term_is_introduced_in_its_chapter_of_the_chinese_edition(chapter):
     terms, _, _ = read_glossary()
     lesson = SOURCES / "zh" / next(p.name for p in LESSONS if p.name.startswith(chapter))
     assert lesson.is_file(), f"chapter {chapter} is listed as translated but has no {lesson.name}"
+    # the chapter's lessons in Chinese: its lesson, and its second lesson (03b) where translated
+    lessons = [SOURCES / "zh" / p.name for p in LESSONS
+               if p.name[:2] == chapter and (SOURCES / "zh" / p.name).is_file()]
     introduced = {zh_term_for(english, terms).english[0]
-                  for english, before in zh_pairs(prose(lesson))
+                  for zh in lessons for english, before in zh_pairs(prose(zh))
                   if zh_term_for(english, terms) is not None
                   and before.endswith(zh_term_for(english, terms).chinese)}
-    missing = [f"{t.chinese}（{t.english[0]}）: not introduced in {lesson.name}" for t in terms
+    missing = [f"{t.chinese}（{t.english[0]}）: not introduced in "
+               f"{' or '.join(zh.name for zh in lessons)}" for t in terms
                if t.chapter == chapter and t.english[0] not in introduced]
     assert not missing, "\n".join(missing)
 

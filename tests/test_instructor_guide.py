@@ -1,5 +1,6 @@
-"""docs/instructor.md: both agendas and the timing table, generated from measured run times, and
-agendas that add up from the same estimates."""
+"""docs/instructor.md and its Chinese twin docs/zh/instructor.md: both agendas and the timing
+table, generated from measured run times (the same numbers in both guides), and agendas that add
+up from the same estimates."""
 
 import importlib.util
 import json
@@ -43,13 +44,55 @@ def test_the_guide_has_both_agendas_and_the_workshop_tools():
         assert command in text
 
 
-def test_the_timing_table_is_the_measured_one_and_covers_every_lesson(script, data):
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_timing_table_is_the_measured_one_and_covers_every_lesson(script, data, lang):
     lessons = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
     assert sorted(data["chapters"]) == lessons, "re-run scripts/measure_notebooks.py"
-    text = script.GUIDE.read_text(encoding="utf-8")
-    assert _between(text, script.START, script.END) == script.render(data).strip(), \
-        "the guide's table is not the one measure_notebooks.py renders from notebook_times.json"
+    guide = script.GUIDES[lang]
+    text = guide.read_text(encoding="utf-8")
+    assert _between(text, script.START, script.END) == script.render(data, lang).strip(), \
+        f"{guide.relative_to(ROOT)}'s table is not the one measure_notebooks.py renders from " \
+        f"notebook_times.json: run it with --render"
     assert all(c["lesson_run_s"] > 0 for c in data["chapters"].values())
+
+
+def test_the_chinese_guide_has_the_same_numbers_and_the_workshop_tools(script, data):
+    english, chinese = script.render(data, "en"), script.render(data, "zh")
+    assert re.findall(r"\d+", chinese) == re.findall(r"\d+", english)
+    assert "秒" in chinese and "分钟" in chinese and "章节" in chinese
+    for agenda in script.AGENDAS:
+        columns = [[(row.split("|")[1], row.split("|")[3]) for row in table.splitlines()[2:]]
+                   for table in (script.render_agenda(data, agenda, lang)
+                                 for lang in ("en", "zh"))]
+        assert columns[0] == columns[1], "the agendas' times and minutes differ between guides"
+    text = script.GUIDE_ZH.read_text(encoding="utf-8")
+    for command in ["make doctor", "make bundle", "make course OFFLINE=..",
+                    "python -m minillm progress", "--render"]:
+        assert command in text
+    assert "](../instructor.md)" in text, "the Chinese guide links to the English one"
+    assert "](zh/instructor.md)" in script.GUIDE.read_text(encoding="utf-8"), \
+        "the English guide links to the Chinese one"
+
+
+def test_every_agenda_item_has_its_chinese_and_no_translation_is_stale(script):
+    items = {what for agenda in script.AGENDAS for _, _, what in agenda["slots"]}
+    missing = sorted(items - set(script.AGENDA_ZH))
+    assert not missing, f"agenda items without Chinese in AGENDA_ZH: {missing}"
+    stale = sorted(set(script.AGENDA_ZH) - items)
+    assert not stale, f"AGENDA_ZH translates items no agenda has any more: {stale}"
+    with pytest.raises(SystemExit, match="no Chinese: add it to AGENDA_ZH"):
+        script._agenda_item("A slot nobody translated", "zh")
+
+
+def test_each_way_of_measuring_has_its_chinese(script):
+    assert script._how_zh("running each notebook") == "逐个运行 notebook"
+    assert script._how_zh("running each notebook with CI set (reduced sizes)") == \
+        "逐个运行 notebook，设置了 CI（规模缩小）"
+    assert script._how_zh("nbval cell times from junit.xml") == \
+        "取自 junit.xml 中 nbval 记录的各单元格耗时"
+    assert script._how_zh("2026-12-02, running each notebook") == "2026-12-02，逐个运行 notebook"
+    with pytest.raises(SystemExit, match="has no Chinese"):
+        script._how_zh("timed by hand")
 
 
 def test_the_exercise_sizes_are_those_of_the_solution_notebooks(script, data):
@@ -66,18 +109,19 @@ def test_the_exercise_sizes_are_those_of_the_solution_notebooks(script, data):
         assert 2 <= c["tasks"] <= 5, f"{name} has {c['tasks']} exercise tasks; each has 2 to 5"
 
 
+@pytest.mark.parametrize("lang", ["en", "zh"])
 @pytest.mark.parametrize("which", ["ONE_DAY", "THREE_HOURS"])
-def test_each_agenda_is_rendered_from_the_estimates_and_adds_up(script, data, which):
+def test_each_agenda_is_rendered_from_the_estimates_and_adds_up(script, data, which, lang):
     agenda = getattr(script, which)
-    text = script.GUIDE.read_text(encoding="utf-8")
+    text = script.GUIDES[lang].read_text(encoding="utf-8")
     shown = _between(text, *script._markers(agenda["marker"]))
-    assert shown == script.render_agenda(data, agenda), \
+    assert shown == script.render_agenda(data, agenda, lang), \
         "the guide's agenda is not the one measure_notebooks.py renders: run it with --render"
     rows = [line.split("|")[1:4] for line in shown.splitlines()[2:]]
     starts = [int(h) * 60 + int(m) for h, m in (re.match(r"\s*(\d+):(\d\d)", r[0]).groups()
                                                  for r in rows)]
     minutes = [int(r[2]) for r in rows[:-1]]
-    assert rows[-1][1].strip() == "End", "an agenda ends with its end time"
+    assert rows[-1][1].strip() == script.WORDS[lang]["end"], "an agenda ends with its end time"
     assert [b - a for a, b in zip(starts, starts[1:])] == minutes, "each slot starts when the " \
                                                                    "one before it ends"
     for (chapter, parts, _), slot in zip(agenda["slots"], minutes):

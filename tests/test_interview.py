@@ -1,5 +1,6 @@
-"""Chapter 10: the interview lesson's shape (questions in Chinese and English, each proved by a
-cell that asserts) and the self-check quiz. The exercise checkers are tested in
+"""Chapter 10: the interview lessons' shape (10_interview_qa, 10b_interview_engine and
+10c_interview_serving: questions numbered on across the three, in Chinese and English, each
+proved by a cell that asserts) and the self-check quiz. The exercise checkers are tested in
 test_interview_checks.py."""
 
 import math
@@ -13,7 +14,8 @@ from minillm.course.checks import ch10_interview as checks
 from minillm.model.config import ModelConfig
 
 ROOT = Path(__file__).resolve().parents[1]
-LESSON = ROOT / "notebooks" / "10_interview_qa.ipynb"
+LESSONS = [ROOT / "notebooks" / f"{name}.ipynb"
+           for name in ("10_interview_qa", "10b_interview_engine", "10c_interview_serving")]
 HAN = re.compile(r"[\u4e00-\u9fff]")
 QUESTION = re.compile(r"^##\s*Q(\d+)\b")
 
@@ -26,19 +28,30 @@ SMOLLM2 = ModelConfig(arch="llama", vocab_size=49152, hidden_size=576, n_layers=
                       tie_embeddings=True)
 
 
+NEW_QUESTIONS = ["FlashAttention", "预填充/解码分离", "KV 缓存可以量化", "分块预填充",
+                 "动态批处理和连续批处理", "MLA", "GPTQ、AWQ 和 SmoothQuant", "EAGLE、MTP"]
+
+
 def _questions():
-    cells = nbformat.read(LESSON, as_version=4).cells
     found = []
-    for i, cell in enumerate(cells):
-        if cell.cell_type == "markdown" and QUESTION.match(cell.source):
-            found.append((cell, cells[i + 1] if i + 1 < len(cells) else None))
+    for lesson in LESSONS:
+        cells = nbformat.read(lesson, as_version=4).cells
+        for i, cell in enumerate(cells):
+            if cell.cell_type == "markdown" and QUESTION.match(cell.source):
+                found.append((cell, cells[i + 1] if i + 1 < len(cells) else None))
     return found
 
 
-def test_lesson_has_at_least_21_numbered_questions():
+def test_the_chapter_has_at_least_32_questions_numbered_across_its_lessons():
     numbers = [int(QUESTION.match(q.source).group(1)) for q, _ in _questions()]
-    assert len(numbers) >= 21, f"only {len(numbers)} questions"
+    assert len(numbers) >= 32, f"only {len(numbers)} questions"
     assert numbers == list(range(1, len(numbers) + 1)), f"questions out of order: {numbers}"
+
+
+def test_the_serving_questions_are_asked():
+    titles = " ".join(q.source.splitlines()[0] for q, _ in _questions())
+    missing = [topic for topic in NEW_QUESTIONS if topic not in titles]
+    assert not missing, f"no question on {missing}"
 
 
 def test_each_question_is_answered_in_chinese_and_english():
@@ -72,16 +85,27 @@ def test_the_source_texts_six_questions_come_first():
 
 
 def test_the_top_k_top_p_order_and_imprecisions_are_discussed():
-    text = LESSON.read_text(encoding="utf-8")
+    text = LESSONS[0].read_text(encoding="utf-8")
     assert "TopKProcessor(k), TopPProcessor(p)" in text and "TopPProcessor(p), TopKProcessor(k)" \
         in text, "the lesson must apply both orders to real logits"
     assert text.count("⚠️") >= 3
 
 
-def test_lesson_has_no_outputs():
-    for cell in nbformat.read(LESSON, as_version=4).cells:
+@pytest.mark.parametrize("lesson", LESSONS, ids=lambda p: p.stem)
+def test_lesson_has_no_outputs(lesson):
+    for cell in nbformat.read(lesson, as_version=4).cells:
         if cell.cell_type == "code":
             assert not cell.outputs and cell.execution_count is None
+
+
+SOURCES = ROOT / "minillm" / "course" / "lessons"
+
+
+def test_the_old_errors_stay_fixed():
+    text = "\n".join(p.read_text(encoding="utf-8") for p in sorted(SOURCES.glob("10*.py")))
+    assert "1/4 or 1/8" not in text and "1/4 或 1/8" not in text, "int4 here is 5 bits a weight"
+    assert "chapter 07 measures it" not in text, "07 has no 16-bit SmolLM2 to measure int4 against"
+    assert "abs(wall - predicted)" not in text, "TTFT + TPOT (n - 1) equals the stamps by definition"
 
 
 # --- the quiz -------------------------------------------------------------------------------------

@@ -1,43 +1,35 @@
 """The chapter 10 exercise checkers: the right answers pass; each usual mistake gets its own hint
-(and no other mistake gets it); the quiz's formulas are the lesson's."""
+(and no other mistake gets it); the formulas the lesson and the quiz use."""
 
 import math
 
 import pytest
-import torch
 
 from minillm.course.checks import ch10_interview as checks
 from minillm.course.checks._base import CheckFailed
-from minillm.decoding.processors import TopKProcessor, TopPProcessor
+from minillm.speculative import expected_tokens_per_pass
 
 from test_tokenizer_checks import assert_hints_are_specific
 
 
-def sampling_filter(logits, temperature, top_k, top_p):
-    logits = logits / temperature
-    if top_k:
-        logits = TopKProcessor(top_k)(None, logits)
-    if top_p < 1.0:
-        logits = TopPProcessor(top_p)(None, logits)
-    return logits
+def tp_decode_bound(n_params, bytes_per_param, n_gpus, bandwidth):
+    return bandwidth * n_gpus / (n_params * bytes_per_param)
 
 
-def count_parameters(c):
-    per_layer = (c.hidden_size * c.head_dim * (2 * c.n_heads + 2 * c.n_kv_heads)
-                 + 3 * c.hidden_size * c.intermediate_size + 2 * c.hidden_size)
-    head = 0 if c.tie_embeddings else c.vocab_size * c.hidden_size
-    return c.vocab_size * c.hidden_size + c.n_layers * per_layer + c.hidden_size + head
+def max_batch(pool_bytes, c, tokens, bytes_per_value):
+    return int(pool_bytes // (2 * c.n_layers * c.n_kv_heads * c.head_dim * tokens
+                              * bytes_per_value))
 
 
-def kv_cache_bytes(c, tokens, batch, dtype):
-    size = torch.tensor([], dtype=dtype).element_size()
-    return 2 * c.n_layers * c.n_kv_heads * c.head_dim * tokens * batch * size
+def speculative_speedup(alpha, k, draft_cost):
+    closed = k + 1 if alpha == 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
+    return closed / (1 + k * draft_cost)
 
 
 def test_right_answers_pass(capsys):
-    checks.check_sampling_filter(sampling_filter)
-    checks.check_count_parameters(count_parameters)
-    checks.check_kv_cache_bytes(kv_cache_bytes)
+    checks.check_tp_decode_bound(tp_decode_bound)
+    checks.check_max_batch(max_batch)
+    checks.check_speculative_speedup(speculative_speedup)
     assert capsys.readouterr().out.count("✅") == 3
 
 
@@ -46,10 +38,15 @@ def test_the_worked_numbers():
     assert checks.weight_memory_gb_reference(70e9, 4) == 35
     assert math.isclose(checks.kv_cache_gb_reference(32, 32, 128, 4096, 1, 2), 2.147483648)
     assert math.isclose(checks.decode_bound_reference(14e9, 3350), 239.2857142857, rel_tol=1e-9)
+    # the exercise's three headline questions
+    assert math.isclose(checks.tp_decode_bound_reference(70e9, 1, 4, 3.35e12), 3.35e12 / 17.5e9)
+    llama70 = checks.PARAM_CONFIGS["Llama-3-70B"]
+    assert checks.max_batch_reference(80e9, llama70, 8192, 2) == 29  # 2.68 GB a sequence
+    assert math.isclose(checks.speculative_speedup_reference(0.7, 4, 0), (1 - 0.7 ** 5) / 0.3)
 
 
-@pytest.mark.parametrize("check", [checks.check_sampling_filter, checks.check_count_parameters,
-                                   checks.check_kv_cache_bytes])
+@pytest.mark.parametrize("check", [checks.check_tp_decode_bound, checks.check_max_batch,
+                                   checks.check_speculative_speedup])
 def test_stubs_say_not_written_yet(check):
     def stub(*args):
         raise NotImplementedError
@@ -58,61 +55,137 @@ def test_stubs_say_not_written_yet(check):
         check(stub)
 
 
-def chain(order):
-    return lambda *args: checks._chain(*args, order)
-
-
-def test_sampling_filter_hints_are_specific():
-    assert_hints_are_specific(checks.check_sampling_filter, {
-        "top-p first": (chain("tpk"), "top-p before top-k"),
-        "temperature last": (chain("kpt"), "BEFORE the filters"),
-        "no temperature": (chain("kp"), "temperature is missing"),
-        "probabilities": (lambda *a: torch.softmax(sampling_filter(*a), -1), "not probabilities"),
+def test_tp_decode_bound_hints_are_specific():
+    assert_hints_are_specific(checks.check_tp_decode_bound, {
+        "one GPU reads everything": (lambda n, s, g, b: b / (n * s), "divide the weight bytes"),
+        "bits": (lambda *a: tp_decode_bound(*a) / 8, "do not multiply by 8"),
+        "seconds": (lambda *a: 1 / tp_decode_bound(*a), "its inverse"),
+        "always fp16": (lambda n, s, g, b: tp_decode_bound(n, 2, g, b), "as given"),
     })
 
 
-def test_top_k_zero_taken_literally_is_explained():
-    def literal(logits, temperature, top_k, top_p):
-        logits = logits / temperature
-        logits = logits.masked_fill(logits < torch.topk(logits, top_k).values[..., -1:],
-                                    float("-inf"))
-        return TopPProcessor(top_p)(None, logits) if top_p < 1 else logits
-
-    with pytest.raises(CheckFailed, match="top_k = 0 means no top-k filter"):
-        checks.check_sampling_filter(literal)
+def test_tp_decode_bound_an_unnamed_mistake_gets_the_formula_only():
+    with pytest.raises(CheckFailed) as failure:
+        checks.check_tp_decode_bound(lambda *a: 2 * tp_decode_bound(*a))
+    message = str(failure.value)
+    assert "n_params x bytes_per_param / n_gpus" in message
+    assert "do not multiply" not in message and "inverse" not in message
 
 
-def test_count_parameters_hints_are_specific():
-    def variant(**kind):
-        return lambda c: checks._param_variant(c, **kind)
+def test_max_batch_hints_are_specific():
+    def per_sequence(c, t, s, heads, factor=2):
+        return factor * c.n_layers * heads * c.head_dim * t * s
 
-    assert_hints_are_specific(checks.check_count_parameters, {
-        "tied head counted": (variant(head=True), "count it once"),
-        "untied head missing": (variant(head=False), "a matrix of its own"),
-        "no norms": (variant(norms=False), "RMSNorm weights count too"),
-        "no GQA": (variant(gqa=False), "not n_heads x head_dim"),
-        "two MLP matrices": (variant(mlp_matrices=2), "three matrices"),
+    assert_hints_are_specific(checks.check_max_batch, {
+        "query heads": (lambda p, c, t, s: int(p // per_sequence(c, t, s, c.n_heads)),
+                        "not n_heads"),
+        "no factor 2": (lambda p, c, t, s: int(p // per_sequence(c, t, s, c.n_kv_heads, 1)),
+                        "a key AND a value"),
+        "rounded up": (lambda p, c, t, s: math.ceil(p / per_sequence(c, t, s, c.n_kv_heads)),
+                       "round down: a sequence"),
     })
 
 
-def test_count_parameters_as_a_float_is_accepted_when_whole(capsys):
-    checks.check_count_parameters(lambda c: float(count_parameters(c)))
+def test_max_batch_a_fraction_is_refused_plainly():
+    with pytest.raises(CheckFailed, match="whole number of sequences"):
+        checks.check_max_batch(lambda p, c, t, s: p / (2 * c.n_layers * c.n_kv_heads
+                                                       * c.head_dim * t * s))
+
+
+def test_max_batch_a_whole_float_is_accepted(capsys):
+    checks.check_max_batch(lambda *a: float(max_batch(*a)))
     assert "✅" in capsys.readouterr().out
 
 
-def test_kv_cache_bytes_hints_are_specific():
-    def variant(**kind):
-        return lambda *a: checks._kv_variant(*a, **kind)
-
-    assert_hints_are_specific(checks.check_kv_cache_bytes, {
-        "query heads": (variant(heads="q"), "not n_heads"),
-        "no factor 2": (variant(factor=1), "keys AND values"),
-        "no batch": (variant(with_batch=False), "multiply by batch"),
-        "always 4 bytes": (variant(size=4), "depend on dtype"),
-        "bits": (lambda *a: 8 * kv_cache_bytes(*a), "do not multiply by 8"),
+def test_speculative_speedup_hints_are_specific():
+    assert_hints_are_specific(checks.check_speculative_speedup, {
+        "linear": (lambda a, k, c: (1 + k * a) / (1 + k * c), "alpha^i, not alpha"),
+        "no bonus token": (lambda a, k, c: sum(a ** i for i in range(k)) / (1 + k * c),
+                           "one token of the target's own"),
+        "free draft": (lambda a, k, c: expected_tokens_per_pass(a, k), "take time too"),
     })
 
 
-def test_a_crash_on_the_dtype_gets_a_plain_message():
-    with pytest.raises(CheckFailed, match="raised AttributeError"):
-        checks.check_kv_cache_bytes(lambda c, t, b, dtype: dtype.nbytes)
+def test_speculative_speedup_closed_form_that_divides_by_zero_is_told_why():
+    with pytest.raises(CheckFailed, match="every draft is accepted"):
+        checks.check_speculative_speedup(
+            lambda a, k, c: (1 - a ** (k + 1)) / (1 - a) / (1 + k * c))
+
+
+def test_messages_print_enough_digits_to_tell_answers_apart():
+    with pytest.raises(CheckFailed) as failure:
+        checks.check_speculative_speedup(lambda *a: speculative_speedup(*a) * (1 + 1e-4))
+    message = str(failure.value)
+    got, want = message.split("returned ")[1].split(", expected ")
+    assert got.split()[0] != want.split()[0].rstrip(":"), message
+
+
+# --- the same hints in Chinese (set_language("zh"), as the notebooks in zh/ do) ----------------
+
+@pytest.fixture
+def chinese():
+    from minillm.course import set_language
+
+    set_language("zh")
+    yield
+    set_language("en")
+
+
+def per_sequence(c, t, s, heads, factor=2):
+    return factor * c.n_layers * heads * c.head_dim * t * s
+
+
+ZH_CASES = {  # mistake: (check, wrong function, words of its Chinese hint)
+    "one GPU reads everything": (checks.check_tp_decode_bound,
+                                 lambda n, s, g, b: b / (n * s), "权重字节数要除以 n_gpus"),
+    "bits": (checks.check_tp_decode_bound, lambda *a: tp_decode_bound(*a) / 8, "不要再乘以 8"),
+    "seconds": (checks.check_tp_decode_bound, lambda *a: 1 / tp_decode_bound(*a), "是它的倒数"),
+    "always fp16": (checks.check_tp_decode_bound, lambda n, s, g, b: tp_decode_bound(n, 2, g, b),
+                    "按给定的 bytes_per_param"),
+    "tp unnamed": (checks.check_tp_decode_bound, lambda *a: 2 * tp_decode_bound(*a),
+                   "每一步每块 GPU 都要读自己那份权重"),
+    "query heads": (checks.check_max_batch,
+                    lambda p, c, t, s: int(p // per_sequence(c, t, s, c.n_heads)),
+                    "不是 n_heads 个"),
+    "no factor 2": (checks.check_max_batch,
+                    lambda p, c, t, s: int(p // per_sequence(c, t, s, c.n_kv_heads, 1)),
+                    "既存键也存值"),
+    "rounded up": (checks.check_max_batch,
+                   lambda p, c, t, s: math.ceil(p / per_sequence(c, t, s, c.n_kv_heads)),
+                   "向下取整"),
+    "a fraction": (checks.check_max_batch,
+                   lambda p, c, t, s: p / per_sequence(c, t, s, c.n_kv_heads),
+                   "批里的序列数是整数"),
+    "linear": (checks.check_speculative_speedup, lambda a, k, c: (1 + k * a) / (1 + k * c),
+               "而不是 1 + k x alpha"),
+    "no bonus token": (checks.check_speculative_speedup,
+                       lambda a, k, c: sum(a ** i for i in range(k)) / (1 + k * c),
+                       "目标模型自己的词元"),
+    "free draft": (checks.check_speculative_speedup,
+                   lambda a, k, c: expected_tokens_per_pass(a, k), "草稿的 k 步也要花时间"),
+    "divides by zero": (checks.check_speculative_speedup,
+                        lambda a, k, c: (1 - a ** (k + 1)) / (1 - a) / (1 + k * c),
+                        "每个草稿词元都被接受"),
+}
+
+
+@pytest.mark.parametrize("name", ZH_CASES)
+def test_each_hint_comes_in_chinese(chinese, name):
+    check, wrong, words = ZH_CASES[name]
+    with pytest.raises(CheckFailed) as failure:
+        check(wrong)
+    message = str(failure.value)
+    assert words in message, message
+    assert "返回了" in message or "抛出" in message, message
+    assert "returned" not in message and "expected" not in message, message
+
+
+def test_the_quiz_speaks_chinese(chinese):
+    smollm2 = checks.PARAM_CONFIGS["SmolLM2-135M"]
+    quiz = checks.Quiz(checks.build_quiz(smollm2))
+    assert "温度" in quiz.current.prompt and quiz.current.choices[1] == "贪心解码"
+    ok, message = quiz.check(1)
+    assert ok and message.startswith("✅ 答对了。答案：贪心解码。"), message
+    assert "不是一个数" in checks.grade(checks.build_quiz(smollm2)[1], "lots")[1]
+    assert "还没有作答" in checks.grade(quiz.current, None)[1]
+    assert quiz.status() == "第 1 题，共 9 题 · 得分 1 / 已答 1 题"

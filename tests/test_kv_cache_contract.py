@@ -1,15 +1,21 @@
 """The KV-cache contract (minillm.generation.kv_cache), held against every cache minillm has:
-`KVCache`, `RingKVCache` and the engine's `PagedBatch` run through the same cases on a tiny random
-Llama (readable and fast), each checked against the model run without a cache. The capabilities
-each cache claims are pinned in CLAIMS; one it does not claim must refuse with a clear error."""
+`KVCache`, `RingKVCache`, the engine's `PagedBatch`, and the 8-bit caches (`QuantizedKVCache`,
+a `PagedBatch` over a `QuantizedKVPool`) run through the same cases on a tiny random Llama
+(readable and fast). A float cache is checked against the model run without a cache; an 8-bit
+one against the whole sequence run in one pass through a fresh cache of its kind (rounding
+keys and values changes the logits: tests/test_kv_quant.py measures by how much). The
+capabilities each cache claims are pinned in CLAIMS; one it does not claim must refuse with a
+clear error."""
 
 import pytest
 import torch
 
 from minillm.course.toy import tiny_model
-from minillm.engine import BlockManager, PagedBatch, PagedKVPool
+from minillm.engine import BlockManager, PagedBatch, PagedKVPool, QuantizedKVPool
 from minillm.fast import optimize
 from minillm.generation.kv_cache import KVCache, KVCacheBase, KVCacheProtocol, capability
+from minillm.generation.kv_quant import HeadRanges
+from minillm.generation.quantized_kv_cache import QuantizedKVCache
 from minillm.generation.sliding_window import RingKVCache
 from minillm.kernels import dispatch
 
@@ -40,8 +46,8 @@ def ring(model):  # a window as long as the text: the ring never wraps, attentio
     return lambda done, new: cache
 
 
-def paged(model):
-    pool = PagedKVPool.for_model(model, num_blocks=16, block_size=4)
+def paged(model, pool=None):
+    pool = pool or PagedKVPool.for_model(model, num_blocks=16, block_size=4)
     blocks, tables = BlockManager(16, 4), [[] for _ in range(ROWS)]
     for length in range(1, TOKENS + 1):  # rows take turns: their blocks interleave in the pool
         for table in tables:
@@ -49,11 +55,50 @@ def paged(model):
     return lambda done, new: PagedBatch(pool, tables, [done] * ROWS, [new] * ROWS)
 
 
-CACHES = {"KVCache": contiguous, "RingKVCache": ring, "PagedBatch": paged}
+def head_ranges(model):
+    """Per-head ranges calibrated on the tests' tokens, at least 5 (append's random keys fit)."""
+    cache = KVCache.for_model(model, ROWS, TOKENS)
+    with torch.inference_mode():
+        model(_ids(), cache=cache)
+    ranges = HeadRanges.calibrate(cache)
+    return HeadRanges([k.clamp(min=5.0) for k in ranges.keys],
+                      [v.clamp(min=5.0) for v in ranges.values])
+
+
+def int8_per_token(model):
+    cache = QuantizedKVCache.for_model(model, ROWS, TOKENS, "int8")
+    return lambda done, new: cache
+
+
+def fp8_per_head(model):
+    cache = QuantizedKVCache.for_model(model, ROWS, TOKENS, "fp8_e4m3", head_ranges(model))
+    return lambda done, new: cache
+
+
+def paged_fp8_per_token(model):
+    return paged(model, QuantizedKVPool.for_model(model, 16, 4, "fp8_e4m3"))
+
+
+def paged_int8_per_head(model):
+    return paged(model, QuantizedKVPool.for_model(model, 16, 4, "int8", head_ranges(model)))
+
+
+CACHES = {"KVCache": contiguous, "RingKVCache": ring, "PagedBatch": paged,
+          "QuantizedKVCache int8 per token": int8_per_token,
+          "QuantizedKVCache fp8 per head": fp8_per_head,
+          "PagedBatch fp8 per token": paged_fp8_per_token,
+          "PagedBatch int8 per head": paged_int8_per_head}
+QUANTIZED = {name for name in CACHES if " " in name}
 CLAIMS = {  # what each cache says it can do beyond the required part
     "KVCache": {"contiguous", "crop", "reorder"},
     "RingKVCache": {"reorder"},
     "PagedBatch": {"attends"},  # a decode step on the CPU, where minillm's kernel is built
+    # 8-bit: neither contiguous (the fused step writes float32) nor attending (the C kernel
+    # reads float32 slots); every step goes through append, which dequantizes
+    "QuantizedKVCache int8 per token": {"crop", "reorder"},
+    "QuantizedKVCache fp8 per head": {"crop", "reorder"},
+    "PagedBatch fp8 per token": set(),
+    "PagedBatch int8 per head": set(),
 }
 
 
@@ -79,6 +124,15 @@ def _uncached(model, ids):
         return model(ids)
 
 
+def _reference(model, name, ids):
+    """What passes through cache `name` must give: the uncached logits for a float cache; for
+    an 8-bit one, the whole sequence in one pass through a fresh cache of its kind (a key's
+    rounding depends on that key alone, or on fixed per-head scales, not on the chunking)."""
+    if name not in QUANTIZED:
+        return _uncached(model, ids)
+    return _run(model, CACHES[name](model), ids, [ids.shape[1]])
+
+
 # --- the required part ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", CACHES)
@@ -99,7 +153,7 @@ def test_passes_through_the_cache_give_the_uncached_logits(models, kind, chunks,
     lets it run)."""
     model, ids = models[kind], _ids()
     got = _run(model, CACHES[name](model), ids, chunks)
-    torch.testing.assert_close(got, _uncached(model, ids), atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(got, _reference(model, name, ids), atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.parametrize("name", CACHES)
@@ -113,7 +167,10 @@ def test_append_returns_every_key_so_far_with_the_new_ones_last(models, name):
     keys, values = cache.append(1, k, v)
     assert keys.shape == values.shape == (ROWS, c.n_kv_heads, 8, c.head_dim)
     assert keys.dtype == values.dtype == k.dtype
-    assert torch.equal(keys[:, :, -3:], k) and torch.equal(values[:, :, -3:], v)
+    if name not in QUANTIZED:
+        assert torch.equal(keys[:, :, -3:], k) and torch.equal(values[:, :, -3:], v)
+    for got, sent in ((keys[:, :, -3:], k), (values[:, :, -3:], v)):  # fp8: 1/16 of a value
+        assert ((got - sent).abs() <= sent.abs() / 16 + 5.0 / 127).all()
 
 
 # --- the optional capabilities: claimed and working, or refused plainly ---------------------------
@@ -128,11 +185,12 @@ def test_a_cache_attends_itself_only_where_it_claims_to(models, name):
         c = model.config
         q = torch.zeros(ROWS, c.n_heads, 1, c.head_dim)
         k = torch.zeros(ROWS, c.n_kv_heads, 1, c.head_dim)
-        with pytest.raises(NotImplementedError, match=f"{name} does not attend itself"):
+        with pytest.raises(NotImplementedError,
+                           match=f"{type(step).__name__} does not attend itself"):
             step.attend(0, q, k, k)
     else:  # its logits: test_passes_through_the_cache_give_the_uncached_logits
         assert "attends" in CLAIMS[name]
-    if name == "PagedBatch":
+    if name.startswith("PagedBatch"):
         assert capability(step, "attends") == dispatch.paged_attention(step.pool.keys[0])
 
 
@@ -160,13 +218,13 @@ def test_crop_forgets_the_tokens_after_a_length_or_refuses(models, name):
     _run(model, cache_for, ids, [6, 3])
     cache = cache_for(9, 1)
     if "crop" not in CLAIMS[name]:
-        with pytest.raises(NotImplementedError, match=f"{name} cannot crop"):
+        with pytest.raises(NotImplementedError, match=f"{type(cache).__name__} cannot crop"):
             cache.crop(6)
         return
     cache.crop(6)
     assert cache.length == 6
     got = _run(model, cache_for, ids, [2, 1, 1, 2], done=6)
-    torch.testing.assert_close(got, _uncached(model, ids)[:, 6:], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(got, _reference(model, name, ids)[:, 6:], atol=1e-4, rtol=1e-4)
     with pytest.raises(ValueError, match="cannot crop a cache of 12 tokens to 13"):
         cache.crop(13)
 
@@ -181,13 +239,14 @@ def test_reorder_keeps_the_rows_in_a_new_order_or_refuses(models, name):
     cache = cache_for(7, 1)
     swap = torch.tensor([1, 0])
     if "reorder" not in CLAIMS[name]:
-        with pytest.raises(NotImplementedError, match=f"{name} cannot reorder"):
+        with pytest.raises(NotImplementedError, match=f"{type(cache).__name__} cannot reorder"):
             cache.reorder(swap)
         return
     cache.reorder(swap)
     swapped = ids[swap]
     got = _run(model, cache_for, swapped, [1, 2, 2], done=7)
-    torch.testing.assert_close(got, _uncached(model, swapped)[:, 7:], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(got, _reference(model, name, swapped)[:, 7:], atol=1e-4,
+                               rtol=1e-4)
 
 
 # --- a cache that keeps only the required part --------------------------------------------------

@@ -1,6 +1,6 @@
 """One language setting for the course's own messages (minillm.course.language): English by
 default, Chinese after set_language("zh") or with MINILLM_LANGUAGE=zh; checkers, widgets and
-charts follow it, the engine and the command line never read it."""
+charts follow it; the command line never speaks it."""
 
 import os
 import subprocess

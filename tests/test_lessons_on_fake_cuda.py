@@ -26,9 +26,12 @@ GROUPS = {
 NOT_RUN = {
     "01_tokenization": "no model on a device: the tokenizer chapter runs on the CPU by design",
     "07_quantization": "time: the test budget holds the seven model-heavy chapters",
+    "07b_kv_quantization": "time: the test budget holds the seven model-heavy chapters",
     "09_scaling_out": "time; and its tensor-parallel runs are separate CPU processes (gloo), "
                       "which a harness inside the kernel cannot enter",
     "10_interview_qa": "time: the test budget holds the seven model-heavy chapters",
+    "10b_interview_engine": "time: the test budget holds the seven model-heavy chapters",
+    "10c_interview_serving": "time: the test budget holds the seven model-heavy chapters",
 }
 # Run, but the model stays on the CPU there by design (the lesson says why: it opens the model up
 # tensor by tensor against transformers'): only the absence of device errors is checked.

@@ -206,3 +206,75 @@ def test_an_unwritten_stub_says_so(check):
 
     with pytest.raises(CheckFailed, match="not written yet"):
         check(stub)
+
+
+# --- the same hints in Chinese (set_language("zh"), as the notebooks in zh/ do) ----------------
+
+@pytest.fixture
+def chinese():
+    from minillm.course import set_language
+
+    set_language("zh")
+    yield
+    set_language("en")
+
+
+ZH_HINTS = [  # (check, a wrong answer, the Chinese words of its hint)
+    (checks.check_request_metrics, lambda s, t: metrics(s, t, ttft=lambda s, t: t[0]),
+     "第一个词元到达时的时钟读数"),
+    (checks.check_request_metrics, lambda s, t: metrics(s, t, tpot=checks._tpot_over_all),
+     "只有 n - 1 个间隔"),
+    (checks.check_request_metrics,
+     lambda s, t: metrics(s, t, tpot=lambda s, t: (t[-1] - s) / len(t)), "也算进去了"),
+    (checks.check_request_metrics, lambda s, t: metrics(
+        s, t, tpot=lambda s, t: t[-1] - t[-2] if len(t) > 1 else math.nan), "这只是最后一个间隔"),
+    (checks.check_request_metrics, lambda s, t: metrics(s, t, latency=lambda s, t: t[-1] - t[0]),
+     "可用户从请求开始就在等"),
+    (checks.check_request_metrics, lambda s, t: metrics(s, t, tpot=lambda s, t: (
+        (t[-1] - t[0]) / max(len(t) - 1, 1))), "只有一个词元时没有间隔"),
+    (checks.check_request_metrics, lambda s, t: (t[0] - s, 0.0, t[-1] - s), "三个键的字典"),
+    (checks.check_predict_latency, lambda a, b, n: a + b * n, "后面只跟着 n_tokens - 1 个间隔"),
+    (checks.check_predict_latency, lambda a, b, n: (a + b) * (n - 1), "TTFT 只算一次"),
+    (checks.check_time_stream, time_stream_variant("start late"), "TTFT 算出来是 0"),
+    (checks.check_time_stream, time_stream_variant("collected"), "先把整个流收集起来"),
+    (checks.check_time_stream, time_stream_variant("before"), "其实是上一项的时间"),
+    (checks.check_time_stream, time_stream_variant("perf_counter"),
+     "不要用 time.perf_counter()"),
+    (checks.check_time_stream, time_stream_variant("from the start"), "是从开始算起的"),
+    (checks.check_throughput, lambda reqs: sum(len(t) / (t[-1] - s) for s, t in reqs),
+     "各自的每秒词元数加了起来"),
+    (checks.check_throughput,
+     lambda reqs: sum(len(t) for _, t in reqs) / sum(t[-1] - s for s, t in reqs),
+     "一个接一个跑的"),
+    (checks.check_throughput,
+     lambda reqs: sum(len(t) / (t[-1] - s) for s, t in reqs) / len(reqs), "取了平均"),
+    (checks.check_throughput, lambda reqs: sum(len(t) for _, t in reqs) / (
+        max(t[-1] for _, t in reqs) - min(t[0] for _, t in reqs)), "而不是从它的第一个词元算起"),
+    (checks.check_roofline_seconds, lambda r, w, b, p, bw: min(2 * w * r / p, w * b / bw),
+     "不是 min(...)"),
+    (checks.check_roofline_seconds, lambda r, w, b, p, bw: 2 * w * r / p + w * b / bw,
+     "而不是两者之和"),
+    (checks.check_roofline_seconds, lambda r, w, b, p, bw: max(w * r / p, w * b / bw),
+     "每行、每个权重 2 FLOP"),
+    (checks.check_roofline_seconds, lambda r, w, b, p, bw: max(2 * w * r / p, w * b * r / bw),
+     "字节数不要乘以 rows"),
+    (checks.check_roofline_seconds, lambda r, w, b, p, bw: max(2 * w * r / p, w / bw),
+     "乘以 bytes_per_weight 才是"),
+    (checks.check_roofline_seconds, lambda r, w, b, p, bw: w * b / bw, "这只是读取的时间"),
+    (checks.check_roofline_seconds, lambda r, w, b, p, bw: 2 * w * r / p, "这只是计算的时间"),
+]
+
+
+@pytest.mark.parametrize("check, wrong, words", ZH_HINTS, ids=[w for _, _, w in ZH_HINTS])
+def test_each_hint_comes_in_chinese(chinese, check, wrong, words):
+    with pytest.raises(CheckFailed) as failure:
+        check(wrong)
+    message = str(failure.value)
+    assert words in message, message
+    assert not re.search(r"\b(returned|expected|the|tokens?)\b", message), message
+
+
+def test_the_chinese_edition_passes_right_answers_in_chinese(chinese, capsys):
+    checks.check_request_metrics(metrics)
+    checks.check_roofline_seconds(right_roofline)
+    assert capsys.readouterr().out.count("个用例通过") == 2

@@ -67,8 +67,7 @@ def rms_variant(**kind):
     return lambda x, w, e: checks._rms_variant(x, w, e, **kind)
 
 
-def test_rms_norm_hints_are_specific():
-    assert_hints_are_specific(checks.check_rms_norm, {
+RMS_MISTAKES = {
         "no weight": (rms_variant(weight=False), "multiply by `weight`"),
         "layer norm": (lambda x, w, e: F.layer_norm(x, x.shape[-1:], w, None, e),
                        "subtracted the mean"),
@@ -78,7 +77,11 @@ def test_rms_norm_hints_are_specific():
         "eps 1e-6": (lambda x, w, e: rms_norm(x, w, 1e-6), "not a fixed 1e-6"),
         "no eps": (lambda x, w, e: rms_norm(x, w, 0.0), "leaving it out divides by zero"),
         "wrong axis": (rms_variant(axis=0), "last axis only"),
-    })
+}
+
+
+def test_rms_norm_hints_are_specific():
+    assert_hints_are_specific(checks.check_rms_norm, RMS_MISTAKES)
 
 
 def test_rms_norm_in_place_is_named():
@@ -99,15 +102,18 @@ def rope_variant(**kind):
     return lambda x, p, t: checks._rope_variant(x, p, t, **kind)
 
 
-def test_rope_hints_are_specific():
-    assert_hints_are_specific(checks.check_rope, {
+ROPE_MISTAKES = {
         "interleaved": (lambda x, p, t: rope(x, p, t, interleaved=True), "neighbouring pairs"),
         "sign": (lambda x, p, t: rope(x, p, t, sign=-1), "wrong way round"),
         "positions ignored": (lambda x, p, t: rope(x, torch.arange(x.shape[2]).expand(
             x.shape[0], -1), t), "must come from `position_ids`"),
         "off by one": (lambda x, p, t: rope(x, p + 1, t), "off by one"),
         "exponent": (rope_variant(exponent_step=1), "steps by 2/d"),
-    })
+}
+
+
+def test_rope_hints_are_specific():
+    assert_hints_are_specific(checks.check_rope, ROPE_MISTAKES)
 
 
 def test_rope_that_stretches_vectors_is_named():
@@ -119,8 +125,7 @@ def attention_variant(**kind):
     return lambda q, k, v: checks._attention_variant(q, k, v, **kind)
 
 
-def test_attention_hints_are_specific():
-    assert_hints_are_specific(checks.check_causal_attention, {
+ATTENTION_MISTAKES = {
         "no mask": (attention_variant(causal=False), "every query sees every key"),
         "repeat": (attention_variant(interleave=False), "repeat_interleave, not repeat"),
         "no scale": (attention_variant(scale="none"), "you did not scale them"),
@@ -128,7 +133,11 @@ def test_attention_hints_are_specific():
         "softmax axis": (attention_variant(axis=-2), "the last axis (dim=-1)"),
         "no diagonal": (attention_variant(diagonal=False), "look at its own key"),
         "future": (attention_variant(future=True), "the wrong way round"),
-    })
+}
+
+
+def test_attention_hints_are_specific():
+    assert_hints_are_specific(checks.check_causal_attention, ATTENTION_MISTAKES)
 
 
 def test_dividing_by_d_is_not_blamed_on_the_softmax_axis():
@@ -141,8 +150,7 @@ def block_variant(**kind):
     return lambda x, b, c, p: checks._block_variant(x, b, c, p, **kind)
 
 
-def test_block_hints_are_specific():
-    assert_hints_are_specific(checks.check_transformer_block, {
+BLOCK_MISTAKES = {
         "no mlp": (block_variant(mlp=False), "stopped after attention"),
         "no residual": (block_variant(residual=False), "the residual connection"),
         "positions ignored": (lambda *a: block(*a, positions_from_zero=True),
@@ -152,7 +160,11 @@ def test_block_hints_are_specific():
         "rope on v": (block_variant(rope_on_v=True), "v is used as it comes"),
         "mlp on x": (block_variant(mlp_on_x=True), "not x itself"),
         "silu on up": (block_variant(silu_on_up=True), "SiLU goes on the gate"),
-    })
+}
+
+
+def test_block_hints_are_specific():
+    assert_hints_are_specific(checks.check_transformer_block, BLOCK_MISTAKES)
 
 
 def test_a_crash_inside_the_block_gets_a_plain_message():
@@ -209,3 +221,69 @@ def test_whole_model_asks_for_the_readable_model_when_given_the_fast_path():
     fast = optimize(TinyModel().inner)
     with pytest.raises(CheckFailed, match=r"fast path's model .*fast=False"):
         checks.check_whole_model(block, fast, [3, 14, 15])
+
+
+# --- the same hints in Chinese (set_language("zh"), as the notebooks in zh/ do) ----------------
+
+@pytest.fixture
+def chinese():
+    from minillm.course import set_language
+
+    set_language("zh")
+    yield
+    set_language("en")
+
+
+ZH_WORDS = {  # the Chinese words of each hint; the English hint must not show
+    "no weight": "最后还要乘以 `weight`", "layer norm": "你减去了均值",
+    "eps outside": "eps 要放在平方根里面", "sum": "你把平方加起来了",
+    "eps 1e-5": "而不是固定的 1e-5", "eps 1e-6": "而不是固定的 1e-6",
+    "no eps": "遇到全零向量就会除以零", "wrong axis": "只在最后一个轴上取平均",
+    "interleaved": "你旋转的是相邻的维度对", "sign": "你转反了方向",
+    "positions ignored": "必须由 `position_ids` 算出", "off by one": "位置差了一",
+    "exponent": "指数每次增加 2/d",
+    "no mask": "每个查询都看到了所有的键", "repeat": "而不是 repeat",
+    "no scale": "你没有做这个缩放", "divide by d": "即它的平方根",
+    "softmax axis": "权重之和必须为 1", "no diagonal": "查询可以看它自己的键",
+    "future": "掩码的方向反了",
+    "no mlp": "你在注意力之后就停下了", "no residual": "也就是残差连接",
+    "block positions ignored": "RoPE 必须用传进来的 `position_ids`",
+    "block eps 1e-5": "两个归一化都要用 `config.norm_eps`，而不是固定的 1e-5",
+    "block eps 1e-6": "两个归一化都要用 `config.norm_eps`，而不是固定的 1e-6",
+    "rope on v": "RoPE 只旋转 q 和 k", "mlp on x": "而不是 x 本身",
+    "silu on up": "SiLU 作用在门控上",
+}
+ZH_CASES = [(check, prefix + name, wrong, words)
+            for check, mistakes, prefix in [(checks.check_rms_norm, RMS_MISTAKES, ""),
+                                            (checks.check_rope, ROPE_MISTAKES, ""),
+                                            (checks.check_causal_attention, ATTENTION_MISTAKES, ""),
+                                            (checks.check_transformer_block, BLOCK_MISTAKES,
+                                             "block ")]
+            for name, (wrong, words) in mistakes.items()]
+
+
+@pytest.mark.parametrize("check, name, wrong, english", ZH_CASES, ids=[c[1] for c in ZH_CASES])
+def test_each_hint_comes_in_chinese(chinese, check, name, wrong, english):
+    with pytest.raises(CheckFailed) as failure:
+        check(wrong)
+    message = str(failure.value)
+    assert ZH_WORDS.get(name, ZH_WORDS.get(name.removeprefix("block "))) in message, message
+    assert english not in message, message
+    assert "最多相差" in message and "differs" not in message, message
+
+
+def test_the_checkers_own_messages_come_in_chinese(chinese, capsys):
+    with pytest.raises(CheckFailed, match="返回的形状是"):
+        checks.check_rms_norm(lambda x, w, e: x[..., :1])
+    with pytest.raises(CheckFailed, match="旋转不会改变每个头向量的长度"):
+        checks.check_rope(lambda x, p, t: 1.5 * rope(x, p, t))
+    model = TinyModel()
+    with pytest.raises(CheckFailed, match="（位置 37, 39, 41.*RoPE 必须用 position_ids"):
+        checks.check_whole_model(lambda *a: block(*a, positions_from_zero=True), model,
+                                 [3, 14, 15, 9, 26])
+    from minillm.fast import optimize
+
+    with pytest.raises(CheckFailed, match="这是快速路径的模型"):
+        checks.check_whole_model(block, optimize(TinyModel().inner), [3, 14, 15])
+    checks.check_whole_model(block, model, [3, 14, 15, 9, 26])
+    assert "个位置上 logits 的最大差异（两轮）" in capsys.readouterr().out

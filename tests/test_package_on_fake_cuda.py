@@ -386,7 +386,7 @@ def test_the_measuring_helpers_the_lessons_call_on_a_gpu(folder, fake):
         assert logits.device.type == "cpu"
         return (round(fp32.perplexity, 4), round(errors.max_logit_error, 4),
                 [o.token_ids for o in offline["outputs"]], online["requests"],
-                [(r["draft"], r["tokens"], r["identical"]) for r in rows],
+                [(r["draft"], r["tokens"], r["same_tokens"]) for r in rows],
                 filter_view(logits, top_k=5).ids)
     want, got = on_cpu_and_gpu(work_on, folder, fake, "readable")
     assert got == want

@@ -131,3 +131,134 @@ def test_int4_mistakes_are_named():
 
     with pytest.raises(CheckFailed, match="32 does not divide 40.*raise ValueError"):
         checks.check_int4_groups(no_check, dq_groups)
+
+
+# --- 4 · one step of GPTQ ----------------------------------------------------------------------
+
+def gptq_step(w, u, i, round_column, sign=1.0, divide=True, spread=True, write=True, copy=True):
+    w = w.clone() if copy else w
+    q = round_column(w[:, i])
+    error = (w[:, i] - q) / (u[i, i] if divide else 1.0)
+    if spread:
+        w[:, i + 1:] -= sign * error[:, None] * u[i, i + 1:][None, :]
+    if write:
+        w[:, i] = q
+    return w
+
+
+def test_gptq_step_passes_a_correct_step_and_other_correct_forms(capsys):
+    checks.check_gptq_step(gptq_step)
+
+    def outer_form(w, u, i, round_column):  # the whole row of u, column i written by the update
+        w = w.clone()
+        error = (w[:, i] - round_column(w[:, i])) / u[i, i]
+        w[:, i:] -= torch.outer(error, u[i, i:])
+        return w
+
+    checks.check_gptq_step(outer_form)
+    assert capsys.readouterr().out.count("✅") == 2
+    with pytest.raises(CheckFailed, match="not written yet"):
+        checks.check_gptq_step(lambda *a: (_ for _ in ()).throw(NotImplementedError))
+
+
+@pytest.mark.parametrize("mistake,message", [
+    (dict(sign=-1.0), "moved the wrong way"),
+    (dict(divide=False), r"divide the rounding error by u\[i, i\]"),
+    (dict(spread=False), "did not change"),
+    (dict(write=False), "column i itself is not rounded"),
+])
+def test_gptq_step_mistakes_are_named(mistake, message):
+    with pytest.raises(CheckFailed, match=message):
+        checks.check_gptq_step(lambda w, u, i, r: gptq_step(w, u, i, r, **mistake))
+
+
+def test_gptq_step_hints_fire_only_for_their_mistake():
+    def half_update(w, u, i, round_column):  # another mistake: half the correction
+        w = w.clone()
+        q = round_column(w[:, i])
+        w[:, i + 1:] -= 0.5 * ((w[:, i] - q) / u[i, i])[:, None] * u[i, i + 1:]
+        w[:, i] = q
+        return w
+
+    with pytest.raises(CheckFailed) as caught:
+        checks.check_gptq_step(half_update)
+    text = str(caught.value)
+    assert "differs from one GPTQ step" in text
+    for hint in ("wrong way", "divide the rounding", "did not change", "not rounded"):
+        assert hint not in text
+    with pytest.raises(CheckFailed, match="changed its argument"):
+        checks.check_gptq_step(lambda w, u, i, r: gptq_step(w, u, i, r, copy=False))
+
+
+# --- the same hints in Chinese (set_language("zh"), as the notebooks in zh/ do) ----------------
+
+@pytest.fixture
+def chinese():
+    from minillm.course import set_language
+
+    set_language("zh")
+    yield
+    set_language("en")
+
+
+def no_value_error(w, g):
+    rows, cols = w.shape
+    return q_groups(w[:, :cols - cols % g], g)
+
+
+ZH_MISTAKES = {  # name: (run the wrong answer, the Chinese words of its hint, its English words)
+    "128": (lambda: checks.check_absmax_int8(lambda x: q_absmax(x, qmax=128), dq_absmax),
+            "不是 128", "not 128"),
+    "max - min": (lambda: checks.check_absmax_int8(lambda x: (
+        (x / ((x.max() - x.min()).item() / 255)).round().clamp(-127, 127).to(torch.int8),
+        (x.max() - x.min()).item() / 255), dq_absmax), "零点量化", "zero-point"),
+    "max not abs": (lambda: checks.check_absmax_int8(
+        lambda x: q_absmax(x, largest=lambda x: x.max()), dq_absmax), "绝对值的最大值",
+        "largest absolute"),
+    "255": (lambda: checks.check_absmax_int8(lambda x: q_absmax(x, qmax=255), dq_absmax),
+            "不是除以 255", "not by 255"),
+    "truncated": (lambda: checks.check_absmax_int8(
+        lambda x: q_absmax(x, rounding=torch.trunc), dq_absmax), "向零截断", "truncated"),
+    "keepdim": (lambda: checks.check_quantize_int8(lambda w: per_channel(w, keepdim=True)),
+                "去掉最后一维", "drop the"),
+    "per column": (lambda: checks.check_quantize_int8(lambda w: per_channel(w, dim=0)),
+                   "每列一个", "one entry per column"),
+    "zero row": (lambda: checks.check_quantize_int8(lambda w: per_channel(w, zero_guard=False)),
+                 "就不会除以 0", "all-zero row"),
+    "16 levels": (lambda: checks.check_int4_groups(lambda w, g: q_groups(w, g, levels=16),
+                                                   dq_groups), "除以 15", "divide (max - min)"),
+    "no squeeze": (lambda: checks.check_int4_groups(lambda w, g: q_groups(w, g, squeeze=False),
+                                                    dq_groups), "squeeze(-1)", "drop the"),
+    "no ValueError": (lambda: checks.check_int4_groups(no_value_error, dq_groups),
+                      "32 不能整除 40", "does not divide"),
+    "gptq sign": (lambda: checks.check_gptq_step(
+        lambda w, u, i, r: gptq_step(w, u, i, r, sign=-1.0)), "移反了方向", "wrong way"),
+    "gptq divide": (lambda: checks.check_gptq_step(
+        lambda w, u, i, r: gptq_step(w, u, i, r, divide=False)), "先除以 u[i, i]",
+        "divide the rounding error"),
+    "gptq spread": (lambda: checks.check_gptq_step(
+        lambda w, u, i, r: gptq_step(w, u, i, r, spread=False)), "分摊给它们", "did not change"),
+    "gptq write": (lambda: checks.check_gptq_step(
+        lambda w, u, i, r: gptq_step(w, u, i, r, write=False)), "本身没有舍入", "not rounded"),
+}
+
+
+@pytest.mark.parametrize("name", ZH_MISTAKES)
+def test_each_hint_comes_in_chinese(chinese, name):
+    run, chinese_words, english_words = ZH_MISTAKES[name]
+    with pytest.raises(CheckFailed) as failure:
+        run()
+    message = str(failure.value)
+    assert chinese_words in message, message
+    assert english_words not in message, message
+
+
+def test_the_checks_pass_in_chinese(chinese, capsys):
+    checks.check_absmax_int8(q_absmax, dq_absmax)
+    checks.check_quantize_int8(per_channel)
+    checks.check_int4_groups(q_groups, dq_groups)
+    checks.check_gptq_step(gptq_step)
+    out = capsys.readouterr().out
+    for name in ("absmax int8 量化 / 反量化", "逐通道 int8", "int4 分组量化 / 反量化", "GPTQ 的一步"):
+        assert f"✅ {name}：全部" in out, out
+    assert "all" not in out and "cases pass" not in out, out

@@ -163,3 +163,83 @@ def test_stubs_say_not_written_yet(check):
 
     with pytest.raises(CheckFailed, match="not written yet"):
         check(stub)
+
+
+# --- the same hints in the Chinese edition ------------------------------------------------------
+
+@pytest.fixture
+def chinese():
+    from minillm.course import set_language
+
+    set_language("zh")
+    yield
+    set_language("en")
+
+
+def _split(kind):
+    return lambda t, p: ([(a, b) for a, b in checks._split_variant(t, p, kind)]
+                         if 1 <= p <= t else split_evenly(t, p))
+
+
+def _chunked_ffn(x, mlp, world):
+    return [(F.silu(x @ g.T) * (x @ u.T)) @ d.T for g, u, d in zip(
+        mlp.gate_proj.weight.chunk(world), mlp.up_proj.weight.chunk(world),
+        mlp.down_proj.weight.chunk(world, dim=1))]
+
+
+ZH_HINTS = [  # (check, a wrong answer, words of its Chinese hint, words of its English hint)
+    (checks.check_split_evenly, _split("rest to last"), "剩下的零头全给了最后一个进程",
+     "the last rank took all the leftover"),
+    (checks.check_split_evenly, _split("floor"), "被丢掉了", "were dropped"),
+    (checks.check_split_evenly, _split("ceil"), "向上取整", "rounding the share up"),
+    (checks.check_split_evenly, _split("last ranks"), "要分给*前面*的进程",
+     "go to the FIRST ranks"),
+    (checks.check_column_parallel, lambda x, w, world: [x @ w.T] * world, "是完整输出的形状",
+     "full output's shape"),
+    (checks.check_column_parallel, lambda x, w, world: [
+        x[..., r.start:r.stop] for r in split_evenly(w.shape[1], world)], "看起来是按输入特征切的",
+     "split by input features"),
+    (checks.check_column_parallel, lambda x, w, world: torch.cat(column(x, w, world), -1),
+     "只返回了一个张量", "return a list with one tensor per rank"),
+    (checks.check_row_parallel, lambda x, w, world: [x @ w.T] * world, "已经是完整的输出了",
+     "already the full output"),
+    (checks.check_row_parallel, column, "的一个部分和", "partial sum of the"),
+    (checks.check_tp_feed_forward, _chunked_ffn, "torch.chunk 分出来的是 4、4、2",
+     "torch.chunk gives"),
+    (checks.check_tp_feed_forward, lambda x, mlp, world: checks._ffn_variant(
+        x, mlp, world, act=F.relu), "不是 ReLU", "not ReLU"),
+    (checks.check_tp_feed_forward, lambda x, mlp, world: checks._ffn_variant(
+        x, mlp, world, silu_after=True), "SiLU 只作用在 gate 上", "goes on the gate alone"),
+    (checks.check_tp_feed_forward, lambda x, mlp, world: [mlp(x)] * world, "已经是整个输出了",
+     "already the whole output"),
+    (checks.check_percentile, lambda v, q: checks._percentile_variant(v, q, "nearest"),
+     "“最近秩”法", "nearest rank"),
+    (checks.check_percentile, lambda v, q: checks._percentile_variant(v, q, "n not n-1"),
+     "而不是 n x q / 100", "not n x q / 100"),
+    (checks.check_percentile, lambda v, q: checks._percentile_variant(v, q, "unsorted"),
+     "先把数值排序", "sort the values"),
+]
+
+
+@pytest.mark.parametrize("check, wrong, zh_words, en_words", ZH_HINTS,
+                         ids=[f"{c.__name__}-{en}" for c, _, _, en in ZH_HINTS])
+def test_each_hint_comes_in_chinese(chinese, check, wrong, zh_words, en_words):
+    with pytest.raises(CheckFailed) as failure:
+        check(wrong)
+    message = str(failure.value)
+    assert zh_words in message, message
+    assert en_words not in message, message
+
+
+def test_the_chapters_own_messages_come_in_chinese(chinese, capsys):
+    def no_check(total, parts):
+        base, extra = divmod(total, max(parts, 1))
+        return [range(i * base + min(i, extra), (i + 1) * base + min(i + 1, extra))
+                for i in range(parts)]
+
+    with pytest.raises(CheckFailed, match="项不能分给 4 个进程"):
+        checks.check_split_evenly(no_check)
+    with pytest.raises(CheckFailed, match="请返回一个数"):
+        checks.check_percentile(lambda v, q: "p99")
+    checks.check_percentile(percentile)
+    assert "✅ percentile：全部 13 个用例通过" in capsys.readouterr().out

@@ -209,7 +209,11 @@ BAD = [
     ("empty prompt", {"prompt": ""}, 400, "empty"),
     ("token id out of the vocabulary", {"prompt": [1, 64]}, 400, "outside the vocabulary"),
     ("prompt longer than the context", {"prompt": "a" * 600}, 400, "context window"),
-    ("a batch of prompts", {"prompt": ["ab", "cd"]}, 400, "one prompt per request"),
+    ("a streamed batch of prompts", {"prompt": ["ab", "cd"], "stream": True}, 400,
+     "stream: false"),
+    ("a list of objects as the prompt", {"prompt": [{"text": "x"}]}, 400,
+     "a list of lists of token ids"),
+    ("an empty prompt in a batch", {"prompt": [[3, 4], []]}, 400, "prompt 1 of the batch"),
     ("n zero", {"prompt": "x", "n": 0}, 400, "n: Input should be greater than or equal to 1"),
     ("n above the limit", {"prompt": "x", "n": 9}, 400, "limit of 8 samples"),
     ("too many stop strings", {"prompt": "x", "stop": list("abcde")}, 400, "stop"),
@@ -466,7 +470,8 @@ def test_metrics_count_tokens_and_requests_in_prometheus_text(server, client):
     assert metric(after, "minillm_num_requests_waiting") == 0
     assert metric(after, "minillm_kv_blocks_used") == 0
     assert metric(after, "minillm_kv_blocks_total") == 128
-    assert metric(after, "minillm_request_finished_total", finish_reason="length") >= 2
+    assert metric(after, "minillm_request_success_total", finished_reason="length",
+                  model_name="tiny") >= 2
 
 
 def test_metrics_see_a_running_request_and_its_cancellation(tiny):
@@ -484,9 +489,9 @@ def test_metrics_see_a_running_request_and_its_cancellation(tiny):
         assert metric(text, "minillm_num_requests_running") == 1
         assert metric(text, "minillm_kv_blocks_used") == 3  # 17 prompt tokens, blocks of 8
         assert metric(text, "minillm_prompt_tokens_total") == 17
-        assert wait_until(lambda: 'finish_reason="cancelled"' in c.get("/metrics").text)
+        assert wait_until(lambda: 'finished_reason="abort"' in c.get("/metrics").text)
         text = c.get("/metrics").text  # the client hung up: its request was cancelled
-        assert metric(text, "minillm_request_finished_total", finish_reason="cancelled") == 1
+        assert metric(text, "minillm_request_success_total", finished_reason="abort") == 1
         assert metric(text, "minillm_kv_blocks_used") == 0
 
 
@@ -508,6 +513,11 @@ BAD_FEATURE_VALUES = [
     (CHAT, {"response_format": {"type": "json_schema", "json_schema": {
         "name": "x", "schema": {"type": "object", "required": ["a"]}}}}, "response_format",
      "'required' without 'properties'"),
+    (CHAT, {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+        "type": "object", "properties": {"a": {"anyOf": [{"type": "object"},
+                                                        {"type": "object"}]}}}}}},
+     "response_format", "'anyOf' at properties.a with alternatives that can begin alike "
+                        "(object and object"),
     (CHAT, {"response_format": {"type": "xml"}}, "response_format", "response_format.type"),
     (CHAT, {"presence_penalty": -2.5}, "presence_penalty", "from -2.0 to 2.0"),  # the config's
     (COMPLETIONS, {"frequency_penalty": 3}, "frequency_penalty", "from -2.0 to 2.0"),  # check
@@ -566,6 +576,32 @@ def json_server():
     model, _ = tiny_model(vocab_size=tok.vocab_size, seed=3)
     with ServerThread(Engine(model, tok, num_blocks=256, block_size=8), "json") as running:
         yield running
+
+
+def test_a_pydantic_schema_with_optional_and_ref_is_followed(json_server):
+    """Optional fields (anyOf with null) and a nested model ($ref into $defs), as the openai
+    SDK's `response_format=SomeModel` sends them."""
+    import jsonschema
+    from typing import Optional
+
+    from pydantic import BaseModel, Field
+
+    class Toy(BaseModel):
+        name: str = Field(max_length=6)
+
+    class Pet(BaseModel):
+        age: Optional[int]
+        toy: Optional[Toy] = None
+
+    schema = Pet.model_json_schema()
+    r = httpx.post(json_server.url + CHAT, timeout=120, json={
+        "messages": [{"role": "user", "content": "a pet"}], "max_tokens": 200, "n": 3,
+        "seed": 2, "response_format": {"type": "json_schema",
+                                       "json_schema": {"name": "pet", "schema": schema}}})
+    assert r.status_code == 200, r.text
+    for c in r.json()["choices"]:  # every string bounded: every answer ends in 200 tokens
+        assert c["finish_reason"] == "stop", c
+        jsonschema.validate(json.loads(c["message"]["content"]), schema)
 
 
 PET = {"type": "object", "properties": {"name": {"type": "string"},

@@ -86,6 +86,22 @@ def test_greedy_equals_plain_on_a_small_model(tiny, draft_name):
     assert accepted > 0, "some drafts should have been accepted"
 
 
+
+def test_each_round_records_what_it_drafted_and_kept(tiny):
+    """stats.proposed_per_pass / accepted_per_pass: one entry a round, adding up to the totals;
+    prompt lookup drafts nothing where the context has no earlier match."""
+    tokenizer = Digits()
+    for prompt in tiny_prompts(4):
+        out = speculative_generate(tiny, tokenizer, prompt, PromptLookupDraft(), k=3,
+                                   max_new_tokens=16)
+        s = out.stats
+        assert len(s.proposed_per_pass) == len(s.accepted_per_pass) == s.passes
+        assert sum(s.proposed_per_pass) == s.proposed and sum(s.accepted_per_pass) == s.accepted
+        assert all(0 <= a <= p <= 3 for a, p in zip(s.accepted_per_pass, s.proposed_per_pass))
+    out = speculative_generate(tiny, tokenizer, [1, 2, 3], PromptLookupDraft(), k=3,
+                               max_new_tokens=1)
+    assert out.stats.proposed_per_pass == [0]  # no earlier match, and no room to use a draft
+
 def test_rejected_drafts_are_rolled_back(tiny):
     """A draft that is nearly always wrong: the cache is cropped every round, and at the end it
     holds exactly what a fresh prefill of the sequence (all but its last token) holds."""

@@ -146,3 +146,78 @@ def test_tokens_that_follow_the_draft_are_named():
 
     with pytest.raises(CheckFailed, match="follow the draft q, not the target p"):
         checks.check_accept_step(reversed_residual)
+
+
+# --- the same hints in Chinese (set_language("zh"), as the notebooks in zh/ do) ----------------
+
+@pytest.fixture
+def chinese():
+    from minillm.course import set_language
+
+    set_language("zh")
+    yield
+    set_language("en")
+
+
+def test_prompt_lookup_hints_come_in_chinese(chinese):
+    assert_hints_are_specific(checks.check_prompt_lookup, {
+        "first occurrence": (lookup(most_recent=False), "你取的是第一次出现的位置"),
+        "shortest first": (lookup(longest_first=False), "先试最长的 n-gram"),
+        "matches itself": (lookup(self_match=True), "更早的一次出现"),
+        "no cap": (lookup(cap=False), "最多返回 k 个词元"),
+    })
+    with pytest.raises(CheckFailed, match=r"prompt_lookup\(.*\) 返回了 .*，应为 ") as failure:
+        checks.check_prompt_lookup(lookup(cap=False))
+    assert "returned" not in str(failure.value)
+
+
+def test_verify_greedy_hints_come_in_chinese(chinese):
+    assert_hints_are_specific(checks.check_verify_greedy, {
+        "no bonus": (verify(bonus=False), "要再加上额外词元"),
+        "keeps the draft": (verify(keep_draft=True), "输出目标模型的词元"),
+        "goes on": (verify(go_on=True), "在第一个不一致处停下"),
+        "counts the replacement": (verify(count_replacement=True), "不算在内"),
+    })
+    with pytest.raises(CheckFailed, match="形状为 .* 的 target_scores") as failure:
+        checks.check_verify_greedy(verify(bonus=False))
+    assert "returned" not in str(failure.value) and "argmax：" in str(failure.value)
+
+
+@pytest.mark.parametrize("wrong, words", [
+    (lambda p, q, token, generator: (int(token), True), "必须被拒绝，并另抽一个词元"),
+    (lambda p, q, token, generator: int(token), "请返回一对 (token, accepted)"),
+    (lambda p, q, token, generator: (float(token), True), "请返回 int 类型的词元 id"),
+    (lambda p, q, token, generator: (int(token), "yes"), "请返回 True 或 False"),
+], ids=["accepts everything", "not a pair", "float token", "accepted not a bool"])
+def test_accept_step_hints_come_in_chinese(chinese, wrong, words):
+    with pytest.raises(CheckFailed) as failure:
+        checks.check_accept_step(wrong)
+    assert words in str(failure.value), str(failure.value)
+
+
+def test_accept_step_statistics_and_generator_hints_come_in_chinese(chinese, capsys):
+    def global_rng(p, q, token, generator):
+        return accept_step(p, q, token, generator, rand=lambda: torch.rand(()),
+                           multinomial=lambda r: torch.multinomial(r, 1))
+
+    with pytest.raises(CheckFailed, match="它在从全局随机数生成器里抽取"):
+        checks.check_accept_step(global_rng)
+
+    def from_p(p, q, token, generator):
+        x = int(token)
+        if torch.rand((), generator=generator, dtype=p.dtype) < torch.clamp(p[x] / q[x], max=1):
+            return x, True
+        return int(torch.multinomial(p, 1, generator=generator)), False
+
+    with pytest.raises(CheckFailed, match="似乎是直接从 p 里抽的"):
+        checks.check_accept_step(from_p)
+
+    def never_draws(p, q, token, generator):
+        x = int(token)
+        return (x, True) if p[x] >= q[x] else (int(torch.clamp(p - q, min=0).argmax()), False)
+
+    with pytest.raises(CheckFailed, match="换了两个种子不同的生成器"):
+        checks.check_accept_step(never_draws)
+    checks.check_accept_step(accept_step, draws=2000)
+    out = capsys.readouterr().out
+    assert "✅ accept_step：全部 5 个用例通过" in out and "理论值" in out, out

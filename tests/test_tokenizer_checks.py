@@ -243,3 +243,69 @@ def test_merges_in_list_order_are_accepted(capsys):
     """Applying every merge in order, each over the whole list, is the same rule: accepted."""
     checks.check_encode_with_merges(each_merge_once(list))
     assert "✅" in capsys.readouterr().out
+
+
+# --- the same hints in Chinese (set_language("zh"), as the notebooks in zh/ do) ----------------
+
+@pytest.fixture
+def chinese():
+    from minillm.course import set_language
+
+    set_language("zh")
+    yield
+    set_language("en")
+
+
+ZH_WORDS = {  # the Chinese words of each hint; the English hint must not show
+    "skips the last pair": "漏数了最后一对", "no overlap": "相互重叠的出现也都要计数",
+    "a set of pairs": "每出现一次就计一次", "every pair": "只统计挨在一起的两个 id",
+    "no skip": "从 i + 2 接着扫描", "keeps the second id": "你保留了这一对的第二个 id",
+    "first only": "要替换每一次出现", "drops the last id": "漏掉了最后一个 id",
+    "from the right": "从左往右扫描",
+    "ties to the largest pair": "按（左 id，右 id）比较", "ties to the first counted": "最先数到",
+    "unweighted": "乘以这个词的次数", "across words": "只统计每个词内部的相邻对",
+    "never stops": "没有相邻对剩下时就要停下",
+    "bytes only": "没有合并过的 UTF-8 字节", "code points": "而不是从字符的码位开始",
+    "latest first": "你先用了最晚学到的合并规则", "latest present": "你取了最晚学到的那一对",
+    "most frequent": "文本里出现次数最多的一对", "ids without 256": "产生的 id 是 256 + i",
+}
+ZH_CASES = [(check, name, wrong, words)
+            for check, mistakes in [(checks.check_pair_counts, PAIR_MISTAKES),
+                                    (checks.check_merge_pair, MERGE_MISTAKES),
+                                    (checks.check_train_merges, TRAIN_MISTAKES),
+                                    (checks.check_encode_with_merges, ENCODE_MISTAKES)]
+            for name, (wrong, words) in mistakes.items()]
+
+
+@pytest.mark.parametrize("check, name, wrong, english", ZH_CASES, ids=[c[1] for c in ZH_CASES])
+def test_each_hint_comes_in_chinese(chinese, check, name, wrong, english):
+    with pytest.raises(CheckFailed) as failure:
+        check(wrong)
+    message = str(failure.value)
+    assert ZH_WORDS[name] in message, message
+    assert english not in message, message
+    assert "应为" in message and "expected" not in message, message
+
+
+def test_the_checkers_own_messages_come_in_chinese(chinese, capsys):
+    with pytest.raises(CheckFailed, match="应当返回一个字典"):
+        checks.check_pair_counts(lambda ids: list(zip(ids, ids[1:])))
+    with pytest.raises(CheckFailed, match=r"每个键都必须是由两个 id 组成的元组"):
+        checks.check_pair_counts(lambda ids: {str(p): 1 for p in zip(ids, ids[1:])})
+    with pytest.raises(CheckFailed, match="应当返回一个列表"):
+        checks.check_merge_pair(lambda ids, pair, new_id: tuple(merge_pair(ids, pair, new_id)))
+    with pytest.raises(CheckFailed, match="每次合并都必须是由两个 id 组成的一对"):
+        checks.check_train_merges(lambda w, k: [p[0] for p in checks._reference_merges(w, k)])
+    with pytest.raises(CheckFailed, match="一直合并下去"):
+        checks.check_encode_with_merges(_one_pass)
+    checks.check_merge_pair(merge_pair)
+    assert "✅ merge pair：全部" in capsys.readouterr().out
+
+
+def _one_pass(text, merges):
+    rank = {tuple(p): i for i, p in enumerate(merges)}
+    ids = list(text.encode("utf-8"))
+    for pair in list(pair_counts(ids)):
+        if pair in rank:
+            ids = merge_pair(ids, pair, 256 + rank[pair])
+    return ids

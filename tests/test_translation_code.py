@@ -13,7 +13,7 @@ from script_modules import script
 
 ROOT = Path(__file__).resolve().parents[1]
 ZH_NOTEBOOKS = sorted(p for folder in ("notebooks", "exercises", "solutions")
-                      for p in (ROOT / folder / "zh").glob("[0-9][0-9]_*.ipynb"))
+                      for p in (ROOT / folder / "zh").glob("[0-9][0-9]*_*.ipynb"))
 # Where a string literal is what the model or the tokenizer reads, it must stay as it is:
 # the arguments of these calls, these keyword arguments, the values of chat messages' keys, and
 # what is assigned to a name like these.
@@ -71,6 +71,9 @@ class _Words(ast.NodeTransformer):
     def visit_JoinedStr(self, node):
         if id(node) in self.kept:
             return node
+        for v in node.values:  # a string inside a field (a table's heading) is words too
+            if isinstance(v, ast.FormattedValue):
+                v.value = self.visit(v.value)
         fields = sorted(ast.dump(v) for v in node.values if isinstance(v, ast.FormattedValue))
         return ast.Call(ast.Name("<f-string>"), [ast.Constant(f) for f in fields], [])
 
@@ -178,6 +181,13 @@ def test_words_and_comments_may_differ(chinese):
 def test_anything_else_that_differs_is_named(chinese, words):
     difference = code_difference(CELL, chinese)
     assert difference is not None and words in difference, difference
+
+
+def test_a_string_inside_an_f_strings_field_is_words_but_its_format_is_code():
+    english = "print(f\"{'model':<18} {'per token':>10}\")"
+    assert code_difference(english, "print(f\"{'模型':<18} {'每个词元':>10}\")") is None
+    assert code_difference(english, "print(f\"{'模型':<20} {'每个词元':>10}\")") is not None
+    assert code_difference(english, "print(f\"{'模型'!r:<18} {'每个词元':>10}\")") is not None
 
 
 def test_a_prompt_passed_to_the_model_stays_english():

@@ -14,9 +14,9 @@ from script_modules import script
 ROOT = Path(__file__).resolve().parents[1]
 translate = script("translate")
 builder = script("notebook")
-ENGLISH = sorted(builder.SOURCES.glob("[0-9][0-9]_*.py"))
+ENGLISH = sorted(builder.SOURCES.glob(builder.SOURCE_GLOB))
 TWINS = [p for p in ENGLISH if translate.zh_source(p).is_file()]
-CHAPTERS = sorted({p.name[:2] for p in ENGLISH})
+CHAPTERS = translate.chapters()  # "03", and "03b" for the chapter's second lesson
 MIN_CHINESE_SHARE = 0.5
 
 

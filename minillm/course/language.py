@@ -5,8 +5,9 @@ the sentences it prints. English unless a notebook says otherwise.
     set_language("zh")        # the first code cell of every notebook in notebooks/zh/ and the like
 
 The environment variable MINILLM_LANGUAGE sets the starting language for a whole session
-(`MINILLM_LANGUAGE=zh jupyter lab`). Only the course wing reads it: the engine's own messages,
-`minillm doctor` and the command line stay English.
+(`MINILLM_LANGUAGE=zh jupyter lab`). The setting itself lives in the engine
+(`minillm.utils.wording`), so the sentences the engine prints for a lesson follow it too; its
+errors, `minillm doctor` and the command line stay English.
 
 A message is written once with both languages side by side and chosen when it is made:
 
@@ -17,11 +18,14 @@ Numbers, token ids and the model's output are the same in both languages; only t
 
 from __future__ import annotations
 
-import os
 import warnings
 
-LANGUAGES = {"en": "English", "zh": "中文"}
-ENVIRONMENT_VARIABLE = "MINILLM_LANGUAGE"
+from ..utils.wording import ENVIRONMENT_VARIABLE, LANGUAGES, use_language
+from ..utils.wording import language as current_language
+from ..utils.wording import text as say
+
+__all__ = ["LANGUAGES", "ENVIRONMENT_VARIABLE", "current_language", "set_language", "say",
+           "use_cjk_font"]
 
 # Fonts with the Chinese glyphs, in the order tried: Linux (fonts-noto-cjk, WenQuanYi), macOS,
 # Windows.
@@ -30,46 +34,14 @@ CJK_FONTS = ["Noto Sans CJK SC", "Noto Sans CJK JP", "Source Han Sans SC", "WenQ
              "Microsoft YaHei", "SimHei"]
 
 
-def _checked(language: str) -> str:
-    if language not in LANGUAGES:
-        raise ValueError(f"unknown course language {language!r}: use one of "
-                         f"{', '.join(repr(k) for k in LANGUAGES)} (English or Chinese)")
-    return language
-
-
-def _from_environment() -> str:
-    value = os.environ.get(ENVIRONMENT_VARIABLE, "").strip()
-    if not value:
-        return "en"
-    try:
-        return _checked(value)
-    except ValueError as error:
-        raise ValueError(f"{ENVIRONMENT_VARIABLE}={value!r}: {error}") from None
-
-
-_current = _from_environment()
-
-
-def current_language() -> str:
-    """The course's language now: "en" or "zh"."""
-    return _current
-
-
 def set_language(language: str) -> None:
     """Speak `language` ("en" or "zh") from now on: checker messages, widget labels, printed
-    sentences. Chinese also gives matplotlib a font with Chinese glyphs, so chart titles and
-    axis labels show characters instead of boxes."""
-    global _current
-    _current = _checked(language)
-    if _current == "zh":
+    sentences, the engine's own printed sentences too (minillm.utils.wording). Chinese also
+    gives matplotlib a font with Chinese glyphs, so chart titles and axis labels show characters
+    instead of boxes."""
+    use_language(language)
+    if language == "zh":
         use_cjk_font()
-
-
-def say(english: str, chinese: str, /, **fields) -> str:
-    """The text in the course's language. With `fields`, `str.format` fills its placeholders,
-    so both languages share one set of values: say("{n} tokens", "{n} 个词元", n=12)."""
-    text = chinese if _current == "zh" else english
-    return text.format(**fields) if fields else text
 
 
 _font_warned = False

@@ -12,9 +12,13 @@ constrained decoding (约束解码, json_constraint.py).
 The supported schema subset: "type" object (with "properties", "required" and
 "additionalProperties"), array (with "items", "minItems" and "maxItems"), string (with
 "maxLength", in characters), number, integer, boolean and null;
-"enum" of strings, numbers, booleans and null; and annotations that change nothing ("title",
-"description", "$schema", "$id", "examples", "default"). Any other keyword is an error that names
-it (`SchemaError`), so a schema is never silently half-obeyed. An object's keys may come in any
+"enum" of strings, numbers, booleans and null, and "const"; "anyOf" whose alternatives begin
+with different characters (Optional[X] is anyOf X and null: the first byte says which); "$ref" to
+a place in the same schema ("#/$defs/Name", as Pydantic writes), not recursive; and annotations
+that change nothing ("title", "description", "$schema", "$id", "examples", "default", "$defs").
+Any other keyword, an anyOf whose alternatives could begin alike (two objects, integer and
+number) and a recursive $ref are errors that name the feature and where it is (`SchemaError`),
+so a schema is never silently half-obeyed. An object's keys may come in any
 order, each at most once, only those in "properties"; `}` is allowed once every "required" key
 is there.
 
@@ -41,7 +45,8 @@ HEX = frozenset(b"0123456789abcdefABCDEF")
 ESCAPES = frozenset(b'"\\/bfnrt')
 
 TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
-ANNOTATIONS = frozenset({"title", "description", "$schema", "$id", "examples", "default"})
+ANNOTATIONS = frozenset({"title", "description", "$schema", "$id", "examples", "default",
+                         "$defs", "definitions"})
 KEYWORDS = {"object": {"properties", "required", "additionalProperties"},
             "array": {"items", "minItems", "maxItems"}, "string": {"maxLength"}}
 
@@ -59,7 +64,7 @@ class SchemaError(ValueError):
 
 @dataclass(frozen=True, eq=False)  # compared by identity: one node per place in the schema
 class Node:
-    """One place in the schema. kind: a name of TYPES, "enum" or "any" (any JSON value).
+    """One place in the schema. kind: a name of TYPES, "enum", "anyOf" or "any" (any JSON value).
 
     properties  object: (key, Node) pairs; None: any keys, any values
     required    object: keys that must appear
@@ -67,7 +72,8 @@ class Node:
     min_items   array: the fewest items (0)
     max_items   array: the most items (None: no limit)
     max_length  string: the most characters (None: no limit)
-    options     enum: each allowed value as JSON text (bytes)"""
+    options     enum: each allowed value as JSON text (bytes)
+    alternatives  anyOf: (first bytes, Node) pairs; no byte begins two of them"""
 
     kind: str
     properties: tuple | None = None
@@ -77,6 +83,7 @@ class Node:
     max_items: int | None = None
     max_length: int | None = None
     options: tuple = ()
+    alternatives: tuple = ()
 
     def property(self, key: str) -> "Node":
         return dict(self.properties)[key]
@@ -91,18 +98,27 @@ BY_FIRST_BYTE = {ord("{"): ANY_OBJECT, ord("["): ANY_ARRAY, ord('"'): Node("stri
 LITERALS = {"boolean": (b"true", b"false"), "null": (b"null",)}
 
 
+class _Context:
+    """What compiling one schema carries along: the root (for $ref), the references being
+    compiled (a recursive one is refused), and the unsupported features found so far."""
+
+    def __init__(self, root):
+        self.root, self.open_refs, self.unsupported = root, set(), []
+
+
 def compile_schema(schema) -> Node:
     """The Node tree of `schema` (a dict); None means any JSON object. Raises SchemaError naming
     every unsupported keyword, or what is wrong with the schema."""
     if schema is None:
         return ANY_OBJECT
-    unsupported: list[str] = []
-    node = _compile(schema, "", unsupported)
-    if unsupported:
-        raise SchemaError("unsupported JSON Schema features: " + ", ".join(unsupported) +
+    ctx = _Context(schema)
+    node = _compile(schema, "", ctx)
+    if ctx.unsupported:
+        raise SchemaError("unsupported JSON Schema features: " + ", ".join(ctx.unsupported) +
                           f" (supported: type {', '.join(TYPES)}; properties, required, "
-                          "additionalProperties, items, minItems, maxItems, maxLength, enum)",
-                          unsupported)
+                          "additionalProperties, items, minItems, maxItems, maxLength, enum, "
+                          "const, anyOf of alternatives that begin differently, local $ref)",
+                          ctx.unsupported)
     return node
 
 
@@ -110,35 +126,115 @@ def _where(path: str) -> str:
     return f" at {path}" if path else " at the top level"
 
 
-def _compile(schema, path: str, unsupported: list[str]) -> Node:
+def _compile(schema, path: str, ctx: _Context) -> Node:
     if not isinstance(schema, dict):
         raise SchemaError(f"a schema must be a JSON object{_where(path)}, got {schema!r}")
+    if "$ref" in schema:
+        return _ref(schema, path, ctx)
+    if "anyOf" in schema:
+        return _any_of(schema, path, ctx)
     kind = schema.get("type")
     if isinstance(kind, list):
-        unsupported.append(f"'type' as a list{_where(path)}")
+        ctx.unsupported.append(f"'type' as a list{_where(path)}")
         kind = None
     elif kind is not None and kind not in TYPES:
         raise SchemaError(f"unknown type {kind!r}{_where(path)}; the types are "
                           f"{', '.join(TYPES)}")
-    allowed = ANNOTATIONS | {"type", "enum"} | KEYWORDS.get(kind, set())
+    allowed = ANNOTATIONS | {"type", "enum", "const"} | KEYWORDS.get(kind, set())
     for key in schema:
         if key not in allowed:
-            unsupported.append(f"{key!r}{_where(path)}")
+            ctx.unsupported.append(f"{key!r}{_where(path)}")
     if "enum" in schema:
         return _enum(schema["enum"], kind, path)
+    if "const" in schema:
+        return _enum([schema["const"]], kind, path)
     if kind == "object":
-        return _object(schema, path, unsupported)
+        return _object(schema, path, ctx)
     if kind == "array":
-        return _array(schema, path, unsupported)
+        return _array(schema, path, ctx)
     if kind == "string" and "maxLength" in schema:
         return Node("string", max_length=_count(schema, "maxLength", path))
     return Node(kind) if kind is not None else ANY
 
 
-def _object(schema, path: str, unsupported: list[str]) -> Node:
+def _ref(schema, path: str, ctx: _Context) -> Node:
+    """A reference within the schema: "#/$defs/Name" (any JSON pointer into the root)."""
+    ref = schema["$ref"]
+    for key in schema:
+        if key not in ANNOTATIONS | {"$ref"}:
+            ctx.unsupported.append(f"{key!r} beside '$ref'{_where(path)}")
+    if not isinstance(ref, str) or not ref.startswith("#"):
+        ctx.unsupported.append(f"'$ref' to {ref!r}{_where(path)} (only references within the "
+                               "schema, '#/...')")
+        return ANY
+    if ref in ctx.open_refs:
+        ctx.unsupported.append(f"recursive '$ref' to {ref!r}{_where(path)}")
+        return ANY
+    target = ctx.root
+    for part in ref[1:].split("/")[1:]:
+        part = part.replace("~1", "/").replace("~0", "~")
+        if isinstance(target, dict) and part in target:
+            target = target[part]
+        elif isinstance(target, list) and part.isdigit() and int(part) < len(target):
+            target = target[int(part)]
+        else:
+            raise SchemaError(f"'$ref' {ref!r}{_where(path)} points to nothing in the schema")
+    ctx.open_refs.add(ref)
+    try:
+        return _compile(target, ref[2:].replace("/", "."), ctx)
+    finally:
+        ctx.open_refs.discard(ref)
+
+
+NUMBER_START = frozenset(b"-0123456789")
+FIRST_BYTES = {"object": frozenset(b"{"), "array": frozenset(b"["), "string": frozenset(b'"'),
+               "number": NUMBER_START, "integer": NUMBER_START, "boolean": frozenset(b"tf"),
+               "null": frozenset(b"n")}
+ANY_FIRST = frozenset().union(*FIRST_BYTES.values())
+
+
+def _first_bytes(node: Node) -> frozenset:
+    """The bytes a value of `node` can begin with."""
+    if node.kind == "enum":
+        return frozenset(option[0] for option in node.options)
+    if node.kind == "anyOf":
+        return frozenset().union(*(first for first, _ in node.alternatives))
+    return FIRST_BYTES.get(node.kind, ANY_FIRST)
+
+
+def _any_of(schema, path: str, ctx: _Context) -> Node:
+    """anyOf, decided by the value's first byte: the alternatives must begin differently."""
+    options = schema["anyOf"]
+    for key in schema:
+        if key not in ANNOTATIONS | {"anyOf"}:
+            ctx.unsupported.append(f"{key!r} beside 'anyOf'{_where(path)}")
+    if not isinstance(options, list) or not options:
+        raise SchemaError(f"'anyOf' must be a non-empty list of schemas{_where(path)}")
+    nodes = []
+    for i, option in enumerate(options):
+        node = _compile(option, f"{path}.anyOf.{i}".lstrip("."), ctx)
+        if node.kind == "anyOf":  # an anyOf inside an anyOf: its alternatives join these
+            nodes.extend(n for _, n in node.alternatives)
+        else:
+            nodes.append(node)
+    if len(nodes) == 1:
+        return nodes[0]
+    pairs = tuple((_first_bytes(n), n) for n in nodes)
+    for i, (first, node) in enumerate(pairs):
+        for other_first, other in pairs[i + 1:]:
+            if first & other_first:
+                ctx.unsupported.append(
+                    f"'anyOf'{_where(path)} with alternatives that can begin alike ({node.kind} "
+                    f"and {other.kind}; only alternatives of different kinds, such as "
+                    "Optional[X])")
+                return ANY
+    return Node("anyOf", alternatives=pairs)
+
+
+def _object(schema, path: str, ctx: _Context) -> Node:
     extra = schema.get("additionalProperties", False)
     if not isinstance(extra, bool):
-        unsupported.append(f"'additionalProperties' as a schema{_where(path)}")
+        ctx.unsupported.append(f"'additionalProperties' as a schema{_where(path)}")
     if "properties" not in schema:
         if schema.get("required"):
             raise SchemaError(f"'required' without 'properties'{_where(path)}")
@@ -153,14 +249,14 @@ def _object(schema, path: str, unsupported: list[str]) -> Node:
     if missing:
         raise SchemaError(f"'required' names {missing} that are not in 'properties'"
                           f"{_where(path)}")
-    pairs = tuple((key, _compile(value, f"{path}.properties.{key}".lstrip("."), unsupported))
+    pairs = tuple((key, _compile(value, f"{path}.properties.{key}".lstrip("."), ctx))
                   for key, value in properties.items())
     return Node("object", properties=pairs, required=frozenset(required))
 
 
-def _array(schema, path: str, unsupported: list[str]) -> Node:
+def _array(schema, path: str, ctx: _Context) -> Node:
     items = schema.get("items")
-    items = ANY if items is None else _compile(items, f"{path}.items".lstrip("."), unsupported)
+    items = ANY if items is None else _compile(items, f"{path}.items".lstrip("."), ctx)
     low = _count(schema, "minItems", path) if "minItems" in schema else 0
     high = _count(schema, "maxItems", path) if schema.get("maxItems") is not None else None
     if high is not None and high < low:
@@ -216,6 +312,10 @@ class Value:
         if byte == SPACE and not self.spaced:
             return (Value(self.node, True),)
         node = self.node
+        if node.kind == "anyOf":  # the first byte says which alternative this is
+            node = next((n for first, n in node.alternatives if byte in first), None)
+            if node is None:
+                return None
         if node.kind == "any":  # the first byte says which kind of value this is
             node = BY_FIRST_BYTE.get(byte, NUMBER)
         kind = node.kind

@@ -10,6 +10,7 @@ import torch
 from .launch import run_distributed
 from .pipeline_parallel import PipelineStage
 from .tensor_parallel import all_reduce_cost, shard_model
+from ..utils.wording import text
 
 # Where the demos' ranks keep their tensors (`_load`): the CPU, so they talk over gloo even on a
 # machine with GPUs.
@@ -71,10 +72,12 @@ class ParallelReport:
     ranks: list
 
     def __str__(self) -> str:
-        lines = [f"max |logit difference| = {self.max_abs_diff:.2e}, "
-                 f"top-1 agrees at every position: {self.top1_agree}"]
+        lines = [text("max |logit difference| = {diff:.2e}, top-1 agrees at every position: "
+                      "{top1}", "最大 |logit 差| = {diff:.2e}，每个位置的第一名都一致：{top1}",
+                      diff=self.max_abs_diff, top1=self.top1_agree)]
         if self.tokens_equal is not None:
-            lines.append(f"greedy tokens equal: {self.tokens_equal}")
+            lines.append(text("greedy tokens equal: {same}", "贪心解码的词元相同：{same}",
+                              same=self.tokens_equal))
         return "\n".join(lines)
 
 

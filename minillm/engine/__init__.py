@@ -4,6 +4,7 @@
                       copy-on-write
     paged_cache.py    PagedKVPool (the tensors) and PagedBatch: attention reads keys and values
                       through each sequence's block table
+    quantized_pool.py QuantizedKVPool: the pool's keys and values in int8 or fp8-e4m3
     request.py        Request (one request inside the engine, or one of its n samples) and
                       RequestOutput
     logprobs.py       TokenLogprob: a token's log-probability under the raw distribution
@@ -22,9 +23,10 @@ from .block_manager import Block, BlockManager, block_hash
 from .engine import Engine, StepRecord
 from .logprobs import TokenLogprob
 from .paged_cache import PagedBatch, PagedKVPool, paged_forward
+from .quantized_pool import QuantizedKVPool
 from .request import Request, RequestOutput
 from .scheduler import ContinuousScheduler, ScheduledBatch, Scheduler, StaticScheduler
 
 __all__ = ["Engine", "StepRecord", "BlockManager", "Block", "block_hash", "PagedKVPool",
-           "PagedBatch", "paged_forward", "Request", "RequestOutput", "Scheduler",
+           "QuantizedKVPool", "PagedBatch", "paged_forward", "Request", "RequestOutput", "Scheduler",
            "ContinuousScheduler", "StaticScheduler", "ScheduledBatch", "TokenLogprob"]

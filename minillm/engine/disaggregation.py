@@ -82,13 +82,17 @@ def copy_blocks_between(src: PagedKVPool, src_table: list[int], dst: PagedKVPool
     blocks `dst_table` of pool `dst` (same block size); returns the bytes copied."""
     if src.block_size != dst.block_size or len(src_table) != len(dst_table):
         raise ValueError("the two pools need the same block size, and the tables equal lengths")
+    if src.slot_layout() != dst.slot_layout() and "quantized" in (src.slot_layout()[0],
+                                                                  dst.slot_layout()[0]):
+        raise ValueError(f"a quantized pool's blocks copy only into a pool of the same format: "
+                         f"{src.slot_layout()} into {dst.slot_layout()}")
     if not src_table:
         return 0
     bs = src.block_size
     rows = lambda table, device: torch.cat(  # noqa: E731
         [torch.arange(b * bs, (b + 1) * bs) for b in table]).to(device)
     src_rows, dst_rows = rows(src_table, src.device), rows(dst_table, dst.device)
-    for s, d in zip((*src.keys, *src.values), (*dst.keys, *dst.values)):
+    for s, d in zip(src.slot_tensors(), dst.slot_tensors()):
         d[dst_rows] = s[src_rows].to(d.device, d.dtype)
     return src.bytes_per_block * len(src_table)
 

@@ -38,6 +38,7 @@ from ..utils.validate import check_int
 from .block_manager import BlockManager
 from .logprobs import token_logprobs
 from .paged_cache import PagedKVPool, paged_forward
+from .quantized_pool import QuantizedKVPool
 from .request import FINISHED, Request, RequestOutput
 from .scheduler import SCHEDULERS, Scheduler
 
@@ -68,12 +69,14 @@ class StepRecord:
 
 class Engine:
     """Serve many requests with one model. `scheduler` names a policy ("continuous" or
-    "static", the keys of minillm.engine.scheduler.SCHEDULERS) or is a Scheduler subclass."""
+    "static", the keys of minillm.engine.scheduler.SCHEDULERS) or is a Scheduler subclass.
+    `kv_cache_format` None keeps the pool in the model's dtype; "int8" or "fp8_e4m3" stores keys
+    and values in 8 bits with per-token scales (QuantizedKVPool)."""
 
     def __init__(self, model, tokenizer, *, scheduler="continuous",
                  num_blocks: int = 256, block_size: int = 16, max_num_seqs: int = 16,
                  max_num_batched_tokens: int = 512, enable_prefix_caching: bool = True,
-                 record: bool = False):
+                 record: bool = False, kv_cache_format: str | None = None):
         policy = SCHEDULERS.get(scheduler) if isinstance(scheduler, str) else scheduler
         if not (isinstance(policy, type) and issubclass(policy, Scheduler)):
             raise ValueError(f"scheduler must be {' or '.join(map(repr, SCHEDULERS))} or a "
@@ -83,7 +86,9 @@ class Engine:
         self.max_seq_len = model.config.max_seq_len
         self.blocks = BlockManager(num_blocks, block_size,
                                    enable_prefix_caching and policy.uses_prefix_cache)
-        self.pool = PagedKVPool.for_model(model, num_blocks, block_size)
+        self.pool = (PagedKVPool.for_model(model, num_blocks, block_size)
+                     if kv_cache_format is None else  # keys and values in 8 bits, per token
+                     QuantizedKVPool.for_model(model, num_blocks, block_size, kv_cache_format))
         self.scheduler = policy(self.blocks, max_num_seqs, max_num_batched_tokens,
                                 self.max_seq_len)
         self.kind = scheduler if isinstance(scheduler, str) else policy.__name__

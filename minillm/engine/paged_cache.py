@@ -40,7 +40,7 @@ class PagedKVPool:
         self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
         self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
         self.num_blocks, self.block_size = num_blocks, block_size
-        self.device = torch.device(device)
+        self.device, self.dtype = torch.device(device), dtype  # dtype: what attention reads
         self._scratch = (self.keys[0][:0], self.values[0][:0])
 
     def scratch(self, rows: int):
@@ -49,10 +49,33 @@ class PagedKVPool:
         gathers, so one pair serves a whole forward pass."""
         if self._scratch[0].shape[0] < rows:
             shape = (rows, *self.keys[0].shape[1:])
-            t = self.keys[0]
-            self._scratch = (torch.empty(shape, dtype=t.dtype, device=t.device),
-                             torch.empty(shape, dtype=t.dtype, device=t.device))
+            self._scratch = (torch.empty(shape, dtype=self.dtype, device=self.device),
+                             torch.empty(shape, dtype=self.dtype, device=self.device))
         return self._scratch[0][:rows], self._scratch[1][:rows]
+
+    def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Store one layer's keys and values, (n, kv_heads, head_dim) each, in pool `slots`."""
+        self.keys[layer].index_copy_(0, slots, k.to(self.keys[layer].dtype))
+        self.values[layer].index_copy_(0, slots, v.to(self.values[layer].dtype))
+
+    def read(self, layer: int, slots: torch.Tensor):
+        """One layer's keys and values at pool `slots` (a flat index), (n, kv_heads, head_dim)
+        each in `dtype`, in the scratch buffers."""
+        k_out, v_out = self.scratch(slots.numel())
+        # index_select copies whole slots (rows of kv_heads x head_dim), much faster than pk[idx],
+        # into the pool's scratch buffers, reused by every layer and pass (no fresh pages each time)
+        torch.index_select(self.keys[layer], 0, slots, out=k_out)
+        torch.index_select(self.values[layer], 0, slots, out=v_out)
+        return k_out, v_out
+
+    def slot_layout(self) -> tuple:
+        """What a slot holds: ("float",) here; a quantized pool names its format and grain."""
+        return ("float",)
+
+    def slot_tensors(self) -> list[torch.Tensor]:
+        """Every tensor with one entry per slot (keys and values; a quantized pool adds its
+        scales): what copying a block copies and what a block's bytes count."""
+        return [*self.keys, *self.values]
 
     @classmethod
     def for_model(cls, model, num_blocks: int, block_size: int = 16) -> "PagedKVPool":
@@ -66,9 +89,10 @@ class PagedKVPool:
 
     @property
     def bytes_per_block(self) -> int:
-        """2 (keys, values) x layers x kv_heads x head_dim x block_size x bytes per value."""
-        t = self.keys[0]
-        return 2 * self.n_layers * t[0].nelement() * t.element_size() * self.block_size
+        """2 (keys, values) x layers x kv_heads x head_dim x block_size x bytes per value (plus
+        the scales of a quantized pool)."""
+        return self.block_size * sum(t[0].nelement() * t.element_size()
+                                     for t in self.slot_tensors())
 
     @property
     def nbytes(self) -> int:
@@ -88,7 +112,7 @@ class PagedKVPool:
         bs = self.block_size
         src = torch.cat([torch.arange(s * bs, (s + 1) * bs) for s, _ in pairs]).to(self.device)
         dst = torch.cat([torch.arange(d * bs, (d + 1) * bs) for _, d in pairs]).to(self.device)
-        for tensor in (*self.keys, *self.values):
+        for tensor in self.slot_tensors():
             tensor[dst] = tensor[src]
 
     def gather(self, layer: int, table: list[int], length: int):
@@ -104,13 +128,13 @@ class PagedBatch(KVCacheBase):
     it neither crops nor reorders: the engine keeps each sequence's length and blocks."""
 
     def __init__(self, pool: PagedKVPool, tables: list[list[int]], contexts: list[int],
-                 news: list[int]):
+                 news: list[int], rows: list[list[int]] | None = None, pad_id: int = 0):
         if not (len(tables) == len(contexts) == len(news)) or not tables:
             raise ValueError("tables, contexts and news must be non-empty and of equal length")
         if min(news) < 1:
             raise ValueError(f"every row must run at least one new token, got {news}")
         self.pool = pool
-        bs, device = pool.block_size, pool.device
+        bs = pool.block_size
         b, seq = len(tables), max(news)
         totals = [c + n for c, n in zip(contexts, news)]
         keys = max(totals)
@@ -131,18 +155,24 @@ class PagedBatch(KVCacheBase):
         real = pos >= 0
         pos = pos.clamp(min=0)
         slot = table.gather(1, pos // bs) * bs + pos % bs
-        self.gather_index = torch.where(real, slot, torch.zeros_like(slot)).to(device)
-        self.attention_mask = real.long().to(device)
         # the new tokens: query slot q of row i is that row's token context_i + q - (seq - new_i)
         qpos = torch.arange(seq)[None, :] - (seq - new)[:, None] + ctx[:, None]  # (b, seq)
-        self.new_mask = (torch.arange(seq)[None, :] >= (seq - new)[:, None])
-        self.position_ids = torch.where(self.new_mask, qpos, torch.zeros_like(qpos)).to(device)
-        write_pos = qpos[self.new_mask]
-        rows = torch.arange(b)[:, None].expand(b, seq)[self.new_mask]
-        self.write_index = (table[rows, write_pos // bs] * bs + write_pos % bs).to(device)
-        self.new_mask = self.new_mask.to(device)
-        self.batch = b
-        self.seq = seq
+        new_mask = torch.arange(seq)[None, :] >= (seq - new)[:, None]
+        write_pos = qpos[new_mask]
+        at = torch.arange(b)[:, None].expand(b, seq)[new_mask]
+        # Every index the pass needs goes to the device in one copy (from pinned memory on a
+        # GPU, so the host does not wait), and the new tokens are picked by their flat
+        # positions, not by a boolean mask (whose result size the host would have to wait for).
+        self.batch, self.seq = b, seq
+        parts = {"gather_index": torch.where(real, slot, torch.zeros_like(slot)),
+                 "attention_mask": real.long(),
+                 "position_ids": torch.where(new_mask, qpos, torch.zeros_like(qpos)),
+                 "new_index": new_mask.flatten().nonzero()[:, 0],
+                 "write_index": table[at, write_pos // bs] * bs + write_pos % bs}
+        if rows is not None:
+            parts["ids"] = self._padded(rows, pad_id)
+        for name, tensor in zip(parts, _to_device(list(parts.values()), pool.device)):
+            setattr(self, name, tensor)
         self.attends = seq == 1 and dispatch.paged_attention(pool.keys[0])
         if self.attends:  # row i's key slots in order, its first `total_i` entries
             first = torch.minimum(torch.arange(keys)[None, :], (total - 1)[:, None])
@@ -162,25 +192,24 @@ class PagedBatch(KVCacheBase):
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor):
         """Write this pass's keys and values (batch, kv_heads, seq, head_dim) into their slots,
         then return each row's keys and values so far, read through its block table."""
-        pk, pv = self.pool.keys[layer], self.pool.values[layer]
-        pk[self.write_index] = k.transpose(1, 2)[self.new_mask].to(pk.dtype)
-        pv[self.write_index] = v.transpose(1, 2)[self.new_mask].to(pv.dtype)
-        flat, shape = self.gather_index.view(-1), (*self.gather_index.shape, *pk.shape[1:])
-        # index_select copies whole slots (rows of kv_heads x head_dim), much faster than pk[idx],
-        # into the pool's scratch buffers, reused by every layer and pass (no fresh pages each time)
-        k_out, v_out = self.pool.scratch(flat.numel())
-        torch.index_select(pk, 0, flat, out=k_out)
-        torch.index_select(pv, 0, flat, out=v_out)
+        self.pool.write(layer, self.write_index, self._new(k), self._new(v))
+        k_out, v_out = self.pool.read(layer, self.gather_index.view(-1))
+        shape = (*self.gather_index.shape, *k_out.shape[1:])
         return k_out.view(shape).transpose(1, 2), v_out.view(shape).transpose(1, 2)
+
+    def _new(self, t: torch.Tensor) -> torch.Tensor:
+        """The real (not padding) new tokens' rows of `t` (batch, kv_heads, seq, head_dim), as
+        (tokens, kv_heads, head_dim) in the order `write_index` names their slots."""
+        flat = t.transpose(1, 2).reshape(-1, t.shape[1], t.shape[3])
+        return flat.index_select(0, self.new_index)
 
     def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
         """A decode step's attention (q (batch, heads, 1, head_dim)) straight from the pool: write
         the new keys and values into their slots, then read each row's through its own slots."""
         if not self.attends:  # a prefill chunk, a GPU, or no kernels: the contract's refusal
             return super().attend(layer, q, k, v)
+        self.pool.write(layer, self.write_index, k[:, :, 0], v[:, :, 0])
         pk, pv = self.pool.keys[layer], self.pool.values[layer]
-        pk[self.write_index] = k[:, :, 0].to(pk.dtype)
-        pv[self.write_index] = v[:, :, 0].to(pv.dtype)
         out = kernels.paged_decode_attention(q[:, :, 0], pk, pv, self.decode_slots, self.lengths)
         return out[:, :, None]
 
@@ -188,11 +217,31 @@ class PagedBatch(KVCacheBase):
         """Nothing to count here: the engine tracks each sequence's length itself."""
 
     def input_ids(self, rows: list[list[int]], pad_id: int = 0) -> torch.Tensor:
-        """The rows' new tokens, left-padded to (batch, seq) like the keys."""
+        """The rows' new tokens, left-padded to (batch, seq) like the keys (`ids` when the
+        batch was made with its rows: copied to the device with the indices)."""
+        return self._padded(rows, pad_id).to(self.pool.device)
+
+    def _padded(self, rows: list[list[int]], pad_id: int) -> torch.Tensor:
         ids = torch.full((self.batch, self.seq), pad_id, dtype=torch.long)
         for i, r in enumerate(rows):
             ids[i, self.seq - len(r):] = torch.tensor(r, dtype=torch.long)
-        return ids.to(self.pool.device)
+        return ids
+
+
+def _to_device(tensors: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
+    """`tensors` (int64, on the CPU) on `device`, in one copy: packed into one buffer, pinned on
+    a CUDA device so that the copy does not make the host wait, then viewed apart again."""
+    if device.type == "cpu":
+        return tensors
+    packed = torch.cat([t.reshape(-1) for t in tensors])
+    if device.type == "cuda":
+        packed = packed.pin_memory()
+    packed = packed.to(device, non_blocking=device.type == "cuda")
+    out, at = [], 0
+    for t in tensors:
+        out.append(packed[at:at + t.numel()].view(t.shape))
+        at += t.numel()
+    return out
 
 
 def paged_forward(model, pool: PagedKVPool, tables, contexts, rows: list[list[int]], *,
@@ -201,7 +250,7 @@ def paged_forward(model, pool: PagedKVPool, tables, contexts, rows: list[list[in
     pool; returns the logits of each row's last token, (batch, vocab). With `all_positions`, the
     logits of every position, (batch, longest row, vocab), rows left-padded: row i's own are
     its last len(rows[i])."""
-    batch = PagedBatch(pool, tables, contexts, [len(r) for r in rows])
-    logits = model(batch.input_ids(rows), cache=batch, position_ids=batch.position_ids,
+    batch = PagedBatch(pool, tables, contexts, [len(r) for r in rows], rows=rows)
+    logits = model(batch.ids, cache=batch, position_ids=batch.position_ids,
                    attention_mask=batch.attention_mask, logits_to_keep=0 if all_positions else 1)
     return logits if all_positions else logits[:, -1, :]

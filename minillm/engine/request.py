@@ -39,6 +39,8 @@ class RequestOutput(Completion):
                        "cancelled" (or "rejected" in `Engine.generate` for a request it refused)
     num_cached_tokens  prompt tokens found in the prefix cache
     num_preemptions    times it lost its blocks and was recomputed
+    queue_time         seconds from arrival to its first admission to the running batch (None
+                       until admitted)
     error              why `Engine.generate` rejected it
     index              which of the request's n samples this is (0 to n - 1)
     logprobs           with `logprobs=k`: a TokenLogprob per token of token_ids (see
@@ -54,6 +56,7 @@ class RequestOutput(Completion):
     finished: bool = False
     num_cached_tokens: int = 0
     num_preemptions: int = 0
+    queue_time: float | None = None
     error: str | None = None
     index: int = 0
     logprobs: list[TokenLogprob] | None = field(default=None, repr=False)
@@ -104,6 +107,7 @@ class Request:
         self.num_cached_tokens = 0  # prompt tokens found in the prefix cache at first admission
         self.num_preemptions = 0
         self.admitted = False
+        self.scheduled_time: float | None = None  # when first admitted: the queue time ends
 
     @property
     def num_tokens(self) -> int:
@@ -183,6 +187,7 @@ class Request:
             child.block_hashes = list(self.block_hashes)
             child.status, child.admitted = self.status, True
             child.num_cached_tokens = self.num_cached_tokens
+            child.scheduled_time = self.scheduled_time
             children.append(child)
         self.group.extend(children)
         self.forks_due = 0
@@ -199,6 +204,8 @@ class Request:
                              metrics=metrics, request_id=self.id, new_text=new_text,
                              finished=self.finished, num_cached_tokens=self.num_cached_tokens,
                              num_preemptions=self.num_preemptions, index=self.index,
+                             queue_time=None if self.scheduled_time is None
+                             else self.scheduled_time - self.arrival_time,
                              logprobs=None if self.logprobs is None else list(self.logprobs),
                              prompt_logprobs=self.prompt_logprobs)
 

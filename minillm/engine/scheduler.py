@@ -25,6 +25,7 @@ block among the ones it needs and lists the copy in `ScheduledBatch.copies`.
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections import deque
 from dataclasses import dataclass, field
@@ -199,6 +200,7 @@ class Scheduler(ABC):
         request.num_computed = len(hits) * self.blocks.block_size
         if not request.admitted:  # count prefix-cache hits on the prompt once
             request.admitted = True
+            request.scheduled_time = time.perf_counter()
             request.num_cached_tokens = request.num_computed
             self.blocks.queried_tokens += len(request.prompt_ids)
             self.blocks.hit_tokens += request.num_computed

@@ -46,11 +46,11 @@ class _Layer:
 
 
 def _norm(norm: nn.Module, x: torch.Tensor, kernel: bool) -> torch.Tensor:
-    """RMSNorm(x): minillm's kernel where the step's plan says so, else PyTorch's fused float32
-    one called directly, else the module."""
+    """RMSNorm(x): minillm's kernel where the step's plan says so, else PyTorch's fused one
+    called directly (one operation in every float dtype), else the module."""
     weight = norm.weight
-    if x.dtype is torch.float32 and weight.dtype is torch.float32:
-        if kernel:
+    if x.dtype is weight.dtype:
+        if kernel and x.dtype is torch.float32:
             return kernels.rms_norm(x, weight, norm.eps)
         return F.rms_norm(x, weight.shape, weight, norm.eps)
     return norm(x)

@@ -4,6 +4,8 @@
     request.py         make_request: the front door every runner checks a prompt and its options at
     kv_cache.py        the contract every cache keeps (KVCacheProtocol, the optional
                        capabilities in KVCacheBase) and KVCache
+    kv_quant.py        8-bit formats for keys and values (int8, fp8-e4m3) and their scales
+    quantized_kv_cache.py  QuantizedKVCache: keys and values stored in one of them
     stopping.py        Sequence: EOS, max_new_tokens, stop strings, text that waits for a whole
                        UTF-8 character
     results.py         Completion: the fields every runner returns for one prompt
@@ -26,7 +28,8 @@ _EXPORTS = {
     "KVCache": "kv_cache", "KVCacheProtocol": "kv_cache", "KVCacheBase": "kv_cache",
     "capability": "kv_cache", "LayerSlots": "kv_cache",
     "Sequence": "stopping", "Completion": "results", "agree": "agreement",
-    "RingKVCache": "sliding_window",
+    "RingKVCache": "sliding_window", "QuantizedKVCache": "quantized_kv_cache",
+    "HeadRanges": "kv_quant", "kv_format": "kv_quant",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from ..utils.devices import model_device
+from ..utils.wording import text
 
 NEAR_TIE = 0.01  # logits this close may swap order under another summation order
 
@@ -45,7 +46,11 @@ def agree(model, prompt_ids, a, b, near_tie: float = NEAR_TIE) -> bool:
 
 def rule(model) -> str:
     """How `agree` compares on this model's device, for a lesson to print."""
-    if model_device(model).type == "cpu":
-        return "exactly (a CPU in float32 gives the same tokens whatever the batch shape)"
-    return (f"up to the first near tie (top-2 logits within {NEAR_TIE}): on "
-            f"{model_device(model).type} kernels sum in shape-dependent orders")
+    device = model_device(model).type
+    if device == "cpu":
+        return text("exactly (a CPU in float32 gives the same tokens whatever the batch shape)",
+                    "逐个词元完全相同（CPU 上用 float32，无论批的形状如何，词元都一样）")
+    return text("up to the first near tie (top-2 logits within {near_tie}): on {device} kernels "
+                "sum in shape-dependent orders",
+                "比到第一个近似并列为止（前两名的 logit 相差不到 {near_tie}）：{device} 上的算子"
+                "按随形状而变的顺序求和", near_tie=NEAR_TIE, device=device)

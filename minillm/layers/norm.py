@@ -15,8 +15,10 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 class RMSNorm(nn.Module):
-    """`rms_norm` with a learned weight. In float32 it runs PyTorch's fused kernel (one pass
-    instead of five; a test checks it equals the formula above)."""
+    """`rms_norm` with a learned weight. Where x and the weight share a dtype it runs PyTorch's
+    fused kernel (one operation instead of eight; on a GPU each is a kernel launch), which
+    keeps the float32 intermediate to the end instead of rounding it to x's dtype before the
+    weight (a test checks both against the formula above)."""
 
     def __init__(self, dim: int, eps: float):
         super().__init__()
@@ -24,6 +26,6 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x):
-        if x.dtype == torch.float32 and self.weight.dtype == torch.float32:
+        if x.dtype == self.weight.dtype and x.dtype.is_floating_point:
             return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
         return rms_norm(x, self.weight, self.eps)

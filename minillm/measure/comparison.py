@@ -15,8 +15,14 @@ from dataclasses import dataclass
 
 from ..utils.devices import Timer
 from ..utils.validate import check_int, check_number
+from ..utils.wording import text
 
-TOO_NOISY = "too noisy to call: close other programs and rerun this cell"
+
+def too_noisy() -> str:
+    """The verdict when the repetitions disagree, in the current language."""
+    return text("too noisy to call: close other programs and rerun this cell",
+                "噪声太大，无法下结论；关掉其他程序，再运行一次这个单元格")
+
 
 
 @dataclass(frozen=True)
@@ -46,8 +52,10 @@ class Comparison:
     def spread_text(self) -> str:
         """'1.32x (1.20-1.45 over 5 interleaved repetitions)'."""
         r = self.ratios
-        return (f"{self.ratio:.2f}x ({min(r):.2f}-{max(r):.2f} over {len(r)} interleaved "
-                f"repetition{'s' if len(r) != 1 else ''})")
+        return text("{ratio:.2f}x ({low:.2f}-{high:.2f} over {n} interleaved repetition{s})",
+                    "{ratio:.2f}x（交替计时 {n} 轮，范围 {low:.2f}-{high:.2f}）",
+                    ratio=self.ratio, low=min(r), high=max(r), n=len(r),
+                    s="s" if len(r) != 1 else "")
 
 
 def compare(a, b, repeats: int = 5, *, device=None, warmup: int = 1) -> Comparison:
@@ -73,4 +81,13 @@ def load_average() -> str:
     does not report one."""
     if not hasattr(os, "getloadavg"):
         return ""
-    return f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+    return text("load average {load:.1f} on {cpus} CPUs",
+                "{cpus} 个 CPU 上的平均负载为 {load:.1f}", load=os.getloadavg()[0], cpus=os.cpu_count())
+
+
+def __getattr__(name):
+    # TOO_NOISY is read, not stored, so that a notebook importing it after set_language("zh")
+    # gets the Chinese.
+    if name == "TOO_NOISY":
+        return too_noisy()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from ..utils.validate import check_int
+from ..utils.wording import text
 
 __all__ = ["RequestMetrics", "Throughput", "TokenClock", "TokenEvent", "throughput",
            "predict_latency"]
@@ -124,9 +125,12 @@ class RequestMetrics:
                 "decode_tokens_per_s": self.decode_tokens_per_second}
 
     def __str__(self) -> str:
-        return (f"{self.n_tokens} tokens: TTFT {1000 * self.ttft:.1f} ms, TPOT "
-                f"{1000 * self.tpot:.1f} ms ({self.decode_tokens_per_second:.1f} tok/s), latency "
-                f"{1000 * self.latency:.1f} ms")
+        return text("{n} tokens: TTFT {ttft:.1f} ms, TPOT {tpot:.1f} ms ({speed:.1f} tok/s), "
+                    "latency {latency:.1f} ms",
+                    "{n} 个词元：TTFT {ttft:.1f} ms，TPOT {tpot:.1f} ms（每秒 {speed:.1f} 个词元），"
+                    "端到端延迟 {latency:.1f} ms",
+                    n=self.n_tokens, ttft=1000 * self.ttft, tpot=1000 * self.tpot,
+                    speed=self.decode_tokens_per_second, latency=1000 * self.latency)
 
 
 def predict_latency(ttft: float, tpot: float, n_tokens: int) -> float:
@@ -156,9 +160,13 @@ class Throughput:
         return self.requests / self.seconds if self.seconds > 0 else math.nan
 
     def __str__(self) -> str:
-        return (f"{self.requests} requests, {self.output_tokens} tokens in {self.seconds:.2f} s: "
-                f"{self.tokens_per_second:.1f} tok/s; mean TTFT {1000 * self.mean_ttft:.1f} ms, "
-                f"mean TPOT {1000 * self.mean_tpot:.1f} ms")
+        return text("{requests} requests, {tokens} tokens in {seconds:.2f} s: {speed:.1f} tok/s; "
+                    "mean TTFT {ttft:.1f} ms, mean TPOT {tpot:.1f} ms",
+                    "{requests} 个请求，{seconds:.2f} 秒生成 {tokens} 个词元：每秒 {speed:.1f} 个"
+                    "词元；平均 TTFT {ttft:.1f} ms，平均 TPOT {tpot:.1f} ms",
+                    requests=self.requests, tokens=self.output_tokens, seconds=self.seconds,
+                    speed=self.tokens_per_second, ttft=1000 * self.mean_ttft,
+                    tpot=1000 * self.mean_tpot)
 
 
 def throughput(metrics: Sequence[RequestMetrics]) -> Throughput:

@@ -89,6 +89,10 @@ def peak_matmul_flops(device="cpu", n: int = 1024, repeats: int = 3,
     return 2 * n ** 3 / best_time(lambda: a @ b, device, repeats, warmup=1)
 
 
-def measure_roof(device="cpu", megabytes: int = 256, n: int = 1024) -> Roof:
-    """This machine's roof: the matrix-multiply rate and the read bandwidth, measured now."""
-    return Roof(peak_matmul_flops(device, n), read_bandwidth(device, megabytes=megabytes))
+def measure_roof(device="cpu", megabytes: int = 256, n: int = 1024,
+                 dtype=torch.float32) -> Roof:
+    """This machine's roof for work in `dtype` (the model's own: a bf16 roof under a float32
+    model's points would place them against arithmetic it does not do): the matrix-multiply
+    rate in that dtype and the read bandwidth, measured now."""
+    return Roof(peak_matmul_flops(device, n, dtype=dtype),
+                read_bandwidth(device, megabytes=megabytes))

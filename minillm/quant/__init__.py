@@ -9,6 +9,13 @@
     gguf_q4_1.py   the course model file's Q4_1 blocks decoded by hand
     measure.py     perplexity, logit error against fp32, top-1 agreement, tokens/s
     pruning.py     magnitude pruning, for the lesson's brief demonstration
+    grid.py        a b-bit grid with a scale and a minimum per group; round-to-nearest (RTN)
+    gptq.py        GPTQ: round column by column, correcting the rest with the inverse Hessian
+    awq.py         AWQ: scale up the weights that meet large activations before rounding
+    calibration.py calibration inputs' statistics; a model with chosen layers rounded by
+                   RTN, GPTQ or AWQ
+    smoothquant.py SmoothQuant's scales and an emulated W8A8 (int8 x int8) product
+    fp8.py         fp8 e4m3 / e5m2 round trips with one scale per tensor
 
     >>> model, tokenizer = minillm.load("smollm2-135m")
     >>> small = minillm.quantize(model, "int8")

@@ -210,6 +210,18 @@ class Int8Linear(dispatch.RoutedLinear, QuantizedLinear):
         return {"kernel": self.forward_kernel, "dynamic": self.forward_dynamic,
                 "fused": self.forward_fused, "dequantize": self.forward_dequantize}[path](x)
 
+    def decode_path(self, dtype: torch.dtype) -> str:
+        """The path one decode row of activations in `dtype` takes on this layer's device:
+        "kernel" (minillm's, CPU), "fused" (PyTorch's weight-only int8 kernel, CPU), "dynamic",
+        or "dequantize" (a float copy of the weight built at every call: on a GPU, where
+        neither int8 kernel runs)."""
+        if self.path != "auto":
+            return self.path
+        if dtype is torch.float32 and self.qweight.is_cpu and self.few_rows_max >= 1:
+            return "kernel"
+        return dispatch.int8_pytorch_path(torch.empty((1, 0), dtype=dtype,
+                                                      device=self.qweight.device), 1)
+
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"bias={self.bias is not None}, path={self.path!r}")

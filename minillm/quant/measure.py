@@ -99,9 +99,12 @@ def logit_error(model, reference_model, token_ids) -> dict:
 
 def speed(model, tokenizer, prompt_ids, new_tokens: int = 32, repeats: int = 1) -> dict:
     """Prefill and decode tokens/s of `model` with `minillm.generate` (greedy, KV cache), the best
-    of `repeats` runs. `prompt_ids` is a list of token ids; generation does not stop at EOS."""
+    of `repeats` runs after one short untimed run (first calls build kernels, warm caches, and
+    on a GPU load its libraries). `prompt_ids` is a list of token ids; generation does not stop
+    at EOS."""
     from ..generation.loop import generate
 
+    generate(model, tokenizer, list(prompt_ids), max_new_tokens=2, ignore_eos=True)  # warm-up
     best = {"prefill_tokens_per_s": 0.0, "decode_tokens_per_s": 0.0}
     for _ in range(repeats):
         out = generate(model, tokenizer, list(prompt_ids), max_new_tokens=new_tokens,
@@ -112,3 +115,26 @@ def speed(model, tokenizer, prompt_ids, new_tokens: int = 32, repeats: int = 1) 
                                           m.decode_tokens_per_second)
     return best
 
+
+
+def bytes_moved_per_token(model) -> int:
+    """Bytes of memory traffic for the weights in one batch-1 decode step: what
+    `minillm.model.memory.bytes_per_token` reads, plus, for each int8 layer whose decode row
+    takes the "dequantize" path on the model's device (a GPU: `Int8Linear.decode_path`), the
+    float copy of its weight that the call writes and reads back (2 x weights x the
+    activations' bytes: 1 + 2 x 4 = 9 bytes a weight in float32 instead of 1)."""
+    from ..model.memory import bytes_per_token
+    from .linear import Int8Linear
+
+    dtype = getattr(model, "dtype", torch.float32)
+    extra = sum(2 * m.qweight.numel() * dtype.itemsize for m in model.modules()
+                if isinstance(m, Int8Linear) and m.decode_path(dtype) == "dequantize")
+    return bytes_per_token(model) + extra
+
+
+def int8_decode_paths(model) -> list[str]:
+    """The decode paths (`Int8Linear.decode_path`) the model's int8 layers take, each once."""
+    from .linear import Int8Linear
+
+    dtype = getattr(model, "dtype", torch.float32)
+    return sorted({m.decode_path(dtype) for m in model.modules() if isinstance(m, Int8Linear)})

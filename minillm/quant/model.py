@@ -1,8 +1,8 @@
 """`quantize(model, scheme)`: a copy of a minillm model with its weights stored by `scheme`.
 
     "fp32"  float32 copy (the baseline)          4 bytes a weight
-    "bf16"  bfloat16 cast of every weight        2 bytes: fp32's range, 8 bits of precision
-    "fp16"  float16 cast of every weight         2 bytes: 11 bits of precision, range ±65,504
+    "bf16"  bfloat16 cast of every weight        2 bytes: fp32's range, 7 stored mantissa bits
+    "fp16"  float16 cast of every weight         2 bytes: 10 stored mantissa bits, range ±65,504
     "int8"  linear layers -> Int8Linear          1 byte + a scale per output channel
     "int4"  linear layers -> Int4Linear          4 bits + a float16 scale and minimum a group
                                                  (group_size=32: 5 bits a weight, GGUF Q4_1)

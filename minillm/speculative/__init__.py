@@ -9,8 +9,11 @@ all in one forward pass, and an acceptance rule keeps exactly the target's distr
                    `first_layers(model, 8)`: SmolLM2's first 8 layers with its final norm and head)
     loop.py        draft, verify, roll the KV cache back: SpeculativeDecoder and
                    speculative_generate, which returns the text with acceptance statistics
-    bench.py       the three measured tasks (edit, summarise, chat) and `compare`, which times
-                   plain against speculative decoding (scripts/bench_speculative.py, the lesson)
+    speedup.py     what an acceptance rate buys: the expected speed-up of k drafts of a given
+                   cost, the acceptance rate where a draft breaks even
+
+The three measured tasks and `compare`, which times plain against speculative decoding, are in
+minillm/tools/bench/speculative.py (scripts/bench_speculative.py and the lesson run it).
 
     >>> out = speculative_generate(model, tokenizer, prompt, PromptLookupDraft(), k=4,
     ...                            max_new_tokens=64)
@@ -21,10 +24,12 @@ from .acceptance import (accept_or_resample, accept_probability, expected_tokens
                          residual_distribution, verify_greedy, verify_sampled)
 from .drafts import Draft, ModelDraft, PromptLookupDraft, first_layers
 from .loop import SpeculativeDecoder, SpeculativeGeneration, SpeculativeStats, speculative_generate
+from .speedup import accepted_per_round, break_even_acceptance, expected_speedup
 
 __all__ = [
     "accept_or_resample", "accept_probability", "residual_distribution", "verify_greedy",
     "verify_sampled", "expected_tokens_per_pass", "Draft", "PromptLookupDraft", "ModelDraft",
     "first_layers", "SpeculativeDecoder", "SpeculativeGeneration",
-    "SpeculativeStats", "speculative_generate",
+    "SpeculativeStats", "speculative_generate", "expected_speedup", "break_even_acceptance",
+    "accepted_per_round",
 ]

@@ -17,7 +17,7 @@ from p, whatever q is; a better q only makes acceptance (beta) more likely.
 
 With k drafted tokens the rule runs left to right and stops at the first rejection. When all k
 pass, the target's distribution after the last one is already computed (the same forward pass),
-so one more token is drawn from it for free: the bonus token (奖励词元). A pass thus yields between
+so one more token is drawn from it for free: the bonus token (额外词元). A pass thus yields between
 1 and k + 1 tokens.
 
 Greedy decoding is the special case where p and q put all their mass on their argmax: a drafted

@@ -27,6 +27,7 @@ from ..generation.request import GenerationRequest, checked_options
 from ..generation.kv_cache import KVCache
 from ..measure.metrics import TokenClock
 from ..utils.validate import check_int
+from ..utils.wording import text
 from .acceptance import verify_greedy, verify_sampled
 from .drafts import Draft, PromptLookupDraft
 
@@ -42,6 +43,8 @@ class SpeculativeStats:
     draft_seconds    time spent in the draft's `propose`
     target_seconds   time spent in the target's forward passes (prefill included)
     accepted_per_pass  how many drafted tokens each round accepted
+    proposed_per_pass  how many tokens the draft proposed each round (up to k; prompt lookup
+                       proposes none where the context has no earlier match)
     """
 
     k: int
@@ -52,6 +55,7 @@ class SpeculativeStats:
     draft_seconds: float = 0.0
     target_seconds: float = 0.0
     accepted_per_pass: list[int] = field(default_factory=list)
+    proposed_per_pass: list[int] = field(default_factory=list)
 
     @property
     def acceptance_rate(self) -> float:
@@ -64,9 +68,13 @@ class SpeculativeStats:
         return self.new_tokens / self.passes if self.passes else float("nan")
 
     def summary(self) -> str:
-        return (f"k={self.k}: {self.new_tokens} tokens in {self.passes} target passes "
-                f"({self.tokens_per_pass:.2f} per pass), {self.accepted}/{self.proposed} drafted "
-                f"tokens accepted ({100 * self.acceptance_rate:.0f}%)")
+        return text("k={k}: {tokens} tokens in {passes} target passes ({per_pass:.2f} per pass), "
+                    "{accepted}/{proposed} drafted tokens accepted ({rate:.0f}%)",
+                    "k={k}：目标模型前向传播 {passes} 次，生成 {tokens} 个词元（每次 {per_pass:.2f}"
+                    " 个），草稿词元接受了 {accepted}/{proposed}（{rate:.0f}%）",
+                    k=self.k, tokens=self.new_tokens, passes=self.passes,
+                    per_pass=self.tokens_per_pass, accepted=self.accepted,
+                    proposed=self.proposed, rate=100 * self.acceptance_rate)
 
 
 @dataclass
@@ -149,6 +157,7 @@ class SpeculativeDecoder:
                 stats.proposed += len(drafted)
                 stats.accepted += n_accepted
                 stats.accepted_per_pass.append(n_accepted)
+                stats.proposed_per_pass.append(len(drafted))
                 for token in new:
                     sequence.add(token)
                     ids.append(token)

@@ -142,9 +142,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    argv, note = new_bench_spelling(list(sys.argv[1:] if argv is None else argv))
-    if note:
-        print(note, file=sys.stderr)
-    args = build_parser().parse_args(argv)
-    return args.run(args)
+    """The command line, in English whatever MINILLM_LANGUAGE or a notebook's set_language says
+    (the language the caller had is restored after)."""
+    from ..utils.wording import language, use_language
+
+    before = language()
+    use_language("en")
+    try:
+        argv, note = new_bench_spelling(list(sys.argv[1:] if argv is None else argv))
+        if note:
+            print(note, file=sys.stderr)
+        args = build_parser().parse_args(argv)
+        return args.run(args)
+    finally:
+        use_language(before)
 

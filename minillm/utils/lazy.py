@@ -9,8 +9,10 @@ def lazy_exports(package: str, namespace: dict, exports: dict[str, str]):
 
     def __getattr__(name):
         if name in exports:
-            value = getattr(import_module(f".{exports[name]}", package), name)
-            namespace[name] = value
+            module = import_module(f".{exports[name]}", package)
+            value = getattr(module, name)
+            if name in vars(module):  # not a name the module works out at each read
+                namespace[name] = value
             return value
         raise AttributeError(f"module {package!r} has no attribute {name!r}")
 

@@ -4,7 +4,8 @@ Each checker calls the learner's function on fixed cases and on random ones (see
 one, two and three digits and ids above 255, compares with minillm's reference
 (`minillm.tokenizer.bpe`, `minillm.tokenizer.train.learn_merges`) and says in plain words what is
 wrong. A hint names a mistake only when the learner's answers equal that mistake's answers on
-every case.
+every case. Every message says both languages side by side (`say`), chosen by the notebook's
+set_language.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Mapping
 
 from ...tokenizer.bpe import encode_with_merges, merge_pair, pair_counts
 from ...tokenizer.train import learn_merges
+from ..language import say
 from ._base import CheckFailed, as_int, call, checker, expect, matching_mistake, passed, short
 
 # --- 1. counting adjacent pairs ------------------------------------------------------------
@@ -39,13 +41,20 @@ def _count_without_overlap(ids):
 
 def _pair_mistakes(cases):
     return [
-        ("The last pair was not counted: a list of n ids has n - 1 adjacent pairs, the last "
-         "starts at n - 2.", [pair_counts(ids[:-1]) for ids in cases]),
-        ("Overlapping occurrences all count: [5, 5, 5] holds the pair (5, 5) twice (at "
-         "positions 0 and 1).", [_count_without_overlap(ids) for ids in cases]),
-        ("Each pair counts once per occurrence, not once in all: add 1 every time it occurs.",
+        (say("The last pair was not counted: a list of n ids has n - 1 adjacent pairs, the last "
+             "starts at n - 2.",
+             "漏数了最后一对：n 个 id 的列表有 n - 1 个相邻对，最后一对从位置 n - 2 开始。"),
+         [pair_counts(ids[:-1]) for ids in cases]),
+        (say("Overlapping occurrences all count: [5, 5, 5] holds the pair (5, 5) twice (at "
+             "positions 0 and 1).",
+             "相互重叠的出现也都要计数：[5, 5, 5] 里 (5, 5) 这一对出现了两次（在位置 0 和 1）。"),
+         [_count_without_overlap(ids) for ids in cases]),
+        (say("Each pair counts once per occurrence, not once in all: add 1 every time it occurs.",
+             "每一对每出现一次就计一次，而不是总共只计一次：它每出现一次就加 1。"),
          [dict.fromkeys(pair_counts(ids), 1) for ids in cases]),
-        ("Count the pairs side by side, ids[i] and ids[i + 1], not every pair of ids in the list.",
+        (say("Count the pairs side by side, ids[i] and ids[i + 1], not every pair of ids in the "
+             "list.",
+             "只统计挨在一起的两个 id，即 ids[i] 和 ids[i + 1]，而不是列表里任意两个 id 组成的对。"),
          [_all_pairs(ids) for ids in cases]),
     ]
 
@@ -60,13 +69,17 @@ def _all_pairs(ids):
 
 def _plain_counts(got, what) -> dict:
     if not isinstance(got, Mapping):
-        raise CheckFailed(f"{what} should return a dict {{(a, b): count}}, but returned "
-                          f"{type(got).__name__}: {short(got)}")
+        raise CheckFailed(say(f"{what} should return a dict {{(a, b): count}}, but returned "
+                              f"{type(got).__name__}: {short(got)}",
+                              f"{what} 应当返回一个字典 {{(a, b): 次数}}，却返回了 "
+                              f"{type(got).__name__}：{short(got)}"))
     out = {}
     for key, count in got.items():
         if not (isinstance(key, tuple) and len(key) == 2):
-            raise CheckFailed(f"{what}: each key must be a pair of ids as a tuple, like (1, 2); "
-                              f"found the key {key!r}")
+            raise CheckFailed(say(f"{what}: each key must be a pair of ids as a tuple, like "
+                                  f"(1, 2); found the key {key!r}",
+                                  f"{what}：每个键都必须是由两个 id 组成的元组，比如 (1, 2)；"
+                                  f"却发现了键 {key!r}"))
         out[key] = as_int(count, f"{what}[{key!r}]")
     return out
 
@@ -90,13 +103,18 @@ def check_pair_counts(fn) -> None:
         got, want = answers[i], wants[i]
         extra, missing = set(got) - set(want), set(want) - set(got)
         if extra:
-            hint = f"The pair {sorted(extra)[0]} is not side by side anywhere in the list."
+            hint = say(f"The pair {sorted(extra)[0]} is not side by side anywhere in the list.",
+                       f"列表里没有任何地方挨着出现 {sorted(extra)[0]} 这一对。")
         elif missing:
-            hint = f"The pair {sorted(missing)[0]} is missing."
+            hint = say(f"The pair {sorted(missing)[0]} is missing.",
+                       f"漏掉了 {sorted(missing)[0]} 这一对。")
         else:
             bad = next(k for k in want if got[k] != want[k])
-            hint = f"The pair {bad} occurs {want[bad]} times, you counted {got[bad]}."
-    raise CheckFailed(f"For ids={cases[i]}, expected {wants[i]} but got {short(answers[i])}. "
+            hint = say(f"The pair {bad} occurs {want[bad]} times, you counted {got[bad]}.",
+                       f"{bad} 这一对出现了 {want[bad]} 次，你数出的是 {got[bad]} 次。")
+    raise CheckFailed(say(f"For ids={cases[i]}, expected {wants[i]} but got "
+                          f"{short(answers[i])}. ",
+                          f"ids={cases[i]} 时，应为 {wants[i]}，却得到 {short(answers[i])}。")
                       + hint)
 
 
@@ -144,15 +162,24 @@ def _merge_mistakes(cases):
         return [_merge_variant(ids, pair, new_id, **kind) for ids, pair, new_id in cases]
 
     return [
-        ("Both ids of an occurrence become the one new_id: after a merge at position i, carry "
-         "on at i + 2, so the pair's second id is skipped and occurrences never overlap "
-         "([5, 5, 5] with the pair (5, 5) gives [new_id, 5]).", model(step=1)),
-        ("The pair's second id was kept: an occurrence (two ids side by side) becomes one "
-         "new_id.", model(keep_second=True)),
-        ("Replace every occurrence, not only the first one.", model(first_only=True)),
-        ("The last id is missing: keep it when it is not merged.", model(keep_last=False)),
-        ("Scan from the left: [5, 5, 5] with the pair (5, 5) gives [new_id, 5], not "
-         "[5, new_id].", [_merge_from_the_right(ids, p, n) for ids, p, n in cases]),
+        (say("Both ids of an occurrence become the one new_id: after a merge at position i, "
+             "carry on at i + 2, so the pair's second id is skipped and occurrences never overlap "
+             "([5, 5, 5] with the pair (5, 5) gives [new_id, 5]).",
+             "一次出现的两个 id 合起来变成一个 new_id：在位置 i 合并之后，从 i + 2 接着扫描，"
+             "这样就跳过了这一对的第二个 id，各次出现也不会重叠（[5, 5, 5] 合并 (5, 5) 得到 "
+             "[new_id, 5]）。"), model(step=1)),
+        (say("The pair's second id was kept: an occurrence (two ids side by side) becomes one "
+             "new_id.",
+             "你保留了这一对的第二个 id：一次出现（挨在一起的两个 id）整个变成一个 new_id。"),
+         model(keep_second=True)),
+        (say("Replace every occurrence, not only the first one.",
+             "要替换每一次出现，而不只是第一次。"), model(first_only=True)),
+        (say("The last id is missing: keep it when it is not merged.",
+             "漏掉了最后一个 id：它没有被合并时要保留下来。"), model(keep_last=False)),
+        (say("Scan from the left: [5, 5, 5] with the pair (5, 5) gives [new_id, 5], not "
+             "[5, new_id].",
+             "从左往右扫描：[5, 5, 5] 合并 (5, 5) 得到 [new_id, 5]，而不是 [5, new_id]。"),
+         [_merge_from_the_right(ids, p, n) for ids, p, n in cases]),
     ]
 
 
@@ -166,9 +193,12 @@ def check_merge_pair(fn) -> None:
         what = f"{fn.__name__}({short(ids, 80)}, {pair}, {new_id})"
         got = call(fn, ids, pair, new_id, what=what)
         if not isinstance(got, list):
-            raise CheckFailed(f"{what} should return a list, but returned "
-                              f"{type(got).__name__}: {short(got)}")
-        answers.append([as_int(x, f"an id in the list {what} returned") for x in got])
+            raise CheckFailed(say(f"{what} should return a list, but returned "
+                                  f"{type(got).__name__}: {short(got)}",
+                                  f"{what} 应当返回一个列表，却返回了 "
+                                  f"{type(got).__name__}：{short(got)}"))
+        answers.append([as_int(x, say(f"an id in the list {what} returned",
+                                      f"{what} 返回的列表里的一个 id")) for x in got])
     wants = [merge_pair(ids, pair, new_id) for ids, pair, new_id in cases]
     wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if g != w]
     if not wrong:
@@ -178,11 +208,15 @@ def check_merge_pair(fn) -> None:
     ids, pair, new_id = cases[i]
     hint = matching_mistake(answers, _merge_mistakes(cases), list.__eq__)
     if hint is None:
-        hint = ("Compare ids, not their text: walk the list with an index i, and where "
-                "(ids[i], ids[i + 1]) == pair append new_id and jump to i + 2, else append "
-                "ids[i] and go to i + 1.")
-    raise CheckFailed(f"For ids={ids}, pair={pair}, new_id={new_id}, expected {wants[i]} but got "
-                      f"{short(answers[i])}. {hint}")
+        hint = say("Compare ids, not their text: walk the list with an index i, and where "
+                   "(ids[i], ids[i + 1]) == pair append new_id and jump to i + 2, else append "
+                   "ids[i] and go to i + 1.",
+                   "比较的是 id，而不是它们的文本：用下标 i 遍历列表，若 (ids[i], ids[i + 1]) "
+                   "== pair，就追加 new_id 并跳到 i + 2，否则追加 ids[i] 并前进到 i + 1。")
+    raise CheckFailed(say(f"For ids={ids}, pair={pair}, new_id={new_id}, expected {wants[i]} but "
+                          f"got {short(answers[i])}. {hint}",
+                          f"ids={ids}、pair={pair}、new_id={new_id} 时，应为 {wants[i]}，"
+                          f"却得到 {short(answers[i])}。{hint}"))
 
 
 # --- 3. training: learning the merges ------------------------------------------------------
@@ -242,13 +276,19 @@ def _train_mistakes(cases):
         return [_train_variant(w, k, **kind) for w, k in cases]
 
     return [
-        ("Among pairs with the same count, take the one with the smallest ids, compared as "
-         "(left id, right id): min(counts, key=lambda p: (-counts[p], p)).", model(tie=max)),
-        ("Among pairs with the same count, take the one with the smallest ids (not the first "
-         "one counted): min(counts, key=lambda p: (-counts[p], p)).", model(tie=_first_seen)),
-        ("Each word counts as often as it occurs: add a pair's count times the word's count.",
+        (say("Among pairs with the same count, take the one with the smallest ids, compared as "
+             "(left id, right id): min(counts, key=lambda p: (-counts[p], p)).",
+             "次数相同的几对中，取 id 最小的那一对，按（左 id，右 id）比较："
+             "min(counts, key=lambda p: (-counts[p], p))。"), model(tie=max)),
+        (say("Among pairs with the same count, take the one with the smallest ids (not the first "
+             "one counted): min(counts, key=lambda p: (-counts[p], p)).",
+             "次数相同的几对中，取 id 最小的那一对（而不是最先数到的那一对）："
+             "min(counts, key=lambda p: (-counts[p], p))。"), model(tie=_first_seen)),
+        (say("Each word counts as often as it occurs: add a pair's count times the word's count.",
+             "每个词出现几次就要算几次：加上这一对的次数乘以这个词的次数。"),
          model(weighted=False)),
-        ("Count pairs inside each word only: merges never cross from one word into the next.",
+        (say("Count pairs inside each word only: merges never cross from one word into the next.",
+             "只统计每个词内部的相邻对：合并永远不会从一个词跨到下一个词。"),
          model(across_words=True)),
     ]
 
@@ -264,13 +304,20 @@ def check_train_merges(fn) -> None:
         what = f"{fn.__name__}({short(words, 70)}, {k})"
         got = call(fn, words, k, what=what)
         if not isinstance(got, (list, tuple)):
-            raise CheckFailed(f"{what} should return a list of merges, but returned "
-                              f"{type(got).__name__}: {short(got)}")
+            raise CheckFailed(say(f"{what} should return a list of merges, but returned "
+                                  f"{type(got).__name__}: {short(got)}",
+                                  f"{what} 应当返回由合并组成的列表，却返回了 "
+                                  f"{type(got).__name__}：{short(got)}"))
         merges = []
         for pair in got:
             expect(isinstance(pair, (tuple, list)) and len(pair) == 2,
-                   f"{what}: each merge must be a pair of ids like (101, 115), found {pair!r}")
-            merges.append(tuple(as_int(x, f"an id in a merge {what} returned") for x in pair))
+                   say(f"{what}: each merge must be a pair of ids like (101, 115), found "
+                       f"{pair!r}",
+                       f"{what}：每次合并都必须是由两个 id 组成的一对，比如 (101, 115)；"
+                       f"却发现了 {pair!r}"))
+            merges.append(tuple(as_int(x, say(f"an id in a merge {what} returned",
+                                              f"{what} 返回的某次合并里的一个 id"))
+                                for x in pair))
         answers.append(merges)
     wants = [_reference_merges(w, k) for w, k in cases]
     wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if g != w]
@@ -282,16 +329,22 @@ def check_train_merges(fn) -> None:
     got, want = answers[i], wants[i]
     hint = matching_mistake(answers, _train_mistakes(cases), list.__eq__)
     if hint is None and len(got) > len(want) and got[:len(want)] == want:
-        hint = "Stop when no adjacent pair is left, even before num_merges merges."
+        hint = say("Stop when no adjacent pair is left, even before num_merges merges.",
+                   "没有相邻对剩下时就要停下，哪怕还不到 num_merges 次合并。")
     if hint is None:
         j = next((j for j, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got),
                                                                                 len(want)))
-        hint = (f"The first {j} merges agree; merge {j} should be "
-                f"{want[j] if j < len(want) else 'none (stop)'}. Each step: count the pairs of "
-                "every word (times its count), take the most frequent, merge it into id "
-                "256 + step in every word.")
-    raise CheckFailed(f"For word_counts={short(words, 80)} and num_merges={k}, expected {want} "
-                      f"but got {short(got)}. {hint}")
+        hint = say(f"The first {j} merges agree; merge {j} should be "
+                   f"{want[j] if j < len(want) else 'none (stop)'}. Each step: count the pairs of "
+                   "every word (times its count), take the most frequent, merge it into id "
+                   "256 + step in every word.",
+                   f"前 {j} 次合并一致；第 {j} 次合并应为 "
+                   f"{want[j] if j < len(want) else '无（停下）'}。每一步：统计每个词的相邻对"
+                   "（乘以这个词的次数），取次数最多的一对，在每个词里把它合并成 id 256 + step。")
+    raise CheckFailed(say(f"For word_counts={short(words, 80)} and num_merges={k}, expected "
+                          f"{want} but got {short(got)}. {hint}",
+                          f"word_counts={short(words, 80)}、num_merges={k} 时，应为 {want}，"
+                          f"却得到 {short(got)}。{hint}"))
 
 
 # --- 4. encoding with a list of merges -----------------------------------------------------
@@ -336,22 +389,32 @@ def _encode_mistakes(cases):
     utf8 = lambda text: list(text.encode("utf-8"))  # noqa: E731
     code_points = lambda text: [ord(c) for c in text]  # noqa: E731
     return [
-        ("You returned the UTF-8 bytes without merging: apply the merges, the earliest learned "
-         "first, while some adjacent pair has one.", [utf8(t) for t, _ in cases]),
-        ("Start from the UTF-8 bytes, not the characters' code points: "
-         "list(text.encode('utf-8')); '你' is three bytes.",
+        (say("You returned the UTF-8 bytes without merging: apply the merges, the earliest "
+             "learned first, while some adjacent pair has one.",
+             "你返回的是没有合并过的 UTF-8 字节：只要还有相邻对有对应的合并规则，就要应用它，"
+             "最早学到的规则先用。"), [utf8(t) for t, _ in cases]),
+        (say("Start from the UTF-8 bytes, not the characters' code points: "
+             "list(text.encode('utf-8')); '你' is three bytes.",
+             "要从 UTF-8 字节开始，而不是从字符的码位开始：list(text.encode('utf-8'))；"
+             "'你' 是三个字节。"),
          [_each_merge_once(t, m, list, code_points) for t, m in cases]),
-        ("The merges were applied latest first: the earliest merge (the smallest index) goes "
-         "first.", [_each_merge_once(t, m, reversed, utf8) for t, m in cases]),
-        ("Among the pairs present you took the one learned latest: take the one learned "
-         "earliest (the smallest index i).",
+        (say("The merges were applied latest first: the earliest merge (the smallest index) goes "
+             "first.",
+             "你先用了最晚学到的合并规则：应当先用最早学到的那条（下标最小）。"),
+         [_each_merge_once(t, m, reversed, utf8) for t, m in cases]),
+        (say("Among the pairs present you took the one learned latest: take the one learned "
+             "earliest (the smallest index i).",
+             "在当前出现的各对中，你取了最晚学到的那一对：应当取最早学到的那一对（下标 i 最小）。"),
          [_encode_by(t, m, lambda present, rank, ids: max(present, key=rank.get))
           for t, m in cases]),
-        ("You merged the most frequent pair in the text; encoding goes by the order the merges "
-         "were learned: the smallest index among the pairs present.",
+        (say("You merged the most frequent pair in the text; encoding goes by the order the "
+             "merges were learned: the smallest index among the pairs present.",
+             "你合并的是文本里出现次数最多的一对；编码要按合并规则学到的先后顺序来：在当前出现的"
+             "各对中取下标最小的。"),
          [_encode_by(t, m, lambda present, rank, ids: min(
              present, key=lambda p: (-pair_counts(ids)[p], rank[p]))) for t, m in cases]),
-        ("merges[i] makes the id 256 + i, not i.",
+        (say("merges[i] makes the id 256 + i, not i.",
+             "merges[i] 产生的 id 是 256 + i，而不是 i。"),
          [_offset_ids(t, m) for t, m in cases]),
     ]
 
@@ -374,9 +437,12 @@ def check_encode_with_merges(fn) -> None:
         what = f"{fn.__name__}({text!r}, {short(merges, 60)})"
         got = call(fn, text, merges, what=what)
         if not isinstance(got, list):
-            raise CheckFailed(f"{what} should return a list of ids, but returned "
-                              f"{type(got).__name__}: {short(got)}")
-        answers.append([as_int(x, f"an id in the list {what} returned") for x in got])
+            raise CheckFailed(say(f"{what} should return a list of ids, but returned "
+                                  f"{type(got).__name__}: {short(got)}",
+                                  f"{what} 应当返回由 id 组成的列表，却返回了 "
+                                  f"{type(got).__name__}：{short(got)}"))
+        answers.append([as_int(x, say(f"an id in the list {what} returned",
+                                      f"{what} 返回的列表里的一个 id")) for x in got])
     wants = [encode_with_merges(t, m) for t, m in cases]
     wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if g != w]
     if not wrong:
@@ -385,8 +451,12 @@ def check_encode_with_merges(fn) -> None:
     i = wrong[0]
     text, merges = cases[i]
     hint = matching_mistake(answers, _encode_mistakes(cases), list.__eq__)
-    raise CheckFailed(f"For text={text!r} and merges={short(merges, 80)}, expected {wants[i]} "
-                      f"but got {short(answers[i])}. "
-                      + (hint or "Keep merging until no adjacent pair has a merge, always taking "
-                                 "the merge learned earliest (the smallest index) among the pairs "
-                                 "present."))
+    raise CheckFailed(say(f"For text={text!r} and merges={short(merges, 80)}, expected "
+                          f"{wants[i]} but got {short(answers[i])}. ",
+                          f"text={text!r}、merges={short(merges, 80)} 时，应为 {wants[i]}，"
+                          f"却得到 {short(answers[i])}。")
+                      + (hint or say("Keep merging until no adjacent pair has a merge, always "
+                                     "taking the merge learned earliest (the smallest index) "
+                                     "among the pairs present.",
+                                     "一直合并下去，直到没有相邻对还有对应的合并规则；每次都在"
+                                     "当前出现的各对中取最早学到的那条规则（下标最小）。")))

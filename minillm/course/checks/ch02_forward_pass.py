@@ -1,7 +1,8 @@
 """Checkers for exercises/02_forward_pass.ipynb: RMSNorm, RoPE, causal grouped-query attention and
 one transformer block, each compared with minillm's own modules on random tensors: several
 shapes, epsilons that matter, and positions that do not start at 0. A hint names a mistake only
-when the learner's outputs equal that mistake's outputs on every case."""
+when the learner's outputs equal that mistake's outputs on every case. Every message says both
+languages side by side (`say`), chosen by the notebook's set_language."""
 
 from __future__ import annotations
 
@@ -12,16 +13,22 @@ import torch.nn.functional as F
 
 from ...model import (LlamaBlock, ModelConfig, apply_rope, attention_explicit, rms_norm,
                      rope_cos_sin)
+from ..language import say
 from ._base import CheckFailed, call, checker, expect, matching_mistake, passed
 
 
 def _tensor(got, what, shape):
     expect(isinstance(got, torch.Tensor),
-           f"{what} returned {type(got).__name__}; return a torch.Tensor")
+           say(f"{what} returned {type(got).__name__}; return a torch.Tensor",
+               f"{what} 返回了 {type(got).__name__}；请返回一个 torch.Tensor"))
     expect(tuple(got.shape) == tuple(shape),
-           f"{what} returned shape {tuple(got.shape)}; expected {tuple(shape)}")
-    expect(got.is_floating_point(), f"{what} returned a {got.dtype} tensor; return floats")
-    expect(bool(torch.isfinite(got).all()), f"{what} returned NaN or inf values")
+           say(f"{what} returned shape {tuple(got.shape)}; expected {tuple(shape)}",
+               f"{what} 返回的形状是 {tuple(got.shape)}；应为 {tuple(shape)}"))
+    expect(got.is_floating_point(),
+           say(f"{what} returned a {got.dtype} tensor; return floats",
+               f"{what} 返回了 {got.dtype} 类型的张量；请返回浮点数"))
+    expect(bool(torch.isfinite(got).all()),
+           say(f"{what} returned NaN or inf values", f"{what} 返回了 NaN 或 inf"))
     return got.detach().float()
 
 
@@ -64,18 +71,28 @@ def _rms_mistakes(inputs):
         return [_rms_variant(x, w, eps, **kind) for x, w, eps in inputs]
 
     return [
-        ("the result is right before the scale: multiply by `weight` at the end",
+        (say("the result is right before the scale: multiply by `weight` at the end",
+             "乘上缩放之前的结果是对的：最后还要乘以 `weight`"),
          model(weight=False)),
-        ("you subtracted the mean (that is LayerNorm); RMSNorm divides by the root mean square "
-         "and never centres x", model(centre=True)),
-        ("eps goes inside the square root: x / sqrt(mean(x²) + eps)", model(eps_inside=False)),
-        ("you summed the squares; take their mean over the last axis", model(mean=False)),
-        ("use the `eps` you are given, not a fixed 1e-5", model(fixed_eps=1e-5)),
-        ("use the `eps` you are given, not a fixed 1e-6", model(fixed_eps=1e-6)),
-        ("use the `eps` you are given; leaving it out divides by zero on an all-zero vector",
+        (say("you subtracted the mean (that is LayerNorm); RMSNorm divides by the root mean "
+             "square and never centres x",
+             "你减去了均值（那是 LayerNorm）；均方根归一化（RMSNorm）只除以均方根，从不把 x 中心化"),
+         model(centre=True)),
+        (say("eps goes inside the square root: x / sqrt(mean(x²) + eps)",
+             "eps 要放在平方根里面：x / sqrt(mean(x²) + eps)"), model(eps_inside=False)),
+        (say("you summed the squares; take their mean over the last axis",
+             "你把平方加起来了；应当在最后一个轴上取它们的平均"), model(mean=False)),
+        (say("use the `eps` you are given, not a fixed 1e-5",
+             "用传进来的 `eps`，而不是固定的 1e-5"), model(fixed_eps=1e-5)),
+        (say("use the `eps` you are given, not a fixed 1e-6",
+             "用传进来的 `eps`，而不是固定的 1e-6"), model(fixed_eps=1e-6)),
+        (say("use the `eps` you are given; leaving it out divides by zero on an all-zero vector",
+             "用传进来的 `eps`；不加它，遇到全零向量就会除以零"),
          model(fixed_eps=0.0)),
-        ("take the mean over the last axis only (dim=-1, keepdim=True), the features of one "
-         "vector", model(axis=0)),
+        (say("take the mean over the last axis only (dim=-1, keepdim=True), the features of one "
+             "vector",
+             "只在最后一个轴上取平均（dim=-1, keepdim=True），也就是一个向量自己的各个特征"),
+         model(axis=0)),
     ]
 
 
@@ -85,7 +102,8 @@ def check_rms_norm(fn) -> None:
     inputs, answers = [], []
     for i, (shape, eps, scale) in enumerate(RMS_CASES):
         x, weight = _rms_inputs(i, shape, scale)
-        what = f"rms_norm(x of shape {shape}, weight, eps={eps})"
+        what = say(f"rms_norm(x of shape {shape}, weight, eps={eps})",
+                   f"rms_norm(形状为 {shape} 的 x, weight, eps={eps})")
         answers.append(_tensor(call(fn, x, weight, eps, what=what), what, shape))
         inputs.append((x, weight, eps))
     wants = [rms_norm(x, w, eps) for x, w, eps in inputs]
@@ -96,10 +114,13 @@ def check_rms_norm(fn) -> None:
     i = wrong[0]
     shape, eps, _ = RMS_CASES[i]
     hint = matching_mistake(answers, _rms_mistakes(inputs), _close)
-    raise CheckFailed(f"rms_norm(x of shape {shape}, weight, eps={eps}) differs from the "
-                      f"reference by up to {_largest_difference(answers[i], wants[i])}: "
-                      + (hint or "compute x / sqrt(mean of x² over the last axis + eps), "
-                                 "then multiply by weight"))
+    raise CheckFailed(say(f"rms_norm(x of shape {shape}, weight, eps={eps}) differs from the "
+                          f"reference by up to {_largest_difference(answers[i], wants[i])}: ",
+                          f"rms_norm(形状为 {shape} 的 x, weight, eps={eps}) 与参考实现最多相差 "
+                          f"{_largest_difference(answers[i], wants[i])}：")
+                      + (hint or say("compute x / sqrt(mean of x² over the last axis + eps), "
+                                     "then multiply by weight",
+                                     "先算 x / sqrt(x² 在最后一个轴上的平均 + eps)，再乘以 weight")))
 
 
 # ---- 2: RoPE ----
@@ -141,18 +162,28 @@ def _rope_mistakes(inputs):
         return [_rope_variant(x, p, t, **kind) for x, p, t in inputs]
 
     return [
-        ("you rotated neighbouring pairs (0, 1), (2, 3), ...; this course (like Hugging Face) "
-         "pairs dimension i with i + d/2: x1 = x[..., :d/2], x2 = x[..., d/2:]",
+        (say("you rotated neighbouring pairs (0, 1), (2, 3), ...; this course (like Hugging "
+             "Face) pairs dimension i with i + d/2: x1 = x[..., :d/2], x2 = x[..., d/2:]",
+             "你旋转的是相邻的维度对 (0, 1)、(2, 3)……；本课程（和 Hugging Face 一样）把第 i 维"
+             "和第 i + d/2 维配成一对：x1 = x[..., :d/2]，x2 = x[..., d/2:]"),
          model(interleaved=True)),
-        ("you rotated the wrong way round; check the signs: (x1·cos − x2·sin, x2·cos + x1·sin)",
+        (say("you rotated the wrong way round; check the signs: (x1·cos − x2·sin, "
+             "x2·cos + x1·sin)",
+             "你转反了方向；检查一下正负号：(x1·cos − x2·sin, x2·cos + x1·sin)"),
          model(sign=-1)),
-        ("the angles must come from `position_ids`, not from 0, 1, 2, ...: a token's position "
-         "is not its index in this call (a decode step, a second row)",
+        (say("the angles must come from `position_ids`, not from 0, 1, 2, ...: a token's "
+             "position is not its index in this call (a decode step, a second row)",
+             "角度必须由 `position_ids` 算出，而不是 0, 1, 2, ……：词元的位置并不等于它在这次"
+             "调用里的下标（比如一个解码步，或者第二行）"),
          model(ignore_positions=True)),
-        ("the positions are off by one: position p turns pair i by p · theta^(-2i/d), and "
-         "position 0 by nothing", model(shift=1)),
-        ("the angle of pair i is position · theta^(-2i/d): the exponent steps by 2/d, "
-         "torch.arange(0, d, 2) / d", model(exponent_step=1)),
+        (say("the positions are off by one: position p turns pair i by p · theta^(-2i/d), and "
+             "position 0 by nothing",
+             "位置差了一：位置 p 把第 i 对旋转 p · theta^(-2i/d)，位置 0 则完全不转"),
+         model(shift=1)),
+        (say("the angle of pair i is position · theta^(-2i/d): the exponent steps by 2/d, "
+             "torch.arange(0, d, 2) / d",
+             "第 i 对的角度是 position · theta^(-2i/d)：指数每次增加 2/d，即 "
+             "torch.arange(0, d, 2) / d"), model(exponent_step=1)),
     ]
 
 
@@ -164,7 +195,9 @@ def check_rope(fn) -> None:
     for i, (shape, theta, kind) in enumerate(ROPE_CASES):
         b, h, s, d = shape
         x, positions = _rand(*shape, seed=20 + i), _positions(b, s, kind)
-        what = f"rope(x of shape {shape}, position_ids {positions.tolist()}, theta={theta})"
+        what = say(f"rope(x of shape {shape}, position_ids {positions.tolist()}, "
+                   f"theta={theta})",
+                   f"rope(形状为 {shape} 的 x, position_ids {positions.tolist()}, theta={theta})")
         answers.append(_tensor(call(fn, x, positions, theta, what=what), what, shape))
         inputs.append((x, positions, theta))
     wants = [apply_rope(x, *rope_cos_sin(p, x.shape[-1], t)) for x, p, t in inputs]
@@ -174,16 +207,23 @@ def check_rope(fn) -> None:
         return
     i = wrong[0]
     x, positions, theta = inputs[i]
-    what = (f"rope(x of shape {tuple(x.shape)}, position_ids {positions.tolist()}, "
-            f"theta={theta})")
+    what = say(f"rope(x of shape {tuple(x.shape)}, position_ids {positions.tolist()}, "
+               f"theta={theta})",
+               f"rope(形状为 {tuple(x.shape)} 的 x, position_ids {positions.tolist()}, "
+               f"theta={theta})")
     hint = matching_mistake(answers, _rope_mistakes(inputs), _close)
     if hint is None and not torch.allclose(answers[i].norm(dim=-1), x.norm(dim=-1), atol=1e-4):
-        hint = ("a rotation keeps each head vector's length, but yours changed it: each pair "
-                "(x1[i], x2[i]) must become (x1·cos − x2·sin, x2·cos + x1·sin) with the same "
-                "angle in both")
-    raise CheckFailed(f"{what} differs from the reference by up to "
-                      f"{_largest_difference(answers[i], wants[i])}: "
-                      + (hint or "the angle of pair i is position / theta^(2i/d)"))
+        hint = say("a rotation keeps each head vector's length, but yours changed it: each pair "
+                   "(x1[i], x2[i]) must become (x1·cos − x2·sin, x2·cos + x1·sin) with the same "
+                   "angle in both",
+                   "旋转不会改变每个头向量的长度，你的结果却改变了它：每一对 (x1[i], x2[i]) 都必须"
+                   "变成 (x1·cos − x2·sin, x2·cos + x1·sin)，两处用同一个角度")
+    raise CheckFailed(say(f"{what} differs from the reference by up to "
+                          f"{_largest_difference(answers[i], wants[i])}: ",
+                          f"{what} 与参考实现最多相差 "
+                          f"{_largest_difference(answers[i], wants[i])}：")
+                      + (hint or say("the angle of pair i is position / theta^(2i/d)",
+                                     "第 i 对的角度是 position / theta^(2i/d)")))
 
 
 # ---- 3: causal attention with grouped-query heads ----
@@ -215,19 +255,30 @@ def _attention_mistakes(inputs):
         return [_attention_variant(q, k, v, **kind) for q, k, v in inputs]
 
     return [
-        ("every query sees every key; mask the future: query i may only look at keys 0..i (set "
-         "the others to -inf before the softmax)", model(causal=False)),
-        ("query head j must use key/value head j // group (heads 0..group-1 share kv head 0); "
-         "use repeat_interleave, not repeat", model(interleave=False)),
-        ("divide the scores q kᵀ by √head_dim before the softmax; you did not scale them",
+        (say("every query sees every key; mask the future: query i may only look at keys 0..i "
+             "(set the others to -inf before the softmax)",
+             "每个查询都看到了所有的键；要用因果掩码（causal mask）遮住未来：查询 i 只能看键 "
+             "0..i（在 softmax 之前把其余的设为 -inf）"), model(causal=False)),
+        (say("query head j must use key/value head j // group (heads 0..group-1 share kv head "
+             "0); use repeat_interleave, not repeat",
+             "第 j 个查询头必须用第 j // group 个键/值头（第 0..group-1 个头共用第 0 个键/值头）；"
+             "用 repeat_interleave，而不是 repeat"), model(interleave=False)),
+        (say("divide the scores q kᵀ by √head_dim before the softmax; you did not scale them",
+             "在 softmax 之前要把得分 q kᵀ 除以 √head_dim；你没有做这个缩放"),
          model(scale="none")),
-        ("divide the scores by √head_dim, the square root, not by head_dim", model(scale="d")),
-        ("take the softmax over the keys, the last axis (dim=-1): each query's weights must add "
-         "up to 1", model(axis=-2)),
-        ("a query may look at its own key: mask only the keys after it, triu(diagonal=1)",
+        (say("divide the scores by √head_dim, the square root, not by head_dim",
+             "得分要除以 √head_dim，即它的平方根，而不是 head_dim 本身"), model(scale="d")),
+        (say("take the softmax over the keys, the last axis (dim=-1): each query's weights must "
+             "add up to 1",
+             "softmax 要沿着键所在的最后一个轴（dim=-1）做：每个查询的权重之和必须为 1"),
+         model(axis=-2)),
+        (say("a query may look at its own key: mask only the keys after it, triu(diagonal=1)",
+             "查询可以看它自己的键：只遮住它之后的键，即 triu(diagonal=1)"),
          model(diagonal=False)),
-        ("the mask is the wrong way round: query i may see keys 0..i (the past), not the keys "
-         "after it", model(future=True)),
+        (say("the mask is the wrong way round: query i may see keys 0..i (the past), not the "
+             "keys after it",
+             "掩码的方向反了：查询 i 能看到的是键 0..i（过去），而不是它之后的键"),
+         model(future=True)),
     ]
 
 
@@ -249,11 +300,16 @@ def check_causal_attention(fn) -> None:
     i = wrong[0]
     q, k, v = inputs[i]
     hint = matching_mistake(answers, _attention_mistakes(inputs), _close)
-    raise CheckFailed(f"causal_attention(q {tuple(q.shape)}, k/v {tuple(k.shape)}) differs from "
-                      f"the reference by up to {_largest_difference(answers[i], wants[i])}: "
-                      + (hint or "repeat each key/value head for its group of query heads, "
-                                 "scores = q kᵀ / √d, -inf above the diagonal, softmax over the "
-                                 "keys, then weights @ v"))
+    raise CheckFailed(say(f"causal_attention(q {tuple(q.shape)}, k/v {tuple(k.shape)}) differs "
+                          f"from the reference by up to "
+                          f"{_largest_difference(answers[i], wants[i])}: ",
+                          f"causal_attention(q {tuple(q.shape)}, k/v {tuple(k.shape)}) 与参考实现"
+                          f"最多相差 {_largest_difference(answers[i], wants[i])}：")
+                      + (hint or say("repeat each key/value head for its group of query heads, "
+                                     "scores = q kᵀ / √d, -inf above the diagonal, softmax over "
+                                     "the keys, then weights @ v",
+                                     "把每个键/值头复制给它那一组查询头，得分 = q kᵀ / √d，"
+                                     "对角线以上设为 -inf，沿键的方向做 softmax，再算 权重 @ v")))
 
 
 # ---- 4: one transformer block ----
@@ -319,19 +375,31 @@ def _block_mistakes(inputs):
             return [_block_variant(*args, **kind) for args in inputs]
 
     return [
-        ("you stopped after attention; add the feed-forward part: "
-         "h + down(silu(gate(rms_norm(h))) * up(rms_norm(h)))", model(mlp=False)),
-        ("each part adds its result to its input, the residual connection: "
-         "x = x + attn(...), then x = x + mlp(...)", model(residual=False)),
-        ("RoPE must use the `position_ids` you are given, not 0, 1, 2, ...: the tokens of a "
-         "decode step or of a second row do not start at position 0",
+        (say("you stopped after attention; add the feed-forward part: "
+             "h + down(silu(gate(rms_norm(h))) * up(rms_norm(h)))",
+             "你在注意力之后就停下了；还要加上前馈网络（feed-forward network）部分："
+             "h + down(silu(gate(rms_norm(h))) * up(rms_norm(h)))"), model(mlp=False)),
+        (say("each part adds its result to its input, the residual connection: "
+             "x = x + attn(...), then x = x + mlp(...)",
+             "每个部分都要把结果加到它的输入上，也就是残差连接："
+             "x = x + attn(...)，然后 x = x + mlp(...)"), model(residual=False)),
+        (say("RoPE must use the `position_ids` you are given, not 0, 1, 2, ...: the tokens of a "
+             "decode step or of a second row do not start at position 0",
+             "RoPE 必须用传进来的 `position_ids`，而不是 0, 1, 2, ……：一个解码步或者第二行的"
+             "词元并不从位置 0 开始"),
          model(ignore_positions=True)),
-        ("use `config.norm_eps` in both norms, not a fixed 1e-5", model(eps=1e-5)),
-        ("use `config.norm_eps` in both norms, not a fixed 1e-6", model(eps=1e-6)),
-        ("RoPE turns q and k only; v is used as it comes out of v_proj", model(rope_on_v=True)),
-        ("the feed-forward part reads rms_norm(x) with block.mlp_norm's weight, not x itself",
+        (say("use `config.norm_eps` in both norms, not a fixed 1e-5",
+             "两个归一化都要用 `config.norm_eps`，而不是固定的 1e-5"), model(eps=1e-5)),
+        (say("use `config.norm_eps` in both norms, not a fixed 1e-6",
+             "两个归一化都要用 `config.norm_eps`，而不是固定的 1e-6"), model(eps=1e-6)),
+        (say("RoPE turns q and k only; v is used as it comes out of v_proj",
+             "RoPE 只旋转 q 和 k；v 从 v_proj 出来后直接使用"), model(rope_on_v=True)),
+        (say("the feed-forward part reads rms_norm(x) with block.mlp_norm's weight, not x itself",
+             "前馈部分读的是用 block.mlp_norm 的权重算出的 rms_norm(x)，而不是 x 本身"),
          model(mlp_on_x=True)),
-        ("SiLU goes on the gate: down(silu(gate(h)) * up(h)), not on up", model(silu_on_up=True)),
+        (say("SiLU goes on the gate: down(silu(gate(h)) * up(h)), not on up",
+             "SiLU 作用在门控上：down(silu(gate(h)) * up(h))，而不是作用在 up 上"),
+         model(silu_on_up=True)),
     ]
 
 
@@ -344,9 +412,12 @@ def check_transformer_block(fn) -> None:
         block = random_block(config, seed=i)
         x = _rand(b, s, config.hidden_size, seed=40 + i) * scale
         positions = _positions(b, s, kind)
-        what = (f"transformer_block(x {tuple(x.shape)}, block with {config.n_heads} heads / "
-                f"{config.n_kv_heads} kv heads, norm_eps={config.norm_eps}, position_ids "
-                f"{positions.tolist()})")
+        what = say(f"transformer_block(x {tuple(x.shape)}, block with {config.n_heads} heads / "
+                   f"{config.n_kv_heads} kv heads, norm_eps={config.norm_eps}, position_ids "
+                   f"{positions.tolist()})",
+                   f"transformer_block(x {tuple(x.shape)}, 有 {config.n_heads} 个头 / "
+                   f"{config.n_kv_heads} 个键值头的块, norm_eps={config.norm_eps}, position_ids "
+                   f"{positions.tolist()})")
         with torch.no_grad():
             answers.append(_tensor(call(fn, x, block, config, positions, what=what), what,
                                    x.shape))
@@ -360,13 +431,20 @@ def check_transformer_block(fn) -> None:
     i = wrong[0]
     x, _, config, positions = inputs[i]
     hint = matching_mistake(answers, _block_mistakes(inputs), _close)
-    raise CheckFailed(f"transformer_block(x {tuple(x.shape)}, block with {config.n_heads} heads "
-                      f"/ {config.n_kv_heads} kv heads, norm_eps={config.norm_eps}, position_ids "
-                      f"{positions.tolist()}) differs from minillm's block by up to "
-                      f"{_largest_difference(answers[i], wants[i])}: "
-                      + (hint or "norm before each part (with config.norm_eps), RoPE on q and k "
-                                 "at position_ids, o_proj after attention, SiLU on the gate, and "
-                                 "each part adds its result to its input"))
+    raise CheckFailed(say(f"transformer_block(x {tuple(x.shape)}, block with {config.n_heads} "
+                          f"heads / {config.n_kv_heads} kv heads, norm_eps={config.norm_eps}, "
+                          f"position_ids {positions.tolist()}) differs from minillm's block by "
+                          f"up to {_largest_difference(answers[i], wants[i])}: ",
+                          f"transformer_block(x {tuple(x.shape)}, 有 {config.n_heads} 个头 / "
+                          f"{config.n_kv_heads} 个键值头的块, norm_eps={config.norm_eps}, "
+                          f"position_ids {positions.tolist()}) 与 minillm 的块最多相差 "
+                          f"{_largest_difference(answers[i], wants[i])}：")
+                      + (hint or say("norm before each part (with config.norm_eps), RoPE on q and "
+                                     "k at position_ids, o_proj after attention, SiLU on the "
+                                     "gate, and each part adds its result to its input",
+                                     "每个部分之前先归一化（用 config.norm_eps），按 position_ids "
+                                     "对 q 和 k 做 RoPE，注意力之后接 o_proj，SiLU 作用在门控上，"
+                                     "每个部分都把结果加到它的输入上")))
 
 
 @checker
@@ -377,8 +455,10 @@ def check_whole_model(fn, model, token_ids) -> None:
     from ...fast import is_optimized
 
     expect(not is_optimized(model),
-           "this is the fast path's model (its attention has one fused qkv_proj, not q_proj, "
-           "k_proj and v_proj): load the readable one, minillm.load(..., fast=False)")
+           say("this is the fast path's model (its attention has one fused qkv_proj, not q_proj, "
+               "k_proj and v_proj): load the readable one, minillm.load(..., fast=False)",
+               "这是快速路径的模型（它的注意力只有一个融合的 qkv_proj，没有 q_proj、k_proj 和 "
+               "v_proj）：请加载可读版的模型，minillm.load(..., fast=False)"))
     config = model.config
     ids = torch.as_tensor(token_ids).reshape(1, -1)
     s = ids.shape[1]
@@ -389,18 +469,26 @@ def check_whole_model(fn, model, token_ids) -> None:
         with torch.inference_mode():
             x = model.embed(ids)
             for n, layer in enumerate(model.layers):
-                what = f"transformer_block in layer {n} of the real model (positions {shown})"
+                what = say(f"transformer_block in layer {n} of the real model (positions "
+                           f"{shown})",
+                           f"真实模型第 {n} 层里的 transformer_block（位置 {shown}）")
                 x = call(fn, x, layer, config, positions, what=what)
                 _tensor(x, what, (1, s, config.hidden_size))
             got = model.logits(x)  # the final norm and the LM head
             want = model(ids, position_ids=positions)
         diff = (got - want).abs().max().item()
-        where = "" if start == 0 else f" at positions {shown}"
-        expect(diff < 1e-3, f"with your transformer_block in all {config.n_layers} layers the "
-                            f"logits{where} differ from minillm's by up to {diff:.3g} (allowed: "
-                            "1e-3)" + (": RoPE must use position_ids" if start else ""))
+        where = "" if start == 0 else say(f" at positions {shown}", f"（位置 {shown}）")
+        expect(diff < 1e-3, say(f"with your transformer_block in all {config.n_layers} layers "
+                                f"the logits{where} differ from minillm's by up to {diff:.3g} "
+                                "(allowed: 1e-3)" + (": RoPE must use position_ids" if start
+                                                     else ""),
+                                f"全部 {config.n_layers} 层都用你的 transformer_block 时，"
+                                f"logits{where or ' '}与 minillm 的最多相差 {diff:.3g}（允许 1e-3）"
+                                + ("：RoPE 必须用 position_ids" if start else "")))
         expect(torch.equal(got.argmax(-1), want.argmax(-1)),
-               f"the top-1 next token{where} differs from minillm's at some position")
+               say(f"the top-1 next token{where} differs from minillm's at some position",
+                   f"概率最高的下一个词元{where}在某些位置上与 minillm 的不同"))
         diffs.append(diff)
-    print(f"max logit difference over {s} positions, twice: {max(diffs):.2g}")
+    print(say(f"max logit difference over {s} positions, twice: {max(diffs):.2g}",
+              f"{s} 个位置上 logits 的最大差异（两轮）：{max(diffs):.2g}"))
     passed("whole model with your block", 2)

@@ -1,5 +1,8 @@
 """Checkers for exercises/03_kv_cache.ipynb: the cache's size, the cache update, the decode loop,
-and attention over blocks of keys with the online softmax (lesson 03b)."""
+and attention over blocks of keys with the online softmax (lesson 03b).
+
+Every message says both languages side by side (`say`), chosen by the notebook's set_language.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ import weakref
 import torch
 
 from ...generation.kv_cache import KVCache
+from ..language import say
 from ._base import (CheckFailed, as_int, call, checker, expect, expect_raises, matching_mistake,
                     passed, short)
 
@@ -28,13 +32,17 @@ def _size_mistakes():
         return [f(*case) for case in SIZE_CASES]
 
     return [
-        ("half the answer: the cache holds keys AND values, so count both (the factor 2)",
+        (say("half the answer: the cache holds keys AND values, so count both (the factor 2)",
+             "只算了一半：缓存里既有键也有值，两份都要算（因子 2）"),
          model(lambda l, h, d, t, b: l * h * d * t * b)),
-        ("every layer keeps its own keys and values: multiply by n_layers",
+        (say("every layer keeps its own keys and values: multiply by n_layers",
+             "每一层都存着自己的键和值：要乘以 n_layers"),
          model(lambda l, h, d, t, b: 2 * h * d * t * b)),
-        ("that counts values, not bytes: multiply by bytes_per_value",
+        (say("that counts values, not bytes: multiply by bytes_per_value",
+             "这数的是值的个数，不是字节数：要乘以 bytes_per_value"),
          model(lambda l, h, d, t, b: 2 * l * h * d * t)),
-        ("bytes_per_value is already in bytes: do not multiply by 8",
+        (say("bytes_per_value is already in bytes: do not multiply by 8",
+             "bytes_per_value 的单位已经是字节：不要再乘以 8"),
          model(lambda l, h, d, t, b: 16 * l * h * d * t * b)),
     ]
 
@@ -50,7 +58,8 @@ def check_kv_cache_bytes(kv_cache_bytes) -> None:
         what = f"kv_cache_bytes{args}"
         got = call(kv_cache_bytes, *args, what=what)
         if isinstance(got, float) and not got.is_integer():
-            raise CheckFailed(f"{what} returned {got!r}; a number of bytes is a whole number")
+            raise CheckFailed(say("{what} returned {got!r}; a number of bytes is a whole number",
+                                  "{what} 返回了 {got!r}；字节数应该是整数", what=what, got=got))
         answers.append(as_int(got, what))
         want = 2 * layers * heads * dim * tokens * nbytes
         if tokens <= 16:  # small enough to build: the formula must match a real cache
@@ -65,10 +74,15 @@ def check_kv_cache_bytes(kv_cache_bytes) -> None:
     i = wrong[0]
     layers, heads, dim, tokens, nbytes = SIZE_CASES[i]
     hint = matching_mistake(answers, _size_mistakes(), int.__eq__)
-    raise CheckFailed(f"kv_cache_bytes{SIZE_CASES[i]} returned {answers[i]}, expected {wants[i]}"
-                      + (f": {hint}" if hint else
-                         f" = 2 x {layers} layers x {heads} kv heads x {dim} head_dim x "
-                         f"{tokens} tokens x {nbytes} bytes"))
+    raise CheckFailed(say("kv_cache_bytes{case} returned {got}, expected {want}",
+                          "kv_cache_bytes{case} 返回了 {got}，应为 {want}", case=SIZE_CASES[i],
+                          got=answers[i], want=wants[i])
+                      + (say(": {hint}", "：{hint}", hint=hint) if hint else
+                         say(" = 2 x {layers} layers x {heads} kv heads x {dim} head_dim x "
+                             "{tokens} tokens x {nbytes} bytes",
+                             " = 2 x {layers} 层 x {heads} 个 kv 头 x {dim}（head_dim）x "
+                             "{tokens} 个词元 x {nbytes} 字节", layers=layers, heads=heads,
+                             dim=dim, tokens=tokens, nbytes=nbytes)))
 
 
 APPEND_CASES = [  # (batch, kv_heads, max_tokens, head_dim, tokens already held, new tokens)
@@ -83,12 +97,18 @@ APPEND_CASES = [  # (batch, kv_heads, max_tokens, head_dim, tokens already held,
 
 def _returned_pair(got, what):
     if not (isinstance(got, tuple) and len(got) == 2):
-        raise CheckFailed(f"{what} returned {type(got).__name__} {short(got)}; return a tuple "
-                          "(keys so far, values so far)")
+        raise CheckFailed(say("{what} returned {kind} {got}; return a tuple "
+                              "(keys so far, values so far)",
+                              "{what} 返回了 {kind} {got}；请返回一个元组"
+                              "（目前为止的 keys，目前为止的 values）",
+                              what=what, kind=type(got).__name__, got=short(got)))
     for name, t in zip(("keys", "values"), got):
         expect(isinstance(t, torch.Tensor),
-               f"{what} returned {name} as {type(t).__name__}; return the tensors themselves "
-               "(slices of the preallocated keys and values), not lists")
+               say("{what} returned {name} as {kind}; return the tensors themselves "
+                   "(slices of the preallocated keys and values), not lists",
+                   "{what} 返回的 {name} 是 {kind}；请返回张量本身"
+                   "（预分配的 keys 和 values 的切片），不要返回列表",
+                   what=what, name=name, kind=type(t).__name__))
     return got
 
 
@@ -109,40 +129,63 @@ def check_append_kv(append_kv) -> None:
         reference.values[0].copy_(values)
         reference.length = length
         want_k, want_v = reference.append(0, k, v)
-        case = (f"append_kv(keys/values of shape {shape}, k/v of {new} new tokens, "
-                f"length={length})")
+        case = say("append_kv(keys/values of shape {shape}, k/v of {new} new tokens, "
+                   "length={length})",
+                   "append_kv(形状为 {shape} 的 keys/values，{new} 个新词元的 k/v，"
+                   "length={length})", shape=shape, new=new, length=length)
         got_k, got_v = _returned_pair(call(append_kv, keys, values, k, v, length, what=case,
                                            may_change=(0, 1)), case)
         if tuple(got_k.shape) != tuple(want_k.shape) or tuple(got_v.shape) != tuple(want_v.shape):
             hint = ""
             if tuple(got_k.shape) == shape:
-                hint = ": you returned the whole buffer; slice it to the first length + new"
+                hint = say(": you returned the whole buffer; slice it to the first length + new",
+                           "：你返回了整个缓冲区；要切出前 length + new 个位置")
             elif tuple(got_k.shape) == tuple(k.shape):
-                hint = (": you returned only the new tokens; attention needs all the keys and "
-                        "values so far, the first length + new positions")
-            raise CheckFailed(f"{case}: the returned keys have shape {tuple(got_k.shape)} and "
-                              f"values {tuple(got_v.shape)}, expected {tuple(want_k.shape)}{hint}")
+                hint = say(": you returned only the new tokens; attention needs all the keys and "
+                           "values so far, the first length + new positions",
+                           "：你只返回了新词元；注意力需要目前为止所有的键和值，"
+                           "即前 length + new 个位置")
+            raise CheckFailed(say("{case}: the returned keys have shape {got_k} and values "
+                                  "{got_v}, expected {want}{hint}",
+                                  "{case}：返回的 keys 形状为 {got_k}，values 为 {got_v}，"
+                                  "应为 {want}{hint}", case=case, got_k=tuple(got_k.shape),
+                                  got_v=tuple(got_v.shape), want=tuple(want_k.shape), hint=hint))
         if not (torch.equal(keys, reference.keys[0]) and torch.equal(values, reference.values[0])):
             if torch.equal(keys, before_k) and torch.equal(values, before_v):
-                raise CheckFailed(f"{case}: the preallocated keys and values were not written; "
-                                  "write into them in place (keys[:, :, start:end] = k) instead "
-                                  "of building new tensors, or the cache is lost after this call")
+                raise CheckFailed(say(
+                    "{case}: the preallocated keys and values were not written; write into them "
+                    "in place (keys[:, :, start:end] = k) instead of building new tensors, or "
+                    "the cache is lost after this call",
+                    "{case}：预分配的 keys 和 values 没有被写入；要原地写进去"
+                    "（keys[:, :, start:end] = k），而不是新建张量，否则这次调用一结束缓存就丢了",
+                    case=case))
             expect(torch.equal(keys[:, :, :length], before_k[:, :, :length])
                    and torch.equal(values[:, :, :length], before_v[:, :, :length]),
-                   f"{case}: the first {length} positions changed; they belong to earlier "
-                   f"tokens: write the new ones at positions {length} to {length + new - 1}")
-            raise CheckFailed(f"{case}: the keys and values at positions {length} to "
-                              f"{length + new - 1} are not the new k and v (keys[:, :, "
-                              "length:length + new] = k), or positions after them changed")
+                   say("{case}: the first {length} positions changed; they belong to earlier "
+                       "tokens: write the new ones at positions {length} to {last}",
+                       "{case}：前 {length} 个位置被改动了；它们属于之前的词元："
+                       "新词元要写在位置 {length} 到 {last}", case=case, length=length,
+                       last=length + new - 1))
+            raise CheckFailed(say("{case}: the keys and values at positions {length} to "
+                                  "{last} are not the new k and v (keys[:, :, "
+                                  "length:length + new] = k), or positions after them changed",
+                                  "{case}：位置 {length} 到 {last} 上的键和值不是新的 k 和 v"
+                                  "（keys[:, :, length:length + new] = k），"
+                                  "或者它们之后的位置被改动了", case=case, length=length,
+                                  last=length + new - 1))
         expect(torch.equal(got_k, want_k) and torch.equal(got_v, want_v),
-               f"{case}: the returned keys or values differ from the stored ones: return "
-               "keys[:, :, :length + new] and values[:, :, :length + new]")
+               say("{case}: the returned keys or values differ from the stored ones: return "
+                   "keys[:, :, :length + new] and values[:, :, :length + new]",
+                   "{case}：返回的键或值和存进去的不一样：请返回 "
+                   "keys[:, :, :length + new] 和 values[:, :, :length + new]", case=case))
     keys = torch.zeros(1, 1, 4, 2)
     for length, new in ((3, 2), (4, 1), (0, 5)):
         expect_raises(append_kv, keys, keys.clone(), torch.ones(1, 1, new, 2),
                       torch.ones(1, 1, new, 2), length, error=ValueError,
-                      what=f"appending {new} tokens to a cache of 4 holding {length}",
-                      why="they do not fit: the cache is full")
+                      what=say("appending {new} tokens to a cache of 4 holding {length}",
+                               "往容量为 4、已存 {length} 个的缓存里追加 {new} 个词元",
+                               new=new, length=length),
+                      why=say("they do not fit: the cache is full", "放不下：缓存已满"))
     passed("append_kv", len(APPEND_CASES) + 3)
 
 
@@ -180,45 +223,74 @@ def check_greedy_decode(greedy_decode, model, tokenizer) -> None:
         want = generate(model, tokenizer, ids, max_new_tokens=k, do_sample=False,
                         ignore_eos=True).token_ids
         spy = _Spy(model)
-        what = f"greedy_decode(model, <{len(ids)} ids of {text!r}>, {k}, [])"
+        what = say("greedy_decode(model, <{n} ids of {text!r}>, {k}, [])",
+                   "greedy_decode(model, <{text!r} 的 {n} 个 id>, {k}, [])",
+                   n=len(ids), text=text, k=k)
         got = call(greedy_decode, spy, ids, k, [], what=what)
-        expect(isinstance(got, list), f"{what} returned {type(got).__name__}; return a list of "
-                                      "int token ids (use .item() or .tolist())")
-        got = [as_int(t, f"a token id {what} returned") for t in got]
+        expect(isinstance(got, list), say("{what} returned {kind}; return a list of int token "
+                                          "ids (use .item() or .tolist())",
+                                          "{what} 返回了 {kind}；请返回由 int 词元 id 组成的列表"
+                                          "（用 .item() 或 .tolist()）",
+                                          what=what, kind=type(got).__name__))
+        got = [as_int(t, say("a token id {what} returned", "{what} 返回的一个词元 id",
+                             what=what)) for t in got]
         if len(got) == len(ids) + k and got[:len(ids)] == ids:
-            raise CheckFailed(f"{what} returned {len(got)} ids that start with the prompt: "
-                              "return only the new tokens")
-        expect(len(got) == k, f"{what} returned {len(got)} tokens; with no EOS it must return "
-                              f"exactly max_new_tokens = {k}")
+            raise CheckFailed(say("{what} returned {n} ids that start with the prompt: "
+                                  "return only the new tokens",
+                                  "{what} 返回了 {n} 个 id，开头是提示词：只返回新词元",
+                                  what=what, n=len(got)))
+        expect(len(got) == k, say("{what} returned {n} tokens; with no EOS it must return "
+                                  "exactly max_new_tokens = {k}",
+                                  "{what} 返回了 {n} 个词元；没有 EOS 时应当正好返回 "
+                                  "max_new_tokens = {k} 个", what=what, n=len(got), k=k))
         expect(all(used for _, used in spy.calls),
-               f"{what}: a forward pass ran without the cache: pass cache=cache to every model "
-               "call")
+               say("{what}: a forward pass ran without the cache: pass cache=cache to every "
+                   "model call",
+                   "{what}：有一次前向传播没有用缓存：每次调用模型都要传 cache=cache", what=what))
         shapes = [shape for shape, _ in spy.calls]
         expect(shapes and shapes[0] == (1, len(ids)),
-               f"{what}: the first pass (prefill) should see the whole prompt, shape "
-               f"{(1, len(ids))}, got {shapes[0] if shapes else 'no pass at all'}")
+               say("{what}: the first pass (prefill) should see the whole prompt, shape "
+                   "{want}, got {got}",
+                   "{what}：第一次前向传播（预填充）应当看到整个提示词，形状为 {want}，"
+                   "实际是 {got}", what=what, want=(1, len(ids)),
+                   got=shapes[0] if shapes else say("no pass at all", "一次也没有运行")))
         long_steps = [n for n, shape in enumerate(shapes[1:], 1) if shape != (1, 1)]
         if long_steps:
-            raise CheckFailed(f"{what}: decode pass {long_steps[0]} had shape "
-                              f"{shapes[long_steps[0]]}: with a KV cache feed only the newest "
-                              "token, shape (1, 1)")
-        expect(len(shapes) == k, f"{what}: {len(shapes)} forward passes for {k} new tokens; "
-                                 f"expected {k}: one prefill, then {k - 1} decode steps (the last "
-                                 "token needs no pass after it)")
-        expect(got == want, f"for {text!r} you generated {got}, greedy decoding gives {want}: "
-                            "take the argmax of the logits at the last position")
+            raise CheckFailed(say("{what}: decode pass {n} had shape {shape}: with a KV cache "
+                                  "feed only the newest token, shape (1, 1)",
+                                  "{what}：第 {n} 次解码的形状是 {shape}：有了 KV 缓存，"
+                                  "只需喂入最新的词元，形状为 (1, 1)", what=what,
+                                  n=long_steps[0], shape=shapes[long_steps[0]]))
+        expect(len(shapes) == k, say("{what}: {n} forward passes for {k} new tokens; expected "
+                                     "{k}: one prefill, then {steps} decode steps (the last "
+                                     "token needs no pass after it)",
+                                     "{what}：生成 {k} 个新词元用了 {n} 次前向传播；应为 {k} 次："
+                                     "一次预填充，再加 {steps} 个解码步（最后一个词元之后"
+                                     "不需要再跑）", what=what, n=len(shapes), k=k, steps=k - 1))
+        expect(got == want, say("for {text!r} you generated {got}, greedy decoding gives "
+                                "{want}: take the argmax of the logits at the last position",
+                                "对 {text!r} 你生成的是 {got}，贪心解码给出的是 {want}："
+                                "取最后一个位置 logits 的 argmax", text=text, got=got,
+                                want=want))
         cases += 1
         if k >= 5:
             eos = want[3]
             stop_at = want.index(eos) + 1
             got = call(greedy_decode, _Spy(model), ids, k, [eos],
-                       what=f"greedy_decode(model, <{len(ids)} ids>, {k}, [{eos}])")
-            expect(isinstance(got, list), f"greedy_decode returned {type(got).__name__}; return a "
-                                          "list of int token ids")
-            got = [as_int(t, "a token id greedy_decode returned") for t in got]
+                       what=say("greedy_decode(model, <{n} ids>, {k}, [{eos}])",
+                                "greedy_decode(model, <{n} 个 id>, {k}, [{eos}])",
+                                n=len(ids), k=k, eos=eos))
+            expect(isinstance(got, list), say("greedy_decode returned {kind}; return a list of "
+                                              "int token ids",
+                                              "greedy_decode 返回了 {kind}；请返回由 int 词元 id "
+                                              "组成的列表", kind=type(got).__name__))
+            got = [as_int(t, say("a token id greedy_decode returned",
+                                 "greedy_decode 返回的一个词元 id")) for t in got]
             expect(got == want[:stop_at],
-                   f"with eos_token_ids=[{eos}] you returned {short(got)}; expected "
-                   f"{want[:stop_at]}: stop right after the first EOS id, and keep it")
+                   say("with eos_token_ids=[{eos}] you returned {got}; expected {want}: stop "
+                       "right after the first EOS id, and keep it",
+                       "eos_token_ids=[{eos}] 时你返回了 {got}；应为 {want}：在第一个 EOS id "
+                       "之后立即停止，并保留它", eos=eos, got=short(got), want=want[:stop_at]))
             cases += 1
     passed("greedy_decode", cases)
 
@@ -256,8 +328,10 @@ class _OnePass:
 
     def __iter__(self):
         if self.started:
-            raise CheckFailed("the blocks were read a second time; they arrive once, as from a "
-                              "stream: loop over them once, keeping m, l and o")
+            raise CheckFailed(say("the blocks were read a second time; they arrive once, as "
+                                  "from a stream: loop over them once, keeping m, l and o",
+                                  "这些块被读了第二遍；它们像数据流一样只来一次："
+                                  "只遍历一遍，保留 m、l 和 o"))
         self.started = True
         return self._blocks()
 
@@ -291,20 +365,31 @@ def _blockwise(q, keys, values, sizes, *, scaled=True, rescale_l=True, rescale_o
     return o / l if divide else o
 
 
-_BLOCK_MISTAKES = [
-    ("when a block raises the maximum from m to m_new, the sums kept so far were computed "
-     "against the old m: multiply both l and o by e^(m - m_new) before adding the block's terms",
-     dict(rescale_l=False, rescale_o=False)),
-    ("you rescaled l but not o: o was summed against the old maximum too, so multiply it by "
-     "e^(m - m_new) as well", dict(rescale_o=False)),
-    ("you rescaled o but not l: l was summed against the old maximum too, so multiply it by "
-     "e^(m - m_new) as well", dict(rescale_l=False)),
-    ("the factor is e^(m - m_new), the old maximum minus the new one (at most 1), not "
-     "e^(m_new - m)", dict(factor_sign=-1)),
-    ("scale the scores as attention does: s = k @ q / sqrt(d)", dict(scaled=False)),
-    ("return o / l: o alone is the weighted sum before the softmax's division",
-     dict(divide=False)),
-]
+def _block_mistakes():
+    return [
+        (say("when a block raises the maximum from m to m_new, the sums kept so far were "
+             "computed against the old m: multiply both l and o by e^(m - m_new) before adding "
+             "the block's terms",
+             "某一块把最大值从 m 抬到 m_new 时，之前累加的和都是相对旧的 m 算的："
+             "在加上这一块的项之前，先把 l 和 o 都乘以 e^(m - m_new)"),
+         dict(rescale_l=False, rescale_o=False)),
+        (say("you rescaled l but not o: o was summed against the old maximum too, so multiply "
+             "it by e^(m - m_new) as well",
+             "你缩放了 l 却没缩放 o：o 也是相对旧的最大值累加的，同样要乘以 e^(m - m_new)"),
+         dict(rescale_o=False)),
+        (say("you rescaled o but not l: l was summed against the old maximum too, so multiply "
+             "it by e^(m - m_new) as well",
+             "你缩放了 o 却没缩放 l：l 也是相对旧的最大值累加的，同样要乘以 e^(m - m_new)"),
+         dict(rescale_l=False)),
+        (say("the factor is e^(m - m_new), the old maximum minus the new one (at most 1), not "
+             "e^(m_new - m)",
+             "缩放因子是 e^(m - m_new)，即旧最大值减新最大值（不超过 1），而不是 e^(m_new - m)"),
+         dict(factor_sign=-1)),
+        (say("scale the scores as attention does: s = k @ q / sqrt(d)",
+             "像注意力那样缩放分数：s = k @ q / sqrt(d)"), dict(scaled=False)),
+        (say("return o / l: o alone is the weighted sum before the softmax's division",
+             "返回 o / l：单独的 o 只是 softmax 做除法之前的加权和"), dict(divide=False)),
+    ]
 
 
 def _as_vector(got, what):
@@ -313,8 +398,10 @@ def _as_vector(got, what):
     try:
         return torch.as_tensor(got, dtype=torch.float64)
     except (TypeError, ValueError, RuntimeError):
-        raise CheckFailed(f"{what} returned {type(got).__name__} {short(got)}; return a tensor "
-                          "of d_v numbers, o / l") from None
+        raise CheckFailed(say("{what} returned {kind} {got}; return a tensor of d_v numbers, "
+                              "o / l", "{what} 返回了 {kind} {got}；请返回含 d_v 个数的张量，"
+                              "即 o / l", what=what, kind=type(got).__name__,
+                              got=short(got))) from None
 
 
 def _close(a, b) -> bool:
@@ -331,26 +418,36 @@ def check_attend_in_blocks(attend_in_blocks) -> None:
     for index in range(len(BLOCK_CASES)):
         q, keys, values, sizes = _block_case(index)
         d, d_v = q.shape[0], values.shape[1]
-        what = (f"attend_in_blocks(q of {d} numbers, {len(sizes)} blocks of "
-                f"{'/'.join(map(str, sizes))} keys, values of {d_v})")
+        what = say("attend_in_blocks(q of {d} numbers, {n} blocks of {sizes} keys, values "
+                   "of {d_v})",
+                   "attend_in_blocks(含 {d} 个数的 q，{n} 块各 {sizes} 个键，值宽 {d_v})",
+                   d=d, n=len(sizes), sizes="/".join(map(str, sizes)), d_v=d_v)
         blocks = _OnePass(keys, values, sizes)
         got = call(attend_in_blocks, q, blocks, what=what,
-                   if_raises="`blocks` hands out (k, v) pairs once: loop over it with "
-                             "`for k, v in blocks:`")
+                   if_raises=say("`blocks` hands out (k, v) pairs once: loop over it with "
+                                 "`for k, v in blocks:`",
+                                 "`blocks` 只给出一遍 (k, v) 对：用 `for k, v in blocks:` "
+                                 "遍历它"))
         if blocks.kept is not None:
-            raise CheckFailed(f"{what}: block {blocks.kept + 1} was still held when block "
-                              f"{blocks.kept + 3} was asked for, so the blocks were kept (in a "
-                              "list, or joined): keep only m, l and o between blocks. Holding "
-                              "one block at a time is what lets FlashAttention skip the "
-                              "n x n scores")
+            raise CheckFailed(say("{what}: block {first} was still held when block {later} was "
+                                  "asked for, so the blocks were kept (in a list, or joined): "
+                                  "keep only m, l and o between blocks. Holding one block at a "
+                                  "time is what lets FlashAttention skip the n x n scores",
+                                  "{what}：取第 {later} 块时，第 {first} 块还被拿着，说明这些块"
+                                  "被存了下来（放进列表，或拼接起来）：块与块之间只保留 m、l 和 o。"
+                                  "一次只拿一块，正是 FlashAttention 能省掉 n x n 分数矩阵的原因",
+                                  what=what, first=blocks.kept + 1, later=blocks.kept + 3))
         got = _as_vector(got, what)
         if got.shape != (d_v,):
-            hint = (": one query gives one vector; return o / l with shape (d_v,)"
+            hint = (say(": one query gives one vector; return o / l with shape (d_v,)",
+                        "：一个查询得到一个向量；返回形状为 (d_v,) 的 o / l")
                     if got.numel() == d_v else
-                    ": the output has one number per value dimension, d_v" if got.dim() == 1
+                    say(": the output has one number per value dimension, d_v",
+                        "：输出在值的每个维度上各有一个数，共 d_v 个") if got.dim() == 1
                     else "")
-            raise CheckFailed(f"{what} returned shape {tuple(got.shape)}, expected ({d_v},)"
-                              + hint)
+            raise CheckFailed(say("{what} returned shape {shape}, expected ({d_v},)",
+                                  "{what} 返回的形状是 {shape}，应为 ({d_v},)", what=what,
+                                  shape=tuple(got.shape), d_v=d_v) + hint)
         weights = torch.softmax(keys.double() @ q.double() / math.sqrt(d), dim=0)
         answers.append(got)
         wants.append(weights @ values.double())
@@ -363,15 +460,23 @@ def check_attend_in_blocks(attend_in_blocks) -> None:
     q, keys, values, _ = _block_case(i)
     scores = keys @ q / math.sqrt(d)
     if not torch.isfinite(answers[i]).all():
-        hint = (f"the output holds inf or nan: e^score overflowed (the scores here reach "
-                f"{scores.max().item():.0f}). Subtract the running maximum before exp: "
-                "e^(s - m_new) is at most 1")
+        hint = say("the output holds inf or nan: e^score overflowed (the scores here reach "
+                   "{top:.0f}). Subtract the running maximum before exp: e^(s - m_new) is at "
+                   "most 1",
+                   "输出里有 inf 或 nan：e^score 溢出了（这里的分数高达 {top:.0f}）。"
+                   "做 exp 之前先减去当前的最大值：e^(s - m_new) 不会超过 1",
+                   top=scores.max().item())
     else:
         models = [(text, [_blockwise(*_block_case(j), **how)
-                          for j in range(len(BLOCK_CASES))]) for text, how in _BLOCK_MISTAKES]
+                          for j in range(len(BLOCK_CASES))]) for text, how in _block_mistakes()]
         hint = matching_mistake(answers, models, _close)
     shown = ", ".join(f"{x:.4f}" for x in answers[i][:4].tolist())
     expected = ", ".join(f"{x:.4f}" for x in wants[i][:4].tolist())
-    raise CheckFailed(f"attend_in_blocks on blocks of {'/'.join(map(str, sizes))} keys (d={d}, "
-                      f"d_v={d_v}) returned [{shown}{', ...' if d_v > 4 else ''}], expected "
-                      f"[{expected}{', ...' if d_v > 4 else ''}]" + (f": {hint}" if hint else ""))
+    more = ", ..." if d_v > 4 else ""
+    raise CheckFailed(say("attend_in_blocks on blocks of {sizes} keys (d={d}, d_v={d_v}) "
+                          "returned [{shown}{more}], expected [{expected}{more}]",
+                          "attend_in_blocks 在各含 {sizes} 个键的块上（d={d}，d_v={d_v}）"
+                          "返回了 [{shown}{more}]，应为 [{expected}{more}]",
+                          sizes="/".join(map(str, sizes)), d=d, d_v=d_v, shown=shown,
+                          expected=expected, more=more)
+                      + (say(": {hint}", "：{hint}", hint=hint) if hint else ""))

@@ -1,6 +1,9 @@
 """Checkers for exercises/05_metrics.ipynb: one request's metrics, the latency formula, timing a
 token stream and the throughput of many requests, each compared with `minillm.measure.metrics`;
-and a forward pass's least time under the roofline, compared with `minillm.measure.roofline`."""
+and a forward pass's least time under the roofline, compared with `minillm.measure.roofline`.
+
+Every message says both languages side by side (`say`), chosen by the notebook's set_language.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ import random
 
 from ...measure.metrics import RequestMetrics, predict_latency, throughput
 from ...measure.roofline import Roof
+from ..language import say
 from ._base import (CheckFailed, as_number, call, checker, expect, is_close, matching_mistake,
                     passed, short)
 
@@ -45,21 +49,33 @@ def _tpot_over_all(s, t):
     return (t[-1] - t[0]) / len(t)
 
 
-_METRIC_MISTAKES = {
-    "ttft": [("that is the first token's clock time; subtract the start",
-              lambda s, t: t[0])],
-    "tpot": [("it divided by all the tokens, but n tokens have n - 1 gaps after the first",
-              _tpot_over_all),
-             ("it counted the time to the first token too: TPOT is the mean gap after the first "
-              "token, (t_last - t_first) / (n - 1)",
-              lambda s, t: (t[-1] - s) / len(t)),
-             ("that is the last gap alone; TPOT is the mean of all n - 1 gaps",
-              lambda s, t: t[-1] - t[-2] if len(t) > 1 else math.nan)],
-    "latency": [("it starts at the first token; the user waited from the start",
-                 lambda s, t: t[-1] - t[0]),
-                ("that is the last token's clock time; subtract the start",
-                 lambda s, t: t[-1])],
-}
+METRIC_KEYS = ("ttft", "tpot", "latency")
+
+
+def _metric_mistakes() -> dict:
+    """key -> [(hint, the mistaken function)], made when a check runs (the hints' language)."""
+    return {
+        "ttft": [(say("that is the first token's clock time; subtract the start",
+                      "这是第一个词元到达时的时钟读数；要减去开始时间"),
+                  lambda s, t: t[0])],
+        "tpot": [(say("it divided by all the tokens, but n tokens have n - 1 gaps after the first",
+                      "它除以了全部词元数，但 n 个词元在第一个之后只有 n - 1 个间隔"),
+                  _tpot_over_all),
+                 (say("it counted the time to the first token too: TPOT is the mean gap after "
+                      "the first token, (t_last - t_first) / (n - 1)",
+                      "它把到第一个词元为止的时间也算进去了：TPOT 是第一个词元之后的平均间隔，"
+                      "即 (t_last - t_first) / (n - 1)"),
+                  lambda s, t: (t[-1] - s) / len(t)),
+                 (say("that is the last gap alone; TPOT is the mean of all n - 1 gaps",
+                      "这只是最后一个间隔；TPOT 是全部 n - 1 个间隔的平均值"),
+                  lambda s, t: t[-1] - t[-2] if len(t) > 1 else math.nan)],
+        "latency": [(say("it starts at the first token; the user waited from the start",
+                         "它从第一个词元算起；可用户从请求开始就在等"),
+                     lambda s, t: t[-1] - t[0]),
+                    (say("that is the last token's clock time; subtract the start",
+                         "这是最后一个词元到达时的时钟读数；要减去开始时间"),
+                     lambda s, t: t[-1])],
+    }
 
 
 def _reference_metrics(start, times) -> dict:
@@ -71,19 +87,22 @@ def _reference_metrics(start, times) -> dict:
 def check_request_metrics(request_metrics) -> None:
     """`request_metrics(start, token_times)` -> {"ttft", "tpot", "latency"}, as
     `minillm.measure.metrics.RequestMetrics` computes them (tpot NaN with a single token)."""
-    answers = {key: [] for key in _METRIC_MISTAKES}
+    answers = {key: [] for key in METRIC_KEYS}
     for start, times in METRIC_REQUESTS:
         what = f"request_metrics({start}, {short(times, 60)})"
         got = call(request_metrics, start, times, what=what,
-                   if_raises="With a single token there is no gap: TPOT is float('nan')"
+                   if_raises=say("With a single token there is no gap: TPOT is float('nan')",
+                                 "只有一个词元时没有间隔：TPOT 是 float('nan')")
                    if len(times) == 1 else "")
-        expect(isinstance(got, dict) and set(_METRIC_MISTAKES) <= set(got),
-               f"{what} returned {short(got)}; return a dict with the keys 'ttft', 'tpot' and "
-               "'latency'")
-        for key in _METRIC_MISTAKES:
+        expect(isinstance(got, dict) and set(METRIC_KEYS) <= set(got),
+               say("{what} returned {got}; return a dict with the keys 'ttft', 'tpot' and "
+                   "'latency'",
+                   "{what} 返回了 {got}；请返回一个含 'ttft'、'tpot'、'latency' 三个键的字典",
+                   what=what, got=short(got)))
+        for key in METRIC_KEYS:
             answers[key].append(as_number(got[key], f"{what}['{key}']"))
     wants = [_reference_metrics(s, t) for s, t in METRIC_REQUESTS]
-    for key, mistakes in _METRIC_MISTAKES.items():
+    for key, mistakes in _metric_mistakes().items():
         wrong = [i for i, (g, w) in enumerate(zip(answers[key], wants)) if not is_close(g, w[key])]
         if not wrong:
             continue
@@ -92,10 +111,13 @@ def check_request_metrics(request_metrics) -> None:
         models = [(hint, [f(s, t) for s, t in METRIC_REQUESTS]) for hint, f in mistakes]
         hint = matching_mistake(answers[key], models, lambda a, b: is_close(a, b))
         if hint is None and key == "tpot" and len(times) == 1:
-            hint = "with a single token there is no gap: return float('nan')"
-        raise CheckFailed(f"request_metrics({start}, {short(times, 60)})['{key}'] is "
-                          f"{answers[key][i]!r}, expected {wants[i][key]!r}"
-                          + (f": {hint}" if hint else ""))
+            hint = say("with a single token there is no gap: return float('nan')",
+                       "只有一个词元时没有间隔：应返回 float('nan')")
+        raise CheckFailed(say("{call}['{key}'] is {got!r}, expected {want!r}",
+                              "{call}['{key}'] 是 {got!r}，应为 {want!r}",
+                              call=f"request_metrics({start}, {short(times, 60)})", key=key,
+                              got=answers[key][i], want=wants[i][key])
+                          + (say(": {hint}", "：{hint}", hint=hint) if hint else ""))
     passed("request_metrics", len(METRIC_REQUESTS))
 
 
@@ -119,16 +141,21 @@ def check_predict_latency(predict) -> None:
         i = wrong[0]
         ttft, tpot, n, measured = cases[i]
         mistakes = [
-            ("the first token is already in the TTFT, so only n_tokens - 1 gaps follow",
+            (say("the first token is already in the TTFT, so only n_tokens - 1 gaps follow",
+                 "第一个词元已经算在 TTFT 里了，后面只跟着 n_tokens - 1 个间隔"),
              [a + b * k for a, b, k, _ in cases]),
-            ("TTFT comes once, not per token: TTFT + TPOT x (n_tokens - 1)",
+            (say("TTFT comes once, not per token: TTFT + TPOT x (n_tokens - 1)",
+                 "TTFT 只算一次，不是每个词元都算：TTFT + TPOT x (n_tokens - 1)"),
              [(a + b) * (k - 1) for a, b, k, _ in cases]),
         ]
         hint = matching_mistake(answers, mistakes, is_close)
-        seen = f" (the measured latency of that request was {measured:.4g})" if measured else ""
-        raise CheckFailed(f"predict_latency({ttft!r}, {tpot!r}, {n}) returned "
-                          f"{answers[i]:.10g}, expected {wants[i]:.10g}{seen}"
-                          + (f": {hint}" if hint else ""))
+        seen = say(" (the measured latency of that request was {m:.4g})",
+                   "（这个请求实测的延迟是 {m:.4g}）", m=measured) if measured else ""
+        raise CheckFailed(say("{call} returned {got:.10g}, expected {want:.10g}{seen}",
+                              "{call} 返回了 {got:.10g}，应为 {want:.10g}{seen}",
+                              call=f"predict_latency({ttft!r}, {tpot!r}, {n})", got=answers[i],
+                              want=wants[i], seen=seen)
+                          + (say(": {hint}", "：{hint}", hint=hint) if hint else ""))
     passed("predict_latency", len(cases))
 
 
@@ -176,42 +203,64 @@ def check_time_stream(time_stream) -> None:
     before the first item is asked for, each time read right after its item arrived."""
     for start, gaps, items in STREAM_CASES:
         clock = FakeClock(start)
-        what = f"time_stream(<a stream of {len(items)} items>, clock)"
+        what = say("time_stream(<a stream of {n} items>, clock)",
+                   "time_stream(<含 {n} 项的流>, clock)", n=len(items))
         got = call(time_stream, _fake_stream(clock, gaps, items), clock, what=what)
         expect(isinstance(got, tuple) and len(got) == 3,
-               f"{what} returned {short(got)}; return a tuple (start, token_times, items)")
-        got_start = as_number(got[0], f"the start {what} returned")
+               say("{what} returned {got}; return a tuple (start, token_times, items)",
+                   "{what} 返回了 {got}；请返回一个元组 (start, token_times, items)",
+                   what=what, got=short(got)))
+        got_start = as_number(got[0], say("the start {what} returned", "{what} 返回的 start",
+                                          what=what))
         expect(isinstance(got[1], (list, tuple)) and isinstance(got[2], (list, tuple)),
-               f"{what} returned token_times {short(got[1])} and items {short(got[2])}; return "
-               "both as lists")
-        got_times = [as_number(t, f"a time {what} returned") for t in got[1]]
+               say("{what} returned token_times {times} and items {items}; return both as lists",
+                   "{what} 返回的 token_times 是 {times}，items 是 {items}；两者都请以列表返回",
+                   what=what, times=short(got[1]), items=short(got[2])))
+        got_times = [as_number(t, say("a time {what} returned", "{what} 返回的一个时间",
+                                      what=what)) for t in got[1]]
         want_start, want_times, want_items = _expected_timing(start, gaps, items)
-        expect(list(got[2]) == want_items, f"{what} returned the items {short(list(got[2]))}; "
-                                           f"expected every item of the stream, in order: "
-                                           f"{short(want_items)}")
+        expect(list(got[2]) == want_items,
+               say("{what} returned the items {got}; expected every item of the stream, in "
+                   "order: {want}",
+                   "{what} 返回的 items 是 {got}；应按顺序包含流里的每一项：{want}",
+                   what=what, got=short(list(got[2])), want=short(want_items)))
         clock_values = {want_start, *want_times}
         if any(not any(math.isclose(v, c) for c in clock_values)
                for v in [got_start] + got_times):
             _not_clock_readings(what, got_start, got_times, want_start, want_times,
                                 clock.reads, len(want_items))
         expect(len(got_times) == len(want_times),
-               f"{what} returned {len(got_times)} times for {len(want_items)} items; record "
-               "one time per item")
+               say("{what} returned {n} times for {items} items; record one time per item",
+                   "{what} 为 {items} 项返回了 {n} 个时间；每一项应记一个时间",
+                   what=what, n=len(got_times), items=len(want_items)))
         if want_times and got_times[1:] == want_times[:-1] and got_times[:1] == [want_start]:
-            raise CheckFailed(f"{what}: each time was read before its item arrived (it is the "
-                              "previous item's time); read the clock right after the item")
+            raise CheckFailed(say("{what}: each time was read before its item arrived (it is "
+                                  "the previous item's time); read the clock right after the "
+                                  "item",
+                                  "{what}：每个时间都是在它那一项到达之前读的（其实是上一项的"
+                                  "时间）；应在拿到这一项之后立刻读时钟", what=what))
         if want_times and got_start == want_times[0] and want_start != want_times[0]:
-            raise CheckFailed(f"{what}: start is the first item's time, so TTFT comes out "
+            raise CheckFailed(say("{what}: start is the first item's time, so TTFT comes out "
                                   "0; read the start before asking the stream for anything "
-                                  "(prefill happens while you wait for the first item)")
+                                  "(prefill happens while you wait for the first item)",
+                                  "{what}：start 是第一项的时间，于是 TTFT 算出来是 0；应在向流"
+                                  "要任何东西之前读 start（预填充就发生在等第一项的时候）",
+                                  what=what))
         if got_times and all(t == want_times[-1] for t in got_times) and len(set(want_times)) > 1:
-            raise CheckFailed(f"{what}: every time is the end time: time each item as it "
-                              "arrives, in a `for item in stream:` loop, instead of collecting "
-                              "the stream first")
+            raise CheckFailed(say("{what}: every time is the end time: time each item as it "
+                                  "arrives, in a `for item in stream:` loop, instead of "
+                                  "collecting the stream first",
+                                  "{what}：每个时间都是结束时刻：应在 `for item in stream:` "
+                                  "循环里，每到一项就记下它的时间，而不是先把整个流收集起来",
+                                  what=what))
         expect(math.isclose(got_start, want_start) and all(
             math.isclose(a, b) for a, b in zip(got_times, want_times)),
-            f"{what} returned start {got_start} and times {short(got_times)}; expected start "
-            f"{want_start} and times {short(want_times)}")
+            say("{what} returned start {got_start} and times {got_times}; expected start "
+                "{want_start} and times {want_times}",
+                "{what} 返回的 start 是 {got_start}，时间是 {got_times}；应为 start "
+                "{want_start}，时间 {want_times}", what=what, got_start=got_start,
+                got_times=short(got_times), want_start=want_start,
+                want_times=short(want_times)))
     passed("time_stream", len(STREAM_CASES))
 
 
@@ -221,17 +270,28 @@ def _not_clock_readings(what, got_start, got_times, want_start, want_times, read
     since_start = [t - want_start for t in want_times]
     if want_times and len(got_times) == len(since_start) and all(
             math.isclose(g, s, abs_tol=1e-9) for g, s in zip(got_times, since_start)):
-        raise CheckFailed(f"{what}: the times {short(got_times)} are measured from the start "
-                          "(clock() - start); return the clock's readings themselves, "
-                          "clock() right after each item: the metrics subtract the start")
+        raise CheckFailed(say("{what}: the times {times} are measured from the start "
+                              "(clock() - start); return the clock's readings themselves, "
+                              "clock() right after each item: the metrics subtract the start",
+                              "{what}：时间 {times} 是从开始算起的（clock() - start）；应返回"
+                              "时钟的读数本身，即每一项之后立刻读的 clock()：减去开始时间是"
+                              "算指标时的事", what=what, times=short(got_times)))
     if reads < 1 + items:
-        raise CheckFailed(f"{what}: the clock you were given was read {reads} time(s) for a "
-                          f"start and {items} item(s), and the times "
-                          f"{short([got_start] + got_times)} are not its readings: read every "
-                          "time with clock(), not time.perf_counter() or another clock")
-    raise CheckFailed(f"{what}: the times {short([got_start] + got_times)} are not readings of "
-                      "the clock you were given: return start = clock() and, for each item, "
-                      "the clock() read right after it")
+        raise CheckFailed(say("{what}: the clock you were given was read {reads} time(s) for a "
+                              "start and {items} item(s), and the times {times} are not its "
+                              "readings: read every time with clock(), not time.perf_counter() "
+                              "or another clock",
+                              "{what}：为一个 start 和 {items} 项，传给你的时钟只被读了 {reads} "
+                              "次，而时间 {times} 不是它的读数：每个时间都要用 clock() 读，"
+                              "不要用 time.perf_counter() 或别的时钟",
+                              what=what, reads=reads, items=items,
+                              times=short([got_start] + got_times)))
+    raise CheckFailed(say("{what}: the times {times} are not readings of the clock you were "
+                          "given: return start = clock() and, for each item, the clock() read "
+                          "right after it",
+                          "{what}：时间 {times} 不是传给你的那个时钟的读数：应返回 "
+                          "start = clock()，以及每一项之后立刻读的 clock()",
+                          what=what, times=short([got_start] + got_times)))
 
 
 # --- 4 · throughput ------------------------------------------------------------------------------
@@ -252,7 +312,8 @@ def check_throughput(throughput_fn) -> None:
     time from the first start to the last token, as minillm.measure.metrics.throughput."""
     answers = []
     for reqs in THROUGHPUT_CASES:
-        what = f"throughput(<{len(reqs)} request{'s' if len(reqs) > 1 else ''}>)"
+        what = say("throughput(<{n} request{s}>)", "throughput(<{n} 个请求>)", n=len(reqs),
+                   s="s" if len(reqs) > 1 else "")
         answers.append(as_number(call(throughput_fn, reqs, what=what), what))
     wants = [throughput([RequestMetrics(s, tuple(t)) for s, t in reqs]).tokens_per_second
              for reqs in THROUGHPUT_CASES]
@@ -264,26 +325,36 @@ def check_throughput(throughput_fn) -> None:
     reqs = THROUGHPUT_CASES[i]
     tokens = sum(len(t) for _, t in reqs)
     span = max(t[-1] for _, t in reqs) - min(s for s, _ in reqs)
+    serial = say("you divided by the sum of the requests' latencies, as if they ran one after "
+                 "another; divide by the wall time from the first start to the last token",
+                 "你除以了各请求延迟之和，好像它们是一个接一个跑的；应除以从第一个开始到最后一个"
+                 "词元的墙钟时间")
     mistakes = [
-        ("you added up each request's own tokens per second; throughput is all tokens over the "
-         "wall time from the first start to the last token",
+        (say("you added up each request's own tokens per second; throughput is all tokens over "
+             "the wall time from the first start to the last token",
+             "你把每个请求各自的每秒词元数加了起来；吞吐量是全部词元数除以从第一个开始到最后"
+             "一个词元的墙钟时间"),
          [sum(len(t) / (t[-1] - s) for s, t in r) for r in THROUGHPUT_CASES]),
-        ("you divided by the sum of the requests' latencies, as if they ran one after another; "
-         "divide by the wall time from the first start to the last token",
+        (serial,
          [sum(len(t) for _, t in r) / sum(t[-1] - s for s, t in r) for r in THROUGHPUT_CASES]),
-        ("you averaged each request's tokens per second; throughput is all tokens over the "
-         "wall time they took together",
+        (say("you averaged each request's tokens per second; throughput is all tokens over the "
+             "wall time they took together",
+             "你对每个请求的每秒词元数取了平均；吞吐量是全部词元数除以它们一起花掉的墙钟时间"),
          [sum(len(t) / (t[-1] - s) for s, t in r) / len(r) for r in THROUGHPUT_CASES]),
-        ("the wall time starts at the first request's start, not at its first token",
+        (say("the wall time starts at the first request's start, not at its first token",
+             "墙钟时间从第一个请求开始时算起，而不是从它的第一个词元算起"),
          [sum(len(t) for _, t in r) / (max(t[-1] for _, t in r) - min(t[0] for _, t in r))
           for r in THROUGHPUT_CASES]),
     ]
     hint = matching_mistake(answers, mistakes, is_close)
-    if hint and _overlap(reqs) and "one after another" in hint:
-        hint += " (these requests overlap in time)"
-    raise CheckFailed(f"throughput of {len(reqs)} request(s) returned {answers[i]:.6g}, expected "
-                      f"{wants[i]:.6g}: {tokens} tokens over {span:.4g} s"
-                      + (f"; {hint}" if hint else ""))
+    if hint == serial and _overlap(reqs):
+        hint += say(" (these requests overlap in time)", "（这些请求在时间上是重叠的）")
+    raise CheckFailed(say("throughput of {n} request(s) returned {got:.6g}, expected {want:.6g}: "
+                          "{tokens} tokens over {span:.4g} s",
+                          "{n} 个请求的 throughput 返回了 {got:.6g}，应为 {want:.6g}："
+                          "{tokens} 个词元，用时 {span:.4g} s", n=len(reqs), got=answers[i],
+                          want=wants[i], tokens=tokens, span=span)
+                      + (say("; {hint}", "；{hint}", hint=hint) if hint else ""))
 
 
 # --- 5 · the roofline ---------------------------------------------------------------------------
@@ -310,22 +381,32 @@ def _roof_mistakes():
         return [f(*case) for case in ROOF_CASES]
 
     return [
-        ("the pass needs both its arithmetic and its reading, and the slower of the two sets "
-         "the time: max(...), not min(...)",
+        (say("the pass needs both its arithmetic and its reading, and the slower of the two sets "
+             "the time: max(...), not min(...)",
+             "一次前向既要算也要读，两者中慢的那个决定时间：用 max(...)，不是 min(...)"),
          model(lambda r, w, b, p, bw: min(2 * w * r / p, w * b / bw))),
-        ("the reading and the arithmetic go on at once: the time is the larger of the two, not "
-         "their sum", model(lambda r, w, b, p, bw: 2 * w * r / p + w * b / bw)),
-        ("a multiply and an add: 2 FLOP per weight per row",
+        (say("the reading and the arithmetic go on at once: the time is the larger of the two, "
+             "not their sum", "读取和计算是同时进行的：时间取两者中较大的那个，而不是两者之和"),
+         model(lambda r, w, b, p, bw: 2 * w * r / p + w * b / bw)),
+        (say("a multiply and an add: 2 FLOP per weight per row",
+             "一次乘法加一次加法：每行、每个权重 2 FLOP"),
          model(lambda r, w, b, p, bw: max(w * r / p, w * b / bw))),
-        ("the weights are read once per pass, whatever the rows (that is what a batch shares): "
-         "do not multiply the bytes by rows",
+        (say("the weights are read once per pass, whatever the rows (that is what a batch "
+             "shares): do not multiply the bytes by rows",
+             "不管有多少行，每次前向只读一遍权重（一个批共享的正是这次读取）：字节数不要乘以 "
+             "rows"),
          model(lambda r, w, b, p, bw: max(2 * w * r / p, w * b * r / bw))),
-        ("multiply the weights by bytes_per_weight to get the bytes read",
+        (say("multiply the weights by bytes_per_weight to get the bytes read",
+             "权重个数乘以 bytes_per_weight 才是读取的字节数"),
          model(lambda r, w, b, p, bw: max(2 * w * r / p, w / bw))),
-        ("that is the reading alone: with many rows the arithmetic takes longer (past the ridge "
-         "the pass is compute-bound)", model(lambda r, w, b, p, bw: w * b / bw)),
-        ("that is the arithmetic alone: with few rows, reading the weights takes longer (the "
-         "pass is bandwidth-bound)", model(lambda r, w, b, p, bw: 2 * w * r / p)),
+        (say("that is the reading alone: with many rows the arithmetic takes longer (past the "
+             "ridge the pass is compute-bound)",
+             "这只是读取的时间：行数多时计算更费时（过了屋脊点，这次前向就是计算受限的）"),
+         model(lambda r, w, b, p, bw: w * b / bw)),
+        (say("that is the arithmetic alone: with few rows, reading the weights takes longer (the "
+             "pass is bandwidth-bound)",
+             "这只是计算的时间：行数少时读权重更费时（这次前向是带宽受限的）"),
+         model(lambda r, w, b, p, bw: 2 * w * r / p)),
     ]
 
 
@@ -346,7 +427,12 @@ def check_roofline_seconds(roofline_seconds) -> None:
     i = wrong[0]
     rows, weights, nbytes, peak, bandwidth = ROOF_CASES[i]
     hint = matching_mistake(answers, _roof_mistakes(), is_close)
-    raise CheckFailed(f"roofline_seconds{ROOF_CASES[i]} returned {answers[i]:.6g} s, expected "
-                      f"{wants[i]:.6g} s: {2 * weights * rows:.3g} FLOP at {peak:.3g} FLOP/s "
-                      f"against {weights * nbytes:.3g} bytes at {bandwidth:.3g} bytes/s"
-                      + (f"; {hint}" if hint else ""))
+    raise CheckFailed(say("{call} returned {got:.6g} s, expected {want:.6g} s: {flops:.3g} FLOP "
+                          "at {peak:.3g} FLOP/s against {nbytes:.3g} bytes at {bandwidth:.3g} "
+                          "bytes/s",
+                          "{call} 返回了 {got:.6g} s，应为 {want:.6g} s：以 {peak:.3g} FLOP/s "
+                          "算 {flops:.3g} FLOP，对比以 {bandwidth:.3g} bytes/s 读 {nbytes:.3g} "
+                          "字节", call=f"roofline_seconds{ROOF_CASES[i]}", got=answers[i],
+                          want=wants[i], flops=2 * weights * rows, peak=peak,
+                          nbytes=weights * nbytes, bandwidth=bandwidth)
+                      + (say("; {hint}", "；{hint}", hint=hint) if hint else ""))

@@ -1,12 +1,16 @@
 """Checkers for exercises/06_batching.ipynb: a block allocator, then one continuous-batching step in
 parts (admitting waiting requests, planning the running ones with preemption, the whole step),
 each replayed on fixed and random cases and compared with minillm.engine's own BlockManager and
-ContinuousScheduler; and `trace_plan_running`, which plans a case the same way and says why."""
+ContinuousScheduler; and `trace_plan_running`, which plans a case the same way and says why.
+
+Every message says both languages side by side (`say`), chosen by the notebook's set_language.
+"""
 
 from __future__ import annotations
 
 import random
 
+from ..language import say
 from ._base import (CheckFailed, as_int, call, checker, expect, expect_raises, matching_mistake,
                     passed, short)
 
@@ -59,17 +63,22 @@ def _num_free(alloc, where: str) -> int:
     try:
         value = alloc.num_free
     except NotImplementedError:
-        raise CheckFailed("`num_free` is not written yet") from None
+        raise CheckFailed(say("`num_free` is not written yet", "`num_free` 还没有写")) from None
     except AttributeError:
-        raise CheckFailed(f"the allocator has no `num_free` {where}: give it an attribute or a "
-                          "property with the number of free blocks") from None
+        raise CheckFailed(say("the allocator has no `num_free` {where}: give it an attribute or "
+                              "a property with the number of free blocks",
+                              "{where}，分配器没有 `num_free`：给它一个属性或 property，值为"
+                              "空闲块的个数", where=where)) from None
     except Exception as error:
-        raise CheckFailed(f"reading num_free {where} raised {type(error).__name__}: "
-                          f"{error}") from None
+        raise CheckFailed(say("reading num_free {where} raised {kind}: {error}",
+                              "{where}读取 num_free 时抛出了 {kind}：{error}", where=where,
+                              kind=type(error).__name__, error=error)) from None
     if callable(value):
-        raise CheckFailed(f"num_free {where} is a method; make it a number: an attribute, or a "
-                          "method with @property above it")
-    return as_int(value, f"num_free {where}")
+        raise CheckFailed(say("num_free {where} is a method; make it a number: an attribute, or "
+                              "a method with @property above it",
+                              "{where}，num_free 是一个方法；应让它是一个数：一个属性，或者上面"
+                              "加了 @property 的方法", where=where))
+    return as_int(value, say("num_free {where}", "{where}的 num_free", where=where))
 
 
 def _replay_allocator(BlockAllocator, num_blocks, trace):
@@ -78,41 +87,56 @@ def _replay_allocator(BlockAllocator, num_blocks, trace):
     counts: dict = {}  # block id -> holders, as the trace says they should be
     done = []
     for op in trace:
-        where = (f"after {', '.join(done[-6:])} on BlockAllocator({num_blocks})" if done
-                 else f"on a new BlockAllocator({num_blocks})")
+        where = (say("after {done} on BlockAllocator({n})", "在 BlockAllocator({n}) 上做完 {done} 之后",
+                     done=", ".join(done[-6:]), n=num_blocks) if done
+                 else say("on a new BlockAllocator({n})", "在新建的 BlockAllocator({n}) 上",
+                          n=num_blocks))
         kind = op[0]
         if kind == "allocate":
-            block = as_int(call(alloc.allocate, what=f"allocate() {where}"),
-                           f"allocate() {where}")
-            expect(0 <= block < num_blocks, f"allocate() {where} returned block {block}, "
-                   f"outside 0..{num_blocks - 1}")
-            expect(counts.get(block, 0) == 0, f"allocate() {where} returned block {block}, "
-                   "which is still held: hand out only free blocks")
+            what = say("allocate() {where}", "{where}调用 allocate()", where=where)
+            block = as_int(call(alloc.allocate, what=what), what)
+            expect(0 <= block < num_blocks,
+                   say("{what} returned block {block}, outside 0..{last}",
+                       "{what} 返回了块 {block}，不在 0..{last} 之内", what=what, block=block,
+                       last=num_blocks - 1))
+            expect(counts.get(block, 0) == 0,
+                   say("{what} returned block {block}, which is still held: hand out only free "
+                       "blocks", "{what} 返回了块 {block}，可它还被占用着：只能分出空闲的块",
+                       what=what, block=block))
             held[op[1]] = block
             counts[block] = 1
         elif kind == "share":
-            call(alloc.share, held[op[1]], what=f"share({held[op[1]]}) {where}")
+            call(alloc.share, held[op[1]], what=say("share({b}) {where}", "{where}调用 share({b})",
+                                                    b=held[op[1]], where=where))
             counts[held[op[1]]] += 1
         elif kind == "free":
-            call(alloc.free, held[op[1]], what=f"free({held[op[1]]}) {where}")
+            call(alloc.free, held[op[1]], what=say("free({b}) {where}", "{where}调用 free({b})",
+                                                  b=held[op[1]], where=where))
             counts[held[op[1]]] -= 1
         elif kind == "exhausted":
-            expect_raises(alloc.allocate, error=RuntimeError, what=f"allocate() {where}",
-                          why="every block is held")
+            expect_raises(alloc.allocate, error=RuntimeError,
+                          what=say("allocate() {where}", "{where}调用 allocate()", where=where),
+                          why=say("every block is held", "所有的块都被占用了"))
         elif kind == "double free":
             expect_raises(alloc.free, held[op[1]], error=RuntimeError,
-                          what=f"free({held[op[1]]}) {where}",
-                          why="that block is already free (freeing twice is a bug)")
+                          what=say("free({b}) {where}", "{where}调用 free({b})", b=held[op[1]],
+                                   where=where),
+                          why=say("that block is already free (freeing twice is a bug)",
+                                  "那个块已经是空闲的了（释放两次是个错误）"))
         done.append(op[0] if len(op) == 1 else f"{op[0]} {op[1]}")
         want_free = num_blocks - sum(1 for c in counts.values() if c > 0)
-        got = _num_free(alloc, f"after {', '.join(done[-6:])} on BlockAllocator({num_blocks})")
+        after = say("after {done} on BlockAllocator({n})", "在 BlockAllocator({n}) 上做完 {done} 之后",
+                    done=", ".join(done[-6:]), n=num_blocks)
+        got = _num_free(alloc, after)
         if got != want_free:
             hint = ""
             if kind == "free" and counts[held[op[1]]] > 0:
-                hint = (": that block is still held by another sequence (its reference count "
-                        "is not 0 yet), so it must not go back to the pool")
-            raise CheckFailed(f"num_free is {got} after {', '.join(done[-6:])} on "
-                              f"BlockAllocator({num_blocks}); expected {want_free}{hint}")
+                hint = say(": that block is still held by another sequence (its reference count "
+                           "is not 0 yet), so it must not go back to the pool",
+                           "：那个块还被另一条序列占用着（它的引用计数还没到 0），所以不能回到池里")
+            raise CheckFailed(say("num_free is {got} {after}; expected {want}{hint}",
+                                  "{after}，num_free 是 {got}；应为 {want}{hint}", got=got,
+                                  after=after, want=want_free, hint=hint))
 
 
 @checker
@@ -180,20 +204,27 @@ def _reference_step(running, waiting, free_blocks, block_size=4, budget=16, max_
 
 def _plan(got, what, keys):
     expect(isinstance(got, dict) and set(keys) <= set(got),
-           f"{what} returned {short(got)}; return a dict with the keys "
-           + ", ".join(f"'{k}'" for k in keys))
+           say("{what} returned {got}; return a dict with the keys {keys}",
+               "{what} 返回了 {got}；请返回一个含 {keys} 这几个键的字典", what=what,
+               got=short(got), keys=", ".join(f"'{k}'" for k in keys)))
     out = {}
     if "run" in keys:
         run = got["run"]
         expect(isinstance(run, (list, tuple)) and all(
             isinstance(x, (list, tuple)) and len(x) == 2 for x in run),
-            f"{what}: 'run' is {short(run)}; make it a list of (id, tokens) pairs")
-        out["run"] = [(rid, as_int(n, f"{what}: the tokens of {rid!r}")) for rid, n in run]
+            say("{what}: 'run' is {run}; make it a list of (id, tokens) pairs",
+                "{what}：'run' 是 {run}；应是由 (id, 词元数) 对组成的列表", what=what,
+                run=short(run)))
+        out["run"] = [(rid, as_int(n, say("{what}: the tokens of {rid!r}", "{what}：{rid!r} 的词元数",
+                                          what=what, rid=rid))) for rid, n in run]
     if "preempted" in keys:
         expect(isinstance(got["preempted"], (list, tuple)),
-               f"{what}: 'preempted' is {short(got['preempted'])}; make it a list of ids")
+               say("{what}: 'preempted' is {got}; make it a list of ids",
+                   "{what}：'preempted' 是 {got}；应是由 id 组成的列表", what=what,
+                   got=short(got["preempted"])))
         out["preempted"] = sorted(got["preempted"], key=str)
-    out["free_blocks"] = as_int(got["free_blocks"], f"{what}: 'free_blocks'")
+    out["free_blocks"] = as_int(got["free_blocks"], say("{what}: 'free_blocks'",
+                                                        "{what}：'free_blocks'", what=what))
     return out
 
 
@@ -215,15 +246,21 @@ def _step_diagnosis(answers, wants, calls, shown, mistakes, rules):
     got, want = answers[i], wants[i]
     if hint is None:
         if "preempted" in want and got["preempted"] != want["preempted"]:
-            hint = ("preempt only when a running request needs more blocks than are free, and "
-                    "take the most recently admitted (the last in `running`) first, until the "
-                    "blocks suffice")
+            hint = say("preempt only when a running request needs more blocks than are free, "
+                       "and take the most recently admitted (the last in `running`) first, until "
+                       "the blocks suffice",
+                       "只有当运行中的请求需要的块多于空闲的块时才抢占，并且先抢占最近接纳的那个"
+                       "（`running` 里的最后一个），直到块够用为止")
         elif got["run"] != want["run"]:
             hint = rules
         else:
-            hint = ("count the blocks each planned request adds, ceil((computed + n) / "
-                    "block_size) - blocks, and the blocks a preempted request gives back")
-    return f"{shown[i]}: you planned {got}, expected {want}. {hint[0].upper()}{hint[1:]}"
+            hint = say("count the blocks each planned request adds, ceil((computed + n) / "
+                       "block_size) - blocks, and the blocks a preempted request gives back",
+                       "算清每个排进计划的请求新增的块数，ceil((computed + n) / block_size) - "
+                       "blocks，以及被抢占的请求交还的块")
+    return say("{call}: you planned {got}, expected {want}. {hint}",
+               "{call}：你的计划是 {got}，应为 {want}。{hint}", call=shown[i], got=got,
+               want=want, hint=hint[0].upper() + hint[1:])
 
 
 def _need(r, n, block_size):
@@ -282,15 +319,25 @@ def check_admit_waiting(admit_waiting) -> None:
     wants = [_admit_reference(*c) for c in cases]
     message = _step_diagnosis(
         answers, wants, cases, shown,
-        [("first come, first served: stop at the first request that does not fit, even if a "
-          "later one would", lambda *c: _admit_variant(*c, stop=False)),
-         ("admit at most free_seats requests", lambda *c: _admit_variant(*c, seats=False)),
-         ("a prompt longer than the budget left is cut into a chunk: run min(tokens, budget "
-          "left) tokens now (chunked prefill)", lambda *c: _admit_variant(*c, chunk=False)),
-         ("admit a request only when the blocks for its n tokens, ceil(n / block_size), are "
-          "free", lambda *c: _admit_variant(*c, blocks=False))],
-        "admit waiting requests in order while budget and seats are left: each runs "
-        "n = min(num_tokens, budget left) and needs ceil(n / block_size) free blocks")
+        [(say("first come, first served: stop at the first request that does not fit, even if "
+              "a later one would",
+              "先到先得：遇到第一个放不下的请求就停下，即使后面的请求放得下"),
+          lambda *c: _admit_variant(*c, stop=False)),
+         (say("admit at most free_seats requests", "最多接纳 free_seats 个请求"),
+          lambda *c: _admit_variant(*c, seats=False)),
+         (say("a prompt longer than the budget left is cut into a chunk: run min(tokens, budget "
+              "left) tokens now (chunked prefill)",
+              "比剩余预算长的提示词要切成一块：现在只跑 min(词元数, 剩余预算) 个词元，"
+              "这就是分块预填充（chunked prefill）"),
+          lambda *c: _admit_variant(*c, chunk=False)),
+         (say("admit a request only when the blocks for its n tokens, ceil(n / block_size), are "
+              "free", "只有当它那 n 个词元所需的块，即 ceil(n / block_size) 个，都空闲时，才接纳"
+              "这个请求"),
+          lambda *c: _admit_variant(*c, blocks=False))],
+        say("admit waiting requests in order while budget and seats are left: each runs "
+            "n = min(num_tokens, budget left) and needs ceil(n / block_size) free blocks",
+            "只要还有预算和座位，就按顺序接纳等待中的请求：每个跑 n = min(num_tokens, 剩余预算) "
+            "个词元，需要 ceil(n / block_size) 个空闲块"))
     if message:
         raise CheckFailed(message)
     passed("admit_waiting", len(cases))
@@ -330,40 +377,51 @@ def _narrated_plan(running, free_blocks, budget, block_size=4):
         return r["num_tokens"] - r["computed"]
 
     def blocks(k):
-        return f"{k} block{'s' if k != 1 else ''}"
+        return say("{k} block{s}", "{k} 个块", k=k, s="s" if k != 1 else "")
 
     lines = [f"free_blocks={free_blocks}, budget={budget}, block_size={block_size}"]
     still, plan, preempted = list(running), [], []
     order = [r for r in running if left(r) == 1] + [r for r in running if left(r) > 1]
-    lines.append("order: " + (", ".join(
-        f"{r['id']} ({'decode' if left(r) == 1 else f'chunk, {left(r)} tokens left'})"
-        for r in order) or "nobody is running"))
+    def kind(r):
+        return (say("decode", "解码") if left(r) == 1 else
+                say("chunk, {n} tokens left", "分块，还剩 {n} 个词元", n=left(r)))
+
+    lines.append(say("order: ", "顺序：") + (", ".join(
+        f"{r['id']} ({kind(r)})" for r in order) or say("nobody is running", "没有请求在运行")))
     for r in order:
         if budget == 0:
-            lines.append("the budget is spent: stop")
+            lines.append(say("the budget is spent: stop", "预算用完了：停止"))
             break
         if r["id"] in preempted:
-            lines.append(f"{r['id']}: preempted earlier in this step, skipped")
+            lines.append(say("{id}: preempted earlier in this step, skipped",
+                             "{id}：在这一步里早先被抢占了，跳过", id=r["id"]))
             continue
         n = min(left(r), budget)
         need = _need(r, n, block_size)
-        line = (f"{r['id']}: runs {n} token{'s' if n != 1 else ''}, needs {blocks(need)} more, "
-                f"{free_blocks} free")
+        line = say("{id}: runs {n} token{s}, needs {need} more, {free} free",
+                   "{id}：跑 {n} 个词元，还需要 {need}，空闲 {free} 个", id=r["id"], n=n,
+                   s="s" if n != 1 else "", need=blocks(need), free=free_blocks)
         while need > free_blocks:
             victim = still.pop()
             free_blocks += victim["blocks"]
             preempted.append(victim["id"])
-            line += (f"\n    -> preempt {victim['id']} (the newest still running): "
-                     f"+{blocks(victim['blocks'])}, {free_blocks} free")
+            line += say("\n    -> preempt {id} (the newest still running): +{blocks}, "
+                        "{free} free",
+                        "\n    -> 抢占 {id}（仍在运行的请求里最新的那个）：+{blocks}，空闲 {free} 个",
+                        id=victim["id"], blocks=blocks(victim["blocks"]), free=free_blocks)
             for rid, m in [item for item in plan if item[0] == victim["id"]]:
                 plan.remove((rid, m))
                 budget += m
                 back = _need(victim, m, block_size)
                 free_blocks += back
-                line += (f"\n    -> {rid} was planned: out of the plan, +{blocks(back)}, "
-                         f"+{m} budget; {free_blocks} free, budget {budget}")
+                line += say("\n    -> {id} was planned: out of the plan, +{blocks}, +{m} budget; "
+                            "{free} free, budget {budget}",
+                            "\n    -> {id} 原本已排进计划：移出计划，+{blocks}，预算 +{m}；空闲 "
+                            "{free} 个，预算 {budget}", id=rid, blocks=blocks(back), m=m,
+                            free=free_blocks, budget=budget)
             if victim is r:
-                line += f"\n    -> {r['id']} preempted itself: it does not run"
+                line += say("\n    -> {id} preempted itself: it does not run",
+                            "\n    -> {id} 抢占了它自己：这一步不运行", id=r["id"])
                 break
         if r["id"] in preempted:
             lines.append(line)
@@ -371,9 +429,11 @@ def _narrated_plan(running, free_blocks, budget, block_size=4):
         free_blocks -= need
         plan.append((r["id"], n))
         budget -= n
-        lines.append(line + f"\n    -> planned: {free_blocks} free, budget {budget}")
+        lines.append(line + say("\n    -> planned: {free} free, budget {budget}",
+                                "\n    -> 排进计划：空闲 {free} 个，预算 {budget}",
+                                free=free_blocks, budget=budget))
     result = {"run": plan, "preempted": preempted, "free_blocks": free_blocks}
-    lines.append(f"result: {result}")
+    lines.append(say("result: {result}", "结果：{result}", result=result))
     return result, lines
 
 
@@ -412,21 +472,32 @@ def check_plan_running(plan_running) -> None:
     wants = [_reference_step(running, [], free, bs, budget) for running, free, budget, bs in cases]
     message = _step_diagnosis(
         answers, wants, cases, shown,
-        [("decodes (one token left) go first, then prompt chunks, each group in list order: "
-          "sorted(running, key=lambda r: r['num_tokens'] - r['computed'] > 1)",
+        [(say("decodes (one token left) go first, then prompt chunks, each group in list order: "
+              "sorted(running, key=lambda r: r['num_tokens'] - r['computed'] > 1)",
+              "解码（只剩一个词元）排在前面，然后是提示词的分块，每组内部按列表顺序："
+              "sorted(running, key=lambda r: r['num_tokens'] - r['computed'] > 1)"),
           lambda *c: _running_variant(*c, decodes_first=False)),
-         ("preempt the most recently admitted request, the LAST one still in `running`, not "
-          "the first", lambda *c: _running_variant(*c, victim=0)),
-         ("when a request needs more blocks than are free, preempt until the blocks suffice; "
-          "planning it anyway leaves free_blocks below 0",
+         (say("preempt the most recently admitted request, the LAST one still in `running`, not "
+              "the first", "抢占最近接纳的请求，也就是 `running` 里仍在的最后一个，而不是第一个"),
+          lambda *c: _running_variant(*c, victim=0)),
+         (say("when a request needs more blocks than are free, preempt until the blocks "
+              "suffice; planning it anyway leaves free_blocks below 0",
+              "一个请求需要的块多于空闲的块时，要一直抢占到块够用为止；照样把它排进计划，"
+              "free_blocks 就会小于 0"),
           lambda *c: _running_variant(*c, preempt=False)),
-         ("a request that preempts itself gives its blocks back and is not run this step",
+         (say("a request that preempts itself gives its blocks back and is not run this step",
+              "抢占了自己的请求交还它的块，这一步不运行"),
           lambda *c: _running_variant(*c, run_self=True)),
-         ("each request runs n = min(num_tokens - computed, budget left), and the step stops "
-          "when the budget is spent", lambda *c: _running_variant(*c, use_budget=False))],
-        "running requests go first (one-token decodes, then prompt chunks), each taking "
-        "min(num_tokens - computed, budget left); checks.trace_plan_running(...) on this case "
-        "shows each decision")
+         (say("each request runs n = min(num_tokens - computed, budget left), and the step "
+              "stops when the budget is spent",
+              "每个请求跑 n = min(num_tokens - computed, 剩余预算) 个词元，预算用完这一步就停"),
+          lambda *c: _running_variant(*c, use_budget=False))],
+        say("running requests go first (one-token decodes, then prompt chunks), each taking "
+            "min(num_tokens - computed, budget left); checks.trace_plan_running(...) on this "
+            "case shows each decision",
+            "运行中的请求排在前面（先是一个词元的解码，再是提示词的分块），每个取 "
+            "min(num_tokens - computed, 剩余预算) 个词元；对这个用例调用 "
+            "checks.trace_plan_running(...) 可以看到每一个决定"))
     if message:
         raise CheckFailed(message)
     passed("plan_running", len(cases))
@@ -480,12 +551,17 @@ def check_schedule_step(schedule_step) -> None:
     flat = [(r, w, f, s["block_size"], s["budget"], s["max_seqs"]) for r, w, f, s in cases]
     message = _step_diagnosis(
         answers, wants, flat, shown,
-        [("a step that preempted is short of blocks: admit nobody new in it",
+        [(say("a step that preempted is short of blocks: admit nobody new in it",
+              "发生了抢占的一步说明块不够：这一步里不接纳任何新请求"),
           lambda *c: _step_variant(*c, admit_after_preempt=True)),
-         ("the free seats are max_seqs minus the requests still running, not max_seqs",
+         (say("the free seats are max_seqs minus the requests still running, not max_seqs",
+              "空闲座位数是 max_seqs 减去仍在运行的请求数，而不是 max_seqs"),
           lambda *c: _step_variant(*c, seats_from_max=True))],
-        "plan the running requests first (your plan_running), then, if nobody was preempted, "
-        "admit waiting requests (your admit_waiting) with the budget, seats and blocks left")
+        say("plan the running requests first (your plan_running), then, if nobody was "
+            "preempted, admit waiting requests (your admit_waiting) with the budget, seats and "
+            "blocks left",
+            "先为运行中的请求做计划（你的 plan_running），然后，如果没有请求被抢占，再用剩下的"
+            "预算、座位和块接纳等待中的请求（你的 admit_waiting）"))
     if message:
         raise CheckFailed(message)
     passed("schedule_step", len(cases))

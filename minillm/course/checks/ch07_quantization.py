@@ -1,16 +1,21 @@
 """Checkers for exercises/07_quantization.ipynb: absmax int8 for a whole tensor and its inverse,
 int8 with one scale per output channel (what minillm's Int8Linear stores,
 `minillm.quant.int8.quantize_int8`), and group-wise int4 with a scale and a minimum (GGUF Q4_1's
-idea, `minillm.quant.basics.zeropoint_quantize`), each compared with minillm on random tensors."""
+idea, `minillm.quant.basics.zeropoint_quantize`), and one step of GPTQ (`minillm.quant.gptq`),
+each compared with minillm on random tensors. Every message says both languages side by side
+(`say`)."""
 
 from __future__ import annotations
 
 import torch
 
 from ...quant.basics import zeropoint_quantize
+from ...quant.gptq import hessian, inverse_cholesky
+from ...quant.grid import fit, snap
 from ...quant.int8 import dequantize_int8, quantize_int8
 from ._base import (CheckFailed, call, checker, expect, expect_raises, matching_mistake,
                     number_or_none, passed, short)
+from ..language import say
 
 
 def _rand(*shape, seed, scale=1.0):
@@ -19,10 +24,13 @@ def _rand(*shape, seed, scale=1.0):
 
 def _tensor(value, what, shape=None):
     if not isinstance(value, torch.Tensor):
-        raise CheckFailed(f"{what} is {type(value).__name__} {short(value)}; return a "
-                          "torch.Tensor")
+        raise CheckFailed(say(f"{what} is {type(value).__name__} {short(value)}; return a "
+                              "torch.Tensor",
+                              f"{what} 是 {type(value).__name__} {short(value)}；"
+                              "请返回一个 torch.Tensor"))
     if shape is not None and tuple(value.shape) != tuple(shape):
-        raise CheckFailed(f"{what} has shape {tuple(value.shape)}; expected {tuple(shape)}")
+        raise CheckFailed(say(f"{what} has shape {tuple(value.shape)}; expected {tuple(shape)}",
+                              f"{what} 的形状是 {tuple(value.shape)}，应为 {tuple(shape)}"))
     return value
 
 
@@ -31,12 +39,16 @@ def _tensor(value, what, shape=None):
 def _int8_cases():
     outlier = _rand(64, seed=2)
     outlier[10] = 25.0
-    return [("a random tensor of 100 numbers", _rand(100, seed=0)),
-            ("a random (8, 16) weight", _rand(8, 16, seed=1, scale=0.05)),
-            ("a tensor with one outlier", outlier),
-            ("an all-negative tensor", -_rand(20, seed=3).abs() - 1.0),
-            ("a (3, 4, 5) tensor", _rand(3, 4, 5, seed=4, scale=7.0)),
-            ("a tensor whose largest value is positive", _rand(50, seed=5).abs() + 0.1)]
+    return [(say("a random tensor of 100 numbers", "一个含 100 个随机数的张量"),
+             _rand(100, seed=0)),
+            (say("a random (8, 16) weight", "一个随机的 (8, 16) 权重"),
+             _rand(8, 16, seed=1, scale=0.05)),
+            (say("a tensor with one outlier", "一个带一个离群值的张量"), outlier),
+            (say("an all-negative tensor", "一个全为负数的张量"), -_rand(20, seed=3).abs() - 1.0),
+            (say("a (3, 4, 5) tensor", "一个 (3, 4, 5) 的张量"),
+             _rand(3, 4, 5, seed=4, scale=7.0)),
+            (say("a tensor whose largest value is positive", "一个最大值为正数的张量"),
+             _rand(50, seed=5).abs() + 0.1)]
 
 
 def _one_scale(scale, what) -> float:
@@ -46,11 +58,15 @@ def _one_scale(scale, what) -> float:
     if isinstance(scale, torch.Tensor) and scale.numel() == 1:
         return float(scale.reshape(()).item())
     if isinstance(scale, torch.Tensor):
-        raise CheckFailed(f"{what} has shape {tuple(scale.shape)}: this task uses one scale for "
-                          "the whole tensor, max|x| / 127 (a scale per row is the per-channel "
-                          "int8 of the next task)")
-    raise CheckFailed(f"{what} is {type(scale).__name__} {short(scale)}; return a number (a "
-                      "Python float or a 0-d tensor)")
+        raise CheckFailed(say(f"{what} has shape {tuple(scale.shape)}: this task uses one scale "
+                              "for the whole tensor, max|x| / 127 (a scale per row is the "
+                              "per-channel int8 of the next task)",
+                              f"{what} 的形状是 {tuple(scale.shape)}：这一题整个张量只用一个缩放"
+                              "因子，即 max|x| / 127（每行一个缩放因子是下一题的逐通道 int8）"))
+    raise CheckFailed(say(f"{what} is {type(scale).__name__} {short(scale)}; return a number (a "
+                          "Python float or a 0-d tensor)",
+                          f"{what} 是 {type(scale).__name__} {short(scale)}；请返回一个数"
+                          "（Python 的 float 或 0 维张量）"))
 
 
 @checker
@@ -62,11 +78,16 @@ def check_absmax_int8(quantize_absmax, dequantize_absmax) -> None:
     for what, x in cases:
         got = call(quantize_absmax, x, what=f"quantize_absmax({what})")
         expect(isinstance(got, tuple) and len(got) == 2,
-               f"quantize_absmax({what}) returned {type(got).__name__}; return a pair (q, scale)")
-        q = _tensor(got[0], f"q for {what}", x.shape)
-        expect(q.dtype == torch.int8, f"q for {what} has dtype {q.dtype}; store it as torch.int8 "
-                                      "(.to(torch.int8)) so it takes one byte a number")
-        scales.append(_one_scale(got[1], f"the scale for {what}"))
+               say(f"quantize_absmax({what}) returned {type(got).__name__}; return a pair "
+                   "(q, scale)",
+                   f"quantize_absmax({what}) 返回了 {type(got).__name__}；请返回一对 (q, scale)"))
+        q = _tensor(got[0], say(f"q for {what}", f"{what}的 q"), x.shape)
+        expect(q.dtype == torch.int8,
+               say(f"q for {what} has dtype {q.dtype}; store it as torch.int8 "
+                   "(.to(torch.int8)) so it takes one byte a number",
+                   f"{what}的 q 的 dtype 是 {q.dtype}；请存成 torch.int8（.to(torch.int8)），"
+                   "这样每个数只占一个字节"))
+        scales.append(_one_scale(got[1], say(f"the scale for {what}", f"{what}的缩放因子")))
         qs.append(q)
     wants = [x.abs().max().item() / 127 for _, x in cases]
     wrong = [i for i, (g, w) in enumerate(zip(scales, wants)) if abs(g - w) > 1e-6 * w]
@@ -74,36 +95,52 @@ def check_absmax_int8(quantize_absmax, dequantize_absmax) -> None:
         i = wrong[0]
         close = lambda a, b: abs(a - b) <= 1e-6 * max(abs(b), 1e-12)  # noqa: E731
         hint = matching_mistake(scales, [
-            ("divide max|x| by 127, the largest int8 value used on both sides (-127..127), not "
-             "128", [x.abs().max().item() / 128 for _, x in cases]),
-            ("max - min over 255 is zero-point quantization; absmax uses max|x| / 127",
+            (say("divide max|x| by 127, the largest int8 value used on both sides (-127..127), "
+                 "not 128",
+                 "要用 max|x| 除以 127（int8 正负两边都用到的最大值，范围 -127..127），不是 128"),
+             [x.abs().max().item() / 128 for _, x in cases]),
+            (say("max - min over 255 is zero-point quantization; absmax uses max|x| / 127",
+                 "(max - min) / 255 是零点量化的做法；absmax 用的是 max|x| / 127"),
              [(x.max() - x.min()).item() / 255 for _, x in cases]),
-            ("take the largest absolute value, max|x| (x.abs().max()), not the largest value",
+            (say("take the largest absolute value, max|x| (x.abs().max()), not the largest value",
+                 "要取绝对值的最大值 max|x|（x.abs().max()），而不是最大值"),
              [x.max().item() / 127 for _, x in cases]),
-            ("divide max|x| by 127, not by 255", [x.abs().max().item() / 255 for _, x in cases]),
+            (say("divide max|x| by 127, not by 255", "要用 max|x| 除以 127，不是除以 255"),
+             [x.abs().max().item() / 255 for _, x in cases]),
         ], close)
-        raise CheckFailed(f"the scale for {cases[i][0]} is {scales[i]:.6g}; expected max|x| / 127 "
-                          f"= {wants[i]:.6g}" + (f": {hint}" if hint else ""))
+        raise CheckFailed(say(f"the scale for {cases[i][0]} is {scales[i]:.6g}; expected "
+                              f"max|x| / 127 = {wants[i]:.6g}" + (f": {hint}" if hint else ""),
+                              f"{cases[i][0]}的缩放因子是 {scales[i]:.6g}，应为 max|x| / 127 = "
+                              f"{wants[i]:.6g}" + (f"：{hint}" if hint else "")))
     for (what, x), q, scale in zip(cases, qs, wants):
         want_q = torch.round(x / scale).clamp(-127, 127).to(torch.int8)
         if torch.equal(q, want_q):
             continue
         if torch.equal(q, torch.trunc(x / scale).to(torch.int8)):
-            raise CheckFailed(f"q for {what} is truncated towards zero; round to the nearest "
-                              "integer (torch.round) so the error is at most half a step")
+            raise CheckFailed(say(f"q for {what} is truncated towards zero; round to the nearest "
+                                  "integer (torch.round) so the error is at most half a step",
+                                  f"{what}的 q 是向零截断的；请四舍五入到最近的整数"
+                                  "（torch.round），这样误差最多半个步长"))
         off = (q.int() - want_q.int()).abs()
         expect(off.max().item() <= 1 and (off > 0).float().mean().item() < 0.01,
-               f"q for {what} differs from round(x / scale) in {int((off > 0).sum())} places")
+               say(f"q for {what} differs from round(x / scale) in {int((off > 0).sum())} places",
+                   f"{what}的 q 有 {int((off > 0).sum())} 处与 round(x / scale) 不同"))
     for (what, x), q, scale in zip(cases, qs, wants):
         back = call(dequantize_absmax, q, scale, what=f"dequantize_absmax(q, {scale:.4g})")
-        back = _tensor(back, f"dequantize_absmax(q of {what}, scale)", x.shape)
-        expect(back.is_floating_point(), f"dequantize_absmax must return a float tensor, got "
-                                         f"{back.dtype}: convert q first (q.float() * scale)")
+        back = _tensor(back, say(f"dequantize_absmax(q of {what}, scale)",
+                                 f"dequantize_absmax({what}的 q, scale)"), x.shape)
+        expect(back.is_floating_point(),
+               say(f"dequantize_absmax must return a float tensor, got {back.dtype}: convert q "
+                   "first (q.float() * scale)",
+                   f"dequantize_absmax 应当返回浮点张量，却得到 {back.dtype}：先把 q 转成浮点数"
+                   "（q.float() * scale）"))
         err = (back.float() - x).abs().max().item()
         expect(err <= scale / 2 + 1e-6,
-               f"the round trip of {what} is off by up to {err:.3g}, more than half a step "
-               f"({scale / 2:.3g}); dequantize with q * scale")
-    passed("absmax int8 quantize / dequantize", len(cases))
+               say(f"the round trip of {what} is off by up to {err:.3g}, more than half a step "
+                   f"({scale / 2:.3g}); dequantize with q * scale",
+                   f"{what}量化再反量化后误差最大达 {err:.3g}，超过了半个步长"
+                   f"（{scale / 2:.3g}）；反量化用 q * scale"))
+    passed(say("absmax int8 quantize / dequantize", "absmax int8 量化 / 反量化"), len(cases))
 
 
 # --- 2 · int8 with one scale per output channel ----------------------------------------------
@@ -113,11 +150,11 @@ def _channel_cases():
     rows[2] *= 40  # one row much larger than the others
     zero = _rand(4, 8, seed=12)
     zero[1] = 0.0  # an all-zero row
-    return [("a (8, 16) weight", _rand(8, 16, seed=10, scale=0.1)),
-            ("a weight with one large row", rows),
-            ("a weight with an all-zero row", zero),
-            ("a (3, 64) weight", _rand(3, 64, seed=13)),
-            ("a (1, 5) weight", _rand(1, 5, seed=14, scale=3.0))]
+    return [(say("a (8, 16) weight", "一个 (8, 16) 的权重"), _rand(8, 16, seed=10, scale=0.1)),
+            (say("a weight with one large row", "一个有一行特别大的权重"), rows),
+            (say("a weight with an all-zero row", "一个有一行全为 0 的权重"), zero),
+            (say("a (3, 64) weight", "一个 (3, 64) 的权重"), _rand(3, 64, seed=13)),
+            (say("a (1, 5) weight", "一个 (1, 5) 的权重"), _rand(1, 5, seed=14, scale=3.0))]
 
 
 @checker
@@ -128,38 +165,60 @@ def check_quantize_int8(quantize_per_channel) -> None:
     answers = []
     for what, w in cases:
         got = call(quantize_per_channel, w, what=f"quantize_per_channel({what})")
-        expect(isinstance(got, tuple) and len(got) == 2, f"quantize_per_channel({what}) returned "
-                                                         f"{type(got).__name__}; return (q, scale)")
-        q = _tensor(got[0], f"q for {what}", w.shape)
-        scale = _tensor(got[1], f"the scale for {what}")
+        expect(isinstance(got, tuple) and len(got) == 2,
+               say(f"quantize_per_channel({what}) returned {type(got).__name__}; return "
+                   "(q, scale)",
+                   f"quantize_per_channel({what}) 返回了 {type(got).__name__}；"
+                   "请返回 (q, scale)"))
+        q = _tensor(got[0], say(f"q for {what}", f"{what}的 q"), w.shape)
+        scale_what = say(f"the scale for {what}", f"{what}的缩放因子")
+        scale = _tensor(got[1], scale_what)
         if tuple(scale.shape) == (w.shape[0], 1):
-            raise CheckFailed(f"the scale for {what} has shape {tuple(scale.shape)}: drop the "
-                              f"last axis (amax(dim=1) without keepdim) to get ({w.shape[0]},)")
+            raise CheckFailed(say(f"the scale for {what} has shape {tuple(scale.shape)}: drop the "
+                                  f"last axis (amax(dim=1) without keepdim) to get "
+                                  f"({w.shape[0]},)",
+                                  f"{what}的缩放因子形状是 {tuple(scale.shape)}：去掉最后一维"
+                                  f"（amax(dim=1) 不加 keepdim），得到 ({w.shape[0]},)"))
         if scale.numel() == 1 and w.shape[0] > 1:
-            raise CheckFailed(f"the scale for {what} is one number for the whole weight; give "
-                              "each row (output channel) its own: w.abs().amax(dim=1) / 127")
+            raise CheckFailed(say(f"the scale for {what} is one number for the whole weight; give "
+                                  "each row (output channel) its own: w.abs().amax(dim=1) / 127",
+                                  f"{what}的缩放因子是整个权重共用的一个数；应当让每一行"
+                                  "（每个输出通道）各有一个：w.abs().amax(dim=1) / 127"))
         if tuple(scale.shape) == (w.shape[1],) and w.shape[0] != w.shape[1]:
-            raise CheckFailed(f"the scale for {what} has one entry per column; a channel is an "
-                              "output feature, a row of the weight: amax(dim=1)")
-        _tensor(scale, f"the scale for {what}", (w.shape[0],))
-        expect(q.dtype == torch.int8, f"q for {what} has dtype {q.dtype}; store it as torch.int8")
+            raise CheckFailed(say(f"the scale for {what} has one entry per column; a channel is "
+                                  "an output feature, a row of the weight: amax(dim=1)",
+                                  f"{what}的缩放因子是每列一个；通道指的是输出特征，"
+                                  "也就是权重的一行：amax(dim=1)"))
+        _tensor(scale, scale_what, (w.shape[0],))
+        expect(q.dtype == torch.int8,
+               say(f"q for {what} has dtype {q.dtype}; store it as torch.int8",
+                   f"{what}的 q 的 dtype 是 {q.dtype}；请存成 torch.int8"))
         expect(bool(torch.isfinite(scale).all()) and bool((scale > 0).all()),
-               f"the scale for {what} is {short(scale.tolist())}: an all-zero row has max|w| = 0; "
-               "give it the scale 1 (its q is 0 anyway) so that nothing is divided by 0")
+               say(f"the scale for {what} is {short(scale.tolist())}: an all-zero row has "
+                   "max|w| = 0; give it the scale 1 (its q is 0 anyway) so that nothing is "
+                   "divided by 0",
+                   f"{what}的缩放因子是 {short(scale.tolist())}：全为 0 的行 max|w| = 0；"
+                   "给它缩放因子 1（反正它的 q 都是 0），这样就不会除以 0"))
         answers.append((q, scale.float()))
     for (what, w), (q, scale) in zip(cases, answers):
         want_q, want_scale = quantize_int8(w)
+        got_scale = short([round(x, 6) for x in scale.tolist()])
+        want_scales = short([round(x, 6) for x in want_scale.tolist()])
         expect(torch.allclose(scale, want_scale, rtol=1e-6, atol=0),
-               f"the scale for {what} is {short([round(x, 6) for x in scale.tolist()])}, expected "
-               f"each row's max|w| / 127: {short([round(x, 6) for x in want_scale.tolist()])}")
+               say(f"the scale for {what} is {got_scale}, expected each row's max|w| / 127: "
+                   f"{want_scales}",
+                   f"{what}的缩放因子是 {got_scale}，应为每行的 max|w| / 127：{want_scales}"))
         off = (q.int() - want_q.int()).abs()
         expect(off.max().item() <= 1 and (off > 0).float().mean().item() < 0.01,
-               f"q for {what} differs from round(w / scale[:, None]) in {int((off > 0).sum())} "
-               "places; divide each row by its own scale")
+               say(f"q for {what} differs from round(w / scale[:, None]) in "
+                   f"{int((off > 0).sum())} places; divide each row by its own scale",
+                   f"{what}的 q 有 {int((off > 0).sum())} 处与 round(w / scale[:, None]) 不同；"
+                   "每一行要除以它自己的缩放因子"))
         err = (dequantize_int8(q, scale) - w).abs().max().item()
         expect(err <= want_scale.max().item() / 2 + 1e-6,
-               f"the round trip q * scale[:, None] of {what} is off by up to {err:.3g}")
-    passed("per-channel int8", len(cases))
+               say(f"the round trip q * scale[:, None] of {what} is off by up to {err:.3g}",
+                   f"{what}经 q * scale[:, None] 还原后误差最大达 {err:.3g}"))
+    passed(say("per-channel int8", "逐通道 int8"), len(cases))
 
 
 # --- 3 · int4 in groups, with a scale and a minimum ------------------------------------------
@@ -179,41 +238,139 @@ def check_int4_groups(quantize_groups, dequantize_groups) -> None:
         what = f"quantize_groups(w of shape {shape}, group_size={g})"
         got = call(quantize_groups, w, g, what=what)
         expect(isinstance(got, tuple) and len(got) == 3,
-               f"{what} returned {type(got).__name__}; return (q, scale, minimum)")
+               say(f"{what} returned {type(got).__name__}; return (q, scale, minimum)",
+                   f"{what} 返回了 {type(got).__name__}；请返回 (q, scale, minimum)"))
         q, scale, minimum = got
         rows, cols = shape
         for name, t, want_shape in [("q", q, shape), ("scale", scale, (rows, cols // g)),
                                     ("minimum", minimum, (rows, cols // g))]:
-            _tensor(t, f"{name} from {what}")
+            t_what = say(f"{name} from {what}", f"{what} 给出的 {name}")
+            _tensor(t, t_what)
             if name != "q" and tuple(t.shape) == (rows, cols // g, 1):
-                raise CheckFailed(f"{name} from {what} has shape {tuple(t.shape)}: drop the last "
-                                  f"axis (squeeze(-1)) to get {want_shape}")
-            _tensor(t, f"{name} from {what}", want_shape)
+                raise CheckFailed(say(f"{name} from {what} has shape {tuple(t.shape)}: drop the "
+                                      f"last axis (squeeze(-1)) to get {want_shape}",
+                                      f"{t_what}形状是 {tuple(t.shape)}：去掉最后一维"
+                                      f"（squeeze(-1)），得到 {want_shape}"))
+            _tensor(t, t_what, want_shape)
         expect(not q.is_floating_point() or bool((q == q.round()).all()),
-               f"q from {what} is not whole numbers; round it")
+               say(f"q from {what} is not whole numbers; round it",
+                   f"{what} 给出的 q 不是整数；请把它四舍五入"))
         expect(q.min().item() >= 0 and q.max().item() <= 15,
-               f"q from {what} runs from {q.min().item()} to {q.max().item()}; 4 bits hold 0..15 "
-               "(subtract the minimum before dividing by the scale)")
+               say(f"q from {what} runs from {q.min().item()} to {q.max().item()}; 4 bits hold "
+                   "0..15 (subtract the minimum before dividing by the scale)",
+                   f"{what} 给出的 q 从 {q.min().item()} 到 {q.max().item()}；4 比特只能存 0..15"
+                   "（先减去最小值，再除以缩放因子）"))
         _, ref_scale, ref_min = zeropoint_quantize(w, 4, "group", g)
         ref_scale, ref_min = ref_scale.reshape(rows, -1), ref_min.reshape(rows, -1)
         if torch.allclose(scale.float(), ref_scale * 15 / 16, rtol=1e-5):
-            raise CheckFailed(f"scale from {what} divides by 16; 4 bits give 16 levels, 0..15, "
-                              "so there are 15 steps: divide (max - min) by 15")
+            raise CheckFailed(say(f"scale from {what} divides by 16; 4 bits give 16 levels, "
+                                  "0..15, so there are 15 steps: divide (max - min) by 15",
+                                  f"{what} 给出的 scale 除的是 16；4 比特有 0..15 共 16 个取值，"
+                                  "之间只有 15 步：应当用 (max - min) 除以 15"))
         expect(torch.allclose(minimum.float(), ref_min, rtol=1e-5, atol=1e-7),
-               f"minimum from {what} is not each group's smallest weight; group the numbers "
-               f"with w.reshape(rows, cols // group_size, group_size) and take .amin(-1)")
+               say(f"minimum from {what} is not each group's smallest weight; group the numbers "
+                   f"with w.reshape(rows, cols // group_size, group_size) and take .amin(-1)",
+                   f"{what} 给出的 minimum 不是每组里最小的权重；先用 "
+                   "w.reshape(rows, cols // group_size, group_size) 分组，再取 .amin(-1)"))
         expect(torch.allclose(scale.float(), ref_scale, rtol=1e-4, atol=1e-8),
-               f"scale from {what} is not (max - min) / 15 of each group")
+               say(f"scale from {what} is not (max - min) / 15 of each group",
+                   f"{what} 给出的 scale 不是每组的 (max - min) / 15"))
         back = call(dequantize_groups, q, scale, minimum,
-                    what=f"dequantize_groups(q, scale, minimum) for {what}")
-        _tensor(back, f"dequantize_groups(...) for {what}", shape)
+                    what=say(f"dequantize_groups(q, scale, minimum) for {what}",
+                             f"对 {what} 的 dequantize_groups(q, scale, minimum)"))
+        _tensor(back, say(f"dequantize_groups(...) for {what}",
+                          f"对 {what} 的 dequantize_groups(...)"), shape)
         step = ref_scale.repeat_interleave(g, dim=1)
         err = (back.float() - w).abs()
         expect(bool((err <= step / 2 + 1e-6).all()),
-               f"the round trip of {what} is off by up to {err.max().item():.3g}, more than half "
-               "a step of its group: q * scale + minimum, with each group's own scale and minimum")
+               say(f"the round trip of {what} is off by up to {err.max().item():.3g}, more than "
+                   "half a step of its group: q * scale + minimum, with each group's own scale "
+                   "and minimum",
+                   f"{what} 量化再反量化后误差最大达 {err.max().item():.3g}，超过了所在组的半个"
+                   "步长：应为 q * scale + minimum，每组用它自己的 scale 和 minimum"))
     for cols, g in ((40, 32), (10, 4)):
         expect_raises(quantize_groups, _rand(2, cols, seed=9), g, error=ValueError,
-                      what=f"quantize_groups(w with rows of {cols}, group_size={g})",
-                      why=f"{g} does not divide {cols}")
-    passed("int4 group-wise quantize / dequantize", len(INT4_CASES) + 2)
+                      what=say(f"quantize_groups(w with rows of {cols}, group_size={g})",
+                               f"quantize_groups(每行 {cols} 个数的 w, group_size={g})"),
+                      why=say(f"{g} does not divide {cols}", f"{g} 不能整除 {cols}"))
+    passed(say("int4 group-wise quantize / dequantize", "int4 分组量化 / 反量化"),
+           len(INT4_CASES) + 2)
+
+
+# --- 4 · one step of GPTQ ------------------------------------------------------------------------
+
+GPTQ_CASES = [((4, 6), 0), ((4, 6), 2), ((5, 8), 7), ((3, 10), 4), ((6, 5), 1)]
+
+
+def _gptq_case(shape, seed):
+    """(w, u, round_column): a weight, the upper Cholesky factor of its inverse Hessian from
+    correlated inputs, and rounding to a 3-bit grid with one scale and minimum per row."""
+    rows, cols = shape
+    w = _rand(rows, cols, seed=seed)
+    mix = _rand(cols, cols, seed=seed + 100, scale=0.5)
+    x = _rand(4 * cols, cols, seed=seed + 200) @ (torch.eye(cols) + mix)
+    u = inverse_cholesky(hessian(x)).float()
+    scale, minimum = fit(w, 3)
+    return w, u, lambda column: snap(column[:, None], scale, minimum, 3)[:, 0]
+
+
+def _gptq_step(w, u, i, round_column, sign=1.0, divide=True, spread=True, write=True):
+    w = w.clone()
+    q = round_column(w[:, i])
+    error = (w[:, i] - q) / (u[i, i] if divide else 1.0)
+    if spread:
+        w[:, i + 1:] -= sign * error[:, None] * u[i, i + 1:][None, :]
+    if write:
+        w[:, i] = q
+    return w
+
+
+@checker
+def check_gptq_step(gptq_step) -> None:
+    """`gptq_step(w, u, i, round_column)` -> a new weight: column i rounded
+    (`round_column(w[:, i])`), and every later column j moved by -(error) * u[i, j], where
+    error = (w[:, i] - rounded) / u[i, i]; the columns before i unchanged."""
+    cases = [(shape, i, *_gptq_case(shape, seed=30 + n)) for n, (shape, i) in enumerate(GPTQ_CASES)]
+    answers = []
+    for shape, i, w, u, round_column in cases:
+        what = say(f"gptq_step(w of shape {shape}, u, i={i}, round_column)",
+                   f"gptq_step(形状为 {shape} 的 w, u, i={i}, round_column)")
+        got = call(gptq_step, w, u, i, round_column, what=what)
+        answers.append(_tensor(got, say(f"{what} returned", f"{what} 的返回值"), shape).float())
+    wants = [_gptq_step(w, u, i, r) for _, i, w, u, r in cases]
+    close = lambda a, b: torch.allclose(a, b, atol=1e-5, rtol=1e-4)  # noqa: E731
+    if all(close(a, b) for a, b in zip(answers, wants)):
+        passed(say("one GPTQ step", "GPTQ 的一步"), len(cases))
+        return
+    hint = matching_mistake(answers, [
+        (say("the later columns moved the wrong way: subtract error * u[i, j] (w[:, j] -= ...), "
+             "so they cancel the error column i made",
+             "后面的列移反了方向：应当减去 error * u[i, j]（w[:, j] -= ...），"
+             "这样才能抵消第 i 列造成的误差"),
+         [_gptq_step(w, u, i, r, sign=-1.0) for _, i, w, u, r in cases]),
+        (say("divide the rounding error by u[i, i] before spreading it: error = (w[:, i] - q) / "
+             "u[i, i]",
+             "把舍入误差分摊出去之前，先除以 u[i, i]：error = (w[:, i] - q) / u[i, i]"),
+         [_gptq_step(w, u, i, r, divide=False) for _, i, w, u, r in cases]),
+        (say("the columns after i did not change: spread the error over them with row i of u, "
+             "w[:, i + 1:] -= error[:, None] * u[i, i + 1:]",
+             "第 i 列之后的列没有变：要用 u 的第 i 行把误差分摊给它们，"
+             "w[:, i + 1:] -= error[:, None] * u[i, i + 1:]"),
+         [_gptq_step(w, u, i, r, spread=False) for _, i, w, u, r in cases]),
+        (say("column i itself is not rounded: put round_column(w[:, i]) in it",
+             "第 i 列本身没有舍入：把 round_column(w[:, i]) 放进这一列"),
+         [_gptq_step(w, u, i, r, write=False) for _, i, w, u, r in cases]),
+    ], close)
+    n = next(k for k, (a, b) in enumerate(zip(answers, wants)) if not close(a, b))
+    shape, i, *_ = cases[n]
+    wrong_columns = [c for c in range(shape[1])
+                     if not close(answers[n][:, c], wants[n][:, c])]
+    raise CheckFailed(say(
+        f"gptq_step(w of shape {shape}, u, i={i}, round_column) differs from one GPTQ step in "
+        f"column(s) {wrong_columns}" + (f": {hint}" if hint else
+        "; the columns before i stay, column i is rounded, the later ones move by "
+        "-error * u[i, j] with error = (w[:, i] - rounded) / u[i, i]"),
+        f"gptq_step(形状为 {shape} 的 w, u, i={i}, round_column) 与 GPTQ 的一步在第 "
+        f"{wrong_columns} 列上不同" + (f"：{hint}" if hint else
+        "；第 i 列之前的列不变，第 i 列舍入到网格上，之后的每一列 j 移动 -error * u[i, j]，"
+        "其中 error = (w[:, i] - rounded) / u[i, i]")))

@@ -6,6 +6,8 @@
   with `minillm.speculative.acceptance.verify_greedy`;
 - `accept_step(p, q, draft_token, generator)`: the sampled acceptance rule, tested by its
   statistics (the tokens follow p) and by its use of the generator it is given.
+
+Every message says both languages side by side (`say`), chosen by the notebook's set_language.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import torch
 
 from ...speculative.acceptance import verify_greedy
 from ...speculative.drafts import PromptLookupDraft
+from ..language import say
 from ._base import CheckFailed, as_int, call, checker, expect, matching_mistake, passed, short
 
 # A toy target p and draft q over six tokens (the lesson uses the same pair).
@@ -30,8 +33,9 @@ def chi_square_p_value(counts: torch.Tensor, probs: torch.Tensor) -> float:
     counts = torch.as_tensor(counts, dtype=torch.float64)
     probs = torch.as_tensor(probs, dtype=torch.float64)
     if counts.shape != probs.shape:
-        raise ValueError(f"counts and probs must have the same shape, got {tuple(counts.shape)} "
-                         f"and {tuple(probs.shape)}")
+        raise ValueError(say("counts and probs must have the same shape, got {counts} and "
+                             "{probs}", "counts 与 probs 的形状必须相同，得到的是 {counts} 和 "
+                             "{probs}", counts=tuple(counts.shape), probs=tuple(probs.shape)))
     if (counts[probs == 0] > 0).any():
         return 0.0
     keep = probs > 0
@@ -49,25 +53,37 @@ def _one(accept_step, p, q, token, generator):
     got = call(accept_step, p, q, token, generator,
                what=f"accept_step(p, q, draft_token={token}, generator)")
     if not (isinstance(got, tuple) and len(got) == 2):
-        raise CheckFailed(f"accept_step returned {type(got).__name__} {got!r}; return a pair "
-                          "(token, accepted): the token to emit and whether the draft's token "
-                          "was accepted")
+        raise CheckFailed(say("accept_step returned {kind} {got!r}; return a pair "
+                              "(token, accepted): the token to emit and whether the draft's token "
+                              "was accepted",
+                              "accept_step 返回了 {kind} {got!r}；请返回一对 (token, accepted)："
+                              "要输出的词元，以及草稿的词元是否被接受",
+                              kind=type(got).__name__, got=got))
     token_out, accepted = got
     if isinstance(token_out, torch.Tensor) and token_out.numel() == 1:
         token_out = int(token_out)
     if isinstance(accepted, torch.Tensor) and accepted.numel() == 1:
         accepted = bool(accepted)
     if not isinstance(token_out, int) or isinstance(token_out, bool):
-        raise CheckFailed(f"the token accept_step returned is {type(token_out).__name__} "
-                          f"{token_out!r}; return an int token id (int(tensor) converts one)")
+        raise CheckFailed(say("the token accept_step returned is {kind} {got!r}; return an int "
+                              "token id (int(tensor) converts one)",
+                              "accept_step 返回的词元是 {kind} {got!r}；请返回 int 类型的词元 id"
+                              "（int(tensor) 可以转换）",
+                              kind=type(token_out).__name__, got=token_out))
     if not isinstance(accepted, bool):
-        raise CheckFailed(f"`accepted` is {type(accepted).__name__} {accepted!r}; return True "
-                          "or False")
-    expect(0 <= token_out < len(p), f"accept_step returned token {token_out}, outside the "
-                                    f"vocabulary 0..{len(p) - 1}")
+        raise CheckFailed(say("`accepted` is {kind} {got!r}; return True or False",
+                              "`accepted` 是 {kind} {got!r}；请返回 True 或 False",
+                              kind=type(accepted).__name__, got=accepted))
+    expect(0 <= token_out < len(p),
+           say("accept_step returned token {got}, outside the vocabulary 0..{last}",
+               "accept_step 返回了词元 {got}，超出了词表的范围 0..{last}",
+               got=token_out, last=len(p) - 1))
     if accepted and token_out != token:
-        raise CheckFailed(f"accept_step said the draft token {token} was accepted but returned "
-                          f"token {token_out}; an accepted draft token is emitted as it is")
+        raise CheckFailed(say("accept_step said the draft token {token} was accepted but "
+                              "returned token {got}; an accepted draft token is emitted as it is",
+                              "accept_step 说草稿词元 {token} 被接受了，返回的却是词元 {got}；"
+                              "被接受的草稿词元应原样输出",
+                              token=token, got=token_out))
     return token_out, accepted
 
 
@@ -79,23 +95,31 @@ def check_accept_step(accept_step, draws: int = 10_000) -> None:
     # 1. a draft that agrees with the target is always accepted
     for token in range(len(P)):
         _, accepted = _one(accept_step, P, P, token, g)
-        expect(accepted, f"with q equal to p, accept_step rejected draft token {token}; when "
-                         "q(x) <= p(x) the acceptance probability min(1, p(x)/q(x)) is 1")
+        expect(accepted, say("with q equal to p, accept_step rejected draft token {token}; when "
+                             "q(x) <= p(x) the acceptance probability min(1, p(x)/q(x)) is 1",
+                             "q 与 p 相同时，accept_step 拒绝了草稿词元 {token}；q(x) <= p(x) "
+                             "时接受概率 min(1, p(x)/q(x)) 等于 1", token=token))
     # 2. q(x) <= p(x): always accepted
     for _ in range(50):
         _, accepted = _one(accept_step, P, Q, 0, g)  # p(0) = 0.40 >= q(0) = 0.10
-        expect(accepted, "draft token 0 has p = 0.40 >= q = 0.10, so it must always be "
-                         "accepted (probability min(1, 0.40/0.10) = 1), but it was rejected")
+        expect(accepted, say("draft token 0 has p = 0.40 >= q = 0.10, so it must always be "
+                             "accepted (probability min(1, 0.40/0.10) = 1), but it was rejected",
+                             "草稿词元 0 的 p = 0.40 >= q = 0.10，应当总被接受"
+                             "（概率 min(1, 0.40/0.10) = 1），它却被拒绝了"))
     # 3. a token the target rules out is never emitted
     p0 = torch.tensor([0.0, 0.5, 0.5], dtype=torch.float64)
     q0 = torch.tensor([0.6, 0.2, 0.2], dtype=torch.float64)
     for _ in range(50):
         token, accepted = _one(accept_step, p0, q0, 0, g)
         expect(not accepted and token != 0,
-               f"p = {p0.tolist()} gives token 0 probability 0, so draft token 0 must be "
-               f"rejected and a different token drawn; got token {token}, accepted={accepted} "
-               "(a rejected token is drawn from max(0, p - q), normalised, which has no mass "
-               "where p is 0)")
+               say("p = {p} gives token 0 probability 0, so draft token 0 must be "
+                   "rejected and a different token drawn; got token {token}, accepted={accepted} "
+                   "(a rejected token is drawn from max(0, p - q), normalised, which has no mass "
+                   "where p is 0)",
+                   "p = {p} 给词元 0 的概率是 0，所以草稿词元 0 必须被拒绝，并另抽一个词元；"
+                   "得到的却是词元 {token}，accepted={accepted}（被拒绝后从归一化的 "
+                   "max(0, p - q) 里抽取，它在 p 为 0 的地方没有概率质量）",
+                   p=p0.tolist(), token=token, accepted=accepted))
     # 4. every draw comes from the generator it is given
     with torch.random.fork_rng():
         _check_generator_use(accept_step)
@@ -112,28 +136,45 @@ def check_accept_step(accept_step, draws: int = 10_000) -> None:
     rate = n_accepted / draws
     if chi_square_p_value(counts, P) > 1e-4:
         expect(abs(rate - beta) < 0.03,
-               f"the tokens follow p, but {rate:.1%} of the drafts were accepted; the rule "
-               f"accepts sum_x min(p(x), q(x)) = {beta:.0%} of them")
+               say("the tokens follow p, but {rate:.1%} of the drafts were accepted; the rule "
+                   "accepts sum_x min(p(x), q(x)) = {beta:.0%} of them",
+                   "输出的词元服从 p，但只有 {rate:.1%} 的草稿被接受；接受规则应接受其中的 "
+                   "sum_x min(p(x), q(x)) = {beta:.0%}", rate=rate, beta=beta))
         passed("accept_step", 5)
-        print(f"   {draws} draws: frequencies {freq}, target p {P.tolist()}; "
-              f"{rate:.1%} accepted (theory {beta:.0%})")
+        print(say("   {draws} draws: frequencies {freq}, target p {p}; "
+                  "{rate:.1%} accepted (theory {beta:.0%})",
+                  "   抽取 {draws} 次：频率 {freq}，目标分布 p {p}；"
+                  "接受了 {rate:.1%}（理论值 {beta:.0%}）",
+                  draws=draws, freq=freq, p=P.tolist(), rate=rate, beta=beta))
         return
     if chi_square_p_value(counts, Q) > 1e-4:
-        raise CheckFailed(f"the emitted tokens follow the draft q, not the target p: "
-                          f"frequencies {freq}, q = {Q.tolist()}. Accept the draft token only "
-                          "with probability min(1, p(x)/q(x)); otherwise draw from "
-                          "max(0, p - q), normalised")
+        raise CheckFailed(say("the emitted tokens follow the draft q, not the target p: "
+                              "frequencies {freq}, q = {q}. Accept the draft token only "
+                              "with probability min(1, p(x)/q(x)); otherwise draw from "
+                              "max(0, p - q), normalised",
+                              "输出的词元服从的是草稿分布 q，而不是目标分布 p：频率 {freq}，"
+                              "q = {q}。草稿词元只能以概率 min(1, p(x)/q(x)) 接受；否则从归一化"
+                              "的 max(0, p - q) 里抽取", freq=freq, q=Q.tolist()))
     from_p = torch.minimum(P, Q) + (1 - beta) * P
     if chi_square_p_value(counts, from_p) > 1e-4:
-        raise CheckFailed(f"the acceptance looks right, but after a rejection the new token "
-                          f"seems drawn from p itself: frequencies {freq}, target {P.tolist()}. "
-                          "Draw it from the residual max(0, p - q), normalised to sum to 1: "
-                          "p's mass that the accepted draft tokens did not already cover")
-    raise CheckFailed(f"the emitted tokens do not follow the target p: frequencies {freq} over "
-                      f"{draws} draws, target {P.tolist()}, and {rate:.1%} of drafts were "
-                      f"accepted (should be {beta:.0%}). Accept with probability "
-                      "min(1, p(x)/q(x)) (draw u uniform in [0, 1) and accept when u < that); "
-                      "on rejection draw from normalise(max(0, p - q))")
+        raise CheckFailed(say("the acceptance looks right, but after a rejection the new token "
+                              "seems drawn from p itself: frequencies {freq}, target {p}. "
+                              "Draw it from the residual max(0, p - q), normalised to sum to 1: "
+                              "p's mass that the accepted draft tokens did not already cover",
+                              "接受这一步看起来是对的，但拒绝之后的新词元似乎是直接从 p 里抽的："
+                              "频率 {freq}，目标 {p}。应当从残差分布 max(0, p - q) 里抽，归一化"
+                              "使其和为 1：它是 p 中被接受的草稿词元还没有覆盖到的那部分概率质量",
+                              freq=freq, p=P.tolist()))
+    raise CheckFailed(say("the emitted tokens do not follow the target p: frequencies {freq} "
+                          "over {draws} draws, target {p}, and {rate:.1%} of drafts were "
+                          "accepted (should be {beta:.0%}). Accept with probability "
+                          "min(1, p(x)/q(x)) (draw u uniform in [0, 1) and accept when u < "
+                          "that); on rejection draw from normalise(max(0, p - q))",
+                          "输出的词元不服从目标分布 p：抽取 {draws} 次的频率为 {freq}，目标为 "
+                          "{p}，草稿被接受的比例是 {rate:.1%}（应为 {beta:.0%}）。应以概率 "
+                          "min(1, p(x)/q(x)) 接受（在 [0, 1) 上均匀抽取 u，u 小于它时接受）；"
+                          "被拒绝时从 normalise(max(0, p - q)) 里抽取",
+                          freq=freq, draws=draws, p=P.tolist(), rate=rate, beta=beta))
 
 
 def _run(accept_step, generator_seed: int, global_seed: int, draws: int = 60):
@@ -149,15 +190,24 @@ def _check_generator_use(accept_step) -> None:
     first = _run(accept_step, 123, 0)
     again = _run(accept_step, 123, 1)
     if first != again:
-        raise CheckFailed("with the same generator, seeded the same, accept_step gave different "
-                          "results when torch's global random state changed: it draws from the "
-                          "global RNG. Pass `generator=generator` to torch.rand and to "
-                          "torch.multinomial, so a seeded generation can be reproduced")
+        raise CheckFailed(say("with the same generator, seeded the same, accept_step gave "
+                              "different results when torch's global random state changed: it "
+                              "draws from the global RNG. Pass `generator=generator` to "
+                              "torch.rand and to torch.multinomial, so a seeded generation can be "
+                              "reproduced",
+                              "生成器相同、种子也相同，torch 的全局随机状态一变，accept_step "
+                              "的结果就变了：它在从全局随机数生成器里抽取。请把 "
+                              "`generator=generator` 传给 torch.rand 和 torch.multinomial，"
+                              "这样设了种子的生成才能复现"))
     other = _run(accept_step, 456, 0)
     if first == other:
-        raise CheckFailed("accept_step gave the same 60 results with two differently seeded "
-                          "generators: draw u = torch.rand((), generator=generator) and the "
-                          "replacement token with torch.multinomial(..., generator=generator)")
+        raise CheckFailed(say("accept_step gave the same 60 results with two differently "
+                              "seeded generators: draw u = torch.rand((), generator=generator) "
+                              "and the replacement token with "
+                              "torch.multinomial(..., generator=generator)",
+                              "换了两个种子不同的生成器，accept_step 给出的 60 个结果却完全一样："
+                              "请用 u = torch.rand((), generator=generator) 抽取 u，用 "
+                              "torch.multinomial(..., generator=generator) 抽取替换的词元"))
 
 
 # --- prompt lookup --------------------------------------------------------------------------------
@@ -198,9 +248,12 @@ def check_prompt_lookup(prompt_lookup) -> None:
     for ids, k, n in cases:
         what = f"prompt_lookup({short(ids, 80)}, k={k}, max_ngram={n})"
         got = call(prompt_lookup, ids, k, n, what=what)
-        expect(isinstance(got, (list, tuple)), f"{what} returned {type(got).__name__}; return a "
-                                               "list of token ids ([] when nothing matches)")
-        answers.append([as_int(t, f"a token {what} returned") for t in got])
+        expect(isinstance(got, (list, tuple)),
+               say("{what} returned {kind}; return a list of token ids ([] when nothing matches)",
+                   "{what} 返回了 {kind}；请返回词元 id 的列表（没有匹配时返回 []）",
+                   what=what, kind=type(got).__name__))
+        answers.append([as_int(t, say("a token {what} returned", "{what} 返回的一个词元",
+                                      what=what)) for t in got])
     wants = [PromptLookupDraft(max_ngram=n, min_ngram=1).lookup(ids, k) for ids, k, n in cases]
     wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if g != w]
     if not wrong:
@@ -212,21 +265,33 @@ def check_prompt_lookup(prompt_lookup) -> None:
         return [_lookup_variant(ids, k, n, **kind) for ids, k, n in cases]
 
     hint = matching_mistake(answers, [
-        ("you took the first occurrence; take the most recent one before the end (search "
-         "backwards from len(ids) - n - 1): recent text is the better guess",
+        (say("you took the first occurrence; take the most recent one before the end (search "
+             "backwards from len(ids) - n - 1): recent text is the better guess",
+             "你取的是第一次出现的位置；应取结尾之前最近的那一次（从 len(ids) - n - 1 "
+             "往前找）：越近的文本越值得参考"),
          model(most_recent=False)),
-        ("try the longest n-gram first (n = max_ngram, then smaller): a longer match is "
-         "stronger evidence", model(longest_first=False)),
-        ("the last n tokens match themselves at the end; look for an EARLIER occurrence "
-         "(start at most len(ids) - n - 1)", model(self_match=True)),
-        ("return at most k tokens", model(cap=False)),
+        (say("try the longest n-gram first (n = max_ngram, then smaller): a longer match is "
+             "stronger evidence",
+             "先试最长的 n-gram（n = max_ngram，再依次减小）：匹配得越长，证据越强"),
+         model(longest_first=False)),
+        (say("the last n tokens match themselves at the end; look for an EARLIER occurrence "
+             "(start at most len(ids) - n - 1)",
+             "最后 n 个词元在结尾处匹配的是它们自己；要找的是更早的一次出现"
+             "（起点最多为 len(ids) - n - 1）"),
+         model(self_match=True)),
+        (say("return at most k tokens", "最多返回 k 个词元"), model(cap=False)),
     ], list.__eq__)
     ids, k, n = cases[i]
-    raise CheckFailed(f"prompt_lookup({short(ids, 80)}, k={k}, max_ngram={n}) returned "
-                      f"{answers[i]}, expected {wants[i]}"
-                      + (f": {hint}" if hint else ": for n from max_ngram down to 1, find the "
-                                                   "latest earlier place where the last n ids "
-                                                   "occur and return up to k ids after it"))
+    raise CheckFailed(say("prompt_lookup({ids}, k={k}, max_ngram={n}) returned {got}, "
+                          "expected {want}: {hint}",
+                          "prompt_lookup({ids}, k={k}, max_ngram={n}) 返回了 {got}，应为 "
+                          "{want}：{hint}", ids=short(ids, 80), k=k, n=n, got=answers[i],
+                          want=wants[i],
+                          hint=hint or say("for n from max_ngram down to 1, find the latest "
+                                           "earlier place where the last n ids occur and "
+                                           "return up to k ids after it",
+                                           "让 n 从 max_ngram 递减到 1，找出最后 n 个 id 在更早"
+                                           "处最近的一次出现，返回它后面至多 k 个 id")))
 
 
 # --- greedy verification --------------------------------------------------------------------------
@@ -268,14 +333,22 @@ def check_verify_greedy(verify) -> None:
     cases = _verify_cases(random.Random(9))
     answers = []
     for scores, draft in cases:
-        what = f"verify_greedy(target_scores of shape {tuple(scores.shape)}, {draft})"
+        what = say("verify_greedy(target_scores of shape {shape}, {draft})",
+                   "verify_greedy(形状为 {shape} 的 target_scores, {draft})",
+                   shape=tuple(scores.shape), draft=draft)
         got = call(verify, scores, draft, what=what)
         expect(isinstance(got, (tuple, list)) and len(got) == 2,
-               f"{what} returned {short(got)}; return a pair (new_tokens, n_accepted)")
+               say("{what} returned {got}; return a pair (new_tokens, n_accepted)",
+                   "{what} 返回了 {got}；请返回一对 (new_tokens, n_accepted)",
+                   what=what, got=short(got)))
         expect(isinstance(got[0], (list, tuple)),
-               f"{what} returned new_tokens {short(got[0])}; return them as a list of ints")
-        answers.append(([as_int(t, f"a token {what} returned") for t in got[0]],
-                        as_int(got[1], f"n_accepted from {what}")))
+               say("{what} returned new_tokens {got}; return them as a list of ints",
+                   "{what} 返回的 new_tokens 是 {got}；请以 int 列表的形式返回",
+                   what=what, got=short(got[0])))
+        answers.append(([as_int(t, say("a token {what} returned", "{what} 返回的一个词元",
+                                       what=what)) for t in got[0]],
+                        as_int(got[1], say("n_accepted from {what}", "{what} 返回的 n_accepted",
+                                           what=what))))
     wants = [verify_greedy(scores, draft) for scores, draft in cases]
     wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if g != tuple(w)]
     if not wrong:
@@ -287,18 +360,29 @@ def check_verify_greedy(verify) -> None:
         return [_verify_variant(scores, draft, **kind) for scores, draft in cases]
 
     hint = matching_mistake(answers, [
-        ("when every drafted token passes, add the bonus token: the target's argmax after the "
-         "last one, target_scores[n]. It comes free with the same forward pass",
+        (say("when every drafted token passes, add the bonus token: the target's argmax after "
+             "the last one, target_scores[n]. It comes free with the same forward pass",
+             "所有草稿词元都通过时，要再加上额外词元：目标模型在最后一个之后的 argmax，即 "
+             "target_scores[n]。它由同一次前向传播白送"),
          model(bonus=False)),
-        ("at the first mismatch emit the TARGET's token (its argmax), not the draft's",
+        (say("at the first mismatch emit the TARGET's token (its argmax), not the draft's",
+             "在第一个不一致处输出目标模型的词元（它的 argmax），而不是草稿的"),
          model(keep_draft=True)),
-        ("stop at the first mismatch: the tokens after it were drafted from a context that is "
-         "now wrong", model(go_on=True)),
-        ("n_accepted counts the drafted tokens that passed; the target's replacement is not one "
-         "of them", model(count_replacement=True)),
+        (say("stop at the first mismatch: the tokens after it were drafted from a context that "
+             "is now wrong",
+             "在第一个不一致处停下：它之后的词元是按一个已经不对的上下文起草的"),
+         model(go_on=True)),
+        (say("n_accepted counts the drafted tokens that passed; the target's replacement is not "
+             "one of them",
+             "n_accepted 数的是通过检查的草稿词元；目标模型换上的那个词元不算在内"),
+         model(count_replacement=True)),
     ], lambda a, b: tuple(a) == tuple(b))
     scores, draft = cases[i]
-    raise CheckFailed(f"verify_greedy(target_scores of shape {tuple(scores.shape)}, {draft}) "
-                      f"returned {answers[i]}, expected {tuple(wants[i])} (the target's argmax at "
-                      f"each position: {scores.argmax(-1).tolist()})"
-                      + (f": {hint}" if hint else ""))
+    raise CheckFailed(say("verify_greedy(target_scores of shape {shape}, {draft}) returned "
+                          "{got}, expected {want} (the target's argmax at each position: "
+                          "{best})",
+                          "verify_greedy(形状为 {shape} 的 target_scores, {draft}) 返回了 {got}，"
+                          "应为 {want}（目标模型在各位置的 argmax：{best}）",
+                          shape=tuple(scores.shape), draft=draft, got=answers[i],
+                          want=tuple(wants[i]), best=scores.argmax(-1).tolist())
+                      + (say(": {hint}", "：{hint}", hint=hint) if hint else ""))

@@ -1,6 +1,7 @@
 """Checkers for exercises/09_scaling_out.ipynb: sharing features out among ranks, splitting a
 linear layer both ways for tensor parallelism, the tensor-parallel feed-forward block, and a load
-test's percentiles, compared with `minillm.distributed.tensor_parallel` and `minillm.utils.stats`."""
+test's percentiles, compared with `minillm.distributed.tensor_parallel` and `minillm.utils.stats`.
+Every message says both languages side by side (`say`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import torch
 
 from ...distributed.tensor_parallel import shard_mlp, split_evenly
 from ...utils.stats import percentile as reference_percentile
+from ..language import say
 from ._base import (CheckFailed, as_int, call, checker, expect, expect_raises, is_close,
                     matching_mistake, number_or_none, passed, short)
 
@@ -19,20 +21,26 @@ SPLITS = [(6, 2), (10, 3), (7, 4), (5, 5), (9, 1), (100, 8), (576, 3), (1536, 7)
 
 
 def _as_ranges(got, what, parts):
-    expect(isinstance(got, (list, tuple)), f"{what} returned {type(got).__name__} {short(got)}; "
-                                           "return a list of ranges, one per rank")
+    expect(isinstance(got, (list, tuple)),
+           say("{what} returned {kind} {got}; return a list of ranges, one per rank",
+               "{what} 返回了 {kind} {got}；请返回一个由 range 组成的列表，每个进程一个",
+               what=what, kind=type(got).__name__, got=short(got)))
     out = []
     for part in got:
         if isinstance(part, range):
             if part.step != 1:
-                raise CheckFailed(f"{what} returned {part!r}; each rank's share is contiguous "
-                                  "(step 1)")
+                raise CheckFailed(say("{what} returned {part!r}; each rank's share is "
+                                      "contiguous (step 1)",
+                                      "{what} 返回了 {part!r}；每个进程分到的是一段连续的范围"
+                                      "（步长为 1）", what=what, part=part))
             out.append((part.start, part.stop))
         elif isinstance(part, (list, tuple)) and len(part) == 2:
             out.append((as_int(part[0], what), as_int(part[1], what)))
         else:
-            raise CheckFailed(f"{what} returned {short(part)} for a rank; return range(start, "
-                              "stop) (or a (start, stop) pair)")
+            raise CheckFailed(say("{what} returned {part} for a rank; return range(start, "
+                                  "stop) (or a (start, stop) pair)",
+                                  "{what} 为某个进程返回了 {part}；请返回 range(start, stop)"
+                                  "（或一个 (start, stop) 二元组）", what=what, part=short(part)))
     return out
 
 
@@ -66,25 +74,34 @@ def check_split_evenly(split) -> None:
     if wrong:
         i = wrong[0]
         hint = matching_mistake(answers, [
-            ("the last rank took all the leftover items; give them out one each to the first "
-             "ranks, so sizes differ by at most one", [_split_variant(t, p, "rest to last")
-                                                       for t, p in SPLITS]),
-            ("the leftover items (total % parts) were dropped: every item must go to some rank",
+            (say("the last rank took all the leftover items; give them out one each to the "
+                 "first ranks, so sizes differ by at most one",
+                 "剩下的零头全给了最后一个进程；应该从前面的进程开始每个多分一个，让各份的大小"
+                 "最多相差一"), [_split_variant(t, p, "rest to last") for t, p in SPLITS]),
+            (say("the leftover items (total % parts) were dropped: every item must go to some "
+                 "rank", "剩下的零头（total % parts）被丢掉了：每一项都必须分给某个进程"),
              [_split_variant(t, p, "floor") for t, p in SPLITS]),
-            ("rounding the share up leaves the last ranks short (or empty); give the first "
-             "total % parts ranks one item more than the others",
+            (say("rounding the share up leaves the last ranks short (or empty); give the first "
+                 "total % parts ranks one item more than the others",
+                 "把每份向上取整，会让最后几个进程分得太少（甚至为空）；应让前 total % parts 个"
+                 "进程各比其他进程多分一个"),
              [_split_variant(t, p, "ceil") for t, p in SPLITS]),
-            ("the larger shares go to the FIRST ranks (rank 0 first), as minillm does",
+            (say("the larger shares go to the FIRST ranks (rank 0 first), as minillm does",
+                 "较大的那几份要分给*前面*的进程（从进程 0 开始），minillm 就是这么做的"),
              [_split_variant(t, p, "last ranks") for t, p in SPLITS]),
         ], list.__eq__)
         total, parts = SPLITS[i]
-        raise CheckFailed(f"split_evenly({total}, {parts}) returned "
-                          f"{[range(a, b) for a, b in answers[i]]}, expected "
-                          f"{split_evenly(total, parts)}" + (f": {hint}" if hint else ""))
+        raise CheckFailed(say("split_evenly({total}, {parts}) returned {got}, expected {want}",
+                              "split_evenly({total}, {parts}) 返回了 {got}，应为 {want}",
+                              total=total, parts=parts,
+                              got=[range(a, b) for a, b in answers[i]],
+                              want=split_evenly(total, parts))
+                          + (say(": {hint}", "：{hint}", hint=hint) if hint else ""))
     for total, parts in ((3, 4), (5, 0)):
         expect_raises(split, total, parts, error=ValueError,
-                      why=f"{total} items cannot go to {parts} ranks (1 to {total} can share "
-                          "them)")
+                      why=say("{total} items cannot go to {parts} ranks (1 to {total} can share "
+                              "them)", "{total} 项不能分给 {parts} 个进程（1 到 {total} 个进程"
+                              "才能分）", total=total, parts=parts))
     passed("split_evenly", len(SPLITS) + 2)
 
 
@@ -104,12 +121,18 @@ def _case(shape, seed):
 
 def _parts(got, world, what):
     if isinstance(got, torch.Tensor):
-        raise CheckFailed(f"{what} returned one tensor; return a list with one tensor per rank "
-                          f"({world} of them), before they are put together")
+        raise CheckFailed(say("{what} returned one tensor; return a list with one tensor per "
+                              "rank ({world} of them), before they are put together",
+                              "{what} 只返回了一个张量；请返回一个列表，每个进程一个张量（共 "
+                              "{world} 个），不要先把它们合起来", what=what, world=world))
     expect(isinstance(got, (list, tuple)) and all(isinstance(t, torch.Tensor) for t in got),
-           f"{what} returned {type(got).__name__}; return a list of tensors, one per rank")
-    expect(len(got) == world, f"{what} returned {len(got)} parts for world_size={world}; "
-                              "give one part per rank")
+           say("{what} returned {kind}; return a list of tensors, one per rank",
+               "{what} 返回了 {kind}；请返回一个由张量组成的列表，每个进程一个",
+               what=what, kind=type(got).__name__))
+    expect(len(got) == world,
+           say("{what} returned {n} parts for world_size={world}; give one part per rank",
+               "{what} 在 world_size={world} 时返回了 {n} 份；每个进程应有一份",
+               what=what, n=len(got), world=world))
     return list(got)
 
 
@@ -125,21 +148,35 @@ def check_column_parallel(column_parallel_parts) -> None:
         for r, (part, rows) in enumerate(zip(parts, split_evenly(w.shape[0], world))):
             want = x @ w[rows.start:rows.stop].T
             if part.shape == full.shape and world > 1:
-                raise CheckFailed(f"{what}: rank {r}'s part has the full output's shape "
-                                  f"{tuple(full.shape)}; a column-parallel rank computes only "
-                                  f"its own output features ({len(rows)} of {w.shape[0]})")
+                raise CheckFailed(say(
+                    "{what}: rank {r}'s part has the full output's shape {shape}; a "
+                    "column-parallel rank computes only its own output features ({mine} of "
+                    "{all})",
+                    "{what}：进程 {r} 的那一份是完整输出的形状 {shape}；列并行的进程只计算它自己"
+                    "的输出特征（{all} 个中的 {mine} 个）",
+                    what=what, r=r, shape=tuple(full.shape), mine=len(rows), all=w.shape[0]))
             if part.shape != want.shape and part.shape[:-1] == want.shape[:-1] \
                     and part.shape[-1] == len(split_evenly(w.shape[1], world)[r]):
-                raise CheckFailed(f"{what}: rank {r}'s part has shape {tuple(part.shape)}; it "
-                                  "looks split by input features. Column-parallel splits the "
-                                  "weight's rows (the output features): weight[rows]")
+                raise CheckFailed(say(
+                    "{what}: rank {r}'s part has shape {shape}; it looks split by input "
+                    "features. Column-parallel splits the weight's rows (the output features): "
+                    "weight[rows]",
+                    "{what}：进程 {r} 的那一份形状是 {shape}；看起来是按输入特征切的。列并行切的"
+                    "是权重的行（也就是输出特征）：weight[rows]",
+                    what=what, r=r, shape=tuple(part.shape)))
             expect(part.shape == want.shape,
-                   f"{what}: rank {r}'s part has shape {tuple(part.shape)}, expected "
-                   f"{tuple(want.shape)} (rows {rows.start}..{rows.stop - 1} of the weight)")
+                   say("{what}: rank {r}'s part has shape {shape}, expected {want} (rows "
+                       "{a}..{b} of the weight)",
+                       "{what}：进程 {r} 的那一份形状是 {shape}，应为 {want}（权重的第 "
+                       "{a}..{b} 行）", what=what, r=r, shape=tuple(part.shape),
+                       want=tuple(want.shape), a=rows.start, b=rows.stop - 1))
             expect(torch.allclose(part.to(want.dtype), want, atol=1e-9),
-                   f"{what}: rank {r}'s part differs from x @ weight[{rows.start}:{rows.stop}].T")
+                   say("{what}: rank {r}'s part differs from x @ weight[{a}:{b}].T",
+                       "{what}：进程 {r} 的那一份与 x @ weight[{a}:{b}].T 不同",
+                       what=what, r=r, a=rows.start, b=rows.stop))
         expect(torch.allclose(torch.cat(parts, -1).to(full.dtype), full, atol=1e-9),
-               f"{what}: the parts, concatenated, do not give x @ weight.T")
+               say("{what}: the parts, concatenated, do not give x @ weight.T",
+                   "{what}：把各份拼接起来，得不到 x @ weight.T", what=what))
     passed("column_parallel_parts", len(SHAPES))
 
 
@@ -155,19 +192,27 @@ def check_row_parallel(row_parallel_parts) -> None:
         for r, (part, cols) in enumerate(zip(parts, split_evenly(w.shape[1], world))):
             want = x[..., cols.start:cols.stop] @ w[:, cols.start:cols.stop].T
             if part.shape != full.shape:
-                raise CheckFailed(f"{what}: rank {r}'s part has shape {tuple(part.shape)}; a "
-                                  "row-parallel rank makes a partial sum of the *whole* output "
-                                  f"{tuple(full.shape)} from its input features")
+                raise CheckFailed(say(
+                    "{what}: rank {r}'s part has shape {shape}; a row-parallel rank makes a "
+                    "partial sum of the *whole* output {full} from its input features",
+                    "{what}：进程 {r} 的那一份形状是 {shape}；行并行的进程用它自己的输入特征，"
+                    "算出*整个*输出 {full} 的一个部分和",
+                    what=what, r=r, shape=tuple(part.shape), full=tuple(full.shape)))
             if world > 1 and torch.allclose(part.to(full.dtype), full, atol=1e-9):
-                raise CheckFailed(f"{what}: rank {r}'s part is already the full output; each "
-                                  "rank must use only its own input features "
-                                  f"x[..., {cols.start}:{cols.stop}] and weight[:, "
-                                  f"{cols.start}:{cols.stop}]")
+                raise CheckFailed(say(
+                    "{what}: rank {r}'s part is already the full output; each rank must use "
+                    "only its own input features x[..., {a}:{b}] and weight[:, {a}:{b}]",
+                    "{what}：进程 {r} 的那一份已经是完整的输出了；每个进程只能用它自己的输入"
+                    "特征 x[..., {a}:{b}] 和 weight[:, {a}:{b}]",
+                    what=what, r=r, a=cols.start, b=cols.stop))
             expect(torch.allclose(part.to(want.dtype), want, atol=1e-9),
-                   f"{what}: rank {r}'s part differs from x[..., {cols.start}:{cols.stop}] @ "
-                   f"weight[:, {cols.start}:{cols.stop}].T")
+                   say("{what}: rank {r}'s part differs from x[..., {a}:{b}] @ "
+                       "weight[:, {a}:{b}].T",
+                       "{what}：进程 {r} 的那一份与 x[..., {a}:{b}] @ weight[:, {a}:{b}].T 不同",
+                       what=what, r=r, a=cols.start, b=cols.stop))
         expect(torch.allclose(sum(parts).to(full.dtype), full, atol=1e-9),
-               f"{what}: the parts, added up (the all-reduce), do not give x @ weight.T")
+               say("{what}: the parts, added up (the all-reduce), do not give x @ weight.T",
+                   "{what}：把各份加起来（即全归约），得不到 x @ weight.T", what=what))
     passed("row_parallel_parts", len(SHAPES))
 
 
@@ -225,12 +270,16 @@ def _same_parts(got, want) -> bool:
 def _check_ffn_shapes(what, parts, full, world) -> None:
     for r, part in enumerate(parts):
         expect(part.shape == full.shape,
-               f"{what}: rank {r}'s part has shape {tuple(part.shape)}; each rank gives a "
-               f"partial sum of the whole output {tuple(full.shape)} (down_proj is "
-               "row-parallel)")
+               say("{what}: rank {r}'s part has shape {shape}; each rank gives a partial sum of "
+                   "the whole output {full} (down_proj is row-parallel)",
+                   "{what}：进程 {r} 的那一份形状是 {shape}；每个进程给出的是整个输出 {full} 的"
+                   "一个部分和（down_proj 是行并行的）",
+                   what=what, r=r, shape=tuple(part.shape), full=tuple(full.shape)))
         if world > 1 and torch.allclose(part.to(full.dtype), full, atol=1e-9):
-            raise CheckFailed(f"{what}: rank {r}'s part is already the whole output; each rank "
-                              "uses only its own share of the hidden features")
+            raise CheckFailed(say("{what}: rank {r}'s part is already the whole output; each "
+                                  "rank uses only its own share of the hidden features",
+                                  "{what}：进程 {r} 的那一份已经是整个输出了；每个进程只用它"
+                                  "自己分到的那部分隐藏特征", what=what, r=r))
 
 
 @checker
@@ -242,8 +291,10 @@ def check_tp_feed_forward(tp_feed_forward_parts) -> None:
     with torch.no_grad():
         for i, (hidden, ffn, world) in enumerate(FFN_CASES):
             mlp, x = _ffn(hidden, ffn, seed=i)
-            what = (f"tp_feed_forward_parts(x {tuple(x.shape)}, mlp with {ffn} hidden features, "
-                    f"{world})")
+            what = say("tp_feed_forward_parts(x {shape}, mlp with {ffn} hidden features, "
+                       "{world})",
+                       "tp_feed_forward_parts(x {shape}, 有 {ffn} 个隐藏特征的 mlp, {world})",
+                       shape=tuple(x.shape), ffn=ffn, world=world)
             try:
                 parts = _parts(call(tp_feed_forward_parts, x, mlp, world, what=what), world,
                                what)
@@ -263,13 +314,19 @@ def check_tp_feed_forward(tp_feed_forward_parts) -> None:
             return
         import torch.nn.functional as F
 
-        same = ("the gate's and up's rows and down's columns are the SAME hidden features: rank "
-                "r uses share r of all three")
+        same = say("the gate's and up's rows and down's columns are the SAME hidden features: "
+                   "rank r uses share r of all three",
+                   "gate 和 up 的行、down 的列对应的是*同一批*隐藏特征：进程 r 在三者中用的都是"
+                   "第 r 份")
         mistakes = [
-            ("the hidden features are shared out as split_evenly does (10 over 3 ranks: 4, 3, 3); "
-             "torch.chunk gives 4, 4, 2", dict(chunk=True)),
-            ("the activation is SiLU, x * sigmoid(x) (F.silu), not ReLU", dict(act=F.relu)),
-            ("SiLU goes on the gate alone: silu(gate x) * (up x), not silu(gate x * up x)",
+            (say("the hidden features are shared out as split_evenly does (10 over 3 ranks: 4, "
+                 "3, 3); torch.chunk gives 4, 4, 2",
+                 "隐藏特征要按 split_evenly 的方式来分（10 个分给 3 个进程：4、3、3）；"
+                 "torch.chunk 分出来的是 4、4、2"), dict(chunk=True)),
+            (say("the activation is SiLU, x * sigmoid(x) (F.silu), not ReLU",
+                 "激活函数是 SiLU，即 x * sigmoid(x)（F.silu），不是 ReLU"), dict(act=F.relu)),
+            (say("SiLU goes on the gate alone: silu(gate x) * (up x), not silu(gate x * up x)",
+                 "SiLU 只作用在 gate 上：silu(gate x) * (up x)，而不是 silu(gate x * up x)"),
              dict(silu_after=True)),
             (same, dict(down_of=lambda r, world: (r + 1) % world)),
             (same, dict(down_of=lambda r, world: world - 1 - r)),
@@ -289,10 +346,14 @@ def check_tp_feed_forward(tp_feed_forward_parts) -> None:
         if not torch.allclose(part.to(want.dtype), want, atol=1e-9):
             rows = split_evenly(ffn, world)[r]
             a, b = rows.start, rows.stop
-            raise CheckFailed(f"{what}: rank {r}'s part differs from down[:, {a}:{b}] applied to "
-                              f"silu(gate[{a}:{b}] x) * up[{a}:{b}] x"
-                              + (f": {hint}" if hint else ""))
-    raise CheckFailed(f"{what}: the parts, added up, do not give mlp(x)")
+            raise CheckFailed(say("{what}: rank {r}'s part differs from down[:, {a}:{b}] "
+                                  "applied to silu(gate[{a}:{b}] x) * up[{a}:{b}] x",
+                                  "{what}：进程 {r} 的那一份与把 down[:, {a}:{b}] 作用在 "
+                                  "silu(gate[{a}:{b}] x) * up[{a}:{b}] x 上的结果不同",
+                                  what=what, r=r, a=a, b=b)
+                              + (say(": {hint}", "：{hint}", hint=hint) if hint else ""))
+    raise CheckFailed(say("{what}: the parts, added up, do not give mlp(x)",
+                          "{what}：把各份加起来，得不到 mlp(x)", what=what))
 
 
 # --- 5 · a load test's percentile -----------------------------------------------------------------
@@ -324,13 +385,15 @@ def check_percentile(percentile) -> None:
     cases = _percentile_cases()
     answers = []
     for values, q in cases:
-        shown = values if len(values) <= 4 else f"<{len(values)} latencies>"
+        shown = values if len(values) <= 4 else say("<{n} latencies>", "<{n} 个延迟值>",
+                                                    n=len(values))
         what = f"percentile({shown}, {q})"
         got = call(percentile, values, q, what=what)
         value = number_or_none(got)
         if value is None:
-            raise CheckFailed(f"{what} returned {type(got).__name__} {short(got)}; return a "
-                              "number")
+            raise CheckFailed(say("{what} returned {kind} {got}; return a number",
+                                  "{what} 返回了 {kind} {got}；请返回一个数",
+                                  what=what, kind=type(got).__name__, got=short(got)))
         answers.append(value)
     wants = [reference_percentile(v, q) for v, q in cases]
     same = lambda a, b: is_close(a, b, rel=1e-5, abs_=1e-6)  # noqa: E731 (float32 quantile ok)
@@ -341,14 +404,24 @@ def check_percentile(percentile) -> None:
     i = wrong[0]
     values, q = cases[i]
     hint = matching_mistake(answers, [
-        ("that is the nearest rank; interpolate linearly between the two values around "
-         "position (n - 1) x q / 100", [_percentile_variant(v, q, "nearest") for v, q in cases]),
-        ("the position is (n - 1) x q / 100 (the first value is the 0th percentile, the last the "
-         "100th), not n x q / 100", [_percentile_variant(v, q, "n not n-1") for v, q in cases]),
-        ("sort the values first (sorted(values) makes a sorted copy)",
+        (say("that is the nearest rank; interpolate linearly between the two values around "
+             "position (n - 1) x q / 100",
+             "这是“最近秩”法；应在位置 (n - 1) x q / 100 两侧的两个值之间做线性插值"),
+         [_percentile_variant(v, q, "nearest") for v, q in cases]),
+        (say("the position is (n - 1) x q / 100 (the first value is the 0th percentile, the last "
+             "the 100th), not n x q / 100",
+             "位置是 (n - 1) x q / 100（第一个值是第 0 百分位，最后一个值是第 100 百分位），"
+             "而不是 n x q / 100"), [_percentile_variant(v, q, "n not n-1") for v, q in cases]),
+        (say("sort the values first (sorted(values) makes a sorted copy)",
+             "先把数值排序（sorted(values) 会返回一份排好序的副本）"),
          [_percentile_variant(v, q, "unsorted") for v, q in cases]),
     ], same)
-    shown = values if len(values) <= 4 else f"<{len(values)} latencies>"
-    raise CheckFailed(f"percentile({shown}, {q}) returned {answers[i]!r}, expected {wants[i]!r}"
-                      + (f": {hint}" if hint else ": sort, find position (n - 1) x q / 100, and "
-                                                  "interpolate between the values on either side"))
+    shown = values if len(values) <= 4 else say("<{n} latencies>", "<{n} 个延迟值>",
+                                                n=len(values))
+    raise CheckFailed(say("percentile({shown}, {q}) returned {got!r}, expected {want!r}",
+                          "percentile({shown}, {q}) 返回了 {got!r}，应为 {want!r}",
+                          shown=shown, q=q, got=answers[i], want=wants[i])
+                      + (say(": {hint}", "：{hint}", hint=hint) if hint else
+                         say(": sort, find position (n - 1) x q / 100, and interpolate between "
+                             "the values on either side",
+                             "：先排序，找到位置 (n - 1) x q / 100，再在它两侧的值之间插值")))

@@ -1,10 +1,9 @@
 """Checkers for exercises/10_interview_qa.ipynb, and the chapter's self-check quiz.
 
-The exercise answers three interview questions with a piece of the engine each, checked against
-minillm: the sampling filters in the order `generate()` applies them (Q3, against
-`minillm.decoding.build_processors`), a model's parameter count from its config (Q10, against a
-`minillm.model.LlamaModel` built on the meta device), and its KV-cache bytes (Q13, against a real
-`minillm.KVCache`). GB here is 10^9 bytes, as GPU makers count.
+The exercise asks three estimates an interviewer expects at a whiteboard, each checked against
+its formula on several cases: the batch-1 decode bound of a model split by tensor parallelism,
+the largest batch a KV pool holds, and the expected speed-up of speculative decoding
+(`minillm.speculative.expected_tokens_per_pass`). GB here is 10^9 bytes, as GPU makers count.
 
 The quiz (`build_quiz`, `Quiz`, `quiz_widget`) asks one question at a time, multiple-choice or
 numeric (checked with a relative tolerance), reveals the answer and keeps a score. Its numeric
@@ -18,11 +17,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ...decoding import GenerationConfig
-from ...decoding.processors import (TemperatureProcessor, TopKProcessor, TopPProcessor,
-                                   build_processors)
 from ...model.config import ModelConfig
-from ._base import CheckFailed, as_int, call, checker, expect, matching_mistake, passed, short
+from ..language import say
+from ._base import CheckFailed, as_number, call, checker, is_close, matching_mistake, passed
 
 GB = 1e9
 
@@ -41,89 +38,14 @@ def decode_bound_reference(weight_bytes, bandwidth_gb_per_s):
     return bandwidth_gb_per_s * GB / weight_bytes
 
 
-# --- 1 · Q3: the sampling filters, in generate()'s order -----------------------------------------
-
-def _sampling_logits(seed, batch, vocab):
-    return torch.randn(batch, vocab, generator=torch.Generator().manual_seed(seed)) * 2.5
-
-
-SAMPLING_CASES = [  # (seed, batch, vocab, temperature, top_k, top_p)
-    (0, 3, 20, 0.7, 5, 0.9), (1, 2, 30, 1.0, 0, 0.8), (2, 3, 20, 1.3, 10, 1.0),
-    (3, 1, 12, 0.5, 3, 0.5), (4, 2, 20, 1.0, 50, 0.95), (5, 4, 50, 2.0, 8, 0.6),
-    (6, 3, 40, 0.8, 20, 0.3), (7, 2, 16, 1.0, 0, 1.0)]
-
-
-def _sampling_reference(logits, temperature, top_k, top_p):
-    config = GenerationConfig(do_sample=True, temperature=temperature, top_k=top_k, top_p=top_p)
-    return build_processors(config)(None, logits)
-
-
-def _chain(logits, temperature, top_k, top_p, order):
-    steps = {"t": TemperatureProcessor(temperature) if temperature != 1.0 else None,
-             "k": TopKProcessor(top_k) if top_k else None,
-             "p": TopPProcessor(top_p) if top_p < 1.0 else None}
-    for name in order:
-        if steps[name] is not None:
-            logits = steps[name](None, logits)
-    return logits
-
-
-def _same_scores(got, want) -> bool:
-    if got.shape != want.shape or not torch.equal(torch.isneginf(got), torch.isneginf(want)):
-        return False
-    keep = ~torch.isneginf(want)
-    return bool(torch.allclose(got[keep].float(), want[keep].float(), rtol=1e-5, atol=1e-6))
-
-
-@checker
-def check_sampling_filter(sampling_filter) -> None:
-    """`sampling_filter(logits, temperature, top_k, top_p)`: the scores generate() samples from:
-    temperature, then top-k (0: off), then top-p (1.0: off)."""
-    cases = [(_sampling_logits(seed, b, v), t, k, p) for seed, b, v, t, k, p in SAMPLING_CASES]
-    answers = []
-    for logits, t, k, p in cases:
-        what = (f"sampling_filter(logits of shape {tuple(logits.shape)}, temperature={t}, "
-                f"top_k={k}, top_p={p})")
-        got = call(sampling_filter, logits, t, k, p, what=what,
-                   if_raises="top_k = 0 means no top-k filter" if k == 0 else
-                   (f"top_k = {k} is more than the vocabulary ({logits.shape[-1]}): keep every "
-                    "token" if k > logits.shape[-1] else ""))
-        expect(isinstance(got, torch.Tensor) and tuple(got.shape) == tuple(logits.shape)
-               and got.is_floating_point(),
-               f"{what} returned {short(got)}; return the filtered scores, a float tensor shaped "
-               "like the logits, removed tokens at -inf")
-        answers.append(got.detach())
-    wants = [_sampling_reference(*c) for c in cases]
-    wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if not _same_scores(g, w)]
-    if not wrong:
-        passed("sampling_filter", len(cases))
-        return
-    i = wrong[0]
-    hint = matching_mistake(answers, [
-        ("you applied top-p before top-k, the order the source text gives; generate() applies "
-         "top-k first, then top-p over what is left, and on these logits the order changes the "
-         "result", [_chain(*c, "tpk") for c in cases]),
-        ("divide by the temperature BEFORE the filters: top-p measures probabilities, and the "
-         "temperature changes them", [_chain(*c, "kpt") for c in cases]),
-        ("the temperature is missing: divide the logits by it first",
-         [_chain(*c, "kp") for c in cases]),
-        ("return the filtered scores (logits), not probabilities: generate() takes the softmax "
-         "when it samples", [torch.softmax(w, -1) for w in wants]),
-    ], _same_scores)
-    logits, t, k, p = cases[i]
-    raise CheckFailed(f"sampling_filter(logits of shape {tuple(logits.shape)}, temperature={t}, "
-                      f"top_k={k}, top_p={p}) differs from generate()'s processors: "
-                      + (hint or "temperature first, then top-k (skipped when 0), then top-p "
-                                 "(skipped when 1.0)"))
-
-
-# --- 2 · Q10: parameters from the config ---------------------------------------------------------
+# --- published shapes -----------------------------------------------------------------------------
 
 PARAM_CONFIGS = {
     "SmolLM2-135M": ModelConfig("llama", 49152, 576, 30, 9, 3, 64, 1536, tie_embeddings=True),
     "SmolLM2-360M": ModelConfig("llama", 49152, 960, 32, 15, 5, 64, 2560, tie_embeddings=True),
     "Llama-2-7B": ModelConfig("llama", 32000, 4096, 32, 32, 32, 128, 11008),
     "Llama-3-8B": ModelConfig("llama", 128256, 4096, 32, 32, 8, 128, 14336),
+    "Llama-3-70B": ModelConfig("llama", 128256, 8192, 80, 64, 8, 128, 28672),
     "a tiny model": ModelConfig("llama", 100, 16, 2, 4, 2, 4, 40),
 }
 
@@ -137,115 +59,198 @@ def parameter_count_reference(config: ModelConfig) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def _param_variant(c, *, head=None, norms=True, gqa=True, mlp_matrices=3):
-    kv = c.n_kv_heads if gqa else c.n_heads
-    attention = c.hidden_size * c.head_dim * (2 * c.n_heads + 2 * kv)
-    layer = attention + mlp_matrices * c.hidden_size * c.intermediate_size
-    layer += 2 * c.hidden_size if norms else 0
-    tied = c.tie_embeddings if head is None else not head
-    total = c.vocab_size * c.hidden_size + c.n_layers * layer + (c.hidden_size if norms else 0)
-    return total + (0 if tied else c.vocab_size * c.hidden_size)
+def _shown(x: float) -> str:
+    """A number with enough digits that two different answers never print the same."""
+    return f"{x:.6g}"
+
+
+def _close(got, want) -> bool:
+    return is_close(got, want, rel=1e-6)
+
+
+# --- 1 · the decode bound of a tensor-parallel model ---------------------------------------------
+
+TP_CASES = [  # (parameters, bytes per parameter, GPUs, bandwidth of one GPU in bytes/s)
+    (70e9, 1, 4, 3.35e12), (70e9, 2, 8, 3.35e12), (8e9, 2, 1, 1.0e12), (405e9, 1, 8, 4.8e12),
+    (135e6, 4, 1, 20e9), (70e9, 0.5, 2, 2.0e12)]
+
+
+def tp_decode_bound_reference(n_params, bytes_per_param, n_gpus, bandwidth):
+    """Tokens a second at batch 1: each GPU reads its 1/n_gpus of the weights every step, all
+    GPUs at once (communication and the KV cache left out)."""
+    return bandwidth / (n_params * bytes_per_param / n_gpus)
 
 
 @checker
-def check_count_parameters(count_parameters) -> None:
-    """`count_parameters(config)`: the parameters of a Llama model with this config, as the
-    model minillm builds from it has."""
-    names = list(PARAM_CONFIGS)
+def check_tp_decode_bound(tp_decode_bound) -> None:
+    """`tp_decode_bound(n_params, bytes_per_param, n_gpus, bandwidth)`: the most tokens a second
+    batch-1 decode reaches when tensor parallelism splits the weights over `n_gpus` GPUs."""
     answers = []
-    for name in names:
-        what = f"count_parameters({name}'s config)"
-        got = call(count_parameters, PARAM_CONFIGS[name], what=what)
-        if isinstance(got, float) and not got.is_integer():
-            raise CheckFailed(f"{what} returned {got!r}; a parameter count is a whole number")
-        answers.append(as_int(got, what))
-    wants = [parameter_count_reference(PARAM_CONFIGS[n]) for n in names]
-    wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if g != w]
+    for case in TP_CASES:
+        what = "tp_decode_bound({}, {}, {}, {})".format(*(_shown(v) for v in case))
+        answers.append(as_number(call(tp_decode_bound, *case, what=what), what))
+    wants = [tp_decode_bound_reference(*case) for case in TP_CASES]
+    wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if not _close(g, w)]
     if not wrong:
-        passed("count_parameters", len(names))
+        passed("tp_decode_bound", len(TP_CASES))
         return
     i = wrong[0]
-    configs = [PARAM_CONFIGS[n] for n in names]
     hint = matching_mistake(answers, [
-        ("with tie_embeddings the LM head IS the embedding matrix: count it once",
-         [_param_variant(c, head=True) for c in configs]),
-        ("without tie_embeddings the LM head is a matrix of its own, vocab_size x hidden_size",
-         [_param_variant(c, head=False) for c in configs]),
-        ("the RMSNorm weights count too: two per layer and one at the end, hidden_size each",
-         [_param_variant(c, norms=False) for c in configs]),
-        ("k_proj and v_proj have n_kv_heads x head_dim rows, not n_heads x head_dim: grouped-"
-         "query attention shares them", [_param_variant(c, gqa=False) for c in configs]),
-        ("SwiGLU has three matrices, gate, up and down, each hidden_size x intermediate_size",
-         [_param_variant(c, mlp_matrices=2) for c in configs]),
-    ], int.__eq__)
-    c = PARAM_CONFIGS[names[i]]
-    raise CheckFailed(f"count_parameters({names[i]}'s config) returned {answers[i]:,}, the "
-                      f"model has {wants[i]:,}" + (f": {hint}" if hint else
-                                                   ": embedding + per layer (q, k, v, o, gate, up, "
-                                                   "down, two norms) + final norm + LM head "
-                                                   f"(tie_embeddings={c.tie_embeddings})"))
+        (say("with tensor parallelism each GPU holds and reads only 1/n_gpus of the weights, "
+             "and all GPUs read at the same time: divide the weight bytes by n_gpus",
+             "张量并行（tensor parallelism）下每块 GPU 只存、只读 1/n_gpus 的权重，而且所有 GPU "
+             "同时读：权重字节数要除以 n_gpus"),
+         [b / (n * s) for n, s, g, b in TP_CASES]),
+        (say("bytes_per_param is already in bytes: do not multiply by 8 (that counts bits)",
+             "bytes_per_param 的单位已经是字节：不要再乘以 8（那是在数比特）"),
+         [tp_decode_bound_reference(*case) / 8 for case in TP_CASES]),
+        (say("that is seconds per token: the bound in tokens a second is its inverse",
+             "这是每个词元要花的秒数：以每秒词元数计的上限是它的倒数"),
+         [1 / tp_decode_bound_reference(*case) for case in TP_CASES]),
+        (say("use bytes_per_param as given (1 for fp8, 0.5 for int4), not 2 bytes for every "
+             "model", "按给定的 bytes_per_param 计算（fp8 为 1，int4 为 0.5），不要对每个模型都按 "
+             "2 字节算"),
+         [tp_decode_bound_reference(n, 2, g, b) for n, s, g, b in TP_CASES]),
+    ], _close)
+    case = TP_CASES[i]
+    hint = hint or say("every step each GPU reads its share of the weights, n_params x "
+                       "bytes_per_param / n_gpus bytes, at `bandwidth` bytes a second",
+                       "每一步每块 GPU 都要读自己那份权重，共 n_params x bytes_per_param / "
+                       "n_gpus 字节，读取速度是每秒 `bandwidth` 字节")
+    raise CheckFailed(say("{what} returned {got}, expected {want} tokens/s: {hint}",
+                          "{what} 返回了 {got}，应为 {want} 词元/秒：{hint}",
+                          what="tp_decode_bound({}, {}, {}, {})".format(
+                              *(_shown(v) for v in case)),
+                          got=_shown(answers[i]), want=_shown(wants[i]), hint=hint))
 
 
-# --- 3 · Q13: the KV cache's bytes ---------------------------------------------------------------
+# --- 2 · the largest batch a KV pool holds -------------------------------------------------------
 
-KV_CASES = [  # (config name, tokens, batch, dtype)
-    ("SmolLM2-135M", 8192, 1, torch.float16), ("SmolLM2-135M", 2048, 16, torch.float32),
-    ("Llama-2-7B", 4096, 1, torch.float16), ("Llama-3-8B", 8192, 8, torch.bfloat16),
-    ("a tiny model", 10, 3, torch.float32), ("a tiny model", 7, 2, torch.bfloat16),
-    ("SmolLM2-360M", 1000, 4, torch.float32)]
-
-
-def _kv_reference(config, tokens, batch, dtype):
-    from ...generation.kv_cache import KVCache
-
-    if config.n_layers * tokens * batch <= 10_000:  # small enough to allocate for real
-        return KVCache(config.n_layers, batch, config.n_kv_heads, config.head_dim, tokens,
-                       dtype=dtype).capacity_bytes
-    size = torch.tensor([], dtype=dtype).element_size()
-    return 2 * config.n_layers * config.n_kv_heads * config.head_dim * tokens * batch * size
+BATCH_CASES = [  # (pool bytes, config name, tokens per sequence, bytes per value)
+    (80e9, "Llama-3-8B", 8192, 2), (80e9, "Llama-3-70B", 8192, 2), (80e9, "Llama-2-7B", 4096, 2),
+    (24e9, "Llama-3-8B", 32768, 1), (1e9, "SmolLM2-135M", 8192, 2), (10_000, "a tiny model", 10, 4),
+    (40e9, "Llama-3-70B", 4000, 1)]
 
 
-def _kv_variant(c, tokens, batch, dtype, *, heads="kv", factor=2, size=None, with_batch=True):
-    size = torch.tensor([], dtype=dtype).element_size() if size is None else size
-    n = c.n_kv_heads if heads == "kv" else c.n_heads
-    return factor * c.n_layers * n * c.head_dim * tokens * (batch if with_batch else 1) * size
+def _per_sequence(config, tokens, bytes_per_value, *, heads="kv", factor=2):
+    n = config.n_kv_heads if heads == "kv" else config.n_heads
+    return factor * config.n_layers * n * config.head_dim * tokens * bytes_per_value
+
+
+def max_batch_reference(pool_bytes, config, tokens, bytes_per_value) -> int:
+    return int(pool_bytes // _per_sequence(config, tokens, bytes_per_value))
 
 
 @checker
-def check_kv_cache_bytes(kv_cache_bytes) -> None:
-    """`kv_cache_bytes(config, tokens, batch, dtype)`: the bytes of the keys and values of
-    `batch` sequences of `tokens` tokens, as a minillm KVCache holds them."""
-    cases = [(PARAM_CONFIGS[name], tokens, batch, dtype) for name, tokens, batch, dtype in KV_CASES]
+def check_max_batch(max_batch) -> None:
+    """`max_batch(pool_bytes, config, tokens, bytes_per_value)`: how many sequences of `tokens`
+    tokens fit, whole, in a KV pool of `pool_bytes` bytes."""
     answers = []
-    for (name, tokens, batch, dtype), case in zip(KV_CASES, cases):
-        what = f"kv_cache_bytes({name}'s config, tokens={tokens}, batch={batch}, {dtype})"
-        got = call(kv_cache_bytes, *case, what=what)
-        if isinstance(got, float) and not got.is_integer():
-            raise CheckFailed(f"{what} returned {got!r}; bytes are a whole number")
-        answers.append(as_int(got, what))
-    wants = [_kv_reference(*c) for c in cases]
+    for pool, name, tokens, size in BATCH_CASES:
+        what = say("max_batch({pool}, {name}'s config, {tokens}, {size})",
+                   "max_batch({pool}, {name} 的配置, {tokens}, {size})",
+                   pool=_shown(pool), name=name, tokens=tokens, size=size)
+        got = call(max_batch, pool, PARAM_CONFIGS[name], tokens, size, what=what)
+        value = as_number(got, what)
+        if value != int(value):
+            raise CheckFailed(say("{what} returned {got!r}; a batch is a whole number of "
+                                  "sequences: round down, a sequence that does not fit whole "
+                                  "cannot run",
+                                  "{what} 返回了 {got!r}；批里的序列数是整数：向下取整，"
+                                  "放不下一整条的序列没法运行", what=what, got=got))
+        answers.append(int(value))
+    cases = [(pool, PARAM_CONFIGS[name], tokens, size) for pool, name, tokens, size in BATCH_CASES]
+    wants = [max_batch_reference(*case) for case in cases]
     wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if g != w]
     if not wrong:
-        passed("kv_cache_bytes", len(cases))
+        passed("max_batch", len(cases))
         return
     i = wrong[0]
     hint = matching_mistake(answers, [
-        ("the cache holds n_kv_heads heads per layer, not n_heads: that is what grouped-query "
-         "attention saves", [_kv_variant(*c, heads="q") for c in cases]),
-        ("half the answer: keys AND values, the factor 2", [_kv_variant(*c, factor=1)
-                                                            for c in cases]),
-        ("every sequence of the batch has its own cache: multiply by batch",
-         [_kv_variant(*c, with_batch=False) for c in cases]),
-        ("the bytes per value depend on dtype: torch.tensor([], dtype=dtype).element_size() "
-         "(2 for float16 and bfloat16, 4 for float32)", [_kv_variant(*c, size=4) for c in cases]),
-        ("element_size() is in bytes; do not multiply by 8",
-         [8 * _kv_variant(*c) for c in cases]),
+        (say("the cache holds n_kv_heads heads per layer, not n_heads: grouped-query "
+             "attention shares them",
+             "缓存每层存的是 n_kv_heads 个头，不是 n_heads 个："
+             "分组查询注意力（grouped-query attention）让一组查询头共用它们"),
+         [int(p // _per_sequence(c, t, s, heads="q")) for p, c, t, s in cases]),
+        (say("each token stores a key AND a value: the factor 2",
+             "每个词元既存键也存值：别忘了因子 2"),
+         [int(p // _per_sequence(c, t, s, factor=1)) for p, c, t, s in cases]),
+        (say("round down: a sequence that does not fit whole cannot run",
+             "向下取整：放不下一整条的序列没法运行"),
+         [math.ceil(p / _per_sequence(c, t, s)) for p, c, t, s in cases]),
     ], int.__eq__)
-    name, tokens, batch, dtype = KV_CASES[i]
-    raise CheckFailed(f"kv_cache_bytes({name}'s config, tokens={tokens}, batch={batch}, {dtype}) "
-                      f"returned {answers[i]:,}, expected {wants[i]:,}"
-                      + (f": {hint}" if hint else ": 2 x n_layers x n_kv_heads x head_dim x "
-                                                  "tokens x batch x bytes per value"))
+    pool, name, tokens, size = BATCH_CASES[i]
+    hint = hint or say("one sequence takes 2 x n_layers x n_kv_heads x head_dim x tokens x "
+                       "bytes_per_value bytes; how many fit whole?",
+                       "一条序列占 2 x n_layers x n_kv_heads x head_dim x tokens x "
+                       "bytes_per_value 字节；能放下几条完整的序列？")
+    raise CheckFailed(say("max_batch({pool}, {name}'s config, {tokens}, {size}) returned {got}, "
+                          "expected {want}: {hint}",
+                          "max_batch({pool}, {name} 的配置, {tokens}, {size}) 返回了 {got}，"
+                          "应为 {want}：{hint}", pool=_shown(pool), name=name, tokens=tokens,
+                          size=size, got=answers[i], want=wants[i], hint=hint))
+
+
+# --- 3 · the speed-up of speculative decoding ----------------------------------------------------
+
+SPEC_CASES = [  # (acceptance rate, drafted tokens k, draft step cost / target step cost)
+    (0.7, 4, 0.0), (0.7, 4, 0.05), (0.5, 3, 0.1), (0.9, 6, 0.02), (0.3, 2, 0.2), (1.0, 4, 0.05),
+    (0.0, 5, 0.1), (0.8, 1, 0.0)]
+
+
+def speculative_speedup_reference(alpha, k, draft_cost) -> float:
+    from ...speculative.acceptance import expected_tokens_per_pass
+
+    return expected_tokens_per_pass(alpha, k) / (1 + k * draft_cost)
+
+
+@checker
+def check_speculative_speedup(speculative_speedup) -> None:
+    """`speculative_speedup(alpha, k, draft_cost)`: tokens a round over the round's time in
+    target steps, with each of k drafted tokens accepted with probability alpha."""
+    answers = []
+    for alpha, k, cost in SPEC_CASES:
+        what = f"speculative_speedup({alpha}, {k}, {cost})"
+        answers.append(as_number(call(
+            speculative_speedup, alpha, k, cost, what=what,
+            if_raises=say("at alpha = 1 every draft is accepted: k + 1 tokens a round (the "
+                          "closed form's 0 / 0)",
+                          "alpha = 1 时每个草稿词元都被接受：一轮得到 k + 1 个词元"
+                          "（闭式公式在这里是 0 / 0）") if alpha == 1 else ""), what))
+    wants = [speculative_speedup_reference(*case) for case in SPEC_CASES]
+    wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if not _close(g, w)]
+    if not wrong:
+        passed("speculative_speedup", len(SPEC_CASES))
+        return
+    i = wrong[0]
+    mistakes = [
+        (say("a token is kept only if every drafted token before it was accepted: the chance "
+             "of reaching the i-th is alpha^i, not alpha (1 + alpha + ... + alpha^k, not 1 + k x "
+             "alpha)",
+             "一个草稿词元只有在它之前的草稿词元全部被接受时才会保留：走到第 i 个的概率是 "
+             "alpha^i，而不是 alpha（1 + alpha + ... + alpha^k，而不是 1 + k x alpha）"),
+         [(1 + k * a) / (1 + k * c) for a, k, c in SPEC_CASES]),
+        (say("the round always ends with one token of the target's own (after a rejection, or "
+             "the bonus token when all k pass): the sum runs from alpha^0 to alpha^k",
+             "每一轮最后总有一个目标模型自己的词元（拒绝之后补的那个，或 k 个全部通过时的"
+             "额外词元）：求和从 alpha^0 到 alpha^k"),
+         [(speculative_speedup_reference(a, k, 0) - a ** k) / (1 + k * c)
+          for a, k, c in SPEC_CASES]),
+        (say("the draft's k steps take time too: divide by 1 + k x draft_cost target steps",
+             "草稿的 k 步也要花时间：除以 1 + k x draft_cost 个目标模型步"),
+         [speculative_speedup_reference(a, k, 0) for a, k, c in SPEC_CASES]),
+    ]
+    hint = matching_mistake(answers, mistakes, _close)
+    alpha, k, cost = SPEC_CASES[i]
+    hint = hint or say("(1 + alpha + ... + alpha^k) tokens a round, over 1 + k x draft_cost "
+                       "target steps",
+                       "每轮 (1 + alpha + ... + alpha^k) 个词元，除以 1 + k x draft_cost 个"
+                       "目标模型步")
+    raise CheckFailed(say("speculative_speedup({alpha}, {k}, {cost}) returned {got}, expected "
+                          "{want}: {hint}",
+                          "speculative_speedup({alpha}, {k}, {cost}) 返回了 {got}，应为 {want}："
+                          "{hint}", alpha=alpha, k=k, cost=cost, got=_shown(answers[i]),
+                          want=_shown(wants[i]), hint=hint))
 
 
 # --- the self-check quiz -------------------------------------------------------------------------
@@ -275,21 +280,26 @@ class QuizQuestion:
 def grade(question: QuizQuestion, response) -> tuple[bool, str]:
     """(correct, message) for one response: a choice index, or a number (a string is parsed)."""
     if response is None or (isinstance(response, str) and not response.strip()):
-        return False, "No answer yet: choose or type one, then press Check."
+        return False, say("No answer yet: choose or type one, then press Check.",
+                          "还没有作答：先选一个或填一个数，再点“检查”。")
     if question.numeric:
         try:
             value = float(str(response).replace(",", "").strip())
         except ValueError:
-            return False, f"{response!r} is not a number."
+            return False, say("{response!r} is not a number.", "{response!r} 不是一个数。",
+                              response=response)
         ok = math.isclose(value, question.answer, rel_tol=question.tolerance)
     else:
         if isinstance(response, str):
             if response not in question.choices:
-                return False, f"{response!r} is not one of the choices."
+                return False, say("{response!r} is not one of the choices.",
+                                  "{response!r} 不在选项里。", response=response)
             response = question.choices.index(response)
         ok = int(response) == question.answer
-    verdict = "✅ Right." if ok else "❌ Not quite."
-    return ok, f"{verdict} Answer: {question.answer_text()}. {question.explanation}"
+    verdict = say("✅ Right.", "✅ 答对了。") if ok else say("❌ Not quite.", "❌ 不太对。")
+    return ok, say("{verdict} Answer: {answer}. {explanation}",
+                   "{verdict}答案：{answer}。{explanation}", verdict=verdict,
+                   answer=question.answer_text(), explanation=question.explanation)
 
 
 class Quiz:
@@ -327,8 +337,9 @@ class Quiz:
         return self.current
 
     def status(self) -> str:
-        return (f"Question {self.index + 1} of {len(self.questions)} · score {self.score} / "
-                f"{len(self.results)} answered")
+        return say("Question {i} of {n} · score {score} / {answered} answered",
+                   "第 {i} 题，共 {n} 题 · 得分 {score} / 已答 {answered} 题", i=self.index + 1,
+                   n=len(self.questions), score=self.score, answered=len(self.results))
 
 
 def build_quiz(config) -> list[QuizQuestion]:
@@ -338,43 +349,76 @@ def build_quiz(config) -> list[QuizQuestion]:
     kv_mha = kv_cache_gb_reference(c.n_layers, c.n_heads, c.head_dim, 8192, 1, 2)
     per_token_kb = 2 * c.n_layers * c.n_kv_heads * c.head_dim * 2 / 1e3
     return [
-        QuizQuestion("Sampling with temperature T → 0 gives the same tokens as …",
-                     choices=("beam search", "greedy decoding", "top-k with k = 50",
-                              "uniform random choice"), answer=1,
-                     explanation="Dividing the logits by a tiny T puts all probability on the "
-                                 "largest logit: the argmax, which greedy picks."),
-        QuizQuestion(f"KV cache of this model ({c.n_layers} layers, {c.n_kv_heads} KV heads of "
-                     f"width {c.head_dim}) for one 8,192-token sequence in fp16, in GB?",
+        QuizQuestion(say("Sampling with temperature T → 0 gives the same tokens as …",
+                         "温度 T → 0 时采样得到的词元与哪种方法相同？"),
+                     choices=(say("beam search", "束搜索"), say("greedy decoding", "贪心解码"),
+                              say("top-k with k = 50", "k = 50 的 top-k"),
+                              say("uniform random choice", "均匀随机选择")), answer=1,
+                     explanation=say("Dividing the logits by a tiny T puts all probability on the "
+                                     "largest logit: the argmax, which greedy picks.",
+                                     "把 logits 除以一个极小的 T，全部概率都落到最大的 logit 上："
+                                     "也就是 argmax，正是贪心解码选的那个。")),
+        QuizQuestion(say("KV cache of this model ({layers} layers, {kv} KV heads of width {hd}) "
+                         "for one 8,192-token sequence in fp16, in GB?",
+                         "这个模型（{layers} 层，{kv} 个宽 {hd} 的 KV 头）为一条 8,192 个词元的"
+                         "序列用 fp16 存 KV 缓存，要多少 GB？",
+                         layers=c.n_layers, kv=c.n_kv_heads, hd=c.head_dim),
                      answer=kv_8k_fp16, unit="GB",
-                     explanation="2 (K and V) × layers × kv_heads × head_dim × tokens × 2 bytes."),
-        QuizQuestion(f"The same cache if every one of the {c.n_heads} query heads had its own "
-                     "K/V head (no grouped-query attention), in GB?", answer=kv_mha, unit="GB",
-                     explanation=f"{c.n_heads // c.n_kv_heads}× as much: GQA shares each K/V "
-                                 "head among a group of query heads."),
-        QuizQuestion("KV-cache kilobytes per token of this model in fp16 (1 kB = 1000 bytes)?",
+                     explanation=say("2 (K and V) × layers × kv_heads × head_dim × tokens × 2 "
+                                     "bytes.", "2（K 和 V）× 层数 × kv_heads × head_dim × "
+                                     "词元数 × 2 字节。")),
+        QuizQuestion(say("The same cache if every one of the {n} query heads had its own K/V "
+                         "head (no grouped-query attention), in GB?",
+                         "如果 {n} 个查询头每个都有自己的 K/V 头（不用分组查询注意力），"
+                         "同样的缓存要多少 GB？", n=c.n_heads), answer=kv_mha, unit="GB",
+                     explanation=say("{x}× as much: GQA shares each K/V head among a group of "
+                                     "query heads.",
+                                     "是原来的 {x} 倍：GQA 让一组查询头共用一个 K/V 头。",
+                                     x=c.n_heads // c.n_kv_heads)),
+        QuizQuestion(say("KV-cache kilobytes per token of this model in fp16 (1 kB = 1000 "
+                         "bytes)?", "这个模型用 fp16 时，每个词元的 KV 缓存占多少 kB"
+                         "（1 kB = 1000 字节）？"),
                      answer=per_token_kb, unit="kB",
-                     explanation="2 × layers × kv_heads × head_dim × 2 bytes."),
-        QuizQuestion("Weights of a 70B-parameter model in int4, in GB (ignore scales)?",
+                     explanation=say("2 × layers × kv_heads × head_dim × 2 bytes.",
+                                     "2 × 层数 × kv_heads × head_dim × 2 字节。")),
+        QuizQuestion(say("Weights of a 70B-parameter model in int4, in GB (ignore scales)?",
+                         "700 亿参数（70B）的模型用 int4 存权重，要多少 GB（不计缩放因子）？"),
                      answer=weight_memory_gb_reference(70e9, 4), unit="GB",
-                     explanation="70e9 × 4 bits / 8 = 35e9 bytes."),
-        QuizQuestion("Batch-1 decode of a 7B fp16 model (14 GB) on a GPU with 3,350 GB/s: the "
-                     "most tokens per second?", answer=decode_bound_reference(14e9, 3350),
-                     unit="tokens/s", tolerance=0.1,
-                     explanation="Every step reads every weight once: bandwidth / weight bytes."),
-        QuizQuestion("Which phase is compute-bound on long prompts?",
-                     choices=("prefill", "decode", "detokenization"), answer=0,
-                     explanation="Prefill runs many tokens through each weight at once (high "
-                                 "arithmetic intensity); decode reads every weight for one token."),
-        QuizQuestion("Greedy speculative decoding, compared with plain greedy decoding, gives …",
-                     choices=("the same tokens", "slightly different tokens",
-                              "the draft model's tokens"), answer=0,
-                     explanation="The target verifies every drafted token; only its own argmax "
-                                 "is ever kept."),
-        QuizQuestion("transformers applies top-k and top-p in which order?",
-                     choices=("top-p, then top-k", "top-k, then top-p", "at the same time"),
+                     explanation=say("70e9 × 4 bits / 8 = 35e9 bytes.",
+                                     "70e9 × 4 比特 / 8 = 35e9 字节。")),
+        QuizQuestion(say("Batch-1 decode of a 7B fp16 model (14 GB) on a GPU with 3,350 GB/s: "
+                         "the most tokens per second?",
+                         "7B 的 fp16 模型（14 GB）在带宽 3,350 GB/s 的 GPU 上以批大小 1 解码："
+                         "每秒最多多少个词元？"), answer=decode_bound_reference(14e9, 3350),
+                     unit=say("tokens/s", "词元/秒"), tolerance=0.1,
+                     explanation=say("Every step reads every weight once: bandwidth / weight "
+                                     "bytes.", "每一步都把全部权重读一遍：带宽 / 权重字节数。")),
+        QuizQuestion(say("Which phase is compute-bound on long prompts?",
+                         "提示词很长时，哪个阶段是计算受限的？"),
+                     choices=(say("prefill", "预填充"), say("decode", "解码"),
+                              say("detokenization", "把词元还原成文本")), answer=0,
+                     explanation=say("Prefill runs many tokens through each weight at once (high "
+                                     "arithmetic intensity); decode reads every weight for one "
+                                     "token.", "预填充让许多词元同时经过每个权重（算术强度高）；"
+                                     "解码为了一个词元就要把每个权重读一遍。")),
+        QuizQuestion(say("Greedy speculative decoding, compared with plain greedy decoding, "
+                         "gives …", "贪心的推测解码与普通贪心解码相比，得到的是……"),
+                     choices=(say("the same tokens", "相同的词元"),
+                              say("slightly different tokens", "略有不同的词元"),
+                              say("the draft model's tokens", "草稿模型的词元")), answer=0,
+                     explanation=say("The target verifies every drafted token; only its own "
+                                     "argmax is ever kept.",
+                                     "目标模型逐个验证草稿词元，留下的永远只是它自己的 argmax。")),
+        QuizQuestion(say("transformers applies top-k and top-p in which order?",
+                         "transformers 按什么顺序应用 top-k 和 top-p？"),
+                     choices=(say("top-p, then top-k", "先 top-p，再 top-k"),
+                              say("top-k, then top-p", "先 top-k，再 top-p"),
+                              say("at the same time", "同时进行")),
                      answer=1,
-                     explanation="TopK then TopP (after temperature); top-p then sees the "
-                                 "renormalised top-k distribution."),
+                     explanation=say("TopK then TopP (after temperature); top-p then sees the "
+                                     "renormalised top-k distribution.",
+                                     "先 TopK 再 TopP（都在温度之后）；top-p 看到的是 top-k 之后"
+                                     "重新归一化的分布。")),
     ]
 
 
@@ -385,11 +429,12 @@ def quiz_widget(questions):
     quiz = Quiz(questions)
     title = widgets.HTML()
     choices = widgets.RadioButtons(options=[], value=None, layout={"width": "auto"})
-    number = widgets.Text(placeholder="your number", layout={"width": "14em"})
-    feedback = widgets.HTML("<i>Answer, then press Check.</i>")
+    number = widgets.Text(placeholder=say("your number", "你的答案（数）"),
+                          layout={"width": "14em"})
+    feedback = widgets.HTML(say("<i>Answer, then press Check.</i>", "<i>作答后点“检查”。</i>"))
     score = widgets.HTML()
-    check = widgets.Button(description="Check", button_style="primary")
-    nxt = widgets.Button(description="Next question")
+    check = widgets.Button(description=say("Check", "检查"), button_style="primary")
+    nxt = widgets.Button(description=say("Next question", "下一题"))
 
     def show():
         q = quiz.current
@@ -414,7 +459,9 @@ def quiz_widget(questions):
 
     def on_next(_):
         quiz.next()
-        feedback.value = f"<i>Answer, then press Check. ({quiz.index + 1}/{len(questions)})</i>"
+        feedback.value = say("<i>Answer, then press Check. ({i}/{n})</i>",
+                             "<i>作答后点“检查”。（{i}/{n}）</i>", i=quiz.index + 1,
+                             n=len(questions))
         show()
 
     check.on_click(on_check)

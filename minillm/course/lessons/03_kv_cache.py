@@ -345,8 +345,9 @@ print(f"from {crossing} requests at once, the cache outweighs the model itself")
 # - **fewer key/value heads**: grouped-query attention already makes Llama-3-8B keep 4× less
 #   than Llama-2-7B; lesson 03b compares the designs that go further, and the sliding window
 #   that caps how many tokens are kept;
-# - **fewer bytes per value**: keys and values stored in 8 bits instead of 16, with the formats
-#   chapter 07 builds for weights;
+# - **fewer bytes per value**: keys and values stored in 8 bits instead of 16 or 32: the
+#   appendix lesson 07b (KV-cache quantization) measures what int8 and fp8 keys and values save
+#   and cost on SmolLM2;
 # - **paging**: memory handed out in small blocks as a request grows, instead of reserved for
 #   tokens it may never generate (chapter 06; minillm's cache here preallocates `max_tokens`
 #   positions up front).

@@ -29,6 +29,7 @@ from minillm.utils.devices import Timer, best_time, describe, pick_device
 from minillm.measure.metrics import predict_latency, throughput
 from minillm.generation.kv_cache import KVCache
 from minillm.model.memory import bytes_per_token
+from minillm.quant.measure import bytes_moved_per_token, int8_decode_paths
 
 CI = bool(os.environ.get("CI"))
 torch.manual_seed(0)
@@ -71,6 +72,7 @@ print(f"prompt: {len(tokenizer.encode(prompt))} tokens; we ask for up to {N_NEW}
 # `minillm.generate` records the time of every token; each result carries them as `.metrics`.
 
 # %%
+minillm.generate(fast, tokenizer, prompt, max_new_tokens=2)  # warm-up: first calls are slower
 with Timer(device) as stopwatch:
     out = minillm.generate(fast, tokenizer, prompt, max_new_tokens=N_NEW)
 wall = stopwatch.seconds
@@ -364,8 +366,11 @@ show_source(step_cost)
 # shape of chapter 08's speculative verify), and a prefill.
 
 # %%
-# the flat roof: the best matrix-multiply rate of section 3 or of a fresh, warmed-up measurement
-roof = Roof(max(flops, peak_matmul_flops(device, n=1024, repeats=5)), bandwidth)
+# the flat roof in the model's own dtype: section 3's matrix-multiply rate when it was measured
+# in that dtype, or a fresh, warmed-up measurement (a bf16 roof would flatter float32 points)
+same_dtype = flops if balance_dtype == fast.dtype else 0.0
+roof = Roof(max(same_dtype, peak_matmul_flops(device, n=1024, repeats=5, dtype=fast.dtype)),
+            bandwidth)
 cfg = model.config
 context = len(tokenizer.encode(prompt)) + N_BATCH // 2  # the mean context over the sweep
 points = {}  # name -> (rows, context, seconds)
@@ -395,7 +400,7 @@ points[f"prefill, {prefill_n}"] = (prefill_n, prefill_n // 2, pass_seconds(prefi
 
 measured_points = {}
 for name, (rows, ctx, seconds) in points.items():
-    f, nbytes = step_cost(cfg, rows, ctx)
+    f, nbytes = step_cost(cfg, rows, ctx, fast.dtype.itemsize, fast.dtype.itemsize)
     measured_points[name] = (f / nbytes, f / seconds)
     intensity, achieved = measured_points[name]
     print(f"{name:<16} I = {intensity:6.2f} FLOP/byte: {achieved / 1e9:6.1f} GFLOP/s, "
@@ -412,7 +417,8 @@ for name, (intensity, achieved) in measured_points.items():
     style = "o" if name.startswith("decode") else "s" if name.startswith("verify") else "^"
     ax.plot(intensity, achieved / 1e9, style, label=name)
 ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity (FLOP per byte read)",
-       ylabel="GFLOP/s", title=f"roofline of this machine ({device}), SmolLM2 in float32")
+       ylabel="GFLOP/s",
+       title=f"roofline of this machine ({device}), SmolLM2 in {str(fast.dtype)[6:]}")
 ax.legend(fontsize=7, loc="lower right")
 plt.tight_layout()
 plt.show()
@@ -459,7 +465,9 @@ assert all(achieved < 1.25 * roof.attainable(i) for i, achieved in measured_poin
 # activations in float32 and multiplies with small C kernels of its own (`minillm/kernels/`,
 # compiled on first use) that read the narrow weights once and multiply them in registers: bf16
 # widened to float32, int8 as integers against x rounded to int16 (defined below). Only the
-# bytes read change. Chapter 07 tells the int8 story in full.
+# bytes read change. On a GPU neither int8 kernel runs: each call builds a float copy of the
+# weight (1 byte read, then the copy written and read back), so the bound below counts the
+# bytes each format really moves. Chapter 07 tells the int8 story in full.
 
 # %%
 fast16 = fast_engine.optimize(model, "bf16")
@@ -469,9 +477,12 @@ for name, engine in [("float32", fast), ("bfloat16", fast16), ("int8", fast8)]:
     minillm.generate(engine, tokenizer, prompt, max_new_tokens=2)  # warm up (kernels compile)
     result = minillm.generate(engine, tokenizer, prompt, max_new_tokens=N_NEW)
     rows[name] = result
-    bound_format = decode_bound(bytes_per_token(engine), bandwidth)
-    print(f"{name:>9}: {result.metrics}  reads {bytes_per_token(engine) / 1e6:.0f} MB a token, "
+    moved = bytes_moved_per_token(engine)  # int8 on a GPU: + the float copy it builds
+    bound_format = decode_bound(moved, bandwidth)
+    print(f"{name:>9}: {result.metrics}  moves {moved / 1e6:.0f} MB a token, "
           f"bound {bound_format:.0f} tok/s")
+print("int8's decode path here:", ", ".join(int8_decode_paths(fast8)),
+      "(dequantize: a float copy of each weight is written and read back at every call)")
 if device.type == "cpu":
     print("CPU capability:", torch.backends.cpu.get_cpu_capability(),
           "| minillm's bf16 kernel in use:", fast16.lm_head.kernel)

@@ -42,7 +42,7 @@ from minillm.tools.bench.batching import (make_workload, memory_use, run_engine,
 from minillm.utils.devices import Timer
 
 CI = bool(os.environ.get("CI"))
-REPEATS = 2 if CI else 3  # interleaved repetitions behind each verdict
+REPEATS = 2  # interleaved repetitions behind each verdict (each side timed twice)
 torch.manual_seed(0)
 device = minillm.pick_device("auto")
 model, tokenizer = minillm.load("smollm2-135m", dtype=torch.float32, device=device)

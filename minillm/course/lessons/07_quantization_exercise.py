@@ -1,9 +1,9 @@
 # %% [markdown]
 # # Exercises 07 · Quantization
 #
-# Three tasks from the lesson: absmax int8 quantization of a tensor and its inverse; int8 with one
-# scale per output channel, what minillm's `Int8Linear` stores; and group-wise int4 with a scale
-# and a minimum, the idea of GGUF's Q4_1. Write each function in its cell, run the cell, then run
+# Four tasks from the lesson: absmax int8 quantization of a tensor and its inverse; int8 with one
+# scale per output channel, what minillm's `Int8Linear` stores; group-wise int4 with a scale
+# and a minimum, the idea of GGUF's Q4_1; and one step of GPTQ. Write each function in its cell, run the cell, then run
 # the check cell below it. The checkers compare your numbers with `minillm.quant`'s on random
 # tensors and say in plain words what is wrong.
 #
@@ -144,3 +144,64 @@ def dequantize_groups(q, scale, minimum):
 
 # %% [check]
 checks.check_int4_groups(quantize_groups, dequantize_groups)
+
+# %% [markdown]
+# ## 4 · One step of GPTQ
+#
+# GPTQ (lesson section 8) rounds a weight one column at a time. After rounding column i, it moves
+# the columns not yet rounded so that the layer's output on the calibration inputs changes
+# least. Everything it needs about those inputs is in `u`, the upper Cholesky factor of the
+# inverse Hessian (`minillm.quant.gptq.inverse_cholesky`): row i of `u` says how column i's error
+# should be shared among the later columns.
+#
+# Write `gptq_step(w, u, i, round_column)` that returns a **new** weight (leave `w` as it is):
+#
+# - `q = round_column(w[:, i])`: column i on the grid;
+# - `error = (w[:, i] - q) / u[i, i]`;
+# - every later column j > i moves by `-error * u[i, j]`;
+# - column i becomes `q`; the columns before i stay as they are.
+
+# %% [task]
+def gptq_step(w, u, i, round_column):
+    # YOUR CODE HERE
+    raise NotImplementedError
+# ==== solution ====
+def gptq_step(w, u, i, round_column):
+    w = w.clone()
+    q = round_column(w[:, i])
+    error = (w[:, i] - q) / u[i, i]
+    w[:, i + 1:] -= error[:, None] * u[i, i + 1:]
+    w[:, i] = q
+    return w
+
+# %% [check]
+checks.check_gptq_step(gptq_step)
+
+# %% [markdown]
+# Run your step over every column of a weight whose inputs are correlated, and compare the output
+# error with rounding to nearest on the same 3-bit grid, and with minillm's `gptq`:
+
+# %%
+from minillm.quant.gptq import gptq, hessian, inverse_cholesky  # noqa: E402
+from minillm.quant.grid import fit, output_error, rtn, snap  # noqa: E402
+
+x = torch.randn(512, 64) @ (torch.eye(64) + torch.randn(64, 64) / 16)
+w = torch.randn(32, 64)
+h = hessian(x)
+u = inverse_cholesky(h).float()
+scale, minimum = fit(w, 3)  # one 3-bit grid per row
+
+
+def round_column(column):
+    return snap(column[:, None], scale, minimum, 3)[:, 0]
+
+
+try:
+    yours = w
+    for i in range(w.shape[1]):
+        yours = gptq_step(yours, u, i, round_column)
+    for name, rounded in [("round to nearest", rtn(w, 3)), ("your GPTQ steps", yours),
+                          ("minillm's gptq", gptq(w, h, 3))]:
+        print(f"{name:>16}: output error {output_error(w, rounded, h):.2f}")
+except NotImplementedError:
+    print("write gptq_step first")

@@ -1,120 +1,127 @@
 # %% [markdown]
-# # Exercises 10 · Interview questions, answered in code (面试题)
+# # Exercises 10 · Interview questions: estimates at the whiteboard (面试题)
 #
-# Three questions from the chapter that interviewers like to ask at a whiteboard. Each answer is a
-# small piece of the engine: write it, run it, and run the check cell below it; the checker
-# compares your function with minillm's own on several real model shapes. Predict each number
-# before you run it.
+# Three numbers an interviewer expects you to work out in a minute, with a formula and no
+# computer: how fast a large model can decode, how many requests its KV cache holds, and what
+# speculative decoding buys. Write each as a small function, predict its answer first, then run
+# the check cell below it: the checker tries your function on several cases and says in plain
+# words what is wrong.
 #
 # Check your work from a terminal with `pytest --nbval-lax exercises/10_interview_qa.ipynb`.
 
 # %%
-import torch
+import dataclasses
 
-import minillm
 from minillm.course.checks import ch10_interview as checks
-from minillm.decoding.processors import TopKProcessor, TopPProcessor
 
-smollm2 = checks.PARAM_CONFIGS["SmolLM2-135M"]
-print(smollm2)
+GB, TB = 1e9, 1e12  # as GPU makers count
 
 # %% [markdown]
-# ## 1 · Q3 · Top-k and top-p together: in which order? (Top-k 和 Top-p 可以同时使用吗？)
+# ## 1 · The decode bound of a 70B model on 4 GPUs (Q17, Q24)
 #
-# `generate()` turns the logits into the scores it samples from in a fixed order: divide by the
-# temperature, then top-k, then top-p over what top-k left (the source text says top-p first; the
-# lesson shows that the order can change the result). Write
-# `sampling_filter(logits, temperature, top_k, top_p)` for logits of shape (batch, vocab):
-# `top_k = 0` means no top-k filter and `top_p = 1.0` no top-p filter. Use minillm's processors
-# for the two filters (`TopKProcessor(k)(None, scores)`, `TopPProcessor(p)(None, scores)`) or
-# your own from exercise 04.
+# At batch size 1, every decode step reads every weight once, and reading, not arithmetic,
+# sets the pace. With tensor parallelism (张量并行) over n GPUs, each GPU holds 1/n of every
+# weight matrix and reads its share at the same time as the others. Write
+# `tp_decode_bound(n_params, bytes_per_param, n_gpus, bandwidth)`: the most tokens a second,
+# with `bandwidth` the bytes a second one GPU reads. Leave out the all-reduces and the KV cache
+# (they only lower the bound). Predict first: a 70B model in fp8 (1 byte a parameter) on 4 GPUs
+# of 3.35 TB/s each?
 
 # %% [task]
-def sampling_filter(logits, temperature, top_k, top_p):
+def tp_decode_bound(n_params, bytes_per_param, n_gpus, bandwidth):
     # YOUR CODE HERE
     raise NotImplementedError
 # ==== solution ====
-def sampling_filter(logits, temperature, top_k, top_p):
-    scores = logits / temperature
-    if top_k:
-        scores = TopKProcessor(top_k)(None, scores)
-    if top_p < 1.0:
-        scores = TopPProcessor(top_p)(None, scores)
-    return scores
+def tp_decode_bound(n_params, bytes_per_param, n_gpus, bandwidth):
+    bytes_per_gpu = n_params * bytes_per_param / n_gpus
+    return bandwidth / bytes_per_gpu
 
 # %% [check]
-checks.check_sampling_filter(sampling_filter)
+checks.check_tp_decode_bound(tp_decode_bound)
 
 # %% [markdown]
-# ## 2 · Q10 · How many parameters? (模型有多少参数？)
-#
-# A Llama-family model (`minillm.model.ModelConfig`) has an embedding table (vocab_size ×
-# hidden_size); in each of its n_layers blocks the projections q (n_heads × head_dim rows),
-# k and v (n_kv_heads × head_dim rows each) and o, all over hidden_size, the SwiGLU matrices gate,
-# up and down (hidden_size × intermediate_size each), and two RMSNorm weights (hidden_size each);
-# a final RMSNorm; and an LM head (vocab_size × hidden_size), unless `tie_embeddings` makes it the
-# embedding table itself. Write `count_parameters(config)`. Predict first: SmolLM2's 135M?
-
-# %% [task]
-def count_parameters(config):
-    # YOUR CODE HERE
-    raise NotImplementedError
-# ==== solution ====
-def count_parameters(config):
-    c = config
-    attention = c.hidden_size * c.head_dim * (2 * c.n_heads + 2 * c.n_kv_heads)
-    feed_forward = 3 * c.hidden_size * c.intermediate_size
-    per_layer = attention + feed_forward + 2 * c.hidden_size
-    embedding = c.vocab_size * c.hidden_size
-    head = 0 if c.tie_embeddings else c.vocab_size * c.hidden_size
-    return embedding + c.n_layers * per_layer + c.hidden_size + head
-
-# %% [check]
-checks.check_count_parameters(count_parameters)
-
-# %% [markdown]
-# The rule of thumb "n billion parameters need about 2n GB in fp16", for each model:
+# The bound for a few set-ups. Real systems reach a part of it: the all-reduces, the KV cache
+# and each step's fixed overhead all take time.
 
 # %%
 try:
-    for name in ["SmolLM2-135M", "SmolLM2-360M", "Llama-2-7B", "Llama-3-8B"]:
-        n = count_parameters(checks.PARAM_CONFIGS[name])
-        print(f"{name:>14}: {n / 1e9:7.3f} B parameters, {2 * n / 1e9:7.2f} GB in fp16")
+    for params, size, gpus, label in [(70e9, 1, 4, "70B fp8, 4 GPUs"),
+                                      (70e9, 2, 4, "70B bf16, 4 GPUs"),
+                                      (70e9, 1, 8, "70B fp8, 8 GPUs"), (8e9, 2, 1, "8B bf16, 1 GPU")]:
+        print(f"{label:>17}: at most {tp_decode_bound(params, size, gpus, 3.35 * TB):6.0f} "
+              "tokens/s at 3.35 TB/s a GPU")
 except NotImplementedError:
-    print("write count_parameters above first")
+    print("write tp_decode_bound above first")
 
 # %% [markdown]
-# ## 3 · Q13 · How large is the KV cache? (KV 缓存有多大？)
+# ## 2 · The largest batch an 80 GB KV pool holds (Q5, Q13)
 #
-# Every layer keeps one key and one value vector per key/value head for every token of every
-# sequence. Write `kv_cache_bytes(config, tokens, batch, dtype)`: the bytes the cache of `batch`
-# sequences of `tokens` tokens takes, with values of the torch dtype `dtype`
-# (`torch.tensor([], dtype=dtype).element_size()` gives its bytes). Predict first: Llama-3-8B,
-# 8 sequences of 8,192 tokens in bfloat16, against its 16 GB of weights?
+# Every sequence keeps a key and a value vector per layer and per key/value head for each of
+# its tokens. A server that gives its KV cache (KV 缓存) `pool_bytes` bytes can run only as many
+# sequences as fit whole. Write `max_batch(pool_bytes, config, tokens, bytes_per_value)` for
+# sequences of `tokens` tokens, with a `minillm.model.ModelConfig` (fields `n_layers`,
+# `n_kv_heads`, `head_dim`, ...). Predict first: Llama-3-70B, 8,192-token sequences in fp16, in
+# the 80 GB left on the GPUs after the weights?
 
 # %% [task]
-def kv_cache_bytes(config, tokens, batch, dtype):
+def max_batch(pool_bytes, config, tokens, bytes_per_value):
     # YOUR CODE HERE
     raise NotImplementedError
 # ==== solution ====
-def kv_cache_bytes(config, tokens, batch, dtype):
-    size = torch.tensor([], dtype=dtype).element_size()
-    return 2 * config.n_layers * config.n_kv_heads * config.head_dim * tokens * batch * size
+def max_batch(pool_bytes, config, tokens, bytes_per_value):
+    per_sequence = (2 * config.n_layers * config.n_kv_heads * config.head_dim * tokens
+                    * bytes_per_value)
+    return int(pool_bytes // per_sequence)
 
 # %% [check]
-checks.check_kv_cache_bytes(kv_cache_bytes)
+checks.check_max_batch(max_batch)
 
 # %% [markdown]
-# Your formula against a real cache for the course model, and what grouped-query attention saves:
+# What grouped-query attention and an 8-bit cache are worth here:
 
 # %%
 try:
-    real = minillm.KVCache(smollm2.n_layers, 1, smollm2.n_kv_heads, smollm2.head_dim, 2048)
-    print(f"formula {kv_cache_bytes(smollm2, 2048, 1, torch.float32):,} bytes, "
-          f"KVCache.capacity_bytes {real.capacity_bytes:,}")
-    llama3 = checks.PARAM_CONFIGS["Llama-3-8B"]
-    gqa = kv_cache_bytes(llama3, 8192, 8, torch.bfloat16)
-    print(f"Llama-3-8B, 8 x 8,192 tokens: {gqa / 1e9:.1f} GB; with a K/V head per query head "
-          f"it would be {gqa * llama3.n_heads // llama3.n_kv_heads / 1e9:.1f} GB")
+    llama70 = checks.PARAM_CONFIGS["Llama-3-70B"]
+    print(f"Llama-3-70B ({llama70.n_heads} query heads, {llama70.n_kv_heads} KV heads), 8,192 "
+          f"tokens, 80 GB: {max_batch(80 * GB, llama70, 8192, 2)} sequences in fp16, "
+          f"{max_batch(80 * GB, llama70, 8192, 1)} in fp8")
+    every_head = dataclasses.replace(llama70, n_kv_heads=llama70.n_heads)
+    print(f"  with a K/V head per query head: {max_batch(80 * GB, every_head, 8192, 2)} in fp16")
 except NotImplementedError:
-    print("write kv_cache_bytes above first")
+    print("write max_batch above first")
+
+# %% [markdown]
+# ## 3 · What speculative decoding buys at α = 0.7 and k = 4 (Q22, Q32)
+#
+# A draft proposes k tokens; the target checks them all in one pass. If each drafted token is
+# accepted with probability α, independently, a round yields the accepted prefix plus one token
+# of the target's own. A round costs one target step plus k draft steps of `draft_cost` target
+# steps each. Write `speculative_speedup(alpha, k, draft_cost)`: the tokens a round yields on
+# average, over the round's cost in target steps (plain decoding makes one token a target
+# step). Predict first: α = 0.7, k = 4, with a free draft?
+
+# %% [task]
+def speculative_speedup(alpha, k, draft_cost):
+    # YOUR CODE HERE
+    raise NotImplementedError
+# ==== solution ====
+def speculative_speedup(alpha, k, draft_cost):
+    tokens = sum(alpha ** i for i in range(k + 1))  # 1 + alpha + ... + alpha^k
+    return tokens / (1 + k * draft_cost)
+
+# %% [check]
+checks.check_speculative_speedup(speculative_speedup)
+
+# %% [markdown]
+# More drafted tokens are not always better once the draft costs something: the best k for a
+# few drafts.
+
+# %%
+try:
+    for alpha, cost in [(0.7, 0.0), (0.7, 0.05), (0.7, 0.3), (0.9, 0.05)]:
+        gains = {k: speculative_speedup(alpha, k, cost) for k in range(1, 11)}
+        best = max(gains, key=gains.get)
+        print(f"alpha {alpha}, draft cost {cost}: k = 4 gives {gains[4]:.2f}x; the best k here is "
+              f"{best}, {gains[best]:.2f}x")
+except NotImplementedError:
+    print("write speculative_speedup above first")

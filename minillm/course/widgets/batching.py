@@ -8,6 +8,7 @@ that later builds another engine under the same name does not change its picture
 
 from __future__ import annotations
 
+from ..language import say
 from .readable import plural
 from .render import chart_html, new_figure
 
@@ -17,6 +18,7 @@ __all__ = ["COLOURS", "plot_timeline", "timeline_legend", "block_map_figure",
 # The kinds of row a forward pass runs (minillm.engine.StepRecord.items), in the timeline's colours.
 COLOURS = {"prefill": "tab:orange", "decode": "tab:blue", "recompute": "tab:red",
            "ghost": "lightgrey"}
+KIND_NAMES_ZH = {"prefill": "预填充", "decode": "解码", "recompute": "重算", "ghost": "幽灵"}
 GRID_COLUMNS = 16  # blocks per row of the block map's grid
 
 
@@ -34,7 +36,7 @@ def plot_timeline(ax, steps, title: str) -> set[str]:
             kinds.add(kind)
             requests.add(rid)
     ax.set_title(title)
-    ax.set_ylabel("request")
+    ax.set_ylabel(say("request", "请求"))
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylim(max(requests) + 0.6, min(requests) - 0.6)  # request 0 on top
     return kinds
@@ -44,7 +46,8 @@ def timeline_legend(ax, kinds) -> None:
     """A key for the kinds that appear (in `COLOURS`' order), outside the axes on the right."""
     from matplotlib.patches import Patch
 
-    handles = [Patch(color=c, label=k) for k, c in COLOURS.items() if k in kinds]
+    handles = [Patch(color=c, label=say(k, KIND_NAMES_ZH[k])) for k, c in COLOURS.items()
+               if k in kinds]
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8,
               frameon=False)
 
@@ -66,7 +69,9 @@ def _request_colour(key):
 
 
 def _label(key) -> str:
-    return f"request {key}" if isinstance(key, int) else f"request {key[0]} sample {key[1]}"
+    if isinstance(key, int):
+        return say("request {r}", "请求 {r}", r=key)
+    return say("request {r} sample {i}", "请求 {r} 样本 {i}", r=key[0], i=key[1])
 
 
 def block_map_figure(snapshot: dict, block_size: int, num_blocks: int, step: int):
@@ -86,11 +91,12 @@ def block_map_figure(snapshot: dict, block_size: int, num_blocks: int, step: int
         left.text(reserved, row, f" {used}/{reserved}", va="center", fontsize=8)
     left.set_yticks(range(len(rows)), [_label(key) for key, _ in rows], fontsize=8)
     left.set_ylim(len(rows) - 0.5 if rows else 0.5, -0.5)
-    left.set_xlabel("token slots")
-    left.set_title("contiguous: reserved (grey) vs used", fontsize=10)
+    left.set_xlabel(say("token slots", "词元槽"))
+    left.set_title(say("contiguous: reserved (grey) vs used", "连续存储：预留（灰色）与已用"),
+                   fontsize=10)
     left.margins(x=0.15)
     if not rows:
-        left.text(0.5, 0.5, "no request running", ha="center", va="center",
+        left.text(0.5, 0.5, say("no request running", "没有请求在运行"), ha="center", va="center",
                   transform=left.transAxes, fontsize=10)
 
     owners, fill = {}, {}
@@ -122,14 +128,15 @@ def block_map_figure(snapshot: dict, block_size: int, num_blocks: int, step: int
     right.set_yticks([r + 0.5 for r in range(n_rows)],
                      [f"{r * GRID_COLUMNS}" for r in range(n_rows)], fontsize=7)
     right.tick_params(axis="y", length=0)
-    right.set_ylabel("first block of the row", fontsize=8)
-    right.set_title(f"paged: {num_blocks} blocks of {block_size} (pale = part-filled)",
-                    fontsize=10).set_gid("blockmap-pool-title")
+    right.set_ylabel(say("first block of the row", "这一行的第一个块"), fontsize=8)
+    right.set_title(say("paged: {n} blocks of {size} (pale = part-filled)",
+                        "分页：{n} 个块，每块 {size} 个槽（浅色 = 未填满）", n=num_blocks,
+                        size=block_size), fontsize=10).set_gid("blockmap-pool-title")
     key = [Patch(color=_request_colour(k), label=_label(k)) for k, _ in rows]
     if any(len(h) > 1 for h in owners.values()):
         key.append(Patch(facecolor="white", edgecolor="black", hatch="////",
-                         label="shared (×k holders)"))
-    key.append(Patch(facecolor="white", edgecolor="#bbb", label="free block"))
+                         label=say("shared (×k holders)", "共享（×k 个持有者）")))
+    key.append(Patch(facecolor="white", edgecolor="#bbb", label=say("free block", "空闲块")))
     right.legend(handles=key, loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=7,
                  frameon=False, ncols=2 if len(key) > 9 else 1)
 
@@ -138,12 +145,18 @@ def block_map_figure(snapshot: dict, block_size: int, num_blocks: int, step: int
     paged = len(owners) * block_size
     contiguous = sum(r for _, _, r in snapshot.values())
     if not rows:
-        title = f"step {step}: no request running; all {num_blocks} blocks are free"
+        title = say("step {step}: no request running; all {n} blocks are free",
+                    "第 {step} 步：没有请求在运行；全部 {n} 个块都空闲", step=step, n=num_blocks)
     else:
-        shared = f" in {stored} slots (shared blocks once)" if stored != used else ""
-        title = (f"step {step}: {plural(used, 'token')} stored{shared}; paged holds {paged} "
-                 f"slots ({stored / max(paged, 1):.0%} used), contiguous {contiguous} "
-                 f"({used / max(contiguous, 1):.0%} used)")
+        shared = say(" in {stored} slots (shared blocks once)",
+                     "，占 {stored} 个槽（共享的块只算一次）", stored=stored) if stored != used else ""
+        title = say("step {step}: {tokens} stored{shared}; paged holds {paged} slots "
+                    "({paged_use:.0%} used), contiguous {contiguous} ({contiguous_use:.0%} used)",
+                    "第 {step} 步：存了 {used} 个词元{shared}；分页占 {paged} 个槽（已用 "
+                    "{paged_use:.0%}），连续存储占 {contiguous} 个（已用 {contiguous_use:.0%}）",
+                    step=step, tokens=plural(used, "token"), used=used, shared=shared,
+                    paged=paged, paged_use=stored / max(paged, 1), contiguous=contiguous,
+                    contiguous_use=used / max(contiguous, 1))
     fig.suptitle(title, fontsize=10).set_gid("blockmap-title")
     return fig
 
@@ -176,8 +189,8 @@ def block_map_explorer(engine, snapshots: list[dict], step: int | None = None):
     block_size, num_blocks = engine.blocks.block_size, engine.blocks.num_blocks
     snapshots = list(snapshots)
     slider = w.IntSlider(value=len(snapshots) // 2 if step is None else step, min=0,
-                         max=len(snapshots) - 1, description="step", continuous_update=False,
-                         layout=w.Layout(width="480px"))
+                         max=len(snapshots) - 1, description=say("step", "步"),
+                         continuous_update=False, layout=w.Layout(width="480px"))
     chart = w.HTML()
     box = w.VBox([slider, chart])
 

@@ -20,7 +20,8 @@ from ...decoding.processors import (MinPProcessor, ProcessorList, TemperaturePro
                                    TopKProcessor, TopPProcessor)
 from .readable import number, percent, plural
 from .render import chart_html, new_figure
-from .tokens import BYTES_NOTE, has_byte_labels, token_label
+from ..language import say
+from .tokens import bytes_note, has_byte_labels, token_label
 
 KEPT, BY_TOP_K, BY_TOP_P, BY_MIN_P = "", "top-k", "top-p", "min-p"
 COLOURS = {KEPT: "tab:blue", BY_TOP_P: "#f5c38f", BY_TOP_K: "lightgrey", BY_MIN_P: "#c9b3e6"}
@@ -90,13 +91,17 @@ def describe_filters(view: FilterView, top_k: int, top_p: float, temperature: fl
                      min_p: float = 0.0) -> str:
     """The chart's title: how many tokens each step keeps."""
     steps = [f"T = {number(float(temperature))}"]
-    steps.append(f"top-k {top_k} keeps {view.n_after_top_k:,}" if top_k else "top-k off")
-    steps.append(f"top-p {number(float(top_p))} keeps {view.n_after_top_p:,}" if top_p < 1.0
-                 else "top-p off")
+    steps.append(say("top-k {k} keeps {n:,}", "top-k {k} 保留 {n:,} 个", k=top_k,
+                     n=view.n_after_top_k) if top_k else say("top-k off", "top-k 关闭"))
+    steps.append(say("top-p {p} keeps {n:,}", "top-p {p} 保留 {n:,} 个", p=number(float(top_p)),
+                     n=view.n_after_top_p) if top_p < 1.0 else say("top-p off", "top-p 关闭"))
     if min_p > 0.0:
-        steps.append(f"min-p {number(float(min_p))} keeps {view.n_kept:,}")
-    return (f"{plural(view.n_kept, 'token')} kept ({', then '.join(steps)}), holding "
-            f"{percent(view.kept_mass)} of the probability before renormalising")
+        steps.append(say("min-p {p} keeps {n:,}", "min-p {p} 保留 {n:,} 个",
+                         p=number(float(min_p)), n=view.n_kept))
+    return say("{tokens} kept ({steps}), holding {mass} of the probability before renormalising",
+               "保留 {n:,} 个词元（{steps_zh}），重新归一化之前它们合计占 {mass} 的概率",
+               tokens=plural(view.n_kept, "token"), n=view.n_kept, steps=", then ".join(steps),
+               steps_zh="，然后 ".join(steps), mass=percent(view.kept_mass))
 
 
 def filter_figure(view: FilterView, labels: list[str], top_k: int, top_p: float,
@@ -119,11 +124,12 @@ def filter_figure(view: FilterView, labels: list[str], top_k: int, top_p: float,
     top = max(max(view.probs), max(view.renormalised))
     bars_ax.set_ylim(0, top * 1.15)
     bars_ax.yaxis.set_major_formatter(FuncFormatter(lambda p, _: f"{100 * p:.3g}%"))
-    bars_ax.set_ylabel("probability of the token")
+    bars_ax.set_ylabel(say("probability of the token", "词元的概率"))
     bars_ax.set_xticks(list(x), labels, rotation=60, ha="right", rotation_mode="anchor",
                        fontsize=8)
     bars_ax.set_xlim(-0.6, len(view.ids) - 0.4)
-    bars_ax.set_xlabel(f"the {len(view.ids)} most likely tokens at this temperature"
+    bars_ax.set_xlabel(say("the {n} most likely tokens at this temperature",
+                           "该温度下最可能的 {n} 个词元", n=len(view.ids))
                        + (f"\n{note}" if note else ""))
 
     sums_ax.plot(x, view.cumulative, color="tab:orange", marker=".", linewidth=1)
@@ -131,13 +137,15 @@ def filter_figure(view: FilterView, labels: list[str], top_k: int, top_p: float,
         sums_ax.axhline(top_p, color="tab:orange", linestyle=":", linewidth=1)
     sums_ax.set_ylim(0, 1.05)
     sums_ax.yaxis.set_major_formatter(FuncFormatter(lambda p, _: f"{100 * p:.0f}%"))
-    sums_ax.set_ylabel("running sum that top-p adds up", color="tab:orange")
+    sums_ax.set_ylabel(say("running sum that top-p adds up", "top-p 累加的累计概率"),
+                       color="tab:orange")
 
     if view.n_kept <= len(view.ids):
         line = bars_ax.axvline(view.n_kept - 0.5, color="tab:red", linestyle="--")
         line.set_gid("filters-cut")
     else:
-        note = bars_ax.annotate(f"cut after token {view.n_kept:,} →", (0.99, 0.8),
+        note = bars_ax.annotate(say("cut after token {n:,} →", "在第 {n:,} 个词元之后截断 →",
+                                    n=view.n_kept), (0.99, 0.8),
                                 xycoords="axes fraction", ha="right", color="tab:red",
                                 fontsize=9, bbox={"facecolor": "white", "edgecolor": "tab:red"})
         note.set_gid("filters-cut-beyond")
@@ -153,18 +161,23 @@ def filter_figure(view: FilterView, labels: list[str], top_k: int, top_p: float,
     vocab_ax.set_ylim(0, 1.05)
     vocab_ax.xaxis.set_major_formatter(FuncFormatter(lambda k, _: f"{k:,.0f}"))
     vocab_ax.yaxis.set_major_formatter(FuncFormatter(lambda p, _: f"{100 * p:.0f}%"))
-    vocab_ax.set_xlabel("rank (whole vocabulary, log)")
-    vocab_ax.set_ylabel("running sum")
-    vocab_ax.set_title(f"cut after token {view.n_kept:,}", fontsize=9, color="tab:red")
+    vocab_ax.set_xlabel(say("rank (whole vocabulary, log)", "排名（整个词表，对数坐标）"))
+    vocab_ax.set_ylabel(say("running sum", "累计概率"))
+    vocab_ax.set_title(say("cut after token {n:,}", "在第 {n:,} 个词元之后截断", n=view.n_kept),
+                       fontsize=9, color="tab:red")
 
-    handles = [Patch(color=COLOURS[KEPT], label="kept"),
-               Patch(color=COLOURS[BY_TOP_P], label="removed by top-p"),
-               Patch(color=COLOURS[BY_TOP_K], label="removed by top-k"),
-               *([Patch(color=COLOURS[BY_MIN_P], label="removed by min-p")] if min_p else []),
-               Patch(fill=False, edgecolor="black", label="after renormalising"),
-               bars_ax.plot([], [], color="tab:orange", marker=".", label="running sum")[0],
+    handles = [Patch(color=COLOURS[KEPT], label=say("kept", "保留")),
+               Patch(color=COLOURS[BY_TOP_P], label=say("removed by top-p", "被 top-p 去掉")),
+               Patch(color=COLOURS[BY_TOP_K], label=say("removed by top-k", "被 top-k 去掉")),
+               *([Patch(color=COLOURS[BY_MIN_P], label=say("removed by min-p", "被 min-p 去掉"))]
+                 if min_p else []),
+               Patch(fill=False, edgecolor="black",
+                     label=say("after renormalising", "重新归一化之后")),
+               bars_ax.plot([], [], color="tab:orange", marker=".",
+                            label=say("running sum", "累计概率"))[0],
                bars_ax.plot([], [], color="tab:orange", linestyle=":", label="top_p")[0],
-               bars_ax.plot([], [], color="tab:red", linestyle="--", label="cut")[0]]
+               bars_ax.plot([], [], color="tab:red", linestyle="--",
+                            label=say("cut", "截断"))[0]]
     fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), fontsize=8,
                frameon=False)
     fig.suptitle(describe_filters(view, top_k, top_p, temperature, min_p),
@@ -184,15 +197,16 @@ def top_k_top_p_explorer(model, tokenizer, prompt: str = "My favourite food is",
     from .temperature import next_token_logits
 
     wide = {"style": {"description_width": "initial"}, "continuous_update": False}
-    text = w.Text(value=prompt, description="prompt", layout=w.Layout(width="420px"),
-                  continuous_update=False)
-    k = w.IntSlider(value=top_k, min=0, max=100, description="top_k (0: off)", **wide)
-    p = w.FloatSlider(value=top_p, min=0.01, max=1.0, step=0.01, description="top_p (1: off)",
-                      **wide)
-    m = w.FloatSlider(value=min_p, min=0.0, max=0.5, step=0.01, description="min_p (0: off)",
-                      **wide)
+    text = w.Text(value=prompt, description=say("prompt", "提示词"),
+                  layout=w.Layout(width="420px"), continuous_update=False)
+    k = w.IntSlider(value=top_k, min=0, max=100,
+                    description=say("top_k (0: off)", "top_k（0：关闭）"), **wide)
+    p = w.FloatSlider(value=top_p, min=0.01, max=1.0, step=0.01,
+                      description=say("top_p (1: off)", "top_p（1：关闭）"), **wide)
+    m = w.FloatSlider(value=min_p, min=0.0, max=0.5, step=0.01,
+                      description=say("min_p (0: off)", "min_p（0：关闭）"), **wide)
     t = w.FloatSlider(value=temperature, min=0.05, max=3.0, step=0.05,
-                      description="temperature", **wide)
+                      description=say("temperature", "温度"), **wide)
     chart = w.HTML()
     box = w.VBox([text, w.HBox([k, p]), w.HBox([m, t]), chart])
     state = {"prompt": None, "logits": None}
@@ -203,7 +217,7 @@ def top_k_top_p_explorer(model, tokenizer, prompt: str = "My favourite food is",
                                                                               text.value)
         box.view = filter_view(state["logits"], k.value, p.value, t.value, show, m.value)
         labels = [token_label(tokenizer, i) for i in box.view.ids]
-        note = BYTES_NOTE if has_byte_labels(tokenizer, box.view.ids) else ""
+        note = bytes_note() if has_byte_labels(tokenizer, box.view.ids) else ""
         box.figure = filter_figure(box.view, labels, k.value, p.value, t.value, m.value, note)
         chart.value = chart_html(box.figure, "filters")
 

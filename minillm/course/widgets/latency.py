@@ -32,6 +32,7 @@ import queue
 import threading
 import time
 
+from ..language import say
 from .latency_svg import frame_svg, latency_bars, latency_frame, latency_title
 from .readable import finish_reason_text
 from .render import new_figure
@@ -53,9 +54,10 @@ def plot_latency(metrics, ax=None, title: str | None = None, max_tokens: int | N
     if n:
         ax.bar([1], times[:1], color="tab:orange", label=f"TTFT {times[0]:.0f} ms")
     if n > 1:
-        ax.bar(range(2, n + 1), times[1:], color="tab:blue", label="gap after the previous token")
+        ax.bar(range(2, n + 1), times[1:], color="tab:blue",
+               label=say("gap after the previous token", "与上一个词元的间隔"))
         ax.plot(range(2, n + 1), running, color="black", lw=1.5,
-                label=f"running TPOT {running[-1]:.1f} ms")
+                label=say("running TPOT {ms:.1f} ms", "累计 TPOT {ms:.1f} ms", ms=running[-1]))
     if clip is not None:  # keep the decode bars readable when the TTFT towers over them
         ax.set_ylim(0, clip)
         ax.annotate(f"TTFT {times[0]:.0f} ms ↑", (1.5, clip * 0.92), ha="left", fontsize=8,
@@ -65,8 +67,8 @@ def plot_latency(metrics, ax=None, title: str | None = None, max_tokens: int | N
     else:
         ax.set_ylim(0, 1)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("new token")
-    ax.set_ylabel("milliseconds")
+    ax.set_xlabel(say("new token", "新词元"))
+    ax.set_ylabel(say("milliseconds", "毫秒"))
     ax.set_title(title or latency_title(metrics), fontsize=10)
     if n:  # below the axes, never over the bars
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncols=3, fontsize=8,
@@ -104,10 +106,12 @@ class LatencyChart:
         self.model, self.tokenizer, self.fields = model, tokenizer, fields
         self.fields.setdefault("max_new_tokens", 48)
         self.redraw_seconds = redraw_seconds
-        self.prompt = w.Text(value=prompt, description="prompt", layout=w.Layout(width="60%"))
-        self.button = w.Button(description="Generate", button_style="primary")
+        self.prompt = w.Text(value=prompt, description=say("prompt", "提示词"),
+                             layout=w.Layout(width="60%"))
+        self.button = w.Button(description=say("Generate", "生成"), button_style="primary")
         self.chat = w.Checkbox(value=chat, disabled=not has_template, indent=False,
-                               description="chat template", layout=w.Layout(width="130px"))
+                               description=say("chat template", "对话模板"),
+                               layout=w.Layout(width="130px"))
         self.chart = w.HTML(layout=w.Layout(width="600px"))
         self.text = w.HTML(layout=w.Layout(width="360px"))
         self.stats = w.HTML(layout=w.Layout(width="960px"))
@@ -143,13 +147,15 @@ class LatencyChart:
         line = state
         if metrics.n_tokens:
             tpot = f"{1000 * metrics.tpot:.1f} ms" if metrics.n_tokens > 1 else "—"
-            line += (f" · TTFT {1000 * metrics.ttft:.0f} ms · TPOT {tpot} · "
-                     f"device {model_device(self.model)}")
+            line += say(" · TTFT {ttft:.0f} ms · TPOT {tpot} · device {device}",
+                        " · TTFT {ttft:.0f} ms · TPOT {tpot} · 设备 {device}",
+                        ttft=1000 * metrics.ttft, tpot=tpot, device=model_device(self.model))
         if final is not None:
             line += " · " + finish_reason_text(final.finish_reason, len(final.token_ids),
                                                final.text)
         elif state:
-            line += f" · {metrics.n_tokens}/{self.fields['max_new_tokens']} tokens"
+            line += say(" · {n}/{most} tokens", " · {n}/{most} 个词元", n=metrics.n_tokens,
+                        most=self.fields["max_new_tokens"])
         self.stats.value = (f"<div style='white-space:nowrap;overflow:hidden;"
                             f"text-overflow:ellipsis'>{html.escape(line)}</div>")
         self.redraws += 1
@@ -188,7 +194,7 @@ class LatencyChart:
         self.button.disabled = True
         try:
             worker.start()
-            self._show(arrived, text, "generating…")
+            self._show(arrived, text, say("generating…", "生成中…"))
             next_draw, fresh = time.perf_counter() + self.redraw_seconds, False
             while done is None:
                 # Nothing new: sleep until something arrives. Something new: until the next draw.
@@ -207,7 +213,7 @@ class LatencyChart:
                     item = events.get_nowait() if not events.empty() else None
                 if done is None and fresh and time.perf_counter() >= next_draw:
                     next_draw = time.perf_counter() + self.redraw_seconds
-                    self._show(arrived, text, "generating…")
+                    self._show(arrived, text, say("generating…", "生成中…"))
                     fresh = False
         finally:
             stop.set()
@@ -217,5 +223,5 @@ class LatencyChart:
             self.stats.value = f"<span style='color:#b00'>{html.escape(str(done.error))}</span>"
             raise done.error
         self.result = done.result
-        self._show(arrived, self.result.text, "done", final=self.result)
+        self._show(arrived, self.result.text, say("done", "完成"), final=self.result)
         return self.result

@@ -14,6 +14,7 @@ import html
 import math
 from dataclasses import dataclass
 
+from ..language import say
 from .readable import plural
 
 ORANGE, BLUE = "#ff7f0e", "#1f77b4"  # matplotlib's tab:orange and tab:blue, as plot_latency
@@ -35,8 +36,9 @@ def latency_bars(metrics) -> tuple[list[float], list[float], float | None]:
 
 def latency_title(metrics) -> str:
     n = metrics.n_tokens
-    return (f"{plural(n, 'token')}, {metrics.tokens_per_second:.1f} tok/s end to end" if n
-            else "waiting for the first token (prefill)…")
+    return (say("{tokens}, {speed:.1f} tok/s end to end", "{n} 个词元，端到端 {speed:.1f} tok/s",
+                tokens=plural(n, "token"), n=n, speed=metrics.tokens_per_second) if n
+            else say("waiting for the first token (prefill)…", "正在等第一个词元（预填充）…"))
 
 
 def nice_step(span: float, ticks: int = 5) -> float:
@@ -123,15 +125,16 @@ def frame_svg(frame: LatencyFrame) -> str:
                      'stroke="black" stroke-width="1.5"/>')
     parts.append(f'<rect x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" fill="none" '
                  'stroke="black" stroke-width="0.8"/>')
-    parts.append(_text(LEFT + plot_w / 2, TOP + plot_h + 34, "new token"))
-    parts.append(_text(16, TOP + plot_h / 2, "milliseconds", transform=f"rotate(-90 16 "
+    parts.append(_text(LEFT + plot_w / 2, TOP + plot_h + 34, say("new token", "新词元")))
+    parts.append(_text(16, TOP + plot_h / 2, say("milliseconds", "毫秒"), transform=f"rotate(-90 16 "
                        f"{TOP + plot_h / 2:.1f})"))
     key = []
     if frame.times:
         key.append((ORANGE, "rect", f"TTFT {frame.times[0]:.0f} ms"))
     if len(frame.times) > 1:
-        key.append((BLUE, "rect", "gap after the previous token"))
-        key.append(("black", "line", f"running TPOT {frame.running[-1]:.1f} ms"))
+        key.append((BLUE, "rect", say("gap after the previous token", "与上一个词元的间隔")))
+        key.append(("black", "line", say("running TPOT {ms:.1f} ms", "累计 TPOT {ms:.1f} ms",
+                                           ms=frame.running[-1])))
     x, y = LEFT, HEIGHT - 16
     for colour, shape, label in key:
         parts.append(f'<rect x="{x}" y="{y - 9}" width="16" height="9" fill="{colour}"/>'

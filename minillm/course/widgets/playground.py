@@ -11,6 +11,7 @@ import warnings
 from dataclasses import dataclass, field
 
 from ...decoding.config import GenerationConfig, IgnoredSamplingOptionsWarning
+from ..language import say
 from .readable import finish_reason_text, number
 
 
@@ -49,9 +50,9 @@ def describe_parts(config: GenerationConfig) -> list[str]:
     """The decoding mode, then each option that differs from its default, rounded for people
     and marked when the mode ignores it."""
     if config.is_beam_search:
-        mode = f"beam search, {config.num_beams} beams"
+        mode = say("beam search, {n} beams", "束搜索，{n} 条束", n=config.num_beams)
     else:
-        mode = "sampling" if config.do_sample else "greedy"
+        mode = say("sampling", "采样") if config.do_sample else say("greedy", "贪心解码")
     default = GenerationConfig()
     parts = [mode]
     for name in GenerationConfig.field_names():
@@ -60,9 +61,9 @@ def describe_parts(config: GenerationConfig) -> list[str]:
             continue
         note = ""
         if name in SAMPLING_ONLY and not config.do_sample:
-            note = " (sampling only)"
+            note = say(" (sampling only)", "（仅用于采样）")
         elif name in BEAM_ONLY and not config.is_beam_search:
-            note = " (beam search only)"
+            note = say(" (beam search only)", "（仅用于束搜索）")
         parts.append(f"{name}={number(value)}{note}")
     return parts
 
@@ -119,15 +120,18 @@ def run_card(run: Run, other: Run | None, latest: bool) -> str:
     """One run's card; the settings that differ from `other`'s in bold."""
     settings = " · ".join(f"<b>{html.escape(p)}</b>" if differs else html.escape(p)
                           for p, differs in card_settings(run, other))
-    when = "latest" if latest else "before"
+    when = say("latest", "最新") if latest else say("before", "上一次")
+    no_text = say("(no text)", "（没有文本）")
     body = "".join(
-        f"<pre style='{PRE}'>{html.escape(text) if text else '<i>(no text)</i>'}</pre>"
+        f"<pre style='{PRE}'>{html.escape(text) if text else f'<i>{no_text}</i>'}</pre>"
         f"<div style='font-size:12px;color:#555'>{html.escape(note)}</div>"
-        for text, note in zip(run.texts, run.notes)) or "<i>generating…</i>"
-    took = "running…" if run.seconds is None else f"{run.seconds:.1f} s"
+        for text, note in zip(run.texts, run.notes)) or f"<i>{say('generating…', '生成中…')}</i>"
+    took = say("running…", "运行中…") if run.seconds is None else f"{run.seconds:.1f} s"
+    header = say("run {i} · {when} · {took}", "第 {i} 次运行 · {when} · {took}", i=run.index,
+                 when=when, took=took)
     return (f"<div class='minillm-run' data-run='{run.index}' style='flex:1 1 0;min-width:0;"
             f"border:1px solid #ccc;border-radius:4px;padding:6px'>"
-            f"<div style='font-size:12px;color:#555'>run {run.index} · {when} · {took}</div>"
+            f"<div style='font-size:12px;color:#555'>{header}</div>"
             f"<div style='font-size:12px'>{settings}</div>{body}</div>")
 
 
@@ -167,8 +171,10 @@ def _controls(max_new_tokens: int):
                                      layout=narrow),
         "num_return_sequences": w.IntSlider(value=1, min=1, max=6, layout=narrow),
         "seed": w.IntText(value=0, layout=narrow),
-        "stop": w.Text(value="", placeholder=r"e.g. \n\n, The end", layout=narrow),
-        "bad_words": w.Text(value="", placeholder="comma-separated words", layout=narrow),
+        "stop": w.Text(value="", placeholder=say(r"e.g. \n\n, The end", r"例如 \n\n, The end"),
+                       layout=narrow),
+        "bad_words": w.Text(value="", placeholder=say("comma-separated words", "用逗号分隔的词"),
+                            layout=narrow),
     }
 
 
@@ -189,13 +195,14 @@ def playground(model, tokenizer, prompt: str = "Write a short poem about the sea
     from ...generation.loop import timed_stream
 
     box_prompt = w.Textarea(value=prompt, layout=w.Layout(width="95%", height="60px"))
-    chat = w.Checkbox(value=True, description="chat template", indent=False,
+    chat = w.Checkbox(value=True, description=say("chat template", "对话模板"), indent=False,
                       layout=w.Layout(width="130px"))
     controls = _controls(max_new_tokens)
     labelled = [w.HBox([w.Label(name, layout=w.Layout(width="150px")), c])
                 for name, c in controls.items()]
-    button = w.Button(description="Generate", button_style="primary")
-    status = w.HTML(value=status_html("press Generate; the last two runs stay side by side"),
+    button = w.Button(description=say("Generate", "生成"), button_style="primary")
+    status = w.HTML(value=status_html(say("press Generate; the last two runs stay side by side",
+                                          "点“生成”；最近两次运行会并排显示")),
                     layout=w.Layout(flex="1 1 0", min_width="0"))
     output = w.HTML()
     runs: list[Run] = []
@@ -220,15 +227,19 @@ def playground(model, tokenizer, prompt: str = "Write a short poem about the sea
                 if config.num_beams == 1:
                     _stream(text, config, current)
                 else:
-                    status.value = status_html(f"beam search with {config.num_beams} beams…")
+                    status.value = status_html(say("beam search with {n} beams…",
+                                                   "束搜索，{n} 条束…", n=config.num_beams))
                     result = generate(model, tokenizer, text, config)
                     for r in result.sequences:
                         current.texts.append(r.text)
-                        current.notes.append(f"score {r.score:.3f} · " + finish_reason_text(
+                        current.notes.append(say("score {s:.3f} · ", "得分 {s:.3f} · ",
+                                                 s=r.score) + finish_reason_text(
                             r.finish_reason, len(r.token_ids), r.text))
             current.seconds = timer.seconds
-            status.value = status_html(f"run {current.index} done in {timer.seconds:.1f} s · "
-                                       f"{current.notes[0]}")
+            status.value = status_html(say("run {i} done in {s:.1f} s · {note}",
+                                           "第 {i} 次运行完成，用时 {s:.1f} 秒 · {note}",
+                                           i=current.index, s=timer.seconds,
+                                           note=current.notes[0]))
         except (ValueError, TypeError) as error:
             runs.remove(current)
             status.value = status_html(str(error), error=True)
@@ -242,11 +253,12 @@ def playground(model, tokenizer, prompt: str = "Write a short poem about the sea
         current.notes.append("")
 
         def tokens_so_far(event):
-            status.value = status_html(f"generating… {event.index + 1}/"
-                                       f"{config.max_new_tokens} tokens")
+            status.value = status_html(say("generating… {i}/{n} tokens",
+                                           "生成中… {i}/{n} 个词元", i=event.index + 1,
+                                           n=config.max_new_tokens))
 
         stream = timed_stream(model, tokenizer, text, config, on_token=tokens_so_far)
-        status.value = status_html("generating… (prefill)")
+        status.value = status_html(say("generating… (prefill)", "生成中…（预填充）"))
         for piece in stream:
             shown[0] += piece
             current.texts[0] = shown[0]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+from ..language import say
+
 __all__ = ["number", "percent", "plural", "finish_reason_text"]
 
 
@@ -39,10 +41,10 @@ def plural(n: int, noun: str, nouns: str | None = None) -> str:
     return f"{n:,} {noun if n == 1 else (nouns or noun + 's')}"
 
 
-FINISH_REASONS = {
-    "eos": "the model ended it (end-of-text)",
-    "length": "max_new_tokens reached",
-    "stop": "a stop string appeared",
+FINISH_REASONS = {  # English, Chinese
+    "eos": ("the model ended it (end-of-text)", "模型自己结束了（文本结束词元）"),
+    "length": ("max_new_tokens reached", "达到了 max_new_tokens"),
+    "stop": ("a stop string appeared", "出现了停止字符串"),
 }
 
 
@@ -50,7 +52,9 @@ def finish_reason_text(reason: str | None, n_tokens: int, text: str | None = Non
     """Why a generation ended, in words: '12 tokens, ended: max_new_tokens reached', or for an
     answer with nothing to read, 'no text: the first token was end-of-text'."""
     if reason == "eos" and n_tokens == 1:
-        return "no text: the first token was end-of-text"
-    why = FINISH_REASONS.get(reason, str(reason))
-    empty = "no text · " if text is not None and not text.strip() else ""
-    return f"{empty}{plural(n_tokens, 'token')}, ended: {why}"
+        return say("no text: the first token was end-of-text",
+                   "没有文本：第一个词元就是文本结束词元")
+    why = say(*FINISH_REASONS.get(reason, (str(reason), str(reason))))
+    empty = say("no text · ", "没有文本 · ") if text is not None and not text.strip() else ""
+    return empty + say("{tokens}, ended: {why}", "{n:,} 个词元，结束原因：{why}",
+                       tokens=plural(n_tokens, "token"), n=n_tokens, why=why)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass
 
+from ..language import say
 from ..text_quality import distinct_n, repeated_ngrams, repeated_token_mask
 from .readable import finish_reason_text, number
 from .tokens import text_pieces
@@ -47,8 +48,11 @@ def highlight_html(tokenizer, report: RepetitionReport, note: str = "") -> str:
         repeated = any(report.mask[i] for i in positions)
         parts.append(f'<span style="background:#f8b4b4">{piece}</span>' if repeated else piece)
     note = f" · {html.escape(note)}" if note else ""
-    return (f"<b>{html.escape(report.label)}</b>: {report.repeated} of {report.total} "
-            f"n-grams repeat ({report.rate:.0%}), distinct-2 {report.distinct_2:.2f}{note}"
+    counts = say("{repeated} of {total} n-grams repeat ({rate:.0%}), distinct-2 {d2:.2f}",
+                 "{total} 个 n-gram 中有 {repeated} 个重复（{rate:.0%}），distinct-2 {d2:.2f}",
+                 repeated=report.repeated, total=report.total, rate=report.rate,
+                 d2=report.distinct_2)
+    return (f"<b>{html.escape(report.label)}</b>: {counts}{note}"
             f"<div style='font-family:monospace;white-space:pre-wrap;border:1px solid #ccc;"
             f"padding:4px'>{''.join(parts)}</div>")
 
@@ -72,8 +76,8 @@ def repetition_explorer(model, tokenizer, prompt: str = "I like cats. I like dog
     from ...generation.loop import timed_stream
 
     wide = {"style": {"description_width": "initial"}, "continuous_update": False}
-    text = w.Text(value=prompt, description="prompt", layout=w.Layout(width="480px"),
-                  continuous_update=False)
+    text = w.Text(value=prompt, description=say("prompt", "提示词"),
+                  layout=w.Layout(width="480px"), continuous_update=False)
     penalty = w.FloatSlider(value=1.3, min=1.0, max=3.0, step=0.1,
                             description="repetition_penalty", **wide)
     ngram = w.IntSlider(value=3, min=1, max=8, description="no_repeat_ngram_size", **wide)
@@ -88,7 +92,7 @@ def repetition_explorer(model, tokenizer, prompt: str = "I like cats. I like dog
         report = repetition_report(label, result.token_ids, n)
         note = finish_reason_text(result.finish_reason, len(result.token_ids), result.text)
         if same_as is not None:
-            note += f" · the same text as {same_as}"
+            note += say(" · the same text as {row}", " · 与 {row} 的文本相同", row=same_as)
         row.value = highlight_html(tokenizer, report, note)
 
     def same_text(rows_now, label):
@@ -110,12 +114,15 @@ def repetition_explorer(model, tokenizer, prompt: str = "I like cats. I like dog
             for row, (label, fields) in zip(rows, rows_now.items()):
                 key = (text.value, label)
                 if key not in done:
-                    row.value = f"<b>{html.escape(label)}</b>: <i>waiting…</i>"
+                    waiting = say("waiting…", "等待中…")
+                    row.value = f"<b>{html.escape(label)}</b>: <i>{waiting}</i>"
             for row, (label, fields) in zip(rows, rows_now.items()):
                 key = (text.value, label)
                 if key not in done:
-                    status.value = (f"generating {todo.index(label) + 1} of {len(todo)}: "
-                                    f"{html.escape(label)}…")
+                    status.value = say("generating {i} of {n}: {label}…",
+                                       "正在生成第 {i} 个（共 {n} 个）：{label}…",
+                                       i=todo.index(label) + 1, n=len(todo),
+                                       label=html.escape(label))
                     progress.value = 0
                     stream = timed_stream(model, tokenizer, text.value,
                                           max_new_tokens=max_new_tokens,
@@ -127,8 +134,9 @@ def repetition_explorer(model, tokenizer, prompt: str = "I like cats. I like dog
                     box.generated += 1
                 show(row, label, done[key], same_text(rows_now, label))
             kept = len(rows_now) - len(todo)
-            status.value = (f"generated {len(todo)}, kept {kept} unchanged" if todo else
-                            "nothing changed")
+            status.value = (say("generated {n}, kept {kept} unchanged",
+                                "生成了 {n} 个，{kept} 个没变、保留原样", n=len(todo), kept=kept)
+                            if todo else say("nothing changed", "没有变化"))
         except (ValueError, TypeError) as error:  # a bad prompt: say so where the learner looks
             status.value = f"<span style='color:#b00'>{html.escape(str(error))}</span>"
         finally:

@@ -17,7 +17,7 @@ import torch
 from ..language import say
 from .readable import number, percent, plural
 from .render import chart_html, new_figure
-from .tokens import BYTES_NOTE, has_byte_labels, token_label
+from .tokens import bytes_note, has_byte_labels, token_label
 
 FLOOR = 1e-6  # the log axis starts here; smaller probabilities are drawn at it and labelled
 
@@ -146,7 +146,7 @@ def temperature_explorer(model, tokenizer, prompt: str = "The weather today is",
     logits = next_token_logits(model, tokenizer, prompt)
     top = torch.topk(logits, top_n).indices.tolist()
     labels = [token_label(tokenizer, i) for i in top]
-    note = BYTES_NOTE if has_byte_labels(tokenizer, top) else ""
+    note = bytes_note() if has_byte_labels(tokenizer, top) else ""
     slider = w.FloatSlider(value=temperature, min=0.01, max=3.0, step=0.01,
                            description=say("temperature T", "温度 T"), continuous_update=False,
                            style={"description_width": "initial"},

@@ -9,9 +9,15 @@ says why a generation ended.
 
 from __future__ import annotations
 
-__all__ = ["token_label", "has_byte_labels", "BYTES_NOTE", "text_pieces"]
+from ..language import say
 
-BYTES_NOTE = "\\x..: bytes of a character cut across tokens"
+__all__ = ["token_label", "has_byte_labels", "bytes_note", "text_pieces"]
+
+
+def bytes_note() -> str:
+    """What a \\x.. label means, for a chart's axis (in the course's language)."""
+    return say("\\x..: bytes of a character cut across tokens", "\\x..：被切到多个词元里的"
+               "一个字符的字节")
 
 
 def _token_bytes(tokenizer, token_id: int) -> bytes | None:

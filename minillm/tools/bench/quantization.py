@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from ...utils.devices import Timer
+from ...utils.wording import text
 from ...quant.measure import evaluate, speed
 from ...quant.model import quantize, weight_bytes
 
@@ -41,15 +42,31 @@ def held_out_ids(tokenizer, n_tokens: int | None = None, path=HELD_OUT) -> list[
     return ids[:n_tokens]
 
 
-def machine() -> dict:
+class Machine(dict):
+    """machine()'s dict (its keys are what scripts/bench_quantization.py writes to JSON), printed
+    as one line in the language of minillm.utils.wording."""
+
+    def __str__(self) -> str:
+        return text("{cores} cores, {threads} torch threads, {cpu} ({cpu_capability}), Python "
+                    "{python}, torch {torch}, load average {load_average_1min}, {time_utc} UTC",
+                    "{cores} 个核心，torch 用 {threads} 个线程，{cpu}（{cpu_capability}），Python "
+                    "{python}，torch {torch}，平均负载 {load_average_1min}，{time_utc} UTC",
+                    **{**self, "load_average_1min": _load(self["load_average_1min"])})
+
+
+def _load(average) -> str:
+    return "n/a" if average is None else f"{average:.2f}"  # no getloadavg on Windows
+
+
+def machine() -> Machine:
     """What the numbers were measured on."""
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    return {"python": platform.python_version(), "torch": torch.__version__,
+    return Machine({"python": platform.python_version(), "torch": torch.__version__,
             "cpu": platform.processor() or platform.machine(),
             "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "threads": torch.get_num_threads(), "cores": os.cpu_count(),
             "load_average_1min": load, "time_utc": time.strftime("%Y-%m-%d %H:%M:%S",
-                                                                 time.gmtime())}
+                                                                 time.gmtime())})
 
 
 def benchmark(model, tokenizer, rows=DEFAULT_ROWS, *, text_tokens: int = 2048, window: int = 512,
@@ -104,8 +121,10 @@ def benchmark(model, tokenizer, rows=DEFAULT_ROWS, *, text_tokens: int = 2048, w
 
 def table(results: list[dict]) -> str:
     """A Markdown table of `benchmark`'s rows."""
-    head = ("| scheme | weights MB | linear MB | perplexity | max logit err | mean logit err "
-            "| top-1 agree | prefill tok/s | decode tok/s |")
+    head = text("| scheme | weights MB | linear MB | perplexity | max logit err | mean logit err "
+                "| top-1 agree | prefill tok/s | decode tok/s |",
+                "| 方案 | 权重 MB | 线性层 MB | 困惑度 | 最大 logit 误差 | 平均 logit 误差 "
+                "| top-1 一致率 | 预填充词元/秒 | 解码词元/秒 |")
     lines = [head, "|" + "---|" * 9]
     for r in results:
         lines.append(f"| {r['row']} | {r['weight_bytes'] / 1e6:.1f} | {r['linear_bytes'] / 1e6:.1f}"
@@ -128,10 +147,12 @@ def plot_benchmark(results: list[dict], title: str = ""):
         b.scatter(x, r["decode_tokens_per_s"], s=40)
         b.annotate(r["row"], (x, r["decode_tokens_per_s"]), textcoords="offset points",
                    xytext=(4, 4), fontsize=8)
-    a.set(xlabel="weight memory (MB)", ylabel="perplexity (lower is better)",
-          title="memory vs quality")
-    b.set(xlabel="weight memory (MB)", ylabel="decode tokens/s (higher is better)",
-          title="memory vs speed")
+    memory = text("weight memory (MB)", "权重内存（MB）")
+    a.set(xlabel=memory, ylabel=text("perplexity (lower is better)", "困惑度（越低越好）"),
+          title=text("memory vs quality", "内存与质量"))
+    b.set(xlabel=memory, ylabel=text("decode tokens/s (higher is better)",
+                                     "解码词元/秒（越高越好）"),
+          title=text("memory vs speed", "内存与速度"))
     for ax in (a, b):
         ax.grid(alpha=0.3)
     if title:

@@ -204,6 +204,15 @@ def run(formats=("fp32", "bf16", "int8", "q4_1"), tokens: int = 64, prompt_token
 
     threads = _check(formats, tokens, prompt_tokens, repeats, threads)
     device = pick_device(device)
+    notes = []
+    if device.type != "cpu" and "q4_1" in formats:
+        formats = tuple(f for f in formats if f != "q4_1")
+        notes.append(f"q4_1 has no row: the GGUF file's 4-bit blocks run on minillm's CPU kernel "
+                     f"only; on {device.type} time int8, bf16 or fp16 (or run --device cpu)")
+        progress(notes[-1])
+        if not formats:
+            raise ValueError(f"no format left to time on {device.type}: q4_1 runs on the CPU "
+                             f"only; choose from {', '.join(f for f in FORMATS if f != 'q4_1')}")
     began = time.perf_counter()
     progress(f"loading the models on {device} ...")
     readable, tokenizer = minillm.load("smollm2-135m", device=device, fast=False)
@@ -217,7 +226,6 @@ def run(formats=("fp32", "bf16", "int8", "q4_1"), tokens: int = 64, prompt_token
         fast = minillm.load("smollm2-135m", device=device, weights="q4_1")[0] \
             if fmt == "q4_1" else optimize(readable, fmt)  # q4_1: the file's own blocks
         engines.append(minillm_engine(fast, tokenizer, fmt))
-    notes = []
     if with_llama_cpp and device.type == "cpu":
         engine = llama_cpp_engine(minillm.model_file("smollm2-135m"), prompt_tokens + tokens + 8)
         if engine is not None:

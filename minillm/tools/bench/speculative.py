@@ -6,7 +6,9 @@
     task_prompt      a task's token ids, in the model's chat format
     compare          plain greedy decoding, then speculative decoding with each (draft, k):
                      wall-clock and CPU seconds, the speed-up, the acceptance rate, tokens per
-                     target pass, and whether the tokens are identical
+                     target pass, the drafted and accepted tokens of each round, and whether the tokens agree with plain decoding's
+                     (`minillm.generation.agreement.agree`: exactly on a CPU, up to the first
+                     near tie on a GPU, where the two kernel shapes may sum in other orders)
 
 `scripts/bench_speculative.py` and the chapter 08 lesson both run `compare`.
 """
@@ -60,6 +62,7 @@ def compare(model, tokenizer, prompt_ids: list[int], drafts: dict, ks, max_new_t
     """Rows of measurements for one prompt: first plain greedy decoding ("plain", k = 0), then
     speculative greedy decoding with every draft in `drafts` ({name: Draft}) and every k in `ks`.
     Each is run `repeats` times and its fastest run kept. Speed-ups are against the plain row."""
+    from ...generation.agreement import agree
     from ...generation.loop import generate
     from ...speculative.loop import speculative_generate
 
@@ -71,7 +74,8 @@ def compare(model, tokenizer, prompt_ids: list[int], drafts: dict, ks, max_new_t
                                              max_new_tokens=max_new_tokens))
     rows = [dict(draft="plain", k=0, tokens=len(plain.token_ids), seconds=wall,
                  cpu_seconds=cpu, speedup=1.0, cpu_speedup=1.0, acceptance=float("nan"),
-                 tokens_per_pass=1.0, identical=True, text=plain.text)]
+                 tokens_per_pass=1.0, same_tokens=True,
+                 accepted_per_pass=[], proposed_per_pass=[], text=plain.text)]
     jobs = [(name, k) for name in drafts for k in ks]
     for name, k in (progress(jobs) if progress else jobs):
         out, wall_s, cpu_s = best(lambda: speculative_generate(
@@ -80,5 +84,8 @@ def compare(model, tokenizer, prompt_ids: list[int], drafts: dict, ks, max_new_t
                          cpu_seconds=cpu_s, speedup=wall / wall_s, cpu_speedup=cpu / cpu_s,
                          acceptance=out.stats.acceptance_rate,
                          tokens_per_pass=out.stats.tokens_per_pass,
-                         identical=out.token_ids == plain.token_ids, text=out.text))
+                         accepted_per_pass=list(out.stats.accepted_per_pass),
+                         proposed_per_pass=list(out.stats.proposed_per_pass),
+                         same_tokens=agree(model, prompt_ids, out.token_ids, plain.token_ids),
+                         text=out.text))
     return rows

@@ -15,14 +15,31 @@ import math
 import os
 import platform
 import statistics
+import unicodedata
 from collections import Counter
 
 from ...measure.metrics import throughput
 from ...utils.stats import percentile
+from ...utils.wording import text
 from .caveats import caveats
 
 PERCENTILES = (50, 90, 99)
-ROWS = (("ttft_ms", "TTFT ms"), ("tpot_ms", "TPOT ms"), ("latency_ms", "latency ms"))
+ROWS = ("ttft_ms", "tpot_ms", "latency_ms")
+
+
+def _columns(line: str) -> int:
+    """How many terminal columns `line` takes: a Chinese character takes two."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in line)
+
+
+def _pad(label: str, width: int, right: bool = False) -> str:
+    space = " " * max(0, width - _columns(label))
+    return space + label if right else label + space
+
+
+def _row_label(key: str) -> str:
+    return {"ttft_ms": "TTFT ms", "tpot_ms": "TPOT ms",
+            "latency_ms": text("latency ms", "延迟 ms")}[key]
 
 
 def _spread(values_s) -> dict:
@@ -93,59 +110,98 @@ def summarize(results, workload, seconds: float, url: str, model: str | None, *,
 
 def _counted_by(report: dict) -> str:
     name = (report.get("tokenizer") or {}).get("name")
+    ways = {"tokenizer": text("tokenizer {name}", "分词器 {name}", name=name),
+            "server": text("server", "服务器"), "events": text("events", "流事件"),
+            "unknown": text("unknown", "未知")}
     parts = []
     for what in ("prompt", "output"):
-        ways = ", ".join(f"{'tokenizer ' + str(name) if way == 'tokenizer' else way} {n}"
-                         for way, n in sorted(report["counted_by"][what].items()))
-        parts.append(f"{what} {ways}")
-    line = "tokens counted by (requests): " + "; ".join(parts)
+        counts = text(", ", "、").join(f"{ways.get(way, way)} {n}"
+                           for way, n in sorted(report["counted_by"][what].items()))
+        parts.append(text("{what} {counts}", "{what}：{counts}", counts=counts,
+                          what=text(what, {"prompt": "提示", "output": "输出"}[what])))
+    line = text("tokens counted by (requests): {parts}", "词元的计数方式（请求数）：{parts}",
+                parts=text("; ", "；").join(parts))
     check = (report.get("tokenizer") or {}).get("prompt_check")
     if check:
-        line += (f" (the probe's prompt: {check['tokenizer']} tokens by the tokenizer, "
-                 f"{check['server']} by the server)")
+        line += text(" (the probe's prompt: {tokenizer} tokens by the tokenizer, {server} by the "
+                     "server)", "（探测用的提示：分词器数出 {tokenizer} 个词元，服务器数出 {server} 个）",
+                     tokenizer=check["tokenizer"], server=check["server"])
     return line
 
 
 def _full_length_line(report: dict) -> str:
     fl = report["full_length"]
     if not fl["asked"]:
-        return "full length not asked (--no-full-length): answers may end at end of text"
-    line = "full length asked with " + (", ".join(fl["sent"]) or "nothing the server accepts")
+        return text("full length not asked (--no-full-length): answers may end at end of text",
+                    "没有要求生成满长度（--no-full-length）：回答可能在文本结束处提前结束")
+    line = text("full length asked with {ways}", "要求生成满长度的方式：{ways}",
+                ways=text(", ", "、").join(fl["sent"]) or text("nothing the server accepts",
+                                                   "服务器一种都不接受"))
     if fl["refused"]:
-        line += " (refused: " + ", ".join(fl["refused"]) + ")"
+        line += text(" (refused: {ways})", "（被拒绝：{ways}）", ways=text(", ", "、").join(fl["refused"]))
+    return line
+
+
+def _warnings(report: dict) -> list[str]:
+    return [text("WARNING: {x}", "警告：{x}", x=x) for x in report["warnings"]]
+
+
+def _settings_lines(report: dict) -> list[str]:
+    w = report["workload"]
+    stream = text("streaming", "流式") if w["stream"] else text("not streaming", "非流式")
+    rate = text(", {rate} req/s", "，每秒 {rate} 个请求", rate=w["rate"]) if w["rate"] else ""
+    return [text("{url}  model {model}  {endpoint}, {stream}",
+                 "{url}  模型 {model}  {endpoint}，{stream}",
+                 url=report["url"], model=report["model"], endpoint=w["endpoint"], stream=stream),
+            text("{requests} requests at concurrency {concurrency}{rate}, ~{prompt} prompt tokens, "
+                 "{output} output tokens: {ok} ok, {errors} failed in {seconds:.1f} s",
+                 "{requests} 个请求，并发数 {concurrency}{rate}，提示约 {prompt} 个词元，输出 {output} "
+                 "个词元：{ok} 个成功，{errors} 个失败，用时 {seconds:.1f} 秒",
+                 requests=report["requests"], concurrency=w["concurrency"], rate=rate,
+                 prompt=w["prompt_tokens"], output=w["output_tokens"], ok=report["ok"],
+                 errors=report["errors"], seconds=report["seconds"])]
+
+
+def _output_length_line(report: dict) -> str:
+    out = report["output_length"]
+    reasons = text(", ", "、").join(f"{why} {n}" for why, n in sorted(out["finish_reasons"].items()))
+    line = text("output tokens per answer: {asked} asked, {mean:.1f} received on average (min "
+                "{min}, max {max}); {early} of {ok} ended early",
+                "每个回答的输出词元：要求 {asked} 个，平均收到 {mean:.1f} 个（最少 {min}，最多 {max}）；"
+                "{ok} 个中有 {early} 个提前结束", asked=out["asked"], mean=out["mean"],
+                min=out["min"], max=out["max"], early=out["ended_early"], ok=report["ok"])
+    if reasons:
+        line += text(" (finish_reason {reasons})", "（finish_reason {reasons}）", reasons=reasons)
     return line
 
 
 def table(report: dict) -> str:
-    """The report as a plain-text table, the warnings last."""
-    w = report["workload"]
-    lines = [f"{report['url']}  model {report['model']}  {w['endpoint']}, "
-             f"{'streaming' if w['stream'] else 'not streaming'}",
-             f"{report['requests']} requests at concurrency {w['concurrency']}"
-             + (f", {w['rate']} req/s" if w["rate"] else "")
-             + f", ~{w['prompt_tokens']} prompt tokens, {w['output_tokens']} output tokens: "
-             f"{report['ok']} ok, {report['errors']} failed in {report['seconds']:.1f} s"]
+    """The report as a plain-text table, the warnings last, in the language of
+    minillm.utils.wording (the command line's is English)."""
+    lines = _settings_lines(report)
     if report["errors"]:
-        lines += [f"  error: {e}" for e in report["error_examples"]]
+        lines += [text("  error: {e}", "  错误：{e}", e=e) for e in report["error_examples"]]
     if not report["ok"]:
-        return "\n".join(lines + [f"WARNING: {x}" for x in report["warnings"]])
+        return "\n".join(lines + _warnings(report))
     lines.append(_full_length_line(report))
-    head = f"{'':<12}{'n':>4}{'mean':>10}" + "".join(f"{'p' + str(q):>10}" for q in PERCENTILES)
-    lines += [head, "-" * len(head)]
-    for key, label in ROWS:
+    head = f"{'':<12}{'n':>4}{_pad(text('mean', '平均'), 10, right=True)}" + "".join(
+        f"{'p' + str(q):>10}" for q in PERCENTILES)
+    lines += [head, "-" * _columns(head)]
+    for key in ROWS:
         row = report[key]
-        lines.append(f"{label:<12}{row['n']:>4}" + "".join(
+        lines.append(f"{_pad(_row_label(key), 12)}{row['n']:>4}" + "".join(
             f"{row[k]:>10.1f}" for k in ["mean"] + [f"p{q}" for q in PERCENTILES]))
-    out = report["output_length"]
-    reasons = ", ".join(f"{why} {n}" for why, n in sorted(out["finish_reasons"].items()))
-    lines.append(f"output tokens per answer: {out['asked']} asked, {out['mean']:.1f} received on "
-                 f"average (min {out['min']}, max {out['max']}); {out['ended_early']} of "
-                 f"{report['ok']} ended early" + (f" (finish_reason {reasons})" if reasons else ""))
-    lines.append(f"throughput {report['throughput_tok_s']:.1f} output tok/s, "
-                 f"{report['requests_per_s']:.2f} req/s; {report['output_tokens']} output and "
-                 f"{report['prompt_tokens']} prompt tokens")
+    lines.append(_output_length_line(report))
+    lines.append(text("throughput {tok_s:.1f} output tok/s, {req_s:.2f} req/s; {output} output "
+                      "and {prompt} prompt tokens",
+                      "吞吐量：每秒 {tok_s:.1f} 个输出词元，每秒 {req_s:.2f} 个请求；输出词元 {output} 个，"
+                      "提示词元 {prompt} 个", tok_s=report["throughput_tok_s"],
+                      req_s=report["requests_per_s"], output=report["output_tokens"],
+                      prompt=report["prompt_tokens"]))
     lines.append(_counted_by(report))
     c = report["client"]
-    lines.append(f"client: {c['cpu_count']} CPUs, load average {c['load_average_1min']}")
-    lines += [f"WARNING: {x}" for x in report["warnings"]]
+    lines.append(text("client: {cpus} CPUs, load average {load}",
+                      "客户端：{cpus} 个 CPU，平均负载 {load}", cpus=c["cpu_count"],
+                      load=c["load_average_1min"]))
+    lines += _warnings(report)
     return "\n".join(lines)

@@ -150,3 +150,17 @@ class ChatAnswer(Answer):
     def usage_chunk(self, finals) -> ChatCompletionChunk:
         return ChatCompletionChunk(id=self.rid, created=self.created, model=self.model,
                                    choices=[], usage=self.usage(finals))
+
+
+def merge_completions(wholes: list[CompletionResponse], n: int) -> CompletionResponse:
+    """The answers to a batch of prompts as one: prompt i's n choices at indices i*n to
+    i*n + n - 1 (OpenAI's order), usage summed, the first answer's id."""
+    choices = [c.model_copy(update={"index": i * n + c.index})
+               for i, whole in enumerate(wholes) for c in whole.choices]
+    prompt = sum(w.usage.prompt_tokens for w in wholes)
+    done = sum(w.usage.completion_tokens for w in wholes)
+    first = wholes[0]
+    return CompletionResponse(id=first.id, created=first.created, model=first.model,
+                              choices=choices, usage=Usage(prompt_tokens=prompt,
+                                                           completion_tokens=done,
+                                                           total_tokens=prompt + done))

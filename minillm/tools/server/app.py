@@ -1,7 +1,8 @@
 """The HTTP app (FastAPI): the chapter 06 engine behind the OpenAI API.
 
     GET  /health                 "ok" while the engine thread runs, and its counters
-    GET  /metrics                Prometheus text: running, waiting, KV blocks, tokens, TTFT, TPOT
+    GET  /metrics                Prometheus text, vLLM's names: running, waiting, KV cache, tokens,
+                                 TTFT, TPOT, latency, queue time, preemptions, prefix cache
     GET  /v1/models              the one model this server serves, with its context length
     POST /v1/completions         continue a prompt          (stream: true -> server-sent events)
     POST /v1/chat/completions    answer a conversation      (stream: true -> server-sent events)
@@ -15,6 +16,7 @@ server never answers a client's mistake with a 500. docs/server.md lists what is
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 from contextlib import asynccontextmanager
 
@@ -25,7 +27,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ...decoding import JSONConstraint, SchemaError
 from ...generation.request import eos_ids, encode_prompts
-from .answers import ChatAnswer, CompletionAnswer
+from .answers import ChatAnswer, CompletionAnswer, merge_completions
 from .logprobs import TokenText
 from .protocol import APIError, ChatCompletionRequest, CompletionRequest, error_body
 from .responses import Health, ModelCard, ModelList
@@ -70,6 +72,25 @@ class _TooLarge(Exception):
     pass
 
 
+class APIKey:
+    """ASGI middleware: a request to /v1/... without `Authorization: Bearer <key>` gets 401 in
+    OpenAI's error shape. /health and /metrics stay open (probes and scrapers carry no key)."""
+
+    def __init__(self, app, key: str):
+        self.app, self.expected = app, f"Bearer {key}".encode()
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or not scope["path"].startswith("/v1"):
+            return await self.app(scope, receive, send)
+        given = dict(scope.get("headers") or []).get(b"authorization", b"")
+        if hmac.compare_digest(given, self.expected):
+            return await self.app(scope, receive, send)
+        message = ("no API key given: send the header 'Authorization: Bearer <key>'" if not given
+                   else "the API key is wrong")
+        response = JSONResponse(error_body(message, code="invalid_api_key"), status_code=401)
+        await response(scope, receive, send)
+
+
 def _validation_message(errors) -> tuple[str, str | None]:
     """Pydantic's errors in one sentence, naming the fields."""
     parts, param = [], None
@@ -92,10 +113,11 @@ def _validation_message(errors) -> tuple[str, str | None]:
 
 
 def create_app(engine, model_name: str = "minillm", *, default_max_tokens: int = 256,
-               max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
-    """The app serving `engine` (a minillm.engine.Engine) as `model_name`.
+               max_body_bytes: int = MAX_BODY_BYTES, api_key: str | None = None) -> FastAPI:
+    """The app serving `engine` (a minillm.engine.Engine) as `model_name`; with `api_key`, the
+    /v1 routes need it as a bearer token.
     The engine thread starts with the app (uvicorn's lifespan) and stops with it."""
-    loop = EngineLoop(engine)
+    loop = EngineLoop(engine, model_name=model_name)
 
     @asynccontextmanager
     async def lifespan(app):
@@ -109,6 +131,11 @@ def create_app(engine, model_name: str = "minillm", *, default_max_tokens: int =
                   description="The course's engine behind the OpenAI API")
     app.state.loop = loop
     app.add_middleware(BodyLimit, limit=max_body_bytes)
+    if api_key is not None:
+        if not api_key.strip():
+            raise ValueError("the API key is empty: give a non-empty key, or none to leave the "
+                             "server open")
+        app.add_middleware(APIKey, key=api_key)
     context = engine.max_seq_len
     tokenizer = engine.tokenizer
     token_text = TokenText(tokenizer)
@@ -204,16 +231,35 @@ def create_app(engine, model_name: str = "minillm", *, default_max_tokens: int =
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request):
         check_model(body)
-        prompt = body.one_prompt()
         scoring_only = body.echo and body.max_tokens == 0  # generate one token, show none
-        ids, config = await prepare(body, prompt, 1 if scoring_only else body.max_tokens, 16)
+        length = 1 if scoring_only else body.max_tokens
+        prepared = [await prepare(body, p, length, 16) for p in body.prompts()]
+        started = []
+        try:  # every prompt is checked before any reaches the engine
+            for ids, config in prepared:
+                started.append(await start_completion(body, ids, config, scoring_only))
+            if len(started) == 1:
+                return await _respond(request, body, *started[0])
+            wholes = []
+            for answer, queue in started:
+                whole = await _collect(request, answer, queue)
+                if isinstance(whole, JSONResponse):
+                    return whole  # the client hung up
+                wholes.append(whole)
+            return merge_completions(wholes, body.n).json_body()
+        finally:
+            if len(started) > 1:
+                for answer, _ in started:
+                    loop.abort(answer.rid)
+
+    async def start_completion(body, ids, config, scoring_only):
         prompt_logprobs = body.logprobs if body.echo else None
         rid, queue = await loop.submit(ids, config, "cmpl", n=body.n, logprobs=body.logprobs,
                                        prompt_logprobs=prompt_logprobs)
         answer = CompletionAnswer(rid, now(), model_name, body.n, ids, token_text,
                                   body.logprobs is not None, not scoring_only, echo=body.echo,
                                   prompt_text=tokenizer.decode(ids) if body.echo else "")
-        return await _respond(request, body, answer, queue)
+        return answer, queue
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, request: Request):
@@ -240,6 +286,11 @@ def create_app(engine, model_name: str = "minillm", *, default_max_tokens: int =
             return StreamingResponse(_events(answer, queue, usage),
                                      media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache"})
+        whole = await _collect(request, answer, queue)
+        return whole if isinstance(whole, JSONResponse) else whole.json_body()
+
+    async def _collect(request, answer, queue):
+        """The whole answer once its n samples have finished (499 if the client hangs up)."""
         finals: dict[int, object] = {}
         try:
             while len(finals) < answer.n:
@@ -257,7 +308,7 @@ def create_app(engine, model_name: str = "minillm", *, default_max_tokens: int =
         finally:
             if len(finals) < answer.n:
                 loop.abort(answer.rid)
-        return answer.whole([finals[i] for i in range(answer.n)]).json_body()
+        return answer.whole([finals[i] for i in range(answer.n)])
 
     async def _events(answer, queue, include_usage):
         for chunk in answer.start():

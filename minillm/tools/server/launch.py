@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 
-from .options import LOOPBACK
+from .options import API_KEY_ENV, LOOPBACK
 
 
 def free_port(host: str = LOOPBACK) -> int:
@@ -182,7 +182,13 @@ def serve_cli(args) -> int:
         print(f"minillm serve: {error}", file=sys.stderr)
         return 2
     name = args.served_model_name or ("tiny" if args.tiny else args.model)
-    app = create_app(engine, name, default_max_tokens=args.default_max_tokens)
+    api_key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV)
+    try:
+        app = create_app(engine, name, default_max_tokens=args.default_max_tokens,
+                         api_key=api_key)
+    except ValueError as error:
+        print(f"minillm serve: {error}", file=sys.stderr)
+        return 2
     if args.host not in (LOOPBACK, "localhost", "::1"):
         print(f"minillm serve: listening on {args.host}: other machines can reach this server",
               file=sys.stderr)

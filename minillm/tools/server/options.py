@@ -4,6 +4,7 @@ heavy)."""
 from __future__ import annotations
 
 LOOPBACK = "127.0.0.1"
+API_KEY_ENV = "MINILLM_API_KEY"
 
 
 def add_arguments(parser):
@@ -28,4 +29,7 @@ def add_arguments(parser):
                         help="token budget of one step (default 512)")
     parser.add_argument("--default-max-tokens", type=int, default=256,
                         help="chat answers' length when a request gives no max_tokens (256)")
+    parser.add_argument("--api-key", default=None,
+                        help=f"require 'Authorization: Bearer KEY' on the /v1 routes (default: "
+                             f"${API_KEY_ENV}, else none); /health and /metrics stay open")
     return parser

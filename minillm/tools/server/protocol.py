@@ -20,7 +20,7 @@ Every error is answered as OpenAI does:
 
 from __future__ import annotations
 
-from typing import Literal, Union
+from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -150,46 +150,116 @@ class Sampling(BaseModel):
             raise APIError(400, str(error)) from None
 
 
-class CompletionRequest(Sampling):
-    """POST /v1/completions: continue `prompt` (text, or a list of token ids).
+PROMPT_SHAPES = ("a string, a list of strings, a list of token ids (integers) or a list of "
+                 "lists of token ids")
 
+
+def _prompt_kind(value) -> str:
+    """What `value` is, in words, for the error that refuses it: "a list of: float, int"."""
+    if not isinstance(value, list):
+        return type(value).__name__
+    if not value:
+        return "an empty list"
+
+    def item(v):
+        if not isinstance(v, list):
+            return type(v).__name__
+        return "list of " + " and ".join(sorted({type(i).__name__ for i in v})) if v \
+            else "empty list"
+
+    return "a list of: " + ", ".join(sorted({item(v) for v in value}))
+
+
+def _is_ids(value) -> bool:
+    return isinstance(value, list) and all(isinstance(i, int) and not isinstance(i, bool)
+                                           for i in value)
+
+
+class CompletionRequest(Sampling):
+    """POST /v1/completions: continue `prompt`, or each of several prompts.
+
+    prompt    text, a list of token ids, or a batch: a list of texts or of token-id lists (what
+              OpenAI accepts; lm-evaluation-harness sends token ids). A batch's answer has
+              len(prompts) * n choices, prompt i's samples at indices i*n to i*n + n - 1
     logprobs  k from 0 to 20: each token's log-probability and the k most likely alternatives
               (OpenAI's legacy shape; OpenAI allows up to 5, vLLM and this server 20)
     echo      put the prompt before the answer, with the prompt tokens' log-probabilities when
               logprobs is set; max_tokens 0 is then allowed: the prompt is scored, nothing is
               generated"""
 
-    prompt: Union[str, list[int], list[str]]
+    prompt: Any
     max_tokens: int | None = Field(default=None, ge=0)
     logprobs: int | None = _top_logprobs()
     echo: bool = False
     suffix: None = None
     best_of: int | None = None
 
-    def one_prompt(self):
+    @field_validator("prompt")
+    @classmethod
+    def _prompt_shape(cls, value):
+        if isinstance(value, str) or (_is_ids(value) and value):
+            return value
+        if isinstance(value, list) and value and (all(isinstance(p, str) for p in value) or
+                                                  all(_is_ids(p) for p in value)):
+            return value
+        raise ValueError(f"prompt must be {PROMPT_SHAPES} (none of them empty); got "
+                         f"{_prompt_kind(value)}")
+
+    def prompts(self) -> list:
+        """The prompts, each a string or a list of token ids; checks what goes with them."""
         prompt = self.prompt
-        if isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
-            if len(prompt) != 1:
-                raise APIError(400, f"prompt is a list of {len(prompt)} strings; this server "
-                                    "takes one prompt per request: send one request each",
-                               "prompt")
-            prompt = prompt[0]
-        if not prompt:
-            raise APIError(400, "prompt is empty: give some text or token ids", "prompt")
+        batch = isinstance(prompt, list) and not _is_ids(prompt)
+        prompts = prompt if batch else [prompt]
+        for i, p in enumerate(prompts):
+            if not p:
+                where = f"prompt {i} of the batch" if batch else "prompt"
+                raise APIError(400, f"{where} is empty: give some text or token ids", "prompt")
+        if self.stream and len(prompts) > 1:
+            raise APIError(400, f"prompt is a batch of {len(prompts)} prompts, which this server "
+                                "answers only with stream: false; stream one request per prompt",
+                           "prompt")
         if self.max_tokens == 0 and not self.echo:
             raise APIError(400, "max_tokens must be >= 1 (0 only with echo: true, to score the "
                                 "prompt)", "max_tokens")
         if self.best_of not in (None, 1):
             raise APIError(400, "best_of is not supported by this server (only 1); use n",
                            "best_of")
-        return prompt
+        return prompts
 
 
 class Message(BaseModel):
+    """One message: content is text, or a list of parts of which only text parts
+    ({"type": "text", "text": ...}) are taken; they are joined with newlines, as vLLM
+    does. The developer role is OpenAI's newer name for system and reaches the chat template
+    as system (the role the model was trained with)."""
+
     model_config = ConfigDict(extra="forbid", strict=True)
-    role: Literal["system", "user", "assistant"]
-    content: str
+    role: Literal["developer", "system", "user", "assistant"]
+    content: Union[str, list[dict]]
     name: str | None = None
+
+    @field_validator("content")
+    @classmethod
+    def _text_parts(cls, content):
+        if isinstance(content, str):
+            return content
+        for i, part in enumerate(content):
+            kind = part.get("type")
+            if kind != "text":
+                raise ValueError(f"message content part {i} has type {kind!r}; this server takes "
+                                 "only text parts ({\"type\": \"text\", \"text\": ...}): the "
+                                 "model reads text only")
+            if set(part) != {"type", "text"} or not isinstance(part["text"], str):
+                raise ValueError(f"message content part {i} must be {{\"type\": \"text\", "
+                                 f"\"text\": a string}}, got {part!r}"[:300])
+        return content
+
+    def text(self) -> str:
+        content = self.content
+        return content if isinstance(content, str) else "\n".join(p["text"] for p in content)
+
+    def template_role(self) -> str:
+        return "system" if self.role == "developer" else self.role
 
 
 class ChatCompletionRequest(Sampling):
@@ -241,7 +311,7 @@ class ChatCompletionRequest(Sampling):
             else "max_tokens"
 
     def conversation(self) -> list[dict]:
-        return [{"role": m.role, "content": m.content} for m in self.messages]
+        return [{"role": m.template_role(), "content": m.text()} for m in self.messages]
 
 
 FINISH_REASONS = {"eos": "stop", "stop": "stop", "length": "length", "cancelled": "abort"}

@@ -29,10 +29,10 @@ from .protocol import APIError
 class EngineLoop:
     """Own an `Engine` and step it in a daemon thread while any request is unfinished."""
 
-    def __init__(self, engine, poll_s: float = 0.05):
+    def __init__(self, engine, poll_s: float = 0.05, model_name: str = "minillm"):
         self.engine = engine
         self.poll_s = poll_s
-        self.metrics = ServerMetrics(engine)
+        self.metrics = ServerMetrics(engine, model_name)
         self._queues: dict[str, _Waiting] = {}
         self._cancels: deque = deque()
         self._stop = threading.Event()

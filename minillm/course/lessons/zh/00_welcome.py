@@ -194,7 +194,7 @@ weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
 print(f"权重共 {weight_bytes / 1e6:.0f} MB，解码每一步都要完整读一遍")
 print(f"每步 {1000 * decode_per_token:.1f} ms，折合 {weight_bytes / decode_per_token / 1e9:.1f} GB/s")
 
-# %% [markdown] en=8364a2b5
+# %% [markdown] en=0318a76c
 # 决定解码速度的有两项开销，哪一项都不是计算本身。一是每一步都要把每个权重从内存里读一遍，
 # 受内存带宽（memory bandwidth）限制；二是每步开销（per-step overhead），即每一步都要付出的
 # 固定代价：每生成一个词元，PyTorch 都要启动数百个小操作，不论每个操作实际要算的有多少。
@@ -214,9 +214,12 @@ print(f"每步 {1000 * decode_per_token:.1f} ms，折合 {weight_bytes / decode_
 # | 05b | [附录：快速引擎](05b_fast_engine.ipynb)（选读） | 融合层、`torch.compile` |
 # | 06 | [批处理与分页注意力](06_batching.ipynb) | 连续批处理、分页 KV 缓存 |
 # | 07 | [量化（quantization）](07_quantization.ipynb) | int8 与 int4 权重 |
+# | 07b | [附录：8 位 KV 缓存](07b_kv_quantization.ipynb)（选读） | int8 与 fp8 的键和值 |
 # | 08 | [推测解码（speculative decoding，也常译作投机解码）](08_speculative.ipynb) | 先起草，再验证 |
 # | 09 | [横向扩展](09_scaling_out.ipynb) | 张量并行，对外提供服务 |
 # | 10 | [面试题（interview questions）](10_interview_qa.ipynb) | 每个答案都在真实模型上演示 |
+# | 10b | [面试题：推理引擎](10b_interview_engine.ipynb) | 第 12–24 题 |
+# | 10c | [面试题：大规模服务](10c_interview_serving.ipynb) | 第 25–32 题，以及自测题 |
 #
 # 每一章都配有一个练习笔记本，放在 `exercises/zh/`（参考答案在 `solutions/zh/`）。
 # 建议从 `exercises/zh/00_welcome.ipynb` 开始，里面有三个热身任务：构造对话提示词，

@@ -1,0 +1,403 @@
+# 中文版 · 10b_interview_engine.py 的译文。每个单元格标记里的 en=… 是它所译英文单元格的哈希；
+# 流程见 docs/translating.md。
+
+# %% [markdown] en=0d4ab3fd
+# # 10b · 面试题（interview questions），第二部分：推理引擎
+#
+# 这是第 10 章的 Q12–Q24，接在 `10_interview_qa`（Q1–Q11）之后、`10c_interview_serving`（Q25–Q32 和自测）之前。和前面一样，每道题先给出中文答案，后面跟一个代码单元格：在 SmolLM2-135M-Instruct 上把答案演示一遍，最后用一条 `assert` 收尾，答案在这次运行里不成立时它就会失败。只靠公式就能得出的数字以算式的形式打印。
+#
+# | 部分 | 题目 |
+# |---|---|
+# | 预填充、解码与 KV 缓存 | Q12–Q14 |
+# | 解码策略、性能测量与带宽上限 | Q15–Q17 |
+# | 批处理、分页与前缀 | Q18–Q20 |
+# | 量化、推测解码与横向扩展 | Q21–Q24 |
+
+# %% en=66351583
+import os
+import statistics
+
+import torch
+
+import minillm
+from minillm.course.checks import ch10_interview as checks
+from minillm.course.text_quality import mean_logprob
+from minillm.generation.agreement import agree, rule
+from minillm.generation.kv_cache import KVCache
+from minillm.generation.step_timing import decode_step_times, kv_cache_formula_bytes, prefill_time
+from minillm.quant import perplexity, quantize, weight_bytes
+from minillm.utils.devices import Timer, describe
+
+CI = bool(os.environ.get("CI"))  # 在测试套件里运行时少生成几个词元
+N = 8 if CI else 16              # 每个演示生成的新词元数
+torch.manual_seed(0)
+for key, value in describe().items():
+    print(f"{key:>12}: {value}")
+
+device = minillm.pick_device("auto")
+model, tokenizer = minillm.load("smollm2-135m", dtype=torch.float32, device=device, fast=False)
+c = model.config
+print("两次运行的词元这样比较：", rule(model))
+prompt = "The capital of France is"
+ids = tokenizer.encode(prompt)
+paragraph = ("The printing press was invented in the fifteenth century. It made books cheaper, "
+             "and ideas spread faster across Europe than ever before. Within fifty years, "
+             "millions of copies had been printed in hundreds of cities.")
+text_ids = tokenizer.encode(paragraph)
+weights = weight_bytes(model)
+out = minillm.generate(model, tokenizer, ids, max_new_tokens=N)  # 贪心解码，Q14 要用
+
+# %% [markdown] en=00281797
+# ---
+# # 第 3 部分 · 预填充、解码与 KV 缓存
+
+# %% [markdown] en=f920dfab
+# ## Q12 · 预填充和解码有什么不同？
+#
+# 预填充（prefill）用一次前向传播处理整个提示词，所有位置并行，矩阵乘法规模大，是计算受限（compute-bound）的，它决定首个词元生成时间（time to first token，TTFT）。解码（decode）每步只处理一个新词元，每读一遍全部权重只做很少的计算，是带宽受限（bandwidth-bound）的，它决定每个输出词元的时间（time per output token，TPOT）。所以按每个词元算，预填充远比解码便宜。
+
+# %% en=dc9e8d81
+P = 64
+prefill_s = prefill_time(model, P, repeats=2)
+steps, _ = decode_step_times(model, tokenizer, ids, N)
+decode_s = statistics.median(steps[1:])
+print(f"预填充 {P} 个词元：{1e3 * prefill_s:.0f} ms，每个词元 {1e3 * prefill_s / P:.2f} ms")
+print(f"一个解码步：每个词元 {1e3 * decode_s:.1f} ms"
+      f"（是预填充中一个词元的 {decode_s / (prefill_s / P):.0f} 倍）")
+assert prefill_s / P < decode_s
+
+# %% [markdown] en=1e12e85a
+# ## Q13 · KV 缓存有多大？GQA 怎样减小它？
+#
+# 每个序列的 KV 缓存（KV cache）= 2（K 和 V）× 层数 × KV 头数 × 头维度 × 词元数 × 每个数的字节数；一个批次再乘以批大小。分组查询注意力（grouped-query attention，GQA）让一组查询头共用一个 KV 头：SmolLM2 有 9 个查询头、3 个 KV 头，缓存只有多头注意力（multi-head attention，MHA）的 1/3；多查询注意力（multi-query attention，MQA）只有 1 个 KV 头。例：Llama-2-7B（32 层、32 个 KV 头、头维度 128）用 fp16 存 4096 个词元，约 2.1 GB。
+
+# %% en=c45d5ec5
+kv = KVCache.for_model(model, batch_size=2, max_tokens=64)
+with torch.inference_mode():
+    model(torch.tensor([ids, ids]), cache=kv)
+per_token = 2 * c.n_layers * c.n_kv_heads * c.head_dim * 4
+print(f"{kv.length} 个词元 x 批大小 2：{kv.nbytes} 字节 = 每个序列每个词元 {per_token} 字节")
+mha = 2 * c.n_layers * c.n_heads * c.head_dim * 2 * c.max_seq_len
+gqa = kv_cache_formula_bytes(c, c.max_seq_len, 2)
+print(f"fp16 下上下文占满：用 GQA {gqa / 1e6:.0f} MB，不用 {mha / 1e6:.0f} MB"
+      f"（{mha / gqa:.0f} 倍：{c.n_heads} 个查询头对 {c.n_kv_heads} 个 KV 头）")
+llama7b = checks.kv_cache_gb_reference(32, 32, 128, 4096, 1, 2)
+print(f"Llama-2-7B，4096 个词元，fp16：{llama7b:.2f} GB")
+assert kv.nbytes == per_token * len(ids) * 2 == kv_cache_formula_bytes(c, len(ids), 4, 2)
+
+# %% [markdown] en=0ef557a2
+# ## Q14 · 生成什么时候停止？
+#
+# 有三种条件：
+#
+# 1. 模型生成了结束词元（EOS，对话模型里是 `<|im_end|>`）；
+# 2. 达到 `max_new_tokens` 或上下文窗口的长度；
+# 3. 用户给的条件，例如停止字符串（文本在它出现之前截断，不返回它）。
+#
+# 停止之后，这个序列的 KV 缓存就可以释放了。
+
+# %% en=15a771c5
+first = out.token_ids  # 开头那个单元格里贪心解码得到的词元
+by_length = minillm.generate(model, tokenizer, ids, max_new_tokens=3)
+by_eos = minillm.generate(model, tokenizer, ids, max_new_tokens=N, eos_token_id=first[2])
+by_stop = minillm.generate(model, tokenizer, ids, max_new_tokens=N, stop=["."])
+for name, r in [("length", by_length), ("eos", by_eos), ("stop", by_stop)]:
+    print(f"{name:>6}：finish_reason={r.finish_reason!r}，{len(r.token_ids)} 个词元，"
+          f"{r.text!r}")
+assert by_length.finish_reason == "length" and len(by_length.token_ids) == 3
+assert by_eos.finish_reason == "eos" and by_eos.token_ids == first[:3]
+assert by_stop.finish_reason == "stop" and "." not in by_stop.text
+
+# %% [markdown] en=d5a6acac
+# ---
+# # 第 4 部分 · 解码策略与性能测量
+
+# %% [markdown] en=d5b5390e
+# ## Q15 · 贪心解码和束搜索各有什么缺点？
+#
+# 贪心解码（greedy decoding，也常说贪心搜索）每步只取概率最大的词元：快，但短视，会错过整体概率更高的序列（陷入局部最优），而且容易重复。束搜索（beam search）同时保留 `num_beams` 个候选，找到的序列整体概率通常更高（但不保证：束太窄时，它也会丢掉最优序列的前缀）；代价是计算量和 KV 缓存都是贪心解码的 `num_beams` 倍，仍然会重复，输出也平淡，不适合开放式对话。它适合翻译、摘要这类有“正确答案”的任务。
+
+# %% en=27ec2250
+from itertools import product
+
+from minillm.decoding import GenerationConfig, beam_search
+from minillm.course.table_model import TableModel
+
+paper = TableModel(["A", "B", "C"], {  # 第 04 章那个写在纸上的模型
+    (): {"A": 0.5, "B": 0.4, "C": 0.1}, ("A",): {"A": 0.3, "B": 0.4, "C": 0.3},
+    ("B",): {"A": 0.9, "B": 0.05, "C": 0.05}, ("A", "B"): {"A": 0.3, "B": 0.3, "C": 0.4},
+    ("B", "A"): {"A": 0.2, "B": 0.2, "C": 0.6}})
+found = {n: [paper.vocab[i] for i in beam_search(
+    paper, [0], GenerationConfig(num_beams=n, max_new_tokens=3), eos_token_ids=[])[0].token_ids]
+         for n in (1, 2)}
+best = list(max(product(paper.vocab, repeat=3), key=paper.probability))
+print(f"纸上的模型：贪心解码 {found[1]} P = {paper.probability(found[1]):.3f}；2 束 {found[2]} "
+      f"P = {paper.probability(found[2]):.3f}；全局最优 {best}")
+assert paper.probability(found[1]) < paper.probability(found[2]) == paper.probability(best)
+
+prompts = ["Once upon a time, in a small village,", "The best way to learn a new language is",
+           "The capital of France is", "In 1969, the first humans", "My favourite food is",
+           "The printing press was invented"]
+wins = losses = 0
+timing = {"greedy": 0.0, "beam 4": 0.0}
+for text in prompts:
+    p_ids = tokenizer.encode(text)
+    with Timer(device) as stopwatch:
+        g = minillm.generate(model, tokenizer, p_ids, max_new_tokens=N, ignore_eos=True)
+    timing["greedy"] += stopwatch.seconds
+    with Timer(device) as stopwatch:
+        b = minillm.generate(model, tokenizer, p_ids, max_new_tokens=N, ignore_eos=True,
+                             num_beams=4)
+    timing["beam 4"] += stopwatch.seconds
+    lp_g, lp_b = mean_logprob(model, p_ids, g.token_ids), mean_logprob(model, p_ids, b.token_ids)
+    wins, losses = wins + (lp_b > lp_g + 1e-6), losses + (lp_b < lp_g - 1e-6)
+    print(f"{text[:28]:<28} 平均对数概率：贪心解码 {lp_g:6.3f}，束搜索 {lp_b:6.3f}")
+print(f"束搜索找到概率更高的序列 {wins} 次，贪心解码 {losses} 次，"
+      f"打平 {len(prompts) - wins - losses} 次；束搜索用时是贪心解码的 "
+      f"{timing['beam 4'] / timing['greedy']:.1f} 倍")
+assert wins > losses  # 通常概率更高，但不总是：纸上的模型说明了贪心解码怎样输掉
+
+# %% [markdown] en=597c827f
+# ## Q16 · TTFT、TPOT、延迟和吞吐量是什么关系？
+#
+# - **TTFT**（首个词元生成时间）：从请求开始到第一个词元，包括分词和预填充。
+# - **TPOT**（每个输出词元的时间）：之后相邻两个词元的平均间隔。
+# - **端到端延迟（end-to-end latency）** = TTFT + TPOT × (输出词元数 − 1)：第一个词元在 TTFT 时刻到达，之后只有 n − 1 个间隔，所以对单个请求，这个等式按定义成立。原始资料写的 TTFT + TPOT × n 多算了一个 TPOT，回答短时差别很明显。
+# - **吞吐量（throughput）**：所有请求的输出词元总数 / 总时间。
+#
+# ⚠️ 原始资料说 TPOT 为 100 ms 即每秒 10 个词元，约合每分钟 450 个英文单词：这假设每个词元约 0.75 个单词，而这个比例取决于分词器和文本。下面用本模型的分词器实测。
+
+# %% en=e11d430c
+with Timer(device) as stopwatch:  # 我们自己的秒表，包住整个调用
+    timed = minillm.generate(model, tokenizer, ids, max_new_tokens=N, ignore_eos=True)
+wall = stopwatch.seconds
+m = timed.metrics
+print(m)
+arrived = [t - m.start for t in m.token_times]  # 第 k 个词元到达的时刻，k = 1..n
+ours = [m.ttft + m.tpot * (k - 1) for k in range(1, m.n_tokens + 1)]
+source = [m.ttft + m.tpot * k for k in range(1, m.n_tokens + 1)]
+nearer = sum(abs(a - o) < abs(a - s) for a, o, s in zip(arrived, ours, source))
+print(f"这 {m.n_tokens} 个词元的延迟：TTFT + TPOT x (n - 1) = {1e3 * ours[-1]:.1f} ms，"
+      f"TTFT + TPOT x n = {1e3 * source[-1]:.1f} ms（相差一个 TPOT，{1e3 * m.tpot:.1f} ms）")
+print(f"{m.n_tokens} 个词元中，有 {nearer} 个的时间戳更接近 TTFT + TPOT x (k - 1)，"
+      f"{m.n_tokens - nearer} 个更接近 TTFT + TPOT x k")
+print(f"包住整个调用的秒表：{1e3 * wall:.1f} ms，最后一个词元之后还有 {1e3 * (wall - arrived[-1]):.1f} ms"
+      "（把词元解码成文本、组装结果）")
+with Timer(device) as stopwatch:
+    pair = minillm.generate(model, tokenizer, [ids, ids], max_new_tokens=N, ignore_eos=True)
+pair_wall = stopwatch.seconds
+pair_rate = minillm.throughput([r.metrics for r in pair]).tokens_per_second
+print(f"同时两个请求：吞吐量 {pair_rate:.1f} 词元/秒；它们的 {2 * N} 个词元除以"
+      f"秒表读数：{2 * N / pair_wall:.1f} 词元/秒")
+words_per_token = len(paragraph.split()) / len(text_ids)
+print(f"这里每个词元约 {words_per_token:.2f} 个英文单词：每秒 10 个词元相当于"
+      f"每分钟 {600 * words_per_token:.0f} 个单词（原始资料：450）")
+assert wall >= arrived[-1]  # 词元的时间戳都落在秒表计时的调用之内
+assert abs(pair_rate - 2 * N / pair_wall) < 0.1 * pair_rate
+assert 0.5 < words_per_token < 1.0
+
+# %% [markdown] en=d608b01c
+# ## Q17 · 为什么说解码受限于显存带宽？
+#
+# 批大小为 1 时，每个解码步都要把所有权重从内存读一遍，而每个权重只参与 2 次浮点运算（一次乘加）：fp32 下算术强度（arithmetic intensity）只有 0.5 FLOP/字节，远低于硬件的计算/带宽比。所以速度上限约为 带宽 ÷ 权重字节数，这就是内存带宽瓶颈（memory-bandwidth bound）。只有增大批（读一次权重服务多个序列）或减少字节数（量化、bf16）才能突破它。
+
+# %% en=150499c4
+from minillm.measure.bandwidth import decode_bound, read_bandwidth
+from minillm.measure.roofline import peak_matmul_flops, step_cost
+
+bandwidth = read_bandwidth("cpu", megabytes=128 if CI else 512, repeats=3)
+bound = decode_bound(weights, bandwidth)
+timed = minillm.generate(model, tokenizer, ids, max_new_tokens=N, ignore_eos=True)
+measured = timed.metrics.decode_tokens_per_second
+step_flops, step_bytes = step_cost(c, rows=1, context=len(ids) + N)
+balance = peak_matmul_flops("cpu", n=1024) / bandwidth
+print(f"读带宽 {bandwidth / 1e9:.1f} GB/s，权重 {weights / 1e6:.0f} MB：最多 "
+      f"{bound:.1f} 词元/秒；实测 {measured:.1f} 词元/秒（上限的 {measured / bound:.0%}）")
+print(f"fp32 下批大小为 1 的一步：每读一个字节做 {step_flops / step_bytes:.2f} FLOP；这台机器"
+      f"读一个字节的时间里能做 {balance:.1f} FLOP")
+assert measured < bound  # 上限是天花板：解码速度总在它之下
+assert step_flops / step_bytes < balance  # 是计算在等内存，而不是反过来
+
+# %% [markdown] en=c68ab917
+# ---
+# # 第 5 部分 · 批处理、分页注意力与前缀缓存
+
+# %% [markdown] en=7db9959c
+# ## Q18 · 静态批处理和连续批处理有什么区别？
+#
+# 静态批处理（static batching）：一批请求一起开始，必须等最长的那个结束，整批才结束；提前结束的请求仍空占着位置（“幽灵行”），新请求只能等下一批。连续批处理（continuous batching，即迭代级调度，见 Orca/vLLM）：每一步都重新组批，结束的请求立刻离开，等待的请求立刻加入，没有空转，吞吐量更高，排队时间更短。
+
+# %% en=5a7d18cc
+from minillm.tools.bench.batching import memory_use
+
+lengths = [8, 2, 2, 8] if CI else [16, 4, 4, 16]
+requests = [f"Request {i}: tell me about rivers." for i in range(len(lengths))]
+configs = [{"max_new_tokens": n, "ignore_eos": True} for n in lengths]
+engines, results = {}, {}
+for kind in ("static", "continuous"):
+    engines[kind] = minillm.Engine(model, tokenizer, scheduler=kind, num_blocks=64,
+                                   block_size=4, max_num_seqs=2, record=True)
+    results[kind] = engines[kind].generate(requests, configs)
+    rows = [item[2] for s in engines[kind].steps for item in s.items]
+    print(f"{kind:>10}：{len(engines[kind].steps)} 步，{rows.count('ghost')} 个幽灵行")
+ghosts = {k: sum(i[2] == "ghost" for s in e.steps for i in s.items) for k, e in engines.items()}
+assert all(agree(model, s.prompt_token_ids, s.token_ids, r.token_ids)
+           for s, r in zip(results["static"], results["continuous"]))
+assert ghosts["continuous"] == 0 < ghosts["static"]
+assert len(engines["continuous"].steps) < len(engines["static"].steps)
+
+# %% [markdown] en=3332a3bd
+# ## Q19 · PagedAttention 解决了什么问题？
+#
+# 连续存放的 KV 缓存必须按“提示词 + 最大生成长度”提前预留，因为序列实际会跑多长事先不知道：于是大量显存被预留却用不上（内部碎片），长短不一的序列还会把剩下的空间切碎（外部碎片），这些都是内存碎片（memory fragmentation）。PagedAttention 像操作系统的虚拟内存一样，把 KV 缓存切成固定大小的块（block），按需分配，用块表（block table）把逻辑位置映射到物理块：每个序列浪费的空间不到一个块，块还能在序列之间共享（前缀缓存、并行采样）。这就是分页 KV 缓存（paged KV cache）。
+
+# %% en=7d42b3d2
+steps = engines["continuous"].steps
+use = memory_use(steps, max_len=c.max_seq_len)
+for name, share in use.items():
+    print(f"{name:>24}：预留的 KV 显存中有 {share:.1%} 存着真实的词元"
+          f"（每块 {engines['continuous'].blocks.block_size} 个词元）")
+block = engines["continuous"].blocks.block_size
+assert all(s.paged_slots - s.used_tokens < block * max(1, s.running) for s in steps)
+assert use["paged"] > use["contiguous_per_request"] > use["contiguous_max_length"]
+
+# %% [markdown] en=606905b8
+# ## Q20 · 什么是前缀缓存？
+#
+# 很多请求有相同的开头（系统提示词、少样本示例、多轮对话的历史）。前缀缓存（prefix caching）按内容（对块内的词元及其前缀做哈希）记住已经算好的 KV 块；新请求的前缀命中时直接复用这些块，跳过这部分预填充：TTFT 和计算量都下降，结果不变。只有完整的块才能共享。
+#
+# 下面的系统提示词说的是：“你是市博物馆的助手。博物馆有三层：一层是绘画，二层是雕塑，三层是能看风景的咖啡馆。回答要简短礼貌，不知道时就说不知道。问题：”，两个问题分别问开馆时间和咖啡馆在哪里。
+
+# %% en=bfc6bf24
+system = ("You are a helpful assistant for the city museum. The museum has three floors: "
+          "paintings on the first, sculpture on the second and a café with a view on the "
+          "third. Answer briefly and politely, and say so when you do not know. Question: ")
+questions = [system + "When does the museum open?", system + "Where is the café?"]
+engine = minillm.Engine(model, tokenizer, num_blocks=64, block_size=16)
+answers = [engine.generate([q], max_new_tokens=4)[0] for q in questions]  # 一个接一个地处理
+stats = engine.stats()
+first_ids, second_ids = (tokenizer.encode(q) for q in questions)
+shared = len(os.path.commonprefix([first_ids, second_ids]))
+print(f"共同前缀：{shared} 个词元，即 {shared // 16} 个 16 词元的完整块；从缓存里"
+      f"复用了 {stats['prefix_cache_hit_tokens']} 个词元")
+plain = [minillm.generate(model, tokenizer, q, max_new_tokens=4).token_ids for q in questions]
+assert all(agree(model, a.prompt_token_ids, a.token_ids, p) for a, p in zip(answers, plain))
+assert stats["prefix_cache_hit_tokens"] == 16 * (shared // 16) > 0
+
+# %% [markdown] en=a60e4f6c
+# ---
+# # 第 6 部分 · 量化、推测解码与横向扩展
+
+# %% [markdown] en=e8969a77
+# ## Q21 · 量化的收益和代价是什么？
+#
+# 把权重从 fp32/fp16 改存成 int8 或 int4，解码要读的字节就更少，在带宽受限时更快。逐通道 int8 每个权重 8 位，每行另加一个缩放因子，约为 fp32 的 1/4；这里的 int4 每 32 个权重共用一个 fp16 缩放因子和一个 fp16 最小值，平均每个权重 4 + 32/32 = 5 位，约为 fp32 的 1/6.4（fp16 的 5/16），而不是 1/8。
+#
+# 代价有两方面。一是精度损失：困惑度（perplexity）上升，int4 比 int8 明显。二是需要反量化（dequantize）或专用算子：每次调用都反量化的实现，或者像 transformers 的 LLM.int8()（bitsandbytes）那样把激活也量化、再把离群特征（outlier feature）拆出来单独用 fp16 计算，多出来的这些步骤会让 int8 反而比 fp16 慢。常见做法：逐通道 int8、分组 int4（GPTQ、AWQ、GGUF Q4）。
+
+# %% en=44a7af3f
+eval_ids = text_ids * 2
+fp32_bytes = weight_bytes(model, linear_only=True)
+ppl = {"fp32": perplexity(model, eval_ids)}
+ratios = {}
+for scheme in ("int8", "int4"):
+    q = quantize(model, scheme)
+    ratios[scheme] = weight_bytes(q, linear_only=True) / fp32_bytes
+    ppl[scheme] = perplexity(q, eval_ids)
+    del q
+for name in ppl:
+    print(f"{name}：线性层权重是 fp32 的 {ratios.get(name, 1.0):.3f} 倍，困惑度 {ppl[name]:.3f}")
+print(f"int4：每个权重 {32 * ratios['int4']:.2f} 位，是 fp32 的 1/{1 / ratios['int4']:.1f}")
+assert 0.24 < ratios["int8"] < 0.27 and 0.15 < ratios["int4"] < 0.16  # 5 位，而不是 4 位
+assert abs(ppl["int8"] / ppl["fp32"] - 1) < 0.05
+
+# %% [markdown] en=026b3a54
+# 把 int4 的困惑度和上面 fp32 的比一比。课程用的模型以 GGUF Q4_1 格式发布：它的“fp32”权重本来就是 4 比特的值（每 32 个一组，带一个缩放因子和一个最小值）展开成的浮点数，而 minillm 的 int4 用的是同一种方案，所以再量化一次，几乎能原样得回这些值。课程的基线就是这个 Q4_1 文件本身：这台机器上没有 16 位的 SmolLM2，所以对一个用 bf16 训练和发布的模型，int4 要付出多少代价（通常明显多于 int8），这里没有测，只做了解释。
+
+# %% [markdown] en=949e265e
+# ## Q22 · 推测解码为什么能加速，又不改变结果？
+#
+# 解码受带宽限制：目标模型（target model）对 k 个词元做一次前向传播来验证它们，和只生成 1 个词元花的时间差不多。让便宜的草稿（draft，一个小模型，或者从上下文里查找 n-gram）先猜 k 个词元，目标模型一次并行验证，接受与它自己的选择一致的前缀，再加上一个它自己的词元。贪心解码时，留下的永远只是目标模型自己的 argmax，所以输出与普通贪心解码完全一样；加速多少取决于接受率（acceptance rate）。这就是推测解码（speculative decoding，也常译作投机解码）。
+#
+# 下面的提示词是一串水果名，再让模型把它们重复一遍，这正是提示词查找（prompt lookup）草稿最擅长的情形。
+
+# %% en=ef87e585
+from minillm.speculative import PromptLookupDraft, speculative_generate
+
+# 提示词的意思是“水果：苹果、香蕉、樱桃……同样的水果再来一遍：苹果、香蕉，”
+code = tokenizer.encode("Fruits: apple, banana, cherry, date, fig, grape, kiwi, lemon, mango. "
+                        "The same fruits again: apple, banana,")
+spec = speculative_generate(model, tokenizer, code, PromptLookupDraft(), k=4,
+                            max_new_tokens=2 * N, ignore_eos=True)
+plain = minillm.generate(model, tokenizer, code, max_new_tokens=2 * N, ignore_eos=True)
+print(repr(spec.text))
+print(spec.stats.summary())
+assert agree(model, code, spec.token_ids, plain.token_ids)
+
+# %% [markdown] en=8cb34cda
+# ## Q23 · 采样时，推测解码怎么保证分布不变？
+#
+# 草稿按 q 抽出词元 x，以概率 min(1, p(x)/q(x)) 接受；被拒绝时，从 norm(max(0, p − q)) 里重新抽一个。于是 x 最终出现的概率 = q(x)·min(1, p/q) + P(拒绝)·残差(x) = min(p, q) + max(0, p − q) = p(x)：正好是目标模型的分布，与草稿的好坏无关。草稿越像目标模型，接受率 Σ min(p, q) 就越高。这条规则就是接受规则（acceptance rule）。
+#
+# 下面用真实的目标模型和真实的草稿（SmolLM2 30 层中的前 24 层），在同一个上下文上演示：
+
+# %% en=7fa68f3f
+from minillm.speculative import accept_probability, first_layers, residual_distribution
+
+with torch.inference_mode():
+    p_t = torch.softmax(model(torch.tensor([ids]))[0, -1].cpu().double(), -1)
+    q_d = torch.softmax(first_layers(model, 24)(torch.tensor([ids]))[0, -1].cpu().double(), -1)
+accept = torch.clamp(p_t / q_d, max=1.0)  # 一次算出每个词元的 min(1, p/q)
+likely = q_d.topk(5).indices  # 在草稿最看好的几个词元上，库里的规则与之一致
+assert all(float(accept_probability(p_t, q_d, int(t))) == float(accept[t]) for t in likely)
+accepted = q_d * accept  # 被草稿抽中且被接受
+rejected = 1 - accepted.sum()
+result = accepted + rejected * residual_distribution(p_t, q_d)
+print(f"接受率 {accepted.sum():.3f}；把上面的恒等式算一遍：|结果 - 目标| 的最大值 "
+      f"{(result - p_t).abs().max():.2e}")
+
+# 运行库里的规则：在最可能的 40 个词元上抽 20,000 次（p 和 q 在这些词元上重新归一化）
+from minillm.speculative import accept_or_resample
+
+top = torch.cat([p_t.topk(20).indices, q_d.topk(20).indices]).unique()
+p_top, q_top = p_t[top] / p_t[top].sum(), q_d[top] / q_d[top].sum()
+draws = 20_000
+gen = torch.Generator().manual_seed(0)
+drafted = torch.multinomial(q_top.float(), draws, replacement=True, generator=gen)
+tokens, kept = accept_or_resample(p_top.expand(draws, -1).float(), q_top.expand(draws, -1).float(),
+                                  drafted, generator=gen)
+seen = torch.bincount(tokens, minlength=len(top)).double() / draws
+gap = lambda a, b: 0.5 * float((a - b).abs().sum())  # 全变差距离  # noqa: E731
+print(f"抽 {draws:,} 次，接受了 {kept.float().mean():.1%}：输出与目标分布的距离 "
+      f"{gap(seen, p_top):.4f}，草稿与目标分布的距离 {gap(q_top, p_top):.4f}")
+assert gap(seen, p_top) < min(0.02, gap(q_top, p_top) / 3)
+
+# %% [markdown] en=9466a10e
+# ## Q24 · 张量并行怎么切分模型？通信量有多大？
+#
+# 张量并行（tensor parallelism，Megatron-LM）把每层的权重矩阵切到多张卡上：前馈网络的 gate/up 按输出列切（列并行，column-parallel），down 按输入行切（行并行，row-parallel），这样中间的激活不用传输，各卡的部分结果做一次全归约（all-reduce）求和即可；注意力按头切，道理相同。每层两次全归约，每次传 (词元数 × 隐藏维度) 个数，所以需要 NVLink 这样的高速互联，通常限于一台机器之内。流水线并行（pipeline parallelism）则按层切，只在阶段之间传隐藏状态。
+
+# %% en=ed0e244b
+from minillm.distributed import all_reduce_cost, split_evenly
+
+mlp = model.layers[0].mlp
+with torch.inference_mode():
+    x = model.layers[0].mlp_norm(model.embed(torch.tensor([ids])))
+    full = mlp(x)
+    parts = []
+    for rows in split_evenly(c.intermediate_size, 2):  # 两个进程，各拿一半隐藏单元
+        r = slice(rows.start, rows.stop)
+        h = torch.nn.functional.silu(x @ mlp.gate_proj.weight[r].T) * (x @ mlp.up_proj.weight[r].T)
+        parts.append(h @ mlp.down_proj.weight[:, r].T)  # 输出的一个部分和
+calls, n_bytes = all_reduce_cost(c, tokens=1)
+print(f"全归约之后的最大差值：{(sum(parts) - full).abs().max():.2e}")
+print(f"每解码一个词元：{calls} 次全归约，fp32 下每个进程 {n_bytes / 1e3:.0f} kB")
+print(f"即 2 x {c.n_layers} 层，每次 {c.hidden_size} 个数 x 4 字节")
+assert torch.allclose(sum(parts), full, atol=1e-5)
+
+# %% [markdown] en=0ecc9f93
+# ## Q12–Q24 的要点
+#
+# - 公式就是答案，测量就是证明：KV 字节数、带宽上限，以及一个批或一个草稿能换来多少词元。
+# - 原始资料需要小心的地方：延迟是 TTFT + TPOT × (n − 1)，不是 × n；“每分钟 450 个单词”取决于分词器；这里的 int4 每个权重要 5 位，不是 4 位。
+# - 接着看 `10c_interview_serving`：八道大规模服务的题目，然后是自测。
