@@ -482,9 +482,8 @@ def test_metrics_see_a_running_request_and_its_cancellation(tiny):
                 "prompt": "abcdefghijklmnopq", "max_tokens": 200, "stream": True,
                 "ignore_eos": True}) as r:
             assert r.status_code == 200
-            for line in r.iter_lines():
-                if line.startswith("data: "):
-                    break
+            lines = r.iter_lines()  # held: a dropped line iterator closes the connection
+            next(line for line in lines if line.startswith("data: "))
             text = c.get("/metrics").text
         assert metric(text, "minillm_num_requests_running") == 1
         assert metric(text, "minillm_kv_blocks_used") == 3  # 17 prompt tokens, blocks of 8

@@ -19,12 +19,9 @@ from __future__ import annotations
 
 import torch
 
+from .grid import _check_bits, codes, fit
+
 GRANULARITIES = ("tensor", "channel", "group")
-
-
-def _check_bits(bits) -> None:
-    if not isinstance(bits, int) or isinstance(bits, bool) or not 2 <= bits <= 16:
-        raise ValueError(f"bits must be an integer from 2 to 16, got {bits!r}")
 
 
 def _groups(x: torch.Tensor, granularity: str, group_size: int | None) -> torch.Tensor:
@@ -76,14 +73,9 @@ def zeropoint_quantize(x: torch.Tensor, bits: int = 4, granularity: str = "group
                        group_size: int | None = 32):
     """Asymmetric quantization with a scale and a minimum (GGUF Q4_1's idea):
     (q, scale, minimum) with x ≈ q * scale + minimum, q in [0, 2^bits - 1]."""
-    _check_bits(bits)
     g = _groups(x.float(), granularity, group_size)
-    qmax = 2 ** bits - 1
-    lo, hi = g.amin(dim=1, keepdim=True), g.amax(dim=1, keepdim=True)
-    scale = (hi - lo) / qmax
-    scale = torch.where(scale == 0, torch.ones_like(scale), scale)
-    q = torch.round((g - lo) / scale).clamp(0, qmax).to(torch.int32)
-    return q, scale, lo
+    scale, lo = fit(g, bits)
+    return codes(g, scale, lo, bits).to(torch.int32), scale, lo
 
 
 def zeropoint_dequantize(q: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor,

@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import torch
 
-from .basics import _check_bits
+
+def _check_bits(bits) -> None:
+    if not isinstance(bits, int) or isinstance(bits, bool) or not 2 <= bits <= 16:
+        raise ValueError(f"bits must be an integer from 2 to 16, got {bits!r}")
 
 
 def group_ranges(cols: int, group_size: int | None) -> list[tuple[int, int]]:
@@ -37,10 +40,14 @@ def fit(w: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.where(scale == 0, torch.ones_like(scale), scale), lo
 
 
+def codes(w: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor, bits: int) -> torch.Tensor:
+    """The grid point nearest each number of `w`, as its code 0 .. 2^bits - 1 (float)."""
+    return torch.round((w - minimum) / scale).clamp(0, 2 ** bits - 1)
+
+
 def snap(w: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor, bits: int) -> torch.Tensor:
-    """Each number of `w` moved to the nearest point of its row's grid (codes 0 .. 2^bits - 1)."""
-    code = torch.round((w - minimum) / scale).clamp(0, 2 ** bits - 1)
-    return code * scale + minimum
+    """Each number of `w` moved to the nearest point of its row's grid."""
+    return codes(w, scale, minimum, bits) * scale + minimum
 
 
 def rtn(w: torch.Tensor, bits: int, group_size: int | None = None) -> torch.Tensor:
