@@ -36,6 +36,9 @@ def parse(argv):
     parser.add_argument("--jobs", type=int, default=1,
                         help="lessons executed at once (default 1: each lesson's timings "
                              "measured without the others competing for the cores)")
+    parser.add_argument("--edition", choices=("all", "en", "zh"), default="all",
+                        help="build both editions (all) or one: executing the Chinese lessons "
+                             "while another run executes the English ones, for example")
     parser.add_argument("--zh-root", type=Path, default=ROOT,
                         help="the folder holding notebooks/zh, exercises/zh, README.zh-CN.md")
     args = parser.parse_args(argv)
@@ -125,7 +128,10 @@ def main(argv=None) -> int:
     out = args.out.resolve()
     executed_root = args.executed or (ROOT / "executed" if args.sizes == "full"
                                       else out / "executed")
-    found = sources.editions(args.zh_root.resolve())
+    found = [e for e in sources.editions(args.zh_root.resolve())
+             if args.edition == "all" or e.language.split("-")[0] == args.edition]
+    if not found:
+        raise SystemExit(f"no {args.edition} edition under {args.zh_root}")
     print(f"book: {len(found)} edition(s) ({', '.join(e.language for e in found)}), "
           f"{args.sizes} sizes", flush=True)
     layouts = {}

@@ -218,6 +218,11 @@ def test_the_command_refuses_bad_choices_with_what_is_allowed(capsys):
     with pytest.raises(SystemExit):
         command.parse(["--jobs", "0"])
     assert "--jobs must be 1 or more, got 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        command.parse(["--edition", "fr"])
+    assert "invalid choice: 'fr' (choose from 'all', 'en', 'zh')" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="no zh edition under"):
+        command.main(["--edition", "zh", "--zh-root", "/nonexistent", "--sizes", "ci"])
     english = sources.editions()[0]
     with pytest.raises(SystemExit, match="two-digit chapter numbers such as 04,05; got"):
         command.chosen(english, "4,x")
