@@ -19,6 +19,14 @@ same process, one after another:
   6. online: requests arrive as a Poisson process at three rates (fractions of the capacity
      measured in run 1); TTFT and TPOT p50 / p99
 
+`--weights` chooses how the model's weights are stored (fp32, bf16, int8, q4_1: as `minillm serve
+--weights` and `minillm.load(..., weights=...)`). Given several, separated by commas, the
+benchmark compares them instead: run 1 alone, for each format in turn, `--repeats` times
+interleaved (the order rotated each time), with the tokens/s, a decode-only step's time and the
+prompt steps' time of each, and its tokens/s over the first format's:
+
+    .venv/bin/python scripts/bench_batching.py --small --max-num-seqs 4 --weights fp32,int8,q4_1
+
 Prints a table and a JSON summary (machine, versions, settings, figures). Nothing is asserted:
 on a shared machine timings are noisy, so compare the ratios from one run. `--small` runs 16
 requests with prompts of 16-128 and outputs of 16-64 tokens (a few minutes on a 2-core CPU).
@@ -38,6 +46,19 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 POOL_BOUND = "continuous, pool-bound"  # the continuous run that only the KV pool limits
 
 
+def weight_formats(text: str) -> list[str]:
+    """`--weights fp32,int8` -> ["fp32", "int8"]; anything else is refused with what is allowed."""
+    from minillm.tools.server.options import SERVE_WEIGHTS
+
+    formats = [part.strip() for part in text.split(",") if part.strip()]
+    wrong = [f for f in formats if f not in SERVE_WEIGHTS]
+    if not formats or wrong or len(set(formats)) < len(formats):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a list of weight formats: give one or more of "
+            f"{', '.join(SERVE_WEIGHTS)}, separated by commas, each once")
+    return formats
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--small", action="store_true", help="a quick run (16 short requests)")
@@ -54,6 +75,11 @@ def main(argv=None):
                         help="online arrival rates, as fractions of the measured capacity")
     parser.add_argument("--threads", type=int, help="torch threads (1 is faster on a busy CPU)")
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--weights", type=weight_formats, default=["fp32"],
+                        help="weight formats, comma-separated: fp32, bf16, int8, q4_1 (default "
+                             "fp32); several: compare them on the continuous run")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="interleaved repetitions of a comparison of formats (default 3)")
     parser.add_argument("--skip-hf", action="store_true", help="leave out transformers")
     parser.add_argument("--json", help="also write the summary to this file")
     args = parser.parse_args(argv)
@@ -70,7 +96,12 @@ def main(argv=None):
     n = args.requests or (16 if args.small else 64)
     prompts, outputs = ((16, 128), (16, 64)) if args.small else ((16, 512), (16, 256))
     device = minillm.pick_device(args.device)
-    model, tokenizer = minillm.load("smollm2-135m", dtype=torch.float32, device=device)
+    if args.repeats < 1:
+        parser.error(f"--repeats must be at least 1, got {args.repeats}")
+    if len(args.weights) > 1:
+        return compare(args, device, n, prompts, outputs)
+    model, tokenizer = minillm.load("smollm2-135m", dtype=torch.float32, device=device,
+                                    weights=args.weights[0])
     work = make_workload(tokenizer, n, prompts, outputs, seed=args.seed)
     longest = prompts[1] + outputs[1]
     num_blocks = args.max_num_seqs * -(-longest // args.block_size)
@@ -81,7 +112,7 @@ def main(argv=None):
                       max_num_batched_tokens=args.budget, record=True, **kw)
 
     print(f"{n} requests, prompts {prompts[0]}-{prompts[1]} tokens, outputs {outputs[0]}-"
-          f"{outputs[1]}, batch {args.max_num_seqs}, device {device}, "
+          f"{outputs[1]}, batch {args.max_num_seqs}, {args.weights[0]} weights, device {device}, "
           f"{torch.get_num_threads()} threads", flush=True)
     results = {}
     cont_engine = engine("continuous", enable_prefix_caching=False)
@@ -148,13 +179,9 @@ def main(argv=None):
               f"{row['ttft_p99']:>10.3f}{row['tpot_p50']:>10.3f}{row['tpot_p99']:>10.3f}")
 
     summary = {
-        "machine": {"platform": platform.platform(), "processor": platform.processor(),
-                    "cpus": os.cpu_count(), "device": str(device),
-                    "torch_threads": torch.get_num_threads(),
-                    "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None},
-        "versions": {"python": sys.version.split()[0], "torch": torch.__version__,
-                     "minillm": minillm.__version__},
-        "settings": {"requests": n, "prompt_lengths": prompts, "output_lengths": outputs,
+        **machine_and_versions(device),
+        "settings": {"requests": n, "weights": args.weights[0], "prompt_lengths": prompts,
+                     "output_lengths": outputs,
                      "max_num_seqs": args.max_num_seqs,
                      "pool_max_num_seqs": args.pool_max_num_seqs, "budget": args.budget,
                      "block_size": args.block_size, "num_blocks": num_blocks, "seed": args.seed,
@@ -172,11 +199,76 @@ def main(argv=None):
         "continuous_time_split": split,
         "online": online,
     }
+    report(summary, args.json)
+
+
+def machine_and_versions(device) -> dict:
+    import torch
+
+    import minillm
+
+    return {"machine": {"platform": platform.platform(), "processor": platform.processor(),
+                        "cpus": os.cpu_count(), "device": str(device),
+                        "torch_threads": torch.get_num_threads(),
+                        "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None},
+            "versions": {"python": sys.version.split()[0], "torch": torch.__version__,
+                         "minillm": minillm.__version__}}
+
+
+def report(summary: dict, path) -> None:
     print()
     print(json.dumps(summary, indent=1, default=str))
-    if args.json:
-        with open(args.json, "w") as f:
+    if path:
+        with open(path, "w") as f:
             json.dump(summary, f, indent=1, default=str)
+
+
+def compare(args, device, n, prompts, outputs) -> None:
+    """The continuous run once per weight format, `args.repeats` times interleaved."""
+    import torch
+
+    import minillm
+    from minillm.engine import Engine
+    from minillm.tools.bench.batching import compare_weights, make_workload
+
+    models = {fmt: minillm.load("smollm2-135m", device=device, weights=fmt)
+              for fmt in args.weights}
+    tokenizer = models[args.weights[0]][1]
+    work = make_workload(tokenizer, n, prompts, outputs, seed=args.seed)
+    num_blocks = args.max_num_seqs * -(-(prompts[1] + outputs[1]) // args.block_size)
+
+    def engine(fmt):
+        return lambda: Engine(*models[fmt], num_blocks=num_blocks, block_size=args.block_size,
+                              max_num_seqs=args.max_num_seqs,
+                              max_num_batched_tokens=args.budget,
+                              enable_prefix_caching=False, record=True)
+
+    print(f"{n} requests, prompts {prompts[0]}-{prompts[1]} tokens, outputs {outputs[0]}-"
+          f"{outputs[1]}, batch {args.max_num_seqs}, continuous batching, device {device}, "
+          f"{torch.get_num_threads()} threads, {args.repeats} interleaved repetitions",
+          flush=True)
+    rows = compare_weights({fmt: engine(fmt) for fmt in args.weights}, work, args.repeats)
+    first = args.weights[0]
+
+    def cell(s, scale=1.0, digits=1):
+        return (f"{scale * s['median']:.{digits}f} ({scale * s['min']:.{digits}f}-"
+                f"{scale * s['max']:.{digits}f})")
+
+    print()
+    print(f"{'weights':<9}{'tok/s (min-max)':>22}{f'x {first}':>9}{'decode step ms':>22}"
+          f"{'prompt steps s':>20}")
+    for fmt, row in rows.items():
+        print(f"{fmt:<9}{cell(row['tokens_per_s']):>22}{row['over_first']:>8.2f}x"
+              f"{cell(row['decode_step_s'], 1000):>22}{cell(row['prompt_s'], 1, 2):>20}")
+    summary = {**machine_and_versions(device),
+               "settings": {"requests": n, "prompt_lengths": prompts,
+                            "output_lengths": outputs, "max_num_seqs": args.max_num_seqs,
+                            "budget": args.budget, "block_size": args.block_size,
+                            "num_blocks": num_blocks, "seed": args.seed,
+                            "repeats": args.repeats, "weights": args.weights,
+                            "when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())},
+               "weights": rows}
+    report(summary, args.json)
 
 
 if __name__ == "__main__":

@@ -135,3 +135,10 @@ def test_on_a_gpu_q4_1_is_left_out_with_a_note_and_the_rest_runs(gguf_path):
     assert report["settings"]["formats"] == ["fp32"]
     assert any("q4_1 has no row" in note for note in report["notes"])
     assert "q4_1 has no row" in table(report)
+
+
+def test_every_name_the_bench_package_offers_resolves():
+    import minillm.tools.bench as bench
+
+    for name in bench.__all__:
+        assert getattr(bench, name) is not None, name

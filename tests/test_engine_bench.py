@@ -1,5 +1,5 @@
 """The benchmark helpers (minillm.tools.bench.batching) on a tiny model: the workload, Poisson arrivals,
-percentiles, memory ratios and the online mode."""
+percentiles, memory ratios, the online mode and the interleaved comparison of weight formats."""
 
 import statistics
 
@@ -7,9 +7,11 @@ import pytest
 import torch
 
 from minillm.engine import Engine, StepRecord
-from minillm.tools.bench.batching import (Work, make_workload, memory_use, percentile, poisson_arrivals,
-                                  run_engine, run_online, time_split)
+from minillm.tools.bench.batching import (Work, compare_weights, make_workload, memory_use, percentile,
+                                  poisson_arrivals, run_engine, run_online, time_split)
 from minillm.course.toy import tiny_model
+from minillm.fast import optimize
+from script_modules import script
 
 
 @pytest.fixture(autouse=True)
@@ -79,3 +81,39 @@ def test_offline_and_online_runs_finish_every_request():
     assert 0 < online["ttft_p50"] <= online["ttft_p99"]
     assert all(m.n_tokens == w.max_new_tokens for m, w in
                zip(sorted(online["metrics"], key=lambda m: m.start), work))
+
+
+def test_weight_formats_are_compared_interleaved_on_the_same_work():
+    model, tok = tiny_model()
+    models = {"fp32": model, "int8": optimize(model, "int8")}
+    work = [Work(list(range(1, 3 + i)), 4) for i in range(4)]
+    order = []
+
+    def maker(fmt):
+        def make():
+            order.append(fmt)
+            return Engine(models[fmt], tok, num_blocks=32, block_size=8, max_num_seqs=4,
+                          record=True)
+        return make
+
+    rows = compare_weights({fmt: maker(fmt) for fmt in models}, work, repeats=3)
+    assert order == ["fp32", "int8", "int8", "fp32", "fp32", "int8"]  # rotated each repetition
+    assert set(rows) == {"fp32", "int8"} and rows["fp32"]["over_first"] == 1.0
+    for row in rows.values():
+        assert row["new_tokens"] == 16
+        assert row["tokens_per_s"]["n"] == row["decode_step_s"]["n"] == 3
+        assert 0 < row["tokens_per_s"]["min"] <= row["tokens_per_s"]["median"]
+    median = rows["int8"]["tokens_per_s"]["median"] / rows["fp32"]["tokens_per_s"]["median"]
+    assert rows["int8"]["over_first"] == pytest.approx(median)
+    with pytest.raises(ValueError, match="at least one engine and one repetition"):
+        compare_weights({"fp32": maker("fp32")}, work, repeats=0)
+
+
+def test_the_batching_benchmark_takes_known_weight_formats_only():
+    import argparse
+
+    formats = script("bench_batching").weight_formats
+    assert formats("fp32, int8,q4_1") == ["fp32", "int8", "q4_1"]
+    for bad in ("", "int4", "fp32,fp32", "fp16"):
+        with pytest.raises(argparse.ArgumentTypeError, match="fp32, bf16, int8, q4_1"):
+            formats(bad)

@@ -16,10 +16,11 @@ from minillm.fast import FastLinear, optimize
 from minillm.generation.kv_cache import KVCache
 from minillm.kernels import build, dispatch
 from minillm.model import ModelConfig, registry
-from minillm.quant.int4 import quantize_int4
 from minillm.quant.linear import Int8Linear, Q41Linear
 from fake_cuda import FakeCuda
 from kernel_machine import layers_use_kernels
+from q4_1_model import q4_1_blocks as _q4_1_blocks
+from q4_1_model import with_q4_1 as _with_q4_1
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -62,28 +63,6 @@ def _tiny(bias=False, seed=0):
         for name, p in model.named_parameters():
             p.normal_(mean=1.0 if "norm" in name else 0.0, std=0.3 if "norm" in name else 0.2)
     return model.eval().requires_grad_(False)
-
-
-def _q4_1_blocks(weight):
-    """The GGUF Q4_1 blocks of a weight (out, in): per 32 weights d, m (float16), 16 bytes."""
-    packed, d, m = quantize_int4(weight, 32)
-    rows, groups = d.shape
-    fields = [d.contiguous().view(torch.uint8).view(rows, groups, 2),
-              m.contiguous().view(torch.uint8).view(rows, groups, 2),
-              packed.view(rows, groups, 16)]
-    return torch.cat(fields, dim=-1).reshape(rows, groups * 20).contiguous()
-
-
-def _with_q4_1(model):
-    """`model` with each linear layer of its blocks held as Q4_1 blocks, as load(weights="q4_1")
-    gives them (the LM head stays, as in the course file)."""
-    from minillm.layers.linear import replace_module
-
-    for name, module in list(model.layers.named_modules()):
-        if isinstance(module, nn.Linear):
-            replace_module(model.layers, name, Q41Linear(_q4_1_blocks(module.weight),
-                                                        module.bias))
-    return model
 
 
 def _rounded(model, dtype):

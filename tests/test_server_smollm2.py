@@ -126,3 +126,29 @@ def test_every_sampled_choice_is_valid_json(client, fmt, schema):
         assert isinstance(value, dict)
         if schema is not None:
             jsonschema.validate(value, schema)
+
+
+def test_q4_1_weights_serve_the_files_own_blocks_and_the_tokens_of_the_model_alone(gguf_path):
+    """`make_engine(weights="q4_1")`, what `minillm serve --weights q4_1` runs: the linear layers
+    hold the file's Q4_1 blocks, /v1/models says so, and four prompts answered at once (decode
+    steps of 4 rows) give the greedy tokens the same model gives each alone. A budget of 12
+    tokens a step keeps every pass within the kernel's rows, as each short prompt is alone (a
+    longer pass multiplies x unrounded by the rebuilt float weight: not the kernel's numbers)."""
+    from minillm.quant.linear import Q41Linear
+    from minillm.tools.server import make_engine
+
+    engine = make_engine(weights="q4_1", num_blocks=64, max_num_seqs=4,
+                         max_num_batched_tokens=12)
+    model, tokenizer = engine.model, engine.tokenizer
+    assert engine.weights == "q4_1"
+    assert isinstance(model.layers[0].mlp.gate_up_proj, Q41Linear)
+    prompts = ["The capital of France is", "1, 2, 3,", "Water boils at", "Hello"]
+    with ServerThread(engine, "smollm2-135m") as running:
+        assert httpx.get(running.url + "/v1/models").json()["data"][0]["weights"] == "q4_1"
+        r = httpx.post(running.url + "/v1/completions", timeout=300, json={
+            "prompt": prompts, "max_tokens": 6, "temperature": 0, "ignore_eos": True})
+    assert r.status_code == 200, r.text
+    texts = [c["text"] for c in sorted(r.json()["choices"], key=lambda c: c["index"])]
+    for prompt, text in zip(prompts, texts):
+        alone = minillm.generate(model, tokenizer, prompt, max_new_tokens=6, ignore_eos=True)
+        assert text == alone.text, prompt

@@ -186,3 +186,18 @@ def test_chapter_07s_benchmark_table_and_chart_follow_the_language(lang, head, l
     finally:
         set_language("en")
     assert drawn == labels
+
+
+def test_a_served_summary_names_its_longest_gap_in_the_language_and_keeps_the_metric_names():
+    from minillm.engine.disaggregation import Served
+
+    served = Served([RequestMetrics(start=0.0, token_times=(0.1, 0.2, 0.5))], outputs=[])
+    english = served.summary()
+    assert list(english) == ["TTFT p50", "TTFT p90", "TPOT p50", "TPOT p90", "longest gap"]
+    try:
+        use_language("zh")
+        chinese = served.summary()
+    finally:
+        use_language("en")
+    assert list(chinese) == ["TTFT p50", "TTFT p90", "TPOT p50", "TPOT p90", "最长间隔"]
+    assert chinese["最长间隔"] == english["longest gap"] == pytest.approx(0.3)

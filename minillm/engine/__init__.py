@@ -11,6 +11,8 @@
     scheduler.py      StaticScheduler and ContinuousScheduler (token budget, chunked prefill,
                       preemption by recompute)
     engine.py         Engine: add_request, step, cancel, run, generate
+    weights.py        the weight format the engine serves, and which of its passes go past
+                      that format's multi-row kernel (said once)
     radix_cache.py    RadixCache: SGLang's token-level prefix cache with LRU eviction, and hit
                       rates of it and of the block-hash chain on the same requests
     virtual_clock.py  ClockedEngine: an engine whose clock moves only by its measured steps

@@ -29,6 +29,7 @@ import torch
 from ..measure.metrics import RequestMetrics
 from ..utils.devices import Timer
 from ..utils.stats import percentile
+from ..utils.wording import text
 from .engine import Engine
 from .paged_cache import PagedKVPool
 from .request import RUNNING, Request
@@ -110,11 +111,11 @@ class Served:
 
     def summary(self) -> dict:
         """TTFT and TPOT at p50 and p90 over the requests, and the longest gap between two
-        tokens of any request, in seconds."""
+        tokens of any request, in seconds; the last key is "最长间隔" under use_language("zh")."""
         ttft, tpot = [m.ttft for m in self.metrics], [m.tpot for m in self.metrics]
         return {"TTFT p50": percentile(ttft, 50), "TTFT p90": percentile(ttft, 90),
                 "TPOT p50": percentile(tpot, 50), "TPOT p90": percentile(tpot, 90),
-                "longest gap": max((g for m in self.metrics for g in m.gaps), default=0.0)}
+                text("longest gap", "最长间隔"): max((g for m in self.metrics for g in m.gaps), default=0.0)}
 
 
 def _arrivals(arrivals):

@@ -34,6 +34,7 @@ from ..decoding import GenerationConfig, choose_next_token
 from ..generation.request import make_request
 from ..utils.devices import model_device
 from ..utils.devices import now as clock
+from ..utils.notices import say_once
 from ..utils.validate import check_int
 from .block_manager import BlockManager
 from .logprobs import token_logprobs
@@ -41,6 +42,7 @@ from .paged_cache import PagedKVPool, paged_forward
 from .quantized_pool import QuantizedKVPool
 from .request import FINISHED, Request, RequestOutput
 from .scheduler import SCHEDULERS, Scheduler
+from .weights import batched_fallback, weight_format
 
 
 @dataclass
@@ -99,6 +101,9 @@ class Engine:
         self._lock = threading.RLock()
         self._work = threading.Condition(self._lock)
         self._cancelled: list[RequestOutput] = []
+        fallback = batched_fallback(model, max_num_seqs, max_num_batched_tokens)
+        if fallback is not None:
+            say_once(fallback)
 
     # --- requests in ------------------------------------------------------------------------------
 
@@ -343,6 +348,11 @@ class Engine:
         """Requests that ran in the last step's batch and still produce tokens."""
         with self._lock:
             return len(self.scheduler.live())
+
+    @property
+    def weights(self) -> str:
+        """How the model's weights are stored: "fp32", "bf16", "int8", "q4_1", ... (weights.py)."""
+        return weight_format(self.model)
 
     @property
     def max_num_seqs(self) -> int:

@@ -9,10 +9,13 @@ tensors (rows, width), with the residual added inside the matrix multiply where 
 it and the new keys and values written straight into the cache. On a CPU, RMSNorm and the
 attention over the cache are minillm's own kernels (`kernels.rms_norm`,
 `kernels.decode_attention`: one call each instead of PyTorch's general ones, whose overhead per
-call is what a one-row step feels), where `kernels.dispatch.decode_step` says so: it looks at
-the step's device first, so a GPU step never touches the C library. Prefill, padded batches and
-the engine's paged cache take the module path. `tests/test_fast.py` checks both give the same logits;
-`scripts/bench_fused_decode.py` measures what it saves.
+call is what a one-row step feels), where `kernels.dispatch.decode_step` (here `decode_plan`)
+says so: it looks at the step's device first, so a GPU step never touches the C library.
+Prefill, padded batches and the engine's paged cache take the module path. `tests/test_fast.py`
+checks both give the same logits; `scripts/bench_fused_decode.py` measures what it saves. Each
+of the step's operations is one call of a function named here, so `python -m minillm bench step`
+(minillm/tools/bench/step.py) can time the step itself, operation by operation, by putting
+timed functions in their place.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import torch.nn.functional as F
 
 from .. import kernels
 from ..generation.kv_cache import KVCacheProtocol, capability
-from ..kernels import dispatch
+from ..kernels.dispatch import decode_step as decode_plan
 from ..layers import Attention
 from ..layers.rope import apply_rope
 from .linear import FastLinear
@@ -70,6 +73,66 @@ def _linear(layer: nn.Module, x: torch.Tensor, residual: torch.Tensor | None = N
     return y if residual is None else residual + y
 
 
+def _embed(model, input_ids: torch.Tensor) -> torch.Tensor:
+    """The embedding rows (rows, width) of one new token per row, after checking the ids."""
+    vocab = model.config.vocab_size
+    ids = input_ids.to(model.device)[:, 0]
+    if bool(((ids < 0) | (ids >= vocab)).any()):
+        bad = ids[(ids < 0) | (ids >= vocab)][0].item()
+        raise ValueError(f"token id {bad} is out of range: the vocabulary has {vocab} ids "
+                         f"(0 to {vocab - 1})")
+    return model.embed(ids)
+
+
+def _angles(model, pos: int, x: torch.Tensor):
+    """cos, sin of position `pos`, for RoPE."""
+    return model.rotary(torch.full((1, 1), pos, device=x.device), x.dtype)
+
+
+def _rope(layer: _Layer, qkv: torch.Tensor, cos, sin):
+    """q (rows, 1, nq, hd) and k (rows, 1, nkv, hd) from qkv, rotated (and normed first where
+    the family has its own qk_norm)."""
+    attn = layer.attn
+    rows, nq, nkv, hd = qkv.shape[0], attn.n_heads, attn.n_kv_heads, attn.head_dim
+    if layer.joint_rope:  # q and k side by side in qkv: one rotation for both
+        qk = apply_rope(qkv[:, :(nq + nkv) * hd].view(rows, 1, nq + nkv, hd), cos, sin)
+        return qk[:, :, :nq], qk[:, :, nq:]
+    q, k = attn.qk_norm(qkv[:, :nq * hd].view(rows, 1, nq, hd),
+                        qkv[:, nq * hd:(nq + nkv) * hd].view(rows, 1, nkv, hd))
+    return apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+
+
+def _write_cache(keys, values, pos: int, k: torch.Tensor, qkv: torch.Tensor) -> None:
+    """The new key (k) and value (qkv's last part) into a layer's cache at `pos`, in place."""
+    rows, nkv, hd = k.shape[0], keys.shape[1], keys.shape[-1]
+    keys[:, :, pos] = k[:, 0]
+    values[:, :, pos] = qkv[:, qkv.shape[1] - nkv * hd:].view(rows, nkv, hd)
+
+
+def _attend(plan, q: torch.Tensor, keys, values, pos: int) -> torch.Tensor:
+    """The new query (rows, 1, nq, hd) over the cache's first pos + 1 keys and values:
+    (rows, nq * hd)."""
+    rows, nq, hd = q.shape[0], q.shape[2], q.shape[3]
+    if plan.attention:  # one call instead of PyTorch's general attention
+        return kernels.decode_attention(q.reshape(rows, nq, hd), keys, values,
+                                        pos + 1).view(rows, nq * hd)
+    nkv = keys.shape[1]  # each key/value head's group of query heads as its queries: no copies
+    return F.scaled_dot_product_attention(
+        q.reshape(rows, nkv, nq // nkv, hd), keys[:, :, :pos + 1],
+        values[:, :, :pos + 1]).reshape(rows, nq * hd)
+
+
+def _silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """SiLU(gate) * up, gate and up side by side in one tensor."""
+    f = gate_up.shape[1] // 2
+    return F.silu(gate_up[:, :f]).mul_(gate_up[:, f:])
+
+
+def _head(model, x: torch.Tensor) -> torch.Tensor:
+    """Logits (rows, 1, vocab) in float32 from the final norm's output."""
+    return model.lm_head(x).float()[:, None, :]
+
+
 class FusedDecode:
     """`model`'s decode step, for a fast (fused) Llama-family model."""
 
@@ -100,43 +163,20 @@ class FusedDecode:
 
     def __call__(self, input_ids: torch.Tensor, cache: KVCacheProtocol) -> torch.Tensor:
         """Logits (rows, 1, vocab) in float32 for one new token per row."""
+        # Each operation is one call of a module-level function: `bench step` times them so.
         model = self.model
-        vocab = model.config.vocab_size
         pos = cache.length
-        ids = input_ids.to(model.device)[:, 0]
-        if bool(((ids < 0) | (ids >= vocab)).any()):
-            bad = ids[(ids < 0) | (ids >= vocab)][0].item()
-            raise ValueError(f"token id {bad} is out of range: the vocabulary has {vocab} ids "
-                             f"(0 to {vocab - 1})")
-        x = model.embed(ids)  # (rows, width)
-        rows = x.shape[0]
-        cos, sin = model.rotary(torch.full((1, 1), pos, device=x.device), x.dtype)
-        plan = dispatch.decode_step(x, cache.keys[0])  # the device first: no C for a GPU step
+        x = _embed(model, input_ids)  # (rows, width)
+        cos, sin = _angles(model, pos, x)
+        plan = decode_plan(x, cache.keys[0])  # the device first: no C for a GPU step
         norm_kernel = plan.norm
         for i, layer in enumerate(self.layers):
-            attn = layer.attn
-            nq, nkv, hd = attn.n_heads, attn.n_kv_heads, attn.head_dim
-            qkv = _linear(layer.qkv, _norm(layer.attn_norm, x, norm_kernel))
-            if layer.joint_rope:  # q and k side by side in qkv: one rotation for both
-                qk = apply_rope(qkv[:, :(nq + nkv) * hd].view(rows, 1, nq + nkv, hd), cos, sin)
-                q, k = qk[:, :, :nq], qk[:, :, nq:]
-            else:
-                q, k = attn.qk_norm(qkv[:, :nq * hd].view(rows, 1, nq, hd),
-                                    qkv[:, nq * hd:(nq + nkv) * hd].view(rows, 1, nkv, hd))
-                q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
             keys, values = cache.keys[i], cache.values[i]
-            keys[:, :, pos] = k[:, 0]
-            values[:, :, pos] = qkv[:, (nq + nkv) * hd:].view(rows, nkv, hd)
-            if plan.attention:  # one call instead of PyTorch's general attention
-                out = kernels.decode_attention(q.reshape(rows, nq, hd), keys, values,
-                                               pos + 1).view(rows, nq * hd)
-            else:  # each key/value head's group of query heads as its queries: no key copies
-                out = F.scaled_dot_product_attention(
-                    q.reshape(rows, nkv, nq // nkv, hd), keys[:, :, :pos + 1],
-                    values[:, :, :pos + 1]).reshape(rows, nq * hd)
-            x = _linear(layer.o, out, x)
+            qkv = _linear(layer.qkv, _norm(layer.attn_norm, x, norm_kernel))
+            q, k = _rope(layer, qkv, cos, sin)
+            _write_cache(keys, values, pos, k, qkv)
+            x = _linear(layer.o, _attend(plan, q, keys, values, pos), x)
             gate_up = _linear(layer.gate_up, _norm(layer.mlp_norm, x, norm_kernel))
-            f = gate_up.shape[1] // 2
-            x = _linear(layer.down, F.silu(gate_up[:, :f]).mul_(gate_up[:, f:]), x)
+            x = _linear(layer.down, _silu_mul(gate_up), x)
         cache.advance(1)
-        return model.lm_head(_norm(model.norm, x, norm_kernel)).float()[:, None, :]
+        return _head(model, _norm(model.norm, x, norm_kernel))

@@ -41,6 +41,12 @@ def _bench_latency(args) -> int:
     return run_cli(args)
 
 
+def _bench_step(args) -> int:
+    from .bench.step import run_cli
+
+    return run_cli(args)
+
+
 def _bench_serve(args) -> int:
     from .loadtest.cli import run_cli
 
@@ -111,21 +117,32 @@ def build_parser() -> argparse.ArgumentParser:
     progress.add_argument("-v", "--verbose", action="store_true", help="show each failing check")
     progress.set_defaults(run=_progress)
     from .bench.options import build_parser as latency_options
+    from .bench.options import step_parser as step_options
     from .loadtest.options import add_arguments as load_test_options
 
     bench = commands.add_parser(
-        "bench", help="benchmarks: `bench latency` (minillm against transformers, here) or "
+        "bench", help="benchmarks: `bench latency` (minillm against transformers, here), "
+                      "`bench step` (one decode step, operation by operation) or "
                       "`bench serve --url URL` (load-test a server)",
-        description="Two benchmarks, named as vLLM names them (`vllm bench latency|serve`). "
-                    "The spellings from before, `bench [latency options]` and `bench --url URL "
-                    "[serve options]`, still run, with a note.")
-    kinds = bench.add_subparsers(dest="bench", required=True, metavar="{latency,serve}")
+        description="Two benchmarks named as vLLM names them (`vllm bench latency|serve`), and "
+                    "`bench step`, where a decode step's time goes. The spellings from before, "
+                    "`bench [latency options]` and `bench --url URL [serve options]`, still run, "
+                    "with a note.")
+    kinds = bench.add_subparsers(dest="bench", required=True, metavar="{latency,step,serve}")
     latency = kinds.add_parser(
         "latency", help="time minillm against transformers in this process (TTFT, TPOT, "
                         "tokens/s, prefill, bandwidth bound)",
         description="minillm's fast engine against transformers' generate() on the same "
                     "weights, in this process (chapter 05).")
     latency_options(latency).set_defaults(run=_bench_latency)
+    step = kinds.add_parser(
+        "step", help="where one batch-1 decode step's time goes: each operation's ms per token, "
+                     "and the GB/s of each matrix multiply",
+        description="Time the fast path's fused decode step (the one `bench latency` runs) "
+                    "operation by operation on the CPU: norms, projections, RoPE, the cache "
+                    "write, attention, SiLU*mul, residual adds, the LM head and the Python "
+                    "between them.")
+    step_options(step).set_defaults(run=_bench_step)
     serve = kinds.add_parser(
         "serve", help="load-test an OpenAI-compatible server (TTFT, TPOT, latency "
                       "p50/p90/p99, throughput)",

@@ -132,16 +132,21 @@ def best_time(fn, device=None, repeats: int = 3, warmup: int = 0) -> float:
 
 
 def describe() -> dict:
-    """The versions and the device a lesson reports at its start."""
+    """The versions and the device a lesson reports at its start, by label: "device" and "cpu
+    threads" are Chinese under use_language("zh"); "python", "torch" and "gpu" are the same in
+    both. The labels line up by screen columns in a format spec (`f"{key:>12}"`)."""
     import platform
+
+    from .columns import Label
+    from .wording import text
 
     chosen = pick_device()
     info = {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "device": str(chosen),
-        "cpu threads": torch.get_num_threads(),
+        Label("python"): platform.python_version(),
+        Label("torch"): torch.__version__,
+        Label(text("device", "设备")): str(chosen),
+        Label(text("cpu threads", "CPU 线程数")): torch.get_num_threads(),
     }
     if chosen.type == "cuda":
-        info["gpu"] = torch.cuda.get_device_name(chosen)
+        info[Label("gpu")] = torch.cuda.get_device_name(chosen)
     return info

@@ -2,14 +2,15 @@
 the same weights, in the same process (chapter 05).
 
     run.py        the workload, the interleaved repetitions, the table and the JSON line
-    bandwidth.py  the measured read bandwidth and the decode bound it implies
-    options.py    the command's options
+    options.py    the command's options (and `bench step`'s)
+    step.py       `bench step`: one decode step timed operation by operation
+
+The read bandwidth and the decode bound it implies are the engine's: `minillm.measure.bandwidth`.
 """
 
 from importlib import import_module
 
-_NAMES = {"run": "run", "table": "run", "run_cli": "run", "read_bandwidth": "bandwidth",
-          "decode_bound": "bandwidth", "main": "options",
+_NAMES = {"run": "run", "table": "run", "run_cli": "run", "main": "options",
           "build_parser": "options"}
 __all__ = sorted(_NAMES)
 

@@ -14,7 +14,7 @@ import torch
 from ...utils.devices import Timer, model_device
 from ...utils.devices import now as clock
 from ...measure.metrics import throughput
-from ...utils.stats import percentile
+from ...utils.stats import percentile, spread
 from ...engine.engine import Engine
 
 @dataclass
@@ -89,6 +89,36 @@ def time_split(steps) -> dict:
             "prompt_steps": len(prompt), "prompt_s": sum(s.end - s.start for s in prompt),
             "prompt_tokens": sum(n for s in prompt for _, n, kind in s.items
                                  if kind in PROMPT_KINDS)}
+
+
+def compare_weights(engines: dict, work: list[Work], repeats: int = 3) -> dict:
+    """Run `work` offline on each engine of `engines` ({weight format: a function making a fresh
+    Engine with record=True}) `repeats` times, interleaved: each repetition runs every format
+    once, the order rotated, so a change in the machine's load hits all of them alike. Returns,
+    per format, the spread (utils.stats.spread) of tokens/s, of a decode-only step's seconds and
+    of the seconds of the steps that carried prompt tokens, the new tokens, and the ratio of its
+    median tokens/s to the first format's."""
+    if repeats < 1 or not engines:
+        raise ValueError(f"compare_weights needs at least one engine and one repetition, got "
+                         f"{len(engines)} engines and repeats={repeats}")
+    names = list(engines)
+    runs = {name: {"tokens_per_s": [], "decode_step_s": [], "prompt_s": []} for name in names}
+    tokens = {}
+    for rep in range(repeats):
+        for name in names[rep % len(names):] + names[:rep % len(names)]:
+            engine = engines[name]()
+            result = run_engine(engine, work)
+            split = time_split(engine.steps)
+            runs[name]["tokens_per_s"].append(result["tokens_per_s"])
+            runs[name]["decode_step_s"].append(split["decode_step_s"])
+            runs[name]["prompt_s"].append(split["prompt_s"])
+            tokens[name] = result["new_tokens"]
+    out = {name: {**{k: spread(v) for k, v in runs[name].items()}, "new_tokens": tokens[name]}
+           for name in names}
+    first = out[names[0]]["tokens_per_s"]["median"]
+    for row in out.values():
+        row["over_first"] = row["tokens_per_s"]["median"] / first
+    return out
 
 
 def hf_generate(model, tokenizer, work: list[Work], batch_size: int = 16,

@@ -1,10 +1,12 @@
-"""The command line of `python -m minillm bench latency` (kept apart so that building it imports
-no torch). The load test of a server, `bench serve`, has its own options in
+"""The command lines of `python -m minillm bench latency` and `bench step` (kept apart so that
+building them imports no torch). The load test of a server, `bench serve`, has its own options in
 minillm.tools.loadtest.options."""
 
 from __future__ import annotations
 
 import os
+
+STEP_FORMATS = ("fp32", "bf16", "fp16", "int8", "q4_1")
 
 
 def main(argv=None) -> int:
@@ -52,3 +54,38 @@ def build_parser(parser):
                         help="time minillm alone (no ratios)")
     parser.add_argument("--json", default=None, help="also write the JSON report to this file")
     return parser
+
+
+def step_parser(parser):
+    """The options of `python -m minillm bench step` (minillm.tools.bench.step)."""
+    ci = bool(os.environ.get("CI"))
+    parser.add_argument("--weights", default="fp32", choices=STEP_FORMATS,
+                        help="how the weights are stored: fp32, bf16, fp16, int8 or q4_1 (the "
+                             "GGUF file's own 4-bit blocks); default fp32")
+    parser.add_argument("--threads", type=_positive("threads"), default=None,
+                        help="PyTorch's threads (default: its own choice)")
+    parser.add_argument("--steps", type=_positive("steps", 3), default=20 if ci else 200,
+                        help="timed steps, each also run untimed (default 200; 20 when CI is "
+                             "set)")
+    parser.add_argument("--context", type=_positive("context"), default=128,
+                        help="tokens in the cache the step attends over (default 128)")
+    parser.add_argument("--model", default="smollm2-135m",
+                        help="a model name, .gguf file or Hugging Face folder (default "
+                             "smollm2-135m)")
+    parser.add_argument("--json", default=None, help="also write the report to this file")
+    return parser
+
+
+def _positive(name: str, low: int = 1):
+    import argparse
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < low:
+            raise argparse.ArgumentTypeError(f"{name} must be an int >= {low}, got {text!r}")
+        return value
+
+    return parse

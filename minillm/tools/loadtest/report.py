@@ -15,26 +15,16 @@ import math
 import os
 import platform
 import statistics
-import unicodedata
 from collections import Counter
 
 from ...measure.metrics import throughput
+from ...utils.columns import columns, pad
 from ...utils.stats import percentile
 from ...utils.wording import text
 from .caveats import caveats
 
 PERCENTILES = (50, 90, 99)
 ROWS = ("ttft_ms", "tpot_ms", "latency_ms")
-
-
-def _columns(line: str) -> int:
-    """How many terminal columns `line` takes: a Chinese character takes two."""
-    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in line)
-
-
-def _pad(label: str, width: int, right: bool = False) -> str:
-    space = " " * max(0, width - _columns(label))
-    return space + label if right else label + space
 
 
 def _row_label(key: str) -> str:
@@ -184,12 +174,12 @@ def table(report: dict) -> str:
     if not report["ok"]:
         return "\n".join(lines + _warnings(report))
     lines.append(_full_length_line(report))
-    head = f"{'':<12}{'n':>4}{_pad(text('mean', '平均'), 10, right=True)}" + "".join(
+    head = f"{'':<12}{'n':>4}{pad(text('mean', '平均'), 10, right=True)}" + "".join(
         f"{'p' + str(q):>10}" for q in PERCENTILES)
-    lines += [head, "-" * _columns(head)]
+    lines += [head, "-" * columns(head)]
     for key in ROWS:
         row = report[key]
-        lines.append(f"{_pad(_row_label(key), 12)}{row['n']:>4}" + "".join(
+        lines.append(f"{pad(_row_label(key), 12)}{row['n']:>4}" + "".join(
             f"{row[k]:>10.1f}" for k in ["mean"] + [f"p{q}" for q in PERCENTILES]))
     lines.append(_output_length_line(report))
     lines.append(text("throughput {tok_s:.1f} output tok/s, {req_s:.2f} req/s; {output} output "

@@ -3,7 +3,7 @@
     GET  /health                 "ok" while the engine thread runs, and its counters
     GET  /metrics                Prometheus text, vLLM's names: running, waiting, KV cache, tokens,
                                  TTFT, TPOT, latency, queue time, preemptions, prefix cache
-    GET  /v1/models              the one model this server serves, with its context length
+    GET  /v1/models              the one model this server serves, its context length and weights
     POST /v1/completions         continue a prompt          (stream: true -> server-sent events)
     POST /v1/chat/completions    answer a conversation      (stream: true -> server-sent events)
 
@@ -182,7 +182,8 @@ def create_app(engine, model_name: str = "minillm", *, default_max_tokens: int =
 
     @app.get("/v1/models")
     async def models():
-        card = ModelCard(id=model_name, created=started, max_model_len=context)
+        card = ModelCard(id=model_name, created=started, max_model_len=context,
+                         weights=engine.weights)
         return ModelList(data=[card]).json_body()
 
     def check_model(body):

@@ -1,6 +1,7 @@
 """Starting and stopping the server: `python -m minillm serve`, or from Python.
 
     python -m minillm serve --port 8000                  # SmolLM2 on http://127.0.0.1:8000
+    python -m minillm serve --weights int8               # int8 weights (fp32, bf16, int8, q4_1)
 
     with ServerThread(engine) as server:                 # in this process, on a free port
         httpx.get(server.url + "/health")
@@ -21,7 +22,7 @@ import sys
 import threading
 import time
 
-from .options import API_KEY_ENV, LOOPBACK
+from .options import API_KEY_ENV, LOOPBACK, SERVE_WEIGHTS
 
 
 def free_port(host: str = LOOPBACK) -> int:
@@ -31,25 +32,52 @@ def free_port(host: str = LOOPBACK) -> int:
 
 
 def make_engine(model: str = "smollm2-135m", *, tiny: bool = False, device: str = "cpu",
-                max_num_seqs: int = 16, num_blocks: int = 512, block_size: int = 16,
-                max_num_batched_tokens: int = 512):
-    """Load a model and wrap it in the chapter 06 engine. `tiny`: a random 2-layer Llama with a
-    letter tokenizer (for tests: it starts in a moment and its answers are nonsense)."""
+                weights: str = "fp32", max_num_seqs: int = 16, num_blocks: int = 512,
+                block_size: int = 16, max_num_batched_tokens: int = 512):
+    """Load a model with its `weights` in one of SERVE_WEIGHTS (as `minillm.load(...,
+    weights=...)` loads it) and wrap it in the chapter 06 engine. `tiny`: a random 2-layer Llama
+    with a letter tokenizer (for tests: it starts in a moment and its answers are nonsense)."""
     from ...engine import Engine
 
+    if weights not in SERVE_WEIGHTS:
+        raise ValueError(f"weights must be one of {', '.join(SERVE_WEIGHTS)}, got {weights!r}")
     if tiny:
         from ...course.toy import tiny_model
 
+        if weights == "q4_1":
+            raise ValueError("weights 'q4_1' runs a GGUF file's own 4-bit blocks, and the tiny "
+                             f"model has no file: serve it with "
+                             f"{', '.join(w for w in SERVE_WEIGHTS if w != 'q4_1')}")
         m, tok = tiny_model()
+        if weights != "fp32":  # fp32 keeps the readable model, as before the option
+            from ...fast import optimize
+
+            m = optimize(m, weights)
     else:
         from ...loading import load
 
-        m, tok = load(model, device=device)
+        check_device(device)
+        m, tok = load(model, device=device, weights=weights)
         if tok is None:
             raise ValueError(f"{model} has no tokenizer minillm can read: the server needs one "
                              "to turn text into tokens and back")
     return Engine(m, tok, num_blocks=num_blocks, block_size=block_size,
                   max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
+
+
+def check_device(device: str) -> None:
+    """ValueError when this machine's PyTorch cannot use `device` (a clear message before any
+    weight is loaded, not a traceback from deep inside the load)."""
+    import torch
+
+    from ...utils.devices import pick_device
+
+    chosen = pick_device(device)
+    usable = {"cuda": torch.cuda.is_available,
+              "mps": lambda: torch.backends.mps.is_available()}.get(chosen.type, lambda: True)
+    if not usable():
+        raise ValueError(f"device {device!r}: this machine's PyTorch cannot use {chosen.type} "
+                         "(no such device, or a build without it); use 'cpu' or 'auto'")
 
 
 class ServerThread:
@@ -175,8 +203,8 @@ def serve_cli(args) -> int:
         torch.set_num_threads(args.threads)
     try:
         engine = make_engine(args.model, tiny=args.tiny, device=args.device,
-                             max_num_seqs=args.max_num_seqs, num_blocks=args.num_blocks,
-                             block_size=args.block_size,
+                             weights=args.weights, max_num_seqs=args.max_num_seqs,
+                             num_blocks=args.num_blocks, block_size=args.block_size,
                              max_num_batched_tokens=args.max_num_batched_tokens)
     except (ValueError, TypeError, FileNotFoundError) as error:
         print(f"minillm serve: {error}", file=sys.stderr)
@@ -192,7 +220,8 @@ def serve_cli(args) -> int:
     if args.host not in (LOOPBACK, "localhost", "::1"):
         print(f"minillm serve: listening on {args.host}: other machines can reach this server",
               file=sys.stderr)
-    print(f"minillm serve: {name} on http://{args.host}:{args.port}", file=sys.stderr, flush=True)
+    print(f"minillm serve: {name} ({engine.weights} weights) on http://{args.host}:{args.port}",
+          file=sys.stderr, flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning",
                 timeout_graceful_shutdown=5)
     return 0

@@ -3,6 +3,7 @@ package. Names and labels are vLLM's (docs.vllm.ai "Production Metrics"), with m
 of vllm:, and every sample carries a `model_name` label, so dashboards written for vLLM read them
 after a change of prefix.
 
+    minillm_model_info{weights=...}       1, with the weight format served as a label    (info)
     minillm_num_requests_running          sequences in the engine's running batch       (gauge)
     minillm_num_requests_waiting          requests queued for admission                  (gauge)
     minillm_kv_cache_usage_perc           fraction of KV-cache blocks in use, 0 to 1     (gauge)
@@ -27,7 +28,8 @@ from __future__ import annotations
 
 import math
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (CollectorRegistry, Counter, Gauge, Histogram, Info,
+                               generate_latest)
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -81,6 +83,8 @@ class ServerMetrics:
             return engine.stats()["kv_blocks_used"]
 
         total = engine.stats()["num_blocks"]
+        Info("minillm_model", "The model served and how its weights are stored", LABEL,
+             registry=registry).labels(model_name).info({"weights": engine.weights})
         gauge("minillm_num_requests_running", "Sequences in the running batch"
               ).set_function(engine.num_running)
         gauge("minillm_num_requests_waiting", "Requests waiting to be admitted"

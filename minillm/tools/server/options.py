@@ -5,6 +5,9 @@ from __future__ import annotations
 
 LOOPBACK = "127.0.0.1"
 API_KEY_ENV = "MINILLM_API_KEY"
+# The weight formats the server loads (minillm.load's `weights`): float32, bfloat16, int8 per
+# channel, or the GGUF file's own Q4_1 blocks.
+SERVE_WEIGHTS = ("fp32", "bf16", "int8", "q4_1")
 
 
 def add_arguments(parser):
@@ -18,6 +21,10 @@ def add_arguments(parser):
     parser.add_argument("--host", default=LOOPBACK,
                         help="address to listen on (default 127.0.0.1: this machine only)")
     parser.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    parser.add_argument("--weights", default="fp32", choices=SERVE_WEIGHTS,
+                        help="how the linear layers' weights are stored and multiplied: "
+                             f"{', '.join(SERVE_WEIGHTS)} (q4_1: the GGUF file's own 4-bit "
+                             "blocks, CPU only; default fp32)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, mps or auto (default cpu)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads")
     parser.add_argument("--max-num-seqs", type=int, default=16,

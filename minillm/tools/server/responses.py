@@ -62,6 +62,7 @@ class ModelCard(Shape):
     created: int
     owned_by: str = "minillm"
     max_model_len: int  # the context window, in tokens (vLLM's name)
+    weights: str  # how the weights are stored: fp32, bf16, int8 or q4_1 (minillm's own field)
 
 
 class ModelList(Shape):

@@ -115,7 +115,7 @@ numbers = ["In 2024, 1,234,567 people paid $19.99.", "pi = 3.14159265358979", "x
            "2 ½ cups"]
 for s in numbers:
     same = tok.encode(s) == llama_cpp.encode(s)
-    print(f"{s!r:42} {'same ids' if same else 'differ:'}",
+    print(f"{s!r:42} {'编号相同' if same else '不同：'}",
           "" if same else f"{tok.tokens(s)} 对比 {llama_cpp.tokens(s)}")
 every_string = parity_strings(chat_template=tok.apply_chat_template)
 split_differs = [s for s in every_string if tok.encode(s) != llama_cpp.encode(s)]
@@ -205,18 +205,16 @@ for t in (tok, mixed, poems):
 # 诗词分词器写古诗时接近一个字一个词元。对“你好，世界！”它的收益却没有想象中那么大：“你”
 # （现代汉语的“你”）和全角的“！”在唐诗宋词里都很少见。分词器学到的，就是它训练时读到的文本。
 #
-# 下图统计了几种语言的句子（都不取自训练语料）平均每个字符要花几个词元（图中的分组名保留英文：
-# English 英文、Chinese (simpl.) 简体中文、Chinese (trad.) 繁体中文、Japanese 日文、Korean
-# 韩文、Arabic etc. 阿拉伯文等、code 代码、emoji 表情符号）。同样的文本，每个字符花的词元越多，
+# 下图统计了几种语言的句子（都不取自训练语料）平均每个字符要花几个词元。同样的文本，每个字符花的词元越多，
 # 输入就越长、越慢、越贵：预填充的时间、KV 缓存的内存和上下文长度，都是按词元计算的。
 
 # %% en=9d124c04
 from minillm.course import tokenizer_samples as samples
 
-groups = {"English": samples.ENGLISH, "Chinese (simpl.)": samples.CHINESE_SIMPLIFIED,
-          "Chinese (trad.)": samples.CHINESE_TRADITIONAL, "Japanese": samples.JAPANESE,
-          "Korean": samples.KOREAN, "Arabic etc.": samples.ARABIC, "code": samples.CODE,
-          "emoji": samples.EMOJI}
+groups = {"英文": samples.ENGLISH, "简体中文": samples.CHINESE_SIMPLIFIED,
+          "繁体中文": samples.CHINESE_TRADITIONAL, "日文": samples.JAPANESE,
+          "韩文": samples.KOREAN, "阿拉伯文等": samples.ARABIC, "代码": samples.CODE,
+          "表情符号": samples.EMOJI}
 
 def tokens_per_char(t, texts):
     return sum(len(t.encode(s)) for s in texts) / sum(len(s) for s in texts)
@@ -461,8 +459,8 @@ cold, ours = cpu_seconds(lambda: fresh.encode(english))
 warm, _ = cpu_seconds(lambda: fresh.encode(english))
 rust_time, theirs = cpu_seconds(lambda: rust.encode(english, add_special_tokens=False).ids)
 assert ours == theirs
-speed = {"minillm (cold cache)": size / cold, "minillm (warm cache)": size / warm,
-         "Rust tokenizers": size / rust_time}
+speed = {"minillm（缓存为空）": size / cold, "minillm（缓存已热）": size / warm,
+         "Rust 分词器": size / rust_time}
 for name, mbps in speed.items():
     print(f"{name:<22} {mbps:6.2f} MB/s")
 fig, ax = plt.subplots(figsize=(6, 2.2))
@@ -472,7 +470,7 @@ plt.tight_layout()
 plt.show()
 
 # %% [markdown] en=27d2db27
-# 上面的 cold cache 指词缓存为空的第一遍，warm cache 指缓存已填满的第二遍。两者各把时间花在了
+# 上面的“缓存为空”指词缓存为空的第一遍，“缓存已热”指缓存已填满的第二遍。两者各把时间花在了
 # 哪里？它们都先用预分词器的正则表达式切分文本：minillm 用 Python 的 `regex` 模块，Rust 分词器
 # 用 Oniguruma 库。单独给这一步计时，就能看出它在各自的总时间里占多少。（Rust 的
 # `pre_tokenize_str` 还要把每一段及其偏移量交回 Python，所以它的数字里也包含了这部分开销。）
@@ -504,12 +502,12 @@ print(f"只算预分词器：minillm {size / split_ours:.2f} MB/s"
 # %% en=a420cf63
 print(f"训练：在 {len(text.encode()) / 1e6:.2f} MB 上做 {merges_mixed} 次合并，用了 "
       f"{train_seconds:.1f} 秒 CPU 时间")
-print(f"编码 {size:.2f} MB 英文：minillm 缓存为空时 {speed['minillm (cold cache)']:.2f} MB/s，"
-      f"缓存已热时 {speed['minillm (warm cache)']:.2f} MB/s；Rust {speed['Rust tokenizers']:.2f} MB/s；"
-      f"minillm/Rust = {speed['minillm (cold cache)'] / speed['Rust tokenizers']:.2f}（缓存为空），"
-      f"{speed['minillm (warm cache)'] / speed['Rust tokenizers']:.2f}（缓存已热）")
+print(f"编码 {size:.2f} MB 英文：minillm 缓存为空时 {speed['minillm（缓存为空）']:.2f} MB/s，"
+      f"缓存已热时 {speed['minillm（缓存已热）']:.2f} MB/s；Rust {speed['Rust 分词器']:.2f} MB/s；"
+      f"minillm/Rust = {speed['minillm（缓存为空）'] / speed['Rust 分词器']:.2f}（缓存为空），"
+      f"{speed['minillm（缓存已热）'] / speed['Rust 分词器']:.2f}（缓存已热）")
 smol = dict(zip(groups, table[tok.name]))
-print(f"SmolLM2 每个字符的词元数：英文 {smol['English']:.2f}，简体中文 "
-      f"{smol['Chinese (simpl.)']:.2f}，繁体中文 {smol['Chinese (trad.)']:.2f}")
+print(f"SmolLM2 每个字符的词元数：英文 {smol['英文']:.2f}，简体中文 "
+      f"{smol['简体中文']:.2f}，繁体中文 {smol['繁体中文']:.2f}")
 print(f"你好，世界！：SmolLM2 {len(tok.encode(hello))} 个词元，混合语料的 BPE "
       f"{len(mixed.encode(hello))} 个，诗词的 BPE {len(poems.encode(hello))} 个")

@@ -175,7 +175,7 @@ show_source(flash_attention)
 # %% en=9e339ba8
 flash_lengths = [256, 512, 1024] + ([] if CI else [2048])  # 比较的是最后两个长度
 gen = torch.Generator().manual_seed(0)
-peaks = {"plain": [], "flash": []}
+peaks = {"普通注意力": [], "分块注意力": []}
 for n in tqdm(flash_lengths, desc="提示词长度"):
     q = torch.randn(1, c.n_heads, n, c.head_dim, generator=gen)
     k = torch.randn(1, c.n_kv_heads, n, c.head_dim, generator=gen)
@@ -184,8 +184,8 @@ for n in tqdm(flash_lengths, desc="提示词长度"):
     tiled_out, tiled_peak = peak_bytes(flash_attention, q, k, v, block_size=128)
     error = (plain_out - tiled_out).abs().max().item()
     assert error < 1e-5
-    peaks["plain"].append(plain_peak)
-    peaks["flash"].append(tiled_peak)
+    peaks["普通注意力"].append(plain_peak)
+    peaks["分块注意力"].append(tiled_peak)
     print(f"{n:>5} 个词元：峰值时普通注意力 {plain_peak / 1e6:7.1f} MB，分块 "
           f"{tiled_peak / 1e6:5.1f} MB；最大差值 {error:.1e}")
 
@@ -200,21 +200,21 @@ plt.legend()
 plt.show()
 n_max = flash_lengths[-1]
 scores_bytes = c.n_heads * n_max ** 2 * 4
-per_n2 = peaks["plain"][-1] / n_max ** 2
+per_n2 = peaks["普通注意力"][-1] / n_max ** 2
 print(f"在 {n_max} 个词元时，普通注意力在峰值时占用分数矩阵（{scores_bytes / 1e6:.0f} MB）的 "
-      f"{peaks['plain'][-1] / scores_bytes:.1f} 倍；分块版本只占 "
-      f"{peaks['flash'][-1] / 1e6:.1f} MB")
+      f"{peaks['普通注意力'][-1] / scores_bytes:.1f} 倍；分块版本只占 "
+      f"{peaks['分块注意力'][-1] / 1e6:.1f} MB")
 print(f"按同样的每 n² {per_n2:.0f} 字节算，32k 个词元的提示词用普通注意力每层需要 "
       f"{per_n2 * 32768 ** 2 / 1e9:.0f} GB")
-assert peaks["plain"][-1] >= scores_bytes > 4 * peaks["flash"][-1]
+assert peaks["普通注意力"][-1] >= scores_bytes > 4 * peaks["分块注意力"][-1]
 print(f"{flash_lengths[-2]} -> {flash_lengths[-1]} 个词元：普通注意力 x"
-      f"{peaks['plain'][-1] / peaks['plain'][-2]:.2f}，分块 x"
-      f"{peaks['flash'][-1] / peaks['flash'][-2]:.2f}")
-assert peaks["plain"][-1] / peaks["plain"][-2] > 3.5  # 词元数翻倍：约 4 倍（n²）
-assert peaks["flash"][-1] / peaks["flash"][-2] < 2.5  # 最多约 2 倍（n）
+      f"{peaks['普通注意力'][-1] / peaks['普通注意力'][-2]:.2f}，分块 x"
+      f"{peaks['分块注意力'][-1] / peaks['分块注意力'][-2]:.2f}")
+assert peaks["普通注意力"][-1] / peaks["普通注意力"][-2] > 3.5  # 词元数翻倍：约 4 倍（n²）
+assert peaks["分块注意力"][-1] / peaks["分块注意力"][-2] < 2.5  # 最多约 2 倍（n）
 
 # %% [markdown] en=fee37967
-# 图例里 plain 是普通注意力，flash 是分块的 FlashAttention。分块版本的内存像 n 一样增长（它的查询
+# 图例里的“分块注意力”就是分块计算的 FlashAttention。分块版本的内存像 n 一样增长（它的查询
 # 和输出），普通版本则像 n² 一样增长。这就是为什么每个推理服务引擎在预填充时都用 FlashAttention
 # 式的算子：长提示词放得下；而且在 GPU 上，这些块待在片上的高速存储里，n² 个分数也就从来不必在
 # GPU 的显存之间来回搬运，它的速度正是从这里来的。minillm 的引擎调用 PyTorch 融合的

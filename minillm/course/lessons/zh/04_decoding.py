@@ -74,7 +74,7 @@ def measure(fields, prompt_ids=prompt_ids, max_new_tokens=N):
 
 results = {name: measure(f, max_new_tokens=N_LOOP)
            for name, f in tqdm(STRATEGIES.items(), desc="策略")}
-print(f"{'strategy':28} {'distinct-2':>10} {'repeat-3':>9} {'mean logp':>10} {'time s':>7}")
+print(f"{'策略':28} {'distinct-2':>10} {'repeat-3':>9} {'mean logp':>10} {'用时 s':>7}")
 for name, r in results.items():
     print(f"{name:28} {r['distinct-2']:10.2f} {r['repeat-3']:9.2f} {r['mean logp']:10.2f} "
           f"{r['seconds']:7.2f}")

@@ -432,13 +432,13 @@ longest = max(len(p) + len(a) for p, a in served)
 everything = sum(len(p) + len(a) for p, a in served)
 capacities = sorted({16 * -(-int(longest * f) // 16) for f in (1, 1.5, 2, 3, 4, 6)}
                     | {16 * -(-everything // 16)})
-hits = {"radix tree (SGLang)": [], "block hashes (vLLM)": []}
+hits = {"基数树（SGLang）": [], "块哈希（vLLM）": []}
 for c in capacities:
-    hits["radix tree (SGLang)"].append(radix_cache_hit_rate(served, c).hit_rate)
-    hits["block hashes (vLLM)"].append(block_cache_hit_rate(served, c // 16).hit_rate)
+    hits["基数树（SGLang）"].append(radix_cache_hit_rate(served, c).hit_rate)
+    hits["块哈希（vLLM）"].append(block_cache_hit_rate(served, c // 16).hit_rate)
 for i, c in enumerate(capacities):
-    print(f"{c:>5} 个槽：基数树 {hits['radix tree (SGLang)'][i]:.1%}，"
-          f"块哈希 {hits['block hashes (vLLM)'][i]:.1%}")
+    print(f"{c:>5} 个槽：基数树 {hits['基数树（SGLang）'][i]:.1%}，"
+          f"块哈希 {hits['块哈希（vLLM）'][i]:.1%}")
 ahead = sum(r >= b for r, b in zip(*hits.values()))
 print(f"在 {len(capacities)} 种容量中，有 {ahead} 种基数树命中的词元不少于块哈希")
 
@@ -540,9 +540,9 @@ LONG, CHUNK = (256, 32) if CI else (512, 64)
 long_prompt = make_workload(tokenizer, 1, prompt_lengths=(LONG, LONG), output_lengths=(1, 1),
                             seed=5)[0].prompt
 decoding = [w.prompt for w in work[:SEATS]]
-arrivals = {"whole": [], "chunked": []}
+arrivals = {"整块": [], "分块": []}
 for _ in range(REPEATS):  # 交替进行
-    for mode, budget in (("whole", LONG + SEATS), ("chunked", CHUNK)):
+    for mode, budget in (("整块", LONG + SEATS), ("分块", CHUNK)):
         engine = new_engine("continuous", max_num_batched_tokens=budget, max_num_seqs=SEATS + 1,
                             enable_prefix_caching=False, record=False)
         arrivals[mode].append(long_prompt_arrival(engine, decoding, long_prompt))
@@ -551,11 +551,11 @@ for mode, results in arrivals.items():
     print(f"{mode:>8}（预算 {r.budget}）：{r.steps} 步；运行中请求的最长间隔 "
           f"{1000 * r.stall:.0f} ms，平均 {1000 * r.mean_gap:.0f} ms；长提示词的 TTFT "
           f"{1000 * r.ttft:.0f} ms")
-stall = Comparison(tuple(r.stall for r in arrivals["whole"]),
-                   tuple(r.stall for r in arrivals["chunked"]))
-wait = Comparison(tuple(r.ttft for r in arrivals["whole"]),
-                  tuple(r.ttft for r in arrivals["chunked"]))
-print(f"chunked / whole，最长间隔：{stall.spread_text()}；长提示词的 TTFT："
+stall = Comparison(tuple(r.stall for r in arrivals["整块"]),
+                   tuple(r.stall for r in arrivals["分块"]))
+wait = Comparison(tuple(r.ttft for r in arrivals["整块"]),
+                  tuple(r.ttft for r in arrivals["分块"]))
+print(f"分块 / 整块，最长间隔：{stall.spread_text()}；长提示词的 TTFT："
       f"{wait.spread_text()}")
 print({True: "分块没有缩短停顿", None: TOO_NOISY,
        False: "每次重复里，分块都缩短了运行中请求最长的等待"}
@@ -566,7 +566,7 @@ print({True: "分块没有缩短停顿", None: TOO_NOISY,
 
 # %% en=0ae509dc
 fig, ax = plt.subplots(figsize=(7, 2.6))
-for mode, style in (("whole", "s-"), ("chunked", "o-")):
+for mode, style in (("整块", "s-"), ("分块", "o-")):
     gaps = arrivals[mode][-1].gaps[:arrivals[mode][-1].steps]  # 第一个请求的
     ends = [sum(gaps[:i + 1]) for i in range(len(gaps))]
     ax.plot(ends, [1000 * g for g in gaps], style, label=f"提示词：{mode}")
@@ -657,21 +657,21 @@ pd_work = make_workload(tokenizer, PD_N, prompt_lengths=(32, 96 if CI else 160),
                         output_lengths=(8, 12 if CI else 24), seed=3)
 pd_arrivals = [(t, w.prompt, {"max_new_tokens": w.max_new_tokens, "ignore_eos": True})
                for t, w in zip(poisson_arrivals(PD_N, rate=capacity, seed=2), pd_work)]
-pd = {"2 colocated": [], "prefill + decode": []}
+pd = {"2 个同置引擎": [], "预填充 + 解码": []}
 for _ in range(REPEATS):  # 交替进行
     two = [new_engine("continuous", enable_prefix_caching=False) for _ in range(2)]
-    pd["2 colocated"].append(serve_colocated(two, pd_arrivals).summary())
+    pd["2 个同置引擎"].append(serve_colocated(two, pd_arrivals).summary())
     split = serve_disaggregated(new_engine(PrefillScheduler, enable_prefix_caching=False),
                                 new_engine(DecodeScheduler, max_num_seqs=2 * SEATS),
                                 pd_arrivals)
-    pd["prefill + decode"].append(split.summary())
+    pd["预填充 + 解码"].append(split.summary())
 for name, rows in pd.items():
     print(f"{name:>17}：" + "，".join(f"{k} {1000 * v:.0f} ms" for k, v in rows[-1].items()))
 print(f"交接：为 {PD_N} 个提示词复制了 {split.handoff_bytes / 2**20:.1f} MiB 的 KV 块，"
       f"用时 {1000 * split.handoff_seconds:.1f} ms")
-for key in ("TPOT p90", "longest gap", "TTFT p50"):
-    c = Comparison(tuple(r[key] for r in pd["2 colocated"]),
-                   tuple(r[key] for r in pd["prefill + decode"]))
+for key in ("TPOT p90", "最长间隔", "TTFT p50"):
+    c = Comparison(tuple(r[key] for r in pd["2 个同置引擎"]),
+                   tuple(r[key] for r in pd["预填充 + 解码"]))
     verdict = {True: "更高", False: "更低", None: TOO_NOISY}[c.above(1.0)]
     print(f"{key:>12}，分离 / 同置：{c.spread_text()}：{verdict}")
 
@@ -692,8 +692,8 @@ print(f"静态批处理，幽灵行步：           {ghost:.0%}")
 print(f"KV 内存 已用 / 预留，分页：       {memory['paged']:.0%}")
 print(f"  连续存储（提示词 + max_new）：  {memory['contiguous_per_request']:.0%}")
 print(f"前缀缓存：计算的提示词词元 {prefix[False][2]} -> {prefix[True][2]}")
-print(f"多轮对话，全部缓存：             基数树 {hits['radix tree (SGLang)'][-1]:.0%}，"
-      f"块哈希 {hits['block hashes (vLLM)'][-1]:.0%} 的提示词词元命中")
+print(f"多轮对话，全部缓存：             基数树 {hits['基数树（SGLang）'][-1]:.0%}，"
+      f"块哈希 {hits['块哈希（vLLM）'][-1]:.0%} 的提示词词元命中")
 print(f"写时复制，{SAMPLES} 个样本：            {held} 个块，而不是 "
       f"{sum(map(len, tables))} 个")
 print(f"抢占，{tight.blocks.num_blocks} 个块："

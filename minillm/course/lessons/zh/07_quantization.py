@@ -316,9 +316,9 @@ exact = x_probe @ w_probe.T
 weight_only = x_probe @ quant.dequantize_int8(*quant.quantize_int8(w_probe)).T
 llm8 = LLMInt8Linear(w_probe)
 errors = {
-    "int8 weights, float activations": weight_only,
-    "LLM.int8(): outliers in fp16": llm8(x_probe),
-    "int8 x int8, no outlier split": llm8(x_probe, decompose=False),
+    "int8 权重，浮点激活": weight_only,
+    "LLM.int8()：离群特征走 fp16": llm8(x_probe),
+    "int8 × int8，不拆分离群特征": llm8(x_probe, decompose=False),
 }
 outlier_cols = outlier_columns(x_probe).numel()
 print(f"{probe}：{x_probe.shape[1]} 个特征中有 {outlier_cols} 个离群特征")
@@ -327,11 +327,9 @@ for name, y in errors.items():
     errors[name] = rel
     print(f"{name:>32}：相对误差 {rel:.2e}")
 if outlier_cols:
-    assert errors["int8 x int8, no outlier split"] > errors["LLM.int8(): outliers in fp16"]
+    assert errors["int8 × int8，不拆分离群特征"] > errors["LLM.int8()：离群特征走 fp16"]
 
 # %% [markdown] en=c94e34c9
-# 这几行依次是：int8 权重配浮点激活；LLM.int8()，离群特征走 fp16；int8 × int8，不做离群拆分。
-#
 # 再看各个步骤的开销：在批大小为 1（一个解码步）和 128 行（一次预填充）时，在这台 CPU 上计时，
 # 与同一层的一次 float32 乘法相比。这里模拟用的 int8 乘法是 PyTorch 自己的（`torch._int_mm`），
 # 不是 bitsandbytes 的 CUDA 算子，所以绝对时间和 GPU 上不同；能搬过去的结论是：乘法之外的
@@ -363,7 +361,8 @@ for rows_in in (1, 128):
 # ### minillm 的仅权重 int8：四种乘法
 #
 # minillm 的 int8 只把权重*存*成 int8，和 GPU 推理服务器上的 int8 一样；激活以浮点数进来。
-# `quant.Int8Linear` 有四种乘法（它的 `path`）：
+# `quant.Int8Linear` 有四种乘法（它的 `path`），下面的图里依次叫“int8 反量化”“int8 融合”
+# “int8 动态”和“int8 算子”：
 #
 # - **dequantize**：每次调用都重建一份浮点权重，再做普通乘法：这是 int8 路径比浮点路径慢的
 #   第二个原因。
@@ -395,15 +394,15 @@ with torch.inference_mode():
             "fp32": lambda: F.linear(x, w32),
             "bf16": lambda: F.linear(x.bfloat16(), wbf),
             "fp16": lambda: F.linear(x.half(), w16),
-            "int8 dequantize": lambda: layer8.forward_dequantize(x),
-            "int4 dequantize": lambda: layer4(x),
+            "int8 反量化": lambda: layer8.forward_dequantize(x),
+            "int4 反量化": lambda: layer4(x),
         }
         if quant.fused_int8_available():
-            calls["int8 fused"] = lambda: layer8.forward_fused(x)
+            calls["int8 融合"] = lambda: layer8.forward_fused(x)
         if dynamic_int8_available():
-            calls["int8 dynamic"] = lambda: layer8.forward_dynamic(x)
+            calls["int8 动态"] = lambda: layer8.forward_dynamic(x)
         if kernel_int8_available():
-            calls["int8 kernel"] = lambda: layer8.forward_kernel(x)
+            calls["int8 算子"] = lambda: layer8.forward_kernel(x)
         for name, fn in calls.items():
             kernel_times[(name, rows_in)] = time_call(fn, repeats)
 names = list(dict.fromkeys(n for n, _ in kernel_times))
@@ -453,19 +452,19 @@ cpu_model = model if device.type == "cpu" else copy.deepcopy(model).cpu()
 fast8 = optimize(cpu_model, "int8")
 paths = {"fp32": cpu_model}
 if kernel_int8_available():
-    paths["int8 kernel"] = fast8
+    paths["int8 算子"] = fast8
 if dynamic_int8_available():
     fast8_dynamic = copy.deepcopy(fast8)
     quant.set_int8_path(fast8_dynamic, "dynamic")
-    paths["int8 dynamic"] = fast8_dynamic
+    paths["int8 动态"] = fast8_dynamic
 steps = {name: stepwise(m, step_ids) for name, m in tqdm(paths.items(), desc="路径")}
 error = {}
 for name, (ppl, logits) in steps.items():
     error[name] = (logits - steps["fp32"][1]).abs().mean().item()
     print(f"{name:>12}：困惑度 {ppl:.3f}（相对 fp32 {ppl / steps['fp32'][0] - 1:+.2%}），"
           f"平均 |logit - fp32 的 logit| {error[name]:.4f}，逐个解码 {len(step_ids) - 1} 个词元")
-if "int8 kernel" in error and "int8 dynamic" in error:
-    assert error["int8 kernel"] < error["int8 dynamic"]  # x 用 int8 比用 int16 损失更大
+if "int8 算子" in error and "int8 动态" in error:
+    assert error["int8 算子"] < error["int8 动态"]  # x 用 int8 比用 int16 损失更大
 
 # %% [markdown] en=e8f4fdd8
 # ### 整个模型在批大小为 1 时：int8 胜过 fp32 和 bf16
@@ -601,10 +600,10 @@ from minillm.quant.smoothquant import smooth_scales, w8a8  # noqa: E402
 x_max = x_probe.abs().amax(0)
 smooth = smooth_scales(x_max, w_probe)
 ways = {
-    "W8A8, int8 per token and per row": w8a8(x_probe, w_probe),
-    "W8A8 after SmoothQuant": w8a8(x_probe, w_probe, smooth),
-    "W4A16, 4 bits in groups of 128": x_probe @ rtn(w_probe, 4, 128).T,
-    "FP8 e4m3 weights and activations": fp8_roundtrip(x_probe) @ fp8_roundtrip(w_probe).T,
+    "W8A8：int8，激活逐词元、权重逐行": w8a8(x_probe, w_probe),
+    "SmoothQuant 之后的 W8A8": w8a8(x_probe, w_probe, smooth),
+    "W4A16：4 比特，每 128 个一组": x_probe @ rtn(w_probe, 4, 128).T,
+    "FP8 e4m3 权重和激活": fp8_roundtrip(x_probe) @ fp8_roundtrip(w_probe).T,
 }
 spread = x_max.max() / x_max.median()
 print(f"{probe}：最大特征的 max|x| 是中位特征的 {spread:.0f}x，"
@@ -613,11 +612,10 @@ w8a8_error = {}
 for name, y in ways.items():
     w8a8_error[name] = ((y - exact).norm() / exact.norm()).item()
     print(f"{name:>34}：相对误差 {w8a8_error[name]:.2e}")
-assert w8a8_error["W8A8 after SmoothQuant"] < w8a8_error["W8A8, int8 per token and per row"]
+assert w8a8_error["SmoothQuant 之后的 W8A8"] < w8a8_error["W8A8：int8，激活逐词元、权重逐行"]
 
 # %% [markdown] en=90a268ef
-# 上面四行依次是：W8A8，激活每个词元、权重每行各一个 int8 缩放因子；SmoothQuant 之后的 W8A8；
-# W4A16，4 比特、每 128 个一组；权重和激活都用 FP8 e4m3。选 W4A16 看中的是它的字节数，而不是
+# 第一行的 W8A8 给激活的每个词元、权重的每一行各配一个 int8 缩放因子。选 W4A16 看中的是它的字节数，而不是
 # 单次乘积的精度：批大小为 1 时，决定速度的是字节数。
 
 # %% [markdown] en=0940c908

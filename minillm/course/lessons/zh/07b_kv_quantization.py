@@ -187,13 +187,13 @@ assert median(key_ratio) > median(value_ratio), (key_ratio, value_ratio)
 # - **top-1 一致率**：最可能的下一个词元与 float32 相同的位置所占的比例。
 #
 # 逐头缩放因子来自莎士比亚，而不是这段文本：校准从不接触用来评判它的文本。表和图里的
-# `per token` 指逐词元缩放因子，`per head` 指逐头缩放因子。
+# “逐词元”和“逐头”就指这两种缩放因子。
 
 # %% en=ca5b4e46
 eval_ids = torch.tensor([held_out_ids(tokenizer, EVAL_TOKENS)])
 VARIANTS = {"float32": None,
-            "int8, per token": ("int8", None), "int8, per head": ("int8", ranges),
-            "fp8, per token": ("fp8_e4m3", None), "fp8, per head": ("fp8_e4m3", ranges)}
+            "int8 逐词元": ("int8", None), "int8 逐头": ("int8", ranges),
+            "fp8 逐词元": ("fp8_e4m3", None), "fp8 逐头": ("fp8_e4m3", ranges)}
 
 
 def cache_for(variant, tokens):
@@ -250,9 +250,9 @@ plt.show()
 # %% en=503ff1d6
 mean_error = {name: rows[name]["mean"] for name in quantized}
 assert all(rows[name]["largest"] > 0 for name in quantized), "有个 8 位缓存什么都没改变"
-assert min(mean_error, key=mean_error.get) == "int8, per token", mean_error
+assert min(mean_error, key=mean_error.get) == "int8 逐词元", mean_error
 for fmt in ("int8", "fp8"):
-    assert mean_error[f"{fmt}, per token"] < mean_error[f"{fmt}, per head"], mean_error
+    assert mean_error[f"{fmt} 逐词元"] < mean_error[f"{fmt} 逐头"], mean_error
 assert all(abs(rows[n]["perplexity"] / base - 1) < 0.05 for n in quantized), rows
 
 # %% [markdown] en=a5e5a05c
@@ -292,8 +292,8 @@ for name, out in texts.items():
 # %% en=b97ddadb
 BUDGET = 256 * 2**20
 POOLS = {"float32": lambda n: PagedKVPool.for_model(model, n, 16),
-         "int8, per token": lambda n: QuantizedKVPool.for_model(model, n, 16, "int8"),
-         "fp8, per head": lambda n: QuantizedKVPool.for_model(model, n, 16, "fp8_e4m3", ranges)}
+         "int8 逐词元": lambda n: QuantizedKVPool.for_model(model, n, 16, "int8"),
+         "fp8 逐头": lambda n: QuantizedKVPool.for_model(model, n, 16, "fp8_e4m3", ranges)}
 fits = {}
 for name, make in POOLS.items():
     blocks = BUDGET // make(1).bytes_per_block

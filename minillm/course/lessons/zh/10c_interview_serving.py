@@ -94,8 +94,8 @@ pd_arrivals = [(0.05 * i, p, {"max_new_tokens": N, "ignore_eos": True})
 decoder = serving_engine(DecodeScheduler)
 split = serve_disaggregated(serving_engine(PrefillScheduler), decoder, pd_arrivals)
 together = serve_colocated(serving_engine("continuous"), pd_arrivals)
-for name, served in (("one engine", together), ("prefill + decode", split)):
-    print(f"{name:>16}: " + ", ".join(f"{k} {1e3 * v:.0f} ms" for k, v in
+for name, served in (("单个引擎", together), ("预填充 + 解码", split)):
+    print(f"{name:>16}：" + "，".join(f"{k} {1e3 * v:.0f} ms" for k, v in
                                       served.summary().items()))
 print(f"交接：{len(pd_prompts)} 个提示词共 {split.handoff_bytes / 1e6:.2f} MB 的 KV 块，"
       f"复制用了 {1e3 * split.handoff_seconds:.1f} ms")
@@ -179,9 +179,9 @@ from minillm.engine.interference import long_prompt_arrival
 LONG, CHUNK = 192, 32
 long_prompt = book[2000:2000 + LONG]
 decoding = [tokenizer.encode(f"Request {i}: tell me about rivers.") for i in range(3)]
-arrivals = {"whole": [], "chunked": []}
+arrivals = {"整块": [], "分块": []}
 for _ in range(REPEATS):  # 交替进行
-    for mode, budget in (("whole", LONG + len(decoding)), ("chunked", CHUNK)):
+    for mode, budget in (("整块", LONG + len(decoding)), ("分块", CHUNK)):
         engine = minillm.Engine(model, tokenizer, num_blocks=64, block_size=16, max_num_seqs=4,
                                 max_num_batched_tokens=budget, enable_prefix_caching=False)
         arrivals[mode].append(long_prompt_arrival(engine, decoding, long_prompt))
@@ -189,17 +189,17 @@ for mode, runs in arrivals.items():
     print(f"{mode:>8}（预算 {runs[-1].budget}）：{runs[-1].steps} 步完成预填充；"
           f"正在运行的请求最长的间隔 {1e3 * runs[-1].stall:.0f} ms，长提示词的 "
           f"TTFT {1e3 * runs[-1].ttft:.0f} ms")
-stall = Comparison(tuple(r.stall for r in arrivals["whole"]),
-                   tuple(r.stall for r in arrivals["chunked"]))
-wait = Comparison(tuple(r.ttft for r in arrivals["whole"]),
-                  tuple(r.ttft for r in arrivals["chunked"]))
+stall = Comparison(tuple(r.stall for r in arrivals["整块"]),
+                   tuple(r.stall for r in arrivals["分块"]))
+wait = Comparison(tuple(r.ttft for r in arrivals["整块"]),
+                  tuple(r.ttft for r in arrivals["分块"]))
 print(f"分块 / 整块：最长间隔 {stall.spread_text()}；长提示词的 TTFT "
       f"{wait.spread_text()}")
 print({True: "每次重复中分块都没有缩短停顿", None: TOO_NOISY,
        False: "每次重复中分块都缩短了正在运行的请求的最长等待"}
       [stall.above(1.0)], f"({load_average()})")
-assert all(r.steps >= LONG // CHUNK for r in arrivals["chunked"])  # 提示词被切开了
-assert all(r.steps == 1 for r in arrivals["whole"])
+assert all(r.steps >= LONG // CHUNK for r in arrivals["分块"])  # 提示词被切开了
+assert all(r.steps == 1 for r in arrivals["整块"])
 
 # %% [markdown] en=1e7b765c
 # ## Q29 · 动态批处理和连续批处理有什么区别？
