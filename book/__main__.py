@@ -47,6 +47,14 @@ def parse(argv):
     return args
 
 
+def editions(which: str, zh_root: Path = ROOT) -> list:
+    """The editions `--edition` names: "all", "en" or "zh"."""
+    found = [e for e in sources.editions(zh_root.resolve()) if which in ("all", e.language[:2])]
+    if not found:
+        raise SystemExit(f"no {which} edition under {zh_root}")
+    return found
+
+
 def chosen(edition, lessons: str) -> list[Path]:
     files = edition.lesson_files()
     if lessons == "all":
@@ -128,10 +136,7 @@ def main(argv=None) -> int:
     out = args.out.resolve()
     executed_root = args.executed or (ROOT / "executed" if args.sizes == "full"
                                       else out / "executed")
-    found = [e for e in sources.editions(args.zh_root.resolve())
-             if args.edition == "all" or e.language.split("-")[0] == args.edition]
-    if not found:
-        raise SystemExit(f"no {args.edition} edition under {args.zh_root}")
+    found = editions(args.edition, args.zh_root)
     print(f"book: {len(found)} edition(s) ({', '.join(e.language for e in found)}), "
           f"{args.sizes} sizes", flush=True)
     layouts = {}

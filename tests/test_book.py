@@ -223,6 +223,8 @@ def test_the_command_refuses_bad_choices_with_what_is_allowed(capsys):
     assert "invalid choice: 'fr' (choose from 'all', 'en', 'zh')" in capsys.readouterr().err
     with pytest.raises(SystemExit, match="no zh edition under"):
         command.main(["--edition", "zh", "--zh-root", "/nonexistent", "--sizes", "ci"])
+    assert [e.language for e in command.editions("zh")] == ["zh_CN"]
+    assert [e.language for e in command.editions("all")] == ["en", "zh_CN"]
     english = sources.editions()[0]
     with pytest.raises(SystemExit, match="two-digit chapter numbers such as 04,05; got"):
         command.chosen(english, "4,x")
