@@ -54,7 +54,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: course test setup model doctor bundle browser clean-venv
+.PHONY: course test setup model doctor bundle browser clean-venv book
 
 $(PY):
 	@if [ -z "$(PYTHON)" ]; then echo "minillm needs Python 3.10 or newer (3.11 preferred) and \
@@ -98,9 +98,16 @@ test: setup
 doctor: setup
 	$(PY) -m minillm doctor
 
-bundle: setup
-	$(PY) scripts/make_bundle.py --out $(BUNDLE) --torch "$(TORCH_SPEC)" \
+bundle: setup book
+	$(PY) scripts/make_bundle.py --out $(BUNDLE) --torch "$(TORCH_SPEC)" --book build/book/html \
 		$(if $(strip $(TORCH_INDEX)),--torch-index "$(TORCH_INDEX)")
 
 clean-venv:
 	rm -rf $(VENV)
+
+# --- The book (docs/book.md): every lesson executed at full size, once per version of its source
+# (the executed copies are kept in executed/), and a static HTML book in build/book/html that opens
+# offline. BOOK_ARGS=--force executes every lesson again.
+BOOK_ARGS ?=
+book: setup
+	$(PY) -m book $(BOOK_ARGS)

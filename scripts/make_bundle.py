@@ -7,6 +7,9 @@ platform and Python.
     # then, on the learner's machine (no network needed):
     cd dist/minillm-bundle/course && make course OFFLINE=..
 
+`--book build/book/html` (as `make bundle` passes it, after `make book`) adds the built book, which a
+learner reads offline by opening book/index.html.
+
 pip's default index gives Linux torch's CUDA build (several GB); `--torch-index` (make bundle
 TORCH_INDEX=...) names an extra index to take torch from, such as PyTorch's CPU wheel index.
 
@@ -89,7 +92,11 @@ def main(argv=None) -> int:
                              "PyTorch's CPU wheel index)")
     parser.add_argument("--only-build-tools", action="store_true",
                         help="bundle only the build tools' wheels (for tests)")
+    parser.add_argument("--book", type=Path, default=None,
+                        help="the built book (make book writes build/book/html) to include")
     args = parser.parse_args(argv)
+    if args.book is not None and not (args.book / "index.html").is_file():
+        parser.error(f"--book {args.book}: no index.html there; build the book first (make book)")
 
     sys.path.insert(0, str(ROOT))
     from minillm.files import DEFAULT_MODEL, MODELS, fetch, licence_file, licence_text
@@ -115,6 +122,10 @@ def main(argv=None) -> int:
     (model / licence_file(model_file).name).write_text(licence_text(MODELS[DEFAULT_MODEL]),
                                                       encoding="utf-8")
     files = copy_course(course)
+    if args.book is not None:
+        shutil.copytree(args.book, out / "book")
+    read = "Read the course without installing anything: open book/index.html in a browser.\n\n" \
+        if args.book is not None else ""
     torch = torch_build(wheels)
     held = {"torch": torch, "platform": f"{sys.platform} {platform.machine()}",
             "python": sys.version.split()[0], "model": model_file.name}
@@ -122,7 +133,7 @@ def main(argv=None) -> int:
     torch_line = (f"torch {torch['version']}, the {torch['build']} build ({torch['wheel']})"
                   if torch["wheel"] else "no torch (a bundle of the build tools only)")
     (out / "README.txt").write_text(
-        "minillm offline bundle\n\n"
+        "minillm offline bundle\n\n" + read +
         "Install with no network:\n"
         "    cd course && make course OFFLINE=..\n"
         "(or `make test OFFLINE=..` to run the tests). The wheels are for the platform and Python\n"
@@ -134,6 +145,8 @@ def main(argv=None) -> int:
           f"{torch_line}")
     print(f"  model:  {size_mb(model):.0f} MB")
     print(f"  course: {files} files, {size_mb(course):.1f} MB")
+    if args.book is not None:
+        print(f"  book:   {size_mb(out / 'book'):.1f} MB (book/index.html)")
     print(f"  total:  {size_mb(out):.0f} MB, written in {time.perf_counter() - start:.0f} s")
     return 0
 

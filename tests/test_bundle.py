@@ -29,8 +29,10 @@ def _run(command, **kwargs):
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory, gguf_path):
     out = tmp_path_factory.mktemp("bundle") / "minillm-bundle"
+    book = tmp_path_factory.mktemp("book")  # stands in for build/book/html (test_book_browser.py)
+    (book / "index.html").write_text("<title>minillm</title>")
     _run([sys.executable, str(ROOT / "scripts" / "make_bundle.py"), "--out", str(out),
-          "--only-build-tools"], timeout=600)
+          "--only-build-tools", "--book", str(book)], timeout=600)
     return out
 
 
@@ -44,6 +46,8 @@ def test_bundle_layout(bundle):
     assert (bundle / "course" / "notebooks" / "00_welcome.ipynb").is_file()
     readme = (bundle / "README.txt").read_text()
     assert "make course OFFLINE=.." in readme
+    assert (bundle / "book" / "index.html").is_file(), "the built book is in the bundle"
+    assert "open book/index.html" in readme
     held = json.loads((bundle / "bundle.json").read_text())
     assert held["torch"]["build"] == "none" and "no torch" in readme  # build tools only here
     assert held["python"] == sys.version.split()[0]

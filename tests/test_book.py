@@ -1,0 +1,240 @@
+"""The book's machinery (book/): cached execution with the machine on every page, widgets frozen
+into static HTML, the front page from the README, figures counted; and the committed executed
+copies (executed/) in step with the lessons. The built book in a browser: test_book_browser.py."""
+
+import json
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from book import execute, figures, sources, widgets  # noqa: E402
+
+LESSONS = sorted((ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
+ZH_LESSONS = sorted((ROOT / "notebooks" / "zh").glob("[0-9][0-9]*_*.ipynb"))
+
+
+def _notebook(*cells):
+    nb = nbformat.v4.new_notebook()
+    for kind, source in cells:
+        new = nbformat.v4.new_markdown_cell if kind == "markdown" else nbformat.v4.new_code_cell
+        nb.cells.append(new(source))
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    return nb
+
+
+WIDGET_LESSON = _notebook(
+    ("markdown", "# 99 · A tiny lesson\n\nA slider and a chart."),
+    ("code", "import ipywidgets as w\n"
+             "slider = w.IntSlider(value=3, min=0, max=9, description='k')\n"
+             "chart = w.HTML('<div data-chart=\"demo\">'\n"
+             "               '<svg width=\"20\" height=\"10\"></svg></div>')\n"
+             "hidden = w.Label('hidden', layout=w.Layout(display='none'))\n"
+             "w.VBox([slider, chart, hidden])"),
+    ("code", "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()"),
+    ("code", "w.HBox([w.HTML('done'), w.FloatProgress(value=5, max=5)])"),
+    ("code", "print('# plt.show() in a string draws nothing')"),
+)
+
+
+@pytest.fixture(scope="module")
+def executed(tmp_path_factory):
+    """The tiny lesson executed by the book's own executor (a real kernel; a few seconds)."""
+    folder = tmp_path_factory.mktemp("book-execute")
+    lesson = folder / "99_tiny.ipynb"
+    nbformat.write(WIDGET_LESSON, lesson)
+    copy = folder / "executed" / "99_tiny.ipynb"
+    book = execute.execute(lesson, copy, "ci")
+    return lesson, copy, book
+
+
+def test_an_executed_copy_records_its_machine_and_says_it_under_the_title(executed):
+    lesson, copy, book = executed
+    nb = nbformat.read(copy, as_version=4)
+    assert nb.metadata["minillm_book"] == book
+    machine = book["machine"]
+    import torch
+
+    assert machine["torch"] == torch.__version__ and machine["threads"] >= 1
+    assert machine["cores"] and machine["cpu"] and book["sizes"] == "ci"
+    note = nb.cells[1]
+    assert execute.NOTE_TAG in note.metadata["tags"] and note.cell_type == "markdown"
+    assert nb.cells[0].source.startswith("# 99")
+    for shown in (machine["cpu"], f"torch {machine['torch']}", f"{machine['threads']} threads",
+                  book["executed"], "smaller sizes"):
+        assert shown in note.source, shown
+    assert "import json as _json" not in json.dumps(nb), "the machine probe stays out of the copy"
+
+
+def test_a_copy_is_current_until_its_lesson_changes(executed):
+    lesson, copy, _ = executed
+    assert execute.is_current(lesson, copy, "ci")
+    assert not execute.is_current(lesson, copy, "full"), "a CI-size copy is not the full book's"
+    changed = nbformat.read(lesson, as_version=4)
+    changed.cells[2].source += "\n# a new comment"
+    nbformat.write(changed, lesson.parent / "changed.ipynb")
+    assert not execute.is_current(lesson.parent / "changed.ipynb", copy, "ci")
+    assert not execute.is_current(lesson, lesson.parent / "absent.ipynb", "ci")
+
+
+def test_a_change_to_the_prose_alone_is_copied_in_without_executing(executed, tmp_path):
+    lesson, copy, book = executed
+    nb = nbformat.read(lesson, as_version=4)
+    nb.cells[0].source = "# 99 · A tiny lesson, retitled\n\nNew words."
+    nb.cells.insert(3, nbformat.v4.new_markdown_cell("A paragraph added between two code cells."))
+    edited, kept = tmp_path / "99_tiny.ipynb", tmp_path / "copy.ipynb"
+    nbformat.write(nb, edited)
+    kept.write_bytes(copy.read_bytes())
+    assert execute.is_current(edited, kept, "ci"), "the key covers the code only"
+    assert not execute.prose_is_current(edited, kept)
+    execute.refresh_prose(edited, kept)
+    assert execute.prose_is_current(edited, kept) and execute.is_current(edited, kept, "ci")
+    refreshed, ran = nbformat.read(kept, as_version=4), nbformat.read(copy, as_version=4)
+    assert refreshed.cells[0].source.startswith("# 99 · A tiny lesson, retitled")
+    assert execute.NOTE_TAG in refreshed.cells[1].metadata["tags"], "the note stays under the title"
+    assert refreshed.cells[4].source == "A paragraph added between two code cells."
+    code = [c for c in refreshed.cells if c.cell_type == "code"]
+    assert code == [c for c in ran.cells if c.cell_type == "code"], "outputs kept as they ran"
+    assert refreshed.metadata["minillm_book"] == book
+
+
+def test_the_book_note_does_not_change_the_key():
+    nb = nbformat.read(LESSONS[0], as_version=4)
+    key = execute.source_key(nb, "full")
+    nb.cells.insert(1, execute.measured_note(
+        {"machine": {"cpu": "c", "cores": 2, "threads": 1, "gpu": None, "torch": "t",
+                     "python": "p", "load_average": 0.1},
+         "executed": "now", "sizes": "full", "seconds": 1, "commit": "abc"}, "en"))
+    assert execute.source_key(nb, "full") == key
+    with pytest.raises(ValueError, match="sizes must be one of"):
+        execute.source_key(nb, "huge")
+
+
+def test_widgets_become_static_html_of_their_last_state(executed):
+    _, copy, _ = executed
+    nb = nbformat.read(copy, as_version=4)
+    assert "widgets" not in nb.metadata
+    text = json.dumps(nb)
+    assert widgets.VIEW_MIME not in text
+    shown = "".join(o["data"]["text/html"] for o in nb.cells[2].outputs)
+    assert 'data-chart="demo"' in shown and "<svg" in shown
+    assert '<label>k</label><input type="range" disabled' in shown and "<output>3</output>" in shown
+    assert "hidden" not in shown, "a widget its layout hides is not drawn"
+    assert widgets.NOTE["en"] in shown, "a widget with a control says the notebook moves it"
+    progress = "".join(o["data"]["text/html"] for o in nb.cells[4].outputs)
+    assert '<progress value="5.0" max="5.0"' in progress
+    assert widgets.NOTE["en"] not in progress, "a widget without controls has nothing to move"
+
+
+def test_a_widget_whose_model_is_gone_leaves_nothing():
+    nb = _notebook(("code", "x"))
+    nb.cells[0].outputs = [nbformat.v4.new_output("display_data", data={
+        widgets.VIEW_MIME: {"model_id": "gone", "version_major": 2, "version_minor": 0},
+        "text/plain": "VBox(children=...)"})]
+    assert widgets.freeze_widgets(nb) == 0
+    assert nb.cells[0].outputs == []
+
+
+def test_plotting_cells_leave_figures_and_comments_do_not_count(executed):
+    _, copy, _ = executed
+    nb = nbformat.read(copy, as_version=4)
+    # among the lesson's own cells (the note left out): the matplotlib cell; the widget cells do
+    # not call a chart widget of the course, and plt.show() inside a string is not a call
+    assert figures.plotting_cells(nb) == [2]
+    problems, count = figures.copy_problems(nb, copy.name)
+    assert count == 2  # the PNG and the widget's SVG
+    # an SVG from a widget the rule does not know is reported, so that the rule keeps up
+    unknown = (f"{copy.name}: code cell 1 shows a figure but is not a plotting cell by "
+               "book/figures.py's rule: add the call that draws it to DRAWING")
+    assert problems == [unknown]
+    nb.cells[3].outputs = []
+    assert figures.copy_problems(nb, copy.name)[0] == [
+        unknown, f"{copy.name}: code cell 2 plots but its output has no figure"]
+
+
+def test_a_lesson_function_that_draws_makes_its_callers_plotting_cells():
+    nb = _notebook(("code", "import matplotlib.pyplot as plt\n\ndef draw(k):\n    plt.show()"),
+                   ("code", "draw(3);"),
+                   ("code", "interact(draw, k=IntSlider(1, 0, 9));"),
+                   ("code", "def table():\n    return draw"),
+                   ("code", "%time x = 1"))
+    assert figures.plotting_cells(nb) == [1, 2], "a definition alone draws nothing"
+
+
+def test_figures_on_a_page_are_counted_inside_cell_outputs_only(tmp_path):
+    page = tmp_path / "page.html"
+    page.write_text('<svg id="logo"></svg><div class="cell_output docutils">'
+                    '<img src="a.png"><div><svg><svg></svg></svg></div></div><img src="b.png">')
+    assert figures.figures_on_page(page) == 2
+
+
+def test_the_front_page_is_the_readme_chapter_table_with_links():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    table = sources.chapter_table(readme, {"04_decoding.ipynb"}, {"04_decoding.ipynb"},
+                                  "exercises")
+    assert "[](notebooks/04_decoding.ipynb) · [exercises](exercises/04_decoding.ipynb)" in table
+    assert "`notebooks/05_metrics.ipynb`" in table, "a lesson not in the book stays plain text"
+    assert table.count("\n| ") >= 12  # the header and the eleven chapters
+    zh = "## 课程\n\n| 04 | `notebooks/zh/04_decoding.ipynb` | 解码 |\n"
+    assert "[](notebooks/04_decoding.ipynb)" in sources.chapter_table(
+        zh, {"04_decoding.ipynb"}, set(), "练习")
+
+
+def test_glossary_terms_feed_the_chinese_search():
+    terms = dict(figures.glossary_terms(ROOT / "docs" / "glossary.md"))
+    assert terms["prefill"] == "预填充" and terms["inference"] == "推理"
+    assert "English" not in terms and not any(set(t) <= set("-: ") for t in terms)
+
+
+@pytest.mark.parametrize("lesson", LESSONS + ZH_LESSONS,
+                         ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_executed_copies_are_in_step_with_the_lessons(lesson):
+    """executed/ holds each lesson as `make book` ran it at full size, for readers on the
+    repository host; a lesson changed since then must be executed again."""
+    folder = ROOT / "executed" / lesson.relative_to(ROOT / "notebooks").parent
+    copy = folder / lesson.name
+    assert copy.is_file(), f"{copy.relative_to(ROOT)} is missing: run `make book`, commit executed/"
+    assert execute.is_current(lesson, copy, "full"), \
+        (f"{copy.relative_to(ROOT)} was executed from an older {lesson.relative_to(ROOT)}: run "
+         "`make book` (it executes only the lessons whose code changed) and commit executed/")
+    assert execute.prose_is_current(lesson, copy), \
+        (f"{copy.relative_to(ROOT)} has older prose than {lesson.relative_to(ROOT)}: run "
+         "`make book` (it copies the prose in without executing) and commit executed/")
+    nb = nbformat.read(copy, as_version=4)
+    assert figures.copy_problems(nb, copy.name)[0] == []
+    errors = [o for c in nb.cells for o in c.get("outputs", []) if o["output_type"] == "error"]
+    assert errors == []
+    assert widgets.VIEW_MIME not in json.dumps(nb), "widgets are kept as static HTML"
+
+
+def test_the_command_refuses_bad_choices_with_what_is_allowed(capsys):
+    from book import __main__ as command
+
+    with pytest.raises(SystemExit):
+        command.parse(["--jobs", "0"])
+    assert "--jobs must be 1 or more, got 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        command.parse(["--edition", "fr"])
+    assert "invalid choice: 'fr' (choose from 'all', 'en', 'zh')" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="no zh edition under"):
+        command.main(["--edition", "zh", "--zh-root", "/nonexistent", "--sizes", "ci"])
+    assert [e.language for e in command.editions("zh")] == ["zh_CN"]
+    assert [e.language for e in command.editions("all")] == ["en", "zh_CN"]
+    english = sources.editions()[0]
+    with pytest.raises(SystemExit, match="two-digit chapter numbers such as 04,05; got"):
+        command.chosen(english, "4,x")
+    with pytest.raises(SystemExit, match="no lesson numbered 99"):
+        command.chosen(english, "04,99")
+    assert [p.name for p in command.chosen(english, "05,04")] == [
+        "04_decoding.ipynb", "05_metrics.ipynb", "05b_fast_engine.ipynb"], "a chapter's lessons"
+
+
+def test_a_chapters_second_lesson_is_a_page_of_its_own():
+    names = [p.name for p in sources.editions()[0].lesson_files()]
+    assert "03b_long_context.ipynb" in names and "05b_fast_engine.ipynb" in names
+    assert names == sorted(names), "in course order: 03, 03b, 04"
