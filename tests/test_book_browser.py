@@ -18,7 +18,8 @@ from urllib.parse import unquote, urlsplit
 import nbformat
 import pytest
 
-from browser.jupyter import CHROMIUM, CHROMIUM_FLAGS, free_port
+from browser.chromium import CJK_FONT, cjk_font_found, find_chromium, required
+from browser.jupyter import CHROMIUM_FLAGS, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -27,9 +28,15 @@ from book import figures  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
+CHROMIUM, FOUND = find_chromium()
+if CHROMIUM is None:
+    if required():
+        pytest.fail(f"MINILLM_BROWSER_TESTS=required, but {FOUND.split(': ', 1)[1]}",
+                    pytrace=False)
+    pytest.skip(FOUND, allow_module_level=True)
+
 LESSONS = ["04_decoding", "05_metrics"]
 ARTIFACTS = ROOT / "test-artifacts" / "book"
-CJK_FONT = "/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc"
 REAL_ZH = any((ROOT / "notebooks" / "zh").glob("[0-9][0-9]_*.ipynb"))
 ZH_TERM = "预填充"  # the glossary's prefill
 
@@ -71,10 +78,8 @@ def book(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser():
-    for needed in (CHROMIUM, CJK_FONT):
-        if not Path(needed).exists():
-            pytest.fail(f"{needed} is missing: `make browser` installs Debian's chromium and "
-                        "fonts-noto-cjk")
+    if not cjk_font_found():
+        pytest.fail(f"{CJK_FONT} is missing: `make browser` installs Debian's fonts-noto-cjk")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
