@@ -18,7 +18,7 @@ from urllib.parse import unquote, urlsplit
 import nbformat
 import pytest
 
-from browser.chromium import CJK_FONT, cjk_font_found, find_chromium, required
+from browser.chromium import CJK_FONT, chromium_or_skip, cjk_font_found
 from browser.jupyter import CHROMIUM_FLAGS, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,12 +28,7 @@ from book import figures  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM, FOUND = find_chromium()
-if CHROMIUM is None:
-    if required():
-        pytest.fail(f"MINILLM_BROWSER_TESTS=required, but {FOUND.split(': ', 1)[1]}",
-                    pytrace=False)
-    pytest.skip(FOUND, allow_module_level=True)
+CHROMIUM = chromium_or_skip()
 
 LESSONS = ["04_decoding", "05_metrics"]
 ARTIFACTS = ROOT / "test-artifacts" / "book"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from browser.chromium import CJK_FONT, cjk_font_found, find_chromium, required
+from browser.chromium import CJK_FONT, chromium_or_skip, cjk_font_found, required
 from browser.fonts import cjk_glyphs, drawn_fonts
 from browser.jupyter import (CHROMIUM_FLAGS, KERNEL_IDLE, ROOT, api, current_notebook,
                              element_screenshot, error_outputs, jupyterlab, open_notebook, run_all,
@@ -23,12 +23,7 @@ from browser.widgets import output_area, slider
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM, FOUND = find_chromium()
-if CHROMIUM is None:
-    if required():
-        pytest.fail(f"MINILLM_BROWSER_TESTS=required, but {FOUND.split(': ', 1)[1]}",
-                    pytrace=False)
-    pytest.skip(FOUND, allow_module_level=True)
+CHROMIUM = chromium_or_skip()
 
 # Lessons whose controls the test moves; any lesson that builds ipywidgets must be listed here.
 WIDGET_NOTEBOOKS = sorted(

@@ -47,6 +47,20 @@ def find_chromium() -> tuple[str | None, str]:
                   + HOW_TO_ENABLE)
 
 
+def chromium_or_skip() -> str:
+    """The browser's path for a browser test module; where there is none, skip the module with
+    the sentence that says how to enable it, or fail it when MINILLM_BROWSER_TESTS=required."""
+    import pytest
+
+    chromium, found = find_chromium()
+    if chromium is None:
+        if required():
+            pytest.fail(f"MINILLM_BROWSER_TESTS=required, but {found.split(': ', 1)[1]}",
+                        pytrace=False)
+        pytest.skip(found, allow_module_level=True)
+    return chromium
+
+
 def cjk_font_found() -> bool:
     """Whether a font with Chinese glyphs is installed (fontconfig's answer where it is there)."""
     if Path(CJK_FONT).is_file():
