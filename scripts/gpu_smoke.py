@@ -24,8 +24,10 @@ The parts (`--only` takes their names):
 
 Host syncs are counted as `torch.cuda.set_sync_debug_mode` reports them on a GPU, by the fake
 device's own counter under tests/fake_cuda.py, and not at all on a CPU. Launches are the CUDA
-kernels torch.profiler records on a GPU, ATen operations elsewhere (a proxy). A CUDA-graph
-decode is not built in minillm yet: the decode rows say "graph: none".
+kernels torch.profiler records on a GPU, ATen operations elsewhere (a proxy; a CUDA graph's
+replay counts one). On CUDA each format's decode runs twice: "graph: on", the batch-1 step
+replayed from a CUDA graph (minillm/fast/graph.py), and "graph: off", launched kernel by kernel;
+elsewhere once, "graph: n/a".
 
 One table goes to stdout and one JSON file, `gpu_smoke.json`, to OUT. The exit status is 0
 when every part ran and its checks held, 1 otherwise, 2 for bad arguments.
@@ -268,13 +270,17 @@ def part_decode(models: Models, args) -> list[dict]:
     bandwidth = read_bandwidth(device, megabytes=16 if args.quick else 256, repeats=3)
     tok = tokenizer()
     rows = []
-    for fmt in ("fp32", "bf16", "int8"):
+    graphs = (True, False) if device.type == "cuda" else (None,)
+    for fmt, graph in [(fmt, graph) for fmt in ("fp32", "bf16", "int8") for graph in graphs]:
         model = models.fast(fmt)
+        if graph is not None:
+            model.fused_decode.cuda_graph = graph
         minillm.generate(model, tok, ids, max_new_tokens=4, ignore_eos=True)  # warm-up
         m = minillm.generate(model, tok, ids, max_new_tokens=tokens, ignore_eos=True).metrics
         syncs, launches, how = per_token(model, device, ids, 8 if models.full_size else 4)
         moved = bytes_moved_per_token(model)
-        row = {"case": f"{fmt}, graph: none", "tpot_ms": 1000 * m.tpot,
+        shown = {True: "on", False: "off", None: "n/a"}[graph]
+        row = {"case": f"{fmt}, graph: {shown}", "tpot_ms": 1000 * m.tpot,
                "decode_tok_s": m.decode_tokens_per_second, "syncs_per_token": syncs,
                "launches_per_token": launches, "counted_by": how,
                "bytes_moved_per_token": moved,
@@ -282,6 +288,12 @@ def part_decode(models: Models, args) -> list[dict]:
         if fmt == "int8":
             row["int8_path"] = ",".join(int8_decode_paths(model))
         row["ok"] = syncs is None or syncs <= 2
+        if graph:
+            failed = model.fused_decode.graph.failed
+            row["graph_captures"] = model.fused_decode.graph.captures
+            row["ok"] = row["ok"] and failed is None
+            if failed:
+                row["graph_failed"] = failed
         rows.append(row)
     return rows
 

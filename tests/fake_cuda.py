@@ -48,7 +48,12 @@ Limits (where a real GPU differs and this harness does not tell):
   parameter (which pins it) cannot be moved until it lets go of the view;
 - the modes are per thread: a thread started (with a `target`) while the harness is active runs
   under it too; a thread started before does not;
-- one device, cuda:0; streams and memory statistics are not faked;
+- one device, cuda:0; memory statistics are not faked; streams are one queue (waiting is free);
+- CUDA graphs (`torch.cuda.CUDAGraph`, `torch.cuda.graph`) record the operations on the fake
+  device and replay them on the same tensors (`FakeCudaGraph`): a replay that would read a Python
+  value of the capture, a host sync inside a capture, or reading a capture's output before a
+  replay shows as it would on a GPU; what a real capture refuses beyond syncs (a CPU operation
+  in the middle, a new allocation pool's limits) it does not know;
 - once it has run, PyTorch's C++ side counts CUDA as initialised for the rest of the process: a
   real cuda call after the harness fails with "Could not run ... with arguments from the 'CUDA'
   backend" instead of "Torch not compiled with CUDA enabled".
@@ -315,7 +320,12 @@ def _run(func, args, kwargs):
         if mixed and func not in _CROSS_DEVICE_OK:
             _check_devices(func, args, kwargs, written)
         out_cuda = True
+    if _CAPTURING[0] is not None:
+        _CAPTURING[0]._will_write([plain_args[w] if isinstance(w, int) else plain_kwargs[w]
+                                   for _, w in written])
     out = func(*plain_args, **plain_kwargs)
+    if _CAPTURING[0] is not None:
+        _CAPTURING[0]._record(func, plain_args, plain_kwargs, out)
     if not written:
         if out_cuda:
             if isinstance(out, torch.Tensor):
@@ -391,6 +401,10 @@ class Tally:
 
 
 def _sync(kind: str) -> None:
+    if _CAPTURING[0] is not None:
+        raise RuntimeError(f"a host synchronization ({kind}) inside a CUDA graph capture: on a "
+                           "GPU the capture fails ('operation not permitted when stream is "
+                           "capturing') (raised by the fake CUDA harness)")
     _SYNCS[kind] += 1
 
 
@@ -548,7 +562,11 @@ def _plain_index(index):
 def _getitem(tensor, index):
     """`tensor[index]` on the CPU values (PyTorch's own indexing takes a CUDA device guard)."""
     _count_mask(index)
-    return FakeCudaTensor(tensor.elem[_plain_index(index)])
+    plain = _plain_index(index)
+    out = tensor.elem[plain]
+    if _CAPTURING[0] is not None:
+        _CAPTURING[0]._record(torch.Tensor.__getitem__, (tensor.elem, plain), {}, out)
+    return FakeCudaTensor(out)
 
 
 def _setitem(tensor, index, value) -> None:
@@ -564,7 +582,12 @@ def _setitem(tensor, index, value) -> None:
         if isinstance(value, torch.Tensor) and not isinstance(value, FakeCudaTensor):
             _sync("pageable host-to-device copy")
     target = tensor.elem if isinstance(tensor, FakeCudaTensor) else tensor
+    if _CAPTURING[0] is not None:
+        _CAPTURING[0]._will_write([target])
     target[_plain_index(index)] = _unwrap(value)
+    if _CAPTURING[0] is not None:
+        _CAPTURING[0]._record(torch.Tensor.__setitem__,
+                              (target, _plain_index(index), _unwrap(value)), {}, None)
 
 
 def _count_mask(index) -> None:
@@ -594,7 +617,12 @@ def _on_values(func, args, kwargs):
         for t in leaves:
             if not isinstance(t, FakeCudaTensor) and t.dim() > 0:
                 raise _mismatch(func.__name__, t.device)
-    out = func(*tree_map(_unwrap, args), **tree_map(_unwrap, kwargs))
+    plain_args, plain_kwargs = tree_map(_unwrap, args), tree_map(_unwrap, kwargs)
+    if _CAPTURING[0] is not None and name.endswith("_") and plain_args:
+        _CAPTURING[0]._will_write(_tensors(plain_args[0]))  # an in-place method
+    out = func(*plain_args, **plain_kwargs)
+    if _CAPTURING[0] is not None:
+        _CAPTURING[0]._record(func, plain_args, plain_kwargs, out)
 
     def rewrap(x):
         if not isinstance(x, torch.Tensor):
@@ -832,7 +860,152 @@ def _fake_cuda_api() -> dict:
         "seed_all": lambda: None,
         "empty_cache": lambda: None,
         "Event": FakeCudaEvent,
+        "CUDAGraph": FakeCudaGraph,
+        "graph": _FakeGraphCapture,
+        "Stream": FakeCudaStream,
+        "stream": _FakeStreamContext,
+        "current_stream": _current_stream,
     }
+
+
+# ---- CUDA graphs and streams -----------------------------------------------------------------
+
+_CAPTURING = [None]  # the FakeCudaGraph being captured, if any
+
+
+def _storages(values) -> set:
+    return {t.untyped_storage().data_ptr() for v in values for t in _tensors(v)}
+
+
+class FakeCudaGraph:
+    """`torch.cuda.CUDAGraph` under the harness. Inside `with torch.cuda.graph(g):` every
+    operation on the fake device runs (so that shapes and later operations work) and is recorded
+    with the very tensors it read and wrote; `replay()` runs the recorded operations again on
+    those tensors, writing each fresh result into the tensor the capture made. So, as on a GPU,
+    a replay computes from what the recorded tensors hold and never from Python values the code
+    had while it was captured; a host sync inside the capture raises; after the capture the
+    tensors it wrote hold what they held before, and its own fresh outputs hold no values until
+    the first replay (NaN here, for floating tensors). A replay counts as one launch
+    (`cuda_ops()`)."""
+
+    def __init__(self, keep_graph: bool = False):
+        self._ops: list = []
+        self._made: set = set()  # storages the capture's operations made
+        self._saved: dict = {}  # storage address -> (storage, its bytes before the capture)
+        self.replays = 0
+
+    def _will_write(self, tensors) -> None:
+        """Keep what an operation about to run in the capture overwrites, if it was there before
+        the capture: a capture computes nothing on a GPU, so its end puts it back."""
+        for t in tensors:
+            storage = t.untyped_storage()
+            address = storage.data_ptr()
+            if address not in self._made and address not in self._saved:
+                self._saved[address] = (storage, storage.clone())
+
+    def _record(self, func, args, kwargs, out) -> None:
+        inputs = _storages((*args, *kwargs.values()))
+        outs = [t for t in _tensors(out) if isinstance(t, torch.Tensor)] if out is not None \
+            else []
+        fresh = [i for i, t in enumerate(outs) if t.untyped_storage().data_ptr() not in inputs]
+        self._made.update(outs[i].untyped_storage().data_ptr() for i in fresh)
+        self._ops.append((func, args, kwargs, outs, fresh))
+
+    def _undo(self) -> None:
+        """What a GPU holds after a capture: the tensors from before untouched, the capture's
+        own outputs empty (NaN where floating)."""
+        for storage, before in self._saved.values():
+            storage.copy_(before)
+        self._saved = {}
+        for _, _, _, outs, fresh in self._ops:
+            for i in fresh:
+                if outs[i].is_floating_point():
+                    outs[i].fill_(float("nan"))
+
+    def replay(self) -> None:
+        if _CAPTURING[0] is self:
+            raise RuntimeError("replay() of a CUDA graph while it is being captured")
+        _COUNT[0] += 1
+        self.replays += 1
+        for func, args, kwargs, outs, fresh in self._ops:
+            again = func(*args, **kwargs)
+            if fresh:
+                new = [t for t in _tensors(again) if isinstance(t, torch.Tensor)]
+                for i in fresh:
+                    outs[i].copy_(new[i])
+
+    def reset(self) -> None:
+        self._ops, self._made, self._saved = [], set(), {}
+
+    def capture_begin(self, *args, **kwargs) -> None:
+        if _CAPTURING[0] is not None:
+            raise RuntimeError("a CUDA graph is already being captured")
+        self.reset()
+        _CAPTURING[0] = self
+
+    def capture_end(self) -> None:
+        _CAPTURING[0] = None
+        self._undo()
+
+
+class _FakeGraphCapture:
+    """`torch.cuda.graph(g)` under the harness: the block is captured into `g`."""
+
+    def __init__(self, cuda_graph, pool=None, stream=None, capture_error_mode="global"):
+        self.cuda_graph = cuda_graph
+
+    def __enter__(self):
+        self.cuda_graph.capture_begin()
+
+    def __exit__(self, kind, error, trace) -> None:
+        if _CAPTURING[0] is self.cuda_graph:
+            if kind is None:
+                self.cuda_graph.capture_end()
+            else:
+                _CAPTURING[0] = None
+                self.cuda_graph._undo()
+
+
+class FakeCudaStream:
+    """`torch.cuda.Stream` under the harness: one queue (the fake device finishes each operation
+    when its call returns), so waiting is free and synchronizing counts as a sync."""
+
+    def __init__(self, device=None, priority: int = 0, **kwargs):
+        _cuda_device_arg(device)
+        self.device = CUDA
+
+    def wait_stream(self, stream) -> None:
+        pass
+
+    def wait_event(self, event) -> None:
+        pass
+
+    def synchronize(self) -> None:
+        _sync("synchronize")
+
+    def query(self) -> bool:
+        return True
+
+
+_DEFAULT_STREAM = [None]
+
+
+def _current_stream(device=None) -> FakeCudaStream:
+    if _DEFAULT_STREAM[0] is None:
+        _DEFAULT_STREAM[0] = FakeCudaStream()
+    _cuda_device_arg(device)
+    return _DEFAULT_STREAM[0]
+
+
+class _FakeStreamContext:
+    def __init__(self, stream):
+        self.stream = stream
+
+    def __enter__(self):
+        return self.stream
+
+    def __exit__(self, *exc) -> None:
+        pass
 
 
 # ---- torch.mps and torch.backends.mps ---------------------------------------------------------

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 import minillm
 from minillm.utils.devices import Timer, describe, model_device, pick_device, synchronize
-from fake_cuda import (CUDA, DEVICE_NAME, MPS, FakeCuda, FakeCudaGenerator, FakeMps,
+from fake_cuda import (CUDA, DEVICE_NAME, MPS, FakeCuda, FakeCudaGenerator, FakeMps, cuda_ops,
                        is_fake_cuda, mps_synchronizations)
 
 MIXED = "Expected all tensors to be on the same device"
@@ -327,3 +327,30 @@ def test_a_cuda_pointer_handed_to_a_cpu_kernel_raises(fake_cuda, monkeypatch):
     monkeypatch.setattr(checks, "on_cpu", lambda *args, **kwargs: None)  # a wrapper without it
     with pytest.raises(RuntimeError, match="CUDA pointer passed to a CPU kernel"):
         kernels.gemv_f32(x, w)
+
+
+def test_a_fake_cuda_graph_replays_its_operations_on_the_tensors_they_read():
+    """Replayed on what the tensors hold now; a capture's fresh output is empty (NaN) until the
+    first replay; a host sync inside a capture raises; a replay counts one launch."""
+    with FakeCuda():
+        x = torch.ones(3, device="cuda")
+        out = torch.zeros(3, device="cuda")
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            y = x * 2 + 1
+            out.add_(y)
+        assert torch.isnan(y.cpu()).all() and out.cpu().tolist() == [0.0, 0.0, 0.0]
+        x.copy_(torch.tensor([1.0, 2.0, 3.0]))
+        before = cuda_ops()
+        graph.replay()
+        assert cuda_ops() == before + 1
+        assert y.cpu().tolist() == [3.0, 5.0, 7.0] and out.cpu().tolist() == [3.0, 5.0, 7.0]
+        graph.replay()
+        assert out.cpu().tolist() == [6.0, 10.0, 14.0]
+        with pytest.raises(RuntimeError, match="host synchronization .*capture"):
+            with torch.cuda.graph(torch.cuda.CUDAGraph()):
+                bool(x.sum() > 0)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            assert (x + 1).device.type == "cuda"

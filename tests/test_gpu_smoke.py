@@ -37,11 +37,17 @@ def test_it_runs_on_the_fake_gpu_without_the_course_or_server_packages(tmp_path)
     assert list(parts) == ["env", "logits", "decode", "engine", "chart", "move"]
     assert parts["env"][0]["device"].startswith("cuda") and parts["env"][0]["gguf"]
     assert all(r["agree"] for r in parts["logits"])
-    decode = {r["case"].split(",")[0]: r for r in parts["decode"]}
-    assert set(decode) == {"fp32", "bf16", "int8"}
+    decode = {r["case"]: r for r in parts["decode"]}
+    assert set(decode) == {f"{fmt}, graph: {on}" for fmt in ("fp32", "bf16", "int8")
+                           for on in ("on", "off")}
     assert all(r["syncs_per_token"] <= 2 for r in decode.values())
-    assert decode["bf16"]["launches_per_token"] <= 1.1 * decode["fp32"]["launches_per_token"]
-    assert decode["int8"]["int8_path"] == "dequantize"
+    off = {case.split(",")[0]: r for case, r in decode.items() if case.endswith("off")}
+    assert off["bf16"]["launches_per_token"] <= 1.1 * off["fp32"]["launches_per_token"]
+    assert off["int8"]["int8_path"] == "dequantize"
+    for fmt, eager in off.items():  # a replay is one launch; the step around it a few more
+        graphed = decode[f"{fmt}, graph: on"]
+        assert graphed["graph_captures"] >= 1 and "graph_failed" not in graphed
+        assert graphed["launches_per_token"] < eager["launches_per_token"] / 3
     assert [r["syncs_per_step"] <= r["sync_budget"] for r in parts["engine"]] == [True] * 3
     assert parts["chart"][0]["points"] == len(parts["chart"][0]["tpot_series_ms"]) + 1
     assert parts["move"][0]["exit_code"] == 0

@@ -7,7 +7,10 @@ same there, so the budgets are pinned here:
   chosen token; the step checks the ids are in the vocabulary);
 - the engine's decode step of B rows: at most B + 3 (one token read per request, one packed
   index copy, the clock's synchronize, the ids check), whatever the number of layers;
-- bf16 at most 1.1x float32's ATen operations per step (one RMSNorm in every float dtype)."""
+- bf16 at most 1.1x float32's ATen operations per step (one RMSNorm in every float dtype).
+
+The batch-1 budget holds with the step replayed from a CUDA graph and without
+(tests/test_cuda_graph.py counts the graph's launches)."""
 
 import pytest
 import torch
@@ -81,10 +84,12 @@ def per_token(model, field):
     return (counts[12][0] - counts[4][0]) / 8, counts[12][1] - counts[4][1]
 
 
+@pytest.mark.parametrize("graph", [True, False], ids=["cuda graph", "eager"])
 @pytest.mark.parametrize("weights", ["fp32", "bf16", "int8"])
-def test_the_fused_batch_1_step_syncs_at_most_twice_per_token(folder, weights):
+def test_the_fused_batch_1_step_syncs_at_most_twice_per_token(folder, weights, graph):
     with FakeCuda():
         model, _ = minillm.load(folder, device="cuda", weights=weights)
+        model.fused_decode.cuda_graph = graph
         assert model.fused_decode.applies(torch.zeros((1, 1), dtype=torch.long, device="cuda"),
                                           _contiguous_cache(model), None, None)
         syncs, kinds = per_token(model, "total")
@@ -98,10 +103,12 @@ def _contiguous_cache(model):
 
 
 def test_bf16_runs_as_few_aten_operations_per_step_as_float32(folder):
+    """The eager step's launches (a CUDA graph replays whatever the step launches as one)."""
     ops = {}
     with FakeCuda():
         for weights in ("fp32", "bf16"):
             model, _ = minillm.load(folder, device="cuda", weights=weights)
+            model.fused_decode.cuda_graph = False
             ops[weights] = per_token(model, "ops")[0]
     assert ops["bf16"] <= 1.1 * ops["fp32"], ops
 

@@ -14,7 +14,9 @@ call is what a one-row step feels), where `kernels.dispatch.decode_step` (here `
 says so: it looks at the step's device first, so a GPU step never touches the C library. The
 step checks its tensors for those kernels once (`FusedDecode.kernels_fit`) and then calls their
 unchecked twins, so the checks are paid once per step, not at each of a layer's calls.
-Prefill, padded batches and the engine's paged cache take the module path. `tests/test_fast.py`
+On CUDA a batch-1 step replays a CUDA graph of the same step instead (minillm/fast/graph.py),
+unless `cuda_graph` is switched off. Prefill, padded batches and the engine's paged cache take
+the module path. `tests/test_fast.py`
 checks both give the same logits; `scripts/bench_fused_decode.py` measures what it saves. Each
 of the step's operations is one call of a function named here, so `python -m minillm bench step`
 (minillm/tools/bench/step.py) can time the step itself, operation by operation, by putting
@@ -85,13 +87,19 @@ def _linear(layer: nn.Module, x: torch.Tensor, residual: torch.Tensor | None = N
 
 def _embed(model, input_ids: torch.Tensor) -> torch.Tensor:
     """The embedding rows (rows, width) of one new token per row, after checking the ids."""
+    return model.embed(checked_ids(model, input_ids))
+
+
+def checked_ids(model, input_ids: torch.Tensor) -> torch.Tensor:
+    """The new token of each row (rows,), on the model's device, each checked to be in the
+    vocabulary (one host sync: the check reads one boolean)."""
     vocab = model.config.vocab_size
     ids = input_ids.to(model.device)[:, 0]
     if bool(((ids < 0) | (ids >= vocab)).any()):
         bad = ids[(ids < 0) | (ids >= vocab)][0].item()
         raise ValueError(f"token id {bad} is out of range: the vocabulary has {vocab} ids "
                          f"(0 to {vocab - 1})")
-    return model.embed(ids)
+    return ids
 
 
 def _angles(model, pos: int, x: torch.Tensor):
@@ -104,10 +112,19 @@ def _rope_cache(plan: DecodeKernels, layer: _Layer, qkv: torch.Tensor, cos, sin,
     """q (rows, nq, hd) from qkv, rotated (and normed first where the family has its own
     qk_norm); the new key, rotated, and value written into the layer's cache at `pos`, in
     place."""
-    attn = layer.attn
     if plan.rope_cache and layer.joint_rope and qkv.dtype is torch.float32 \
             and qkv.is_contiguous():  # one call: q and k rotated, k and v into the cache
-        return rope_write_cache_unchecked(qkv, cos, sin, keys, values, pos, attn.n_heads)
+        return rope_write_cache_unchecked(qkv, cos, sin, keys, values, pos, layer.attn.n_heads)
+    q, k, v = _rotated(layer, qkv, cos, sin)
+    keys[:, :, pos] = k
+    values[:, :, pos] = v
+    return q
+
+
+def _rotated(layer: _Layer, qkv: torch.Tensor, cos, sin):
+    """q (rows, nq, hd) and k (rows, nkv, hd) from qkv, rotated (and normed first where the
+    family has its own qk_norm), and v (rows, nkv, hd)."""
+    attn = layer.attn
     rows, nq, nkv, hd = qkv.shape[0], attn.n_heads, attn.n_kv_heads, attn.head_dim
     if layer.joint_rope:  # q and k side by side in qkv: one rotation for both
         qk = apply_rope(qkv[:, :(nq + nkv) * hd].view(rows, 1, nq + nkv, hd), cos, sin)
@@ -116,9 +133,7 @@ def _rope_cache(plan: DecodeKernels, layer: _Layer, qkv: torch.Tensor, cos, sin,
         q, k = attn.qk_norm(qkv[:, :nq * hd].view(rows, 1, nq, hd),
                             qkv[:, nq * hd:(nq + nkv) * hd].view(rows, 1, nkv, hd))
         q, k = apply_rope(q, cos, sin)[:, 0], apply_rope(k, cos, sin)[:, 0]
-    keys[:, :, pos] = k
-    values[:, :, pos] = qkv[:, qkv.shape[1] - nkv * hd:].view(rows, nkv, hd)
-    return q
+    return q, k, qkv[:, qkv.shape[1] - nkv * hd:].view(rows, nkv, hd)
 
 
 def _attend(plan: DecodeKernels, q: torch.Tensor, keys, values, pos: int) -> torch.Tensor:
@@ -171,6 +186,10 @@ class FusedDecode:
         self.norms = [m for layer in self.layers for m in (layer.attn_norm, layer.mlp_norm)]
         self.norms.append(model.norm)
         self._warned = False
+        from .graph import GraphedDecode, switched_on
+
+        self.cuda_graph = switched_on()  # batch-1 steps on CUDA replay a CUDA graph (graph.py)
+        self.graph = GraphedDecode(self)
 
     @staticmethod
     def supports(model) -> bool:
@@ -209,6 +228,10 @@ class FusedDecode:
 
     def __call__(self, input_ids: torch.Tensor, cache: KVCacheProtocol) -> torch.Tensor:
         """Logits (rows, 1, vocab) in float32 for one new token per row."""
+        if self.cuda_graph and self.graph.applies(cache):
+            logits = self.graph(input_ids, cache)
+            if logits is not None:
+                return logits
         # Each operation is one call of a module-level function: `bench step` times them so.
         model = self.model
         pos = cache.length
