@@ -4,14 +4,12 @@
     repeated_ngram_rate   share of n-grams that already appeared earlier in the text
     repeated_ngrams       where the repeats are, for highlighting
     mean_logprob          the model's average log-probability of the new tokens (higher: the
-                          text is more "expected" by the model)
+                          text is more "expected" by the model; minillm.generation.agreement's)
 """
 
 from __future__ import annotations
 
-import torch
-
-from ..utils.devices import model_device
+from ..generation.agreement import mean_logprob  # noqa: F401 - the lessons import it here
 
 
 def _ngrams(tokens, n: int) -> list[tuple]:
@@ -51,17 +49,3 @@ def repeated_token_mask(tokens, n: int = 3) -> list[bool]:
         for i in range(start, start + n):
             mask[i] = True
     return mask
-
-
-@torch.no_grad()
-def mean_logprob(model, prompt_ids, new_ids) -> float:
-    """The model's mean log-probability (natural log) of `new_ids` following `prompt_ids`: one
-    forward pass over the whole text, no processors."""
-    new_ids = list(new_ids)
-    if not new_ids:
-        raise ValueError("mean_logprob needs at least one new token")
-    device = model_device(model)
-    ids = torch.tensor([list(prompt_ids) + new_ids], device=device)
-    logits = model(ids)[0, len(prompt_ids) - 1:-1].float()
-    logp = torch.log_softmax(logits, dim=-1)
-    return float(logp.gather(1, ids[0, len(prompt_ids):, None]).mean())

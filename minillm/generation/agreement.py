@@ -44,6 +44,35 @@ def agree(model, prompt_ids, a, b, near_tie: float = NEAR_TIE) -> bool:
     return best - runner_up < near_tie
 
 
+@torch.no_grad()
+def mean_logprob(model, prompt_ids, new_ids) -> float:
+    """The model's mean log-probability (natural log) of `new_ids` following `prompt_ids`: one
+    forward pass over the whole text, no processors."""
+    new_ids = list(new_ids)
+    if not new_ids:
+        raise ValueError("mean_logprob needs at least one new token")
+    device = model_device(model)
+    ids = torch.tensor([list(prompt_ids) + new_ids], device=device)
+    logits = model(ids)[0, len(prompt_ids) - 1:-1].float()
+    logp = torch.log_softmax(logits, dim=-1)
+    return float(logp.gather(1, ids[0, len(prompt_ids):, None]).mean())
+
+
+def beams_agree(model, prompt_ids, a, b, near_tie: float = NEAR_TIE) -> bool:
+    """Whether `a` and `b`, the best beams of two beam searches of `model` after `prompt_ids`,
+    are the same: exactly on a CPU; on another device, the same, or two beams the model scores
+    within `near_tie` of each other (mean log-probability per new token: beam search's score at
+    length_penalty 1). Beam search keeps near ties alive for several steps, so another
+    summation order can end on the other beam without a near tie at the first difference."""
+    if list(a) == list(b):
+        return True
+    if model_device(model).type == "cpu" or not list(a) or not list(b):
+        return False
+    with torch.inference_mode():
+        score_a, score_b = (mean_logprob(model, prompt_ids, x) for x in (a, b))
+    return abs(score_a - score_b) < near_tie
+
+
 def rule(model) -> str:
     """How `agree` compares on this model's device, for a lesson to print."""
     device = model_device(model).type

@@ -150,7 +150,8 @@ def generate_with_cache(model, ids, new_tokens):
     return ids, seen
 
 cached_ids, cached_seen = generate_with_cache(model, prompt_ids, 16)
-assert cached_ids == plain_ids
+from minillm.generation.agreement import agree  # noqa: E402 (exact on a CPU: see below)
+assert agree(model, prompt_ids, cached_ids[len(prompt_ids):], plain_ids[len(prompt_ids):])
 print(f"same {len(cached_ids) - len(prompt_ids)} tokens; positions processed: {cached_seen} "
       f"with the cache against {plain_seen} without")
 

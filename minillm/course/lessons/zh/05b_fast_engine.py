@@ -124,6 +124,33 @@ else:
     print(f"这里没有 CUDA GPU（{device}）；这篇附录在 CUDA GPU 上运行时，这个单元格才会测量"
           "（scripts/gpu_check.sh 会在 CUDA 机器上跑完整门课程）。")
 
+# %% [markdown] en=37105b0d
+# **CUDA 图**（CUDA graph）能省掉大部分启动：GPU 把一个解码步的所有算子录制一次，之后用一次启动
+# 把它们整个重放。重放执行的正是录下的那些算子，用的是同一块显存，所以这一步不能依赖 Python 在
+# 每个词元上临时决定的任何值：新词元和它的位置放在 GPU 张量里，新的键和值写到这个位置张量所指的
+# 地方，注意力读缓存的全部槽位，把位置之后的槽位屏蔽掉
+# （`show_source(minillm.fast.graph.StaticDecodeStep.__call__)`）。minillm 的快速路径在 CUDA 上
+# 对每个批大小为 1 的解码步都重放这样一张图；`fast.fused_decode.cuda_graph = False` 可以关掉它。
+# 每次生成的缓存各录制一次，录制的时间也算在下面的 TPOT 里。
+
+# %% en=442a9f47
+if device.type == "cuda":
+    with_graph = {}
+    for on in (True, False):
+        fast.fused_decode.cuda_graph = on
+        minillm.generate(fast, tokenizer, prompt, max_new_tokens=2)  # 预热
+        with_graph[on] = minillm.generate(fast, tokenizer, prompt, max_new_tokens=N_NEW)
+        print(f"CUDA 图{'开' if on else '关'}：{with_graph[on].metrics}")
+    fast.fused_decode.cuda_graph = True
+    tpot_on, tpot_off = (with_graph[on].metrics.tpot for on in (True, False))
+    print(f"TPOT {1000 * tpot_off:.2f} ms -> 用图后 {1000 * tpot_on:.2f} ms："
+          f"每个词元快 {tpot_off / tpot_on:.1f} 倍")
+    print("词元相同：", agree(fast, with_graph[True].prompt_token_ids,
+                          with_graph[True].token_ids, with_graph[False].token_ids),
+          f"（比较方式：{minillm.generation.agreement.rule(fast)}）")
+else:
+    print(f"这里没有 CUDA GPU（{device}）：CUDA 图是 CUDA 的功能，这个单元格只在 CUDA GPU 上测量。")
+
 # %% [markdown] en=540778f6
 # ## 3 · 编译解码步
 #
