@@ -171,3 +171,16 @@ def test_a_step_that_keeps_a_python_position_is_caught_by_the_fake_graph(monkeyp
         monkeypatch.setattr(graph_module.StaticDecodeStep, "__call__", reads_a_value)
         with pytest.warns(RuntimeWarning, match="host synchronization"):
             assert _tokens(model) == eager
+
+
+def test_a_copy_of_the_model_captures_its_own_graph():
+    import copy
+
+    with FakeCuda():
+        model = optimize(_tiny().to("cuda"))
+        first = _tokens(model)
+        twin = copy.deepcopy(model)
+        assert twin.fused_decode.graph is not model.fused_decode.graph
+        assert twin.fused_decode.graph.fused is twin.fused_decode
+        assert twin.fused_decode.graph.captures == 0
+        assert _tokens(twin) == first and twin.fused_decode.graph.captures == 1

@@ -7,6 +7,8 @@
                                              Int8Linear); `minillm.load` returns one by default
     linear.py                                FastLinear: layout, storage dtype, own kernels
     layout.py                                which weight layout multiplies fastest here
+    decode.py, graph.py                      the fused decode step; on CUDA, replayed from a
+                                             CUDA graph at batch 1 (model.fused_decode.cuda_graph)
     (minillm/kernels/                        the C kernels they call, and dispatch.py: which one)
 
 Nothing else changes: the copy is the same class (LlamaModel, Qwen3Model, ...), runs the same
@@ -31,6 +33,8 @@ from ..utils.devices import FLOAT_DTYPES
 from ..layers.linear import replace_module
 from .layout import best_layout, time_layouts
 from .decode import FusedDecode
+from .graph import GraphedDecode
+from .graph import switched_on as graph_switched_on
 from ..kernels import dispatch
 from .linear import FastLinear
 
@@ -102,7 +106,8 @@ def optimize_in_place(model, weights=None, *, layout: str = "auto", kernel="auto
     fast.weight_format = fmt
     fast.layout = next((m.layout for m in fast.modules() if isinstance(m, FastLinear)), None)
     if FusedDecode.supports(fast):
-        fast.fused_decode = FusedDecode(fast)
+        fused = fast.fused_decode = FusedDecode(fast)
+        fused.graph, fused.cuda_graph = GraphedDecode(fused), graph_switched_on()
     return fast.eval().requires_grad_(False)
 
 

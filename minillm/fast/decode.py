@@ -149,6 +149,24 @@ def _attend(plan: DecodeKernels, q: torch.Tensor, keys, values, pos: int) -> tor
         values[:, :, :pos + 1]).reshape(rows, nq * hd)
 
 
+def _block(plan: DecodeKernels, layer: _Layer, x: torch.Tensor, attention, *where):
+    """One block on one new token per row: x (rows, width) through the layer's attention and
+    MLP, each with its residual. `attention(plan, layer, qkv, *where)` writes the new key and
+    value into the cache and gives the attention's output (rows, nq * hd): `_attention` here, at
+    a Python position; graph.py's at a position held in a tensor."""
+    qkv = _linear(layer.qkv, _norm(layer.attn_norm, x, plan.norm))
+    x = _linear(layer.o, attention(plan, layer, qkv, *where), x)
+    gate_up = _linear(layer.gate_up, _norm(layer.mlp_norm, x, plan.norm))
+    return _linear(layer.down, _silu_mul(plan, gate_up), x)
+
+
+def _attention(plan: DecodeKernels, layer: _Layer, qkv: torch.Tensor, cos, sin, keys, values,
+               pos: int) -> torch.Tensor:
+    """The new key and value rotated into the cache at `pos`, and the query over the cache."""
+    q = _rope_cache(plan, layer, qkv, cos, sin, keys, values, pos)
+    return _attend(plan, q, keys, values, pos)
+
+
 def _silu_mul(plan: DecodeKernels, gate_up: torch.Tensor) -> torch.Tensor:
     """SiLU(gate) * up, gate and up side by side in one tensor."""
     if plan.silu_mul and gate_up.dtype is torch.float32 and gate_up.is_contiguous():
@@ -186,10 +204,10 @@ class FusedDecode:
         self.norms = [m for layer in self.layers for m in (layer.attn_norm, layer.mlp_norm)]
         self.norms.append(model.norm)
         self._warned = False
-        from .graph import GraphedDecode, switched_on
-
-        self.cuda_graph = switched_on()  # batch-1 steps on CUDA replay a CUDA graph (graph.py)
-        self.graph = GraphedDecode(self)
+        # Batch-1 steps on CUDA replay a CUDA graph when `graph` is set (minillm.fast.optimize
+        # sets a graph.GraphedDecode) and `cuda_graph` is on.
+        self.graph = None
+        self.cuda_graph = True
 
     @staticmethod
     def supports(model) -> bool:
@@ -228,7 +246,7 @@ class FusedDecode:
 
     def __call__(self, input_ids: torch.Tensor, cache: KVCacheProtocol) -> torch.Tensor:
         """Logits (rows, 1, vocab) in float32 for one new token per row."""
-        if self.cuda_graph and self.graph.applies(cache):
+        if self.cuda_graph and self.graph is not None and self.graph.applies(cache):
             logits = self.graph(input_ids, cache)
             if logits is not None:
                 return logits
@@ -238,13 +256,8 @@ class FusedDecode:
         x = _embed(model, input_ids)  # (rows, width)
         cos, sin = _angles(model, pos, x)
         plan = _plan(self, x, cache.keys[0])
-        norm_kernel = plan.norm
+        keys, values = cache.keys, cache.values
         for i, layer in enumerate(self.layers):
-            keys, values = cache.keys[i], cache.values[i]
-            qkv = _linear(layer.qkv, _norm(layer.attn_norm, x, norm_kernel))
-            q = _rope_cache(plan, layer, qkv, cos, sin, keys, values, pos)
-            x = _linear(layer.o, _attend(plan, q, keys, values, pos), x)
-            gate_up = _linear(layer.gate_up, _norm(layer.mlp_norm, x, norm_kernel))
-            x = _linear(layer.down, _silu_mul(plan, gate_up), x)
+            x = _block(plan, layer, x, _attention, cos, sin, keys[i], values[i], pos)
         cache.advance(1)
-        return _head(model, _norm(model.norm, x, norm_kernel))
+        return _head(model, _norm(model.norm, x, plan.norm))

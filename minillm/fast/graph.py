@@ -24,6 +24,7 @@ model is made). A capture that fails says so once and the model decodes without 
 
 from __future__ import annotations
 
+import copy
 import os
 import warnings
 import weakref
@@ -31,7 +32,7 @@ import weakref
 import torch
 import torch.nn.functional as F
 
-from .decode import _head, _linear, _norm, _plan, _rotated, _silu_mul, checked_ids
+from .decode import _block, _head, _norm, _plan, _rotated, checked_ids
 
 SWITCH = "MINILLM_CUDA_GRAPH"
 WARM_UPS = 2  # eager runs before the capture: lazy initialisations must not happen inside it
@@ -42,9 +43,14 @@ def switched_on() -> bool:
     return os.environ.get(SWITCH, "1").strip().lower() not in ("0", "false", "off", "no")
 
 
-def _attend_masked(q: torch.Tensor, keys, values, seen: torch.Tensor) -> torch.Tensor:
-    """The new query (rows, nq, hd) over every slot of the cache, the slots `seen` marks False
-    left out: (rows, nq * hd)."""
+def _attention_at(plan, layer, qkv: torch.Tensor, cos, sin, keys, values,
+                  position: torch.Tensor, seen: torch.Tensor) -> torch.Tensor:
+    """The new key and value rotated into the cache at `position` (a tensor), and the query
+    (rows, nq, hd) over every slot of the cache, the slots `seen` marks False left out:
+    (rows, nq * hd)."""
+    q, k, v = _rotated(layer, qkv, cos, sin)
+    keys.index_copy_(2, position, k[:, :, None])
+    values.index_copy_(2, position, v[:, :, None])
     rows, nq, hd = q.shape
     nkv = keys.shape[1]
     return F.scaled_dot_product_attention(q.reshape(rows, nkv, nq // nkv, hd), keys, values,
@@ -73,14 +79,8 @@ class StaticDecodeStep:
         seen = self.slots <= position  # the cached tokens and the new one
         plan = _plan(fused, x, cache.keys[0])
         for i, layer in enumerate(fused.layers):
-            keys, values = cache.keys[i], cache.values[i]
-            q, k, v = _rotated(layer, _linear(layer.qkv, _norm(layer.attn_norm, x, plan.norm)),
-                               cos, sin)
-            keys.index_copy_(2, position, k[:, :, None])
-            values.index_copy_(2, position, v[:, :, None])
-            x = _linear(layer.o, _attend_masked(q, keys, values, seen), x)
-            gate_up = _linear(layer.gate_up, _norm(layer.mlp_norm, x, plan.norm))
-            x = _linear(layer.down, _silu_mul(plan, gate_up), x)
+            x = _block(plan, layer, x, _attention_at, cos, sin, cache.keys[i], cache.values[i],
+                       position, seen)
         return _head(model, _norm(model.norm, x, plan.norm))[:, 0]
 
 
@@ -94,6 +94,11 @@ class GraphedDecode:
         self._cache = None  # a weak reference to the cache the graph writes
         self._keys = None  # that cache's tensors when captured (a reorder replaces them)
         self._graph = self._step = self._logits = None
+
+    def __deepcopy__(self, memo) -> "GraphedDecode":
+        """A copy of the model gets its own graph, captured when it first decodes (a CUDA graph
+        cannot be copied, and this one writes the original's cache)."""
+        return GraphedDecode(copy.deepcopy(self.fused, memo))
 
     def applies(self, cache) -> bool:
         """Whether this step can run from the graph: a CUDA model, one row, a KVCache (contiguous
