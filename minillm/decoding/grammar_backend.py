@@ -1,6 +1,6 @@
 """Which engine computes a JSON constraint's token masks.
 
-    constraint = json_constraint(tokenizer, schema, backend="llguidance")
+    constraint = make_json_constraint(tokenizer, schema, backend="llguidance")
 
     minillm     json_constraint.JSONConstraint: minillm's own grammar, walked in Python (the one
                 the lessons teach; the default)
@@ -24,7 +24,7 @@ def check_grammar_backend(backend: str) -> str:
     return backend
 
 
-def json_constraint(tokenizer, schema=None, eos_token_ids=None, *, backend: str = "minillm",
+def make_json_constraint(tokenizer, schema=None, eos_token_ids=None, *, backend: str = "minillm",
                     prompt_length: int | None = None):
     """A logits processor that allows only JSON matching `schema` (None: any JSON object), its
     masks computed by `backend` (GRAMMAR_BACKENDS)."""
@@ -37,4 +37,4 @@ def json_constraint(tokenizer, schema=None, eos_token_ids=None, *, backend: str 
     return JSONConstraint(tokenizer, schema, eos_token_ids, prompt_length)
 
 
-__all__ = ["GRAMMAR_BACKENDS", "check_grammar_backend", "json_constraint"]
+__all__ = ["GRAMMAR_BACKENDS", "check_grammar_backend", "make_json_constraint"]

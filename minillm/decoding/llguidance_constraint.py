@@ -117,7 +117,7 @@ class LLGuidanceConstraint(GeneratedTokens):
             return matcher
         matcher = matcher.deep_copy()  # the kept one may be another row's too
         for token in tokens[known:]:
-            if token in self.eos or not matcher.consume_token(token) or matcher.is_error():
+            if not matcher.consume_token(token) or matcher.is_error():
                 return None
         return matcher
 

@@ -25,7 +25,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ...decoding import SchemaError, json_constraint
+from ...decoding import SchemaError, make_json_constraint
 from ...decoding.grammar_backend import check_grammar_backend
 from ...generation.request import eos_ids, encode_prompts
 from .answers import ChatAnswer, CompletionAnswer, merge_completions
@@ -232,7 +232,7 @@ def create_app(engine, model_name: str = "minillm", *, default_max_tokens: int =
         schema = fmt.json_schema.schema_ if fmt.type == "json_schema" else None
         eos = eos_ids(engine.model, tokenizer, config)
         try:  # the first one reads the vocabulary into a trie: about a second, off the loop
-            return await asyncio.to_thread(json_constraint, tokenizer, schema, eos,
+            return await asyncio.to_thread(make_json_constraint, tokenizer, schema, eos,
                                            backend=grammar_backend)
         except (SchemaError, ValueError) as error:
             raise APIError(400, f"response_format: {error}", "response_format") from None
