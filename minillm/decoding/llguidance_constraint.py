@@ -16,6 +16,8 @@ vocabulary's trie in compiled code, where minillm walks it in Python and keeps e
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import torch
 
@@ -25,6 +27,7 @@ from .json_lark import lark_grammar
 from .processors import NEG_INF, GeneratedTokens
 from .vocabulary import special_token_ids, token_bytes
 
+MAX_KEPT_MATCHERS = 256  # rows' matchers kept between calls (a row not kept is replayed)
 EXTRA = "grammar"
 INSTALL = f"pip install 'minillm-course[{EXTRA}]' (or pip install llguidance)"
 
@@ -93,29 +96,38 @@ class LLGuidanceConstraint(GeneratedTokens):
                               f"{start.get_error()}")
         self._matchers: dict[tuple, object | None] = {(): start}
         self._bits = np.zeros((self.size + 31) // 32, dtype=np.int32)
-        self._special = torch.zeros(self.size, dtype=torch.bool)  # never allowed, as in minillm
-        self._special[[i for i in special_token_ids(tokenizer) if i < self.size]] = True
+        self._special = sorted(i for i in special_token_ids(tokenizer) if i < self.size)
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         rows = [tuple(r) for r in self.generated(input_ids).tolist()]
         mask = torch.ones_like(scores, dtype=torch.bool)  # a row that left the grammar: as is
-        kept = {(): self._matchers[()]}
+        # a kept matcher that only one row goes on from moves on in place (else: copied)
+        extends = Counter(tokens[:-1] for tokens in rows if tokens)
+        found = {}
         for row, tokens in enumerate(rows):
-            matcher = kept[tokens] = self.state_after(tokens)
+            matcher = found[tokens] = self.state_after(tokens, extends[tokens[:-1]] == 1)
             if matcher is not None:
                 mask[row] = fit_mask(self.allowed(matcher), scores.shape[-1]).to(scores.device)
-        self._matchers = kept  # each row's next call starts from its matcher of this call
+        for prefix in extends:  # gone on from: not needed again (moved, or copied by each row)
+            if prefix:
+                self._matchers.pop(prefix, None)
+        # the others stay: the engine calls once per sample, each with its own row
+        self._matchers.update(found)
+        while len(self._matchers) > MAX_KEPT_MATCHERS:
+            self._matchers.pop(next(k for k in self._matchers if k))  # the oldest
         return scores.masked_fill(~mask, NEG_INF)
 
-    def state_after(self, tokens: tuple):
-        """A matcher after the generated `tokens` (None: they are not a valid start)."""
+    def state_after(self, tokens: tuple, in_place: bool = False):
+        """A matcher after the generated `tokens` (None: they are not a valid start). With
+        `in_place`, a kept matcher one token short moves on instead of being copied."""
         known = len(tokens)
         while tokens[:known] not in self._matchers:
             known -= 1
         matcher = self._matchers[tokens[:known]]
         if known == len(tokens) or matcher is None:
             return matcher
-        matcher = matcher.deep_copy()  # the kept one may be another row's too
+        if not (in_place and known == len(tokens) - 1 and known > 0):
+            matcher = matcher.deep_copy()  # the kept one may be another row's too
         for token in tokens[known:]:
             if not matcher.consume_token(token) or matcher.is_error():
                 return None
@@ -124,10 +136,10 @@ class LLGuidanceConstraint(GeneratedTokens):
     def allowed(self, matcher) -> torch.Tensor:
         """(vocab,) bool: the tokens that may come next for `matcher`."""
         matcher.unsafe_compute_mask_ptr(self._bits.ctypes.data, self._bits.nbytes)
-        bits = np.unpackbits(self._bits.view(np.uint8), bitorder="little")[:self.size]
-        mask = torch.from_numpy(bits.astype(bool))
+        bits = np.unpackbits(self._bits.view(np.uint8), count=self.size, bitorder="little")
+        mask = torch.from_numpy(bits.view(np.bool_))
         eos = [i for i in self.eos if i < self.size]
-        mask[self._special] = False
+        mask[self._special] = False  # never allowed, as in minillm
         mask[eos] = False
         if matcher.is_accepting() or not mask.any():  # done (or stuck): the end
             mask[eos] = True
