@@ -96,7 +96,9 @@ class LLGuidanceConstraint(GeneratedTokens):
                               f"{start.get_error()}")
         self._matchers: dict[tuple, object | None] = {(): start}
         self._bits = np.zeros((self.size + 31) // 32, dtype=np.int32)
-        self._special = sorted(i for i in special_token_ids(tokenizer) if i < self.size)
+        special = special_token_ids(tokenizer) | set(self.eos)
+        self._special = np.array(sorted(i for i in special if i < self.size), dtype=np.int64)
+        self._eos = np.array([i for i in self.eos if i < self.size], dtype=np.int64)
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         rows = [tuple(r) for r in self.generated(input_ids).tolist()]
@@ -136,14 +138,12 @@ class LLGuidanceConstraint(GeneratedTokens):
     def allowed(self, matcher) -> torch.Tensor:
         """(vocab,) bool: the tokens that may come next for `matcher`."""
         matcher.unsafe_compute_mask_ptr(self._bits.ctypes.data, self._bits.nbytes)
-        bits = np.unpackbits(self._bits.view(np.uint8), count=self.size, bitorder="little")
-        mask = torch.from_numpy(bits.view(np.bool_))
-        eos = [i for i in self.eos if i < self.size]
-        mask[self._special] = False  # never allowed, as in minillm
-        mask[eos] = False
+        mask = np.unpackbits(self._bits.view(np.uint8), count=self.size,
+                             bitorder="little").view(np.bool_)
+        mask[self._special] = False  # never allowed, as in minillm (the eos ids are special too)
         if matcher.is_accepting() or not mask.any():  # done (or stuck): the end
-            mask[eos] = True
-        return mask
+            mask[self._eos] = True
+        return torch.from_numpy(mask)
 
 
 __all__ = ["LLGuidanceConstraint", "import_llguidance"]
