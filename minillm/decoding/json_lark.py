@@ -28,7 +28,7 @@ import json
 
 from .json_grammar import Node, SchemaError
 
-MAX_PROPERTIES = 10  # 2^10 = 1,024 rules for one object: llguidance compiles that in well under 1 s
+MAX_PROPERTIES = 10  # 2^10 = 1,024 rules for one object; each property more doubles the compile
 
 # Byte-level regexes (llguidance's allow_invalid_utf8 mode), as json_grammar.py reads bytes:
 # \x22 is '"', \x5C '\\', \x2F '/'. A character begins at any byte that is not a UTF-8
