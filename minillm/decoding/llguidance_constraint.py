@@ -7,8 +7,8 @@ The schema goes through minillm's own compile_schema (the same subset, the same 
 naming what is not supported), then json_lark.lark_grammar writes it as a Lark grammar that
 llguidance compiles. At each step an LLMatcher per row says which tokens may come next; the end
 of the answer follows minillm's rule (the end-of-sequence tokens once the JSON is complete, or
-when nothing else fits), so on valid UTF-8 the masks are minillm's masks (json_lark.py names
-how).
+when nothing else fits), and special tokens are never allowed, so the masks are minillm's masks
+(json_lark.py says how the grammar is kept the same).
 
 minillm's grammar is the one the lessons teach; this one is for speed: llguidance walks the
 vocabulary's trie in compiled code, where minillm walks it in Python and keeps each state's mask.
@@ -66,8 +66,8 @@ _built: dict[int, tuple] = {}
 
 
 def ll_tokenizer(tokenizer, size: int, eos: list[int]):
-    """llguidance's view of `tokenizer` (built once per tokenizer, size and eos: about a
-    second for 49,152 tokens)."""
+    """llguidance's view of `tokenizer`, built once per tokenizer, size and end tokens (it reads
+    every token's bytes)."""
     llguidance = import_llguidance()
     key = (id(tokenizer), size, tuple(eos))
     kept = _built.get(key)
