@@ -4,7 +4,6 @@ feature; the toy vocabulary through seeded random generations), the same greedy 
 real model, the same refusals plus its own (objects of many properties), the error that names
 the extra when llguidance is missing, and the server's --grammar-backend."""
 
-import json
 import sys
 
 import httpx
