@@ -22,7 +22,7 @@ def _project() -> dict:
 def test_the_distribution_is_minillm_course_and_its_extras_name_it():
     project = _project()["project"]
     assert project["name"] == DISTRIBUTION == "minillm-course"
-    assert "minillm-course[course,serve,book]" in project["optional-dependencies"]["dev"]
+    assert "minillm-course[course,serve,book,grammar]" in project["optional-dependencies"]["dev"]
     assert not any(r.startswith("minillm[") for group in project["optional-dependencies"].values()
                    for r in group), "an extra still names the old distribution"
 

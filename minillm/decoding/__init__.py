@@ -10,6 +10,9 @@
     json_grammar.py JSONGrammar: JSON text for a small JSON Schema subset, byte by byte
     json_constraint.py
                     JSONConstraint: a processor that lets only schema-valid JSON through
+    json_lark.py, llguidance_constraint.py, grammar_backend.py
+                    the same constraint with its masks from llguidance (optional), and
+                    make_json_constraint(..., backend=...), which chooses
     vocabulary.py   each token's bytes, and the vocabulary as a trie
 
 `minillm.generate` (minillm/generation/loop.py) runs the loop and uses these pieces.
@@ -17,6 +20,7 @@
 
 from .beam_search import Hypothesis, beam_search
 from .config import GenerationConfig, IgnoredSamplingOptionsWarning
+from .grammar_backend import GRAMMAR_BACKENDS, make_json_constraint
 from .json_constraint import JSONConstraint, SchemaError
 from .processors import (BadWordsProcessor, FrequencyPenaltyProcessor, MinPProcessor,
                          NoRepeatNGramProcessor, PresencePenaltyProcessor, ProcessorList,
@@ -30,5 +34,5 @@ __all__ = [
     "Hypothesis", "ProcessorList", "TemperatureProcessor", "TopKProcessor", "TopPProcessor",
     "MinPProcessor", "RepetitionPenaltyProcessor", "NoRepeatNGramProcessor", "BadWordsProcessor",
     "bad_words_ids", "PresencePenaltyProcessor", "FrequencyPenaltyProcessor", "JSONConstraint",
-    "SchemaError",
+    "SchemaError", "GRAMMAR_BACKENDS", "make_json_constraint",
 ]

@@ -49,11 +49,7 @@ class JSONConstraint(GeneratedTokens):
                  prompt_length: int | None = None):
         super().__init__(prompt_length)
         self.grammar = JSONGrammar(schema)
-        eos = getattr(tokenizer, "eos_token_ids", ()) if eos_token_ids is None else eos_token_ids
-        self.eos = sorted({int(i) for i in eos})
-        if not self.eos:
-            raise ValueError("JSONConstraint needs an end-of-sequence token id to end the answer "
-                             "once the JSON is complete (eos_token_ids, or ignore_eos off)")
+        self.eos = end_tokens(tokenizer, eos_token_ids)
         self.vocab = Vocabulary.of(tokenizer)
         self.tokenizer = tokenizer
         self._states: dict[tuple, tuple | None] = {(): self.grammar.start}
@@ -65,7 +61,7 @@ class JSONConstraint(GeneratedTokens):
         for row, tokens in enumerate(rows):
             state = self.state_after(tuple(tokens))
             if state is not None:
-                mask[row] = self._fit(self.allowed(state), scores.shape[-1]).to(scores.device)
+                mask[row] = fit_mask(self.allowed(state), scores.shape[-1]).to(scores.device)
         return scores.masked_fill(~mask, NEG_INF)
 
     def state_after(self, tokens: tuple):
@@ -110,12 +106,23 @@ class JSONConstraint(GeneratedTokens):
             mask[[i for i in self.eos if i < self.vocab.size]] = True
         return mask
 
-    @staticmethod
-    def _fit(mask: torch.Tensor, width: int) -> torch.Tensor:
-        """`mask` cut or padded (with False) to the model's vocabulary width."""
-        if mask.shape[0] >= width:
-            return mask[:width]
-        return torch.cat([mask, torch.zeros(width - mask.shape[0], dtype=torch.bool)])
+
+def end_tokens(tokenizer, eos_token_ids=None) -> list[int]:
+    """The end-of-sequence ids a constraint allows once the JSON is complete: `eos_token_ids`,
+    or the tokenizer's."""
+    eos = getattr(tokenizer, "eos_token_ids", ()) if eos_token_ids is None else eos_token_ids
+    eos = sorted({int(i) for i in eos})
+    if not eos:
+        raise ValueError("JSONConstraint needs an end-of-sequence token id to end the answer "
+                         "once the JSON is complete (eos_token_ids, or ignore_eos off)")
+    return eos
+
+
+def fit_mask(mask: torch.Tensor, width: int) -> torch.Tensor:
+    """`mask` cut or padded (with False) to the model's vocabulary width."""
+    if mask.shape[0] >= width:
+        return mask[:width]
+    return torch.cat([mask, torch.zeros(width - mask.shape[0], dtype=torch.bool)])
 
 
 __all__ = ["JSONConstraint", "SchemaError"]

@@ -25,7 +25,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ...decoding import JSONConstraint, SchemaError
+from ...decoding import SchemaError, make_json_constraint
+from ...decoding.grammar_backend import check_grammar_backend
 from ...generation.request import eos_ids, encode_prompts
 from .answers import ChatAnswer, CompletionAnswer, merge_completions
 from .logprobs import TokenText
@@ -113,10 +114,16 @@ def _validation_message(errors) -> tuple[str, str | None]:
 
 
 def create_app(engine, model_name: str = "minillm", *, default_max_tokens: int = 256,
-               max_body_bytes: int = MAX_BODY_BYTES, api_key: str | None = None) -> FastAPI:
+               max_body_bytes: int = MAX_BODY_BYTES, api_key: str | None = None,
+               grammar_backend: str = "minillm") -> FastAPI:
     """The app serving `engine` (a minillm.engine.Engine) as `model_name`; with `api_key`, the
-    /v1 routes need it as a bearer token.
+    /v1 routes need it as a bearer token; `grammar_backend` computes response_format's token
+    masks (minillm.decoding.grammar_backend: "minillm" or "llguidance", which must be installed).
     The engine thread starts with the app (uvicorn's lifespan) and stops with it."""
+    if check_grammar_backend(grammar_backend) == "llguidance":
+        from ...decoding.llguidance_constraint import import_llguidance
+
+        import_llguidance()  # missing: the ImportError that names the extra, before serving
     loop = EngineLoop(engine, model_name=model_name)
 
     @asynccontextmanager
@@ -217,7 +224,7 @@ def create_app(engine, model_name: str = "minillm", *, default_max_tokens: int =
                            code="context_length_exceeded")
         return ids, body.generation_config(max_tokens)
 
-    async def json_constraint(body, config):
+    async def response_constraint(body, config):
         """The logits processor for response_format (None for plain text)."""
         fmt = body.response_format
         if fmt is None or fmt.type == "text":
@@ -225,7 +232,8 @@ def create_app(engine, model_name: str = "minillm", *, default_max_tokens: int =
         schema = fmt.json_schema.schema_ if fmt.type == "json_schema" else None
         eos = eos_ids(engine.model, tokenizer, config)
         try:  # the first one reads the vocabulary into a trie: about a second, off the loop
-            return await asyncio.to_thread(JSONConstraint, tokenizer, schema, eos)
+            return await asyncio.to_thread(make_json_constraint, tokenizer, schema, eos,
+                                           backend=grammar_backend)
         except (SchemaError, ValueError) as error:
             raise APIError(400, f"response_format: {error}", "response_format") from None
 
@@ -274,7 +282,7 @@ def create_app(engine, model_name: str = "minillm", *, default_max_tokens: int =
             raise APIError(400, f"the chat template failed: {error}", "messages") from None
         ids, config = await prepare(body, text, body.answer_length, default_max_tokens,
                                     body.length_field)
-        constraint = await json_constraint(body, config)
+        constraint = await response_constraint(body, config)
         top = (body.top_logprobs or 0) if body.logprobs else None
         rid, queue = await loop.submit(ids, config, "chatcmpl", n=body.n, logprobs=top,
                                        logits_processor=constraint)

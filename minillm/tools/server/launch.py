@@ -213,8 +213,8 @@ def serve_cli(args) -> int:
     api_key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV)
     try:
         app = create_app(engine, name, default_max_tokens=args.default_max_tokens,
-                         api_key=api_key)
-    except ValueError as error:
+                         api_key=api_key, grammar_backend=args.grammar_backend)
+    except (ValueError, ImportError) as error:
         print(f"minillm serve: {error}", file=sys.stderr)
         return 2
     if args.host not in (LOOPBACK, "localhost", "::1"):

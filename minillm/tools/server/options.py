@@ -8,6 +8,9 @@ API_KEY_ENV = "MINILLM_API_KEY"
 # The weight formats the server loads (minillm.load's `weights`): float32, bfloat16, int8 per
 # channel, or the GGUF file's own Q4_1 blocks.
 SERVE_WEIGHTS = ("fp32", "bf16", "int8", "q4_1")
+# Who computes response_format's token masks (minillm.decoding.grammar_backend; kept here as
+# names so that building the command line imports nothing heavy; a test keeps the two equal).
+GRAMMAR_BACKENDS = ("minillm", "llguidance")
 
 
 def add_arguments(parser):
@@ -36,6 +39,11 @@ def add_arguments(parser):
                         help="token budget of one step (default 512)")
     parser.add_argument("--default-max-tokens", type=int, default=256,
                         help="chat answers' length when a request gives no max_tokens (256)")
+    parser.add_argument("--grammar-backend", default="minillm", choices=GRAMMAR_BACKENDS,
+                        help="what computes the token masks of a JSON response_format: "
+                             "minillm (its own grammar, in Python; default) or llguidance "
+                             "(the same grammar in a Rust engine: pip install "
+                             "'minillm-course[grammar]')")
     parser.add_argument("--api-key", default=None,
                         help=f"require 'Authorization: Bearer KEY' on the /v1 routes (default: "
                              f"${API_KEY_ENV}, else none); /health and /metrics stay open")
