@@ -1,0 +1,260 @@
+"""scripts/bench_llama_server.py without llama-server (nothing is built here): its argument
+checks, the commands it starts, reading `bench serve`'s JSON report, the ratio table against
+issue 33's targets, and that a server it started is stopped however a run ends (a fake server
+command: a few lines of http.server answering /health)."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from minillm.tools.loadtest import RequestResult, Workload
+from minillm.tools.loadtest.cli import _clean
+from minillm.tools.loadtest.report import summarize
+from script_modules import script
+
+bench = script("bench_llama_server")
+
+FAKE_SERVER = """
+import http.server, sys
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b"ok")
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Health).serve_forever()
+"""
+
+
+def fake_server(tmp_path, timeout=60.0):
+    port = bench.free_port()
+    return bench.Server([sys.executable, "-c", FAKE_SERVER, str(port)], port,
+                        tmp_path / "fake.log", timeout=timeout)
+
+
+def gone(process) -> bool:
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
+
+
+# --- arguments ----------------------------------------------------------------------------------
+
+def test_defaults_are_the_issues_comparison():
+    args = bench.parse_args([])
+    assert args.concurrency == [4, 16] and args.weights == ["q4_1", "int8"]
+    assert args.threads == 1 and args.rounds >= 1
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--concurrency", "4,x"], "whole numbers separated by commas"),
+    (["--concurrency", "0,16"], "numbers of 1 or more"),
+    (["--weights", "q4_1,q8_0"], "fp32, bf16, int8, q4_1"),
+    (["--threads", "0"], "--threads must be 1 or more"),
+    (["--rounds", "-1"], "--rounds must be 1 or more"),
+    (["--sdist", "/no/such/file.tar.gz"], "no file at /no/such/file.tar.gz"),
+])
+def test_bad_arguments_say_what_is_allowed(argv, words, capsys):
+    with pytest.raises(SystemExit) as stop:
+        bench.parse_args(argv)
+    assert stop.value.code == 2
+    assert words in capsys.readouterr().err
+
+
+def test_llama_server_gets_slots_continuous_batching_and_the_context_split_across_them():
+    command = bench.llama_server_command("/b/llama-server", "/m.gguf", 8123, threads=2, slots=16,
+                                         ctx=256, no_repack=False)
+    pairs = dict(zip(command, command[1:]))
+    assert pairs["-np"] == "16" and "-cb" in command and pairs["-c"] == str(16 * 256)
+    assert pairs["-t"] == pairs["-tb"] == "2" and pairs["-m"] == "/m.gguf"
+    assert "--no-repack" not in command
+    assert "--no-repack" in bench.llama_server_command("/b", "/m", 1, 1, 4, 256, no_repack=True)
+
+
+def test_minillm_serve_gets_the_same_threads_and_as_many_sequences_as_slots():
+    command = bench.minillm_serve_command("q4_1", 8124, threads=2, slots=4)
+    pairs = dict(zip(command, command[1:]))
+    assert command[1:4] == ["-m", "minillm", "serve"]
+    assert (pairs["--weights"], pairs["--threads"], pairs["--max-num-seqs"]) == ("q4_1", "2", "4")
+
+
+def test_context_per_slot_holds_twice_a_request_in_whole_256s():
+    assert bench.context_per_slot(64, 32) == 256
+    assert bench.context_per_slot(100, 32) == 512
+    assert bench.context_per_slot(512, 32) == 1280  # 2 x 544 = 1088, in whole 256s
+
+
+def test_every_server_gets_the_same_seeded_workload():
+    args = bench.parse_args(["--rounds", "2", "--prompt-tokens", "48", "--tokens", "16"])
+    a = bench.bench_command("http://127.0.0.1:1", 16, args, "a.json")
+    b = bench.bench_command("http://127.0.0.1:2", 16, args, "b.json")
+    differ = {i for i, (x, y) in enumerate(zip(a, b)) if x != y}
+    assert {a[i - 1] for i in differ} == {"--url", "--json"}
+    pairs = dict(zip(a, a[1:]))
+    assert (pairs["--requests"], pairs["--concurrency"], pairs["--tokens"]) == ("32", "16", "16")
+
+
+# --- reports and ratios -------------------------------------------------------------------------
+
+def report_json(ttft_s, step_s, tokens=4, requests=4):
+    """A `bench serve` report as its --json file holds it, from the load client's own summary."""
+    ok = [RequestResult(i, start=0.0, end=ttft_s + step_s * (tokens - 1),
+                        chunk_times=[ttft_s + step_s * k for k in range(tokens)],
+                        output_tokens=tokens, finish_reason="length") for i in range(requests)]
+    report = summarize(ok, Workload(requests=requests, output_tokens=tokens), 1.0,
+                       "http://x", "m")
+    return json.loads(json.dumps(_clean(report)))
+
+
+def test_figures_come_from_the_report_json():
+    f = bench.Figures.from_report(report_json(ttft_s=0.5, step_s=0.1))
+    assert f.ttft_p50_ms == pytest.approx(500) and f.tpot_p50_ms == pytest.approx(100)
+    assert f.tok_s == pytest.approx(16 / 0.8)  # 4 answers of 4 tokens, first to last 0.8 s
+    assert (f.ok, f.requests, f.ended_early) == (4, 4, 0)
+
+
+def test_a_report_with_no_answer_is_refused_with_its_errors():
+    report = summarize([RequestResult(0, 0.0, 0.1, error="HTTP 500: boom")],
+                       Workload(requests=1, output_tokens=4), 0.1, "http://x", "m")
+    with pytest.raises(ValueError, match="no request of 1 succeeded.*HTTP 500: boom"):
+        bench.Figures.from_report(json.loads(json.dumps(_clean(report))))
+
+
+def test_printed_table_leaves_out_the_json_line():
+    assert bench.printed_table('TTFT ms  1\n{"a": 1}\nWARNING: x\n') == "TTFT ms  1\nWARNING: x"
+
+
+def figures(tok_s, ttft, tpot):
+    return bench.Figures(tok_s, ttft, tpot, ok=8, requests=8, ended_early=0)
+
+
+def test_ratios_are_minillm_over_llama_server_at_the_same_concurrency():
+    results = [{"concurrency": 16, "server": "llama-server", "figures": figures(100, 400, 80)},
+               {"concurrency": 16, "server": "minillm q4_1", "figures": figures(160, 300, 50)},
+               {"concurrency": 4, "server": "llama-server", "figures": figures(50, 100, 40)},
+               {"concurrency": 4, "server": "minillm int8", "figures": figures(40, 200, 30)},
+               {"concurrency": 16, "server": "minillm int8", "figures": figures(160, 500, 50)}]
+    rows = bench.ratio_rows(results)
+    assert [(r["concurrency"], r["server"]) for r in rows] == [
+        (16, "minillm q4_1"), (4, "minillm int8"), (16, "minillm int8")]
+    q4, int8_4, int8_16 = rows
+    assert (q4["tok_s"], q4["ttft_p50"], q4["tpot_p50"]) == pytest.approx((1.6, 0.75, 0.625))
+    assert q4["verdict"] == "met"
+    assert int8_4["verdict"] == "missed: tok/s 0.80x of 1.0x asked"  # latency not asked at 4
+    assert int8_16["verdict"] == "missed: TTFT p50 1.25x llama-server's"
+    table = bench.ratio_table(rows)
+    assert "1.60x" in table and "0.62x" in table and "missed: TTFT p50 1.25x" in table
+
+
+def test_a_concurrency_without_a_target_says_so():
+    assert bench.verdict({"concurrency": 8, "tok_s": 2.0, "ttft_p50": 1, "tpot_p50": 1}) == \
+        "no target"
+
+
+# --- servers are stopped ------------------------------------------------------------------------
+
+def test_a_server_is_stopped_when_the_run_fails(tmp_path):
+    server = fake_server(tmp_path)
+    with pytest.raises(RuntimeError, match="the load failed"):
+        with server:
+            assert server.process.poll() is None
+            raise RuntimeError("the load failed")
+    assert gone(server.process)
+
+
+def test_run_point_stops_its_server_when_the_load_fails(tmp_path, monkeypatch):
+    started = []
+
+    def failing_load(url, concurrency, args, folder):
+        started.append(url)
+        raise RuntimeError("bench serve wrote no report")
+
+    monkeypatch.setattr(bench, "run_load", failing_load)
+    made = []
+
+    def command(port):
+        made.append(port)
+        return [sys.executable, "-c", FAKE_SERVER, str(port)]
+
+    servers = []
+
+    class Recorded(bench.Server):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            servers.append(self)
+
+    monkeypatch.setattr(bench, "Server", Recorded)
+    with pytest.raises(RuntimeError, match="wrote no report"):
+        bench.run_point("fake", command, 4, bench.parse_args([]), tmp_path)
+    assert started == [f"http://127.0.0.1:{made[0]}"]
+    assert gone(servers[0].process)
+
+
+def test_a_server_that_exits_before_answering_is_an_error_with_its_log(tmp_path):
+    port = bench.free_port()
+    server = bench.Server([sys.executable, "-c", "import sys; print('no model'); sys.exit(3)"],
+                          port, tmp_path / "exit.log")
+    with pytest.raises(RuntimeError, match="exited with code 3 before it answered(.|\n)*no model"):
+        server.start()
+
+
+def test_a_server_that_never_answers_is_stopped_at_the_timeout(tmp_path):
+    server = bench.Server([sys.executable, "-c", "import time; time.sleep(60)"],
+                          bench.free_port(), tmp_path / "silent.log", timeout=1.0)
+    with pytest.raises(RuntimeError, match="did not answer /health within 1 s"):
+        server.start()
+    assert gone(server.process)
+
+
+def test_a_server_killed_by_a_signal_is_reported_as_died(tmp_path):
+    server = fake_server(tmp_path)
+    with server:
+        server.process.send_signal(signal.SIGSEGV)
+        server.process.wait(10)
+        assert server.died() == signal.SIGSEGV
+    assert fake_server(tmp_path).died() is None
+
+
+SIGTERMED = """
+import sys, time
+sys.path.insert(0, {tests!r})
+from script_modules import script
+from pathlib import Path
+bench = script("bench_llama_server")
+bench.sigterm_as_exit()
+port = bench.free_port()
+with bench.Server([sys.executable, "-c", {fake!r}, str(port)], port, Path({log!r})) as s:
+    print(s.process.pid, flush=True)
+    time.sleep(120)
+"""
+
+
+def test_sigterm_to_the_script_stops_its_server(tmp_path):
+    from pathlib import Path
+
+    code = SIGTERMED.format(tests=str(Path(__file__).parent), fake=FAKE_SERVER,
+                            log=str(tmp_path / "fake.log"))
+    runner = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(runner.stdout.readline())
+        runner.send_signal(signal.SIGTERM)
+        assert runner.wait(30) == 128 + signal.SIGTERM
+        deadline = time.monotonic() + 10
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(child)
+    finally:
+        runner.kill()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
