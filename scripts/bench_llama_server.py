@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import subprocess
@@ -80,6 +81,7 @@ def parse_args(argv=None):
                                    "default: fetched with pip download")
     p.add_argument("--build-dir", help="where llama.cpp is unpacked and built (default: "
                                        "llama-server/ in minillm's writable cache)")
+    p.add_argument("--llama-server", help="a llama-server binary already built: no build")
     p.add_argument("--threads", type=int, default=1, help="threads of each server (1)")
     p.add_argument("--concurrency", default="4,16",
                    help="requests in flight, one run each; llama-server gets as many slots (4,16)")
@@ -102,6 +104,8 @@ def parse_args(argv=None):
                                  f"got {getattr(args, name)}")
         if args.sdist and not Path(args.sdist).is_file():
             raise ValueError(f"--sdist: no file at {args.sdist}")
+        if args.llama_server and not os.access(args.llama_server, os.X_OK):
+            raise ValueError(f"--llama-server: no program at {args.llama_server}")
     except ValueError as error:
         p.error(str(error))
     return args
@@ -170,6 +174,17 @@ def minillm_serve_command(weights: str, port: int, threads: int, slots: int) -> 
             "--weights", weights, "--threads", str(threads), "--max-num-seqs", str(slots)]
 
 
+class ServerDied(RuntimeError):
+    """The server was ended by a signal (a crash) before it answered."""
+
+    def __init__(self, signal_number: int, message: str = ""):
+        super().__init__(message or f"the server died on signal {signal_number}")
+        self.signal = signal_number
+
+    def __reduce__(self):
+        return type(self), (self.signal, str(self))
+
+
 class Server:
     """A server command in a child process: `start()` waits until GET /health answers 200 (or
     the process exits, or `timeout` passes); `stop()` ends it. Used as a `with` block it is
@@ -197,9 +212,10 @@ class Server:
         deadline = time.monotonic() + self.timeout
         while True:
             if self.process.poll() is not None:
-                raise RuntimeError(f"the server exited with code {self.process.returncode} "
-                                   f"before it answered: {' '.join(self.command)}\n"
-                                   f"{log_tail(self.log)}")
+                code = self.process.returncode
+                message = (f"the server exited with code {code} before it answered: "
+                           f"{' '.join(self.command)}\n{log_tail(self.log)}")
+                raise ServerDied(-code, message) if code < 0 else RuntimeError(message)
             try:
                 if httpx.get(self.url + "/health", timeout=2).status_code == 200:
                     return
@@ -224,6 +240,10 @@ class Server:
                 self.process.wait()
         return self.process.returncode
 
+    def cpu_seconds(self) -> float:
+        """CPU time the server process has used so far, all its threads (user + system)."""
+        return process_cpu_seconds(self.process.pid)
+
     def died(self) -> int | None:
         """The signal that ended the process before `stop()`, if one did."""
         code = self.process.poll() if self.process else None
@@ -234,6 +254,13 @@ class Server:
 
     def __exit__(self, *exc):
         self.stop()
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (all threads) from /proc/PID/stat, in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def log_tail(path: Path, lines: int = 15) -> str:
@@ -261,13 +288,23 @@ def sigterm_as_exit() -> None:
 
 @dataclass
 class Figures:
-    """What the ratios compare, from one `bench serve` JSON report."""
+    """What the ratios compare, from one `bench serve` JSON report (with the server's CPU time
+    during the load added as `server_cpu_s`, where it was measured)."""
     tok_s: float
     ttft_p50_ms: float
     tpot_p50_ms: float
     ok: int
     requests: int
     ended_early: int
+    output_tokens: int
+    cpu_s: float | None = None
+
+    @property
+    def tok_per_cpu_s(self) -> float:
+        """Output tokens per second of the server's own CPU time (prompts included): what the
+        other work on a shared machine does not move, as the wall-clock figures move with the
+        CPU share each server gets."""
+        return self.output_tokens / self.cpu_s if self.cpu_s else math.nan
 
     @classmethod
     def from_report(cls, report: dict) -> "Figures":
@@ -277,7 +314,8 @@ class Figures:
         return cls(tok_s=report["throughput_tok_s"], ttft_p50_ms=report["ttft_ms"]["p50"],
                    tpot_p50_ms=report["tpot_ms"]["p50"], ok=report["ok"],
                    requests=report["requests"],
-                   ended_early=report["output_length"]["ended_early"])
+                   ended_early=report["output_length"]["ended_early"],
+                   output_tokens=report["output_tokens"], cpu_s=report.get("server_cpu_s"))
 
 
 def bench_command(url: str, concurrency: int, args, json_path: Path) -> list[str]:
@@ -314,7 +352,8 @@ def ratio_rows(results: list[dict]) -> list[dict]:
         f = r["figures"]
         row = {"concurrency": r["concurrency"], "server": r["server"],
                "tok_s": f.tok_s / ref.tok_s, "ttft_p50": f.ttft_p50_ms / ref.ttft_p50_ms,
-               "tpot_p50": f.tpot_p50_ms / ref.tpot_p50_ms}
+               "tpot_p50": f.tpot_p50_ms / ref.tpot_p50_ms,
+               "tok_per_cpu_s": f.tok_per_cpu_s / ref.tok_per_cpu_s}
         row["verdict"] = verdict(row)
         rows.append(row)
     return rows
@@ -336,13 +375,27 @@ def verdict(row: dict) -> str:
 
 
 def ratio_table(rows: list[dict]) -> str:
-    lines = ["minillm over llama-server at the same concurrency (tok/s: higher is better; "
-             "TTFT and TPOT: lower is better)",
+    lines = ["minillm over llama-server at the same concurrency (tok/s and tok per CPU-s: "
+             "higher is better; TTFT and TPOT: lower is better)",
              f"{'concurrency':>11}  {'server':<14} {'tok/s':>7} {'TTFT p50':>9} "
-             f"{'TPOT p50':>9}  target"]
+             f"{'TPOT p50':>9} {'tok/CPU-s':>10}  target"]
     for r in rows:
         lines.append(f"{r['concurrency']:>11}  {r['server']:<14} {r['tok_s']:>6.2f}x "
-                     f"{r['ttft_p50']:>8.2f}x {r['tpot_p50']:>8.2f}x  {r['verdict']}")
+                     f"{r['ttft_p50']:>8.2f}x {r['tpot_p50']:>8.2f}x "
+                     f"{r['tok_per_cpu_s']:>9.2f}x  {r['verdict']}")
+    return "\n".join(lines)
+
+
+def figures_table(results: list[dict]) -> str:
+    """Each run's figures side by side, with the server's CPU time during the load."""
+    lines = [f"{'concurrency':>11}  {'server':<14} {'tok/s':>7} {'TTFT p50 ms':>12} "
+             f"{'TPOT p50 ms':>12} {'server CPU s':>13} {'tok/CPU-s':>10}"]
+    for r in results:
+        f = r["figures"]
+        cpu = f"{f.cpu_s:13.1f}" if f.cpu_s else f"{'-':>13}"
+        lines.append(f"{r['concurrency']:>11}  {r['server']:<14} {f.tok_s:7.1f} "
+                     f"{f.ttft_p50_ms:12.0f} {f.tpot_p50_ms:12.1f} {cpu} "
+                     f"{f.tok_per_cpu_s:10.1f}")
     return "\n".join(lines)
 
 
@@ -354,15 +407,38 @@ def load_line() -> str:
 
 
 def run_point(name: str, command_for, concurrency: int, args, folder: Path) -> dict:
-    """Start a server, load it, stop it. `command_for(port)` -> the command."""
+    """Start a server, load it, stop it. `command_for(port)` -> the command. A server that dies
+    on a signal, before it answers or under the load, comes back with died_on_signal set."""
     port = free_port()
-    server = Server(command_for(port), port, folder / f"{name.replace(' ', '-')}-{concurrency}.log")
+    log = folder / f"{name.replace(' ', '-')}-{concurrency}.log"
+    for n in range(2, 100):
+        if not log.exists():
+            break
+        log = log.with_name(f"{name.replace(' ', '-')}-{concurrency}-{n}.log")
+    server = Server(command_for(port), port, log)
     print(f"\n== {name}, concurrency {concurrency}: {' '.join(server.command)}", flush=True)
-    with server:
-        report, table = run_load(server.url, concurrency, args, folder)
-        signal_number = server.died()
-    return {"concurrency": concurrency, "server": name, "report": report, "table": table,
-            "died_on_signal": signal_number, "log": str(server.log)}
+    point = {"concurrency": concurrency, "server": name, "report": None, "table": "",
+             "died_on_signal": None, "log": str(log)}
+    try:
+        with server:
+            before = server.cpu_seconds()
+            point["report"], point["table"] = run_load(server.url, concurrency, args, folder)
+            point["report"]["server_cpu_s"] = server.cpu_seconds() - before
+            point["died_on_signal"] = server.died()
+    except ServerDied as died:
+        print(str(died).splitlines()[0], flush=True)
+        point["died_on_signal"] = died.signal
+    return point
+
+
+def crash_note(signal_number: int, concurrency: int, log: str) -> str:
+    name = signal.Signals(signal_number).name if signal_number in signal.valid_signals() \
+        else str(signal_number)
+    return (f"llama-server died on {name} at concurrency {concurrency} with its defaults (log "
+            f"{log}), as this machine's llama-cpp-python does with AMX/repacked weights: every "
+            "later run passes --no-repack (no AMX or repacked weights), llama-server's "
+            "equivalent of the use_extra_bufts=False that minillm bench latency gives "
+            "llama-cpp-python")
 
 
 def compare(args, binary: Path, model: Path, folder: Path) -> tuple[list[dict], list[str]]:
@@ -370,16 +446,12 @@ def compare(args, binary: Path, model: Path, folder: Path) -> tuple[list[dict], 
     no_repack = args.no_repack
     ctx = context_per_slot(args.prompt_tokens, args.tokens)
     for c in args.concurrency:
-        def llama(port, no_repack_now=None):
-            return llama_server_command(binary, model, port, args.threads, c, ctx,
-                                        no_repack if no_repack_now is None else no_repack_now)
+        def llama(port):  # reads no_repack when called: a crash below turns it on
+            return llama_server_command(binary, model, port, args.threads, c, ctx, no_repack)
 
         point = run_point(LLAMA, llama, c, args, folder)
         if point["died_on_signal"] and not no_repack:
-            notes.append(f"llama-server died on signal {point['died_on_signal']} at concurrency "
-                         f"{c} with its defaults (log {point['log']}): every later run uses "
-                         "--no-repack (no AMX or repacked weights), as minillm bench latency "
-                         "does for llama-cpp-python (use_extra_bufts=False)")
+            notes.append(crash_note(point["died_on_signal"], c, point["log"]))
             print("NOTE: " + notes[-1], flush=True)
             no_repack = True
             point = run_point(LLAMA, llama, c, args, folder)
@@ -388,8 +460,12 @@ def compare(args, binary: Path, model: Path, folder: Path) -> tuple[list[dict], 
                                f"concurrency {c} even with --no-repack: see {point['log']}")
         results.append(point)
         for w in args.weights:
-            results.append(run_point(f"minillm {w}", lambda port, w=w: minillm_serve_command(
-                w, port, args.threads, c), c, args, folder))
+            point = run_point(f"minillm {w}", lambda port, w=w: minillm_serve_command(
+                w, port, args.threads, c), c, args, folder)
+            if point["died_on_signal"]:
+                raise RuntimeError(f"minillm serve --weights {w} died on signal "
+                                   f"{point['died_on_signal']}: see {point['log']}")
+            results.append(point)
     if not no_repack:
         notes.append("llama-server ran with its defaults (repacked weights on) and did not crash")
     return results, notes
@@ -401,22 +477,30 @@ def main(argv=None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import minillm
 
-    root = Path(args.build_dir).expanduser() if args.build_dir else default_build_dir()
-    binary = build_llama_server(root, Path(args.sdist) if args.sdist else None)
+    if args.llama_server:
+        binary = Path(args.llama_server)
+    else:
+        root = Path(args.build_dir).expanduser() if args.build_dir else default_build_dir()
+        binary = build_llama_server(root, Path(args.sdist) if args.sdist else None)
+    version = subprocess.run([str(binary), "--version"], capture_output=True, text=True)
+    print(f"{binary}: {(version.stdout + version.stderr).strip().splitlines()[0]}")
     model = minillm.model_file("smollm2-135m")
     print(f"model {model}; {args.threads} thread(s) per server; {load_line()}", flush=True)
-    with tempfile.TemporaryDirectory(prefix="bench-llama-server-") as tmp:
-        results, notes = compare(args, binary, model, Path(tmp))
-        for r in results:
-            r["figures"] = Figures.from_report(r["report"])
-        rows = ratio_rows(results)
-        print()
-        for r in results:
-            print(f"== {r['server']}, concurrency {r['concurrency']}\n{r['table']}\n")
-        print(ratio_table(rows))
-        for note in notes:
-            print("note: " + note)
-        print(load_line())
+    folder = Path(tempfile.mkdtemp(prefix="bench-llama-server-"))
+    print(f"server logs and reports in {folder}", flush=True)
+    results, notes = compare(args, binary, model, folder)
+    for r in results:
+        r["figures"] = Figures.from_report(r["report"])
+    rows = ratio_rows(results)
+    print()
+    for r in results:
+        print(f"== {r['server']}, concurrency {r['concurrency']}\n{r['table']}\n")
+    print(figures_table(results))
+    print()
+    print(ratio_table(rows))
+    for note in notes:
+        print("note: " + note)
+    print(load_line())
     if args.json:
         out = {"settings": {k: v for k, v in vars(args).items() if k != "json"},
                "binary": str(binary), "model": str(model), "notes": notes,

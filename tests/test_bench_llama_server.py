@@ -4,6 +4,8 @@ issue 33's targets, and that a server it started is stopped however a run ends (
 command: a few lines of http.server answering /health)."""
 
 import json
+import math
+import os
 import signal
 import subprocess
 import sys
@@ -58,6 +60,7 @@ def test_defaults_are_the_issues_comparison():
     (["--threads", "0"], "--threads must be 1 or more"),
     (["--rounds", "-1"], "--rounds must be 1 or more"),
     (["--sdist", "/no/such/file.tar.gz"], "no file at /no/such/file.tar.gz"),
+    (["--llama-server", "/no/such/llama-server"], "no program at /no/such/llama-server"),
 ])
 def test_bad_arguments_say_what_is_allowed(argv, words, capsys):
     with pytest.raises(SystemExit) as stop:
@@ -115,7 +118,14 @@ def test_figures_come_from_the_report_json():
     f = bench.Figures.from_report(report_json(ttft_s=0.5, step_s=0.1))
     assert f.ttft_p50_ms == pytest.approx(500) and f.tpot_p50_ms == pytest.approx(100)
     assert f.tok_s == pytest.approx(16 / 0.8)  # 4 answers of 4 tokens, first to last 0.8 s
-    assert (f.ok, f.requests, f.ended_early) == (4, 4, 0)
+    assert (f.ok, f.requests, f.ended_early, f.output_tokens) == (4, 4, 0, 16)
+    assert f.cpu_s is None and math.isnan(f.tok_per_cpu_s)  # not measured: no figure
+
+
+def test_tokens_per_cpu_second_use_the_servers_cpu_time_during_the_load():
+    report = report_json(ttft_s=0.5, step_s=0.1)
+    report["server_cpu_s"] = 4.0
+    assert bench.Figures.from_report(report).tok_per_cpu_s == pytest.approx(16 / 4.0)
 
 
 def test_a_report_with_no_answer_is_refused_with_its_errors():
@@ -129,13 +139,15 @@ def test_printed_table_leaves_out_the_json_line():
     assert bench.printed_table('TTFT ms  1\n{"a": 1}\nWARNING: x\n') == "TTFT ms  1\nWARNING: x"
 
 
-def figures(tok_s, ttft, tpot):
-    return bench.Figures(tok_s, ttft, tpot, ok=8, requests=8, ended_early=0)
+def figures(tok_s, ttft, tpot, cpu_s=None):
+    return bench.Figures(tok_s, ttft, tpot, ok=8, requests=8, ended_early=0, output_tokens=256,
+                         cpu_s=cpu_s)
 
 
 def test_ratios_are_minillm_over_llama_server_at_the_same_concurrency():
-    results = [{"concurrency": 16, "server": "llama-server", "figures": figures(100, 400, 80)},
-               {"concurrency": 16, "server": "minillm q4_1", "figures": figures(160, 300, 50)},
+    results = [{"concurrency": 16, "server": "llama-server", "figures": figures(100, 400, 80, 8)},
+               {"concurrency": 16, "server": "minillm q4_1",
+                "figures": figures(160, 300, 50, 10)},
                {"concurrency": 4, "server": "llama-server", "figures": figures(50, 100, 40)},
                {"concurrency": 4, "server": "minillm int8", "figures": figures(40, 200, 30)},
                {"concurrency": 16, "server": "minillm int8", "figures": figures(160, 500, 50)}]
@@ -145,10 +157,24 @@ def test_ratios_are_minillm_over_llama_server_at_the_same_concurrency():
     q4, int8_4, int8_16 = rows
     assert (q4["tok_s"], q4["ttft_p50"], q4["tpot_p50"]) == pytest.approx((1.6, 0.75, 0.625))
     assert q4["verdict"] == "met"
+    assert q4["tok_per_cpu_s"] == pytest.approx(0.8)  # 256 tokens in 10 CPU-s against 8
+    assert math.isnan(int8_4["tok_per_cpu_s"])  # no CPU time measured
     assert int8_4["verdict"] == "missed: tok/s 0.80x of 1.0x asked"  # latency not asked at 4
     assert int8_16["verdict"] == "missed: TTFT p50 1.25x llama-server's"
     table = bench.ratio_table(rows)
     assert "1.60x" in table and "0.62x" in table and "missed: TTFT p50 1.25x" in table
+    by_run = bench.figures_table(results).splitlines()
+    assert len(by_run) == 1 + len(results)
+    assert by_run[1].split() == ["16", "llama-server", "100.0", "400", "80.0", "8.0", "32.0"]
+    assert by_run[3].split()[-2:] == ["-", "nan"]  # CPU time not measured
+
+
+def test_process_cpu_seconds_grow_with_the_work_a_process_does():
+    before = bench.process_cpu_seconds(os.getpid())
+    end = time.process_time() + 0.3
+    while time.process_time() < end:
+        pass
+    assert bench.process_cpu_seconds(os.getpid()) - before >= 0.2
 
 
 def test_a_concurrency_without_a_target_says_so():
@@ -258,3 +284,38 @@ def _alive(pid: int) -> bool:
             return f.read().split()[2] != "Z"
     except FileNotFoundError:
         return False
+
+
+FAKE_LLAMA_SERVER = """#!{python}
+import os, signal, sys
+args = sys.argv[1:]
+if "--no-repack" not in args:
+    os.kill(os.getpid(), signal.SIGILL)  # as llama.cpp's AMX code does where AMX is not enabled
+port = args[args.index("--port") + 1]
+os.execv(sys.executable, [sys.executable, "-c", {fake!r}, port])
+"""
+
+
+def test_a_llama_server_that_crashes_with_its_defaults_is_run_again_with_no_repack(
+        tmp_path, monkeypatch):
+    binary = tmp_path / "llama-server"
+    binary.write_text(FAKE_LLAMA_SERVER.format(python=sys.executable, fake=FAKE_SERVER))
+    binary.chmod(0o755)
+    loaded = []
+
+    def fake_load(url, concurrency, args, folder):
+        loaded.append(concurrency)
+        return report_json(0.2, 0.05), "the table"
+
+    monkeypatch.setattr(bench, "run_load", fake_load)
+    monkeypatch.setattr(bench, "minillm_serve_command",
+                        lambda w, port, threads, slots: [sys.executable, "-c", FAKE_SERVER,
+                                                         str(port)])
+    args = bench.parse_args(["--concurrency", "4,16", "--weights", "int8"])
+    results, notes = bench.compare(args, binary, "/m.gguf", tmp_path)
+    assert [(r["server"], r["concurrency"]) for r in results] == [
+        ("llama-server", 4), ("minillm int8", 4), ("llama-server", 16), ("minillm int8", 16)]
+    assert loaded == [4, 4, 16, 16]  # the crashed start loaded nothing
+    assert len(notes) == 1 and "died on SIGILL at concurrency 4" in notes[0]
+    assert "--no-repack" in notes[0]
+    assert all(r["report"]["server_cpu_s"] >= 0 for r in results)
