@@ -319,3 +319,50 @@ def test_a_llama_server_that_crashes_with_its_defaults_is_run_again_with_no_repa
     assert len(notes) == 1 and "died on SIGILL at concurrency 4" in notes[0]
     assert "--no-repack" in notes[0]
     assert all(r["report"]["server_cpu_s"] >= 0 for r in results)
+
+
+# --- the build, with CMake faked ----------------------------------------------------------------
+
+def fake_sdist(path, vendored=True):
+    import io
+    import tarfile
+
+    with tarfile.open(path, "w:gz") as archive:
+        name = (bench.VENDORED if vendored else "other-1.0") + "/CMakeLists.txt"
+        data = b"project(llama.cpp)\n"
+        info = tarfile.TarInfo(name)
+        info.size = len(data)
+        archive.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_the_build_unpacks_the_vendored_llama_cpp_configures_builds_one_target_then_reuses(
+        tmp_path, monkeypatch):
+    ran = []
+
+    def fake_run(command, check):
+        ran.append(command)
+        if "--build" in command:  # the build makes the binary
+            binary = tmp_path / "root" / "build" / "bin" / "llama-server"
+            binary.parent.mkdir(parents=True)
+            binary.write_text("")
+
+    monkeypatch.setattr(bench.subprocess, "run", fake_run)
+    sdist = fake_sdist(tmp_path / bench.SDIST_NAME)
+    binary = bench.build_llama_server(tmp_path / "root", sdist)
+    assert binary == tmp_path / "root" / "build" / "bin" / "llama-server"
+    assert (tmp_path / "root" / bench.VENDORED / "CMakeLists.txt").is_file()
+    configure, build = ran
+    assert configure[:3] == ["cmake", "-S", str(tmp_path / "root" / bench.VENDORED)]
+    assert "-DGGML_NATIVE=ON" in configure and "-DLLAMA_OPENSSL=OFF" in configure
+    assert build[build.index("--target") + 1] == "llama-server"
+    ran.clear()
+    assert bench.build_llama_server(tmp_path / "root", None) == binary
+    assert ran == []  # built: reused, nothing fetched or run
+
+
+def test_an_sdist_without_the_vendored_llama_cpp_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench.subprocess, "run", lambda *a, **k: pytest.fail("ran a command"))
+    sdist = fake_sdist(tmp_path / "x.tar.gz", vendored=False)
+    with pytest.raises(SystemExit, match="has no llama_cpp_python-0.3.36/vendor/llama.cpp/"):
+        bench.build_llama_server(tmp_path / "root", sdist)
