@@ -177,7 +177,11 @@ def int8_linear(qweight: torch.Tensor, scale: torch.Tensor, bias, path: str) -> 
     if path not in ("auto", "kernel") or scale.dtype is not torch.float32 \
             or not _float32_or_none(bias) or not cpu_kernels(qweight.device):
         return PYTORCH
-    return Route("gemm_int8", QUANT_MAX_ROWS, matmul.gemm_int8)
+    try:  # once here, not at each call
+        matmul.check_int8_weights(qweight, scale, bias)
+    except ValueError:
+        return PYTORCH
+    return Route("gemm_int8", QUANT_MAX_ROWS, matmul.gemm_int8_unchecked)
 
 
 def int8_pytorch_path(x: torch.Tensor, rows: int) -> str:
