@@ -20,12 +20,16 @@
 #include <math.h>
 #include <stdlib.h>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #include "minillm_kernels.h"
 #include "simd.h"
 
 /* x's rounded rows a block holds while 4 weight rows at a time pass over them: at most this
    many bytes, so that the block stays in L2 */
-#define X_BLOCK_BYTES (512 * 1024)
+#define X_BLOCK_BYTES (1 << 19)
 
 static inline int32_t dot_int8_int16(const int8_t *w, const int16_t *x, int64_t K) {
     vi a0 = izero(), a1 = izero();
@@ -122,6 +126,135 @@ static inline __attribute__((always_inline)) void quad(const int8_t *W, const fl
         put4(Y + (m + r) * N + n, sums[r], sx[m + r], scale + n, b);
 }
 
+#if defined(__AMX_TILE__) && defined(__AMX_INT8__)
+/* A prompt's many rows on AMX's tiles (Sapphire Rapids and later): 16 x 64-byte tile registers
+   multiply bytes into int32 sums (TDPBSSD, TDPBUSD), 1024 a cycle. x's int16 values are split
+   into their high byte (signed) and low byte (unsigned), x = 2^8 hi + lo, so each sum is
+   2^8 (hi . w) + (lo . w): the same integer as the vector tiles' (int32 arithmetic wraps, and
+   the true sum fits). x's two byte planes (16 rows by 64 values a tile) are the first operand;
+   the weights the second, copied a slice at a time into AMX's layout (4 consecutive values of a
+   weight row per 32-bit word, 16 weight rows a 64-byte row) and used for every row of x. Used
+   where Linux lets the process use the tiles (arch_prctl), K is a multiple of 64, and there
+   are at least AMX_FROM_ROWS rows. */
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+#define AMX_FROM_ROWS 16
+/* bytes of weights one slice holds (in AMX's layout): it stays in L2 while x's rows pass */
+#define W_SLICE_BYTES (1 << 18)
+
+struct tile_config {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+};
+
+static int amx_state;  /* 0: not asked yet, 1: granted, -1: refused */
+
+int gemm_int8_amx(void) {
+    if (amx_state == 0)
+        amx_state = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0 ? 1 : -1;
+    return amx_state == 1;
+}
+
+/* weight rows n .. n + 16 (K apart) in AMX's B layout, K / 64 tiles of 1 KB: tile c's row g
+   holds the 16 rows' values 64 c + 4 g .. + 4, one 32-bit word each */
+static void pack_w(const int8_t *w, int64_t K, int8_t *out) {
+    const __m512i rows = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6,
+                                                             5, 4, 3, 2, 1, 0),
+                                            _mm512_set1_epi32((int)K));
+    for (int64_t k = 0; k < K; k += 4)
+        _mm512_storeu_si512((void *)(out + 16 * k),
+                            _mm512_i32gather_epi32(rows, (const void *)(w + k), 1));
+}
+
+/* x's rows m .. m + 16 (hi, lo: K apart) times packed weight rows n .. n + 32: into Y, scaled */
+static void amx_tile(const int8_t *hi, const uint8_t *lo, const int8_t *wp, int64_t K,
+                     int64_t rows, const float *sx, const float *scale, const float *bias,
+                     float *Y, int64_t N) {
+    int32_t part[4][16][16];
+    _tile_zero(4);
+    _tile_zero(5);
+    _tile_zero(6);
+    _tile_zero(7);
+    for (int64_t k = 0; k < K; k += 64) {
+        _tile_loadd(0, hi + k, K);
+        _tile_loadd(1, lo + k, K);
+        _tile_loadd(2, wp + 16 * k, 64);
+        _tile_loadd(3, wp + 16 * K + 16 * k, 64);
+        _tile_dpbssd(4, 0, 2);
+        _tile_dpbusd(5, 1, 2);
+        _tile_dpbssd(6, 0, 3);
+        _tile_dpbusd(7, 1, 3);
+    }
+    _tile_stored(4, part[0], 64);
+    _tile_stored(5, part[1], 64);
+    _tile_stored(6, part[2], 64);
+    _tile_stored(7, part[3], 64);
+    for (int64_t r = 0; r < rows; r++)
+        for (int half = 0; half < 2; half++) {
+            __m512i h = _mm512_loadu_si512((const void *)part[2 * half][r]);
+            __m512i l = _mm512_loadu_si512((const void *)part[2 * half + 1][r]);
+            __m512 sum = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(h, 8), l));
+            __m512 s = _mm512_mul_ps(_mm512_set1_ps(sx[r]), _mm512_loadu_ps(scale + 16 * half));
+            __m512 add = bias ? _mm512_loadu_ps(bias + 16 * half) : _mm512_setzero_ps();
+            _mm512_storeu_ps(Y + r * N + 16 * half, _mm512_fmadd_ps(sum, s, add));
+        }
+}
+
+/* rows 0 .. M of x times weight rows 0 .. N - N % 32 on the tiles */
+static int amx_rows(const int8_t *W, const float *scale, const float *bias, const int16_t *xq,
+                    const float *sx, float *Y, int64_t M, int64_t N, int64_t K, int threads) {
+    int64_t blocks = N / 32, slice = W_SLICE_BYTES / (32 * K);
+    slice = slice < 1 ? 1 : slice;  /* blocks of 32 weight rows a slice */
+    int8_t *planes = (int8_t *)malloc((size_t)(2 * (M + 16) * K));
+    int8_t *packed = (int8_t *)malloc((size_t)(threads * slice * 32 * K));
+    if (!planes || !packed) {
+        free(planes), free(packed);
+        return -1;
+    }
+    int8_t *hi = planes;
+    uint8_t *lo = (uint8_t *)planes + (M + 16) * K;
+    for (int64_t i = 0; i < M * K; i++)
+        hi[i] = (int8_t)(xq[i] >> 8), lo[i] = (uint8_t)(xq[i] & 0xFF);
+    memset(hi + M * K, 0, (size_t)(16 * K)), memset(lo + M * K, 0, (size_t)(16 * K));
+    #pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+        struct tile_config config;
+        memset(&config, 0, sizeof config);
+        config.palette = 1;
+        for (int t = 0; t < 8; t++)
+            config.colsb[t] = 64, config.rows[t] = 16;
+        _tile_loadconfig(&config);
+        int8_t *mine = packed;
+#ifdef _OPENMP
+        mine += (int64_t)omp_get_thread_num() * slice * 32 * K;
+#endif
+        #pragma omp for schedule(static)
+        for (int64_t b0 = 0; b0 < blocks; b0 += slice) {
+            int64_t count = blocks - b0 < slice ? blocks - b0 : slice;
+            for (int64_t j = 0; j < 2 * count; j++)
+                pack_w(W + (32 * b0 + 16 * j) * K, K, mine + 16 * j * K);
+            for (int64_t m = 0; m < M; m += 16)
+                for (int64_t b = 0; b < count; b++) {
+                    int64_t n = 32 * (b0 + b);
+                    amx_tile(hi + m * K, lo + m * K, mine + 32 * b * K, K,
+                             M - m < 16 ? M - m : 16, sx + m, scale + n, bias ? bias + n : NULL,
+                             Y + m * N + n, N);
+                }
+        }
+        _tile_release();
+    }
+    free(planes), free(packed);
+    return 0;
+}
+#else
+int gemm_int8_amx(void) { return 0; }
+#endif
+
 /* x's largest |value| */
 static float largest(const float *x, int64_t K) {
     int64_t k = 0;
@@ -155,7 +288,7 @@ int gemm_int8(const int8_t *W, const float *scale, const float *bias, const floa
     if (M < 1 || M > INT8_MAX_ROWS || K < 1 || K > INT8_MAX_K)
         return -1;
     int16_t *xq = (int16_t *)malloc((size_t)(M * K) * sizeof(int16_t));
-    float sx[INT8_MAX_ROWS];
+    float sx[INT8_MAX_ROWS + 16];  /* room for a last group of 16 rows on the tiles */
     if (!xq)
         return -1;
     int64_t most = INT32_MAX / (128 * K);
@@ -165,22 +298,34 @@ int gemm_int8(const int8_t *W, const float *scale, const float *bias, const floa
         sx[m] = big > 0.0f ? big / qmax : 1.0f;
         round_to_int16(X + m * K, 1.0f / sx[m], xq + m * K, K);
     }
-    int64_t quads = N / 4, block = X_BLOCK_BYTES / (2 * K) / 4 * 4;
+    for (int64_t m = M; m < M + 16; m++)
+        sx[m] = 1.0f;
+    int64_t first = 0;  /* weight rows from which the vector tiles take over */
+#if defined(__AMX_TILE__) && defined(__AMX_INT8__)
+    if (M >= AMX_FROM_ROWS && K % 64 == 0 && N >= 32 && gemm_int8_amx()) {
+        if (amx_rows(W, scale, bias, xq, sx, Y, M, N, K, threads) != 0) {
+            free(xq);
+            return -1;
+        }
+        first = N - N % 32;
+    }
+#endif
+    int64_t quads = (N - first) / 4, block = X_BLOCK_BYTES / (2 * K) / 4 * 4;
     block = block < 4 ? 4 : block;
     int fetch = M < 4;  /* a decode step's few rows: the weights come from memory */
     for (int64_t m0 = 0; m0 < M; m0 += block) {
         int64_t rows = M - m0 < block ? M - m0 : block;
         #pragma omp parallel for schedule(static) num_threads(threads) \
             if (threads > 1 && rows * N * K > (1 << 16))
-        for (int64_t p = 0; p < quads + N % 4; p++) {
+        for (int64_t p = 0; p < quads + (N - first) % 4; p++) {
             if (p < quads) {
                 if (fetch)
-                    quad(W, scale, bias, xq, sx, Y, m0, rows, 4 * p, N, K, 1);
+                    quad(W, scale, bias, xq, sx, Y, m0, rows, first + 4 * p, N, K, 1);
                 else
-                    quad(W, scale, bias, xq, sx, Y, m0, rows, 4 * p, N, K, 0);
+                    quad(W, scale, bias, xq, sx, Y, m0, rows, first + 4 * p, N, K, 0);
                 continue;
             }
-            int64_t n = 4 * quads + (p - quads);
+            int64_t n = first + 4 * quads + (p - quads);
             for (int64_t m = m0; m < m0 + rows; m++)
                 Y[m * N + n] = put1(dot_int8_int16(W + n * K, xq + m * K, K), sx[m], scale[n],
                                     bias ? bias + n : NULL);
