@@ -4,8 +4,8 @@
     float32 linear    gemv_f32, gemm_f32 ((in, out) layout)  F32_MAX_ROWS    F.linear
     bf16 linear       gemv_bf16 ((out, in) layout)           1 row           bf16 matmul; from
                                                                              UPCAST_ROWS widened
-    int8 linear       gemm_int8 (a prompt: on AMX's tiles)   any with AMX,   _weight_int8pack_mm;
-                                                             QUANT_MAX_ROWS  a prefill dequantizes
+    int8 linear       gemm_int8 (a prompt: AMX's tiles)      int8_max_rows() _weight_int8pack_mm;
+                                                             (any with AMX)  a prefill dequantizes
     Q4_1 linear       gemm_q4_1                              QUANT_MAX_ROWS  dequantize (x
                                                                              rounded as the
                                                                              kernel rounds it)
