@@ -45,7 +45,8 @@ def test_the_row_limits_and_the_switch_live_in_dispatch_alone():
             found[str(path.relative_to(PACKAGE))] = hits
     assert found == {}
     text = (PACKAGE / "kernels" / "dispatch.py").read_text()
-    for name in ("F32_MAX_ROWS", "QUANT_MAX_ROWS", "UPCAST_ROWS", "MINILLM_NO_KERNEL"):
+    for name in ("F32_MAX_ROWS", "QUANT_MAX_ROWS", "INT8_AMX_MAX_ROWS", "UPCAST_ROWS",
+                 "MINILLM_NO_KERNEL"):
         assert name in text
 
 
