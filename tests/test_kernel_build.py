@@ -41,6 +41,9 @@ def test_the_flags_follow_what_the_cpu_reports(monkeypatch):
     assert "-mavx512vnni" in full.flags and "-mavx512bw" in full.flags
     assert "-mavx512vnni" not in build.target(AVX512_CPU - {"avx512vnni"}).flags
     assert "-mavx512vbmi" not in full.flags  # Q4_1's four-block steps need VBMI and VL
+    amx = build.target(AVX512_CPU | {"amxtile", "amxint8"})
+    assert {"-mamx-tile", "-mamx-int8"} <= set(amx.flags) and amx.label == "AVX-512 (VNNI, AMX)"
+    assert "-mamx-int8" not in full.flags
     assert {"-mavx512vbmi", "-mavx512vl"} <= set(
         build.target(AVX512_CPU | {"avx512vl", "avx512vbmi"}).flags)
     assert build.target(AVX512_CPU - {"avx512bw"}).level == "AVX2"  # its int8 half needs BW

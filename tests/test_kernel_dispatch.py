@@ -45,7 +45,8 @@ def test_the_row_limits_and_the_switch_live_in_dispatch_alone():
             found[str(path.relative_to(PACKAGE))] = hits
     assert found == {}
     text = (PACKAGE / "kernels" / "dispatch.py").read_text()
-    for name in ("F32_MAX_ROWS", "QUANT_MAX_ROWS", "UPCAST_ROWS", "MINILLM_NO_KERNEL"):
+    for name in ("F32_MAX_ROWS", "QUANT_MAX_ROWS", "INT8_AMX_MAX_ROWS", "UPCAST_ROWS",
+                 "MINILLM_NO_KERNEL"):
         assert name in text
 
 
@@ -245,7 +246,8 @@ def test_each_layer_asks_dispatch_and_shares_one_few_rows_call():
     layers = [fast.layers[0].attn.qkv_proj, int8, q41]
     assert [layer.route.kernel for layer in layers] == ["gemv_f32/gemm_f32", "gemm_int8",
                                                        "gemm_q4_1"]
-    assert int8.few_rows_max == q41.few_rows_max == dispatch.QUANT_MAX_ROWS
+    assert q41.few_rows_max == dispatch.QUANT_MAX_ROWS
+    assert int8.few_rows_max == dispatch.int8_max_rows() >= dispatch.QUANT_MAX_ROWS
     assert layers[0].few_rows_max == dispatch.f32_max_rows()
     for layer in layers:
         assert type(layer).few_rows is dispatch.RoutedLinear.few_rows

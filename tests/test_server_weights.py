@@ -151,6 +151,8 @@ def test_batched_steps_multiply_through_the_formats_multi_row_kernel(fmt, kernel
 @pytest.mark.parametrize("fmt", ["int8", "q4_1"])
 def test_a_pass_past_the_kernels_rows_rebuilds_the_float_weight_and_is_named_once(
         fmt, monkeypatch):
+    # int8 as where gemm_int8 has no AMX (else it takes every pass: the test below)
+    monkeypatch.setattr(dispatch, "INT8_AMX_MAX_ROWS", dispatch.QUANT_MAX_ROWS)
     model, tok = quantized(fmt)
     limit = dispatch.QUANT_MAX_ROWS
     assert kernel_rows(model)[1] == limit
@@ -166,6 +168,20 @@ def test_a_pass_past_the_kernels_rows_rebuilds_the_float_weight_and_is_named_onc
     engine.generate(["a" * (limit + 8)], max_new_tokens=2, ignore_eos=True)
     assert ("float", "Int8Linear" if fmt == "int8" else "Q41Linear", limit + 8) in calls
     assert batched_fallback(model, limit, limit) is None  # no pass can be longer: nothing to say
+
+
+@layers_use_kernels
+def test_where_gemm_int8_has_amx_every_int8_pass_goes_through_it_and_nothing_is_said(
+        monkeypatch):
+    if dispatch.int8_max_rows() == dispatch.QUANT_MAX_ROWS:
+        pytest.skip("gemm_int8 has no AMX tiles here (the test above covers this machine)")
+    model, tok = quantized("int8")
+    assert kernel_rows(model) == (["gemm_int8"], dispatch.INT8_AMX_MAX_ROWS)
+    assert batched_fallback(model, 64, 512) is None
+    calls = record_passes(monkeypatch)
+    engine_for(model, tok, budget=64).generate(["a" * 40], max_new_tokens=2, ignore_eos=True)
+    assert not [c for c in calls if c[0] == "float"]
+    assert max(c[2] for c in calls) > dispatch.QUANT_MAX_ROWS  # the prompt in one pass
 
 
 def test_fp32_passes_never_rebuild_a_weight_so_nothing_is_said():

@@ -4,8 +4,8 @@
     float32 linear    gemv_f32, gemm_f32 ((in, out) layout)  F32_MAX_ROWS    F.linear
     bf16 linear       gemv_bf16 ((out, in) layout)           1 row           bf16 matmul; from
                                                                              UPCAST_ROWS widened
-    int8 linear       gemm_int8                              QUANT_MAX_ROWS  _weight_int8pack_mm;
-                                                                             a prefill dequantizes
+    int8 linear       gemm_int8 (a prompt: AMX's tiles)      int8_max_rows() _weight_int8pack_mm;
+                                                             (any with AMX)  a prefill dequantizes
     Q4_1 linear       gemm_q4_1                              QUANT_MAX_ROWS  dequantize (x
                                                                              rounded as the
                                                                              kernel rounds it)
@@ -50,6 +50,11 @@ F32_MAX_ROWS = {"AVX-512": 1 << 20, "AVX2": 8}
 # Rows up to which int8 and Q4_1 weights go through their kernels (decode steps, batched); a
 # prefill rebuilds the float weight once for the call and multiplies with PyTorch, faster there.
 QUANT_MAX_ROWS = 16
+# Rows up to which int8 weights go through gemm_int8: where it multiplies many rows on AMX's
+# tiles, every count (scripts/bench_gemm_int8.py, SmolLM2's int8 layers: the kernel 4.5-30x
+# faster than PyTorch's path at each count from 1 row to a 512-token prompt); else
+# QUANT_MAX_ROWS.
+INT8_AMX_MAX_ROWS = 1 << 20
 # Rows from which bf16/fp16 weights times float32 rows on a CPU are widened to float32 for the
 # call: at many rows the multiply is compute-bound, and PyTorch's float32 kernels are far faster
 # there than its bf16/fp16 ones on a CPU without bf16 arithmetic.
@@ -172,12 +177,22 @@ def float_linear(weight: torch.Tensor, layout: str, bias=None, allowed: bool = T
     return PYTORCH
 
 
+def int8_max_rows() -> int:
+    """Rows gemm_int8 takes from an int8 layer here: every count where it has AMX's tiles for a
+    prompt's many rows, else QUANT_MAX_ROWS (the kernels built: ask `cpu_kernels` first)."""
+    return INT8_AMX_MAX_ROWS if build.function("gemm_int8_amx")() else QUANT_MAX_ROWS
+
+
 def int8_linear(qweight: torch.Tensor, scale: torch.Tensor, bias, path: str) -> Route:
     """An Int8Linear's route ("auto" and "kernel" paths: minillm's int8 kernel for few rows)."""
     if path not in ("auto", "kernel") or scale.dtype is not torch.float32 \
             or not _float32_or_none(bias) or not cpu_kernels(qweight.device):
         return PYTORCH
-    return Route("gemm_int8", QUANT_MAX_ROWS, matmul.gemm_int8)
+    try:  # once here, not at each call
+        matmul.check_int8_weights(qweight, scale, bias)
+    except ValueError:
+        return PYTORCH
+    return Route("gemm_int8", int8_max_rows(), matmul.gemm_int8_unchecked)
 
 
 def int8_pytorch_path(x: torch.Tensor, rows: int) -> str:

@@ -5,8 +5,8 @@ cannot take raises in Python instead of reaching C."""
 # The attention kernels keep one head's output in registers: heads of at most this many values.
 MAX_HEAD_DIM = 256
 # Rows of x one gemm_int8 call rounds and multiplies (its per-row scales live on the stack);
-# the wrapper splits more rows into calls of this many.
-INT8_MAX_ROWS = 64
+# the wrapper splits more rows into calls of this many (a prompt of up to 1,024 tokens: one).
+INT8_MAX_ROWS = 1024
 # The longest row gemm_int8 takes: it rounds x to at most (2**31 - 1) / (128 K) so that its int32
 # sums cannot overflow, which leaves x at least 512 steps a side up to this length.
 INT8_MAX_K = 32768

@@ -72,13 +72,9 @@ def gemm_int8(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor,
     """x, rows of K float32 values, times the int8 weight (N, K) with one float32 scale per
     output row (N,), plus `bias` (N,): (rows, N) float32. x is rounded to int16 per row and
     multiplied in integers; K at most INT8_MAX_K."""
-    n, k = checks.matrix("qweight", qweight, torch.int8, "(out, in)")
-    if k > INT8_MAX_K:
-        raise ValueError(f"the int8 kernel takes rows of at most {INT8_MAX_K:,} values "
-                         f"(INT8_MAX_K), got {k:,}")
+    check_int8_weights(qweight, scale, bias)
+    n, k = qweight.shape
     x = checks.rows("x", x, k, contiguous=False).contiguous()
-    checks.vector("scale", scale, n)
-    checks.vector("bias", bias, n)
     out = torch.empty(x.shape[0], n, dtype=torch.float32)
     fn, count = function("gemm_int8"), checks.threads(threads)
     for start in range(0, x.shape[0], INT8_MAX_ROWS):  # the kernel rounds this many rows a call
@@ -88,6 +84,36 @@ def gemm_int8(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor,
             raise MemoryError(f"the int8 kernel could not allocate x's rounded copy "
                               f"({part.shape[0]} x {k})")
     return out
+
+
+def gemm_int8_unchecked(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor,
+                        bias: torch.Tensor | None) -> torch.Tensor:
+    """`gemm_int8` without its checks, for a layer whose weights `check_int8_weights` passed when
+    its route was planned (minillm.kernels.dispatch): x (rows, K) float32 on the CPU, the rest
+    as checked, or the C reads out of bounds. A decode step calls this 121 times a token."""
+    x = x if x.is_contiguous() else x.contiguous()
+    rows, (n, k) = x.shape[0], qweight.shape
+    out = torch.empty(rows, n, dtype=torch.float32)
+    fn, bias_at = function("gemm_int8"), checks.address(bias)
+    threads = torch.get_num_threads()
+    for start in range(0, rows, INT8_MAX_ROWS):
+        part = min(INT8_MAX_ROWS, rows - start)
+        if fn(qweight.data_ptr(), scale.data_ptr(), bias_at, x[start].data_ptr(),
+              out[start].data_ptr(), part, n, k, threads) != 0:
+            raise MemoryError(f"the int8 kernel could not allocate x's rounded copy "
+                              f"({part} x {k})")
+    return out
+
+
+def check_int8_weights(qweight: torch.Tensor, scale: torch.Tensor,
+                       bias: torch.Tensor | None) -> None:
+    """What `gemm_int8` checks of a layer's weights, once: a ValueError naming what is wrong."""
+    n, k = checks.matrix("qweight", qweight, torch.int8, "(out, in)")
+    if k > INT8_MAX_K:
+        raise ValueError(f"the int8 kernel takes rows of at most {INT8_MAX_K:,} values "
+                         f"(INT8_MAX_K), got {k:,}")
+    checks.vector("scale", scale, n)
+    checks.vector("bias", bias, n)
 
 
 def gemm_q4_1(x: torch.Tensor, blocks: torch.Tensor, bias: torch.Tensor | None = None,

@@ -1,4 +1,4 @@
-/* int8 weights, one float32 scale per output row (minillm.quant.int8), times a few float32 rows.
+/* int8 weights, one float32 scale per output row (minillm.quant.int8), times float32 rows.
 
    The kernel multiplies integers: each row of x is first rounded to int16 with its own scale,
    then pairs of int8 weights (widened to int16) and int16 activations are multiplied and added
@@ -8,12 +8,29 @@
    no sum of K products of an int8 weight and q can leave int32:
    q_max = min(32767, (2^31 - 1) / (128 K)).
    Its relative rounding error, 1 / (2 q_max), stays far below the int8 weights' own (1 / 254)
-   up to INT8_MAX_K. */
+   up to INT8_MAX_K.
+
+   The work is cut into tiles of up to 4 rows of x by 4 weight rows, whose 16 sums stay in
+   registers: each weight vector widened serves the tile's rows of x, each vector of x its 4
+   weight rows. A decode step (1 to 3 rows) is one tile per 4 weight rows, streaming the weights
+   with a prefetch; more rows keep 4 weight rows in L1 while a block of x's rows (sized for L2)
+   passes by, and a prompt's many rows go to AMX's tiles where the CPU has them (below). The
+   sums are integers, so a row's result is the same whatever tile computed it, and
+   the same float32 step (an FMA, as the compiler fused the one-row code's) turns every sum into
+   its output. */
 #include <math.h>
 #include <stdlib.h>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #include "minillm_kernels.h"
 #include "simd.h"
+
+/* x's rounded rows a block holds while 4 weight rows at a time pass over them: at most this
+   many bytes, so that the block stays in L2 */
+#define X_BLOCK_BYTES (1 << 19)
 
 static inline int32_t dot_int8_int16(const int8_t *w, const int16_t *x, int64_t K) {
     vi a0 = izero(), a1 = izero();
@@ -30,32 +47,216 @@ static inline int32_t dot_int8_int16(const int8_t *w, const int16_t *x, int64_t 
     return total;
 }
 
-/* Four consecutive weight rows (row_bytes apart) times x at once: each of x's vectors is
-   loaded once for the four. */
-static inline void dot4_int8_int16(const int8_t *w, int64_t row_bytes, const int16_t *x,
-                                   int64_t K, int32_t *out) {
-    const int8_t *w1 = w + row_bytes, *w2 = w1 + row_bytes, *w3 = w2 + row_bytes;
-    vi a0 = izero(), a1 = izero(), a2 = izero(), a3 = izero();
+/* R rows of x (K apart, R <= 4) times four consecutive weight rows (K apart): sums[r] holds
+   row r's four sums. `fetch`: prefetch the next four weight rows (a decode step reads the
+   weights from memory once). */
+static inline __attribute__((always_inline)) void tile(const int8_t *w, const int16_t *x,
+                                                       int64_t K, int R, int fetch,
+                                                       __m128i sums[4]) {
+    const int8_t *w1 = w + K, *w2 = w1 + K, *w3 = w2 + K;
+    vi acc[4][4];
+    for (int r = 0; r < R; r++)
+        acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = izero();
     int64_t k = 0;
     for (; k + IW <= K; k += IW) {
-        vi xv = ld16(x + k);
-        _mm_prefetch((const char *)(w3 + row_bytes + k), _MM_HINT_T0);  /* the next four rows */
-        _mm_prefetch((const char *)(w3 + 2 * row_bytes + k), _MM_HINT_T0);
-        _mm_prefetch((const char *)(w3 + 3 * row_bytes + k), _MM_HINT_T0);
-        _mm_prefetch((const char *)(w3 + 4 * row_bytes + k), _MM_HINT_T0);
-        a0 = dot16(a0, wide8(w + k), xv);
-        a1 = dot16(a1, wide8(w1 + k), xv);
-        a2 = dot16(a2, wide8(w2 + k), xv);
-        a3 = dot16(a3, wide8(w3 + k), xv);
+        if (fetch) {
+            _mm_prefetch((const char *)(w3 + K + k), _MM_HINT_T0);
+            _mm_prefetch((const char *)(w3 + 2 * K + k), _MM_HINT_T0);
+            _mm_prefetch((const char *)(w3 + 3 * K + k), _MM_HINT_T0);
+            _mm_prefetch((const char *)(w3 + 4 * K + k), _MM_HINT_T0);
+        }
+        vi v0 = wide8(w + k), v1 = wide8(w1 + k), v2 = wide8(w2 + k), v3 = wide8(w3 + k);
+        for (int r = 0; r < R; r++) {
+            vi xv = ld16(x + r * K + k);
+            acc[r][0] = dot16(acc[r][0], v0, xv);
+            acc[r][1] = dot16(acc[r][1], v1, xv);
+            acc[r][2] = dot16(acc[r][2], v2, xv);
+            acc[r][3] = dot16(acc[r][3], v3, xv);
+        }
     }
-    out[0] = isum(a0), out[1] = isum(a1), out[2] = isum(a2), out[3] = isum(a3);
-    for (; k < K; k++) {
-        out[0] += (int32_t)w[k] * (int32_t)x[k];
-        out[1] += (int32_t)w1[k] * (int32_t)x[k];
-        out[2] += (int32_t)w2[k] * (int32_t)x[k];
-        out[3] += (int32_t)w3[k] * (int32_t)x[k];
+    for (int r = 0; r < R; r++) {
+        sums[r] = isum4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+        if (k < K) {
+            int32_t rest[4] = {0, 0, 0, 0};
+            const int16_t *xr = x + r * K;
+            for (int64_t j = k; j < K; j++) {
+                rest[0] += (int32_t)w[j] * xr[j];
+                rest[1] += (int32_t)w1[j] * xr[j];
+                rest[2] += (int32_t)w2[j] * xr[j];
+                rest[3] += (int32_t)w3[j] * xr[j];
+            }
+            sums[r] = _mm_add_epi32(sums[r], _mm_loadu_si128((const __m128i *)rest));
+        }
     }
 }
+
+/* the outputs of four weight rows from n for row m: sum * (s_x * scale) + bias, fused */
+static inline void put4(float *y, __m128i sums, float sx, const float *scale, const float *bias) {
+    __m128 s = _mm_mul_ps(_mm_set1_ps(sx), _mm_loadu_ps(scale));
+    __m128 b = bias ? _mm_loadu_ps(bias) : _mm_setzero_ps();
+    _mm_storeu_ps(y, _mm_fmadd_ps(_mm_cvtepi32_ps(sums), s, b));
+}
+
+static inline float put1(int32_t sum, float sx, float scale, const float *bias) {
+    return fmaf((float)sum, sx * scale, bias ? *bias : 0.0f);
+}
+
+/* rows m0 .. m0 + M of x (rounded: xq, sx) times weight rows n .. n + 4 */
+static inline __attribute__((always_inline)) void quad(const int8_t *W, const float *scale,
+                                                       const float *bias, const int16_t *xq,
+                                                       const float *sx, float *Y, int64_t m0,
+                                                       int64_t M, int64_t n, int64_t N,
+                                                       int64_t K, int fetch) {
+    __m128i sums[4];
+    const int8_t *w = W + n * K;
+    const float *b = bias ? bias + n : NULL;
+    int64_t m = m0;
+    for (; m + 4 <= m0 + M; m += 4) {
+        tile(w, xq + m * K, K, 4, fetch, sums);
+        for (int r = 0; r < 4; r++)
+            put4(Y + (m + r) * N + n, sums[r], sx[m + r], scale + n, b);
+    }
+    int R = (int)(m0 + M - m);
+    if (R == 3)
+        tile(w, xq + m * K, K, 3, fetch, sums);
+    else if (R == 2)
+        tile(w, xq + m * K, K, 2, fetch, sums);
+    else if (R == 1)
+        tile(w, xq + m * K, K, 1, fetch, sums);
+    for (int r = 0; r < R; r++)
+        put4(Y + (m + r) * N + n, sums[r], sx[m + r], scale + n, b);
+}
+
+#if defined(__AMX_TILE__) && defined(__AMX_INT8__)
+/* A prompt's many rows on AMX's tiles (Sapphire Rapids and later): 16 x 64-byte tile registers
+   multiply bytes into int32 sums (TDPBSSD, TDPBUSD), 1024 a cycle. x's int16 values are split
+   into their high byte (signed) and low byte (unsigned), x = 2^8 hi + lo, so each sum is
+   2^8 (hi . w) + (lo . w): the same integer as the vector tiles' (int32 arithmetic wraps, and
+   the true sum fits). x's two byte planes (16 rows by 64 values a tile) are the first operand;
+   the weights the second, copied a slice at a time into AMX's layout (4 consecutive values of a
+   weight row per 32-bit word, 16 weight rows a 64-byte row) and used for every row of x. Used
+   where Linux lets the process use the tiles (arch_prctl), K is a multiple of 64, and there
+   are at least AMX_FROM_ROWS rows. */
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+#define AMX_FROM_ROWS 16
+/* bytes of weights one slice holds (in AMX's layout): it stays in L2 while x's rows pass */
+#define W_SLICE_BYTES (1 << 18)
+
+struct tile_config {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+};
+
+static int amx_state;  /* 0: not asked yet, 1: granted, -1: refused */
+
+int gemm_int8_amx(void) {
+    if (amx_state == 0)
+        amx_state = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0 ? 1 : -1;
+    return amx_state == 1;
+}
+
+/* weight rows n .. n + 16 (K apart) in AMX's B layout, K / 64 tiles of 1 KB: tile c's row g
+   holds the 16 rows' values 64 c + 4 g .. + 4, one 32-bit word each */
+static void pack_w(const int8_t *w, int64_t K, int8_t *out) {
+    const __m512i rows = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6,
+                                                             5, 4, 3, 2, 1, 0),
+                                            _mm512_set1_epi32((int)K));
+    for (int64_t k = 0; k < K; k += 4)
+        _mm512_storeu_si512((void *)(out + 16 * k),
+                            _mm512_i32gather_epi32(rows, (const void *)(w + k), 1));
+}
+
+/* x's rows m .. m + 16 (hi, lo: K apart) times packed weight rows n .. n + 32: into Y, scaled */
+static void amx_tile(const int8_t *hi, const uint8_t *lo, const int8_t *wp, int64_t K,
+                     int64_t rows, const float *sx, const float *scale, const float *bias,
+                     float *Y, int64_t N) {
+    int32_t part[4][16][16];
+    _tile_zero(4);
+    _tile_zero(5);
+    _tile_zero(6);
+    _tile_zero(7);
+    for (int64_t k = 0; k < K; k += 64) {
+        _tile_loadd(0, hi + k, K);
+        _tile_loadd(1, lo + k, K);
+        _tile_loadd(2, wp + 16 * k, 64);
+        _tile_loadd(3, wp + 16 * K + 16 * k, 64);
+        _tile_dpbssd(4, 0, 2);
+        _tile_dpbusd(5, 1, 2);
+        _tile_dpbssd(6, 0, 3);
+        _tile_dpbusd(7, 1, 3);
+    }
+    _tile_stored(4, part[0], 64);
+    _tile_stored(5, part[1], 64);
+    _tile_stored(6, part[2], 64);
+    _tile_stored(7, part[3], 64);
+    for (int64_t r = 0; r < rows; r++)
+        for (int half = 0; half < 2; half++) {
+            __m512i h = _mm512_loadu_si512((const void *)part[2 * half][r]);
+            __m512i l = _mm512_loadu_si512((const void *)part[2 * half + 1][r]);
+            __m512 sum = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(h, 8), l));
+            __m512 s = _mm512_mul_ps(_mm512_set1_ps(sx[r]), _mm512_loadu_ps(scale + 16 * half));
+            __m512 add = bias ? _mm512_loadu_ps(bias + 16 * half) : _mm512_setzero_ps();
+            _mm512_storeu_ps(Y + r * N + 16 * half, _mm512_fmadd_ps(sum, s, add));
+        }
+}
+
+/* rows 0 .. M of x times weight rows 0 .. N - N % 32 on the tiles */
+static int amx_rows(const int8_t *W, const float *scale, const float *bias, const int16_t *xq,
+                    const float *sx, float *Y, int64_t M, int64_t N, int64_t K, int threads) {
+    int64_t blocks = N / 32, most = W_SLICE_BYTES / (32 * K);
+    most = most < 1 ? 1 : most;  /* blocks of 32 weight rows a slice, at most */
+    int64_t slices = threads * ((blocks + threads * most - 1) / (threads * most));
+    int64_t slice = (blocks + slices - 1) / slices;  /* as many slices for each thread */
+    int8_t *planes = (int8_t *)malloc((size_t)(2 * (M + 16) * K));
+    int8_t *packed = (int8_t *)malloc((size_t)(threads * slice * 32 * K));
+    if (!planes || !packed) {
+        free(planes), free(packed);
+        return -1;
+    }
+    int8_t *hi = planes;
+    uint8_t *lo = (uint8_t *)planes + (M + 16) * K;
+    for (int64_t i = 0; i < M * K; i++)
+        hi[i] = (int8_t)(xq[i] >> 8), lo[i] = (uint8_t)(xq[i] & 0xFF);
+    memset(hi + M * K, 0, (size_t)(16 * K)), memset(lo + M * K, 0, (size_t)(16 * K));
+    #pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+        struct tile_config config;
+        memset(&config, 0, sizeof config);
+        config.palette = 1;
+        for (int t = 0; t < 8; t++)
+            config.colsb[t] = 64, config.rows[t] = 16;
+        _tile_loadconfig(&config);
+        int8_t *mine = packed;
+#ifdef _OPENMP
+        mine += (int64_t)omp_get_thread_num() * slice * 32 * K;
+#endif
+        #pragma omp for schedule(static)
+        for (int64_t b0 = 0; b0 < blocks; b0 += slice) {
+            int64_t count = blocks - b0 < slice ? blocks - b0 : slice;
+            for (int64_t j = 0; j < 2 * count; j++)
+                pack_w(W + (32 * b0 + 16 * j) * K, K, mine + 16 * j * K);
+            for (int64_t m = 0; m < M; m += 16)
+                for (int64_t b = 0; b < count; b++) {
+                    int64_t n = 32 * (b0 + b);
+                    amx_tile(hi + m * K, lo + m * K, mine + 32 * b * K, K,
+                             M - m < 16 ? M - m : 16, sx + m, scale + n, bias ? bias + n : NULL,
+                             Y + m * N + n, N);
+                }
+        }
+        _tile_release();
+    }
+    free(planes), free(packed);
+    return 0;
+}
+#else
+int gemm_int8_amx(void) { return 0; }
+#endif
 
 /* x's largest |value| */
 static float largest(const float *x, int64_t K) {
@@ -85,13 +286,12 @@ static void round_to_int16(const float *x, float inv, int16_t *q, int64_t K) {
         q[k] = (int16_t)lrintf(x[k] * inv);
 }
 
-/* A weight row is read from memory once; the other rows of x find it in cache. */
 int gemm_int8(const int8_t *W, const float *scale, const float *bias, const float *X, float *Y,
               int64_t M, int64_t N, int64_t K, int threads) {
     if (M < 1 || M > INT8_MAX_ROWS || K < 1 || K > INT8_MAX_K)
         return -1;
     int16_t *xq = (int16_t *)malloc((size_t)(M * K) * sizeof(int16_t));
-    float sx[INT8_MAX_ROWS];
+    float sx[INT8_MAX_ROWS + 16];  /* room for a last group of 16 rows on the tiles */
     if (!xq)
         return -1;
     int64_t most = INT32_MAX / (128 * K);
@@ -101,21 +301,37 @@ int gemm_int8(const int8_t *W, const float *scale, const float *bias, const floa
         sx[m] = big > 0.0f ? big / qmax : 1.0f;
         round_to_int16(X + m * K, 1.0f / sx[m], xq + m * K, K);
     }
-    int64_t quads = N / 4;  /* four rows a pass share x's loads */
-    #pragma omp parallel for schedule(static) num_threads(threads) \
-        if (threads > 1 && N * K > (1 << 16))
-    for (int64_t p = 0; p < quads + N % 4; p++) {
-        int64_t n = p < quads ? 4 * p : 4 * quads + (p - quads);
-        int R = p < quads ? 4 : 1;
-        int32_t dots[4];
-        for (int64_t m = 0; m < M; m++) {
-            if (R == 4)
-                dot4_int8_int16(W + n * K, K, xq + m * K, K, dots);
-            else
-                dots[0] = dot_int8_int16(W + n * K, xq + m * K, K);
-            for (int r = 0; r < R; r++)
-                Y[m * N + n + r] = (float)dots[r] * (sx[m] * scale[n + r])
-                                   + (bias ? bias[n + r] : 0.0f);
+    for (int64_t m = M; m < M + 16; m++)
+        sx[m] = 1.0f;
+    int64_t first = 0;  /* weight rows from which the vector tiles take over */
+#if defined(__AMX_TILE__) && defined(__AMX_INT8__)
+    if (M >= AMX_FROM_ROWS && K % 64 == 0 && N >= 32 && gemm_int8_amx()) {
+        if (amx_rows(W, scale, bias, xq, sx, Y, M, N, K, threads) != 0) {
+            free(xq);
+            return -1;
+        }
+        first = N - N % 32;
+    }
+#endif
+    int64_t quads = (N - first) / 4, block = X_BLOCK_BYTES / (2 * K) / 4 * 4;
+    block = block < 4 ? 4 : block;
+    int fetch = M < 4;  /* a decode step's few rows: the weights come from memory */
+    for (int64_t m0 = 0; m0 < M; m0 += block) {
+        int64_t rows = M - m0 < block ? M - m0 : block;
+        #pragma omp parallel for schedule(static) num_threads(threads) \
+            if (threads > 1 && rows * N * K > (1 << 16))
+        for (int64_t p = 0; p < quads + (N - first) % 4; p++) {
+            if (p < quads) {
+                if (fetch)
+                    quad(W, scale, bias, xq, sx, Y, m0, rows, first + 4 * p, N, K, 1);
+                else
+                    quad(W, scale, bias, xq, sx, Y, m0, rows, first + 4 * p, N, K, 0);
+                continue;
+            }
+            int64_t n = first + 4 * quads + (p - quads);
+            for (int64_t m = m0; m < m0 + rows; m++)
+                Y[m * N + n] = put1(dot_int8_int16(W + n * K, xq + m * K, K), sx[m], scale[n],
+                                    bias ? bias + n : NULL);
         }
     }
     free(xq);

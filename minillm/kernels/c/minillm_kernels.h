@@ -31,6 +31,10 @@ void gemv_bf16(const uint16_t *W, const float *x, float *y, int64_t N, int64_t K
 int gemm_int8(const int8_t *W, const float *scale, const float *bias, const float *X, float *Y,
               int64_t M, int64_t N, int64_t K, int threads);
 
+/* 1 where gemm_int8 multiplies a prompt's many rows on AMX's tiles (built with AMX, and Linux
+   lets this process use them), else 0 */
+int gemm_int8_amx(void);
+
 /* Y = X W^T (+ bias), W in GGUF Q4_1 blocks (N, K / 32 blocks of 20 bytes), K a multiple of 32,
    X (M, K), Y (M, N). Returns 0, or -1 (computing nothing) when it cannot allocate x's rounded
    copy. */

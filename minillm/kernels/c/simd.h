@@ -66,6 +66,9 @@ static inline vi ld16(const int16_t *p) { return _mm512_loadu_si512((const void 
 static inline vi izero(void) { return _mm512_setzero_si512(); }
 static inline int32_t isum(vi a) { return _mm512_reduce_add_epi32(a); }
 static inline vi iadd(vi a, vi b) { return _mm512_add_epi32(a, b); }
+static inline __m256i ihalves(vi a) {
+    return _mm256_add_epi32(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64(a, 1));
+}
 #ifdef __AVX512VNNI__
 static inline vi dot16(vi acc, vi w, vi x) { return _mm512_dpwssd_epi32(acc, w, x); }
 #else
@@ -91,5 +94,16 @@ static inline vi dot16(vi acc, vi w, vi x) {
     return _mm256_add_epi32(acc, _mm256_madd_epi16(w, x));
 }
 #endif
+
+/* the sums of four registers' lanes: [a, b, c, d] */
+static inline __m128i isum4(vi a, vi b, vi c, vi d) {
+#ifdef __AVX512BW__
+    __m256i a8 = ihalves(a), b8 = ihalves(b), c8 = ihalves(c), d8 = ihalves(d);
+#else
+    __m256i a8 = a, b8 = b, c8 = c, d8 = d;
+#endif
+    __m256i all = _mm256_hadd_epi32(_mm256_hadd_epi32(a8, b8), _mm256_hadd_epi32(c8, d8));
+    return _mm_add_epi32(_mm256_castsi256_si128(all), _mm256_extracti128_si256(all, 1));
+}
 
 #endif
