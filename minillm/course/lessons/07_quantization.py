@@ -433,8 +433,10 @@ print("CPU instruction set PyTorch uses here:", torch.backends.cpu.get_cpu_capab
 #   at batch 1: the "slow int8" of the source text;
 # - how fast PyTorch's **fused** kernel is depends on how well it is tuned for this CPU;
 # - the **dynamic** and **kernel** paths read a quarter of the bytes and are faster at batch 1;
-#   with 128 rows the multiply is compute-bound and fp32's matrix kernels win back, which is why
-#   the fast path rebuilds the float weight for a prefill;
+#   with 128 rows the multiply is compute-bound and fp32's matrix kernels win back on most CPUs,
+#   which is why the fast path rebuilds the float weight for a prefill there. A CPU with integer
+#   matrix units (Intel's AMX, on Xeons since Sapphire Rapids) is the exception: there minillm's
+#   int8 kernel multiplies a prompt's rows with them and stays ahead (docs/benchmarks.md);
 # - **fp16/bf16** on a CPU without native 16-bit arithmetic are converted on the fly; on a GPU
 #   they are the fast path.
 #
@@ -514,7 +516,8 @@ print(f"int8 at batch 1: {speeds['int8'][0] / speeds['fp32'][0]:.2f}x fp32, "
 # activations to 8 bits and pays in accuracy and extra steps, as LLM.int8() does), while a
 # kernel that reads the int8 weight once and rounds the activations only to int16 is faster at
 # batch 1, because a decode step's time is the time to read the weights. Where the step is compute-bound (many
-# rows, or a prefill), the float kernels' arithmetic wins again.
+# rows, or a prefill), the float kernels' arithmetic wins again, unless the CPU multiplies
+# integer matrices in hardware (AMX), where the int8 kernel keeps its lead.
 
 # %% [markdown]
 # ## 8 · Better rounding at 3 and 4 bits: GPTQ and AWQ

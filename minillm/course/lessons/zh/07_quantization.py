@@ -419,14 +419,16 @@ for rows_in in (1, 128):
         f"{n} {kernel_times[(n, rows_in)] / base:.1f}x" for n in names) + "（时间 / fp32 的时间）")
 print("PyTorch 在这里用的 CPU 指令集：", torch.backends.cpu.get_cpu_capability())
 
-# %% [markdown] en=fac3c933
+# %% [markdown] en=8db31631
 # 这些比值该怎么看（它们因机器而异）：
 #
 # - **dequantize** 路径每次调用都要付出一整份浮点权重的代价，所以批大小为 1 时输给 fp32：这就是
 #   原始材料里说的“慢的 int8”；
 # - PyTorch 的 **fused** 算子有多快，取决于它针对这种 CPU 调得好不好；
 # - **dynamic** 和 **kernel** 路径只读四分之一的字节，批大小为 1 时更快；到了 128 行，乘法变成
-#   计算受限，fp32 的矩阵算子又赢了回来，所以快速路径在预填充时会重建浮点权重；
+#   计算受限，在大多数 CPU 上 fp32 的矩阵算子又赢了回来，所以快速路径在那里预填充时会重建浮点
+#   权重。有整数矩阵单元的 CPU（Intel 的 AMX，Sapphire Rapids 起的至强）是例外：在那里 minillm 的
+#   int8 算子用它们来乘提示词的各行，依然领先（docs/benchmarks.md）；
 # - 在没有原生 16 位算术的 CPU 上，**fp16/bf16** 要临时转换；在 GPU 上它们才是快速路径。
 #
 # dynamic 路径还把每个激活舍入到 8 比特。像解码步那样逐个词元地解码这段留出文本，就能看出
@@ -500,11 +502,11 @@ print(f"批大小 1 时 int8 是 fp32 的 {speeds['int8'][0] / speeds['fp32'][0]
       f"bf16 的 {speeds['int8'][0] / speeds['bf16'][0]:.2f}x；批大小 16 时是 fp32 的 "
       f"{speeds['int8'][1] / speeds['fp32'][1]:.2f}x")
 
-# %% [markdown] en=58e45164
+# %% [markdown] en=cdeaf172
 # 所以，朴素的 int8 路径比浮点慢（它要重建浮点权重，或者像 LLM.int8() 那样把激活舍入到 8 比特，
 # 既损失精度又多出步骤）；而一个只读一遍 int8 权重、只把激活舍入到 int16 的算子，在批大小为 1
 # 时更快，因为一个解码步的时间就是读权重的时间。在计算受限的地方（行很多，或者预填充），浮点
-# 算子的算力又占了上风。
+# 算子的算力又占了上风；除非 CPU 有做整数矩阵乘法的硬件（AMX），那时 int8 算子依然领先。
 
 # %% [markdown] en=d48b2dc5
 # ## 8 · 3 比特和 4 比特下更好的舍入：GPTQ 与 AWQ
