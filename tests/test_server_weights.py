@@ -17,7 +17,7 @@ from minillm.engine import engine as engine_module
 from minillm.engine.weights import batched_fallback, kernel_rows
 from minillm.fast import optimize
 from minillm.generation.agreement import agree
-from minillm.kernels import dispatch
+from minillm.kernels import build, dispatch
 from minillm.quant.linear import Int8Linear, Q41Linear, QuantizedLinear
 from minillm.tools.cli import build_parser
 from minillm.tools.server import ServerProcess, ServerThread, make_engine
@@ -175,8 +175,13 @@ def test_fp32_passes_never_rebuild_a_weight_so_nothing_is_said():
 
 
 @layers_use_kernels
-def test_bf16_passes_past_one_row_are_named():
+def test_bf16_passes_past_one_row_are_named(monkeypatch):
+    """Where gemm_bf16 takes every pass (AVX-512) nothing is said; where it takes one row (the
+    AVX2 limit), the passes past it are named."""
     model, _ = tiny_model()
+    limit = dispatch.BF16_MAX_ROWS[build.status().level]
+    assert (batched_fallback(optimize(model, "bf16"), 4, 512) is None) == (limit >= 512)
+    monkeypatch.setitem(dispatch.BF16_MAX_ROWS, build.status().level, 1)
     sentence = batched_fallback(optimize(model, "bf16"), 4, 512)
     assert "gemv_bf16" in sentence and "bf16 matmul" in sentence
     assert f"{dispatch.UPCAST_ROWS} rows or more" in sentence

@@ -2,7 +2,7 @@
 
     operation         minillm's kernel (float32 rows, CPU)   up to           else (PyTorch's)
     float32 linear    gemv_f32, gemm_f32 ((in, out) layout)  F32_MAX_ROWS    F.linear
-    bf16 linear       gemv_bf16 ((out, in) layout)           1 row           bf16 matmul; from
+    bf16 linear       gemv_bf16, gemm_bf16 ((out, in))       BF16_MAX_ROWS   bf16 matmul; from
                                                                              UPCAST_ROWS widened
     int8 linear       gemm_int8                              QUANT_MAX_ROWS  _weight_int8pack_mm;
                                                                              a prefill dequantizes
@@ -47,6 +47,11 @@ SWITCH = "MINILLM_NO_KERNEL"
 # Rows up to which gemm_f32 beats PyTorch's multiply (scripts/bench_gemm_f32.py): with AVX-512,
 # every count measured up to a 2,048-token prompt; with AVX2 (4-row tiles), up to 8 rows.
 F32_MAX_ROWS = {"AVX-512": 1 << 20, "AVX2": 8}
+# Rows up to which gemv_bf16 (one row) and gemm_bf16 take a bf16 layer's rows: with AVX-512,
+# gemm_bf16 was measured faster than widening the weight for PyTorch's float32 multiply at every
+# SmolLM2 shape from 2 to 512 rows (scripts/bench_prefill_kernels.py); with AVX2, unmeasured:
+# one row, as before it.
+BF16_MAX_ROWS = {"AVX-512": 1 << 20, "AVX2": 1}
 # Rows up to which int8 and Q4_1 weights go through their kernels (decode steps, batched); a
 # prefill rebuilds the float weight once for the call and multiplies with PyTorch, faster there.
 QUANT_MAX_ROWS = 16
@@ -151,9 +156,13 @@ def _f32_rows(x, weight, bias):
     return matmul.gemm_f32(x, weight, bias)
 
 
-def _bf16_row(x, weight, bias):
-    y = matmul.gemv_bf16(x, weight)
-    return y if bias is None else y.add_(bias)
+def _bf16_rows(x, weight, bias):
+    """One row streams the weights (gemv_bf16); more widen a strip of them at a time for
+    gemm_f32's tiles (gemm_bf16)."""
+    if x.shape[0] == 1:
+        y = matmul.gemv_bf16(x, weight)
+        return y if bias is None else y.add_(bias)
+    return matmul.gemm_bf16(x, weight, bias)
 
 
 def _float32_or_none(t) -> bool:
@@ -168,7 +177,8 @@ def float_linear(weight: torch.Tensor, layout: str, bias=None, allowed: bool = T
     if weight.dtype is torch.float32 and layout == KERNEL_LAYOUTS[torch.float32]:
         return Route("gemv_f32/gemm_f32", f32_max_rows(), _f32_rows)
     if weight.dtype is torch.bfloat16 and layout == KERNEL_LAYOUTS[torch.bfloat16]:
-        return Route("gemv_bf16", 1, _bf16_row)
+        return Route("gemv_bf16/gemm_bf16", BF16_MAX_ROWS.get(build.status().level, 0),
+                     _bf16_rows)
     return PYTORCH
 
 
