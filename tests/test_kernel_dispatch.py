@@ -187,6 +187,35 @@ def test_past_bf16_max_rows_a_bf16_layer_widens_its_weight(monkeypatch):
     assert calls == [("gemv_bf16", 1)]
 
 
+@layers_use_kernels
+@pytest.mark.parametrize("rows", [1, 16, 17, 512])
+def test_a_q4_1_prompt_goes_through_gemm_q4_1_with_x_rounded_as_in_decoding(monkeypatch, rows):
+    """Up to Q4_1_MAX_ROWS (any prompt with AVX-512) a Q41Linear's rows go to gemm_q4_1, whose
+    numbers are the one-row kernel's; past a build's limit (AVX2's, patched in here) PyTorch
+    takes them, x rounded per block as the kernel rounds it (forward_rounded) while
+    q4_1_rounds_x says so: every count AVX-512's kernel takes, so that a prompt's numbers do
+    not depend on the build."""
+    calls = _counting(monkeypatch, matmul, "gemm_q4_1")  # before the layer plans its route
+    q41 = Q41Linear(_q4_1_blocks(torch.randn(40, 96)), torch.randn(40))
+    x = torch.randn(rows, 96)
+    limit = dispatch.Q4_1_MAX_ROWS[build.status().level]
+    got = q41(x)
+    assert calls == ([("gemm_q4_1", rows)] if rows <= limit else [])
+    assert torch.equal(got[-1], q41(x[-1:])[0])
+    torch.testing.assert_close(got, q41.forward_rounded(x), atol=1e-4, rtol=1e-4)
+    assert dispatch.q4_1_rounds_x(x, rows)
+    rounded = []
+    original = Q41Linear.forward_rounded
+    monkeypatch.setattr(Q41Linear, "forward_rounded",
+                        lambda self, x: rounded.append(1) or original(self, x))
+    monkeypatch.setitem(dispatch.Q4_1_MAX_ROWS, build.status().level, 16)
+    q41.replan()
+    del calls[:]
+    q41(x)
+    assert (calls, rounded) == (([("gemm_q4_1", rows)], []) if rows <= 16 else
+                                ([], [1] if dispatch.q4_1_rounds_x(x, rows) else []))
+
+
 @pytest.mark.parametrize("fmt", ["fp32", "bf16", "int8", "q4_1"])
 def test_an_optimized_cpu_model_moved_to_cuda_generates_there(fmt):
     """optimize on the CPU (kernels planned), then .to("cuda"): every layer re-plans to PyTorch's
@@ -292,7 +321,8 @@ def test_each_layer_asks_dispatch_and_shares_one_few_rows_call():
     layers = [fast.layers[0].attn.qkv_proj, int8, q41]
     assert [layer.route.kernel for layer in layers] == ["gemv_f32/gemm_f32", "gemm_int8",
                                                        "gemm_q4_1"]
-    assert int8.few_rows_max == q41.few_rows_max == dispatch.QUANT_MAX_ROWS
+    assert int8.few_rows_max == dispatch.QUANT_MAX_ROWS
+    assert q41.few_rows_max == dispatch.Q4_1_MAX_ROWS[build.status().level]
     assert layers[0].few_rows_max == dispatch.f32_max_rows()
     for layer in layers:
         assert type(layer).few_rows is dispatch.RoutedLinear.few_rows

@@ -151,20 +151,28 @@ def test_batched_steps_multiply_through_the_formats_multi_row_kernel(fmt, kernel
 @pytest.mark.parametrize("fmt", ["int8", "q4_1"])
 def test_a_pass_past_the_kernels_rows_rebuilds_the_float_weight_and_is_named_once(
         fmt, monkeypatch):
+    """int8: past QUANT_MAX_ROWS, decode steps and prompt chunks alike. q4_1: a prompt chunk's
+    rows go through gemm_q4_1 (Q4_1_MAX_ROWS; the int8 LM head takes its last row alone), and
+    only decode steps of more requests than the int8 LM head's kernel takes rebuild a weight."""
     model, tok = quantized(fmt)
     limit = dispatch.QUANT_MAX_ROWS
     assert kernel_rows(model)[1] == limit
+    chunk_limit = limit if fmt == "int8" else dispatch.Q4_1_MAX_ROWS[build.status().level]
     said = []
     monkeypatch.setattr(engine_module, "say_once", said.append)
     engine = engine_for(model, tok, budget=64, max_num_seqs=limit + 1)
     sentence = batched_fallback(model, limit + 1, 64)
     assert said == [sentence]
     assert f"'{fmt}'" in sentence and f"up to {limit} rows" in sentence
-    assert f"prompt chunks of more than {limit} tokens" in sentence
+    assert (f"prompt chunks of more than {limit} tokens" in sentence) == (chunk_limit < 64)
     assert f"decode steps of more than {limit} requests" in sentence
     calls = record_passes(monkeypatch)
     engine.generate(["a" * (limit + 8)], max_new_tokens=2, ignore_eos=True)
-    assert ("float", "Int8Linear" if fmt == "int8" else "Q41Linear", limit + 8) in calls
+    if chunk_limit < limit + 8:
+        assert ("float", "Int8Linear" if fmt == "int8" else "Q41Linear", limit + 8) in calls
+    else:
+        assert ("kernel", "gemm_q4_1", limit + 8) in calls
+        assert not [c for c in calls if c[0] == "float"]
     assert batched_fallback(model, limit, limit) is None  # no pass can be longer: nothing to say
 
 

@@ -6,7 +6,7 @@
                                                                              UPCAST_ROWS widened
     int8 linear       gemm_int8                              QUANT_MAX_ROWS  _weight_int8pack_mm;
                                                                              a prefill dequantizes
-    Q4_1 linear       gemm_q4_1                              QUANT_MAX_ROWS  dequantize (x
+    Q4_1 linear       gemm_q4_1                              Q4_1_MAX_ROWS   dequantize (x
                                                                              rounded as the
                                                                              kernel rounds it)
     decode RMSNorm    rms_norm_f32                           any             F.rms_norm
@@ -55,6 +55,11 @@ BF16_MAX_ROWS = {"AVX-512": 1 << 20, "AVX2": 1}
 # Rows up to which int8 and Q4_1 weights go through their kernels (decode steps, batched); a
 # prefill rebuilds the float weight once for the call and multiplies with PyTorch, faster there.
 QUANT_MAX_ROWS = 16
+# Rows up to which Q4_1 weights go through gemm_q4_1, a prompt's included: with AVX-512 (tiles
+# of 4 weight rows by 4 rows of x) faster than rebuilding the float weight at every SmolLM2 shape
+# from 16 to 512 rows; with AVX2 (one row of x at a time) faster up to 64 rows, about even at
+# 128, slower from 256 (scripts/bench_prefill_kernels.py, ATEN_CPU_CAPABILITY=avx2 for AVX2).
+Q4_1_MAX_ROWS = {"AVX-512": 1 << 20, "AVX2": 64}
 # Rows from which bf16/fp16 weights times float32 rows on a CPU are widened to float32 for the
 # call: at many rows the multiply is compute-bound, and PyTorch's float32 kernels are far faster
 # there than its bf16/fp16 ones on a CPU without bf16 arithmetic.
@@ -204,16 +209,16 @@ def int8_pytorch_path(x: torch.Tensor, rows: int) -> str:
 def q4_1_rounds_x(x: torch.Tensor, rows: int) -> bool:
     """Whether a Q41Linear's rows that no kernel takes are computed as its kernel computes them
     (x rounded to int8 per block, `Q41Linear.forward_rounded`): the rows the kernel would have
-    had, so that the tokens do not depend on whether it is built. A prefill's rows, which never
-    go to the kernel, multiply the float weight by x as it is."""
-    return rows <= QUANT_MAX_ROWS and x.dtype is torch.float32
+    had with AVX-512 (asked without building it), so that the tokens do not depend on whether
+    it is built. More rows multiply the float weight by x as it is."""
+    return rows <= Q4_1_MAX_ROWS["AVX-512"] and x.dtype is torch.float32
 
 
 def q4_1_linear(blocks: torch.Tensor, bias) -> Route:
-    """A Q41Linear's route: minillm's Q4_1 kernel for few rows."""
+    """A Q41Linear's route: minillm's Q4_1 kernel, up to Q4_1_MAX_ROWS rows."""
     if not _float32_or_none(bias) or not cpu_kernels(blocks.device):
         return PYTORCH
-    return Route("gemm_q4_1", QUANT_MAX_ROWS, matmul.gemm_q4_1)
+    return Route("gemm_q4_1", Q4_1_MAX_ROWS.get(build.status().level, 0), matmul.gemm_q4_1)
 
 
 class RoutedLinear:

@@ -1,7 +1,7 @@
 /* bfloat16 weights in the (out, in) layout times one float32 row (gemv_bf16) or several
    (gemm_bf16). A bf16 is the top half of a float32: shifted left by 16 it is one, so each weight
-   is widened in registers and the bytes read are half of float32's. On CPUs without bf16 arithmetic PyTorch multiplies bf16 matrices
-   in a slow generic loop. */
+   is widened in registers and the bytes read are half of float32's. On CPUs without bf16
+   arithmetic PyTorch multiplies bf16 matrices in a slow generic loop. */
 #include <stdlib.h>
 #include <string.h>
 

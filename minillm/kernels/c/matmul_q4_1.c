@@ -1,4 +1,5 @@
-/* GGUF's Q4_1 blocks times a few float32 rows, the blocks read as the model file stores them. */
+/* GGUF's Q4_1 blocks times float32 rows (a decode step's few, a prompt's many), the blocks read as
+   the model file stores them. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
