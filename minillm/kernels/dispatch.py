@@ -47,10 +47,11 @@ SWITCH = "MINILLM_NO_KERNEL"
 # Rows up to which gemm_f32 beats PyTorch's multiply (scripts/bench_gemm_f32.py): with AVX-512,
 # every count measured up to a 2,048-token prompt; with AVX2 (4-row tiles), up to 8 rows.
 F32_MAX_ROWS = {"AVX-512": 1 << 20, "AVX2": 8}
-# Rows up to which gemv_bf16 (one row) and gemm_bf16 take a bf16 layer's rows: with AVX-512,
-# gemm_bf16 was measured faster than widening the weight for PyTorch's float32 multiply at every
-# SmolLM2 shape from 2 to 512 rows (scripts/bench_prefill_kernels.py); with AVX2, unmeasured:
-# one row, as before it.
+# Rows up to which gemv_bf16 (one row) and gemm_bf16 (more) take a bf16 layer's float32 rows.
+# With AVX-512, against PyTorch's paths before it (scripts/bench_prefill_kernels.py): faster from
+# 8 rows to a 512-token prompt, the whole prefill included; at 2-4 rows slower than PyTorch's bf16
+# matmul where the CPU has bf16 arithmetic (AMX), which rounds x and its products to bf16: taken
+# for float32 sums all the same. With AVX2 no row count was clearly faster: one row.
 BF16_MAX_ROWS = {"AVX-512": 1 << 20, "AVX2": 1}
 # Rows up to which int8 and Q4_1 weights go through their kernels (decode steps, batched); a
 # prefill rebuilds the float weight once for the call and multiplies with PyTorch, faster there.
