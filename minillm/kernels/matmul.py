@@ -123,5 +123,5 @@ def gemm_q4_1(x: torch.Tensor, blocks: torch.Tensor, bias: torch.Tensor | None =
                              out.data_ptr(), x.shape[0], n, k,
                              checks.threads(threads)) != 0:
         raise MemoryError(f"the Q4_1 kernel could not allocate x's rounded copy "
-                          f"({x.shape[0]} x {k})")
+                          f"({x.shape[0]} x {k}) or its tiles' buffers")
     return out

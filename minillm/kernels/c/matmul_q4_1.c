@@ -337,34 +337,35 @@ static int gemm_q4_1_tiles(const uint8_t *W, const float *bias, const int8_t *xq
     for (int64_t m = 0; m < M; m++)
         for (int64_t b = 0; b < blocks; b++)
             sxt[b * Mpad + m] = xs[m * 2 * blocks + 2 * b + 1];
-    int64_t quads = N / 4;
+    int64_t quads = N / 4, items = quads + N % 4;  /* the quads, then the last rows alone */
+    int64_t parts = threads > 1 && N * K > (1 << 17) ? threads : 1;
+    int64_t per = (items + parts - 1) / parts;
+    size_t vectors = (size_t)(4 * pairs + 1) * 64;
     int failed = 0;
-    #pragma omp parallel num_threads(threads) if (threads > 1 && N * K > (1 << 17))
-    {
-        size_t vectors = (size_t)(4 * pairs + 1) * 64;
-        q4_1_quad q;
-        char *space = (char *)aligned_alloc(64, 2 * vectors + (size_t)(4 * blocks + 16) * 4);
+    #pragma omp parallel for schedule(static) num_threads(threads) if (parts > 1)
+    for (int64_t part = 0; part < parts; part++) {
+        char *space = (char *)aligned_alloc(64, (2 * vectors + (size_t)(4 * blocks) * 4 + 63)
+                                                    / 64 * 64);
         if (!space) {
             #pragma omp atomic write
             failed = 1;
-        } else {
-            q.w = (__m512i *)space, q.d = (__m512 *)(space + vectors);
-            q.m = (float *)(space + 2 * vectors);
-            #pragma omp for schedule(static)
-            for (int64_t p = 0; p < quads + N % 4; p++) {
-                if (p < quads) {
-                    q4_1_quad_all_rows(W, row_bytes, &q, xq, xs, sxt, Mpad, bias, Y, M, N, K,
-                                       blocks, 4 * p);
-                    continue;
-                }
-                int64_t n = 4 * quads + (p - quads);  /* the last rows of W, one at a time */
-                for (int64_t m = 0; m < M; m++)
-                    Y[m * N + n] = q4_1_one(W + n * row_bytes, row_bytes, xq + m * K,
-                                            xs + m * 2 * blocks, blocks)
-                                   + (bias ? bias[n] : 0.0f);
-            }
-            free(space);
+            continue;
         }
+        q4_1_quad q = {(__m512i *)space, (__m512 *)(space + vectors),
+                       (float *)(space + 2 * vectors)};
+        int64_t end = (part + 1) * per < items ? (part + 1) * per : items;
+        for (int64_t p = part * per; p < end; p++) {
+            if (p < quads) {
+                q4_1_quad_all_rows(W, row_bytes, &q, xq, xs, sxt, Mpad, bias, Y, M, N, K,
+                                   blocks, 4 * p);
+                continue;
+            }
+            int64_t n = 4 * quads + (p - quads);
+            for (int64_t m = 0; m < M; m++)
+                Y[m * N + n] = q4_1_one(W + n * row_bytes, row_bytes, xq + m * K,
+                                        xs + m * 2 * blocks, blocks) + (bias ? bias[n] : 0.0f);
+        }
+        free(space);
     }
     free(sxt);
     return failed ? -1 : 0;

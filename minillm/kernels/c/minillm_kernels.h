@@ -37,8 +37,8 @@ int gemm_int8(const int8_t *W, const float *scale, const float *bias, const floa
               int64_t M, int64_t N, int64_t K, int threads);
 
 /* Y = X W^T (+ bias), W in GGUF Q4_1 blocks (N, K / 32 blocks of 20 bytes), K a multiple of 32,
-   X (M, K), Y (M, N). Returns 0, or -1 (computing nothing) when it cannot allocate x's rounded
-   copy. */
+   X (M, K), Y (M, N). Returns 0, or -1 when it cannot allocate x's rounded copy or its tiles'
+   buffers (Y then incomplete). */
 int gemm_q4_1(const uint8_t *W, const float *bias, const float *X, float *Y, int64_t M, int64_t N,
               int64_t K, int threads);
 
