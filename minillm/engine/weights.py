@@ -2,10 +2,10 @@
 
 A decode pass runs one row per running request (up to max_num_seqs); a prompt chunk one row per
 token (up to max_num_batched_tokens). The fast path's linear layers send a pass of a few rows to
-minillm's multi-row kernel of their format (gemm_int8, gemm_q4_1, gemm_f32; how many rows is
-minillm.kernels.dispatch's answer); a pass of more rows takes a PyTorch path, which for int8 and
-Q4_1 weights (and bf16 from dispatch.UPCAST_ROWS rows) builds a float32 copy of each weight for
-the call. `batched_fallback` says which passes, in one sentence; the engine says it once.
+minillm's multi-row kernel of their format (gemm_int8, gemm_q4_1, gemm_bf16, gemm_f32; how many
+rows is minillm.kernels.dispatch's answer); a pass of more rows takes a PyTorch path, which for
+int8 and Q4_1 weights (and bf16 from dispatch.UPCAST_ROWS rows) builds a float32 copy of each
+weight for the call. A prompt chunk's last row alone reaches the LM head. `batched_fallback` says which passes, in one sentence; the engine says it once.
 """
 
 from __future__ import annotations
