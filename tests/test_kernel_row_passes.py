@@ -69,6 +69,25 @@ def test_q4_1_rows_are_the_same_alone_or_four_at_a_time(n, blocks):
         assert torch.equal(kernels.gemm_q4_1(x, w, threads=threads), got)
 
 
+@pytest.mark.parametrize("n", [4, 5, 9, 1])
+@pytest.mark.parametrize("blocks", [1, 2, 3, 7, 18, 48])
+@pytest.mark.parametrize("rows", [4, 5, 16, 17, 37])
+def test_q4_1_prompt_rows_are_the_numbers_the_one_row_code_gives(n, blocks, rows):
+    """From a few rows of x the Q4_1 kernel runs register tiles (4 weight rows by up to 4 rows
+    of x, the m * sx terms 16 rows of x a vector): every number is the one the one-row code
+    gives that row of x alone, bit for bit, whatever the rows' count, the weight rows left past
+    the last four, an odd last block, or the threads."""
+    gen = torch.Generator().manual_seed(n * blocks + rows)
+    k = 32 * blocks
+    w = _q4_1_blocks(n, k, gen)
+    x, b = torch.randn(rows, k, generator=gen), torch.randn(n, generator=gen)
+    got = kernels.gemm_q4_1(x, w, b)
+    for r in range(rows):
+        assert torch.equal(kernels.gemm_q4_1(x[r:r + 1], w, b)[0], got[r])
+    for threads in (2, 3):
+        assert torch.equal(kernels.gemm_q4_1(x, w, b, threads=threads), got)
+
+
 GUARD_PAGE_CHECK = """
 import ctypes, mmap, torch
 from minillm import kernels

@@ -153,6 +153,43 @@ def test_gemm_f32_refuses_what_it_cannot_read():
         kernels.gemm_f32(x, w, out=torch.empty(4, 3))
 
 
+@pytest.mark.parametrize("n,k", [(576, 576), (1536, 576), (576, 1536), (49, 33), (5, 17),
+                                 (100, 8)])
+@pytest.mark.parametrize("rows", [1, 2, 7, 8, 9, 17, 64])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_gemm_bf16_is_the_widened_weight_times_x_in_float32(n, k, rows, threads):
+    """Strips of the (out, in) bf16 weight widened to float32 for gemm_f32's tiles: the float64
+    product of the widened weight and x within float32's rounding of sums of k products (x is
+    never rounded to bf16), every row as gemv_bf16 gives it alone; strips and rows that do not
+    fill a tile, columns fewer than a vector, columns split between threads."""
+    gen = torch.Generator().manual_seed(n * k + rows)
+    w = torch.randn(n, k, generator=gen).to(torch.bfloat16)
+    x, b = torch.randn(rows, k, generator=gen), torch.randn(n, generator=gen)
+    want = x.double() @ w.double().t()
+    got = kernels.gemm_bf16(x, w, threads=threads)
+    torch.testing.assert_close(got.double(), want, atol=2e-5 * k ** 0.5, rtol=1e-5)
+    torch.testing.assert_close(kernels.gemm_bf16(x, w, b, threads=threads).double(),
+                               want + b.double(), atol=2e-5 * k ** 0.5, rtol=1e-5)
+    for r in range(rows):
+        torch.testing.assert_close(got[r], kernels.gemv_bf16(x[r], w), atol=1e-5 * k ** 0.5,
+                                   rtol=1e-5)  # the one-row kernel: another order of the sums
+    assert torch.equal(kernels.gemm_bf16(x, w, threads=1), got)  # threads split columns only
+
+
+def test_gemm_bf16_refuses_what_it_cannot_read():
+    w, x = torch.randn(4, 8).to(torch.bfloat16), torch.randn(3, 8)
+    with pytest.raises(ValueError, match="weight must be bfloat16"):
+        kernels.gemm_bf16(x, w.float())
+    with pytest.raises(ValueError, match="weight must be contiguous"):
+        kernels.gemm_bf16(x, w.t().contiguous().t())
+    with pytest.raises(ValueError, match="rows of 8"):
+        kernels.gemm_bf16(torch.randn(3, 7), w)
+    with pytest.raises(ValueError, match="x must be float32"):
+        kernels.gemm_bf16(x.to(torch.bfloat16), w)
+    with pytest.raises(ValueError, match="bias must be 4"):
+        kernels.gemm_bf16(x, w, torch.randn(5))
+
+
 def _q4_1_blocks(rows, k, gen):
     """Random GGUF Q4_1 blocks: d in [0, 0.02), m in (-0.1, 0] as float16, random nibbles."""
     blocks = torch.randint(0, 256, (rows, k // 32, 20), dtype=torch.uint8, generator=gen)
@@ -183,7 +220,8 @@ def _q4_1_reference(x, blocks):
 
 
 @pytest.mark.parametrize("n,k,rows", [(960, 576, 1), (576, 1536, 3), (40, 32, 2), (17, 96, 5),
-                                      (7, 224, 1)])
+                                      (7, 224, 1), (576, 576, 64), (1536, 576, 19),
+                                      (576, 1536, 37), (9, 224, 6)])
 def test_gemm_q4_1_multiplies_the_blocks_by_x_rounded_to_int8_per_block(n, k, rows):
     """The kernel reads the blocks as the file stores them (weight = q * d + m) and, like
     llama.cpp, multiplies them by x rounded to int8 per block of 32: within 1% of the float
@@ -214,6 +252,8 @@ AVX2_CHECK = textwrap.dedent("""
     x = torch.randn(3, 72, generator=gen)
     bf = w.to(torch.bfloat16)
     torch.testing.assert_close(kernels.gemv_bf16(x[0], bf), bf.float() @ x[0], atol=1e-4,
+                               rtol=1e-5)
+    torch.testing.assert_close(kernels.gemm_bf16(x, bf), x @ bf.float().t(), atol=1e-4,
                                rtol=1e-5)
     for k, n in ((72, 40), (33, 1000), (16, 8)):
         wt, xv, b = (torch.randn(k, n, generator=gen), torch.randn(k, generator=gen),

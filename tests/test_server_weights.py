@@ -17,7 +17,7 @@ from minillm.engine import engine as engine_module
 from minillm.engine.weights import batched_fallback, kernel_rows
 from minillm.fast import optimize
 from minillm.generation.agreement import agree
-from minillm.kernels import dispatch
+from minillm.kernels import build, dispatch
 from minillm.quant.linear import Int8Linear, Q41Linear, QuantizedLinear
 from minillm.tools.cli import build_parser
 from minillm.tools.server import ServerProcess, ServerThread, make_engine
@@ -151,22 +151,30 @@ def test_batched_steps_multiply_through_the_formats_multi_row_kernel(fmt, kernel
 @pytest.mark.parametrize("fmt", ["int8", "q4_1"])
 def test_a_pass_past_the_kernels_rows_rebuilds_the_float_weight_and_is_named_once(
         fmt, monkeypatch):
+    """int8: past QUANT_MAX_ROWS, decode steps and prompt chunks alike. q4_1: a prompt chunk's
+    rows go through gemm_q4_1 (Q4_1_MAX_ROWS; the int8 LM head takes its last row alone), and
+    only decode steps of more requests than the int8 LM head's kernel takes rebuild a weight."""
     # int8 as where gemm_int8 has no AMX (else it takes every pass: the test below)
     monkeypatch.setattr(dispatch, "INT8_AMX_MAX_ROWS", dispatch.QUANT_MAX_ROWS)
     model, tok = quantized(fmt)
     limit = dispatch.QUANT_MAX_ROWS
     assert kernel_rows(model)[1] == limit
+    chunk_limit = limit if fmt == "int8" else dispatch.Q4_1_MAX_ROWS[build.status().level]
     said = []
     monkeypatch.setattr(engine_module, "say_once", said.append)
     engine = engine_for(model, tok, budget=64, max_num_seqs=limit + 1)
     sentence = batched_fallback(model, limit + 1, 64)
     assert said == [sentence]
     assert f"'{fmt}'" in sentence and f"up to {limit} rows" in sentence
-    assert f"prompt chunks of more than {limit} tokens" in sentence
+    assert (f"prompt chunks of more than {limit} tokens" in sentence) == (chunk_limit < 64)
     assert f"decode steps of more than {limit} requests" in sentence
     calls = record_passes(monkeypatch)
     engine.generate(["a" * (limit + 8)], max_new_tokens=2, ignore_eos=True)
-    assert ("float", "Int8Linear" if fmt == "int8" else "Q41Linear", limit + 8) in calls
+    if chunk_limit < limit + 8:
+        assert ("float", "Int8Linear" if fmt == "int8" else "Q41Linear", limit + 8) in calls
+    else:
+        assert ("kernel", "gemm_q4_1", limit + 8) in calls
+        assert not [c for c in calls if c[0] == "float"]
     assert batched_fallback(model, limit, limit) is None  # no pass can be longer: nothing to say
 
 
@@ -191,8 +199,13 @@ def test_fp32_passes_never_rebuild_a_weight_so_nothing_is_said():
 
 
 @layers_use_kernels
-def test_bf16_passes_past_one_row_are_named():
+def test_bf16_passes_past_one_row_are_named(monkeypatch):
+    """Where gemm_bf16 takes every pass (AVX-512) nothing is said; where it takes one row (the
+    AVX2 limit), the passes past it are named."""
     model, _ = tiny_model()
+    limit = dispatch.BF16_MAX_ROWS[build.status().level]
+    assert (batched_fallback(optimize(model, "bf16"), 4, 512) is None) == (limit >= 512)
+    monkeypatch.setitem(dispatch.BF16_MAX_ROWS, build.status().level, 1)
     sentence = batched_fallback(optimize(model, "bf16"), 4, 512)
     assert "gemv_bf16" in sentence and "bf16 matmul" in sentence
     assert f"{dispatch.UPCAST_ROWS} rows or more" in sentence

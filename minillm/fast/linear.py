@@ -9,8 +9,9 @@ time to read the matrices. Three choices make that read fast, and this layer mak
    its kernel for the dtype reads.
 2. Storage dtype. The weights may be narrower than the activations: bfloat16 weights with
    float32 activations on a CPU without fast bf16 arithmetic. Then one row is multiplied by
-   minillm's bf16 kernel (which widens each weight in registers), a few rows by PyTorch's bf16
-   matmul, and many rows (a prefill) by widening the weights once for the call. Float32 weights
+   minillm's bf16 kernel (which widens each weight in registers), more rows by its multi-row
+   kernel (a strip of the weight widened at a time); where that kernel does not take them, a few
+   rows by PyTorch's bf16 matmul, and many (a prefill) by widening the weights for the call. Float32 weights
    multiply with minillm's float32 kernels: one row streams the (in, out) matrix in memory
    order; more rows go through a tiled kernel that uses each weight it loads for every row.
    Which kernel, and up to how many rows, is minillm.kernels.dispatch's answer (`route`), asked

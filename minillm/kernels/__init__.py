@@ -11,7 +11,8 @@ arithmetic.
     c/simd.h               the vector helpers, one set of names for AVX2 and AVX-512
     c/minillm_kernels.h    every kernel's signature, declared once (signatures.py reads it)
     c/matmul_f32.c         gemv_f32, gemm_f32: float32 weights, (in, out) layout
-    c/matmul_bf16.c        gemv_bf16: bf16 weights, (out, in) layout, one row
+    c/matmul_bf16.c        gemv_bf16, gemm_bf16: bf16 weights, (out, in) layout
+    c/gemm_tile.h          the register tile gemm_f32 and gemm_bf16 share
     c/matmul_int8.c        gemm_int8: int8 weights with a scale per output row
     c/matmul_q4_1.c        gemm_q4_1: the GGUF file's own Q4_1 blocks
     c/norm.c, attention.c  rms_norm_f32; decode_attention (contiguous cache), paged_scores and
@@ -36,12 +37,12 @@ from .attention import decode_attention, paged_decode_attention
 from .build import KernelBuildWarning, Status, cannot_build, status
 from .dispatch import SWITCH, without_kernels
 from .limits import INT8_MAX_K, INT8_MAX_ROWS, MAX_HEAD_DIM
-from .matmul import gemm_f32, gemm_int8, gemm_q4_1, gemv_bf16, gemv_f32
+from .matmul import gemm_bf16, gemm_f32, gemm_int8, gemm_q4_1, gemv_bf16, gemv_f32
 from .activation import silu_mul
 from .norm import rms_norm
 from .rope import rope_write_cache
 
-__all__ = ["gemv_f32", "gemm_f32", "gemv_bf16", "gemm_int8", "gemm_q4_1", "rms_norm",
+__all__ = ["gemv_f32", "gemm_f32", "gemv_bf16", "gemm_bf16", "gemm_int8", "gemm_q4_1", "rms_norm",
            "rope_write_cache", "silu_mul", "decode_attention", "paged_decode_attention",
            "status", "available", "cannot_build", "without_kernels", "KernelBuildWarning",
            "Status", "SWITCH", "MAX_HEAD_DIM", "INT8_MAX_ROWS", "INT8_MAX_K"]

@@ -2,11 +2,11 @@
 
     operation         minillm's kernel (float32 rows, CPU)   up to           else (PyTorch's)
     float32 linear    gemv_f32, gemm_f32 ((in, out) layout)  F32_MAX_ROWS    F.linear
-    bf16 linear       gemv_bf16 ((out, in) layout)           1 row           bf16 matmul; from
+    bf16 linear       gemv_bf16, gemm_bf16 ((out, in))       BF16_MAX_ROWS   bf16 matmul; from
                                                                              UPCAST_ROWS widened
     int8 linear       gemm_int8 (a prompt: AMX's tiles)      int8_max_rows() _weight_int8pack_mm;
                                                              (any with AMX)  a prefill dequantizes
-    Q4_1 linear       gemm_q4_1                              QUANT_MAX_ROWS  dequantize (x
+    Q4_1 linear       gemm_q4_1                              Q4_1_MAX_ROWS   dequantize (x
                                                                              rounded as the
                                                                              kernel rounds it)
     decode RMSNorm    rms_norm_f32                           any             F.rms_norm
@@ -47,7 +47,13 @@ SWITCH = "MINILLM_NO_KERNEL"
 # Rows up to which gemm_f32 beats PyTorch's multiply (scripts/bench_gemm_f32.py): with AVX-512,
 # every count measured up to a 2,048-token prompt; with AVX2 (4-row tiles), up to 8 rows.
 F32_MAX_ROWS = {"AVX-512": 1 << 20, "AVX2": 8}
-# Rows up to which int8 and Q4_1 weights go through their kernels (decode steps, batched); a
+# Rows up to which gemv_bf16 (one row) and gemm_bf16 (more) take a bf16 layer's float32 rows.
+# With AVX-512, against PyTorch's paths before it (scripts/bench_prefill_kernels.py): faster from
+# 8 rows to a 512-token prompt, the whole prefill included; at 2-4 rows slower than PyTorch's bf16
+# matmul where the CPU has bf16 arithmetic (AMX), which rounds x and its products to bf16: taken
+# for float32 sums all the same. With AVX2 no row count was clearly faster: one row.
+BF16_MAX_ROWS = {"AVX-512": 1 << 20, "AVX2": 1}
+# Rows up to which int8 weights go through their kernel without AMX (decode steps, batched); a
 # prefill rebuilds the float weight once for the call and multiplies with PyTorch, faster there.
 QUANT_MAX_ROWS = 16
 # Rows up to which int8 weights go through gemm_int8: where it multiplies many rows on AMX's
@@ -55,6 +61,11 @@ QUANT_MAX_ROWS = 16
 # faster than PyTorch's path at each count from 1 row to a 512-token prompt); else
 # QUANT_MAX_ROWS.
 INT8_AMX_MAX_ROWS = 1 << 20
+# Rows up to which Q4_1 weights go through gemm_q4_1, a prompt's included: with AVX-512 (tiles
+# of 4 weight rows by 4 rows of x) faster than rebuilding the float weight at every SmolLM2 shape
+# from 16 to 512 rows; with AVX2 (one row of x at a time) faster up to 64 rows, about even at
+# 128, slower from 256 (scripts/bench_prefill_kernels.py, ATEN_CPU_CAPABILITY=avx2 for AVX2).
+Q4_1_MAX_ROWS = {"AVX-512": 1 << 20, "AVX2": 64}
 # Rows from which bf16/fp16 weights times float32 rows on a CPU are widened to float32 for the
 # call: at many rows the multiply is compute-bound, and PyTorch's float32 kernels are far faster
 # there than its bf16/fp16 ones on a CPU without bf16 arithmetic.
@@ -156,9 +167,13 @@ def _f32_rows(x, weight, bias):
     return matmul.gemm_f32(x, weight, bias)
 
 
-def _bf16_row(x, weight, bias):
-    y = matmul.gemv_bf16(x, weight)
-    return y if bias is None else y.add_(bias)
+def _bf16_rows(x, weight, bias):
+    """One row streams the weights (gemv_bf16); more widen a strip of them at a time for
+    gemm_f32's tiles (gemm_bf16)."""
+    if x.shape[0] == 1:
+        y = matmul.gemv_bf16(x, weight)
+        return y if bias is None else y.add_(bias)
+    return matmul.gemm_bf16(x, weight, bias)
 
 
 def _float32_or_none(t) -> bool:
@@ -173,7 +188,8 @@ def float_linear(weight: torch.Tensor, layout: str, bias=None, allowed: bool = T
     if weight.dtype is torch.float32 and layout == KERNEL_LAYOUTS[torch.float32]:
         return Route("gemv_f32/gemm_f32", f32_max_rows(), _f32_rows)
     if weight.dtype is torch.bfloat16 and layout == KERNEL_LAYOUTS[torch.bfloat16]:
-        return Route("gemv_bf16", 1, _bf16_row)
+        return Route("gemv_bf16/gemm_bf16", BF16_MAX_ROWS.get(build.status().level, 0),
+                     _bf16_rows)
     return PYTORCH
 
 
@@ -209,16 +225,16 @@ def int8_pytorch_path(x: torch.Tensor, rows: int) -> str:
 def q4_1_rounds_x(x: torch.Tensor, rows: int) -> bool:
     """Whether a Q41Linear's rows that no kernel takes are computed as its kernel computes them
     (x rounded to int8 per block, `Q41Linear.forward_rounded`): the rows the kernel would have
-    had, so that the tokens do not depend on whether it is built. A prefill's rows, which never
-    go to the kernel, multiply the float weight by x as it is."""
-    return rows <= QUANT_MAX_ROWS and x.dtype is torch.float32
+    had with AVX-512 (asked without building it), so that the tokens do not depend on whether
+    it is built. More rows multiply the float weight by x as it is."""
+    return rows <= Q4_1_MAX_ROWS["AVX-512"] and x.dtype is torch.float32
 
 
 def q4_1_linear(blocks: torch.Tensor, bias) -> Route:
-    """A Q41Linear's route: minillm's Q4_1 kernel for few rows."""
+    """A Q41Linear's route: minillm's Q4_1 kernel, up to Q4_1_MAX_ROWS rows."""
     if not _float32_or_none(bias) or not cpu_kernels(blocks.device):
         return PYTORCH
-    return Route("gemm_q4_1", QUANT_MAX_ROWS, matmul.gemm_q4_1)
+    return Route("gemm_q4_1", Q4_1_MAX_ROWS.get(build.status().level, 0), matmul.gemm_q4_1)
 
 
 class RoutedLinear:

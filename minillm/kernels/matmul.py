@@ -67,6 +67,22 @@ def gemv_bf16(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = 
     return out
 
 
+def gemm_bf16(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+              threads: int | None = None) -> torch.Tensor:
+    """x, rows of K float32 values, times weight (N, K) bfloat16 (the (out, in) layout), plus
+    `bias` (N,): (rows, N) float32. One strip of the weight at a time is widened to float32 and
+    multiplied by gemm_f32's tiles: the sums of widening the weight and multiplying in float32."""
+    n, k = checks.matrix("weight", weight, torch.bfloat16, "(out, in)")
+    x = checks.rows("x", x, k, contiguous=False).contiguous()
+    checks.vector("bias", bias, n)
+    out = torch.empty(x.shape[0], n, dtype=torch.float32)
+    if function("gemm_bf16")(weight.data_ptr(), checks.address(bias), x.data_ptr(),
+                             out.data_ptr(), x.shape[0], n, k, checks.threads(threads)) != 0:
+        raise MemoryError(f"the bf16 kernel could not allocate its float32 strips of the weight "
+                          f"(rows of {k} floats)")
+    return out
+
+
 def gemm_int8(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor,
               bias: torch.Tensor | None = None, threads: int | None = None) -> torch.Tensor:
     """x, rows of K float32 values, times the int8 weight (N, K) with one float32 scale per
@@ -133,5 +149,5 @@ def gemm_q4_1(x: torch.Tensor, blocks: torch.Tensor, bias: torch.Tensor | None =
                              out.data_ptr(), x.shape[0], n, k,
                              checks.threads(threads)) != 0:
         raise MemoryError(f"the Q4_1 kernel could not allocate x's rounded copy "
-                          f"({x.shape[0]} x {k})")
+                          f"({x.shape[0]} x {k}) or its tiles' buffers")
     return out

@@ -263,8 +263,8 @@ class Q41Linear(dispatch.RoutedLinear, QuantizedLinear):
     """A weight kept as GGUF Q4_1 blocks, byte for byte as the model file stores them (see
     minillm.quant.gguf_q4_1): 20 bytes per 32 weights. A decode step's few rows are multiplied
     by minillm's Q4_1 kernel (minillm/kernels/c/matmul_q4_1.c), which reads the blocks directly,
-    where minillm.kernels.dispatch routes them; more rows (a prefill), or no kernel here,
-    rebuild the float weight for the call."""
+    and so are a prefill's many rows up to minillm.kernels.dispatch's Q4_1_MAX_ROWS; more rows,
+    or no kernel here, rebuild the float weight for the call."""
 
     scheme = "q4_1"
 

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 
 #include "minillm_kernels.h"
+#include "gemm_tile.h"
 #include "simd.h"
 
 /* y[n] = sum_k x[k] * W[k][n] (+ bias[n]); W float32, row-major (K, N): the (in, out) layout.
@@ -58,9 +59,9 @@ void gemv_f32(const float *W, const float *bias, const float *x, float *y, int64
 }
 
 /* Y = X W (+ bias) for a few rows: X (M, K), W (K, N) float32 row-major (the (in, out) layout),
-   Y (M, N). The work is cut into tiles of GEMM_ROWS rows by GEMM_COLS columns of Y, whose sums
-   stay in registers (24 vectors with AVX-512, 12 with AVX2) while the tile's strip of W goes by,
-   one row of W (GEMM_COLS floats) per step: each weight loaded is used GEMM_ROWS times, so for a
+   Y (M, N). The work is cut into gemm_tile.h's tiles of GEMM_ROWS rows by GEMM_COLS columns of
+   Y, whose sums stay in registers while the tile's strip of W goes by, one row of W
+   (GEMM_COLS floats) per step: each weight loaded is used GEMM_ROWS times, so for a
    decode batch of 8-16 rows the multiply is bound by arithmetic, not by reading W.
    With AVX-512 it also beats PyTorch's multiply (MKL's) on this project's CPU at every size
    measured, from 2 rows to a 2,048-token prompt, and by most on thin products and two threads
@@ -69,57 +70,7 @@ void gemv_f32(const float *W, const float *bias, const float *x, float *y, int64
    floats; with few rows of X the arithmetic is too short to hide those jumps, so the strip is
    taken GEMM_SPAN rows of W at a time, the next strip's span after it, and the sums go back to
    Y between spans (Y is small: it stays in cache). */
-#ifdef __AVX512F__
-#define GEMM_ROWS 8
-#else
-#define GEMM_ROWS 4
-#endif
-#define GEMM_VECS 3
-#define GEMM_COLS (GEMM_VECS * VW)
 #define GEMM_SPAN 16
-
-static inline __attribute__((always_inline)) void gemm_tile(
-        const float *W, const float *X, const float *bias, float *Y, int64_t N, int64_t K,
-        int64_t n, int64_t k0, int64_t k1, const int rows, const int vecs) {
-    vf acc[GEMM_ROWS][GEMM_VECS];
-    for (int r = 0; r < rows; r++)
-        for (int j = 0; j < vecs; j++)
-            acc[r][j] = k0 ? vload(Y + r * N + n + j * VW)
-                           : bias ? vload(bias + n + j * VW) : vzero();
-    const float *w = W + k0 * N + n;
-    for (int64_t k = k0; k < k1; k++, w += N) {
-        vf wk[GEMM_VECS];
-        for (int j = 0; j < vecs; j++)
-            wk[j] = vload(w + j * VW);
-        for (int r = 0; r < rows; r++) {
-            vf xr = vset1(X[r * K + k]);
-            for (int j = 0; j < vecs; j++)
-                acc[r][j] = vfma(xr, wk[j], acc[r][j]);
-        }
-    }
-    for (int r = 0; r < rows; r++)
-        for (int j = 0; j < vecs; j++)
-            vstore(Y + r * N + n + j * VW, acc[r][j]);
-}
-
-/* gemm_tile with its sizes known to the compiler, so that its sums are registers */
-#define GEMM_TILE(R) gemm_tile(W, X, bias, Y, N, K, n, k0, k1, R, vecs)
-static void gemm_tile_of(const float *W, const float *X, const float *bias, float *Y, int64_t N,
-                         int64_t K, int64_t n, int64_t k0, int64_t k1, int rows, int vecs) {
-    switch (rows) {
-    case 1: GEMM_TILE(1); break;
-    case 2: GEMM_TILE(2); break;
-    case 3: GEMM_TILE(3); break;
-#if GEMM_ROWS == 8
-    case 4: GEMM_TILE(4); break;
-    case 5: GEMM_TILE(5); break;
-    case 6: GEMM_TILE(6); break;
-    case 7: GEMM_TILE(7); break;
-#endif
-    default: GEMM_TILE(GEMM_ROWS); break;
-    }
-}
-
 
 void gemm_f32(const float *W, const float *bias, const float *X, float *Y, int64_t M, int64_t N,
               int64_t K, int threads) {
@@ -134,24 +85,7 @@ void gemm_f32(const float *W, const float *bias, const float *X, float *Y, int64
             for (int64_t t = p * per; t < t1; t++) {
                 int64_t n = t * GEMM_COLS, width = N - n < GEMM_COLS ? N - n : GEMM_COLS;
                 int64_t k1 = k0 + span < K ? k0 + span : K;
-                int vecs = (int)(width / VW);
-                for (int64_t m = 0; m < M; m += GEMM_ROWS) {
-                    int rows = M - m < GEMM_ROWS ? (int)(M - m) : GEMM_ROWS;
-                    if (vecs == GEMM_VECS)
-                        gemm_tile_of(W, X + m * K, bias, Y + m * N, N, K, n, k0, k1, rows, 3);
-                    else if (vecs == 2)
-                        gemm_tile_of(W, X + m * K, bias, Y + m * N, N, K, n, k0, k1, rows, 2);
-                    else if (vecs == 1)
-                        gemm_tile_of(W, X + m * K, bias, Y + m * N, N, K, n, k0, k1, rows, 1);
-                    /* the last columns, fewer than a vector: one at a time */
-                    for (int64_t c = n + vecs * VW; c < n + width; c++)
-                        for (int64_t r = m; r < m + rows; r++) {
-                            float total = k0 ? Y[r * N + c] : bias ? bias[c] : 0.0f;
-                            for (int64_t k = k0; k < k1; k++)
-                                total += X[r * K + k] * W[k * N + c];
-                            Y[r * N + c] = total;
-                        }
-                }
+                gemm_strip(W + n, N, X, K, bias ? bias + n : NULL, Y + n, N, M, width, k0, k1);
             }
     }
 }

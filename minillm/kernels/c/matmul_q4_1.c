@@ -1,4 +1,5 @@
-/* GGUF's Q4_1 blocks times a few float32 rows, the blocks read as the model file stores them. */
+/* GGUF's Q4_1 blocks times float32 rows (a decode step's few, a prompt's many), the blocks read as
+   the model file stores them. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -188,6 +189,189 @@ static float dot_q4_1(const uint8_t *row, const int8_t *xq, const float *xs, int
 }
 #endif
 
+#ifdef __AVX512BW__
+/* Many rows of x (a prompt's): register tiles of 4 rows of W by Q4_1_TILE_X rows of x, each
+   weight block unpacked once per call instead of once per row of x. A quad of W's rows is
+   unpacked into a small buffer (each pair of blocks' 64 weights as bytes, their d spread as the
+   one-row code spreads it, the blocks' m), then every row of x goes by it. The arithmetic is
+   the one-row code's, operation for operation (per pair of blocks the integer dot, times
+   d * dx, fused into the sums in the same order; the m * sx terms summed in the same order,
+   Q4_1_MINS_X rows of x a vector; the same final sums): every row of Y is the number the
+   one-row code gives, bit for bit. */
+#define Q4_1_TILE_X 4
+#define Q4_1_MINS_X 16
+#define Q4_1_TILE_MIN_ROWS 4  /* from this many rows of x the tiles run */
+
+typedef struct {
+    __m512i *w;  /* [pair][row of the quad]: 64 weights as bytes, x's order */
+    __m512 *d;   /* [pair][row]: lanes 0..7 the first block's d, 8..15 the second's */
+    float *m;    /* [row][block] */
+} q4_1_quad;
+
+static void unpack_quad(const uint8_t *W, int64_t row_bytes, int64_t blocks, q4_1_quad *q) {
+    for (int r = 0; r < 4; r++) {
+        const uint8_t *row = W + r * row_bytes;
+        for (int64_t p = 0; p < blocks / 2; p++) {
+            const uint8_t *b0 = row + Q4_1_BLOCK_BYTES * 2 * p, *b1 = b0 + Q4_1_BLOCK_BYTES;
+            q->w[4 * p + r] = _mm512_inserti64x4(_mm512_castsi256_si512(q4_1_nibbles(b0)),
+                                                 q4_1_nibbles(b1), 1);
+            q->d[4 * p + r] = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(half_at(b0)),
+                                                   _mm512_set1_ps(half_at(b1)));
+        }
+        for (int64_t b = 0; b < blocks; b++)
+            q->m[r * blocks + b] = half_at(row + Q4_1_BLOCK_BYTES * b + 2);
+    }
+}
+
+/* the quad's sums of (q * d) (x rounded) over whole pairs, for XR rows of x: acc[r][c] */
+static inline __attribute__((always_inline)) void q4_1_tile(
+    const q4_1_quad *q, int64_t pairs, const int8_t *xq, const float *xs, int64_t K,
+    int64_t blocks, const int XR, __m512 acc[4][Q4_1_TILE_X]) {
+    const __m512i spread = _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0);
+    for (int r = 0; r < 4; r++)
+        for (int c = 0; c < XR; c++)
+            acc[r][c] = _mm512_setzero_ps();
+    for (int64_t p = 0; p < pairs; p++) {
+        __m512i w[4];
+        __m512 d[4];
+        for (int r = 0; r < 4; r++)
+            w[r] = q->w[4 * p + r], d[r] = q->d[4 * p + r];
+        for (int c = 0; c < XR; c++) {
+            __m512i x = _mm512_loadu_si512((const void *)(xq + c * K + 64 * p));
+            __m512 dx = _mm512_permutexvar_ps(
+                spread, _mm512_castps128_ps512(_mm_loadu_ps(xs + c * 2 * blocks + 4 * p)));
+            for (int r = 0; r < 4; r++) {
+#ifdef __AVX512VNNI__
+                __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[r], x);
+#else
+                __m512i dot = _mm512_madd_epi16(_mm512_maddubs_epi16(w[r], x),
+                                                _mm512_set1_epi16(1));
+#endif
+                acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(d[r], dx),
+                                            acc[r][c]);
+            }
+        }
+    }
+}
+
+/* Y's 4 columns of the quad at n, rows m0..m0+rows (rows <= Q4_1_MINS_X) of x; sxt: x's block
+   sums by block, then row (rows padded to Q4_1_MINS_X) */
+static void q4_1_quad_rows(const uint8_t *W, int64_t row_bytes, const q4_1_quad *q,
+                           const int8_t *xq, const float *xs, const float *sxt, int64_t Mpad,
+                           const float *bias, float *Y, int64_t N, int64_t K, int64_t blocks,
+                           int64_t n, int64_t m0, int64_t rows) {
+    int64_t pairs = blocks / 2;
+    float mins[4][Q4_1_MINS_X];
+    for (int r = 0; r < 4; r++) {  /* the one-row code's mins, a row of x a lane */
+        const float *m = q->m + r * blocks;
+        __m512 total = _mm512_setzero_ps();
+        for (int64_t p = 0; p < pairs; p++)
+            total = _mm512_add_ps(total, _mm512_fmadd_ps(
+                _mm512_set1_ps(m[2 * p]), _mm512_loadu_ps(sxt + 2 * p * Mpad + m0),
+                _mm512_mul_ps(_mm512_set1_ps(m[2 * p + 1]),
+                              _mm512_loadu_ps(sxt + (2 * p + 1) * Mpad + m0))));
+        if (blocks % 2)
+            total = _mm512_fmadd_ps(_mm512_set1_ps(m[blocks - 1]),
+                                    _mm512_loadu_ps(sxt + (blocks - 1) * Mpad + m0), total);
+        _mm512_storeu_ps(mins[r], total);
+    }
+    for (int64_t c0 = 0; c0 < rows; c0 += Q4_1_TILE_X) {
+        int XR = rows - c0 < Q4_1_TILE_X ? (int)(rows - c0) : Q4_1_TILE_X;
+        const int8_t *x = xq + (m0 + c0) * K;
+        const float *s = xs + (m0 + c0) * 2 * blocks;
+        __m512 acc[4][Q4_1_TILE_X];
+        switch (XR) {
+        case 1: q4_1_tile(q, pairs, x, s, K, blocks, 1, acc); break;
+        case 2: q4_1_tile(q, pairs, x, s, K, blocks, 2, acc); break;
+        case 3: q4_1_tile(q, pairs, x, s, K, blocks, 3, acc); break;
+        default: q4_1_tile(q, pairs, x, s, K, blocks, Q4_1_TILE_X, acc); break;
+        }
+        for (int c = 0; c < XR; c++)
+            for (int r = 0; r < 4; r++) {
+                __m256 acc8 = _mm256_setzero_ps();
+                float unused = 0.0f;
+                if (blocks % 2)
+                    q4_1_last_block(W + r * row_bytes + Q4_1_BLOCK_BYTES * (blocks - 1),
+                                    x + c * K + 32 * (blocks - 1),
+                                    s + c * 2 * blocks + 2 * (blocks - 1), &acc8, &unused);
+                float y = _mm512_reduce_add_ps(acc[r][c]) + vsum8(acc8) + mins[r][c0 + c];
+                Y[(m0 + c0 + c) * N + n + r] = y + (bias ? bias[n + r] : 0.0f);
+            }
+    }
+}
+
+/* Y's columns n..n+4 (a quad of W's rows) for all M rows of x, through the tiles */
+static void q4_1_quad_all_rows(const uint8_t *W, int64_t row_bytes, q4_1_quad *q,
+                               const int8_t *xq, const float *xs, const float *sxt,
+                               int64_t Mpad, const float *bias, float *Y, int64_t M, int64_t N,
+                               int64_t K, int64_t blocks, int64_t n) {
+    unpack_quad(W + n * row_bytes, row_bytes, blocks, q);
+    for (int64_t m0 = 0; m0 < M; m0 += Q4_1_MINS_X)
+        q4_1_quad_rows(W + n * row_bytes, row_bytes, q, xq, xs, sxt, Mpad, bias, Y, N, K,
+                       blocks, n, m0, M - m0 < Q4_1_MINS_X ? M - m0 : Q4_1_MINS_X);
+}
+#endif
+
+#ifdef __AVX512BW__
+/* one row of W times one row of x, as the one-row code computes it */
+static inline float q4_1_one(const uint8_t *row, int64_t row_bytes, const int8_t *xq,
+                             const float *xs, int64_t blocks) {
+#if defined(__AVX512VBMI__) && defined(__AVX512VL__)
+    float y;
+    q4_1_rows(row, row_bytes, 1, xq, xs, blocks, &y);
+    return y;
+#else
+    (void)row_bytes;
+    return dot_q4_1(row, xq, xs, blocks);
+#endif
+}
+
+static int gemm_q4_1_tiles(const uint8_t *W, const float *bias, const int8_t *xq,
+                           const float *xs, float *Y, int64_t M, int64_t N, int64_t K,
+                           int threads) {
+    int64_t blocks = K / 32, row_bytes = blocks * Q4_1_BLOCK_BYTES, pairs = blocks / 2;
+    int64_t Mpad = (M + Q4_1_MINS_X - 1) / Q4_1_MINS_X * Q4_1_MINS_X;
+    float *sxt = (float *)calloc((size_t)(blocks * Mpad), sizeof(float));
+    if (!sxt)
+        return -1;
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t b = 0; b < blocks; b++)
+            sxt[b * Mpad + m] = xs[m * 2 * blocks + 2 * b + 1];
+    int64_t quads = N / 4, items = quads + N % 4;  /* the quads, then the last rows alone */
+    int64_t parts = threads > 1 && N * K > (1 << 17) ? threads : 1;
+    int64_t per = (items + parts - 1) / parts;
+    size_t vectors = (size_t)(4 * pairs + 1) * 64;
+    int failed = 0;
+    #pragma omp parallel for schedule(static) num_threads(threads) if (parts > 1)
+    for (int64_t part = 0; part < parts; part++) {
+        char *space = (char *)aligned_alloc(64, (2 * vectors + (size_t)(4 * blocks) * 4 + 63)
+                                                    / 64 * 64);
+        if (!space) {
+            #pragma omp atomic write
+            failed = 1;
+            continue;
+        }
+        q4_1_quad q = {(__m512i *)space, (__m512 *)(space + vectors),
+                       (float *)(space + 2 * vectors)};
+        int64_t end = (part + 1) * per < items ? (part + 1) * per : items;
+        for (int64_t p = part * per; p < end; p++) {
+            if (p < quads) {
+                q4_1_quad_all_rows(W, row_bytes, &q, xq, xs, sxt, Mpad, bias, Y, M, N, K,
+                                   blocks, 4 * p);
+                continue;
+            }
+            int64_t n = 4 * quads + (p - quads);
+            for (int64_t m = 0; m < M; m++)
+                Y[m * N + n] = q4_1_one(W + n * row_bytes, row_bytes, xq + m * K,
+                                        xs + m * 2 * blocks, blocks) + (bias ? bias[n] : 0.0f);
+        }
+        free(space);
+    }
+    free(sxt);
+    return failed ? -1 : 0;
+}
+#endif
+
 /* K a multiple of 32 (the wrapper checks it) */
 int gemm_q4_1(const uint8_t *W, const float *bias, const float *X, float *Y,
               int64_t M, int64_t N, int64_t K, int threads) {
@@ -200,6 +384,13 @@ int gemm_q4_1(const uint8_t *W, const float *bias, const float *X, float *Y,
     }
     for (int64_t m = 0; m < M; m++)
         round_x(X + m * K, blocks, xq + m * K, xs + m * 2 * blocks);
+#ifdef __AVX512BW__
+    if (M >= Q4_1_TILE_MIN_ROWS) {
+        int status = gemm_q4_1_tiles(W, bias, xq, xs, Y, M, N, K, threads);
+        free(xq), free(xs);
+        return status;
+    }
+#endif
 #if defined(__AVX512VBMI__) && defined(__AVX512VL__) && defined(__AVX512BW__)
     int64_t quads = N / 4;  /* four rows a pass share x's loads */
     #pragma omp parallel for schedule(static) num_threads(threads) \

@@ -25,6 +25,11 @@ void gemm_f32(const float *W, const float *bias, const float *X, float *Y, int64
 /* y = W x: W bfloat16 (N, K) (the (out, in) layout, as uint16), x (K), y (N) */
 void gemv_bf16(const uint16_t *W, const float *x, float *y, int64_t N, int64_t K, int threads);
 
+/* Y = X W^T (+ bias): X (M, K) float32, W bfloat16 (N, K) (as uint16), Y (M, N), any M >= 1.
+   Returns 0, or -1 (Y incomplete) when it cannot allocate its float32 strips of W. */
+int gemm_bf16(const uint16_t *W, const float *bias, const float *X, float *Y, int64_t M,
+              int64_t N, int64_t K, int threads);
+
 /* Y = X (scale * W)^T (+ bias): W int8 (N, K), scale (N), X (M, K), Y (M, N);
    1 <= M <= INT8_MAX_ROWS, 1 <= K <= INT8_MAX_K. Returns 0, or -1 (computing nothing) for other
    sizes or when it cannot allocate x's rounded copy. */
@@ -36,8 +41,8 @@ int gemm_int8(const int8_t *W, const float *scale, const float *bias, const floa
 int gemm_int8_amx(void);
 
 /* Y = X W^T (+ bias), W in GGUF Q4_1 blocks (N, K / 32 blocks of 20 bytes), K a multiple of 32,
-   X (M, K), Y (M, N). Returns 0, or -1 (computing nothing) when it cannot allocate x's rounded
-   copy. */
+   X (M, K), Y (M, N). Returns 0, or -1 when it cannot allocate x's rounded copy or its tiles'
+   buffers (Y then incomplete). */
 int gemm_q4_1(const uint8_t *W, const float *bias, const float *X, float *Y, int64_t M, int64_t N,
               int64_t K, int threads);
 
