@@ -93,6 +93,8 @@ def test_doctor_times_a_real_generation(gguf_path):
 def test_the_kernels_line_says_what_was_built_or_why_not(monkeypatch):
     from minillm.kernels import build
 
+    monkeypatch.delenv("MINILLM_NO_KERNEL", raising=False)  # a `MINILLM_NO_KERNEL=1 make test`
+
     if build.cannot_build() is None:
         check = doctor.check_kernels(measure=False)
         assert check.ok and check.detail == f"built, {build.status().label}", check.detail
@@ -126,6 +128,7 @@ def test_the_kernels_line_measures_what_they_change_here(gguf_path, monkeypatch)
 
     from minillm.kernels import build
 
+    monkeypatch.delenv("MINILLM_NO_KERNEL", raising=False)  # a `MINILLM_NO_KERNEL=1 make test`
     if build.cannot_build() is None:
         check = doctor.check_kernels(measure=True)
         assert check.ok, check.detail
