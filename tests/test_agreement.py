@@ -54,3 +54,9 @@ def test_beams_agree_exactly_on_a_cpu_and_else_when_the_model_scores_them_as_a_t
         assert beams_agree(tie, [1], [2, 3], [2, 4])
         assert not beams_agree(clear, [1], [2, 3], [2, 4])  # 3 after 2: the model's clear choice
         assert not beams_agree(tie, [1], [2, 3], [])
+
+
+def test_exact_false_holds_two_dtypes_to_the_near_tie_rule_on_a_cpu():
+    assert agree(Scores(0.05), [1], [2, 3], [2, 4], near_tie=0.1, exact=False)
+    assert not agree(Scores(0.05), [1], [2, 3], [2, 4], near_tie=0.01, exact=False)
+    assert not agree(Scores(0.05), [1], [2, 3], [2, 4], near_tie=0.1)  # a CPU: exact
