@@ -130,7 +130,7 @@ class Models:
     def tokens(self, on_gpu: int) -> int:
         """New tokens per timed generation: `on_gpu` there, fewer on a CPU (a few minutes in
         all on a busy 2-core machine), 8 with --quick."""
-        return 8 if self.quick else on_gpu if self.device.type != "cpu" else 16
+        return 8 if self.quick else on_gpu if self.device.type != "cpu" else 8
 
 
 # ---- counting -----------------------------------------------------------------------------------
@@ -399,12 +399,13 @@ def part_real(models: Models, args) -> list[dict]:
         return [{"case": "SmolLM2-135M-Instruct", "skipped": why, "ok": True}]
     model, tok = minillm.load(path, device="cpu", weights="fp32")
     ids = tok.encode("The capital of France is")
-    want = minillm.generate(model, tok, ids, max_new_tokens=16, ignore_eos=True)
+    tokens = models.tokens(16)
+    want = minillm.generate(model, tok, ids, max_new_tokens=tokens, ignore_eos=True)
     rows = []
     for fmt in ("fp32", "bf16"):
         fast, _ = minillm.load(path, device=models.device, weights=fmt)
         minillm.generate(fast, tok, ids, max_new_tokens=2, ignore_eos=True)  # warm-up
-        got = minillm.generate(fast, tok, ids, max_new_tokens=16, ignore_eos=True)
+        got = minillm.generate(fast, tok, ids, max_new_tokens=tokens, ignore_eos=True)
         rule = {}
         if fmt != "fp32":  # another dtype: the near-tie rule, as wide as the logits differ
             with torch.inference_mode():
