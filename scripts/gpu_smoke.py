@@ -231,12 +231,19 @@ def part_env(models: Models, args) -> list[dict]:
     return [row]
 
 
+def another_dtypes_rule(diff: float) -> dict:
+    """`agree`'s options for runs in two dtypes whose logits differ by up to `diff`: the
+    near-tie rule on every device, the near tie twice that difference (at least NEAR_TIE)."""
+    from minillm.generation.agreement import NEAR_TIE
+
+    return {"near_tie": max(NEAR_TIE, 2 * diff), "exact": False}
+
+
 def _compare(models: Models, fast, ids, tokens: int, same_dtype: bool) -> dict:
-    """`fast` (on the device) against the readable model on the CPU in float32. Another dtype
-    (bf16) is held to the near-tie rule on every device, its near tie twice as wide as the two
-    models' logits differ on the prompt (at least NEAR_TIE)."""
+    """`fast` (on the device) against the readable model on the CPU in float32; another dtype
+    (bf16) by `another_dtypes_rule`, its logits' difference measured on the prompt."""
     import minillm
-    from minillm.generation.agreement import NEAR_TIE, agree, first_difference
+    from minillm.generation.agreement import agree, first_difference
 
     tok = tokenizer()
     with torch.inference_mode():
@@ -246,7 +253,7 @@ def _compare(models: Models, fast, ids, tokens: int, same_dtype: bool) -> dict:
                          ignore_eos=True).token_ids
     b = minillm.generate(fast, tok, ids, max_new_tokens=tokens, ignore_eos=True).token_ids
     diff = (got - want).abs().max().item()
-    rule = {} if same_dtype else {"near_tie": max(NEAR_TIE, 2 * diff), "exact": False}
+    rule = {} if same_dtype else another_dtypes_rule(diff)
     same = agree(fast, ids, b, a, **rule)
     return {"max_abs_logit_diff": diff, "logit_scale": want.abs().max().item(),
             "first_difference": first_difference(a, b), **{k: v for k, v in rule.items()
@@ -391,7 +398,7 @@ def part_real(models: Models, args) -> list[dict]:
     import importlib.util
 
     import minillm
-    from minillm.generation.agreement import NEAR_TIE, agree, first_difference
+    from minillm.generation.agreement import agree, first_difference
 
     path = real_model_file()
     if path is None or importlib.util.find_spec("gguf") is None:
@@ -411,7 +418,7 @@ def part_real(models: Models, args) -> list[dict]:
             with torch.inference_mode():
                 diff = (fast(torch.tensor([ids], device=models.device))[0, -1].float().cpu()
                         - model(torch.tensor([ids]))[0, -1].float()).abs().max().item()
-            rule = {"near_tie": max(NEAR_TIE, 2 * diff), "exact": False}
+            rule = another_dtypes_rule(diff)
         same = agree(fast, ids, got.token_ids, want.token_ids, **rule)
         rows.append({"case": f"SmolLM2-135M {fmt} on {models.device.type}",
                      "tpot_ms": 1000 * got.metrics.tpot, "agree": same,
