@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from minillm import kernels
+from minillm.kernels import build
 from minillm.layers.attention import attention_explicit
 from kernel_machine import needs_kernels
 
@@ -174,6 +175,28 @@ def test_gemm_bf16_is_the_widened_weight_times_x_in_float32(n, k, rows, threads)
         torch.testing.assert_close(got[r], kernels.gemv_bf16(x[r], w), atol=1e-5 * k ** 0.5,
                                    rtol=1e-5)  # the one-row kernel: another order of the sums
     assert torch.equal(kernels.gemm_bf16(x, w, threads=1), got)  # threads split columns only
+
+
+@pytest.mark.parametrize("n, k, rows", [(70, 576, 40), (32, 64, 16), (64, 96, 31)])
+def test_gemm_bf16_on_amx_tiles_keeps_x_in_float32(n, k, rows):
+    """From 16 rows the bf16 tiles (where the CPU has them) multiply x cut into three bf16 parts,
+    hi + mid + lo = x exactly: an identity weight gives x back bit for bit, signs, tiny and huge
+    values included (no part of x is rounded to bf16), and weight rows past the last 32 (the
+    float32 strips) and a bias are where they belong."""
+    gen = torch.Generator().manual_seed(n + k + rows)
+    x = torch.randn(rows, k, generator=gen) * torch.logspace(-20, 20, k)
+    eye = torch.eye(n, k, dtype=torch.bfloat16)
+    assert torch.equal(kernels.gemm_bf16(x, eye), x[:, :n])
+    b = torch.randn(n, generator=gen)
+    assert torch.equal(kernels.gemm_bf16(x, eye, b), x[:, :n] + b)
+
+
+def test_a_cpu_with_amx_bf16_multiplies_a_prompt_on_its_tiles():
+    """Built with AMX's bf16 tiles where the CPU reports them; then the kernel must get the tiles
+    from Linux (a machine that should use them fails here instead of quietly taking the
+    float32 strips)."""
+    uses = build.function("gemm_bf16_amx")()
+    assert uses == ("-mamx-bf16" in build.target().flags)
 
 
 def test_gemm_bf16_refuses_what_it_cannot_read():

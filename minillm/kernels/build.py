@@ -111,8 +111,10 @@ def target(flags: frozenset[str] | None = None) -> Target | str:
         vnni = ["-mavx512vnni"] if "avx512vnni" in flags else []
         # VBMI's byte permutes (with VL) let the Q4_1 kernel take 4 blocks a step
         vbmi = ["-mavx512vl", "-mavx512vbmi"] if {"avx512vl", "avx512vbmi"} <= flags else []
-        # AMX's int8 tiles multiply a prompt's many rows by int8 weights
+        # AMX's int8 tiles multiply a prompt's many rows by int8 weights,
         amx = ["-mamx-tile", "-mamx-int8"] if {"amxtile", "amxint8"} <= flags else []
+        # and AMX's bf16 tiles a prompt's rows by bf16 weights
+        amx += ["-mamx-bf16"] if amx and "amxbf16" in flags else []
         extras = [name for name, on in (("VNNI", vnni), ("AMX", amx)) if on]
         return Target("AVX-512", ("-mavx2", "-mfma", "-mf16c", "-mavx512f", "-mavx512bw", *vnni,
                                   *vbmi, *amx),

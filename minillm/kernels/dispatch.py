@@ -2,8 +2,8 @@
 
     operation         minillm's kernel (float32 rows, CPU)   up to           else (PyTorch's)
     float32 linear    gemv_f32, gemm_f32 ((in, out) layout)  F32_MAX_ROWS    F.linear
-    bf16 linear       gemv_bf16, gemm_bf16 ((out, in))       BF16_MAX_ROWS   bf16 matmul; from
-                                                                             UPCAST_ROWS widened
+    bf16 linear       gemv_bf16, gemm_bf16 ((out, in);       BF16_MAX_ROWS   bf16 matmul; from
+                      a prompt: AMX's bf16 tiles)                            UPCAST_ROWS widened
     int8 linear       gemm_int8 (a prompt: AMX's tiles)      int8_max_rows() _weight_int8pack_mm;
                                                              (any with AMX)  a prefill dequantizes
     Q4_1 linear       gemm_q4_1                              Q4_1_MAX_ROWS   dequantize (x

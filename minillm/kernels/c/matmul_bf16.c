@@ -5,6 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #include "gemm_tile.h"
 #include "minillm_kernels.h"
 #include "simd.h"
@@ -61,8 +65,169 @@ static void widen_strip(const uint16_t *W, int64_t K, int64_t width, float *pane
     }
 }
 
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+/* A prompt's many rows on AMX's bf16 tiles (Sapphire Rapids and later), which multiply pairs of
+   bf16 values and add them into float32 sums (TDPBF16PS), 512 a cycle. x stays float32 in
+   effect: each x is cut into three bf16 numbers, x = hi + mid + lo exactly (hi its top 8
+   significant bits, mid the next 8, lo the last 8, each by truncation), and the tiles add
+   w * hi + w * mid + w * lo. A bf16 times a bf16 is exact in float32, so the sums are those
+   of the widened weight times x in float32, in another order of the sums (x's below 2^-110,
+   where lo would be a subnormal, which the tiles read as zero, lose their last bits).
+   x's three planes (16 rows by 32 values a tile) are the first operand; the weights the second,
+   copied a slice at a time into AMX's layout (2 consecutive values of a weight row per 32-bit
+   word, 16 weight rows a 64-byte row). Used where Linux lets the process use the tiles, K is a
+   multiple of 32, and there are at least AMX_FROM_ROWS rows. */
+#include "amx.h"
+
+/* bytes of weights one slice holds (in AMX's layout): it stays in L2 while x's rows pass */
+#define BF16_SLICE_BYTES (1 << 18)
+
+int gemm_bf16_amx(void) {
+    return amx_granted();
+}
+
+/* a float32 whose last 16 bits are zero, as a bf16 */
+static inline uint16_t bf16_bits(float f) {
+    uint32_t bits;
+    memcpy(&bits, &f, 4);
+    return (uint16_t)(bits >> 16);
+}
+
+/* x's rows as three bf16 planes (hi, mid, lo), each M x K; rows M .. Mpad zero */
+static void split_x(const float *X, int64_t M, int64_t Mpad, int64_t K, uint16_t *hi,
+                    uint16_t *mid, uint16_t *lo) {
+    const __m512i top = _mm512_set1_epi32((int)0xFFFF0000u);
+    int64_t k = 0, count = M * K;
+    for (; k + 16 <= count; k += 16) {
+        __m512 x = _mm512_loadu_ps(X + k);
+        __m512 h = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(x), top));
+        __m512 r = _mm512_sub_ps(x, h);
+        __m512 m = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(r), top));
+        __m512 l = _mm512_sub_ps(r, m);
+        _mm256_storeu_si256((__m256i *)(hi + k),
+                            _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(h), 16)));
+        _mm256_storeu_si256((__m256i *)(mid + k),
+                            _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(m), 16)));
+        _mm256_storeu_si256((__m256i *)(lo + k),
+                            _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(l), 16)));
+    }
+    for (; k < count; k++) {
+        uint32_t bits;
+        float h, m, r;
+        memcpy(&bits, X + k, 4);
+        bits &= 0xFFFF0000u;
+        memcpy(&h, &bits, 4);
+        r = X[k] - h;
+        memcpy(&bits, &r, 4);
+        bits &= 0xFFFF0000u;
+        memcpy(&m, &bits, 4);
+        hi[k] = bf16_bits(h), mid[k] = bf16_bits(m), lo[k] = bf16_bits(r - m);
+    }
+    size_t pad = (size_t)((Mpad - M) * K) * sizeof(uint16_t);
+    memset(hi + count, 0, pad), memset(mid + count, 0, pad), memset(lo + count, 0, pad);
+}
+
+/* weight rows n .. n + 16 (K apart) in AMX's B layout, K / 32 tiles of 1 KB: tile c's row g
+   holds the 16 rows' values 32 c + 2 g, + 1, one 32-bit word each */
+static void pack_w_bf16(const uint16_t *w, int64_t K, uint16_t *out) {
+    const uint32_t *words = (const uint32_t *)w;
+    uint32_t *packed = (uint32_t *)out;
+    int64_t pairs = K / 2;
+    for (int64_t g = 0; g < pairs; g++)
+        for (int64_t n = 0; n < 16; n++)
+            packed[16 * g + n] = words[n * pairs + g];
+}
+
+/* x's rows m .. m + 16 (three planes, K apart) times packed weight rows n .. n + 32, into Y */
+static void amx_bf16_tile(const uint16_t *hi, const uint16_t *mid, const uint16_t *lo,
+                          const uint16_t *wp, int64_t K, int64_t rows, const float *bias,
+                          float *Y, int64_t N) {
+    float part[2][16][16];
+    _tile_zero(5);
+    _tile_zero(6);
+    for (int64_t k = 0; k < K; k += 32) {
+        _tile_loadd(0, hi + k, 2 * K);
+        _tile_loadd(1, mid + k, 2 * K);
+        _tile_loadd(2, lo + k, 2 * K);
+        _tile_loadd(3, wp + 16 * k, 64);
+        _tile_loadd(4, wp + 16 * K + 16 * k, 64);
+        _tile_dpbf16ps(5, 0, 3);
+        _tile_dpbf16ps(6, 0, 4);
+        _tile_dpbf16ps(5, 1, 3);
+        _tile_dpbf16ps(6, 1, 4);
+        _tile_dpbf16ps(5, 2, 3);
+        _tile_dpbf16ps(6, 2, 4);
+    }
+    _tile_stored(5, part[0], 64);
+    _tile_stored(6, part[1], 64);
+    for (int64_t r = 0; r < rows; r++)
+        for (int half = 0; half < 2; half++) {
+            __m512 sum = _mm512_loadu_ps(part[half][r]);
+            if (bias)
+                sum = _mm512_add_ps(sum, _mm512_loadu_ps(bias + 16 * half));
+            _mm512_storeu_ps(Y + r * N + 16 * half, sum);
+        }
+}
+
+/* rows 0 .. M of X times weight rows 0 .. N - N % 32 on the tiles; -1 if it cannot allocate */
+static int amx_bf16_rows(const uint16_t *W, const float *bias, const float *X, float *Y,
+                         int64_t M, int64_t N, int64_t K, int threads) {
+    int64_t blocks = N / 32, most = BF16_SLICE_BYTES / (64 * K);
+    most = most < 1 ? 1 : most;  /* blocks of 32 weight rows a slice, at most */
+    int64_t slices = threads * ((blocks + threads * most - 1) / (threads * most));
+    int64_t slice = (blocks + slices - 1) / slices;  /* as many slices for each thread */
+    int64_t Mpad = (M + 15) / 16 * 16;
+    uint16_t *planes = (uint16_t *)malloc((size_t)(3 * Mpad * K) * sizeof(uint16_t));
+    uint16_t *packed = (uint16_t *)malloc((size_t)(threads * slice * 32 * K) * sizeof(uint16_t));
+    if (!planes || !packed) {
+        free(planes), free(packed);
+        return -1;
+    }
+    uint16_t *hi = planes, *mid = planes + Mpad * K, *lo = planes + 2 * Mpad * K;
+    split_x(X, M, Mpad, K, hi, mid, lo);
+    #pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+        amx_configure();
+        uint16_t *mine = packed;
+#ifdef _OPENMP
+        mine += (int64_t)omp_get_thread_num() * slice * 32 * K;
+#endif
+        #pragma omp for schedule(static)
+        for (int64_t b0 = 0; b0 < blocks; b0 += slice) {
+            int64_t count = blocks - b0 < slice ? blocks - b0 : slice;
+            for (int64_t j = 0; j < 2 * count; j++)
+                pack_w_bf16(W + (32 * b0 + 16 * j) * K, K, mine + 16 * j * K);
+            for (int64_t m = 0; m < M; m += 16)
+                for (int64_t b = 0; b < count; b++) {
+                    int64_t n = 32 * (b0 + b);
+                    amx_bf16_tile(hi + m * K, mid + m * K, lo + m * K, mine + 32 * b * K, K,
+                                  M - m < 16 ? M - m : 16, bias ? bias + n : NULL,
+                                  Y + m * N + n, N);
+                }
+        }
+        _tile_release();
+    }
+    free(planes), free(packed);
+    return 0;
+}
+#else
+int gemm_bf16_amx(void) { return 0; }
+#endif
+
 int gemm_bf16(const uint16_t *W, const float *bias, const float *X, float *Y, int64_t M,
               int64_t N, int64_t K, int threads) {
+    int64_t ldy = N;  /* Y's row length; the strips below may start past AMX's columns */
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+    if (M >= AMX_FROM_ROWS && K % 32 == 0 && N >= 32 && gemm_bf16_amx()) {
+        if (amx_bf16_rows(W, bias, X, Y, M, N, K, threads) != 0)
+            return -1;
+        int64_t first = N - N % 32;
+        if (first == N)
+            return 0;
+        W += first * K, Y += first, N -= first;
+        bias = bias ? bias + first : NULL;
+    }
+#endif
     int64_t tiles = (N + GEMM_COLS - 1) / GEMM_COLS;
     int64_t parts = threads > 1 && tiles > 1 ? threads : 1, per = (tiles + parts - 1) / parts;
     int failed = 0;
@@ -78,7 +243,8 @@ int gemm_bf16(const uint16_t *W, const float *bias, const float *X, float *Y, in
         for (int64_t t = p * per; t < t1; t++) {
             int64_t n = t * GEMM_COLS, width = N - n < GEMM_COLS ? N - n : GEMM_COLS;
             widen_strip(W + n * K, K, width, panel);
-            gemm_strip(panel, GEMM_COLS, X, K, bias ? bias + n : NULL, Y + n, N, M, width, 0, K);
+            gemm_strip(panel, GEMM_COLS, X, K, bias ? bias + n : NULL, Y + n, ldy, M, width, 0,
+                       K);
         }
         free(panel);
     }

@@ -137,28 +137,13 @@ static inline __attribute__((always_inline)) void quad(const int8_t *W, const fl
    weight row per 32-bit word, 16 weight rows a 64-byte row) and used for every row of x. Used
    where Linux lets the process use the tiles (arch_prctl), K is a multiple of 64, and there
    are at least AMX_FROM_ROWS rows. */
-#include <string.h>
-#include <sys/syscall.h>
-#include <unistd.h>
+#include "amx.h"
 
-#define ARCH_REQ_XCOMP_PERM 0x1023
-#define XFEATURE_XTILEDATA 18
-#define AMX_FROM_ROWS 16
 /* bytes of weights one slice holds (in AMX's layout): it stays in L2 while x's rows pass */
 #define W_SLICE_BYTES (1 << 18)
 
-struct tile_config {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-};
-
-static int amx_state;  /* 0: not asked yet, 1: granted, -1: refused */
-
 int gemm_int8_amx(void) {
-    if (amx_state == 0)
-        amx_state = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0 ? 1 : -1;
-    return amx_state == 1;
+    return amx_granted();
 }
 
 /* weight rows n .. n + 16 (K apart) in AMX's B layout, K / 64 tiles of 1 KB: tile c's row g
@@ -226,12 +211,7 @@ static int amx_rows(const int8_t *W, const float *scale, const float *bias, cons
     memset(hi + M * K, 0, (size_t)(16 * K)), memset(lo + M * K, 0, (size_t)(16 * K));
     #pragma omp parallel num_threads(threads) if (threads > 1)
     {
-        struct tile_config config;
-        memset(&config, 0, sizeof config);
-        config.palette = 1;
-        for (int t = 0; t < 8; t++)
-            config.colsb[t] = 64, config.rows[t] = 16;
-        _tile_loadconfig(&config);
+        amx_configure();
         int8_t *mine = packed;
 #ifdef _OPENMP
         mine += (int64_t)omp_get_thread_num() * slice * 32 * K;

@@ -30,6 +30,10 @@ void gemv_bf16(const uint16_t *W, const float *x, float *y, int64_t N, int64_t K
 int gemm_bf16(const uint16_t *W, const float *bias, const float *X, float *Y, int64_t M,
               int64_t N, int64_t K, int threads);
 
+/* 1 where gemm_bf16 multiplies a prompt's many rows on AMX's bf16 tiles (built with AMX, and
+   Linux lets this process use them), else 0 */
+int gemm_bf16_amx(void);
+
 /* Y = X (scale * W)^T (+ bias): W int8 (N, K), scale (N), X (M, K), Y (M, N);
    1 <= M <= INT8_MAX_ROWS, 1 <= K <= INT8_MAX_K. Returns 0, or -1 (computing nothing) for other
    sizes or when it cannot allocate x's rounded copy. */
