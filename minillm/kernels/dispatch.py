@@ -6,7 +6,7 @@
                       a prompt: AMX's bf16 tiles)                            UPCAST_ROWS widened
     int8 linear       gemm_int8 (a prompt: AMX's tiles)      int8_max_rows() _weight_int8pack_mm;
                                                              (any with AMX)  a prefill dequantizes
-    Q4_1 linear       gemm_q4_1                              Q4_1_MAX_ROWS   dequantize (x
+    Q4_1 linear       gemm_q4_1 (a prompt: AMX's tiles)      Q4_1_MAX_ROWS   dequantize (x
                                                                              rounded as the
                                                                              kernel rounds it)
     decode RMSNorm    rms_norm_f32                           any             F.rms_norm
@@ -24,7 +24,8 @@ to a C kernel (and the kernels' wrappers refuse one), and nothing is built for a
 
 MINILLM_NO_KERNEL=1 (any non-empty value) switches the kernels off for every layer: decoding
 runs on PyTorch's kernels, with the same greedy tokens (tested; for Q4_1, PyTorch rounds x as
-the kernel does), and nothing is compiled. The
+the kernel does, and the tokens agree up to a near tie: x's rounding is a step function), and
+nothing is compiled. The
 switch is read when a layer plans its route and by every decode step; `without_kernels()` sets
 it for a block. The wrappers themselves (minillm.kernels.gemv_f32, ...) still run when called.
 """
@@ -61,8 +62,8 @@ QUANT_MAX_ROWS = 16
 # faster than PyTorch's path at each count from 1 row to a 512-token prompt); else
 # QUANT_MAX_ROWS.
 INT8_AMX_MAX_ROWS = 1 << 20
-# Rows up to which Q4_1 weights go through gemm_q4_1, a prompt's included: with AVX-512 (tiles
-# of 4 weight rows by 4 rows of x) faster than rebuilding the float weight at every SmolLM2 shape
+# Rows up to which Q4_1 weights go through gemm_q4_1, a prompt's included (from 16 rows on AMX's
+# int8 tiles where the CPU has them): with AVX-512 (tiles of 4 weight rows by 4 rows of x) faster than rebuilding the float weight at every SmolLM2 shape
 # from 16 to 512 rows; with AVX2 (one row of x at a time) faster up to 64 rows, about even at
 # 128, slower from 256 (scripts/bench_prefill_kernels.py, ATEN_CPU_CAPABILITY=avx2 for AVX2).
 Q4_1_MAX_ROWS = {"AVX-512": 1 << 20, "AVX2": 64}

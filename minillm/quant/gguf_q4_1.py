@@ -107,7 +107,9 @@ def round_x_per_block(x) -> "torch.Tensor":
 
     blocks = x.reshape(x.shape[0], -1, BLOCK_WEIGHTS)
     big = blocks.abs().amax(-1, keepdim=True)
-    inv = torch.where(big > 0, 127.0 / big, torch.zeros_like(big))
+    # 127 / big as C divides (PyTorch's `127.0 / big` multiplies by big's reciprocal: an ulp
+    # off at times, enough to move a value that lands near a half to the other integer)
+    inv = torch.where(big > 0, torch.full_like(big, 127.0) / big, torch.zeros_like(big))
     return (torch.round(blocks * inv) * (big / 127.0)).reshape(x.shape)
 
 

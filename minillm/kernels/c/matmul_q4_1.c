@@ -16,9 +16,10 @@
    A block is Q4_1_BLOCK_BYTES (20) bytes.
 
    Rounding x to int8 is a step function: a change in x's last bit can move a rounded value by
-   one, and the next layer's input with it. So both paths below add every float in the same
+   one, and the next layer's input with it. So the vector paths below add every float in the same
    order (a greedy decode gives the same tokens whichever runs): per row, pairs of blocks into
-   16 lanes, their sum, then the blocks' m * sx one pair at a time, then an odd last block. */
+   16 lanes, their sum, then the blocks' m * sx one pair at a time, then an odd last block.
+   AMX's tiles (a prompt's rows, where the CPU has them) add them in another order. */
 
 /* x's blocks: xq rounded to int8 (in x's order), and per block dx and sx, interleaved */
 static void round_x(const float *x, int64_t blocks, int8_t *xq, float *xs) {
@@ -372,11 +373,163 @@ static int gemm_q4_1_tiles(const uint8_t *W, const float *bias, const int8_t *xq
 }
 #endif
 
+#if defined(__AMX_TILE__) && defined(__AMX_INT8__)
+/* A prompt's many rows on AMX's int8 tiles (Sapphire Rapids and later): a tile multiplies 16
+   rows of x's int8 values by 16 weight rows' 4-bit values, one block (32 values) at a time
+   (TDPBSUD: signed bytes times unsigned bytes into int32), so each (row of x, weight row,
+   block) gets its exact integer dot product, which one float step turns into
+   q . x * d * dx and adds to the row's sum, block after block, then the blocks' m * sx. The
+   integers are the one-row code's; the floats are added in another order (a block's 32
+   products as one integer, where the one-row code converts 8 sums of 4 and adds them lane by
+   lane): a prompt's row differs from the decode kernel's by float32 rounding. The weights are
+   copied a slice at a time into AMX's layout (4 consecutive values of a weight row per 32-bit
+   word, 16 weight rows a 64-byte row, a block a 512-byte tile) with their d and m as floats,
+   and used for every row of x. Used where Linux lets the process use the tiles and there are
+   at least AMX_FROM_ROWS rows. */
+#include "amx.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* bytes of packed weights one slice holds: it stays in L2 while x's rows pass */
+#define Q4_1_SLICE_BYTES (1 << 18)
+/* a packed weight row: a block's 32 values as bytes, its d and its m */
+#define Q4_1_PACKED_BLOCK (32 + 2 * 4)
+
+int gemm_q4_1_amx(void) {
+    return amx_granted();
+}
+
+/* tile 0: 16 rows of x, one block (32 bytes); tiles 1, 4: a block of 16 weight rows (8 rows of
+   4 values by 16 weight rows); tiles 2, 3: 16 x 16 int32 sums */
+static void q4_1_amx_configure(void) {
+    struct tile_config config;
+    memset(&config, 0, sizeof config);
+    config.palette = 1;
+    config.colsb[0] = 32, config.rows[0] = 16;
+    config.colsb[1] = 64, config.rows[1] = 8;
+    config.colsb[4] = 64, config.rows[4] = 8;
+    config.colsb[2] = 64, config.rows[2] = 16;
+    config.colsb[3] = 64, config.rows[3] = 16;
+    _tile_loadconfig(&config);
+}
+
+/* weight rows n .. n + 16 (row_bytes apart) in AMX's layout: block b's tile (512 bytes) at
+   q + 512 b, its row g the 16 rows' values 4 g .. 4 g + 4; d and m at dm + 32 b (16 d, 16 m) */
+static void pack_q4_1(const uint8_t *W, int64_t row_bytes, int64_t blocks, uint8_t *q,
+                      float *dm) {
+    for (int r = 0; r < 16; r++) {
+        const uint8_t *row = W + r * row_bytes;
+        for (int64_t b = 0; b < blocks; b++) {
+            const uint8_t *blk = row + Q4_1_BLOCK_BYTES * b;
+            uint8_t v[32];
+            _mm256_storeu_si256((__m256i *)v, q4_1_nibbles(blk));
+            for (int g = 0; g < 8; g++)
+                memcpy(q + 512 * b + 64 * g + 4 * r, v + 4 * g, 4);
+            dm[32 * b + r] = half_at(blk);
+            dm[32 * b + 16 + r] = half_at(blk + 2);
+        }
+    }
+}
+
+/* x's rows m .. m + rows (xq: K apart, padded to 16 rows) times packed weight rows n .. n + 32
+   (two groups of 16: q0, dm0 and q1, dm1), into Y */
+static void q4_1_amx_tile(const int8_t *xq, const float *xs, int64_t K, int64_t blocks,
+                          int64_t rows, const uint8_t *q0, const float *dm0, const uint8_t *q1,
+                          const float *dm1, const float *bias, float *Y, int64_t N) {
+    int32_t part[2][16][16];
+    __m512 acc[16][2];
+    for (int r = 0; r < 16; r++)
+        acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < blocks; b++) {
+        _tile_zero(2);
+        _tile_zero(3);
+        _tile_loadd(0, xq + 32 * b, K);
+        _tile_loadd(1, q0 + 512 * b, 64);
+        _tile_loadd(4, q1 + 512 * b, 64);
+        _tile_dpbsud(2, 0, 1);
+        _tile_dpbsud(3, 0, 4);
+        _tile_stored(2, part[0], 64);
+        _tile_stored(3, part[1], 64);
+        const __m512 d0 = _mm512_loadu_ps(dm0 + 32 * b), d1 = _mm512_loadu_ps(dm1 + 32 * b);
+        for (int64_t r = 0; r < rows; r++) {
+            __m512 dx = _mm512_set1_ps(xs[r * 2 * blocks + 2 * b]);
+            acc[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_loadu_si512(part[0][r])),
+                                        _mm512_mul_ps(d0, dx), acc[r][0]);
+            acc[r][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_loadu_si512(part[1][r])),
+                                        _mm512_mul_ps(d1, dx), acc[r][1]);
+        }
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        __m512 mins0 = _mm512_setzero_ps(), mins1 = _mm512_setzero_ps();
+        for (int64_t b = 0; b < blocks; b++) {
+            __m512 sx = _mm512_set1_ps(xs[r * 2 * blocks + 2 * b + 1]);
+            mins0 = _mm512_fmadd_ps(_mm512_loadu_ps(dm0 + 32 * b + 16), sx, mins0);
+            mins1 = _mm512_fmadd_ps(_mm512_loadu_ps(dm1 + 32 * b + 16), sx, mins1);
+        }
+        __m512 y0 = _mm512_add_ps(acc[r][0], mins0), y1 = _mm512_add_ps(acc[r][1], mins1);
+        if (bias)
+            y0 = _mm512_add_ps(y0, _mm512_loadu_ps(bias)),
+            y1 = _mm512_add_ps(y1, _mm512_loadu_ps(bias + 16));
+        _mm512_storeu_ps(Y + r * N, y0);
+        _mm512_storeu_ps(Y + r * N + 16, y1);
+    }
+}
+
+/* rows 0 .. M of x (xq padded to a multiple of 16 rows) times weight rows 0 .. N - N % 32 on
+   the tiles; -1 if it cannot allocate */
+static int q4_1_amx_rows(const uint8_t *W, const float *bias, const int8_t *xq, const float *xs,
+                         float *Y, int64_t M, int64_t N, int64_t K, int threads) {
+    int64_t blocks = K / 32, row_bytes = blocks * Q4_1_BLOCK_BYTES;
+    int64_t groups = N / 32, most = Q4_1_SLICE_BYTES / (32 * blocks * Q4_1_PACKED_BLOCK);
+    most = most < 1 ? 1 : most;  /* groups of 32 weight rows a slice, at most */
+    int64_t slices = threads * ((groups + threads * most - 1) / (threads * most));
+    int64_t slice = (groups + slices - 1) / slices;  /* as many slices for each thread */
+    size_t q_bytes = (size_t)(2 * slice * 512 * blocks);  /* a slice's tiles, then its d, m */
+    size_t per_thread = q_bytes + (size_t)(2 * slice * 32 * blocks) * sizeof(float);
+    char *space = (char *)aligned_alloc(64, ((size_t)threads * per_thread + 63) / 64 * 64);
+    if (!space)
+        return -1;
+    #pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+        q4_1_amx_configure();
+        char *mine = space;
+#ifdef _OPENMP
+        mine += (size_t)omp_get_thread_num() * per_thread;
+#endif
+        uint8_t *q = (uint8_t *)mine;
+        float *dm = (float *)(mine + q_bytes);
+        #pragma omp for schedule(static)
+        for (int64_t g0 = 0; g0 < groups; g0 += slice) {
+            int64_t count = groups - g0 < slice ? groups - g0 : slice;
+            for (int64_t j = 0; j < 2 * count; j++)  /* 16 weight rows at a time */
+                pack_q4_1(W + (32 * g0 + 16 * j) * row_bytes, row_bytes, blocks,
+                          q + 512 * blocks * j, dm + 32 * blocks * j);
+            for (int64_t m = 0; m < M; m += 16)
+                for (int64_t g = 0; g < count; g++) {
+                    int64_t n = 32 * (g0 + g);
+                    q4_1_amx_tile(xq + m * K, xs + m * 2 * blocks, K, blocks,
+                                  M - m < 16 ? M - m : 16,
+                                  q + 512 * blocks * 2 * g, dm + 32 * blocks * 2 * g,
+                                  q + 512 * blocks * (2 * g + 1), dm + 32 * blocks * (2 * g + 1),
+                                  bias ? bias + n : NULL, Y + m * N + n, N);
+                }
+        }
+        _tile_release();
+    }
+    free(space);
+    return 0;
+}
+#else
+int gemm_q4_1_amx(void) { return 0; }
+#endif
+
 /* K a multiple of 32 (the wrapper checks it) */
 int gemm_q4_1(const uint8_t *W, const float *bias, const float *X, float *Y,
               int64_t M, int64_t N, int64_t K, int threads) {
     int64_t blocks = K / 32, row_bytes = blocks * Q4_1_BLOCK_BYTES;
-    int8_t *xq = (int8_t *)malloc((size_t)(M * K));
+    int8_t *xq = (int8_t *)calloc((size_t)((M + 16) * K), 1);  /* room for a last tile of 16 */
     float *xs = (float *)malloc((size_t)(M * 2 * blocks + 8) * sizeof(float));
     if (!xq || !xs) {
         free(xq), free(xs);
@@ -384,6 +537,17 @@ int gemm_q4_1(const uint8_t *W, const float *bias, const float *X, float *Y,
     }
     for (int64_t m = 0; m < M; m++)
         round_x(X + m * K, blocks, xq + m * K, xs + m * 2 * blocks);
+#if defined(__AMX_TILE__) && defined(__AMX_INT8__)
+    if (M >= AMX_FROM_ROWS && N >= 32 && gemm_q4_1_amx()) {
+        int status = q4_1_amx_rows(W, bias, xq, xs, Y, M, N, K, threads);
+        for (int64_t n = N - N % 32; n < N && status == 0; n++)  /* the last weight rows */
+            for (int64_t m = 0; m < M; m++)
+                Y[m * N + n] = q4_1_one(W + n * row_bytes, row_bytes, xq + m * K,
+                                        xs + m * 2 * blocks, blocks) + (bias ? bias[n] : 0.0f);
+        free(xq), free(xs);
+        return status;
+    }
+#endif
 #ifdef __AVX512BW__
     if (M >= Q4_1_TILE_MIN_ROWS) {
         int status = gemm_q4_1_tiles(W, bias, xq, xs, Y, M, N, K, threads);

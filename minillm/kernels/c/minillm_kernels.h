@@ -50,6 +50,10 @@ int gemm_int8_amx(void);
 int gemm_q4_1(const uint8_t *W, const float *bias, const float *X, float *Y, int64_t M, int64_t N,
               int64_t K, int threads);
 
+/* 1 where gemm_q4_1 multiplies a prompt's many rows on AMX's int8 tiles (built with AMX, and
+   Linux lets this process use them), else 0 */
+int gemm_q4_1_amx(void);
+
 /* Y[r] = X[r] / sqrt(mean(X[r]^2) + eps) * w: X, Y (rows, D), w (D) */
 void rms_norm_f32(const float *X, const float *w, float *Y, int64_t rows, int64_t D, float eps);
 
