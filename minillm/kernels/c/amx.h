@@ -26,6 +26,18 @@ static inline int amx_granted(void) {
     return amx_state == 1;
 }
 
+/* bytes of packed weights one slice holds: it stays in L2 while x's rows pass */
+#define AMX_SLICE_BYTES (1 << 18)
+
+/* groups of 32 weight rows in each slice, `group_bytes` each once packed: at most a slice's
+   bytes (at least one group), and as many slices for each of the threads */
+static inline int64_t amx_groups_per_slice(int64_t groups, int64_t group_bytes, int threads) {
+    int64_t most = AMX_SLICE_BYTES / group_bytes;
+    most = most < 1 ? 1 : most;
+    int64_t slices = threads * ((groups + threads * most - 1) / (threads * most));
+    return (groups + slices - 1) / slices;
+}
+
 /* every tile register 16 rows of 64 bytes */
 static inline void amx_configure(void) {
     struct tile_config config;

@@ -79,9 +79,6 @@ static void widen_strip(const uint16_t *W, int64_t K, int64_t width, float *pane
    multiple of 32, and there are at least AMX_FROM_ROWS rows. */
 #include "amx.h"
 
-/* bytes of weights one slice holds (in AMX's layout): it stays in L2 while x's rows pass */
-#define BF16_SLICE_BYTES (1 << 18)
-
 int gemm_bf16_amx(void) {
     return amx_granted();
 }
@@ -172,10 +169,7 @@ static void amx_bf16_tile(const uint16_t *hi, const uint16_t *mid, const uint16_
 /* rows 0 .. M of X times weight rows 0 .. N - N % 32 on the tiles; -1 if it cannot allocate */
 static int amx_bf16_rows(const uint16_t *W, const float *bias, const float *X, float *Y,
                          int64_t M, int64_t N, int64_t K, int threads) {
-    int64_t blocks = N / 32, most = BF16_SLICE_BYTES / (64 * K);
-    most = most < 1 ? 1 : most;  /* blocks of 32 weight rows a slice, at most */
-    int64_t slices = threads * ((blocks + threads * most - 1) / (threads * most));
-    int64_t slice = (blocks + slices - 1) / slices;  /* as many slices for each thread */
+    int64_t blocks = N / 32, slice = amx_groups_per_slice(blocks, 64 * K, threads);
     int64_t Mpad = (M + 15) / 16 * 16;
     uint16_t *planes = (uint16_t *)malloc((size_t)(3 * Mpad * K) * sizeof(uint16_t));
     uint16_t *packed = (uint16_t *)malloc((size_t)(threads * slice * 32 * K) * sizeof(uint16_t));

@@ -139,9 +139,6 @@ static inline __attribute__((always_inline)) void quad(const int8_t *W, const fl
    are at least AMX_FROM_ROWS rows. */
 #include "amx.h"
 
-/* bytes of weights one slice holds (in AMX's layout): it stays in L2 while x's rows pass */
-#define W_SLICE_BYTES (1 << 18)
-
 int gemm_int8_amx(void) {
     return amx_granted();
 }
@@ -194,10 +191,7 @@ static void amx_tile(const int8_t *hi, const uint8_t *lo, const int8_t *wp, int6
 /* rows 0 .. M of x times weight rows 0 .. N - N % 32 on the tiles */
 static int amx_rows(const int8_t *W, const float *scale, const float *bias, const int16_t *xq,
                     const float *sx, float *Y, int64_t M, int64_t N, int64_t K, int threads) {
-    int64_t blocks = N / 32, most = W_SLICE_BYTES / (32 * K);
-    most = most < 1 ? 1 : most;  /* blocks of 32 weight rows a slice, at most */
-    int64_t slices = threads * ((blocks + threads * most - 1) / (threads * most));
-    int64_t slice = (blocks + slices - 1) / slices;  /* as many slices for each thread */
+    int64_t blocks = N / 32, slice = amx_groups_per_slice(blocks, 32 * K, threads);
     int8_t *planes = (int8_t *)malloc((size_t)(2 * (M + 16) * K));
     int8_t *packed = (int8_t *)malloc((size_t)(threads * slice * 32 * K));
     if (!planes || !packed) {

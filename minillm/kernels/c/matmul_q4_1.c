@@ -392,8 +392,6 @@ static int gemm_q4_1_tiles(const uint8_t *W, const float *bias, const int8_t *xq
 #include <omp.h>
 #endif
 
-/* bytes of packed weights one slice holds: it stays in L2 while x's rows pass */
-#define Q4_1_SLICE_BYTES (1 << 18)
 /* a packed weight row: a block's 32 values as bytes, its d and its m */
 #define Q4_1_PACKED_BLOCK (32 + 2 * 4)
 
@@ -482,10 +480,8 @@ static void q4_1_amx_tile(const int8_t *xq, const float *xs, int64_t K, int64_t 
 static int q4_1_amx_rows(const uint8_t *W, const float *bias, const int8_t *xq, const float *xs,
                          float *Y, int64_t M, int64_t N, int64_t K, int threads) {
     int64_t blocks = K / 32, row_bytes = blocks * Q4_1_BLOCK_BYTES;
-    int64_t groups = N / 32, most = Q4_1_SLICE_BYTES / (32 * blocks * Q4_1_PACKED_BLOCK);
-    most = most < 1 ? 1 : most;  /* groups of 32 weight rows a slice, at most */
-    int64_t slices = threads * ((groups + threads * most - 1) / (threads * most));
-    int64_t slice = (groups + slices - 1) / slices;  /* as many slices for each thread */
+    int64_t groups = N / 32;
+    int64_t slice = amx_groups_per_slice(groups, 32 * blocks * Q4_1_PACKED_BLOCK, threads);
     size_t q_bytes = (size_t)(2 * slice * 512 * blocks);  /* a slice's tiles, then its d, m */
     size_t per_thread = q_bytes + (size_t)(2 * slice * 32 * blocks) * sizeof(float);
     char *space = (char *)aligned_alloc(64, ((size_t)threads * per_thread + 63) / 64 * 64);
