@@ -10,7 +10,7 @@ import torch
 from minillm import kernels
 from minillm.kernels import build, dispatch
 from minillm.quant.linear import Int8Linear
-from kernel_machine import needs_kernels
+from kernel_machine import layers_use_kernels, needs_kernels
 from test_kernel_row_passes import _int8_reference
 
 pytestmark = [pytest.mark.usefixtures("one_torch_thread"), needs_kernels]
@@ -61,6 +61,7 @@ def test_rows_of_extreme_values_keep_their_exact_sums():
                                        for i in range(m)]))
 
 
+@layers_use_kernels
 def test_a_prompt_through_an_int8_layer_gives_the_rows_of_its_decode_steps():
     gen = torch.Generator().manual_seed(3)
     layer = Int8Linear.from_weight(torch.randn(192, 576, generator=gen))

@@ -133,7 +133,14 @@ def test_q4_1_weights_serve_the_files_own_blocks_and_the_tokens_of_the_model_alo
     hold the file's Q4_1 blocks, /v1/models says so, and four prompts answered at once (decode
     steps of 4 rows) give the greedy tokens the same model gives each alone. A budget of 12
     tokens a step keeps every pass within the kernel's rows, as each short prompt is alone (a
-    longer pass multiplies x unrounded by the rebuilt float weight: not the kernel's numbers)."""
+    longer pass multiplies x unrounded by the rebuilt float weight: not the kernel's numbers).
+
+    Alone and batched agree because the kernel computes each row by itself. Under
+    MINILLM_NO_KERNEL PyTorch's matmul sums in an order that depends on the batch, and rounding x
+    to int8 per block turns those last bits into whole steps: a relative change of 1e-7 in the
+    embeddings moves this model's Q4_1 logits by 2 to 3.5 (measured). There the tokens are not
+    compared, only that every prompt is answered."""
+    from minillm.kernels import dispatch
     from minillm.quant.linear import Q41Linear
     from minillm.tools.server import make_engine
 
@@ -148,7 +155,11 @@ def test_q4_1_weights_serve_the_files_own_blocks_and_the_tokens_of_the_model_alo
         r = httpx.post(running.url + "/v1/completions", timeout=300, json={
             "prompt": prompts, "max_tokens": 6, "temperature": 0, "ignore_eos": True})
     assert r.status_code == 200, r.text
-    texts = [c["text"] for c in sorted(r.json()["choices"], key=lambda c: c["index"])]
-    for prompt, text in zip(prompts, texts):
+    choices = sorted(r.json()["choices"], key=lambda c: c["index"])
+    assert [c["index"] for c in choices] == [0, 1, 2, 3]
+    assert all(c["finish_reason"] == "length" for c in choices)
+    if dispatch.switched_off():
+        return
+    for prompt, choice in zip(prompts, choices):
         alone = minillm.generate(model, tokenizer, prompt, max_new_tokens=6, ignore_eos=True)
-        assert text == alone.text, prompt
+        assert choice["text"] == alone.text, prompt
