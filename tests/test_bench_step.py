@@ -95,6 +95,7 @@ def test_the_same_operations_run_and_each_inside_a_named_timer(arch, tied, weigh
         return run
 
     monkeypatch.setattr(step, "_timer", naming)
+    model.fused_decode.c_blocks = False  # the Python step, which the timers time
     with torch.inference_mode():
         with _Record(inside) as plain:
             model.fused_decode(token, cache)
@@ -127,6 +128,12 @@ def test_measure_adds_up_and_the_table_covers_every_row(one_torch_thread):
     assert sum(shares) == pytest.approx(100, abs=0.1 * len(shares))
     assert rows["sum"][17:26].strip() == f"{1e3 * figures['step_timed']:.3f}"
     assert "LM head alone" in text
+    if kernels.dispatch.cpu_kernels("cpu"):  # the step generate runs: its blocks in one C call
+        assert figures["step_one_call"] > 0 and "blocks in one C call" in text
+        assert "untimed (in Python" in text
+    else:
+        assert figures["step_one_call"] is None and "one C call" not in text
+    assert model.fused_decode.c_blocks  # put back
 
 
 def test_the_middle_half_of_the_steps_by_wall_time():

@@ -9,6 +9,8 @@
     layout.py                                which weight layout multiplies fastest here
     decode.py, graph.py                      the fused decode step; on CUDA, replayed from a
                                              CUDA graph at batch 1 (model.fused_decode.cuda_graph)
+    blocks.py                                on a CPU, the step's blocks in one C call
+                                             (model.fused_decode.c_blocks)
     (minillm/kernels/                        the C kernels they call, and dispatch.py: which one)
 
 Nothing else changes: the copy is the same class (LlamaModel, Qwen3Model, ...), runs the same

@@ -14,8 +14,10 @@ call is what a one-row step feels), where `kernels.dispatch.decode_step` (here `
 says so: it looks at the step's device first, so a GPU step never touches the C library. The
 step checks its tensors for those kernels once (`FusedDecode.kernels_fit`) and then calls their
 unchecked twins, so the checks are paid once per step, not at each of a layer's calls.
-On CUDA a batch-1 step replays a CUDA graph of the same step instead (minillm/fast/graph.py),
-unless `cuda_graph` is switched off. Prefill, padded batches and the engine's paged cache take
+Where all of a CPU step's operations go to those kernels, its blocks run in one call of C
+instead (minillm/fast/blocks.py: the same kernels in the same order, the same logits), unless
+`c_blocks` is switched off. On CUDA a batch-1 step replays a CUDA graph of the same step
+instead (minillm/fast/graph.py), unless `cuda_graph` is switched off. Prefill, padded batches and the engine's paged cache take
 the module path. `tests/test_fast.py`
 checks both give the same logits; `scripts/bench_fused_decode.py` measures what it saves. Each
 of the step's operations is one call of a function named here, so `python -m minillm bench step`
@@ -42,6 +44,7 @@ from ..kernels.norm import rms_norm_unchecked
 from ..kernels.rope import rope_write_cache_unchecked
 from ..layers import Attention
 from ..layers.rope import apply_rope
+from . import blocks
 from .linear import FastLinear
 
 
@@ -204,6 +207,9 @@ class FusedDecode:
         self.norms = [m for layer in self.layers for m in (layer.attn_norm, layer.mlp_norm)]
         self.norms.append(model.norm)
         self._warned = False
+        # On a CPU, every block in one C call (blocks.py) where the step's kernels allow it.
+        self.c_blocks = True
+        self._table: blocks.BlockTable | None = None
         # Batch-1 steps on CUDA replay a CUDA graph when `graph` is set (minillm.fast.optimize
         # sets a graph.GraphedDecode) and `cuda_graph` is on.
         self.graph = None
@@ -244,6 +250,12 @@ class FusedDecode:
                           "kernel", RuntimeWarning, stacklevel=3)
         return replace(plan, norm=False)
 
+    def block_table(self) -> blocks.BlockTable:
+        """What the one C call reads of the layers, written again when they changed."""
+        if self._table is None or not self._table.current():
+            self._table = blocks.BlockTable(self.layers, _weight)
+        return self._table
+
     def __call__(self, input_ids: torch.Tensor, cache: KVCacheProtocol) -> torch.Tensor:
         """Logits (rows, 1, vocab) in float32 for one new token per row."""
         if self.cuda_graph and self.graph is not None and self.graph.applies(cache):
@@ -257,7 +269,10 @@ class FusedDecode:
         cos, sin = _angles(model, pos, x)
         plan = _plan(self, x, cache.keys[0])
         keys, values = cache.keys, cache.values
-        for i, layer in enumerate(self.layers):
-            x = _block(plan, layer, x, _attention, cos, sin, keys[i], values[i], pos)
+        if self.c_blocks and blocks.planned(plan) and self.block_table().takes(x.shape[0]):
+            x = blocks.run(self._table, x, keys, values, cos, sin, pos, plan.threads)
+        else:
+            for i, layer in enumerate(self.layers):
+                x = _block(plan, layer, x, _attention, cos, sin, keys[i], values[i], pos)
         cache.advance(1)
         return _head(model, _norm(model.norm, x, plan.norm))

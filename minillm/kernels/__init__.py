@@ -21,6 +21,7 @@ arithmetic.
                            paged_values (the engine's paged pool, read in place)
     c/rope.c               rope_write_cache: a decode step's RoPE of q and k and its cache write
     c/activation.c         silu_mul_f32: SiLU(gate) * up
+    c/decode_blocks.c      decode_blocks: a decode step's blocks, the kernels above in one call
     build.py               compiled on first use with the system's C compiler, for this CPU
     limits.py              the sizes the C is built for (MAX_HEAD_DIM, ...), named once
     matmul.py, norm.py,    one wrapper per kernel: checks its tensors (dtype, shape, the CPU:

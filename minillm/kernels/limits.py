@@ -14,7 +14,16 @@ INT8_MAX_K = 32768
 # of 4-bit values); minillm.quant.gguf_q4_1 reads the same layout (a test holds the two equal).
 Q4_1_BLOCK_BYTES = 20
 Q4_1_BLOCK_WEIGHTS = 32
+# decode_blocks (c/decode_blocks.c) reads each block's weights from DECODE_BLOCK_WORDS 64-bit
+# words (minillm/fast/blocks.py writes them): the two norms' addresses, then per projection
+# (qkv, o, gate_up, down) its kind, weight, int8 scale and bias (0: none).
+DECODE_BLOCK_WORDS = 18
+DECODE_F32, DECODE_BF16, DECODE_INT8, DECODE_Q4_1 = 1, 2, 3, 4
+DECODE_KINDS = {"gemv_f32/gemm_f32": DECODE_F32, "gemv_bf16/gemm_bf16": DECODE_BF16,
+                "gemm_int8": DECODE_INT8, "gemm_q4_1": DECODE_Q4_1}  # a route.kernel's kind
 
 # What the compiler is told (-DNAME=value).
 DEFINES = {"MAX_HEAD_DIM": MAX_HEAD_DIM, "INT8_MAX_ROWS": INT8_MAX_ROWS,
-           "INT8_MAX_K": INT8_MAX_K, "Q4_1_BLOCK_BYTES": Q4_1_BLOCK_BYTES}
+           "INT8_MAX_K": INT8_MAX_K, "Q4_1_BLOCK_BYTES": Q4_1_BLOCK_BYTES,
+           "DECODE_BLOCK_WORDS": DECODE_BLOCK_WORDS, "DECODE_F32": DECODE_F32,
+           "DECODE_BF16": DECODE_BF16, "DECODE_INT8": DECODE_INT8, "DECODE_Q4_1": DECODE_Q4_1}

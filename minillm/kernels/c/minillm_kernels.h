@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #if !defined(MAX_HEAD_DIM) || !defined(INT8_MAX_ROWS) || !defined(INT8_MAX_K) \
-    || !defined(Q4_1_BLOCK_BYTES)
+    || !defined(Q4_1_BLOCK_BYTES) || !defined(DECODE_BLOCK_WORDS)
 #error "build with -D flags for the limits in minillm/kernels/limits.py"
 #endif
 
@@ -86,5 +86,17 @@ void paged_scores(const float *Q, const float *K, const int64_t *slots, const in
                   int threads);
 void paged_values(const float *P, const float *V, const int64_t *slots, const int64_t *lens,
                   float *O, int64_t B, int64_t L, int64_t NKV, int64_t G, int64_t D, int threads);
+
+/* A decode step's L blocks for B rows, one new token each, in place on X (B, D): each block's
+   RMSNorm, qkv projection, RoPE and cache write, attention, o projection and residual, RMSNorm,
+   gate_up projection, SiLU(gate) * up, down projection and residual, through the kernels above.
+   blocks (L, DECODE_BLOCK_WORDS): block l's weights (c/decode_blocks.c lays them out); keys[l],
+   values[l]: the addresses of layer l's cache (B, NKV, T, HD); cos, sin (HD) position pos's
+   angles; F the MLP's width; scale the attention's. Returns 0, or -1 when a kernel could not
+   allocate its buffers (X then part-way). */
+int decode_blocks(float *X, const int64_t *blocks, const int64_t *keys, const int64_t *values,
+                  const float *cos, const float *sin, int64_t L, int64_t B, int64_t D,
+                  int64_t NQ, int64_t NKV, int64_t HD, int64_t F, int64_t T, int64_t pos,
+                  float eps, float scale, int threads);
 
 #endif

@@ -15,7 +15,9 @@ ops".
 Each figure is an operation's time in one step (summed over the layers), averaged over the
 middle half of many steps ranked by their wall time (`_middle_half`: the rows add up to the
 step); the steps stay at one cache length (each is cropped back). The step is also run
-untimed in between, so the table says what the timers add. For each matrix multiply: the bytes
+untimed in between, so the table says what the timers add. Where the step runs its blocks in
+one C call (minillm/fast/blocks.py: what `generate` runs there), the operations are timed on
+the Python step they replace, and the one call is timed untimed in between as well. For each matrix multiply: the bytes
 of weights it reads and the GB/s that makes, against `read_bandwidth` measured here. CPU only:
 a GPU step's operations overlap, so a timer around one would need a sync each.
 """
@@ -32,7 +34,7 @@ from contextlib import contextmanager, nullcontext
 import torch
 
 from ... import kernels
-from ...fast import decode
+from ...fast import blocks, decode
 from ...measure.bandwidth import read_bandwidth
 from ...model.memory import weight_bytes
 from ...utils.validate import check_int
@@ -72,7 +74,8 @@ def _splits_residual(layer, x: torch.Tensor) -> bool:
 
 @contextmanager
 def timers(fused: decode.FusedDecode, spent: list):
-    """While inside, `fused`'s steps add each operation's seconds to spent[INDEX[row]]."""
+    """While inside, `fused`'s steps add each operation's seconds to spent[INDEX[row]] (its
+    blocks run in Python: the one C call has no operations to time)."""
     model = fused.model
     rows = {id(model.norm): "final norm"}
     for layer in fused.layers:
@@ -101,11 +104,13 @@ def timers(fused: decode.FusedDecode, spent: list):
         return product(layer, x, residual)
 
     timed.update(_norm=norm, _linear=linear)
+    c_blocks, fused.c_blocks = fused.c_blocks, False
     try:
         for name, f in timed.items():
             setattr(decode, name, f)
         yield
     finally:
+        fused.c_blocks = c_blocks
         for name, f in original.items():
             setattr(decode, name, f)
 
@@ -142,21 +147,27 @@ def measure(model, steps: int = 200, context: int = 128, progress=None) -> dict:
         model(prompt, cache=cache)
         if not fused.applies(token, cache, None, None):
             raise ValueError("the fused decode step does not apply to this model's steps")
-        timed, walls, untimed = [], [], []
-        for rep in range(steps + 3):  # the first three warm up
-            spent = [0.0] * len(NAMES)
-            for way in (("timed", "untimed") if rep % 2 else ("untimed", "timed")):
-                with timers(fused, spent) if way == "timed" else nullcontext():
-                    start = time.perf_counter()
-                    model(token, cache=cache)  # as generate calls it: forward, then the step
-                    elapsed = time.perf_counter() - start
-                cache.crop(context)
+        ways = ["timed", "untimed"] + (["one call"] if _one_call(fused, token, cache) else [])
+        timed, runs, c_blocks = [], {way: [] for way in ways}, fused.c_blocks
+        try:
+            for rep in range(steps + 3):  # the first three warm up
+                spent = [0.0] * len(NAMES)
+                for way in ways[rep % len(ways):] + ways[:rep % len(ways)]:
+                    fused.c_blocks = way == "one call"  # timers() keeps the Python step
+                    with timers(fused, spent) if way == "timed" else nullcontext():
+                        start = time.perf_counter()
+                        model(token, cache=cache)  # as generate calls it: forward, the step
+                        elapsed = time.perf_counter() - start
+                    cache.crop(context)
+                    if rep >= 3:
+                        runs[way].append(elapsed)
                 if rep >= 3:
-                    (walls if way == "timed" else untimed).append(elapsed)
-            if rep >= 3:
-                timed.append(spent)
-            if progress and rep and rep % 50 == 0:
-                progress(f"{rep}/{steps} steps")
+                    timed.append(spent)
+                if progress and rep and rep % 50 == 0:
+                    progress(f"{rep}/{steps} steps")
+        finally:
+            fused.c_blocks = c_blocks
+    walls, untimed, one_call = runs["timed"], runs["untimed"], runs.get("one call")
     kept = _middle_half(walls)
     ops = {name: statistics.fmean(timed[k][i] for k in kept) for i, name in enumerate(NAMES)}
     return {"ops": ops,
@@ -164,11 +175,20 @@ def measure(model, steps: int = 200, context: int = 128, progress=None) -> dict:
             "step_timed": statistics.fmean(walls[k] for k in kept),
             "step": statistics.fmean(untimed[k] for k in _middle_half(untimed)),
             "step_spread": [min(untimed), max(untimed)],
+            "step_one_call": (statistics.fmean(one_call[k] for k in _middle_half(one_call))
+                              if one_call else None),
             "ops_median": {name: statistics.median(s[i] for s in timed)
                            for i, name in enumerate(NAMES)},
             "steps": steps, "context": context, "layers": len(fused.layers),
             "matmul_bytes": matmul_bytes(fused),
             "per_step": [{"wall": w, "ops": s} for w, s in zip(walls, timed)]}
+
+
+def _one_call(fused: decode.FusedDecode, token: torch.Tensor, cache) -> bool:
+    """Whether `fused`'s step of `token` runs its blocks in one C call (blocks.py)."""
+    x = decode._embed(fused.model, token)
+    plan = decode._plan(fused, x, cache.keys[0])
+    return blocks.planned(plan) and fused.block_table().takes(x.shape[0])
 
 
 def _middle_half(walls: list) -> list:
@@ -209,12 +229,19 @@ def table(figures: dict, bandwidth: float, title: str = "") -> str:
         f"mean of the middle half of {figures['steps']} steps ranked by wall time, at "
         f"{figures['context']} cached tokens, {figures['layers']} layers summed; read "
         f"bandwidth {bandwidth / 1e9:.1f} GB/s")
+    one_call = figures.get("step_one_call")
     lines.append(
-        f"the step untimed (as generate runs it, interleaved): {1e3 * figures['step']:.3f} ms "
+        f"the step untimed ({'in Python' if one_call else 'as generate runs it'}, "
+        f"interleaved): {1e3 * figures['step']:.3f} ms "
         f"(all steps {1e3 * low:.3f}-{1e3 * high:.3f}); timed: "
         f"{1e3 * figures['step_timed']:.3f} ms; untimed less the ops: "
         f"{1e3 * (figures['step'] - sum(ops.values())):.3f} ms (the Python between the ops "
         f"without the timers' own calls)")
+    if one_call:
+        lines.append(
+            f"the step with its blocks in one C call (as generate runs it, interleaved): "
+            f"{1e3 * one_call:.3f} ms, {figures['step'] / one_call:.2f}x the Python step's "
+            f"speed; the rows above time the Python step's operations")
     lines.append(_what_is_left(figures, total))
     return "\n".join(lines)
 

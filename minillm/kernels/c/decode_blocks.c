@@ -1,0 +1,102 @@
+/* A decode step's blocks, all of them, in one call from Python.
+
+   At one row a block's arithmetic outside its four projections is small (two RMSNorms, RoPE and
+   the cache write, the attention over the cache, SiLU·mul, two residual adds), and so is each
+   call from Python: but a step made of ten such calls per block spends a fifth to a third of
+   its time between them (`python -m minillm bench step`). Here the same kernels the Python
+   step calls, in the same order on the same values, run one after another without leaving C:
+   the logits are the Python step's, bit for bit (tests/test_decode_blocks.py). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "minillm_kernels.h"
+
+typedef struct {
+    int64_t kind;  /* one of DECODE_F32 ... DECODE_Q4_1 */
+    const void *weight;
+    const float *scale;  /* int8's scale per output row, else unused */
+    const float *bias;  /* or NULL */
+} projection;
+
+typedef struct {
+    const float *attn_norm, *mlp_norm;
+    projection qkv, o, gate_up, down;
+} block;
+
+_Static_assert(sizeof(block) == DECODE_BLOCK_WORDS * sizeof(int64_t),
+               "a block is DECODE_BLOCK_WORDS 64-bit words, as minillm/fast/blocks.py writes it");
+
+/* Y (M, N) = X (M, K) times the projection's weight, as its layer's `few_rows` computes it */
+static int project(const projection *p, const float *X, float *Y, int64_t M, int64_t N,
+                   int64_t K, int threads) {
+    switch (p->kind) {
+    case DECODE_F32:  /* (in, out) layout */
+        if (M == 1)
+            gemv_f32((const float *)p->weight, p->bias, X, Y, N, K, threads);
+        else
+            gemm_f32((const float *)p->weight, p->bias, X, Y, M, N, K, threads);
+        return 0;
+    case DECODE_BF16:  /* (out, in) layout; one row's bias added after, as PyTorch's add_ */
+        if (M > 1)
+            return gemm_bf16((const uint16_t *)p->weight, p->bias, X, Y, M, N, K, threads);
+        gemv_bf16((const uint16_t *)p->weight, X, Y, N, K, threads);
+        if (p->bias)
+            for (int64_t n = 0; n < N; n++)
+                Y[n] += p->bias[n];
+        return 0;
+    case DECODE_INT8:  /* INT8_MAX_ROWS rows a call, as matmul.gemm_int8_unchecked */
+        for (int64_t m = 0; m < M; m += INT8_MAX_ROWS)
+            if (gemm_int8((const int8_t *)p->weight, p->scale, p->bias, X + m * K, Y + m * N,
+                          M - m < INT8_MAX_ROWS ? M - m : INT8_MAX_ROWS, N, K, threads) != 0)
+                return -1;
+        return 0;
+    case DECODE_Q4_1:
+        return gemm_q4_1((const uint8_t *)p->weight, p->bias, X, Y, M, N, K, threads);
+    }
+    return -1;
+}
+
+/* x += y, rows of n floats */
+static void add(float *x, const float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        x[i] = y[i] + x[i];
+}
+
+int decode_blocks(float *X, const int64_t *blocks, const int64_t *keys, const int64_t *values,
+                  const float *cos, const float *sin, int64_t L, int64_t B, int64_t D,
+                  int64_t NQ, int64_t NKV, int64_t HD, int64_t F, int64_t T, int64_t pos,
+                  float eps, float scale, int threads) {
+    int64_t QKV = (NQ + 2 * NKV) * HD, A = NQ * HD;
+    int64_t widest = D > 2 * F ? D : 2 * F;
+    widest = widest > QKV ? widest : QKV;
+    float *h = (float *)malloc((size_t)(B * (D + widest + 2 * A + F)) * sizeof(float));
+    if (!h)
+        return -1;
+    float *y = h + B * D, *q = y + B * widest, *att = q + B * A, *act = att + B * A;
+    for (int64_t l = 0; l < L; l++) {
+        const block *b = (const block *)(blocks + l * DECODE_BLOCK_WORDS);
+        float *k = (float *)(intptr_t)keys[l], *v = (float *)(intptr_t)values[l];
+        rms_norm_f32(X, b->attn_norm, h, B, D, eps);
+        if (project(&b->qkv, h, y, B, QKV, D, threads) != 0)
+            goto failed;
+        rope_write_cache(y, cos, sin, q, k, v, B, NQ, NKV, T, pos, HD);
+        if (decode_attention(q, k, v, att, B, NKV, NQ / NKV, T, pos + 1, HD, scale,
+                             threads) != 0)
+            goto failed;
+        if (project(&b->o, att, y, B, D, A, threads) != 0)
+            goto failed;
+        add(X, y, B * D);
+        rms_norm_f32(X, b->mlp_norm, h, B, D, eps);
+        if (project(&b->gate_up, h, y, B, 2 * F, D, threads) != 0)
+            goto failed;
+        silu_mul_f32(y, act, B, F);
+        if (project(&b->down, act, y, B, D, F, threads) != 0)
+            goto failed;
+        add(X, y, B * D);
+    }
+    free(h);
+    return 0;
+failed:
+    free(h);
+    return -1;
+}
