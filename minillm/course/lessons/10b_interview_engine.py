@@ -209,10 +209,11 @@ from minillm.measure.bandwidth import decode_bound, read_bandwidth
 from minillm.measure.roofline import peak_matmul_flops, step_cost
 
 probe_mb = 128 if CI else 512
-before = read_bandwidth(device, megabytes=probe_mb, repeats=3)
+before = read_bandwidth(device, megabytes=probe_mb, repeats=10)
 timed = minillm.generate(model, tokenizer, ids, max_new_tokens=N, ignore_eos=True)
-# the faster of a probe before and one after: a busy moment only slows a probe
-bandwidth = max(before, read_bandwidth(device, megabytes=probe_mb, repeats=3))
+# the faster of a probe before and one after, each the best of 10 reads: a busy moment only
+# slows a read
+bandwidth = max(before, read_bandwidth(device, megabytes=probe_mb, repeats=10))
 bound = decode_bound(weights, bandwidth)
 measured = timed.metrics.decode_tokens_per_second
 step_flops, step_bytes = step_cost(c, rows=1, context=len(ids) + N)
