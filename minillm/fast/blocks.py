@@ -13,7 +13,6 @@ new route or holds a tensor at another address (a move, a dtype change, a new we
 from __future__ import annotations
 
 import operator
-import weakref
 
 import torch
 
@@ -39,9 +38,9 @@ def _address(t) -> int:
 class BlockTable:
     """What decode_blocks reads of a fused step's layers: (layers, DECODE_BLOCK_WORDS) int64
     words (`table`, None where some block is not for the C), and the most rows every
-    projection's kernel takes. It keeps no tensor alive (weak references): `current` checks
-    that the layers still have the routes, norm weights and tensor addresses it was written
-    from."""
+    projection's kernel takes. It keeps no tensor (not even a weak reference, which would stop
+    PyTorch from swapping a moved parameter): `current` checks that the layers still have the
+    routes and the tensor addresses it was written from, which is all the C depends on."""
 
     def __init__(self, layers, weight_of_norm):
         self._weight = weight_of_norm
@@ -49,11 +48,7 @@ class BlockTable:
         self._modules = [getattr(layer, name) for layer in layers for name in _PROJECTIONS]
         self._norms = [n for layer in layers for n in (layer.attn_norm, layer.mlp_norm)]
         self.routes = [getattr(m, "route", None) for m in self._modules]
-        norms = [self._weight(n) for n in self._norms]
-        tensors = [t for m in self._modules for t in _operands(m) if t is not None] + norms
-        self._refs = [weakref.ref(t) for t in tensors]
-        self._norm_refs = self._refs[len(self._refs) - len(norms):]
-        self.addresses = [t.data_ptr() for t in tensors]
+        self.addresses = self._addresses()
         self.table, self.max_rows = None, 0
         first = layers[0]
         shape = (first.attn.n_heads, first.attn.n_kv_heads, first.attn.head_dim,
@@ -64,7 +59,8 @@ class BlockTable:
                     layer.attn.n_heads, layer.attn.n_kv_heads, layer.attn.head_dim,
                     layer.attn_norm.eps):
                 return  # a family's own qk_norm, or blocks unlike each other: not in the C
-            row = [norms[2 * i].data_ptr(), norms[2 * i + 1].data_ptr()]
+            row = [_address(self._weight(layer.attn_norm)),
+                   _address(self._weight(layer.mlp_norm))]
             for module in self._modules[4 * i:4 * i + 4]:
                 kind = DECODE_KINDS.get(getattr(getattr(module, "route", None), "kernel", ""))
                 if kind is None or module.few_rows_max < 1:
@@ -75,22 +71,23 @@ class BlockTable:
         assert self.table.shape[1] == DECODE_BLOCK_WORDS
         self.max_rows = min(m.few_rows_max for m in self._modules)
 
+    def _addresses(self) -> list[int]:
+        """The addresses of the norms' weights and of every tensor the projections' kernels
+        take, as the layers hold them now."""
+        out = [w.data_ptr() for w in map(self._weight, self._norms)]
+        for module in self._modules:
+            out += [t.data_ptr() for t in getattr(module, "_operands", ()) if t is not None]
+        return out
+
     def takes(self, rows: int) -> bool:
         """Whether a step of `rows` rows can run as one decode_blocks call."""
         return self.table is not None and rows <= self.max_rows
 
     def current(self) -> bool:
-        """Whether the layers still have the routes, norm weights and tensor addresses the
-        table was written from (a move, a new route or a new weight changes one of them)."""
-        if not all(map(operator.is_, [m.route for m in self._modules], self.routes)):
-            return False
-        if not all(map(operator.is_, map(self._weight, self._norms),
-                       [r() for r in self._norm_refs])):
-            return False
-        try:
-            return [r().data_ptr() for r in self._refs] == self.addresses
-        except AttributeError:  # a tensor freed: None has no data_ptr
-            return False
+        """Whether the layers still have the routes and tensor addresses the table was written
+        from (a move, a new route or a new weight changes one of them)."""
+        return (all(map(operator.is_, [m.route for m in self._modules], self.routes))
+                and self._addresses() == self.addresses)
 
 
 def planned(plan: DecodeKernels) -> bool:
