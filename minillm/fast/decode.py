@@ -210,6 +210,7 @@ class FusedDecode:
         # On a CPU, every block in one C call (blocks.py) where the step's kernels allow it.
         self.c_blocks = True
         self._table: blocks.BlockTable | None = None
+        self._c_shape = blocks.structure_fits(self.layers)
         # Batch-1 steps on CUDA replay a CUDA graph when `graph` is set (minillm.fast.optimize
         # sets a graph.GraphedDecode) and `cuda_graph` is on.
         self.graph = None
@@ -250,6 +251,11 @@ class FusedDecode:
                           "kernel", RuntimeWarning, stacklevel=3)
         return replace(plan, norm=False)
 
+    def in_one_call(self, plan: DecodeKernels, rows: int, keys, values) -> bool:
+        """Whether this step runs its blocks in one C call (blocks.py)."""
+        return (self.c_blocks and self._c_shape and blocks.planned(plan)
+                and self.block_table().takes(rows) and blocks.cache_fits(keys, values))
+
     def block_table(self) -> blocks.BlockTable:
         """What the one C call reads of the layers, written again when they changed."""
         if self._table is None or not self._table.current():
@@ -269,7 +275,7 @@ class FusedDecode:
         cos, sin = _angles(model, pos, x)
         plan = _plan(self, x, cache.keys[0])
         keys, values = cache.keys, cache.values
-        if self.c_blocks and blocks.planned(plan) and self.block_table().takes(x.shape[0]):
+        if self.in_one_call(plan, x.shape[0], keys, values):
             x = blocks.run(self._table, x, keys, values, cos, sin, pos, plan.threads)
         else:
             for i, layer in enumerate(self.layers):

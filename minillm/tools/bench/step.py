@@ -34,7 +34,7 @@ from contextlib import contextmanager, nullcontext
 import torch
 
 from ... import kernels
-from ...fast import blocks, decode
+from ...fast import decode
 from ...measure.bandwidth import read_bandwidth
 from ...model.memory import weight_bytes
 from ...utils.validate import check_int
@@ -185,10 +185,11 @@ def measure(model, steps: int = 200, context: int = 128, progress=None) -> dict:
 
 
 def _one_call(fused: decode.FusedDecode, token: torch.Tensor, cache) -> bool:
-    """Whether `fused`'s step of `token` runs its blocks in one C call (blocks.py)."""
+    """Whether `fused`'s step of `token` runs its blocks in one C call (blocks.py; not where
+    `fused.c_blocks` is switched off)."""
     x = decode._embed(fused.model, token)
-    plan = decode._plan(fused, x, cache.keys[0])
-    return blocks.planned(plan) and fused.block_table().takes(x.shape[0])
+    return fused.in_one_call(decode._plan(fused, x, cache.keys[0]), x.shape[0], cache.keys,
+                             cache.values)
 
 
 def _middle_half(walls: list) -> list:
