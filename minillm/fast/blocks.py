@@ -28,12 +28,14 @@ _PROJECTIONS = ("qkv", "o", "gate_up", "down")
 def structure_fits(layers) -> bool:
     """Whether the blocks are alike and the C computes them: no family's own qk_norm (q and k
     rotated together), one shape of attention, one norm eps, one MLP width."""
-    first = layers[0]
-    shape = (first.attn.n_heads, first.attn.n_kv_heads, first.attn.head_dim,
-             first.attn_norm.eps, first.down.in_features)
-    return all(layer.joint_rope and layer.mlp_norm.eps == shape[3] and shape == (
-        layer.attn.n_heads, layer.attn.n_kv_heads, layer.attn.head_dim, layer.attn_norm.eps,
-        layer.down.in_features) for layer in layers)
+    def shape(layer):  # None where a projection is not a layer the C knows (a parallel one)
+        mlp = getattr(layer.down, "in_features", None)
+        return mlp and (layer.attn.n_heads, layer.attn.n_kv_heads, layer.attn.head_dim,
+                        layer.attn_norm.eps, layer.mlp_norm.eps, mlp)
+
+    first = shape(layers[0])
+    return bool(first) and first[3] == first[4] and all(
+        layer.joint_rope and shape(layer) == first for layer in layers)
 
 
 def _operands(layer) -> tuple:
