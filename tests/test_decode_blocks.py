@@ -8,26 +8,18 @@ import torch
 from minillm.fast import blocks, optimize
 from minillm.generation.kv_cache import KVCache
 from minillm.kernels import without_kernels
-from minillm.model import ModelConfig, registry
 from minillm.quant.linear import Q41Linear
 from kernel_machine import layers_use_kernels
+from test_fast import _tiny as tiny_model
 from test_kernel_row_passes import _q4_1_blocks
 
 pytestmark = layers_use_kernels
 
 
-def _tiny(arch="llama", bias=False, seed=0):
+def _tiny(arch="llama", bias=False):
     """Widths that are multiples of 32, so that Q4_1 blocks fit every projection."""
-    torch.manual_seed(seed)
-    config = ModelConfig(arch=arch, vocab_size=80, hidden_size=64, n_layers=3, n_heads=4,
-                         n_kv_heads=2, head_dim=16, intermediate_size=96, rope_theta=10000.0,
-                         norm_eps=1e-6, max_seq_len=64, tie_embeddings=True,
-                         eos_token_ids=(), attention_bias=bias, mlp_bias=bias)
-    model = registry.architecture(arch).model_class(config)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            p.normal_(mean=1.0 if "norm" in name else 0.0, std=0.3 if "norm" in name else 0.2)
-    return model.eval().requires_grad_(False)
+    return tiny_model(arch, bias=bias, hidden_size=64, n_heads=4, head_dim=16,
+                      intermediate_size=96)
 
 
 def _fast(weights, bias=False, arch="llama"):

@@ -17,12 +17,14 @@ from minillm.model import ModelConfig, registry
 from kernel_machine import layers_use_kernels, needs_kernels
 
 
-def _tiny(arch="llama", tied=True, bias=False, seed=0, max_seq_len=64):
+def _tiny(arch="llama", tied=True, bias=False, seed=0, max_seq_len=64, **widths):
+    """`widths` overrides hidden_size, n_heads, head_dim, intermediate_size."""
     torch.manual_seed(seed)
-    config = ModelConfig(arch=arch, vocab_size=80, hidden_size=48, n_layers=3, n_heads=6,
-                         n_kv_heads=2, head_dim=8, intermediate_size=40, rope_theta=10000.0,
-                         norm_eps=1e-6, max_seq_len=max_seq_len, tie_embeddings=tied,
-                         eos_token_ids=(), attention_bias=bias, mlp_bias=bias)
+    widths = {"hidden_size": 48, "n_heads": 6, "head_dim": 8, "intermediate_size": 40} | widths
+    config = ModelConfig(arch=arch, vocab_size=80, n_layers=3, n_kv_heads=2,
+                         rope_theta=10000.0, norm_eps=1e-6, max_seq_len=max_seq_len,
+                         tie_embeddings=tied, eos_token_ids=(), attention_bias=bias,
+                         mlp_bias=bias, **widths)
     model = registry.architecture(arch).model_class(config)
     with torch.no_grad():
         for name, p in model.named_parameters():
