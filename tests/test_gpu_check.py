@@ -2,9 +2,12 @@
 new chapter cannot be left out), the benchmarks on cuda, and the tests marked `cuda`; without a
 GPU it stops at once with a clear message."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
+
+from browser.chromium import find_chromium, required
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "gpu_check.sh"
@@ -64,4 +67,10 @@ def test_a_dry_run_on_the_fake_gpu_records_each_step(tmp_path):
     assert "gpu fake CUDA (computes on the CPU)" in summary
     assert "| model | passed |" in summary and "| pytest_cuda | passed |" in summary
     report = (tmp_path / "pytest_cuda.txt").read_text()
-    assert " passed" in report and "failed" not in report and "skipped" not in report
+    assert " passed" in report and "failed" not in report
+    skipped = re.search(r"(\d+) skipped", report)
+    if skipped:  # only the browser tests, where there is no browser: they say why in one line
+        chromium, why = find_chromium()
+        assert chromium is None and not required(), report
+        assert f"SKIPPED [{skipped.group(1)}] tests/browser/chromium.py:" in report, report
+        assert report.count("SKIPPED") == 1 and why in report, report
