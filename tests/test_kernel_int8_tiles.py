@@ -68,8 +68,12 @@ def test_a_prompt_through_an_int8_layer_gives_the_rows_of_its_decode_steps():
     prompt = torch.randn(1, 40, 576, generator=gen)
     whole = layer(prompt)
     steps = torch.cat([layer(prompt[:, t:t + 1]) for t in range(40)], dim=1)
-    assert torch.equal(whole, steps)
     assert layer.few_rows_max == dispatch.int8_max_rows()
+    if layer.few_rows_max >= 40:  # AMX: the kernel takes the prompt's rows, bit for bit
+        assert torch.equal(whole, steps)
+    else:  # PyTorch multiplies x as it is by the rebuilt weight; the kernel rounds x to int8
+        torch.testing.assert_close(whole, steps, rtol=1e-3, atol=1e-2)
+        assert not torch.equal(whole, steps)
 
 
 def test_a_cpu_with_amx_multiplies_a_prompt_on_its_tiles():
