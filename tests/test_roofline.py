@@ -1,7 +1,12 @@
 """The roofline: its two roofs, the cost of a forward step, and how rows move the intensity."""
 
-import pytest
+from pathlib import Path
 
+import pytest
+import torch
+
+from minillm.kernels import dispatch
+from minillm.measure import bandwidth, roofline
 from minillm.model import ModelConfig
 from minillm.measure.roofline import Roof, matmul_weights, measure_roof, step_cost
 
@@ -65,3 +70,29 @@ def test_bad_roofs_are_refused():
         Roof(1e9, -1)
     with pytest.raises(ValueError, match="intensity"):
         Roof(1e9, 1e9).attainable(0)
+
+
+def test_the_flat_roof_is_the_fastest_kernels(monkeypatch):
+    """A prefill through minillm's gemm_f32 can outrun PyTorch's matmul (an AMD EPYC's: its
+    library takes the AVX2 path there): the roof is the faster of the two, and says which."""
+    peak = roofline.fastest_matmul("cpu", n=128, repeats=2)
+    assert peak.flops > 1e8
+    if dispatch.cpu_kernels("cpu"):
+        monkeypatch.setattr(roofline, "best_time",
+                            lambda fn, *a, **k: 2.0 - any(n.startswith("gemm") for n in fn.__code__.co_names))
+        assert roofline.fastest_matmul("cpu", n=64).kernel == "minillm's gemm_f32"
+        assert roofline.fastest_matmul("cpu", n=64, dtype=torch.bfloat16).kernel == \
+            "minillm's gemm_bf16"
+    with dispatch.without_kernels():
+        assert roofline.fastest_matmul("cpu", n=64).kernel == "PyTorch's matmul"
+
+
+def test_the_bandwidth_buffer_is_larger_than_the_caches(monkeypatch):
+    """A buffer a cache holds measures the cache: four times the largest cache, at least 256 MB."""
+    found = bandwidth.last_level_cache_bytes()
+    if Path("/sys/devices/system/cpu/cpu0/cache/index0/size").is_file():
+        assert found >= 32 << 10
+    monkeypatch.setattr(bandwidth, "last_level_cache_bytes", lambda: 256 << 20)
+    assert bandwidth.beyond_caches_megabytes("cpu") == 1024
+    monkeypatch.setattr(bandwidth, "last_level_cache_bytes", lambda: None)
+    assert bandwidth.beyond_caches_megabytes("cpu") == 256

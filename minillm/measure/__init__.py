@@ -15,7 +15,7 @@ _EXPORTS = {
     "RequestMetrics": "metrics", "Throughput": "metrics", "TokenClock": "metrics",
     "TokenEvent": "metrics", "throughput": "metrics", "predict_latency": "metrics",
     "Roof": "roofline", "step_cost": "roofline", "measure_roof": "roofline",
-    "peak_matmul_flops": "roofline", "matmul_weights": "roofline",
+    "peak_matmul_flops": "roofline", "fastest_matmul": "roofline", "matmul_weights": "roofline",
     "read_bandwidth": "bandwidth", "decode_bound": "bandwidth", "peak_bytes": "memory_peak",
     "compare": "comparison", "Comparison": "comparison", "load_average": "comparison",
     "TOO_NOISY": "comparison",

@@ -262,7 +262,7 @@ def matmul_flops(n=2048 if device.type == "cuda" else 1024, repeats=3):
 
 
 flops, balance_dtype = matmul_flops()
-bandwidth = read_bandwidth(device, megabytes=64 if CI else 256)
+bandwidth = read_bandwidth(device)
 n_params = sum(p.numel() for p in model.parameters())
 n_bytes = bytes_per_token(fast)
 balance = flops / bandwidth
@@ -356,7 +356,7 @@ print(f"up to {widest} rows: " + {
 # along the roof. `minillm.measure.roofline` counts F and B for such a pass:
 
 # %%
-from minillm.measure.roofline import Roof, peak_matmul_flops, step_cost  # noqa: E402
+from minillm.measure.roofline import Roof, fastest_matmul, step_cost  # noqa: E402
 
 show_source(step_cost)
 
@@ -366,11 +366,10 @@ show_source(step_cost)
 # shape of chapter 08's speculative verify), and a prefill.
 
 # %%
-# the flat roof in the model's own dtype: section 3's matrix-multiply rate when it was measured
-# in that dtype, or a fresh, warmed-up measurement (a bf16 roof would flatter float32 points)
-same_dtype = flops if balance_dtype == fast.dtype else 0.0
-roof = Roof(max(same_dtype, peak_matmul_flops(device, n=1024, repeats=5, dtype=fast.dtype)),
-            bandwidth)
+# the flat roof in the model's own dtype (a bf16 roof would flatter float32 points), from the
+# fastest kernel the engine has here: PyTorch's matmul or minillm's own, which the prefill uses
+peak = fastest_matmul(device, n=1024, repeats=5, dtype=fast.dtype)
+roof = Roof(peak.flops, bandwidth)
 cfg = model.config
 context = len(tokenizer.encode(prompt)) + N_BATCH // 2  # the mean context over the sweep
 points = {}  # name -> (rows, context, seconds)
@@ -405,8 +404,8 @@ for name, (rows, ctx, seconds) in points.items():
     intensity, achieved = measured_points[name]
     print(f"{name:<16} I = {intensity:6.2f} FLOP/byte: {achieved / 1e9:6.1f} GFLOP/s, "
           f"{achieved / roof.attainable(intensity):4.0%} of its roof")
-print(f"roof: {roof.peak_flops / 1e9:.0f} GFLOP/s, {roof.bandwidth / 1e9:.1f} GB/s, "
-      f"ridge at {roof.ridge:.1f} FLOP/byte")
+print(f"roof: {roof.peak_flops / 1e9:.0f} GFLOP/s ({peak.kernel}), "
+      f"{roof.bandwidth / 1e9:.1f} GB/s, ridge at {roof.ridge:.1f} FLOP/byte")
 
 # %%
 grid = torch.logspace(-1.5, 3, 200)

@@ -90,7 +90,7 @@ assert agree(model, out.prompt_token_ids, plain.token_ids[:16], out.token_ids[:1
 if device.type == "cuda":
     from torch.profiler import ProfilerActivity, profile, supported_activities
 
-    bandwidth = read_bandwidth(device, megabytes=64 if CI else 256)
+    bandwidth = read_bandwidth(device)
     n_bytes = bytes_per_token(fast)
     cpu_model = minillm.load("smollm2-135m", device="cpu")[0]
     rows = {}

@@ -208,12 +208,11 @@ assert 0.5 < words_per_token < 1.0
 from minillm.measure.bandwidth import decode_bound, read_bandwidth
 from minillm.measure.roofline import peak_matmul_flops, step_cost
 
-probe_mb = 128 if CI else 512
-before = read_bandwidth(device, megabytes=probe_mb, repeats=10)
+before = read_bandwidth(device, repeats=10)
 timed = minillm.generate(model, tokenizer, ids, max_new_tokens=N, ignore_eos=True)
 # the faster of a probe before and one after, each the best of 10 reads: a busy moment only
 # slows a read
-bandwidth = max(before, read_bandwidth(device, megabytes=probe_mb, repeats=10))
+bandwidth = max(before, read_bandwidth(device, repeats=10))
 bound = decode_bound(weights, bandwidth)
 measured = timed.metrics.decode_tokens_per_second
 step_flops, step_bytes = step_cost(c, rows=1, context=len(ids) + N)

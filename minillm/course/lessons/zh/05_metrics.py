@@ -247,7 +247,7 @@ print(f"在这台机器上（{device}）：" + {
 # 推理时所用的数据类型测：CUDA GPU 上是 bf16（它的张量核心），CPU 上是 float32（它的快速算子所用的
 # 类型）。
 
-# %% en=f44232af
+# %% en=bfbc0942
 def matmul_flops(n=2048 if device.type == "cuda" else 1024, repeats=3):
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     a = torch.randn(n, n, device=device, dtype=dtype)
@@ -256,7 +256,7 @@ def matmul_flops(n=2048 if device.type == "cuda" else 1024, repeats=3):
 
 
 flops, balance_dtype = matmul_flops()
-bandwidth = read_bandwidth(device, megabytes=64 if CI else 256)
+bandwidth = read_bandwidth(device)
 n_params = sum(p.numel() for p in model.parameters())
 n_bytes = bytes_per_token(fast)
 balance = flops / bandwidth
@@ -345,8 +345,8 @@ print(f"到 {widest} 行为止：" + {
 # r 个词元）只读一遍权重，每个权重用 r 次，所以 r 让它沿着屋顶向右移。`minillm.measure.roofline`
 # 为这样的一次前向数出 F 和 B：
 
-# %% en=1793b02f
-from minillm.measure.roofline import Roof, peak_matmul_flops, step_cost  # noqa: E402
+# %% en=b87f1d34
+from minillm.measure.roofline import Roof, fastest_matmul, step_cost  # noqa: E402
 
 show_source(step_cost)
 
@@ -355,12 +355,11 @@ show_source(step_cost)
 # 一步），在 64 个已缓存词元之后验证 k 个词元的一次前向（第 08 章推测解码里验证的那种形状），以及
 # 一次预填充。
 
-# %% en=73f5c659
-# 平的屋顶，按模型自己的数据类型：第 3 节的矩阵乘法速率（若它正是用这个类型测的），或一次重新预热后
-# 测得的速率（bf16 的屋顶会让 float32 的点显得更好看）
-same_dtype = flops if balance_dtype == fast.dtype else 0.0
-roof = Roof(max(same_dtype, peak_matmul_flops(device, n=1024, repeats=5, dtype=fast.dtype)),
-            bandwidth)
+# %% en=2f9d1507
+# 平的屋顶，按模型自己的数据类型（bf16 的屋顶会让 float32 的点显得更好看），取引擎在这台机器上
+# 最快的内核测得的速率：PyTorch 的 matmul，或预填充实际用到的 minillm 自己的内核
+peak = fastest_matmul(device, n=1024, repeats=5, dtype=fast.dtype)
+roof = Roof(peak.flops, bandwidth)
 cfg = model.config
 context = len(tokenizer.encode(prompt)) + N_BATCH // 2  # 扫描过程中的平均上下文长度
 points = {}  # 名字 -> (行数, 上下文长度, 秒数)
@@ -395,8 +394,8 @@ for name, (rows, ctx, seconds) in points.items():
     intensity, achieved = measured_points[name]
     print(f"{name:<16} I = 每字节 {intensity:6.2f} FLOP：{achieved / 1e9:6.1f} GFLOP/s，"
           f"是它那面屋顶的 {achieved / roof.attainable(intensity):4.0%}")
-print(f"屋顶：{roof.peak_flops / 1e9:.0f} GFLOP/s，{roof.bandwidth / 1e9:.1f} GB/s，"
-      f"屋脊点在每字节 {roof.ridge:.1f} FLOP")
+print(f"屋顶：{roof.peak_flops / 1e9:.0f} GFLOP/s（{peak.kernel}），"
+      f"{roof.bandwidth / 1e9:.1f} GB/s，屋脊点在每字节 {roof.ridge:.1f} FLOP")
 
 # %% en=185e56dd
 grid = torch.logspace(-1.5, 3, 200)

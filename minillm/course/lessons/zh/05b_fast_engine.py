@@ -88,11 +88,11 @@ assert agree(model, out.prompt_token_ids, plain.token_ids[:16], out.token_ids[:1
 # 会把这一点测出来：CPU 和 GPU 各自的解码速度；一步的实际耗时，对比以实测带宽读完它那些字节所需的
 # 时间；以及一步启动了多少个算子。
 
-# %% en=76e31a2d
+# %% en=874702f1
 if device.type == "cuda":
     from torch.profiler import ProfilerActivity, profile, supported_activities
 
-    bandwidth = read_bandwidth(device, megabytes=64 if CI else 256)
+    bandwidth = read_bandwidth(device)
     n_bytes = bytes_per_token(fast)
     cpu_model = minillm.load("smollm2-135m", device="cpu")[0]
     rows = {}

@@ -51,8 +51,8 @@ print(f"{n_params / 1e6:.1f} M 个参数，在 {device} 上；{torch.get_num_thr
 # 读一遍，所以解码速度的上限是内存带宽（memory bandwidth）除以权重的字节数。字节越少，
 # 上限越高：
 
-# %% en=b1eefa86
-bandwidth = read_bandwidth(device, megabytes=64 if CI else 256)
+# %% en=00a8c4c7
+bandwidth = read_bandwidth(device)
 print(f"这台机器的读取带宽约为 {bandwidth / 1e9:.1f} GB/s")
 for name, bits in [("fp32", 32), ("bf16/fp16", 16), ("int8", 8 + 32 / 576),
                    ("int4 (Q4_1)", 5)]:
@@ -476,7 +476,7 @@ if "int8 算子" in error and "int8 动态" in error:
 # 每个词元要读的字节数走，上限就是第 05 章测过的那个界（带宽 / 字节数）。有 16 行时，算子要把
 # 每个权重乘 16 次：这是计算受限的情形，字节少了也帮不上多少忙。
 
-# %% en=13651dfe
+# %% en=49ac5e76
 from minillm.measure.bandwidth import decode_bound  # noqa: E402
 from minillm.model.memory import bytes_per_token  # noqa: E402
 
@@ -485,7 +485,7 @@ engines = {"fp32": optimize(cpu_model), "bf16": optimize(cpu_model, "bf16"), "in
 chat = tokenizer.apply_chat_template([{"role": "user", "content": "Why is the sky blue?"}],
                                      add_generation_prompt=True)
 new = 12 if CI else 32
-bandwidth = read_bandwidth("cpu", megabytes=64 if CI else 256)
+bandwidth = read_bandwidth("cpu")
 speeds = {}
 for name, engine in engines.items():
     minillm.generate(engine, tokenizer, chat, max_new_tokens=2)  # 预热

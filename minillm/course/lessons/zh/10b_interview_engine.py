@@ -201,15 +201,14 @@ assert 0.5 < words_per_token < 1.0
 #
 # 批大小为 1 时，每个解码步都要把所有权重从内存读一遍，而每个权重只参与 2 次浮点运算（一次乘加）：fp32 下算术强度（arithmetic intensity）只有 0.5 FLOP/字节，远低于硬件的计算/带宽比。所以速度上限约为 带宽 ÷ 权重字节数，这就是内存带宽瓶颈（memory-bandwidth bound）。只有增大批（读一次权重服务多个序列）或减少字节数（量化、bf16）才能突破它。
 
-# %% en=6499f939
+# %% en=e982150a
 from minillm.measure.bandwidth import decode_bound, read_bandwidth
 from minillm.measure.roofline import peak_matmul_flops, step_cost
 
-probe_mb = 128 if CI else 512
-before = read_bandwidth(device, megabytes=probe_mb, repeats=10)
+before = read_bandwidth(device, repeats=10)
 timed = minillm.generate(model, tokenizer, ids, max_new_tokens=N, ignore_eos=True)
 # 取解码前后两次测量中快的一次，每次又取 10 次读取中最快的：机器忙时只会让读取变慢
-bandwidth = max(before, read_bandwidth(device, megabytes=probe_mb, repeats=10))
+bandwidth = max(before, read_bandwidth(device, repeats=10))
 bound = decode_bound(weights, bandwidth)
 measured = timed.metrics.decode_tokens_per_second
 step_flops, step_bytes = step_cost(c, rows=1, context=len(ids) + N)
