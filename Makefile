@@ -20,6 +20,7 @@ INSTALLED := $(VENV)/.minillm-installed
 # each worker's torch on one thread so the two do not fight over the cores.
 # The 30 slowest tests are listed at the end, so a CI log shows where the time goes.
 PYTEST_ARGS ?= -n 2 --dist loadscope --durations=30
+LEVEL_PYTEST_ARGS ?= -n 2 --dist loadscope -q
 BUNDLE ?= dist/minillm-bundle
 MODEL_FILE := SmolLM2-135M-Instruct.Q4_1.gguf
 # `make course OFFLINE=path/to/bundle` installs from a bundle made by `make bundle`, with no network.
@@ -92,8 +93,11 @@ browser:
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver \
 			fonts-noto-cjk; fi
 
+# Then the kernels' tests again at each lower instruction-set level the machine runs
+# (MINILLM_KERNEL_LEVEL; scripts/test_levels.py).
 test: setup
 	OMP_NUM_THREADS=1 $(PY) -m pytest --nbval-lax tests notebooks solutions $(PYTEST_ARGS)
+	OMP_NUM_THREADS=1 $(PY) scripts/test_levels.py $(LEVEL_PYTEST_ARGS)
 
 doctor: setup
 	$(PY) -m minillm doctor

@@ -1,5 +1,8 @@
-"""Fixtures shared by the test files: the real model's file and its transformers reference; and
-the `cuda` marker's rule: a test that needs a CUDA GPU is skipped where there is none."""
+"""Fixtures shared by the test files: the real model's file and its transformers reference; the
+`cuda` marker's rule: a test that needs a CUDA GPU is skipped where there is none; and the
+`every_level` marker on the test files of minillm's kernels, their exactness and the engine on
+them, which `make test` runs again at each lower kernel level the machine runs
+(scripts/test_levels.py)."""
 
 import pytest
 
@@ -31,7 +34,16 @@ def one_torch_thread():
     torch.set_num_threads(before)
 
 
+EVERY_LEVEL = {"test_kernels.py", "test_kernels_small_ops.py", "test_kernel_dispatch.py",
+               "test_kernel_int8_tiles.py", "test_kernel_q4_1_tiles.py",
+               "test_kernel_row_passes.py", "test_decode_blocks.py", "test_fast.py",
+               "test_server_weights.py", "test_engine.py", "test_paged_cache.py"}
+
+
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in EVERY_LEVEL:
+            item.add_marker("every_level")
     marked = [item for item in items if item.get_closest_marker("cuda")]
     if not marked:
         return

@@ -34,6 +34,7 @@ def test_the_sources_compile_with_all_warnings_on_and_print_nothing(level, tmp_p
 
 
 def test_the_flags_follow_what_the_cpu_reports(monkeypatch):
+    monkeypatch.delenv(build.LEVEL_VARIABLE, raising=False)
     monkeypatch.setattr(build.platform, "machine", lambda: "x86_64")
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
     full = build.target(AVX512_CPU)
@@ -54,6 +55,61 @@ def test_the_flags_follow_what_the_cpu_reports(monkeypatch):
     assert build.target(AVX512_CPU).level == "AVX2"
     monkeypatch.setattr(build.platform, "machine", lambda: "arm64")
     assert "this CPU is arm64" in build.target(AVX512_CPU)
+
+
+AMX_CPU = AVX512_CPU | {"avx512vl", "avx512vbmi", "amxtile", "amxint8", "amxbf16"}
+
+
+def test_each_level_below_the_cpus_own_can_be_forced(monkeypatch):
+    """MINILLM_KERNEL_LEVEL builds the code a CPU of that level gets: each level's flags are the
+    one below's plus its own instructions, and nothing above it."""
+    monkeypatch.setattr(build.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    assert build.levels_here(AMX_CPU) == list(build.LEVELS)
+    assert build.levels_here(AVX512_CPU - {"avx512vnni"}) == ["avx2", "avx512"]
+    flags = {}
+    for level in build.LEVELS:
+        monkeypatch.setenv(build.LEVEL_VARIABLE, level)
+        found = build.target(AMX_CPU)
+        assert found.isa == level
+        flags[level] = set(found.flags)
+    assert flags["avx2"] == {"-mavx2", "-mfma", "-mf16c"}
+    assert flags["avx512"] - flags["avx2"] == {"-mavx512f", "-mavx512bw", "-mavx512vl",
+                                               "-mavx512vbmi"}
+    assert flags["avx512-vnni"] - flags["avx512"] == {"-mavx512vnni"}
+    assert flags["amx"] - flags["avx512-vnni"] == {"-mamx-tile", "-mamx-int8", "-mamx-bf16"}
+    monkeypatch.setenv(build.LEVEL_VARIABLE, "native")
+    assert build.target(AMX_CPU).isa == "amx"
+    monkeypatch.setenv(build.LEVEL_VARIABLE, "AVX512")  # any case
+    assert build.target(AMX_CPU).label == "AVX-512"
+
+
+def test_a_level_the_cpu_does_not_run_or_no_level_is_refused_with_the_allowed_ones(monkeypatch):
+    monkeypatch.setattr(build.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    monkeypatch.setenv(build.LEVEL_VARIABLE, "amx")
+    with pytest.raises(ValueError, match="runs avx2, avx512, avx512-vnni"):
+        build.target(AVX512_CPU)
+    monkeypatch.setenv(build.LEVEL_VARIABLE, "avx9")
+    with pytest.raises(ValueError, match="'avx9' is not a kernel level: use one of avx2, avx512, "
+                                         "avx512-vnni, amx, or native"):
+        build.target(AVX512_CPU)
+
+
+@needs_kernels
+def test_a_forced_level_is_built_and_said():
+    """In a fresh process: the AVX2 level builds (into its own library), says so in its label,
+    and takes AVX2's row limits."""
+    env = {**os.environ, build.LEVEL_VARIABLE: "avx2"}
+    code = ("from minillm.kernels import build, dispatch\n"
+            "s = build.status()\n"
+            "print(s.line(), s.isa, s.path.name, dispatch.f32_max_rows())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["built,", "AVX2,", "forced", "by", "MINILLM_KERNEL_LEVEL=avx2",
+                                  "avx2", out.stdout.split()[-2], str(dispatch.F32_MAX_ROWS["AVX2"])]
+    assert out.stdout.split()[-2].startswith("minillm_kernels_avx2_")
 
 
 def test_the_cpu_flags_are_read_from_the_system():

@@ -205,6 +205,8 @@ def test_a_q4_1_prompt_goes_through_gemm_q4_1_with_x_rounded_as_in_decoding(monk
     alone = q41(x[-1:])[0]
     if rows >= 16 and build.function("gemm_q4_1_amx")():  # AMX's tiles: floats in another order
         torch.testing.assert_close(got[-1], alone, atol=1e-5, rtol=1e-5)
+    elif rows > limit:  # PyTorch's float multiply of x rounded as the kernel rounds it
+        torch.testing.assert_close(got[-1], alone, atol=1e-4, rtol=1e-4)
     else:
         assert torch.equal(got[-1], alone)
     torch.testing.assert_close(got, q41.forward_rounded(x), atol=1e-4, rtol=1e-4)

@@ -8,6 +8,11 @@ the sources on an AVX-512 machine) and the instruction sets the CPU reports (/pr
 flags, or sysctl's on macOS). The compiler runs once per source, flag set and compiler, and the
 library is kept: later processes load it in milliseconds.
 
+Which level: the highest this CPU runs (AVX2; AVX-512; AVX-512 with VNNI; AMX), or a lower one
+named by MINILLM_KERNEL_LEVEL (avx2, avx512, avx512-vnni, amx): one machine then runs, and tests,
+the code a CPU of that level gets. A level the CPU does not run, or a name that is not a level,
+is a ValueError that says which are.
+
 Where it is kept: `kernels/` in minillm's cache, read from a read-only shared cache where it is
 there already, else built into the user's writable one (`files.cache_entry`,
 `files.writable_cache_dir`).
@@ -48,13 +53,22 @@ class KernelBuildWarning(RuntimeWarning):
     """minillm's C kernels should have built on this machine and did not."""
 
 
+# The instruction-set levels the kernels build for, lowest first. MINILLM_KERNEL_LEVEL=<level>
+# builds for that level on a CPU that runs it (a lower one than the CPU's own, to run on one
+# machine the code a learner's CPU gets); unset, or "native", the highest the CPU runs.
+LEVEL_VARIABLE = "MINILLM_KERNEL_LEVEL"
+LEVELS = ("avx2", "avx512", "avx512-vnni", "amx")
+NATIVE = "native"
+
+
 @dataclass(frozen=True)
 class Target:
     """What to build for: the vector level, its compiler flags, and a name for people."""
 
-    level: str  # "AVX-512" or "AVX2"
+    level: str  # the vector width: "AVX-512" or "AVX2"
     flags: tuple[str, ...]
     label: str  # e.g. "AVX-512 (VNNI)"
+    isa: str = "avx2"  # the instruction-set level, one of LEVELS
 
 
 @dataclass(frozen=True)
@@ -63,6 +77,7 @@ class Status:
     label: str  # what was built ("AVX-512 (VNNI)"), or "" when nothing was
     level: str  # its vector level, "AVX-512" or "AVX2" (or "")
     reason: str  # why nothing was built, or "" when it was
+    isa: str = ""  # its instruction-set level (one of LEVELS), or "" when nothing was built
     failed: bool = False  # a compile was tried (the machine should build them) and failed
     path: Path | None = None
     compile_output: str = ""  # the compiler's messages (a clean build prints nothing)
@@ -92,34 +107,85 @@ def cpu_flags() -> frozenset[str]:
     return frozenset()
 
 
-def target(flags: frozenset[str] | None = None) -> Target | str:
-    """What this machine builds, or a sentence saying why it cannot."""
+def _levels_of(flags: frozenset[str]) -> list[Target]:
+    """The targets a CPU with `flags` (and PyTorch's capability here) runs, lowest first."""
+    avx2 = ("-mavx2", "-mfma", "-mf16c")
+    found = [Target("AVX2", avx2, "AVX2", "avx2")]
+    # ATEN_CPU_CAPABILITY can lower PyTorch's capability, and with it the kernels' width
+    if torch.backends.cpu.get_cpu_capability() != "AVX512" \
+            or not {"avx512f", "avx512bw"} <= flags:
+        return found
+    # VBMI's byte permutes (with VL) let the Q4_1 kernel take 4 blocks a step
+    vbmi = ("-mavx512vl", "-mavx512vbmi") if {"avx512vl", "avx512vbmi"} <= flags else ()
+    avx512 = (*avx2, "-mavx512f", "-mavx512bw", *vbmi)
+    found.append(Target("AVX-512", avx512, "AVX-512", "avx512"))
+    if "avx512vnni" not in flags:
+        return found
+    vnni = (*avx512[:5], "-mavx512vnni", *vbmi)
+    found.append(Target("AVX-512", vnni, "AVX-512 (VNNI)", "avx512-vnni"))
+    if {"amxtile", "amxint8"} <= flags:
+        # AMX's int8 tiles multiply a prompt's many rows by int8 weights, and its bf16 tiles
+        # a prompt's rows by bf16 weights
+        amx = ("-mamx-tile", "-mamx-int8", *(("-mamx-bf16",) if "amxbf16" in flags else ()))
+        found.append(Target("AVX-512", (*vnni, *amx), "AVX-512 (VNNI, AMX)", "amx"))
+    return found
+
+
+def requested_level() -> str:
+    """The level MINILLM_KERNEL_LEVEL asks for ("native" when unset); ValueError naming the
+    allowed values when it is something else."""
+    chosen = os.environ.get(LEVEL_VARIABLE, "").strip().lower() or NATIVE
+    if chosen not in (NATIVE, *LEVELS):
+        raise ValueError(f"{LEVEL_VARIABLE}={os.environ[LEVEL_VARIABLE]!r} is not a kernel "
+                         f"level: use one of {', '.join(LEVELS)}, or {NATIVE} (the default: "
+                         f"the highest this CPU runs)")
+    return chosen
+
+
+def _cpu_problem(flags: frozenset[str] | None) -> tuple[str | None, frozenset[str]]:
     machine = platform.machine()
     if machine.lower() not in ("x86_64", "amd64"):
         return (f"this CPU is {machine}, and minillm's kernels are written for x86-64's AVX2 "
-                f"and AVX-512")
+                f"and AVX-512"), frozenset()
     flags = cpu_flags() if flags is None else flags
     if not flags:
-        return "this system does not say which vector instructions its CPU has"
+        return "this system does not say which vector instructions its CPU has", flags
     missing = [f for f in ("avx2", "fma", "f16c") if f not in flags]
     if missing:
-        return f"this CPU lacks {', '.join(missing)} (the kernels need AVX2 with FMA and F16C)"
-    capability = torch.backends.cpu.get_cpu_capability()  # ATEN_CPU_CAPABILITY can lower it
+        return (f"this CPU lacks {', '.join(missing)} (the kernels need AVX2 with FMA and "
+                f"F16C)"), flags
+    capability = torch.backends.cpu.get_cpu_capability()
     if capability not in ("AVX2", "AVX512"):
-        return f"PyTorch runs this CPU at capability {capability}, below AVX2"
-    if capability == "AVX512" and {"avx512f", "avx512bw"} <= flags:
-        vnni = ["-mavx512vnni"] if "avx512vnni" in flags else []
-        # VBMI's byte permutes (with VL) let the Q4_1 kernel take 4 blocks a step
-        vbmi = ["-mavx512vl", "-mavx512vbmi"] if {"avx512vl", "avx512vbmi"} <= flags else []
-        # AMX's int8 tiles multiply a prompt's many rows by int8 weights,
-        amx = ["-mamx-tile", "-mamx-int8"] if {"amxtile", "amxint8"} <= flags else []
-        # and AMX's bf16 tiles a prompt's rows by bf16 weights
-        amx += ["-mamx-bf16"] if amx and "amxbf16" in flags else []
-        extras = [name for name, on in (("VNNI", vnni), ("AMX", amx)) if on]
-        return Target("AVX-512", ("-mavx2", "-mfma", "-mf16c", "-mavx512f", "-mavx512bw", *vnni,
-                                  *vbmi, *amx),
-                      f"AVX-512 ({', '.join(extras)})" if extras else "AVX-512")
-    return Target("AVX2", ("-mavx2", "-mfma", "-mf16c"), "AVX2")
+        return f"PyTorch runs this CPU at capability {capability}, below AVX2", flags
+    return None, flags
+
+
+def levels_here(flags: frozenset[str] | None = None) -> list[str]:
+    """The levels this machine runs, lowest first (none where it cannot build the kernels)."""
+    problem, flags = _cpu_problem(flags)
+    return [] if problem else [t.isa for t in _levels_of(flags)]
+
+
+def target(flags: frozenset[str] | None = None, level: str | None = None) -> Target | str:
+    """What this machine builds (at `level`, by default MINILLM_KERNEL_LEVEL's), or a sentence
+    saying why it cannot. A level this CPU does not run is a ValueError that names the levels it
+    does run."""
+    level = requested_level() if level is None else level
+    problem, flags = _cpu_problem(flags)
+    if problem:
+        return problem
+    found = _levels_of(flags)
+    if level == NATIVE:
+        return found[-1]
+    for each in found:
+        if each.isa == level:
+            return each
+    if level not in LEVELS:
+        raise ValueError(f"no kernel level {level!r}: use one of {', '.join(LEVELS)}, or "
+                         f"{NATIVE}")
+    raise ValueError(f"{LEVEL_VARIABLE}={level} asks for a level this machine does not run: it "
+                     f"runs {', '.join(t.isa for t in found)} (the CPU's flags and PyTorch's "
+                     f"capability {torch.backends.cpu.get_cpu_capability()})")
 
 
 def compiler() -> str | None:
@@ -202,7 +268,7 @@ def _build(found: Target, cc: str) -> tuple[Path, str, str]:
     attempts = [([*found.flags, OPENMP], found.label),
                 ([*found.flags, "-Wno-unknown-pragmas"], f"{found.label}, one thread (no OpenMP)")]
     for i, (flags, label) in enumerate(attempts):
-        name = f"minillm_kernels_{found.level.lower()}_{_digest(cc, flags)}.so"
+        name = f"minillm_kernels_{found.isa}_{_digest(cc, flags)}.so"
         relative = Path("kernels") / name
         try:
             library = cache_entry(relative)  # a shared read-only cache's build is used as it is
@@ -232,6 +298,8 @@ def _load() -> tuple[ctypes.CDLL | None, Status]:
         return None, Status(False, "", "", cannot_build())
     try:
         path, label, output = _build(found, cc)
+        if requested_level() != NATIVE:
+            label += f", forced by {LEVEL_VARIABLE}={found.isa}"
         lib = ctypes.CDLL(str(path))
         for name, signature in SIGNATURES.items():
             fn = getattr(lib, name)
@@ -244,7 +312,8 @@ def _load() -> tuple[ctypes.CDLL | None, Status]:
     except (OSError, AttributeError) as error:
         return None, Status(False, "", "", f"the built library would not load: {error}",
                             failed=True)
-    return lib, Status(True, label, found.level, "", path=path, compile_output=output)
+    return lib, Status(True, label, found.level, "", isa=found.isa, path=path,
+                       compile_output=output)
 
 
 def library() -> ctypes.CDLL | None:
