@@ -1,6 +1,7 @@
 """The benchmark's pieces on tiny models: each engine times exactly the tokens it was asked for
 (the prompt is not a token), the bandwidth bound is bytes over bandwidth, the table shows ratios."""
 
+import os
 import signal
 import sys
 
@@ -119,6 +120,26 @@ def test_the_threads_option_reads_a_list_and_refuses_what_is_not_one(capsys):
         with pytest.raises(SystemExit):
             parser.parse_args(["--threads", bad])
         assert "positive integers separated by commas" in capsys.readouterr().err
+
+
+def test_the_level_option_takes_the_kernel_levels_and_the_report_names_the_level(capsys):
+    import argparse
+
+    from minillm.kernels import build
+    from minillm.tools.bench.options import KERNEL_LEVELS
+    from minillm.tools.bench.run import _machine
+
+    assert KERNEL_LEVELS == (*build.LEVELS, build.NATIVE)
+    parser = build_parser(argparse.ArgumentParser(prog="bench"))
+    assert parser.parse_args(["--level", "avx2"]).level == "avx2"
+    assert parser.parse_args([]).level is None
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--level", "avx9"])
+    assert "invalid choice: 'avx9'" in capsys.readouterr().err
+    machine = _machine(torch.device("cpu"))
+    assert machine["kernel_levels_here"] == build.levels_here()
+    if build.cannot_build() is None and not os.environ.get("MINILLM_NO_KERNEL"):
+        assert machine["kernels"] == f"built, {build.status().label}"
 
 
 @pytest.mark.slow

@@ -97,7 +97,9 @@ def test_the_kernels_line_says_what_was_built_or_why_not(monkeypatch):
 
     if build.cannot_build() is None:
         check = doctor.check_kernels(measure=False)
-        assert check.ok and check.detail == f"built, {build.status().label}", check.detail
+        assert check.ok and check.detail == (
+            f"built, {build.status().label} (levels this machine runs: "
+            f"{', '.join(build.levels_here())}; MINILLM_KERNEL_LEVEL picks one)"), check.detail
     monkeypatch.setattr(build, "cannot_build", lambda: "this CPU is arm64, and ...")
     check = doctor.check_kernels(measure=False)
     assert check.ok and check.detail == "not built: this CPU is arm64, and ..."

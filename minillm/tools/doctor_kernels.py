@@ -69,7 +69,8 @@ def kernels_line(measured: bool = True) -> tuple[bool, str, str]:
     if dispatch.switched_off():
         head = f"not used: switched off by {dispatch.SWITCH}"
     elif state is not None:
-        head = f"built, {state.label}"
+        head = (f"built, {state.label} (levels this machine runs: "
+                f"{', '.join(build.levels_here())}; {build.LEVEL_VARIABLE} picks one)")
     else:
         head = f"not built: {cannot}"
     if not measured:

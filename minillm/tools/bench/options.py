@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 
 STEP_FORMATS = ("fp32", "bf16", "fp16", "int8", "q4_1")
+KERNEL_LEVELS = ("avx2", "avx512", "avx512-vnni", "amx", "native")  # minillm.kernels.build's
 
 
 def main(argv=None) -> int:
@@ -48,6 +49,10 @@ def build_parser(parser):
                         help="comma-separated thread counts, every engine at each, e.g. 1,2 "
                              "(default: PyTorch's own choice)")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or mps")
+    parser.add_argument("--level", default=None, choices=KERNEL_LEVELS,
+                        help="the instruction-set level minillm's CPU kernels build for "
+                             "(MINILLM_KERNEL_LEVEL): avx2, avx512, avx512-vnni, amx, or native "
+                             "(the default: the highest this CPU runs)")
     parser.add_argument("--budget", type=float, default=120.0,
                         help="start no new repetition after this many seconds (default 120)")
     parser.add_argument("--no-transformers", action="store_true",

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ...kernels import build, dispatch
 from ...utils.devices import FLOAT_DTYPES, synchronize
 from ...measure.metrics import RequestMetrics
 from ...model.memory import bytes_per_token
@@ -194,6 +195,10 @@ def _machine(device: torch.device) -> dict:
         info["load_average_1min"] = round(os.getloadavg()[0], 2)
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
+    why_not = dispatch.why_not(device)
+    info["kernels"] = f"built, {build.status().label}" if why_not is None else \
+        f"not used: {why_not}"
+    info["kernel_levels_here"] = build.levels_here()
     return info
 
 
@@ -390,6 +395,8 @@ def table(report: dict) -> str:
                  f"{s['short_prompt_tokens']}-token prompt; prefill at {s['prefill_prompt_tokens']} "
                  f"tokens; median (min-max) of interleaved repetitions ({reps})")
     bw = ", ".join(f"{b:.1f} GB/s at {t} thread(s)" for t, b in report["bandwidth_gb_s"].items())
+    lines.append(f"minillm's kernels: {m.get('kernels', '?')} (levels this machine runs: "
+                 f"{', '.join(m.get('kernel_levels_here', [])) or 'none'})")
     lines.append(f"read bandwidth {bw}; {m['device']}, load average "
                  f"{m.get('load_average_1min', '?')} on {m['cpu_count']} CPUs; "
                  f"{report['seconds']:.0f} s")
@@ -400,6 +407,8 @@ def table(report: dict) -> str:
 def run_cli(args) -> int:
     import sys
 
+    if getattr(args, "level", None):  # before anything builds the kernels
+        os.environ[build.LEVEL_VARIABLE] = args.level
     try:
         report = run(formats=tuple(d.strip() for d in args.dtypes.split(",") if d.strip()),
                      tokens=args.tokens, prompt_tokens=args.prompt_tokens,
