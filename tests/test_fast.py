@@ -436,3 +436,44 @@ def test_loading_gives_the_fast_path_by_default_and_the_readable_model_on_reques
         load_model(tmp_path, device="cpu", fast=False, weights="int8")
     with pytest.raises(TypeError, match="fast must be True"):
         load_model(tmp_path, device="cpu", fast="yes")
+
+
+@pytest.mark.parametrize("layout", ["in_out", "out_in"])
+def test_a_tied_embedding_stays_tied_in_float32(layout):
+    """The fast model holds the tied table once, as the readable one does: its embedding reads
+    the head's weight in either layout, its parameter count and bytes are the readable model's,
+    and it still is after a move and a copy."""
+    import copy
+
+    from minillm.fast.linear import HeadEmbedding
+    from minillm.model.memory import bytes_per_token, weight_bytes
+
+    model = _tiny()
+    fast = optimize(model, layout=layout, kernel=False)
+    assert isinstance(fast.embed, HeadEmbedding)
+    count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+    assert count(fast) == count(model) and weight_bytes(fast) == weight_bytes(model)
+    assert bytes_per_token(fast) == bytes_per_token(model) == weight_bytes(model)
+    ids = torch.tensor([[3, 7, 79, 0]])
+    assert torch.equal(fast.embed(ids), model.embed(ids))
+    assert fast.embed.weight.untyped_storage().data_ptr() == \
+        fast.lm_head.weight.untyped_storage().data_ptr()
+    twin = copy.deepcopy(fast)
+    assert twin.embed._head[0] is twin.lm_head
+    fast.to(torch.float64)
+    assert fast.embed.weight.dtype is torch.float64 and fast.dtype is torch.float64
+    torch.testing.assert_close(fast(ids), model.double()(ids))
+
+
+@pytest.mark.parametrize("weights", ["bf16", "int8"])
+def test_a_narrower_head_is_a_copy_of_the_table_and_counted(weights):
+    """bf16 (on a CPU) and int8 heads are the table in another format: the float32 embedding
+    stays, and the bytes count both."""
+    from minillm.model.memory import weight_bytes
+
+    model = _tiny()
+    fast = optimize(model, weights)
+    assert isinstance(fast.embed, torch.nn.Embedding)
+    table = model.embed.weight
+    assert weight_bytes(fast) > table.numel() * table.element_size() + weight_bytes(
+        fast, linear_only=True)

@@ -32,13 +32,13 @@ import torch
 import torch.nn as nn
 
 from ..utils.devices import FLOAT_DTYPES
-from ..layers.linear import replace_module
+from ..layers.linear import LMHead, replace_module
 from .layout import best_layout, time_layouts
 from .decode import FusedDecode
 from .graph import GraphedDecode
 from .graph import switched_on as graph_switched_on
 from ..kernels import dispatch
-from .linear import FastLinear
+from .linear import FastLinear, HeadEmbedding
 
 __all__ = ["optimize", "is_optimized", "FastLinear", "best_layout", "time_layouts",
            "WEIGHT_FORMATS"]
@@ -83,7 +83,10 @@ def optimize(model, weights=None, *, layout: str = "auto", kernel="auto"):
              cannot run).
 
     The original model is left as it is; the copy holds its own weights (about as many bytes
-    again, plus the LM head when the embeddings are tied)."""
+    again). Tied embeddings stay tied where the LM head keeps the embedding's dtype (float32;
+    bf16 and fp16 on a GPU): the embedding then reads its rows from the head's weight
+    (`HeadEmbedding`). A narrower head (bf16 on a CPU, int8, q4_1) is a copy of the table in
+    that format beside the float32 embedding, and is counted as such."""
     fmt = _check(model, weights, layout, kernel)
     with torch.no_grad():
         return optimize_in_place(copy.deepcopy(model), fmt, layout=layout, kernel=kernel)
@@ -104,7 +107,11 @@ def optimize_in_place(model, weights=None, *, layout: str = "auto", kernel="auto
         for name, module in list(fast.named_modules()):
             if isinstance(module, nn.Linear):
                 replace_module(fast, name, make(module.weight, module.bias))
+        tied = isinstance(fast.lm_head, LMHead) and fast.lm_head.tied
         fast.lm_head = make(fast.lm_head.matrix, None)
+        if tied and isinstance(fast.lm_head, FastLinear) \
+                and fast.lm_head.weight.dtype == fast.embed.weight.dtype:
+            fast.embed = HeadEmbedding(fast.lm_head)  # one table, as in the readable model
     fast.weight_format = fmt
     fast.layout = next((m.layout for m in fast.modules() if isinstance(m, FastLinear)), None)
     if FusedDecode.supports(fast):

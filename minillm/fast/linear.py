@@ -111,3 +111,26 @@ class FastLinear(dispatch.RoutedLinear, nn.Module):
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"dtype={self.weight.dtype}, layout={self.layout!r}, bias={self.bias is not None}"
                 + (f", kernel={self.route.kernel}" if self.kernel else ""))
+
+
+class HeadEmbedding(nn.Module):
+    """The token embedding of a fast model whose LM head is tied to it (SmolLM2): each token's
+    row is read from the head's own FastLinear weight, whichever layout it is stored in, so the
+    fast model holds the table once, as the readable model does. It has no parameter of its own;
+    `weight` is the head's matrix as (vocab, hidden), a view."""
+
+    def __init__(self, head: FastLinear):
+        super().__init__()
+        self._head = (head,)  # a tuple: the head's weight is registered (and counted) once
+        self.num_embeddings, self.embedding_dim = head.out_features, head.in_features
+
+    @property
+    def weight(self) -> torch.Tensor:
+        return self._head[0]._w_out_in  # kept by the head, renewed when it moves
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(input_ids, self.weight)
+
+    def extra_repr(self) -> str:
+        return (f"{self.num_embeddings}, {self.embedding_dim}, rows read from the LM head's "
+                f"weight (tied)")

@@ -17,6 +17,11 @@ def _unique_bytes(tensors) -> int:
     return total
 
 
+def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors are views of one block of memory (a fast model's tied head)."""
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
 def _is_linear(module: nn.Module) -> bool:
     """nn.Linear and the layers that stand in for one (minillm.fast's FastLinear, the quantized
     layers of minillm.quant): each says its in_features and out_features."""
@@ -50,7 +55,8 @@ def bytes_per_token(model: nn.Module) -> int:
         tied = head is not None and head.weight.data_ptr() == table.data_ptr()
     else:
         table = model.embed.weight
-        tied = isinstance(model.lm_head, LMHead) and model.lm_head.tied
+        tied = (isinstance(model.lm_head, LMHead) and model.lm_head.tied) or any(
+            _same_storage(table, t) for t in model.lm_head.parameters())
     total = weight_bytes(model)
     if tied:
         return total  # the head reads the whole table

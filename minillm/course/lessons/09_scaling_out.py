@@ -191,7 +191,10 @@ assert pp.max_abs_diff < 1e-4 and pp.top1_agree
 assert pp.ranks[0]["sent_bytes"] == n_prompt * config.hidden_size * 4
 whole = sum(p.numel() for p in model.parameters())
 held = sum(r["held_parameters"] for r in pp.ranks)
-print(f"the stages hold {held / 1e6:.1f} M parameters together; the model has {whole / 1e6:.1f} M")
+table = model.embed.weight.numel()
+print(f"the stages hold {held / 1e6:.1f} M parameters together; the model has {whole / 1e6:.1f} M; "
+      f"the embedding table has {table / 1e6:.1f} M")
+assert abs(held - whole - table) < 0.01 * table  # the table, held by both stages
 
 # %% [markdown]
 # Both stages hold the embedding (the LM head shares it), so together they hold more than the

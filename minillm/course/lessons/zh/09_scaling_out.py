@@ -174,7 +174,7 @@ print("每个进程的键/值头数：", rank0["kv_heads"], rank1["kv_heads"],
 # 另一种切法：进程 0 运行第 0–14 层，把隐藏状态发给进程 1；进程 1 运行第 15–29 层和语言模型头。
 # 每个词元在每个阶段边界上只发送一次，但一个阶段在干活时，另一个阶段只能等着。
 
-# %% en=4d0a457c
+# %% en=8bb95d99
 pp = compare_pipeline_parallel("smollm2-135m", prompt_ids, world_size=2)
 print(pp)
 for r in pp.ranks:
@@ -184,7 +184,10 @@ assert pp.max_abs_diff < 1e-4 and pp.top1_agree
 assert pp.ranks[0]["sent_bytes"] == n_prompt * config.hidden_size * 4
 whole = sum(p.numel() for p in model.parameters())
 held = sum(r["held_parameters"] for r in pp.ranks)
-print(f"各阶段合计持有 {held / 1e6:.1f} M 个参数；模型本身有 {whole / 1e6:.1f} M 个")
+table = model.embed.weight.numel()
+print(f"各阶段合计持有 {held / 1e6:.1f} M 个参数；模型本身有 {whole / 1e6:.1f} M 个；"
+      f"词嵌入表有 {table / 1e6:.1f} M 个")
+assert abs(held - whole - table) < 0.01 * table  # 多出来的正是两个阶段都持有的词嵌入表
 
 # %% [markdown] en=c7f18839
 # 两个阶段都持有词嵌入（语言模型头与它共享权重），所以它们合起来持有的参数比模型本身还多。
