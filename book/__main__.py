@@ -35,7 +35,8 @@ def parse(argv):
                              "full-size cell on a busy 2-core machine can take half an hour)")
     parser.add_argument("--jobs", type=int, default=1,
                         help="lessons executed at once (default 1: each lesson's timings "
-                             "measured without the others competing for the cores)")
+                             "measured without the others competing for the cores; at full "
+                             "sizes the lessons run beside each other count as busy)")
     parser.add_argument("--edition", choices=("all", "en", "zh"), default="all",
                         help="build both editions (all) or one: executing the Chinese lessons "
                              "while another run executes the English ones, for example")
@@ -97,15 +98,34 @@ def executed_copies(edition, lessons, folder: Path, sizes: str, force: bool,
     if jobs == 1:
         for lesson, *rest in arguments:
             started(lesson)
-            done(lesson, execute.execute(lesson, *rest))
+            done(lesson, quietly(execute.execute, lesson, *rest))
     else:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            runs = {pool.submit(execute.execute, *args): args[0] for args in arguments}
+            runs = {pool.submit(quietly, execute.execute, *args): args[0] for args in arguments}
             for lesson in stale:
                 started(lesson)
             for run in as_completed(runs):
                 done(runs[run], run.result())
     return {lesson.name: folder / lesson.name for lesson in lessons}
+
+
+BUSY_TRIES = 3
+BUSY_WAIT_S = 120
+
+
+def quietly(run, *args):
+    """`run(*args)`, tried again (after BUSY_WAIT_S) while the machine was too busy to record
+    it, BUSY_TRIES times in all; then the book stops, saying what it measured."""
+    for attempt in range(1, BUSY_TRIES + 1):
+        try:
+            return run(*args)
+        except execute.Busy as busy:
+            print(f"  {busy} (try {attempt} of {BUSY_TRIES}); nothing was written", flush=True)
+            if attempt < BUSY_TRIES:
+                time.sleep(BUSY_WAIT_S)
+    raise SystemExit("book: the machine stayed busy, so no copy was recorded: stop the other "
+                     "programs (or the second `make book`) and run it again; a copy made on a "
+                     "busy machine would print what a quiet one does not")
 
 
 def _shown(path: Path) -> str:

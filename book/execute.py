@@ -20,6 +20,7 @@ from pathlib import Path
 
 import nbformat
 
+from . import quiet
 from .widgets import freeze_widgets
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -107,22 +108,29 @@ def execute(lesson: Path, copy: Path, sizes: str, language: str = "en",
     nb = nbformat.read(lesson, as_version=4)
     key = source_key(nb, sizes)
     nb.cells.append(nbformat.v4.new_code_cell(PROBE))
+    publish = sizes == "full"  # the book's copies: measured on a quiet machine, or not written
+    if publish:
+        before = quiet.probe()
+        if not before.quiet:
+            raise Busy(lesson, before, "before it started")
     environment = {"CI": "1"} if sizes == "ci" else {"CI": None}
     saved = {name: os.environ.get(name) for name in environment}
     _set(environment)
-    load = os.getloadavg()[0]
     started, wall = datetime.now(timezone.utc), time.monotonic()
     try:
-        NotebookClient(nb, timeout=timeout_s, kernel_name="python3",
-                       resources={"metadata": {"path": str(lesson.parent)}}).execute()
+        with quiet.CpuWatch() as watch:
+            NotebookClient(nb, timeout=timeout_s, kernel_name="python3",
+                           resources={"metadata": {"path": str(lesson.parent)}}).execute()
     finally:
         _set(saved)
+    if publish and not watch.result.quiet:
+        raise Busy(lesson, watch.result, "while it ran")
     probe = nb.cells.pop()
     kernel = json.loads("".join(o.get("text", "") for o in probe.outputs
                                 if o.get("name") == "stdout"))
     machine = {"cpu": cpu_name(), "cores": os.cpu_count(), "threads": kernel["threads"],
                "gpu": kernel["gpu"], "torch": kernel["torch"],
-               "python": platform.python_version(), "load_average": round(load, 2)}
+               "python": platform.python_version(), **watch.result.record()}
     book = {"source_key": key, "sizes": sizes, "machine": machine,
             "executed": started.strftime("%Y-%m-%d %H:%M UTC"),
             "seconds": round(time.monotonic() - wall), "commit": commit()}
@@ -132,6 +140,14 @@ def execute(lesson: Path, copy: Path, sizes: str, language: str = "en",
     copy.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, copy)
     return book
+
+
+class Busy(RuntimeError):
+    """A lesson whose copy was not written: other programs took too much of the machine."""
+
+    def __init__(self, lesson: Path, measured: quiet.Quiet, when: str):
+        super().__init__(f"{lesson.name}: the machine was busy {when}: {measured.sentence()}")
+        self.measured = measured
 
 
 def _set(environment: dict) -> None:
@@ -155,16 +171,22 @@ def measured_note(book: dict, language: str):
     sizes = {"full": "full size", "ci": "the tests' smaller sizes (CI set)"}[book["sizes"]]
     if language.startswith("zh"):
         sizes = {"full": "完整规模", "ci": "测试用的小规模（设置了 CI）"}[book["sizes"]]
+        others = (f"运行期间其他程序占用了 {m['others_share']:.0%} 的 CPU（"
+                  f"{'足够安静' if m['quiet'] else '不够安静'}），" if "others_share" in m else "")
         text = (f"本页的输出与数字在 {book['executed']} 测得：{m['cpu']}（{m['cores']} 核），"
                 f"{gpu}，torch {m['torch']}（{m['threads']} 个线程），Python {m['python']}，"
-                f"负载均值 {m['load_average']}；{sizes}，整本笔记本运行 {book['seconds']} 秒"
-                f"（minillm 提交 {book['commit']}）。在你的机器上运行这本笔记本，得到你自己的数字。")
+                f"负载均值 {m['load_average']}，{others}{sizes}，整本笔记本运行 "
+                f"{book['seconds']} 秒（minillm 提交 {book['commit']}）。在你的机器上运行这本"
+                f"笔记本，得到你自己的数字。")
     else:
+        others = (f", other programs taking {m['others_share']:.0%} of the CPU through the "
+                  f"run ({'quiet' if m['quiet'] else 'not quiet'})" if "others_share" in m else "")
         text = (f"The outputs and numbers on this page were measured on {book['executed']}: "
                 f"{m['cpu']} ({m['cores']} cores), {gpu}, torch {m['torch']} with "
                 f"{m['threads']} threads, Python {m['python']}, load average "
-                f"{m['load_average']}; at {sizes}, the whole notebook in {book['seconds']} s "
-                f"(minillm commit {book['commit']}). Run the notebook to measure your machine.")
+                f"{m['load_average']} at the start{others}; at {sizes}, the whole notebook in "
+                f"{book['seconds']} s (minillm commit {book['commit']}). Run the notebook to "
+                f"measure your machine.")
     cell = nbformat.v4.new_markdown_cell(f'<div class="book-measured">\n\n{text}\n\n</div>')
     cell.metadata["tags"] = [NOTE_TAG]
     cell["id"] = NOTE_TAG

@@ -12,7 +12,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from book import execute, figures, sources, widgets  # noqa: E402
+from book import execute, figures, quiet, sources, widgets  # noqa: E402
+import book.__main__ as book_main  # noqa: E402
 
 LESSONS = sorted((ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
 ZH_LESSONS = sorted((ROOT / "notebooks" / "zh").glob("[0-9][0-9]*_*.ipynb"))
@@ -113,6 +114,59 @@ def test_the_book_note_does_not_change_the_key():
     assert execute.source_key(nb, "full") == key
     with pytest.raises(ValueError, match="sizes must be one of"):
         execute.source_key(nb, "huge")
+
+
+def _clocks(busy_per_tick, ours_per_tick):
+    """Two fake CPU clocks that advance by the given seconds at each read."""
+    state = {"busy": 0.0, "ours": 0.0}
+
+    def busy():
+        state["busy"] += busy_per_tick
+        return state["busy"]
+
+    def ours():
+        state["ours"] += ours_per_tick
+        return state["ours"]
+    return busy, ours
+
+
+def test_the_watch_counts_what_others_took_from_the_machine(monkeypatch):
+    """The machine's busy CPU time less this process tree's is what other programs took; over
+    QUIET_SHARE of the cores is busy."""
+    monkeypatch.setattr(quiet.os, "cpu_count", lambda: 2)
+    with quiet.CpuWatch(interval=60, busy=_clocks(1.0, 0)[0], ours=_clocks(0, 1.0)[1]) as w:
+        pass  # the busy clock and our clock each advance 1 s a read: nothing is others'
+    assert w.result.others_seconds == 0 and w.result.quiet
+    found = quiet.Quiet(others_seconds=2.0, wall=2.0, cores=2, load_start=1.0, load_max=1.5)
+    assert found.share == 0.5 and not found.quiet  # another program kept one core of two busy
+    assert found.record() == {"others_share": 0.5, "load_average": 1.0,
+                              "load_average_max": 1.5, "quiet": False}
+    assert "other programs took 50% of the 2 cores" in found.sentence()
+    assert 0 <= quiet.probe(0.2).share <= 1
+
+
+def test_a_busy_machine_records_no_copy_and_the_book_stops(tmp_path, monkeypatch, capsys):
+    busy = quiet.Quiet(others_seconds=3.0, wall=3.0, cores=2, load_start=2.5, load_max=2.5)
+    monkeypatch.setattr(quiet, "probe", lambda: busy)
+    copy = tmp_path / "copy.ipynb"
+    with pytest.raises(execute.Busy, match="busy before it started: other programs took 50%"):
+        execute.execute(LESSONS[0], copy, "full")
+    assert not copy.exists()
+    monkeypatch.setattr(book_main, "BUSY_WAIT_S", 0)
+    with pytest.raises(SystemExit, match="the machine stayed busy, so no copy was recorded"):
+        book_main.quietly(execute.execute, LESSONS[0], copy, "full")
+    assert capsys.readouterr().out.count("nothing was written") == book_main.BUSY_TRIES
+    assert not copy.exists()
+
+
+def test_the_note_says_how_quiet_the_run_was():
+    machine = {"cpu": "c", "cores": 2, "threads": 1, "gpu": None, "torch": "t", "python": "p",
+               **quiet.Quiet(0.1, 10.0, 2, 0.3, 2.1).record()}
+    book = {"machine": machine, "executed": "now", "sizes": "full", "seconds": 10,
+            "commit": "abc"}
+    assert "load average 0.3 at the start, other programs taking 0% of the CPU through the " \
+           "run (quiet)" in execute.measured_note(book, "en").source
+    assert "运行期间其他程序占用了 0% 的 CPU（足够安静）" in execute.measured_note(book, "zh").source
 
 
 def test_widgets_become_static_html_of_their_last_state(executed):
