@@ -1,7 +1,7 @@
 # 中文版 · 08_speculative.py 的译文。每个单元格标记里的 en=… 是它所译英文单元格的哈希；
 # 流程见 docs/translating.md。
 
-# %% [markdown] en=231923a6
+# %% [markdown] en=9eedb012
 # # 08 · 推测解码：便宜地猜，一次前向传播来验
 #
 # 解码阶段每做一次整个模型的前向传播，只产出一个词元；而（第 05 章）每一次传播都受内存带宽限制：
@@ -13,7 +13,7 @@
 #
 # 本笔记本在这台机器上、用 SmolLM2-135M 把每一步都测一遍：
 #
-# 1. 为什么验证 k 个词元的代价约等于一个解码步；
+# 1. 为什么验证 k 个词元的代价远小于 k 个解码步；
 # 2. 接受规则：推导出来，再用数值验证；
 # 3. 两种草稿：提示词查找（prompt lookup）和目标模型自己的前几层；
 # 4. 带 KV 缓存回滚（rollback）的“起草—验证”循环；
@@ -44,13 +44,13 @@ model, tokenizer = minillm.load("smollm2-135m", dtype=torch.float32, device=devi
 print(f"设备 {device}，{torch.get_num_threads()} 个线程，"
       f"{model.config.n_layers} 层，词表大小 {model.config.vocab_size:,}")
 
-# %% [markdown] en=6fba54ce
-# ## 1 · 验证 k 个词元，代价约等于一个解码步
+# %% [markdown] en=64a00e08
+# ## 1 · 验证 k 个词元，代价远小于 k 个解码步
 #
 # 先用 64 个词元的上下文填满 KV 缓存（KV cache），再给一次前向传播同时喂 n 个新词元并计时，
-# n 从 1（即一个解码步）取到 16。每次传播读的是同一份权重，随 n 增长的只有算术量。
+# n 从 1（即一个解码步）取到 16。每次传播把同一份权重读一遍，随 n 增长的只有算术量。
 
-# %% en=0e6c1fcb
+# %% en=87d5a254
 def pass_seconds(n_new, context=64, repeats=5):
     ids = torch.randint(100, 20_000, (1, context + n_new), generator=torch.Generator()
                         .manual_seed(0)).to(device)
@@ -69,7 +69,11 @@ sizes = [1, 2, 4, 8, 16]
 pass_times = {n: pass_seconds(n, repeats=3 if CI else 5) for n in tqdm(sizes)}
 for n, t in pass_times.items():
     print(f"{n:>2} 个新词元：每次传播 {1000 * t:6.1f} ms"
-          f"（单词元步的 {t / pass_times[1]:.2f} 倍）")
+          f"（单词元步的 {t / pass_times[1]:.2f} 倍，每个词元合 {t / pass_times[1] / n:.2f} 步）")
+per_token_8 = pass_times[8] / pass_times[1] / 8
+print(f"一次传播喂 8 个词元：每个词元合 {per_token_8:.2f} 个解码步，"
+      + ("远少于分开走 8 步" if per_token_8 < 0.5 else
+         "在这台设备上并不比分开走 8 步少多少：这次传播受算力限制"))
 
 # %% en=591112f4
 fig, ax = plt.subplots(figsize=(5, 3))
@@ -80,10 +84,13 @@ ax.set_ylabel("毫秒")
 ax.legend()
 plt.show()
 
-# %% [markdown] en=c27e9d99
+# %% [markdown] en=7cd28e28
 # 虚线是分成 n 个单独解码步的代价。两条线之间的差距，就是推测解码施展的空间：只要草稿够便宜、
-# 又常常猜对，一次传播就能以略高于一个词元的价钱产出好几个词元。（在 GPU 上，曲线平坦的那一段
-# 要长得多：每读一次权重，背后能藏下多得多的算术。）
+# 又常常猜对，一次传播就能用远低于同样多个解码步的价钱产出好几个词元。低多少，取决于走的路径和
+# 设备。在装了 minillm 算子的 CPU 上，单词元的解码步是最精简的路径（所有层在一次 C 调用里跑完），
+# 而一次喂多个词元的传播走的是提示词那条路径，一个 CPU 核心的算力又很快用尽：k 个词元要花上几个
+# 解码步的时间，而不是一个。在 GPU 上，曲线平坦的那一段要长得多（每读一次权重，背后能藏下多得多
+# 的算术），k 个词元只比一个解码步贵一点。
 
 # %% [markdown] en=9fb96c8e
 # ## 2 · 接受规则
@@ -281,11 +288,11 @@ ax.set_title("提示词查找，SmolLM2-135M，本机")
 ax.legend()
 plt.show()
 
-# %% [markdown] en=da05a400
+# %% [markdown] en=e7096e30
 # ## 6 · 什么时候它帮不上忙
 #
-# 一轮的代价是一次目标模型的传播（比一个解码步略贵，见第 1 节）加上草稿的工作，产出 1 + （被接受的
-# 草稿数）个词元。以下几种情况下，推测解码会亏：
+# 一轮的代价是一次目标模型的传播（比一个解码步贵，比 k 个解码步便宜，见第 1 节）加上草稿的
+# 工作，产出 1 + （被接受的草稿数）个词元。以下几种情况下，推测解码会亏：
 #
 # - **草稿多半猜错**：开放式对话没有东西可供提示词查找照抄，它几乎提不出什么，每次传播就成了普通
 #   的解码步，还多了些额外的记账开销；
