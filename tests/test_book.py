@@ -12,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from book import execute, figures, quiet, sources, widgets  # noqa: E402
+from book import claims, execute, figures, quiet, sources, widgets  # noqa: E402
 import book.__main__ as book_main  # noqa: E402
 
 LESSONS = sorted((ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
@@ -264,6 +264,59 @@ def test_executed_copies_are_in_step_with_the_lessons(lesson):
     errors = [o for c in nb.cells for o in c.get("outputs", []) if o["output_type"] == "error"]
     assert errors == []
     assert widgets.VIEW_MIME not in json.dumps(nb), "widgets are kept as static HTML"
+
+
+def _copy_printing(tmp_path, name, *lines, quiet_run=True):
+    nb = _notebook(("markdown", "# A lesson"), ("code", "print('...')"))
+    nb.cells[1].outputs = [nbformat.v4.new_output("stream", name="stdout",
+                                                  text="\n".join(lines) + "\n")]
+    nb.metadata["minillm_book"] = {"commit": "abc", "machine": {
+        "cpu": "c", **quiet.Quiet(0.1 if quiet_run else 9.0, 10.0, 2, 0.3, 1.0).record()}}
+    path = tmp_path / name
+    nbformat.write(nb, path)
+    return path
+
+
+@pytest.mark.parametrize("name, line, says", [
+    ("06_batching.ipynb", "speed-up: too noisy to call: close other programs", "could not call"),
+    ("06_batching.ipynb", "continuous / static throughput:      0.22x", "below static's"),
+    ("zh_06_batching.ipynb", "连续 / 静态的吞吐量：             0.22x", "below static's"),
+    ("08_speculative.ipynb", "chat   prompt lookup k=8   0.42 s speed-up 2.31x accepted   1.3% "
+                             "tokens/pass 1.02 same tokens=True", "above its tokens per"),
+    ("07_quantization.ipynb", "int8 at batch 1: 8.52x fp32, 1.21x bf16", "byte ratio"),
+    ("00_welcome.ipynb", "at 7561.7 ms a step: 0.1 GB/s", "below 1 GB/s"),
+    ("10_interview_qa.ipynb", "decode time per token: 702.0 ms without, 806.7 ms with the cache",
+     "slower with the KV cache"),
+    ("10_interview_qa.ipynb", "每个词元的解码时间：无缓存 57.3 ms，有缓存 83.3 ms",
+     "slower with the KV cache"),
+])
+def test_a_copy_that_contradicts_its_claim_is_named(tmp_path, name, line, says):
+    name = name.removeprefix("zh_")
+    found = claims.problems(_copy_printing(tmp_path, name, line))
+    assert len(found) == 1 and says in found[0] and line.strip() in found[0], found
+
+
+def test_a_copy_that_keeps_its_claims_and_was_quiet_has_no_problem(tmp_path):
+    fine = _copy_printing(tmp_path, "08_speculative.ipynb", "edit prompt lookup k=4 0.78 s "
+                          "speed-up 1.37x accepted 69.6% tokens/pass 3.00 same tokens=True",
+                          "continuous / static throughput: 0.22x")  # 06's rule: not lesson 08
+    assert claims.problems(fine) == []
+    busy = _copy_printing(tmp_path, "05_metrics.ipynb", "x", quiet_run=False)
+    assert "not recorded under the quiet rule" in claims.problems(busy)[0]
+
+
+@pytest.mark.parametrize("lesson", LESSONS + ZH_LESSONS,
+                         ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_a_published_copy_shows_no_contradiction(lesson):
+    """What a reader of the book sees keeps the lesson's claims: no verdict the run could not
+    call, none against the claim, no number outside its bound, recorded on a quiet machine."""
+    copy = ROOT / "executed" / lesson.relative_to(ROOT / "notebooks")
+    assert claims.problems(copy) == []
+
+
+def test_the_published_copies_were_made_at_one_commit_on_one_machine():
+    copies = [ROOT / "executed" / p.relative_to(ROOT / "notebooks") for p in LESSONS + ZH_LESSONS]
+    assert claims.book_problems(copies) == []
 
 
 def test_the_command_refuses_bad_choices_with_what_is_allowed(capsys):
