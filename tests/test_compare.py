@@ -19,6 +19,18 @@ def test_a_verdict_needs_every_repetition_on_the_same_side():
     assert Comparison(a=(1, 1), b=(3, 2.5)).above(2.0) is True
 
 
+def test_two_sides_within_the_tolerance_of_the_threshold_are_about_even():
+    """Repetitions on both sides of the threshold but all close to it are a finding (about
+    even), not noise; spread beyond the tolerance they are noise."""
+    close = Comparison(a=(1, 1, 1), b=(0.95, 1.02, 0.99))
+    assert close.above(1.0) is None and close.near(1.0)
+    assert not Comparison(a=(1, 1, 1), b=(0.8, 1.02, 0.99)).near(1.0)
+    assert Comparison(a=(1, 1, 1), b=(2.39, 2.72, 2.53)).near(2.7)  # 0.885 to 1.007 of it
+    assert not close.near(1.0, tolerance=0.01)
+    with pytest.raises(ValueError, match="tolerance"):
+        close.near(1.0, tolerance=-1)
+
+
 def test_compare_interleaves_the_two_sides_and_alternates_which_goes_first():
     calls = []
     c = compare(lambda: calls.append("a"), lambda: calls.append("b"), repeats=3, warmup=1)

@@ -49,6 +49,14 @@ class Comparison:
         over = [r > threshold for r in self.ratios]
         return True if all(over) else False if not any(over) else None
 
+    def near(self, threshold: float = 1.0, tolerance: float = 0.15) -> bool:
+        """True when every repetition's b/a lies within `tolerance` of `threshold` (0.15: from
+        0.85 to 1.15 times it): the two are about even, a finding in itself, where `above`
+        answers None because the repetitions fall on both sides."""
+        check_number("threshold", threshold, 0)
+        check_number("tolerance", tolerance, 0)
+        return all(abs(r / threshold - 1) <= tolerance for r in self.ratios)
+
     def spread_text(self) -> str:
         """'1.32x (1.20-1.45 over 5 interleaved repetitions)'."""
         r = self.ratios

@@ -686,9 +686,13 @@ for name, (hidden, layers, heads, kv, ffn) in tqdm(list(SHAPES.items())[1:], des
 # %%
 for name, (p_ratio, steps) in sizes.items():
     slower = steps.above(p_ratio)  # did the latency grow more than the parameters, each round?
+    if slower is None and steps.near(p_ratio):  # each round within 15% of the parameters' ratio
+        slower = "even"
     print(f"{name}: {p_ratio:4.1f}x the parameters, {steps.spread_text()} the latency per token: "
           + {False: "latency grew more slowly than the parameters",
-             True: "latency grew faster than the parameters", None: TOO_NOISY}[slower])
+             True: "latency grew faster than the parameters",
+             "even": "latency grew about as fast as the parameters (within 15%)",
+             None: TOO_NOISY}[slower])
 
 # %% [markdown]
 # How to read this: at batch 1 a step's time is a fixed part (Python, kernel launches, the small

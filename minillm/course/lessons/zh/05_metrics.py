@@ -652,12 +652,15 @@ for name, (hidden, layers, heads, kv, ffn) in tqdm(list(SHAPES.items())[1:], des
           f"{1000 * statistics.median(sizes[name][1].a):5.1f} ms")
     del steps
 
-# %% en=e4afb2e5
+# %% en=5be69266
 for name, (p_ratio, steps) in sizes.items():
     slower = steps.above(p_ratio)  # 每一轮里，延迟的增长是否都超过了参数量的增长？
+    if slower is None and steps.near(p_ratio):  # 每一轮都与参数量之比相差不到 15%
+        slower = "even"
     print(f"{name}：参数量 {p_ratio:4.1f} 倍，每个词元的延迟 {steps.spread_text()}："
           + {False: "延迟的增长比参数量慢",
-             True: "延迟的增长比参数量快", None: TOO_NOISY}[slower])
+             True: "延迟的增长比参数量快",
+             "even": "延迟与参数量增长得差不多快（相差不到 15%）", None: TOO_NOISY}[slower])
 
 # %% [markdown] en=d13ad8a4
 # 怎么读这个结果：批大小为 1 时，一步的用时 = 固定部分（Python、算子启动、小的向量运算）+ 读权重的
