@@ -123,9 +123,10 @@ def quietly(run, *args):
             print(f"  {busy} (try {attempt} of {BUSY_TRIES}); nothing was written", flush=True)
             if attempt < BUSY_TRIES:
                 time.sleep(BUSY_WAIT_S)
-    raise SystemExit("book: the machine stayed busy, so no copy was recorded: stop the other "
-                     "programs (or the second `make book`) and run it again; a copy made on a "
-                     "busy machine would print what a quiet one does not")
+    raise SystemExit("book: the machine stayed busy, or the lesson's numbers kept breaking "
+                     "its claims, so no copy was recorded: stop the other programs (or the "
+                     "second `make book`) and run it again; a claim that a quiet machine breaks "
+                     "three times is the lesson's to fix (book/claims.py names it)")
 
 
 def _shown(path: Path) -> str:

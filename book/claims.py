@@ -4,7 +4,7 @@ call, a verdict that contradicts the lesson's claim, or a number outside its phy
 A copy is checked line by line against the rules below (each names its lesson by number, "" for
 every lesson, and reads the English and the Chinese wording of one printed line). `problems`
 lists what a copy breaks; tests/test_book.py holds every committed copy to none, and to having
-been recorded on a quiet machine, all at one commit on one machine (`book_problems`)."""
+been recorded on a quiet machine, all with the current engine on one machine (`book_problems`)."""
 
 from __future__ import annotations
 
@@ -78,27 +78,41 @@ def output_lines(nb) -> list[tuple[int, str]]:
 def problems(copy: Path) -> list[str]:
     """What `copy` (an executed lesson) shows that a reader must not see, one line each."""
     nb = nbformat.read(copy, as_version=4)
-    number = copy.name[:2]
     found = []
     machine = nb.metadata.get("minillm_book", {}).get("machine", {})
     if machine.get("quiet") is not True:
         found.append(f"{copy.name}: not recorded under the quiet rule (book/quiet.py): "
                      f"{machine.get('others_share', 'no measure of other programs')!s}")
+    return found + broken_claims(nb, copy.name)
+
+
+def broken_claims(nb, name: str) -> list[str]:
+    """The printed lines of the executed notebook `nb` (lesson file `name`) that break a rule."""
+    number = name[:2]
+    found = []
     for i, line in output_lines(nb):
         for rule in RULES:
             if rule.lesson not in ("", number):
                 continue
             for match in rule.pattern.finditer(line):
                 if not rule.holds(*_numbers(match.groups())):
-                    found.append(f"{copy.name} cell {i}: {rule.says}: {line.strip()}")
+                    found.append(f"{name} cell {i}: {rule.says}: {line.strip()}")
     return found
 
 
-def book_problems(copies: list[Path]) -> list[str]:
-    """What the copies of one book break together: every copy made at one commit on one machine."""
+def book_problems(copies: list[Path], engine: str | None = None) -> list[str]:
+    """What the copies of one book break together: every copy measured with one engine (the same
+    minillm sources, book/execute.py's `engine_key`; `engine`, when given, the current one) on one
+    machine."""
     records = {c: nbformat.read(c, as_version=4).metadata.get("minillm_book", {}) for c in copies}
     found = []
-    for field, of in (("commit", lambda r: r.get("commit")),
+    if engine is not None:
+        old = sorted(c.name for c, r in records.items() if r.get("engine") != engine)
+        if old:
+            found.append(f"{len(old)} copies were measured with another version of minillm than "
+                         f"this one ({', '.join(old[:4])}{', ...' if len(old) > 4 else ''}): "
+                         f"`make book BOOK_ARGS=--force` records them again")
+    for field, of in (("engine", lambda r: r.get("engine")),
                       ("machine", lambda r: r.get("machine", {}).get("cpu"))):
         values = {}
         for copy, record in records.items():

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import nbformat
 
-from . import quiet
+from . import claims, quiet
 from .widgets import freeze_widgets
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,6 +90,19 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def engine_key() -> str:
+    """A sha256 of the code a lesson's numbers come from: every source of the minillm package
+    (its C kernels included) but the lessons' own text, which `source_key` covers. Copies with
+    one engine key were measured with the same engine, whatever commit each was made at."""
+    package = ROOT / "minillm"
+    lessons = package / "course" / "lessons"
+    digest = hashlib.sha256()
+    for path in sorted(p for p in package.rglob("*") if p.suffix in (".py", ".c", ".h")
+                       and lessons not in p.parents):
+        digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def commit() -> str | None:
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, check=True,
@@ -112,7 +125,7 @@ def execute(lesson: Path, copy: Path, sizes: str, language: str = "en",
     if publish:
         before = quiet.probe()
         if not before.quiet:
-            raise Busy(lesson, before, "before it started")
+            raise Busy(lesson, f"the machine was busy before it started: {before.sentence()}")
     environment = {"CI": "1"} if sizes == "ci" else {"CI": None}
     saved = {name: os.environ.get(name) for name in environment}
     _set(environment)
@@ -124,7 +137,11 @@ def execute(lesson: Path, copy: Path, sizes: str, language: str = "en",
     finally:
         _set(saved)
     if publish and not watch.result.quiet:
-        raise Busy(lesson, watch.result, "while it ran")
+        raise Busy(lesson, f"the machine was busy while it ran: {watch.result.sentence()}")
+    broken = claims.broken_claims(nb, lesson.name) if publish else []
+    if broken:  # a quiet run whose measurement was disturbed all the same: measured again
+        raise Busy(lesson, f"its numbers were disturbed ({'; '.join(broken)}), though "
+                           f"{watch.result.sentence()}")
     probe = nb.cells.pop()
     kernel = json.loads("".join(o.get("text", "") for o in probe.outputs
                                 if o.get("name") == "stdout"))
@@ -133,7 +150,8 @@ def execute(lesson: Path, copy: Path, sizes: str, language: str = "en",
                "python": platform.python_version(), **watch.result.record()}
     book = {"source_key": key, "sizes": sizes, "machine": machine,
             "executed": started.strftime("%Y-%m-%d %H:%M UTC"),
-            "seconds": round(time.monotonic() - wall), "commit": commit()}
+            "seconds": round(time.monotonic() - wall), "commit": commit(),
+            "engine": engine_key()}
     freeze_widgets(nb, language)
     nb.cells.insert(_after_title(nb), measured_note(book, language))
     nb.metadata["minillm_book"] = book
@@ -143,11 +161,11 @@ def execute(lesson: Path, copy: Path, sizes: str, language: str = "en",
 
 
 class Busy(RuntimeError):
-    """A lesson whose copy was not written: other programs took too much of the machine."""
+    """A lesson whose copy was not written: other programs took too much of the machine, or its
+    printed numbers broke a claim or a bound (book/claims.py), which a quiet run should not."""
 
-    def __init__(self, lesson: Path, measured: quiet.Quiet, when: str):
-        super().__init__(f"{lesson.name}: the machine was busy {when}: {measured.sentence()}")
-        self.measured = measured
+    def __init__(self, lesson: Path, why: str):
+        super().__init__(f"{lesson.name}: {why}")
 
 
 def _set(environment: dict) -> None:

@@ -153,10 +153,31 @@ def test_a_busy_machine_records_no_copy_and_the_book_stops(tmp_path, monkeypatch
         execute.execute(LESSONS[0], copy, "full")
     assert not copy.exists()
     monkeypatch.setattr(book_main, "BUSY_WAIT_S", 0)
-    with pytest.raises(SystemExit, match="the machine stayed busy, so no copy was recorded"):
+    with pytest.raises(SystemExit, match="the machine stayed busy, or the lesson's numbers kept"):
         book_main.quietly(execute.execute, LESSONS[0], copy, "full")
     assert capsys.readouterr().out.count("nothing was written") == book_main.BUSY_TRIES
     assert not copy.exists()
+
+
+def test_a_quiet_run_whose_numbers_break_a_claim_is_not_written(tmp_path, monkeypatch):
+    """Quiet by the CPU's count, disturbed all the same: the copy is measured again, not kept."""
+    calm = quiet.Quiet(0.0, 1.0, 2, 0.1, 0.1)
+
+    class CalmWatch:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.result = calm
+
+    monkeypatch.setattr(quiet, "probe", lambda: calm)
+    monkeypatch.setattr(quiet, "CpuWatch", CalmWatch)
+    lesson = tmp_path / "06_batching.ipynb"
+    nbformat.write(_notebook(("markdown", "# 06 · A lesson"),
+                             ("code", "print('continuous / static throughput: 0.22x')")), lesson)
+    with pytest.raises(execute.Busy, match="its numbers were disturbed .*below static's"):
+        execute.execute(lesson, tmp_path / "copy.ipynb", "full")
+    assert not (tmp_path / "copy.ipynb").exists()
 
 
 def test_the_note_says_how_quiet_the_run_was():
@@ -314,9 +335,24 @@ def test_a_published_copy_shows_no_contradiction(lesson):
     assert claims.problems(copy) == []
 
 
-def test_the_published_copies_were_made_at_one_commit_on_one_machine():
+def test_the_published_copies_were_measured_with_this_engine_on_one_machine():
+    """A reader compares numbers across pages: every copy ran the engine as it is now (its
+    sources, `execute.engine_key`), on one machine."""
     copies = [ROOT / "executed" / p.relative_to(ROOT / "notebooks") for p in LESSONS + ZH_LESSONS]
-    assert claims.book_problems(copies) == []
+    assert claims.book_problems(copies, execute.engine_key()) == []
+
+
+def test_the_engine_key_follows_the_engine_and_not_the_lessons(tmp_path, monkeypatch):
+    fake = tmp_path / "minillm"
+    (fake / "course" / "lessons").mkdir(parents=True)
+    (fake / "engine.py").write_text("x = 1\n")
+    (fake / "course" / "lessons" / "00_welcome.py").write_text("# prose\n")
+    monkeypatch.setattr(execute, "ROOT", tmp_path)
+    before = execute.engine_key()
+    (fake / "course" / "lessons" / "00_welcome.py").write_text("# other prose\n")
+    assert execute.engine_key() == before
+    (fake / "engine.py").write_text("x = 2\n")
+    assert execute.engine_key() != before
 
 
 def test_the_command_refuses_bad_choices_with_what_is_allowed(capsys):
