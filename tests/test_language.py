@@ -11,7 +11,7 @@ import matplotlib
 import pytest
 
 import minillm.course.language as language_module
-from browser.chromium import required
+from browser.chromium import cjk_font_found, required
 from minillm.course import current_language, say, set_language
 
 
@@ -79,6 +79,23 @@ def test_chinese_gives_matplotlib_a_font_with_chinese_glyphs(chinese):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # "Glyph ... missing from font" would be raised
         fig.canvas.draw()
+
+
+def test_a_font_installed_after_matplotlib_listed_its_fonts_is_found(monkeypatch):
+    """matplotlib keeps its font list in a cache: a CJK font installed later (make browser) is
+    looked for on the system before the course says there is none."""
+    from matplotlib import font_manager
+
+    if not cjk_font_found():
+        pytest.skip("no CJK font installed: `make browser` installs fonts-noto-cjk")
+    cjk_files = {f.fname for f in font_manager.fontManager.ttflist
+                 if f.name in language_module.CJK_FONTS}
+    cached = [f for f in font_manager.fontManager.ttflist if f.fname not in cjk_files]
+    monkeypatch.setattr(font_manager.fontManager, "ttflist", cached)  # as before the install
+    monkeypatch.setattr(language_module, "_font_warned", False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert language_module.use_cjk_font() in language_module.CJK_FONTS
 
 
 def test_no_chinese_font_is_said_once(monkeypatch):

@@ -47,6 +47,28 @@ def set_language(language: str) -> None:
 _font_warned = False
 
 
+def _cjk_font_known(font_manager) -> str | None:
+    installed = {font.name for font in font_manager.fontManager.ttflist}
+    return next((name for name in CJK_FONTS if name in installed), None)
+
+
+def _fonts_added_since_the_cache(font_manager) -> int:
+    """Add to matplotlib's font list the system's fonts it does not know: matplotlib lists the
+    fonts once and keeps the list in its cache, so a font installed after that (fonts-noto-cjk,
+    after a first chart) stays unknown, however often the kernel restarts. Returns how many."""
+    known = {font.fname for font in font_manager.fontManager.ttflist}
+    added = 0
+    for path in font_manager.findSystemFonts():
+        if path in known:
+            continue
+        try:
+            font_manager.fontManager.addfont(path)
+            added += 1
+        except (OSError, RuntimeError, ValueError):  # a file FreeType cannot read
+            continue
+    return added
+
+
 def use_cjk_font() -> str | None:
     """Put the first installed font with Chinese glyphs after matplotlib's font family, so each
     character the family lacks falls back to it while the Latin text keeps its font. Returns the
@@ -57,8 +79,9 @@ def use_cjk_font() -> str | None:
         from matplotlib import font_manager
     except ImportError:  # the course's extras are not installed: nothing draws charts
         return None
-    installed = {font.name for font in font_manager.fontManager.ttflist}
-    found = next((name for name in CJK_FONTS if name in installed), None)
+    found = _cjk_font_known(font_manager)
+    if found is None and _fonts_added_since_the_cache(font_manager):
+        found = _cjk_font_known(font_manager)
     if found is None:
         if not _font_warned:
             _font_warned = True
