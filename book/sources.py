@@ -115,6 +115,30 @@ def front_page(edition: Edition, lessons: list[str], exercises: list[str],
     return "\n".join(parts) + "\n"
 
 
+# Chinese characters and full-width punctuation: a line break between two of them is a space in
+# HTML, which Chinese text does not have
+CJK = "\u3000-\u303f\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef"
+CJK_BREAK = re.compile(f"(?<=[{CJK}])[ \t]*\n[ \t]*(?=[{CJK}])")
+FENCE = re.compile(r"^(```|~~~).*?^\1[^\n]*$", re.M | re.S)
+
+
+def join_cjk_lines(text: str) -> str:
+    """`text` (Markdown) with each line break between two Chinese characters removed, outside
+    fenced code: the source wraps at 100 columns, and a browser shows such a break as a space."""
+    pieces, last = [], 0
+    for fence in FENCE.finditer(text):
+        pieces += [CJK_BREAK.sub("", text[last:fence.start()]), fence.group(0)]
+        last = fence.end()
+    return "".join(pieces + [CJK_BREAK.sub("", text[last:])])
+
+
+def _joined_markdown(nb):
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            cell.source = join_cjk_lines(cell.source)
+    return nb
+
+
 def lay_out(edition: Edition, executed: dict[str, Path], target: Path) -> dict:
     """Write the edition's source folder at `target`: `executed` maps a lesson's file name to its
     executed copy. Returns {"pages": [page names], "lessons": {page: executed copy}}."""
@@ -127,9 +151,10 @@ def lay_out(edition: Edition, executed: dict[str, Path], target: Path) -> dict:
                             if LESSON_NAME.match(p.name)) if edition.exercises.is_dir() else []
     exercise_names = [n for n in exercise_names if n in executed]
     for name in exercise_names:
-        shutil.copy2(edition.exercises / name, target / "exercises" / name)
+        nbformat.write(_joined_markdown(nbformat.read(edition.exercises / name, as_version=4)),
+                       target / "exercises" / name)
     for name, copy in executed.items():
-        nb = nbformat.read(copy, as_version=4)
+        nb = _joined_markdown(nbformat.read(copy, as_version=4))
         if name in exercise_names:
             text = edition.words["exercise_link"].format(
                 title=title(edition.exercises / name), name=name)
@@ -139,11 +164,13 @@ def lay_out(edition: Edition, executed: dict[str, Path], target: Path) -> dict:
         nbformat.write(nb, target / "notebooks" / name)
     guide_pages = []
     for guide in edition.guides:
-        shutil.copy2(guide, target / "docs" / guide.name)
+        (target / "docs" / guide.name).write_text(
+            join_cjk_lines(guide.read_text(encoding="utf-8")), encoding="utf-8")
         guide_pages.append(f"docs/{guide.name}")
     lessons = sorted(executed)
-    (target / "index.md").write_text(front_page(edition, lessons, exercise_names, guide_pages),
-                                     encoding="utf-8")
+    (target / "index.md").write_text(
+        join_cjk_lines(front_page(edition, lessons, exercise_names, guide_pages)),
+        encoding="utf-8")
     pages = (["index"] + [f"notebooks/{n[:-6]}" for n in lessons]
              + [f"exercises/{n[:-6]}" for n in exercise_names]
              + [p.removesuffix(".md") for p in guide_pages])

@@ -385,3 +385,13 @@ def test_a_chapters_second_lesson_is_a_page_of_its_own():
     names = [p.name for p in sources.editions()[0].lesson_files()]
     assert "03b_long_context.ipynb" in names and "05b_fast_engine.ipynb" in names
     assert names == sorted(names), "in course order: 03, 03b, 04"
+
+
+def test_a_line_break_between_chinese_characters_is_joined_on_the_pages():
+    """A browser shows a source's line break as a space, which Chinese text has none of ("被提出，
+    正是为了"); a break next to Latin text, a list's next item and fenced code stay."""
+    text = ("被提出，\n正是为了\n中文\nEnglish\n中文\n- 列表\n- 第二项\n```python\n# 中文\n# 注释\n```\n"
+            "结尾")
+    assert sources.join_cjk_lines(text) == ("被提出，正是为了中文\nEnglish\n中文\n- 列表\n- 第二项\n"
+                                            "```python\n# 中文\n# 注释\n```\n结尾")
+    assert sources.join_cjk_lines("An English\nparagraph") == "An English\nparagraph"
