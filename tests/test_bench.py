@@ -29,8 +29,10 @@ def test_bytes_per_token_reads_one_embedding_row_unless_the_head_is_the_table():
     readable = _tiny(tied=True)
     table_bytes = readable.embed.weight.numel() * 4
     assert bytes_per_token(readable) == weight_bytes(readable)  # the tied head reads it all
-    fast = optimize(readable)  # the head is a copy in its own layout: the table gives one row
-    assert bytes_per_token(fast) == weight_bytes(fast) - table_bytes + 48 * 4
+    fast = optimize(readable)  # float32: the table stays the head's, read whole
+    assert bytes_per_token(fast) == weight_bytes(fast) == weight_bytes(readable)
+    bf16 = optimize(readable, "bf16")  # the head is a bf16 copy: the float32 table gives one row
+    assert bytes_per_token(bf16) == weight_bytes(bf16) - table_bytes + 48 * 4
     int8 = optimize(readable, "int8")
     assert bytes_per_token(int8) < 0.45 * bytes_per_token(fast)
 

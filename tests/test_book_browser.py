@@ -61,7 +61,8 @@ def _zh_fixture(folder: Path) -> Path:
 def _copy_current_executions(folder: Path) -> bool:
     """Copy the repository's full-size executed copies of LESSONS (both editions) into `folder`
     if every one is current; the book then builds from them without executing anything."""
-    names = [Path(sub, f"{name}.ipynb") for sub in ("", "zh") for name in LESSONS]
+    names = [Path(sub, lesson.name) for sub in ("", "zh") for name in LESSONS  # 05 is 05b too
+             for lesson in sorted((ROOT / "notebooks" / sub).glob(f"{name[:2]}*_*.ipynb"))]
     pairs = [(ROOT / "notebooks" / n, ROOT / "executed" / n, folder / n) for n in names]
     if not all(execute.is_current(lesson, copy, "full") for lesson, copy, _ in pairs):
         return False
