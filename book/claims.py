@@ -22,7 +22,7 @@ NUMBER = r"([-+]?\d+(?:\.\d+)?)"
 class Rule:
     lesson: str  # the lesson's number ("06", "10"), "" for all
     pattern: re.Pattern
-    holds: Callable[..., bool]  # the pattern's groups, as floats where they are numbers
+    holds: Callable[..., bool]  # the matched wording's numbers, as floats
     says: str  # what a line that breaks it shows
 
 
@@ -42,28 +42,29 @@ RULES = [
     _rule("00", NUMBER + r" GB/s", lambda gb: gb >= 1.0,
           "a decode step's read bandwidth below 1 GB/s"),
     _rule("06", r"continuous / static throughput:\s+" + NUMBER + "x|连续 / 静态的吞吐量：\\s*"
-          + NUMBER + "x", lambda en, zh: (en if en is not None else zh) > 1.0,
+          + NUMBER + "x", lambda ratio: ratio > 1.0,
           "continuous batching below static's throughput, against the chapter's claim"),
     # a speculative round of t tokens per target pass cannot beat plain decoding by more than t
     # (the pass costs at least a step), give or take the timing's spread
     _rule("08", r"speed-up " + NUMBER + r"x .*tokens/pass " + NUMBER + "|加速比 " + NUMBER
           + r"x .*每次传播词元数 " + NUMBER,
-          lambda a, b, c, d: (a if a is not None else c) <= 1.15 * (b if b is not None else d),
+          lambda speedup, per_pass: speedup <= 1.15 * per_pass,
           "a speculative speed-up above its tokens per target pass"),
     # int8 weights are a quarter of fp32's bytes: batch 1 cannot gain much more than 4x
     _rule("07", r"int8 at batch 1: " + NUMBER + "x fp32|批大小 1 时 int8 是 fp32 的 " + NUMBER + "x",
-          lambda en, zh: (en if en is not None else zh) <= 4.5,
+          lambda ratio: ratio <= 4.5,
           "int8 over fp32 above the byte ratio"),
     # the KV cache can only save work: with it a token cannot take longer than without it
     _rule("10", r"decode time per token: " + NUMBER + r" ms without, " + NUMBER
           + r" ms with the cache|无缓存 " + NUMBER + r" ms，有缓存 " + NUMBER + " ms",
-          lambda a, b, c, d: (b if b is not None else d) < (a if a is not None else c),
+          lambda without, with_cache: with_cache < without,
           "decoding slower with the KV cache than without it"),
 ]
 
 
 def _numbers(groups):
-    return [None if g is None else float(g) for g in groups]
+    """The numbers of the branch (English or Chinese wording) that matched."""
+    return [float(g) for g in groups if g is not None]
 
 
 def output_lines(nb) -> list[tuple[int, str]]:
