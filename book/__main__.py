@@ -137,10 +137,12 @@ def _shown(path: Path) -> str:
 
 
 def search_dictionary(out: Path) -> Path:
-    """The glossary's Chinese terms, one a line, for jieba (the Chinese search's word cutter)."""
+    """The glossary's Chinese words, one a line, for jieba (the Chinese search's word cutter):
+    the course's terms and the other names it lists for them (投机解码 for 推测解码)."""
     path = out / "zh-search-words.txt"
-    terms = figures.glossary_terms(ROOT / "docs" / "glossary.md")
-    path.write_text("".join(f"{zh} 100000\n" for _, zh in terms if zh), encoding="utf-8")
+    words = dict.fromkeys(word for pair in figures.glossary_terms(ROOT / "docs" / "glossary.md")
+                          for word in pair if sources.CJK_CHARACTER.search(word))
+    path.write_text("".join(f"{word} 100000\n" for word in words), encoding="utf-8")
     return path
 
 
@@ -149,6 +151,15 @@ def sphinx(source: Path, target: Path, settings: dict) -> None:
     command = [sys.executable, "-m", "sphinx", "-b", "html", "-q", "-E", "-j", "2",
                "-c", str(CONF), str(source), str(target)]
     subprocess.run(command, check=True, env=env)
+    for template in unfilled_templates(target):
+        template.unlink()
+
+
+def unfilled_templates(html: Path) -> list[Path]:
+    """The themes' Jinja macro files that Sphinx copies into _static as they are (their links
+    read `{{ pathto(...) }}`): no page uses them, and a reader must not meet them."""
+    return [p for p in (html / "_static").rglob("*.html")
+            if "{{" in p.read_text(encoding="utf-8", errors="replace")]
 
 
 def main(argv=None) -> int:
@@ -165,7 +176,8 @@ def main(argv=None) -> int:
         folder = executed_root if edition.language == "en" else executed_root / "zh"
         copies = executed_copies(edition, chosen(edition, args.lessons), folder, args.sizes,
                                  args.force, args.jobs, args.cell_timeout)
-        layouts[edition.language] = sources.lay_out(edition, copies, out / "src" / edition.language)
+        layouts[edition.language] = sources.lay_out(
+            edition, copies, out / "src" / edition.language, twin_built=len(found) > 1)
     executed_at = time.monotonic()
     html = out / "html"
     for edition in found:

@@ -21,11 +21,14 @@ WORDS = {
            "exercise_link": "The exercises of this chapter: [{title}](../exercises/{name})",
            "intro": "Every lesson below ran on the real model; its page shows what it printed "
                     "and drew, and on which machine. The exercises are the tasks with their "
-                    "checks, without the solutions; the guides follow."},
+                    "checks, without the solutions; the guides follow.",
+           "english_only": ""},
     "zh": {"chapters": "章节", "exercises": "练习", "guides": "指南", "exercise": "练习",
            "exercise_link": "本章练习：[{title}](../exercises/{name})",
            "intro": "下面每一课都在真实模型上运行过；每页显示它打印和绘制的内容，以及在哪台机器上测得。"
-                    "练习页只有题目和检查，没有答案；其后是各篇指南。"},
+                    "练习页只有题目和检查，没有答案；其后是各篇指南。",
+           "english_only": "（英文）",
+           "english_only_note": "本指南尚无中文版，下面是英文原文。"},
 }
 
 
@@ -41,6 +44,10 @@ class Edition:
     @property
     def words(self) -> dict:
         return WORDS["zh" if self.language.startswith("zh") else "en"]
+
+    def english_only(self, guide: Path) -> bool:
+        """Whether `guide` is shown in this edition in English, having no translation."""
+        return self.language.startswith("zh") and guide.parent.name != "zh"
 
     def lesson_files(self) -> list[Path]:
         return sorted(p for p in self.lessons.glob("*.ipynb") if LESSON_NAME.match(p.name))
@@ -101,6 +108,8 @@ def chapter_table(readme: str, lessons: set[str], exercises: set[str],
 
 def front_page(edition: Edition, lessons: list[str], exercises: list[str],
                guide_pages: list[str]) -> str:
+    """The front page; `guide_pages` are toctree entries ("docs/glossary.md", or
+    "Title <docs/glossary>")."""
     readme = edition.readme.read_text(encoding="utf-8")
     heading = re.search(r"^# .+$", readme, re.M)
     w = edition.words
@@ -118,6 +127,7 @@ def front_page(edition: Edition, lessons: list[str], exercises: list[str],
 # Chinese characters and full-width punctuation: a line break between two of them is a space in
 # HTML, which Chinese text does not have
 CJK = "\u3000-\u303f\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef"
+CJK_CHARACTER = re.compile(f"[{CJK}]")
 CJK_BREAK = re.compile(f"(?<=[{CJK}])[ \t]*\n[ \t]*(?=[{CJK}])")
 FENCE = re.compile(r"^(```|~~~).*?^\1[^\n]*$", re.M | re.S)
 
@@ -132,6 +142,31 @@ def join_cjk_lines(text: str) -> str:
     return "".join(pieces + [CJK_BREAK.sub("", text[last:])])
 
 
+# a guide's link to its twin in the other edition, as written for reading the repository:
+# docs/instructor.md -> zh/instructor.md, docs/zh/instructor.md -> ../instructor.md
+TWIN_LINK = re.compile(r"\[([^\]]+)\]\((zh/|\.\./)([\w-]+)\.md\)")
+
+
+def guide_page(edition: Edition, guide: Path, twin_built: bool) -> str:
+    """A guide's Markdown as its book page: Chinese line breaks joined, the link to its twin
+    pointed at the twin's page (or left as text where the other edition is not built), and in
+    the Chinese edition a guide not yet translated says that it is in English."""
+    zh = edition.language.startswith("zh")
+
+    def twin(match):
+        text, folder, name = match.groups()
+        if not twin_built or (folder == "zh/") == zh:
+            return text
+        href = f"../../docs/{name}.html" if zh else f"../zh/docs/{name}.html"
+        return f'<a href="{href}">{text}</a>'
+
+    text = TWIN_LINK.sub(twin, join_cjk_lines(guide.read_text(encoding="utf-8")))
+    if edition.english_only(guide):
+        note = f"\n\n:::{{note}}\n{edition.words['english_only_note']}\n:::\n"
+        text = re.sub(r"^(# .+)$", lambda m: m.group(1) + note, text, count=1, flags=re.M)
+    return text
+
+
 def _joined_markdown(nb):
     for cell in nb.cells:
         if cell.cell_type == "markdown":
@@ -139,9 +174,11 @@ def _joined_markdown(nb):
     return nb
 
 
-def lay_out(edition: Edition, executed: dict[str, Path], target: Path) -> dict:
+def lay_out(edition: Edition, executed: dict[str, Path], target: Path,
+            twin_built: bool = True) -> dict:
     """Write the edition's source folder at `target`: `executed` maps a lesson's file name to its
-    executed copy. Returns {"pages": [page names], "lessons": {page: executed copy}}."""
+    executed copy; `twin_built`, whether the other edition is built beside it. Returns
+    {"pages": [page names], "lessons": {page: executed copy}}."""
     if target.exists():
         shutil.rmtree(target)
     (target / "notebooks").mkdir(parents=True)
@@ -162,14 +199,16 @@ def lay_out(edition: Edition, executed: dict[str, Path], target: Path) -> dict:
             cell["id"] = "book-exercise-link"
             nb.cells.append(cell)
         nbformat.write(nb, target / "notebooks" / name)
-    guide_pages = []
+    guide_pages, guide_entries = [], []
     for guide in edition.guides:
-        (target / "docs" / guide.name).write_text(
-            join_cjk_lines(guide.read_text(encoding="utf-8")), encoding="utf-8")
+        (target / "docs" / guide.name).write_text(guide_page(edition, guide, twin_built),
+                                                  encoding="utf-8")
         guide_pages.append(f"docs/{guide.name}")
+        guide_entries.append(f"{title(guide)}{edition.words['english_only']} <docs/{guide.stem}>"
+                             if edition.english_only(guide) else f"docs/{guide.name}")
     lessons = sorted(executed)
     (target / "index.md").write_text(
-        join_cjk_lines(front_page(edition, lessons, exercise_names, guide_pages)),
+        join_cjk_lines(front_page(edition, lessons, exercise_names, guide_entries)),
         encoding="utf-8")
     pages = (["index"] + [f"notebooks/{n[:-6]}" for n in lessons]
              + [f"exercises/{n[:-6]}" for n in exercise_names]

@@ -395,3 +395,34 @@ def test_a_line_break_between_chinese_characters_is_joined_on_the_pages():
     assert sources.join_cjk_lines(text) == ("被提出，正是为了中文\nEnglish\n中文\n- 列表\n- 第二项\n"
                                             "```python\n# 中文\n# 注释\n```\n结尾")
     assert sources.join_cjk_lines("An English\nparagraph") == "An English\nparagraph"
+
+
+def test_text_in_a_formula_shows_its_characters_not_their_escapes():
+    sys.path.insert(0, str(ROOT / "book" / "sphinx"))
+    from mathml import _mathml
+
+    shown = _mathml(r"\text{length}^{\text{length\_penalty}} + \text{a\&b}", "inline")
+    assert "<mtext>length_penalty</mtext>" in shown and "<mtext>a&amp;b</mtext>" in shown
+
+
+def test_a_guide_links_its_twin_page_and_the_chinese_edition_says_which_are_english():
+    english, chinese = sources.editions()
+    instructor = ROOT / "docs" / "instructor.md"
+    assert '<a href="../zh/docs/instructor.html">中文版</a>' in sources.guide_page(
+        english, instructor, twin_built=True)
+    alone = sources.guide_page(english, instructor, twin_built=False)
+    assert "中文版" in alone and "](zh/instructor.md)" not in alone and "<a " not in alone
+    assert '<a href="../../docs/instructor.html">English</a>' in sources.guide_page(
+        chinese, ROOT / "docs" / "zh" / "instructor.md", twin_built=True)
+    server = ROOT / "docs" / "server.md"
+    assert chinese.english_only(server) and not english.english_only(server)
+    page = sources.guide_page(chinese, server, twin_built=True)
+    heading, rest = page.split("\n", 1)
+    assert heading.startswith("# ") and rest.lstrip().startswith(":::{note}\n本指南尚无中文版")
+    assert not chinese.english_only(ROOT / "docs" / "zh" / "instructor.md")
+
+
+def test_the_chinese_search_dictionary_holds_the_terms_and_their_other_names(tmp_path):
+    words = book_main.search_dictionary(tmp_path).read_text(encoding="utf-8").split("\n")
+    assert {"预填充 100000", "推测解码 100000", "投机解码 100000"} <= set(words)
+    assert not any(w.startswith(("English", "prefill")) for w in words)

@@ -145,6 +145,10 @@ def _pages(html: Path) -> list[Path]:
 
 def _broken_link(html: Path, page: Path, href: str) -> str | None:
     parts = urlsplit(href)
+    if href.startswith("#") and len(href) > 1:  # a place on the same page
+        if f'id="{unquote(href[1:])}"' not in page.read_text(encoding="utf-8"):
+            return f"{page.relative_to(html)}: {href} -> no such place on the page"
+        return None
     if parts.scheme or href.startswith(("#", "mailto:", "javascript:")):
         return None
     target = (page.parent / unquote(parts.path)).resolve() if parts.path else page
@@ -174,6 +178,8 @@ def test_every_page_loads_offline_with_its_figures_and_no_error(book, browser):
     reader.page.close()
     assert problems == []
     assert reader.remote() == [], "the book fetched something from outside its folder"
+    unfilled = [p for p in book.rglob("*.html") if "{{" in p.read_text(encoding="utf-8")]
+    assert unfilled == [], "template files with unfilled {{ pathto() }} links ship in the book"
     assert reader.errors == [], reader.errors
 
 
@@ -305,3 +311,82 @@ def test_chinese_search_finds_a_glossary_term_over_http(book, browser):
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+SIDEBAR = """() => ({
+  shown: getComputedStyle(document.querySelector('#pst-primary-sidebar')).visibility === 'visible'
+         && document.querySelector('#pst-primary-sidebar').getBoundingClientRect().right > 0,
+  dialog: document.querySelector('#pst-primary-sidebar-modal').open,
+  chapters: document.querySelector('#pst-primary-sidebar-modal').innerText,
+  contents: document.querySelector('#pst-secondary-sidebar-modal').open,
+})"""
+
+
+def test_the_sidebar_buttons_hide_and_open_the_chapter_list(book, browser):
+    """The button a reader sees beside the title hides and shows the chapter list on a wide
+    window and opens it on a narrow one; on a phone the page-contents button opens the page's
+    contents (the themes listen on a hidden header button: book.js passes the click on)."""
+    reader = Reader(browser)
+    page = reader.open((book / "notebooks" / "04_decoding.html").as_uri())
+    assert page.evaluate(SIDEBAR)["shown"]
+    page.locator("button.primary-toggle:visible").click()
+    page.wait_for_function("() => getComputedStyle(document.querySelector("
+                           "'#pst-primary-sidebar')).visibility === 'hidden'")
+    page.locator("button.primary-toggle:visible").click()
+    page.wait_for_function("() => getComputedStyle(document.querySelector("
+                           "'#pst-primary-sidebar')).visibility === 'visible'")
+    page.set_viewport_size({"width": 600, "height": 900})
+    page.reload(wait_until="load")
+    assert not page.evaluate(SIDEBAR)["shown"], "a phone's window starts with the list closed"
+    page.locator("button.primary-toggle:visible").click()
+    facts = page.evaluate(SIDEBAR)
+    assert facts["dialog"] and "04 · Decoding strategies" in facts["chapters"], facts
+    page.keyboard.press("Escape")
+    page.locator("button.secondary-toggle:visible").click()
+    assert page.evaluate(SIDEBAR)["contents"]
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "narrow-page-contents.png"))
+    page.close()
+    assert reader.errors == [], reader.errors
+
+
+def test_a_display_formula_is_centred_and_shows_no_escapes(book, browser):
+    reader = Reader(browser)
+    page = reader.open((book / "notebooks" / "04_decoding.html").as_uri())
+    boxes = page.evaluate("""() => [...document.querySelectorAll('div.math')].map(d => {
+        const column = d.getBoundingClientRect(), formula = d.querySelector('math > *')
+                                                             .getBoundingClientRect();
+        return [column.left + column.width / 2, formula.left + formula.width / 2,
+                column.width]; })""")
+    assert boxes, "04 has a display formula"
+    for column_middle, formula_middle, width in boxes:
+        assert abs(column_middle - formula_middle) < 0.05 * width, boxes
+    texts = page.locator("mtext").evaluate_all("ms => ms.map(m => m.textContent)")
+    assert "length_penalty" in texts and not any("\\" in t for t in texts), texts
+    page.close()
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_printed_output_fits_a_narrow_column_without_sideways_scrolling(book, browser, lesson):
+    reader = Reader(browser)
+    reader.page.set_viewport_size({"width": 720, "height": 900})  # a tablet, or half a screen
+    page = reader.open((book / "notebooks" / f"{lesson}.html").as_uri())
+    widths = page.evaluate("""() => [...document.querySelectorAll('div.cell_output pre')]
+        .map(p => [p.clientWidth, p.scrollWidth])""")
+    assert widths and max(w[0] for w in widths) <= 700, "the column is narrow for this check"
+    assert [w for w in widths if w[1] > w[0] + 1] == []
+    page.close()
+
+
+@pytest.mark.skipif(not REAL_ZH, reason="the fixture's Chinese edition has none of these pages")
+@pytest.mark.parametrize("phrase, page_name", [
+    ("投机解码", "docs/glossary"),           # the glossary's other name for 推测解码
+    ("分页注意力", "docs/instructor"),       # 06's title, in the instructor's timetable
+    ("首词元生成时间", "notebooks/05_metrics"),  # TTFT said without 个: cut into 词元 生成 时间
+])
+def test_chinese_search_finds_the_phrases_the_course_uses(book, browser, phrase, page_name):
+    reader = Reader(browser)
+    page = reader.open((book / "zh" / "search.html").as_uri() + f"?q={phrase}")
+    page.wait_for_selector(f"#search-results ul.search li a[href*='{page_name}']",
+                           timeout=60_000)
+    page.close()

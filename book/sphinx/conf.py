@@ -22,6 +22,7 @@ exclude_patterns = ["_build", "**.ipynb_checkpoints"]
 templates_path = [str(Path(__file__).parent / "_templates")]
 html_static_path = [str(Path(__file__).parent / "_static")]
 html_css_files = ["book.css"]
+html_js_files = ["book.js"]
 
 # The notebooks arrive executed (book/execute.py, cached); Sphinx never runs them.
 nb_execution_mode = "off"

@@ -20,6 +20,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 import torch.nn.functional as F
+from IPython.display import Markdown, display
 from tqdm.auto import tqdm
 
 import minillm
@@ -237,7 +238,7 @@ else:
     sizes = dict(text_tokens=256, window=256, prompt_tokens=32, new_tokens=8)
     rows = ("fp32", "bf16", "fp16", "int8", "int8 dequant", "int4", "int4 g64")
 measured = benchmark(model, tokenizer, rows, **sizes)
-print(table(measured))
+display(Markdown(table(measured)))
 
 # %%
 fig = plot_benchmark(measured, f"SmolLM2-135M, {sizes['text_tokens']} held-out tokens")

@@ -12,7 +12,7 @@
 # 下面的每个数字都是在这台机器上、这次运行中测出来的。设置了环境变量 `CI` 时（课程的测试），
 # 规模会缩小，让笔记本在一两分钟内跑完；完整的测量见 `scripts/bench_quantization.py`。
 
-# %% en=53c905d3
+# %% en=f126319c
 import copy
 import importlib.util
 import math
@@ -22,6 +22,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 import torch.nn.functional as F
+from IPython.display import Markdown, display
 from tqdm.auto import tqdm
 
 import minillm
@@ -228,7 +229,7 @@ for g in (32, 64):
 # 算子；“int8 dequant”每次调用都重建浮点权重。第 7 节会细看这些算子，以及把语言模型头也
 # 放进 int8 的快速路径。
 
-# %% en=59e185db
+# %% en=93de5f5b
 if CI:
     sizes = dict(text_tokens=64, window=64, prompt_tokens=8, new_tokens=3)
     rows = ("fp32", "bf16", "fp16", "int8", "int8 dequant", "int4")
@@ -236,7 +237,7 @@ else:
     sizes = dict(text_tokens=256, window=256, prompt_tokens=32, new_tokens=8)
     rows = ("fp32", "bf16", "fp16", "int8", "int8 dequant", "int4", "int4 g64")
 measured = benchmark(model, tokenizer, rows, **sizes)
-print(table(measured))
+display(Markdown(table(measured)))
 
 # %% en=bd19f983
 fig = plot_benchmark(measured, f"SmolLM2-135M，{sizes['text_tokens']} 个留出词元")
