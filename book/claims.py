@@ -33,6 +33,8 @@ def _rule(lesson, pattern, holds, says) -> Rule:
 RULES = [
     _rule("", r"too noisy to call|噪声太大", lambda: False,
           "a verdict the run could not call"),
+    _rule("", r"disturbed \(|受干扰（", lambda: False,
+          "a measurement outside its physical bound, shown as disturbed"),
     _rule("", r"Glyph \d+ .*missing from", lambda: False,
           "a chart drawn without a font for its characters (boxes in place of them)"),
     _rule("", r"(?:^|[\s'\"(])/(?:root|home|tmp|work|Users)/", lambda: False,

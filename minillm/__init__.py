@@ -16,6 +16,7 @@ _EXPORTS = {
     "load_reference": "reference",
     "KVCache": "generation.kv_cache",
     "pick_device": "utils.devices",
+    "use_free_cores": "utils.cores",
     "load_tokenizer": "tokenizer",
     "load": "loading",
     "load_model": "loading",

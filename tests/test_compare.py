@@ -48,3 +48,63 @@ def test_compare_refuses_bad_arguments():
 def test_the_noisy_verdict_tells_the_learner_what_to_do():
     assert "rerun this cell" in TOO_NOISY
     assert load_average() == "" or load_average().startswith("load average ")
+
+
+def test_a_one_thread_run_whose_wall_time_load_split_is_judged_by_its_cpu_time():
+    """Another program's work lengthens wall time, never this process's CPU time: a one-thread
+    comparison whose wall-time repetitions disagree takes its verdict from CPU time, and says
+    so with the wall-time spread beside it."""
+    wall_a, wall_b = (1.0, 1.0, 1.0), (2.0, 0.9, 1.8)   # a busy core landed on b's 2nd run
+    cpu_a, cpu_b = (0.9, 0.9, 0.9), (1.6, 1.7, 1.6)
+    c = Comparison(wall_a, wall_b, cpu_a, cpu_b, threads=1)
+    assert c.by_cpu_time and c.above(1.0) is True and c.ratio == pytest.approx(1.6 / 0.9)
+    assert "of this process's CPU time" in c.spread_text()
+    assert "wall time 0.90-2.00x, disturbed by other programs" in c.spread_text()
+    # two threads: CPU time counts both threads and their waiting, so wall time decides
+    assert Comparison(wall_a, wall_b, cpu_a, cpu_b, threads=2).above(1.0) is None
+    # the work was elsewhere (a server process, a sleep): CPU time is not the cost
+    idle = Comparison(wall_a, wall_b, (0.01, 0.01, 0.01), (0.02, 0.02, 0.02), threads=1)
+    assert not idle.by_cpu_time and idle.above(1.0) is None
+    # wall times that agree keep the verdict and the wording of wall time
+    steady = Comparison((1.0, 1.0), (1.5, 1.52), (0.9, 0.9), (1.3, 1.4), threads=1)
+    assert not steady.by_cpu_time and "CPU" not in steady.spread_text()
+
+
+def _loop(n):
+    total = 0
+    for i in range(n):
+        total += i
+    return total
+
+
+def _spin():
+    while True:
+        pass
+
+
+def test_twice_the_work_is_called_twice_the_work_beside_a_busy_core(monkeypatch):
+    """A real comparison, one thread, with a second process spinning on a core (and, under
+    `make test`, the other test worker busy too): the verdict holds."""
+    import multiprocessing
+
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    spinner = multiprocessing.Process(target=_spin, daemon=True)
+    spinner.start()
+    try:
+        c = compare(lambda: _loop(200_000), lambda: _loop(400_000), repeats=5)
+    finally:
+        spinner.terminate()
+        spinner.join()
+        torch.set_num_threads(before)
+    assert c.threads == 1 and len(c.cpu_a) == 5
+    assert c.above(1.5) is True, (c.ratios, c.cpu_ratios)
+
+
+def test_microsecond_timings_keep_wall_time_whatever_their_spread():
+    """Below a millisecond the clocks' own jitter spreads the ratios: that is not load."""
+    tiny = Comparison((1e-4, 1e-4, 1e-4), (1e-6, 3e-6, 2e-6), (1e-4, 1e-4, 1e-4),
+                      (1e-6, 1e-6, 1e-6), threads=1)
+    assert not tiny.by_cpu_time and "CPU" not in tiny.spread_text()

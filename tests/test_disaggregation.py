@@ -140,3 +140,27 @@ def test_running_requests_outlive_a_start_that_takes_many_steps(tiny):
     got = long_prompt_arrival(engine, [list(range(30))] * 4, list(range(64)) * 4)
     assert got.steps == 10 and len(got.gaps) == 40  # 256 tokens, 28 a step beside 4 decodes
     assert empty(engine)
+
+
+def test_prefill_interference_is_counted_in_the_steps_and_disaggregation_has_none(tiny):
+    """The lesson's evidence that no load can change: decode tokens that shared a step with
+    another prompt's prefill, counted from the engines' recorded steps. Colocated engines have
+    some (the arrivals come while others decode); the disaggregated decode engine has none (its
+    only prompt rows are each request's last prompt token); without records there is no count."""
+    work = arrivals(12, longest=40, most_new=12)
+    together = Engine(*tiny, num_blocks=64, max_num_batched_tokens=64, record=True)
+    colocated = serve_colocated(together, work)
+    counted = colocated.interference
+    by_hand = sum(sum(1 for _, _, kind in step.items if kind == "decode")
+                  for step in together.steps
+                  if any(kind == "prefill" and n > 1 for _, n, kind in step.items)
+                  and any(kind == "decode" for _, _, kind in step.items))
+    assert counted["stalled decode tokens"] == by_hand > 0
+    assert counted["prompt tokens beside decodes"] > 0
+    prefill = Engine(*tiny, scheduler=PrefillScheduler, num_blocks=32, max_num_batched_tokens=64,
+                     record=True)
+    decode = Engine(*tiny, scheduler=DecodeScheduler, num_blocks=48, record=True)
+    split = serve_disaggregated(prefill, decode, work)
+    assert split.interference == {"stalled decode tokens": 0, "prompt tokens beside decodes": 0}
+    unrecorded = serve_colocated(Engine(*tiny, num_blocks=64), work)
+    assert unrecorded.interference is None

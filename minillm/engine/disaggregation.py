@@ -108,6 +108,7 @@ class Served:
     busy_seconds: dict = field(default_factory=dict)
     handoff_bytes: int = 0
     handoff_seconds: float = 0.0
+    interference: dict | None = None  # prefill_interference of the engines' steps, if recorded
 
     def summary(self) -> dict:
         """TTFT and TPOT at p50 and p90 over the requests, and the longest gap between two
@@ -116,6 +117,26 @@ class Served:
         return {"TTFT p50": percentile(ttft, 50), "TTFT p90": percentile(ttft, 90),
                 "TPOT p50": percentile(tpot, 50), "TPOT p90": percentile(tpot, 90),
                 text("longest gap", "最长间隔"): max((g for m in self.metrics for g in m.gaps), default=0.0)}
+
+
+def prefill_interference(engines) -> dict | None:
+    """What no load can change about how prefill got in decode's way, counted in the engines'
+    recorded steps (Engine(record=True); None if one was not recorded): "stalled decode tokens",
+    the decode rows that ran in a step which also computed a prompt (more of one than its last
+    token: a disaggregated decode engine computes only that one), and "prompt tokens beside
+    decodes", the prompt tokens those steps computed."""
+    if not all(engine.record for engine in engines):
+        return None
+    stalled = beside = 0
+    for engine in engines:
+        for step in engine.steps:
+            prompt = sum(n for _, n, kind in step.items if kind in ("prefill", "recompute")
+                         and n > 1)
+            decodes = sum(1 for _, _, kind in step.items if kind == "decode")
+            if prompt and decodes:
+                stalled += decodes
+                beside += prompt
+    return {"stalled decode tokens": stalled, "prompt tokens beside decodes": beside}
 
 
 def _arrivals(arrivals):
@@ -145,7 +166,8 @@ def serve_colocated(engines, arrivals) -> Served:
         busy[f"engine {k}"] = clocked.busy_seconds
     order = sorted(served, key=lambda key: (served[key].arrival[key[0]], key[1]))
     return Served([served[key].metrics(key[0]) for key in order],
-                  [served[key].finished[(key[0], 0)] for key in order], busy)
+                  [served[key].finished[(key[0], 0)] for key in order], busy,
+                  interference=prefill_interference(engines))
 
 
 def serve_disaggregated(prefill: Engine, decode: Engine, arrivals) -> Served:
@@ -206,4 +228,5 @@ def serve_disaggregated(prefill: Engine, decode: Engine, arrivals) -> Served:
         d.step()
     ids.sort(key=lambda rid: d.arrival[rid])
     return Served([d.metrics(rid) for rid in ids], [d.finished[(rid, 0)] for rid in ids],
-                  {"prefill": p.busy_seconds, "decode": d.busy_seconds}, moved_bytes, moved_s)
+                  {"prefill": p.busy_seconds, "decode": d.busy_seconds}, moved_bytes, moved_s,
+                  prefill_interference([prefill, decode]))

@@ -29,6 +29,7 @@ from minillm.course.show import shown_path
 from minillm.utils.devices import Timer, describe, now, pick_device
 
 device = pick_device("auto")  # a CUDA GPU or Apple's MPS when there is one, else the CPU
+print(minillm.use_free_cores())  # one thread fewer for each core other programs keep busy
 for key, value in describe().items():
     print(f"{key:>12}: {value}")
 

@@ -43,6 +43,7 @@ for key, value in describe().items():
 
 # %%
 device = minillm.pick_device("auto")  # the lesson runs on the device printed above
+print(minillm.use_free_cores())  # one thread fewer for each core other programs keep busy
 model, tokenizer = minillm.load("smollm2-135m", dtype=torch.float32, device=device)
 c = model.config
 print(f"{c.n_layers} layers, {c.n_heads} query heads, {c.n_kv_heads} key/value heads of "

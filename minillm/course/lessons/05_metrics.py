@@ -34,6 +34,7 @@ from minillm.quant.measure import bytes_moved_per_token, int8_decode_paths
 CI = bool(os.environ.get("CI"))
 torch.manual_seed(0)
 device = pick_device("auto")
+print(minillm.use_free_cores())  # one thread fewer for each core other programs keep busy
 for key, value in describe().items():
     print(f"{key:>12}: {value}")
 if load_average():

@@ -24,6 +24,7 @@ from minillm.utils.devices import Timer, describe, pick_device
 CI = bool(os.environ.get("CI"))
 torch.manual_seed(0)
 device = pick_device("auto")
+print(minillm.use_free_cores())  # one thread fewer for each core other programs keep busy
 for key, value in describe().items():
     print(f"{key:>12}: {value}")
 

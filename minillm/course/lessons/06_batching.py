@@ -45,6 +45,7 @@ CI = bool(os.environ.get("CI"))
 REPEATS = 2  # interleaved repetitions behind each verdict (each side timed twice)
 torch.manual_seed(0)
 device = minillm.pick_device("auto")
+print(minillm.use_free_cores())  # one thread fewer for each core other programs keep busy
 model, tokenizer = minillm.load("smollm2-135m", dtype=torch.float32, device=device)
 print(f"device: {device}, {torch.get_num_threads()} CPU threads; {load_average()} "
       "(other programs share the machine: the timings move with them)")
@@ -694,11 +695,17 @@ pd_arrivals = [(t, w.prompt, {"max_new_tokens": w.max_new_tokens, "ignore_eos": 
 pd = {"2 colocated": [], "prefill + decode": []}
 for _ in range(REPEATS):  # interleaved
     two = [new_engine("continuous", enable_prefix_caching=False) for _ in range(2)]
-    pd["2 colocated"].append(serve_colocated(two, pd_arrivals).summary())
+    together = serve_colocated(two, pd_arrivals)
+    pd["2 colocated"].append(together.summary())
     split = serve_disaggregated(new_engine(PrefillScheduler, enable_prefix_caching=False),
                                 new_engine(DecodeScheduler, max_num_seqs=2 * SEATS),
                                 pd_arrivals)
     pd["prefill + decode"].append(split.summary())
+# counted in the engines' steps, not timed: the same on any machine, however busy
+for name, served in (("2 colocated", together), ("prefill + decode", split)):
+    counts = served.interference
+    print(f"{name:>17}: {counts['stalled decode tokens']:>3} decode tokens waited for a prompt "
+          f"({counts['prompt tokens beside decodes']} prompt tokens computed in their steps)")
 for name, rows in pd.items():
     print(f"{name:>17}: " + ", ".join(f"{k} {1000 * v:.0f} ms" for k, v in rows[-1].items()))
 print(f"hand-over: {split.handoff_bytes / 2**20:.1f} MiB of KV blocks copied in "
@@ -710,9 +717,10 @@ for key in ("TPOT p90", "longest gap", "TTFT p50"):
     print(f"{key:>12}, disaggregated / colocated: {c.spread_text()}: {verdict}")
 
 # %% [markdown]
-# Read the verdicts together. The decode machine's steps never carry a prompt, so its requests
-# lose their prefill stalls: that is the interference disaggregation removes, and it shows in
-# the TPOT tail and the longest gap. The decode machine holds every request, twice the rows of
+# Read the counts first: the decode machine's steps never carry a prompt, so no decode token of
+# it waits for one. That is the interference disaggregation removes, counted, so no load on this
+# machine can change it; the clocks show what it is worth here, in the TPOT tail and the longest
+# gap. The decode machine holds every request, twice the rows of
 # each colocated engine, and on a CPU a wider step costs more (section 2), so the typical gap
 # need not shrink. A new prompt pays for the hand-over: the prefill machine serves every prompt
 # (twice as many as each colocated engine), the blocks are copied, and the first token waits for

@@ -27,6 +27,7 @@ import minillm
 from minillm.course import show_source
 from minillm import quant
 from minillm.measure.bandwidth import read_bandwidth
+from minillm.measure.comparison import load_average
 from minillm.utils.devices import Timer
 from minillm.fast import optimize
 from minillm.tools.bench.quantization import benchmark, held_out_ids, machine, plot_benchmark, table
@@ -34,6 +35,7 @@ from minillm.tools.bench.quantization import benchmark, held_out_ids, machine, p
 CI = bool(os.environ.get("CI"))
 torch.manual_seed(0)
 device = minillm.pick_device("auto")
+print(minillm.use_free_cores())  # one thread fewer for each core other programs keep busy
 # The readable model (fast=False): this chapter swaps and inspects its linear layers one by one.
 model, tokenizer = minillm.load("smollm2-135m", device=device, fast=False)
 n_params = sum(p.numel() for p in model.parameters())
@@ -508,9 +510,24 @@ for name, engine in engines.items():
     print(f"{name:>5}: {bytes_per_token(engine) / 1e6:5.0f} MB a token, batch 1 "
           f"{speeds[name][0]:5.1f} tok/s ({speeds[name][0] / bound:.0%} of its bound "
           f"{bound:.0f}), batch 16 {speeds[name][1]:6.1f} tok/s in all")
-print(f"int8 at batch 1: {speeds['int8'][0] / speeds['fp32'][0]:.2f}x fp32, "
-      f"{speeds['int8'][0] / speeds['bf16'][0]:.2f}x bf16; at batch 16: "
-      f"{speeds['int8'][1] / speeds['fp32'][1]:.2f}x fp32")
+# int8 reads a quarter of fp32's bytes: at batch 1 it cannot be much more than that much faster.
+# A ratio beyond the bytes' means a disturbed timing: both are measured again, the faster kept.
+byte_ratio = bytes_per_token(engines["fp32"]) / bytes_per_token(engines["int8"])
+for _ in range(2):
+    if speeds["int8"][0] / speeds["fp32"][0] <= 1.125 * byte_ratio:
+        break
+    for name in ("fp32", "int8"):
+        again = minillm.generate(engines[name], tokenizer, chat, max_new_tokens=new,
+                                 ignore_eos=True).metrics.decode_tokens_per_second
+        speeds[name] = (max(speeds[name][0], again), speeds[name][1])
+ratio = speeds["int8"][0] / speeds["fp32"][0]
+if ratio <= 1.125 * byte_ratio:
+    print(f"int8 at batch 1: {ratio:.2f}x fp32, "
+          f"{speeds['int8'][0] / speeds['bf16'][0]:.2f}x bf16; at batch 16: "
+          f"{speeds['int8'][1] / speeds['fp32'][1]:.2f}x fp32")
+else:
+    print(f"int8 at batch 1: disturbed ({ratio:.2f}x fp32 measured, above the {byte_ratio:.1f}x "
+          f"its bytes allow; {load_average()})")
 
 # %% [markdown]
 # So a naive int8 path is slower than float (it rebuilds a float weight, or it rounds the

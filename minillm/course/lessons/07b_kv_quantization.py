@@ -33,6 +33,7 @@ from minillm.tools.bench.quantization import held_out_ids
 CI = bool(os.environ.get("CI"))
 torch.manual_seed(0)
 model, tokenizer = minillm.load("smollm2-135m")
+print(minillm.use_free_cores())  # one thread fewer for each core other programs keep busy
 c = model.config
 print(f"{c.n_layers} layers, {c.n_kv_heads} key/value heads of {c.head_dim} values each")
 EVAL_TOKENS = 48 if CI else 256  # held-out text the caches are scored on

@@ -30,6 +30,7 @@ for key, value in describe().items():
 print(load_average())
 
 device = minillm.pick_device("auto")
+print(minillm.use_free_cores())  # one thread fewer for each core other programs keep busy
 model, tokenizer = minillm.load("smollm2-135m", dtype=torch.float32, device=device, fast=False)
 c = model.config
 print("tokens of two runs are compared", rule(model))

@@ -21,7 +21,7 @@
 # 本课程里的每个数字，都是在你眼前的这次运行中测出来的。所以先看看我们跑在什么机器上。
 # 有 CUDA GPU 时 minillm 就用 GPU，其次是 Apple 的 MPS，两者都没有才用 CPU。
 
-# %% en=a8794a20
+# %% en=70e61af4
 import os
 
 import matplotlib.pyplot as plt
@@ -32,6 +32,7 @@ from minillm.course.show import shown_path
 from minillm.utils.devices import Timer, describe, now, pick_device
 
 device = pick_device("auto")  # 有 CUDA GPU 或 Apple 的 MPS 就用它，否则用 CPU
+print(minillm.use_free_cores())  # 其他程序每占满一个核心，就少用一个线程
 for key, value in describe().items():
     print(f"{key:>12}: {value}")
 

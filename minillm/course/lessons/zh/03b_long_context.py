@@ -39,8 +39,9 @@ torch.manual_seed(0)
 for key, value in describe().items():
     print(f"{key:>12}: {value}")
 
-# %% en=1733c9db
+# %% en=d47c7d7d
 device = minillm.pick_device("auto")  # 本课运行在上面打印出的设备上
+print(minillm.use_free_cores())  # 其他程序每占满一个核心，就少用一个线程
 model, tokenizer = minillm.load("smollm2-135m", dtype=torch.float32, device=device)
 c = model.config
 print(f"{c.n_layers} 层，{c.n_heads} 个查询头，{c.n_kv_heads} 个键/值头，每个头宽 "

@@ -12,7 +12,7 @@
 # 规模会缩小，让这个 notebook 一两分钟就能跑完。选读的附录 `05b_fast_engine` 打开了本课所测的
 # 快速引擎。
 
-# %% en=e9b1cefd
+# %% en=7a11d8d0
 import os
 import statistics
 
@@ -36,6 +36,7 @@ from minillm.quant.measure import bytes_moved_per_token, int8_decode_paths
 CI = bool(os.environ.get("CI"))
 torch.manual_seed(0)
 device = pick_device("auto")
+print(minillm.use_free_cores())  # 其他程序每占满一个核心，就少用一个线程
 for key, value in describe().items():
     print(f"{key:>12}: {value}")
 if load_average():

@@ -9,7 +9,7 @@
 # 对第 02 章搭的模型改了什么，在 GPU 上是什么决定了它一步的速度，以及编译器（`torch.compile`）
 # 还能在此之上添些什么。后面的课都不依赖这篇附录。
 
-# %% en=0e3c7c1d
+# %% en=6c5e3b61
 import os
 
 import torch
@@ -27,6 +27,7 @@ from minillm.utils.devices import Timer, describe, pick_device
 CI = bool(os.environ.get("CI"))
 torch.manual_seed(0)
 device = pick_device("auto")
+print(minillm.use_free_cores())  # 其他程序每占满一个核心，就少用一个线程
 for key, value in describe().items():
     print(f"{key:>12}: {value}")
 

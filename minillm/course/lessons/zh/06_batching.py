@@ -25,7 +25,7 @@
 # 引擎在 `minillm/engine/` 里。下面的每个数字都是在这次运行中测出来的。设置了环境变量 `CI` 时（课程的
 # 测试会设），规模会缩小。
 
-# %% en=155ade49
+# %% en=c27a8c2a
 import os
 import time
 
@@ -44,6 +44,7 @@ CI = bool(os.environ.get("CI"))
 REPEATS = 2  # 每个结论背后交替重复的次数（每一边各计时两次）
 torch.manual_seed(0)
 device = minillm.pick_device("auto")
+print(minillm.use_free_cores())  # 其他程序每占满一个核心，就少用一个线程
 model, tokenizer = minillm.load("smollm2-135m", dtype=torch.float32, device=device)
 print(f"设备：{device}，{torch.get_num_threads()} 个 CPU 线程；{load_average()}"
       "（还有别的程序在用这台机器：计时会随它们波动）")
@@ -651,7 +652,7 @@ show_source(DecodeScheduler.receive)
 # 公平的比较在两种方式下都用同样的两台机器：两个普通引擎轮流各服务一半的请求，对比一个预填充引擎加一个
 # 解码引擎。同样的请求在两边都按同样的泊松时刻到达：
 
-# %% en=3ebd4aee
+# %% en=1545d691
 PD_N = 6 if CI else 8
 pd_work = make_workload(tokenizer, PD_N, prompt_lengths=(32, 96 if CI else 160),
                         output_lengths=(8, 12 if CI else 24), seed=3)
@@ -660,11 +661,17 @@ pd_arrivals = [(t, w.prompt, {"max_new_tokens": w.max_new_tokens, "ignore_eos": 
 pd = {"2 个同置引擎": [], "预填充 + 解码": []}
 for _ in range(REPEATS):  # 交替进行
     two = [new_engine("continuous", enable_prefix_caching=False) for _ in range(2)]
-    pd["2 个同置引擎"].append(serve_colocated(two, pd_arrivals).summary())
+    together = serve_colocated(two, pd_arrivals)
+    pd["2 个同置引擎"].append(together.summary())
     split = serve_disaggregated(new_engine(PrefillScheduler, enable_prefix_caching=False),
                                 new_engine(DecodeScheduler, max_num_seqs=2 * SEATS),
                                 pd_arrivals)
     pd["预填充 + 解码"].append(split.summary())
+# 在引擎记录的步里数出来，不是计时：在任何机器上、无论多忙都一样
+for name, served in (("2 个同置引擎", together), ("预填充 + 解码", split)):
+    counts = served.interference
+    print(f"{name:>17}：{counts['stalled decode tokens']:>3} 个解码词元等过提示词"
+          f"（这些步里算了 {counts['prompt tokens beside decodes']} 个提示词词元）")
 for name, rows in pd.items():
     print(f"{name:>17}：" + "，".join(f"{k} {1000 * v:.0f} ms" for k, v in rows[-1].items()))
 print(f"交接：为 {PD_N} 个提示词复制了 {split.handoff_bytes / 2**20:.1f} MiB 的 KV 块，"
@@ -675,9 +682,9 @@ for key in ("TPOT p90", "最长间隔", "TTFT p50"):
     verdict = {True: "更高", False: "更低", None: TOO_NOISY}[c.above(1.0)]
     print(f"{key:>12}，分离 / 同置：{c.spread_text()}：{verdict}")
 
-# %% [markdown] en=bec40cab
-# 把这几个结论放在一起读。解码机器的步里从不带提示词，所以它的请求不再有预填充造成的停顿：这正是分离所
-# 消除的干扰，它体现在 TPOT 的尾部和最长间隔上。解码机器装着所有的请求，行数是每个同置引擎的两倍，而在
+# %% [markdown] en=436ca9cf
+# 先读计数：解码机器的步里从不带提示词，所以它的解码词元没有一个要等提示词。这正是分离所消除的干扰；它是
+# 数出来的，这台机器上的任何负载都改变不了它。时钟则显示它在这里值多少：体现在 TPOT 的尾部和最长间隔上。解码机器装着所有的请求，行数是每个同置引擎的两倍，而在
 # CPU 上更宽的一步代价更高（第 2 节），所以典型的间隔未必缩短。新提示词要为交接付出代价：预填充机器服务
 # 所有的提示词（是每个同置引擎的两倍），块要复制，第一个词元还要等解码机器的一步。在 GPU 上，32 行的解码
 # 步只比 16 行的贵一点点，复制则经由 NVLink 或 RDMA 在做其他工作的同时进行；部署时会分别确定两个机器池的

@@ -12,7 +12,7 @@
 # 下面的每个数字都是在这台机器上、这次运行中测出来的。设置了环境变量 `CI` 时（课程的测试），
 # 规模会缩小，让笔记本在一两分钟内跑完；完整的测量见 `scripts/bench_quantization.py`。
 
-# %% en=f126319c
+# %% en=e5d25e62
 import copy
 import importlib.util
 import math
@@ -29,6 +29,7 @@ import minillm
 from minillm.course import show_source
 from minillm import quant
 from minillm.measure.bandwidth import read_bandwidth
+from minillm.measure.comparison import load_average
 from minillm.utils.devices import Timer
 from minillm.fast import optimize
 from minillm.tools.bench.quantization import benchmark, held_out_ids, machine, plot_benchmark, table
@@ -36,6 +37,7 @@ from minillm.tools.bench.quantization import benchmark, held_out_ids, machine, p
 CI = bool(os.environ.get("CI"))
 torch.manual_seed(0)
 device = minillm.pick_device("auto")
+print(minillm.use_free_cores())  # 其他程序每占满一个核心，就少用一个线程
 # 可读版模型（fast=False）：本章要把它的线性层一个个换掉、逐个查看
 model, tokenizer = minillm.load("smollm2-135m", device=device, fast=False)
 n_params = sum(p.numel() for p in model.parameters())
@@ -477,7 +479,7 @@ if "int8 算子" in error and "int8 动态" in error:
 # 每个词元要读的字节数走，上限就是第 05 章测过的那个界（带宽 / 字节数）。有 16 行时，算子要把
 # 每个权重乘 16 次：这是计算受限的情形，字节少了也帮不上多少忙。
 
-# %% en=49ac5e76
+# %% en=856b9306
 from minillm.measure.bandwidth import decode_bound  # noqa: E402
 from minillm.model.memory import bytes_per_token  # noqa: E402
 
@@ -499,9 +501,24 @@ for name, engine in engines.items():
     print(f"{name:>5}：每个词元 {bytes_per_token(engine) / 1e6:5.0f} MB，批大小 1 时 "
           f"{speeds[name][0]:5.1f} 词元/秒（达到其上限 {bound:.0f} 的 "
           f"{speeds[name][0] / bound:.0%}），批大小 16 时合计 {speeds[name][1]:6.1f} 词元/秒")
-print(f"批大小 1 时 int8 是 fp32 的 {speeds['int8'][0] / speeds['fp32'][0]:.2f}x，"
-      f"bf16 的 {speeds['int8'][0] / speeds['bf16'][0]:.2f}x；批大小 16 时是 fp32 的 "
-      f"{speeds['int8'][1] / speeds['fp32'][1]:.2f}x")
+# int8 读的字节是 fp32 的四分之一：批大小 1 时，它不可能比这个倍数快出很多。
+# 超过字节比的倍数说明计时受了干扰：两者都重测一次，保留较快的那次。
+byte_ratio = bytes_per_token(engines["fp32"]) / bytes_per_token(engines["int8"])
+for _ in range(2):
+    if speeds["int8"][0] / speeds["fp32"][0] <= 1.125 * byte_ratio:
+        break
+    for name in ("fp32", "int8"):
+        again = minillm.generate(engines[name], tokenizer, chat, max_new_tokens=new,
+                                 ignore_eos=True).metrics.decode_tokens_per_second
+        speeds[name] = (max(speeds[name][0], again), speeds[name][1])
+ratio = speeds["int8"][0] / speeds["fp32"][0]
+if ratio <= 1.125 * byte_ratio:
+    print(f"批大小 1 时 int8 是 fp32 的 {ratio:.2f}x，"
+          f"bf16 的 {speeds['int8'][0] / speeds['bf16'][0]:.2f}x；批大小 16 时是 fp32 的 "
+          f"{speeds['int8'][1] / speeds['fp32'][1]:.2f}x")
+else:
+    print(f"批大小 1 时 int8：受干扰（测得 fp32 的 {ratio:.2f}x，超过其字节所允许的 "
+          f"{byte_ratio:.1f}x；{load_average()}）")
 
 # %% [markdown] en=cdeaf172
 # 所以，朴素的 int8 路径比浮点慢（它要重建浮点权重，或者像 LLM.int8() 那样把激活舍入到 8 比特，

@@ -13,7 +13,7 @@
 # 然后在真实模型上测量：它省下了什么（每个词元的字节数），付出了什么（logits 误差、
 # 困惑度、贪心解码的文本），以及同样的内存能多放下多少词元。
 
-# %% en=58196791
+# %% en=6f0d7372
 import math
 import os
 
@@ -36,6 +36,7 @@ from minillm.tools.bench.quantization import held_out_ids
 CI = bool(os.environ.get("CI"))  # 在测试套件里运行时用更小的规模
 torch.manual_seed(0)
 model, tokenizer = minillm.load("smollm2-135m")
+print(minillm.use_free_cores())  # 其他程序每占满一个核心，就少用一个线程
 c = model.config
 print(f"{c.n_layers} 层，{c.n_kv_heads} 个键/值头，每个头 {c.head_dim} 个值")
 EVAL_TOKENS = 48 if CI else 256  # 用来给各个缓存打分的留出文本

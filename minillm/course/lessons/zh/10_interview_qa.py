@@ -42,10 +42,11 @@ for key, value in describe().items():
 # %% [markdown] en=fccef3b3
 # 回答这些问题要打开模型看内部（参数、层、投影），所以我们加载可读版的模型（`fast=False`，也就是第 02 章画过的那个），放在上面打印出的设备上。有些答案要比较两次运行得到的词元（一个批次对比单个请求，有缓存对比无缓存）：在 CPU 上逐个严格比较；在 GPU 上则比较到第一处前两名 logits 几乎相等的位置为止，因为 GPU 算子的求和顺序随张量形状而变（`minillm.generation.agreement`）。
 
-# %% en=7f20e7e6
+# %% en=8b232ef3
 from minillm.generation.agreement import agree, rule
 
 device = minillm.pick_device("auto")
+print(minillm.use_free_cores())  # 其他程序每占满一个核心，就少用一个线程
 model, tokenizer = minillm.load("smollm2-135m", dtype=torch.float32, device=device, fast=False)
 c = model.config
 print("两次运行的词元这样比较：", rule(model))

@@ -13,7 +13,7 @@
 # | 批处理、分页与前缀 | Q18–Q20 |
 # | 量化、推测解码与横向扩展 | Q21–Q24 |
 
-# %% en=66351583
+# %% en=4df4677b
 import os
 import statistics
 
@@ -35,6 +35,7 @@ for key, value in describe().items():
     print(f"{key:>12}: {value}")
 
 device = minillm.pick_device("auto")
+print(minillm.use_free_cores())  # 其他程序每占满一个核心，就少用一个线程
 model, tokenizer = minillm.load("smollm2-135m", dtype=torch.float32, device=device, fast=False)
 c = model.config
 print("两次运行的词元这样比较：", rule(model))

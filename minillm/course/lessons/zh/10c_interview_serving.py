@@ -6,7 +6,7 @@
 #
 # 这是第 10 章的 Q25–Q32，讲的是如今每个大规模部署都在用的技术，最后是自测（self-check quiz）。和 `10_interview_qa`、`10b_interview_engine` 一样，每道题先给出中文答案，再用一个以 `assert` 结尾的单元格证明它。答案要比较两组计时的，两边都交替测量、重复几次；结论会给出波动范围，几次重复结果不一致时就说“噪声太大，无法判断”。
 
-# %% en=5c8abba0
+# %% en=a8b8fb5e
 import os
 
 import torch
@@ -29,6 +29,7 @@ for key, value in describe().items():
 print(load_average())
 
 device = minillm.pick_device("auto")
+print(minillm.use_free_cores())  # 其他程序每占满一个核心，就少用一个线程
 model, tokenizer = minillm.load("smollm2-135m", dtype=torch.float32, device=device, fast=False)
 c = model.config
 print("两次运行的词元这样比较：", rule(model))
