@@ -33,7 +33,7 @@ def test_every_option_is_a_field_or_left_out_on_purpose():
 
 def _config_accepts(option, value) -> bool:
     # the server samples at any temperature above 0, so its sampling options take effect
-    fields = {option: value, "do_sample": option in ("top_k", "top_p") or (
+    fields = {option: value, "do_sample": option in ("top_k", "top_p", "min_p") or (
         option == "temperature" and value > 0)}
     try:
         GenerationConfig(**fields)

@@ -90,6 +90,55 @@ def test_echo_logprobs_equal_minillm_and_transformers(client, smollm2, reference
     assert sum(lp.token_logprobs[-4:]) == pytest.approx(float(got[-4:].sum()), abs=1e-4)
 
 
+def test_a_continuation_that_ends_in_eos_is_scored_as_lm_eval_reads_it(server, smollm2):
+    """lm-evaluation-harness scores a continuation with echo, logprobs 1 and max_tokens 1, and
+    reads token_logprobs[ctxlen:-1], taking the last entry to be the generated token. Where that
+    token is the end of the sequence, the text leaves it out but the log-probabilities list it
+    (OpenAI's and vLLM's legacy completions do), so the slice is the continuation's tokens."""
+    model, tokenizer = smollm2
+    context = tokenizer.apply_chat_template([{"role": "user", "content": "What is 2+2?"}])
+    continuation = "The answer to this classic math problem is 4."
+    ctx_ids = tokenizer.encode(context)
+    ids = tokenizer.encode(context + continuation)
+    r = httpx.post(server.url + "/v1/completions", timeout=120, json={
+        "prompt": ids, "echo": True, "logprobs": 1, "max_tokens": 1, "temperature": 0})
+    assert r.status_code == 200, r.text
+    choice = r.json()["choices"][0]
+    lp = choice["logprobs"]
+    assert choice["finish_reason"] == "stop" and not choice["text"].endswith("<|im_end|>")
+    assert len(lp["tokens"]) == len(ids) + 1 and lp["tokens"][-1] == "<|im_end|>"
+    with torch.inference_mode():
+        logits = torch.log_softmax(model(torch.tensor([ids]))[0].float(), dim=-1)
+    want = logits[:-1].gather(1, torch.tensor(ids[1:])[:, None])[:, 0]
+    read = torch.tensor(lp["token_logprobs"][len(ctx_ids):-1])
+    torch.testing.assert_close(read, want[len(ctx_ids) - 1:], rtol=0, atol=1e-4)
+    assert lp["token_logprobs"][-1] == pytest.approx(float(logits[-1, 2]), abs=1e-4)  # the EOS
+    assert r.json()["usage"]["completion_tokens"] == 1
+    streamed = []
+    with httpx.stream("POST", server.url + "/v1/completions", timeout=120, json={
+            "prompt": ids, "echo": True, "logprobs": 1, "max_tokens": 1, "temperature": 0,
+            "stream": True}) as events:
+        for line in events.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                chunk = json.loads(line[6:])["choices"][0]
+                streamed += (chunk["logprobs"] or {}).get("tokens", [])
+    assert streamed == lp["tokens"]
+
+
+def test_min_tokens_keeps_an_answer_going_past_its_end_of_sequence(server):
+    """The greedy answer to "What is 2+2?" ends after 12 tokens; with min_tokens 16 the end of
+    sequence waits, and the answer is the same text for its first 11 tokens, then goes on."""
+    ask = {"messages": [{"role": "user", "content": "What is 2+2?"}], "max_tokens": 24,
+           "temperature": 0}
+    short = httpx.post(server.url + "/v1/chat/completions", timeout=120, json=ask).json()
+    longer = httpx.post(server.url + "/v1/chat/completions", timeout=120,
+                        json={**ask, "min_tokens": 16}).json()
+    assert short["usage"]["completion_tokens"] == 12
+    assert longer["usage"]["completion_tokens"] >= 16
+    first = short["choices"][0]["message"]["content"]
+    assert longer["choices"][0]["message"]["content"].startswith(first)
+
+
 def test_chat_logprobs_bytes_add_up_to_the_answer(client):
     r = client.chat.completions.create(
         model="smollm2-135m", messages=[{"role": "user", "content": "用中文说你好"}],

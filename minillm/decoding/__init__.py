@@ -22,8 +22,8 @@ from .beam_search import Hypothesis, beam_search
 from .config import GenerationConfig, IgnoredSamplingOptionsWarning
 from .grammar_backend import GRAMMAR_BACKENDS, make_json_constraint
 from .json_constraint import JSONConstraint, SchemaError
-from .processors import (BadWordsProcessor, FrequencyPenaltyProcessor, MinPProcessor,
-                         NoRepeatNGramProcessor, PresencePenaltyProcessor, ProcessorList,
+from .processors import (BadWordsProcessor, FrequencyPenaltyProcessor, MinNewTokensProcessor,
+                         MinPProcessor, NoRepeatNGramProcessor, PresencePenaltyProcessor, ProcessorList,
                          RepetitionPenaltyProcessor, TemperatureProcessor, TopKProcessor,
                          TopPProcessor, bad_words_ids, build_processors)
 from .sampling import choose_next_token, make_generator
@@ -34,5 +34,5 @@ __all__ = [
     "Hypothesis", "ProcessorList", "TemperatureProcessor", "TopKProcessor", "TopPProcessor",
     "MinPProcessor", "RepetitionPenaltyProcessor", "NoRepeatNGramProcessor", "BadWordsProcessor",
     "bad_words_ids", "PresencePenaltyProcessor", "FrequencyPenaltyProcessor", "JSONConstraint",
-    "SchemaError", "GRAMMAR_BACKENDS", "make_json_constraint",
+    "SchemaError", "GRAMMAR_BACKENDS", "make_json_constraint", "MinNewTokensProcessor",
 ]

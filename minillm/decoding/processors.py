@@ -17,6 +17,8 @@ top-k, top-p and min-p.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..utils.validate import check_int
@@ -189,6 +191,24 @@ class BadWordsProcessor:
                 start = word[:-1]
                 if len(start) <= len(tokens) and tokens[len(tokens) - len(start):] == start:
                     scores[row, word[-1]] = NEG_INF
+        return scores
+
+
+class MinNewTokensProcessor(GeneratedTokens):
+    """No end of sequence before `min_new_tokens` tokens: the EOS tokens' logits are -inf while
+    fewer have been generated (transformers' MinNewTokensLengthLogitsProcessor, vLLM's
+    min_tokens). Stop strings still end the text where they appear."""
+
+    def __init__(self, min_new_tokens: int, eos_token_ids, prompt_length: int | None = None):
+        super().__init__(prompt_length)
+        self.min_new_tokens = check_int("min_new_tokens", min_new_tokens, 0)
+        self.eos_token_ids = [check_int("eos_token_ids", i, 0) for i in eos_token_ids]
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if not self.eos_token_ids or self.generated(input_ids).shape[1] >= self.min_new_tokens:
+            return scores
+        scores = scores.clone()
+        scores[..., self.eos_token_ids] = -math.inf
         return scores
 
 

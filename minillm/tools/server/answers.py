@@ -4,9 +4,11 @@ An answer has n choices, one per sample of the request; the engine reports each 
 RequestOutputs that carry its `index`. A `CompletionAnswer` or `ChatAnswer` remembers, per choice,
 what a stream has sent so far, and builds the response models of responses.py.
 
-Two rules shared by both: the end-of-sequence token that ended an answer is not listed in the
-log-probabilities (it is not part of the text), and usage counts every generated token, that one
-included. With echo and max_tokens 0 the engine generates one token, which the answer leaves out
+The end-of-sequence token that ended an answer is not part of its text. The legacy completions
+list it in their log-probabilities all the same, with its token text, as OpenAI's and vLLM's do
+(lm-eval scores a continuation by reading the last entry as the one generated token: leaving the
+EOS out would make it read the continuation's last token instead); chat's log-probabilities
+leave it out, as OpenAI's chat does. Usage counts every generated token, that one included. With echo and max_tokens 0 the engine generates one token, which the answer leaves out
 entirely: the prompt alone is scored (vLLM does the same).
 """
 
@@ -43,12 +45,15 @@ class Answer:
         self.generates = generates  # False: echo with max_tokens 0, nothing generated is shown
         self.sent = [Sent() for _ in range(n)]
 
+    lists_eos = False  # whether the log-probabilities list the EOS token that ended an answer
+
     def generated(self, out) -> tuple[list[int], list]:
-        """The answer's tokens and their log-probabilities (the ending EOS token left out)."""
+        """The answer's tokens and their log-probabilities (the ending EOS token left out unless
+        this answer `lists_eos`)."""
         if not self.generates:
             return [], []
         ids, entries = list(out.token_ids), list(out.logprobs or [])
-        if out.finish_reason == "eos":
+        if out.finish_reason == "eos" and not self.lists_eos:
             ids, entries = ids[:-1], entries[:-1]
         return ids, entries
 
@@ -68,6 +73,8 @@ class Answer:
 
 class CompletionAnswer(Answer):
     """/v1/completions: the text (after the prompt, with `echo`), legacy log-probabilities."""
+
+    lists_eos = True
 
     def __init__(self, *args, echo: bool = False, prompt_text: str = "", **kwargs):
         super().__init__(*args, **kwargs)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import logging
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
@@ -25,14 +26,18 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ...decoding import SchemaError, make_json_constraint
+from ...decoding import MinNewTokensProcessor, ProcessorList, SchemaError, make_json_constraint
 from ...decoding.grammar_backend import check_grammar_backend
 from ...generation.request import eos_ids, encode_prompts
 from .answers import ChatAnswer, CompletionAnswer, merge_completions
 from .logprobs import TokenText
-from .protocol import APIError, ChatCompletionRequest, CompletionRequest, error_body
-from .responses import Health, ModelCard, ModelList
+from .protocol import (APIError, ChatCompletionRequest, CompletionRequest, DetokenizeRequest,
+                       TokenizeRequest, error_body)
+from .responses import DetokenizeResponse, Health, ModelCard, ModelList, TokenizeResponse
 from .runner import EngineLoop, now
+
+log = logging.getLogger("minillm.server")
+IGNORED_HEADER = "X-Minillm-Ignored-Fields"
 
 MAX_BODY_BYTES = 1 << 20  # 1 MiB of JSON is far more than any prompt the context window holds
 
@@ -165,7 +170,8 @@ def create_app(engine, model_name: str = "minillm", *, default_max_tokens: int =
         detail = error.detail if isinstance(error.detail, str) else json.dumps(error.detail)
         if error.status_code == 404:
             detail = (f"no route {request.method} {request.url.path}; the routes are /health, "
-                      "/metrics, /v1/models, /v1/completions and /v1/chat/completions")
+                      "/metrics, /v1/models, /v1/completions, /v1/chat/completions, /tokenize "
+                      "and /detokenize")
         return JSONResponse(error_body(detail, kind), status_code=error.status_code)
 
     @app.exception_handler(Exception)
@@ -193,15 +199,37 @@ def create_app(engine, model_name: str = "minillm", *, default_max_tokens: int =
                          weights=engine.weights)
         return ModelList(data=[card]).json_body()
 
+    logged_ignored: set[str] = set()
+
     def check_model(body):
+        """The model's name, n, and the fields the server ignores (logged once per name);
+        returns the headers that name them."""
+        ignored = body.ignored_fields() if hasattr(body, "ignored_fields") else []
+        for name in sorted(set(ignored) - logged_ignored):
+            log.warning("minillm serve: ignoring the request field %r, which this server does "
+                        "not know (said once; each answer names them in %s)", name,
+                        IGNORED_HEADER)
+            logged_ignored.add(name)
         if body.model is not None and body.model != model_name:
             raise APIError(404, f"the model {body.model!r} does not exist here; this server "
                                 f"serves {model_name!r} (see /v1/models)", "model",
                            "not_found_error", "model_not_found")
-        if body.n > engine.max_num_seqs:
+        if getattr(body, "n", 1) > engine.max_num_seqs:
             raise APIError(400, f"n={body.n} is above this server's limit of "
                                 f"{engine.max_num_seqs} samples per request (its "
                                 "--max-num-seqs: the n samples run in one batch)", "n")
+        return {IGNORED_HEADER: ", ".join(ignored)} if ignored else {}
+
+    def processors(body, ids, config, constraint=None):
+        """min_tokens as a processor of this request, before response_format's constraint."""
+        chain = []
+        if body.min_tokens:
+            chain.append(MinNewTokensProcessor(body.min_tokens,
+                                               eos_ids(engine.model, tokenizer, config),
+                                               prompt_length=len(ids)))
+        if constraint is not None:
+            chain.append(constraint)
+        return None if not chain else chain[0] if len(chain) == 1 else ProcessorList(chain)
 
     async def prepare(body, prompt, max_tokens, default, length_field="max_tokens"):
         """Token ids and the engine config; the prompt's length decides the default length."""
@@ -239,7 +267,7 @@ def create_app(engine, model_name: str = "minillm", *, default_max_tokens: int =
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request):
-        check_model(body)
+        headers = check_model(body)
         scoring_only = body.echo and body.max_tokens == 0  # generate one token, show none
         length = 1 if scoring_only else body.max_tokens
         prepared = [await prepare(body, p, length, 16) for p in body.prompts()]
@@ -248,14 +276,14 @@ def create_app(engine, model_name: str = "minillm", *, default_max_tokens: int =
             for ids, config in prepared:
                 started.append(await start_completion(body, ids, config, scoring_only))
             if len(started) == 1:
-                return await _respond(request, body, *started[0])
+                return await _respond(request, body, *started[0], headers)
             wholes = []
             for answer, queue in started:
                 whole = await _collect(request, answer, queue)
                 if isinstance(whole, JSONResponse):
                     return whole  # the client hung up
                 wholes.append(whole)
-            return merge_completions(wholes, body.n).json_body()
+            return JSONResponse(merge_completions(wholes, body.n).json_body(), headers=headers)
         finally:
             if len(started) > 1:
                 for answer, _ in started:
@@ -264,7 +292,8 @@ def create_app(engine, model_name: str = "minillm", *, default_max_tokens: int =
     async def start_completion(body, ids, config, scoring_only):
         prompt_logprobs = body.logprobs if body.echo else None
         rid, queue = await loop.submit(ids, config, "cmpl", n=body.n, logprobs=body.logprobs,
-                                       prompt_logprobs=prompt_logprobs)
+                                       prompt_logprobs=prompt_logprobs,
+                                       logits_processor=processors(body, ids, config))
         answer = CompletionAnswer(rid, now(), model_name, body.n, ids, token_text,
                                   body.logprobs is not None, not scoring_only, echo=body.echo,
                                   prompt_text=tokenizer.decode(ids) if body.echo else "")
@@ -272,7 +301,7 @@ def create_app(engine, model_name: str = "minillm", *, default_max_tokens: int =
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, request: Request):
-        check_model(body)
+        headers = check_model(body)
         body.check()
         if not hasattr(tokenizer, "apply_chat_template"):
             raise APIError(400, f"{model_name} has no chat template: use /v1/completions")
@@ -285,18 +314,48 @@ def create_app(engine, model_name: str = "minillm", *, default_max_tokens: int =
         constraint = await response_constraint(body, config)
         top = (body.top_logprobs or 0) if body.logprobs else None
         rid, queue = await loop.submit(ids, config, "chatcmpl", n=body.n, logprobs=top,
-                                       logits_processor=constraint)
+                                       logits_processor=processors(body, ids, config,
+                                                                   constraint))
         answer = ChatAnswer(rid, now(), model_name, body.n, ids, token_text, body.logprobs)
-        return await _respond(request, body, answer, queue)
+        return await _respond(request, body, answer, queue, headers)
 
-    async def _respond(request, body, answer, queue):
+    async def _respond(request, body, answer, queue, headers):
         if body.stream:
             usage = body.stream_options is not None and body.stream_options.include_usage
             return StreamingResponse(_events(answer, queue, usage),
                                      media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache"})
+                                     headers={"Cache-Control": "no-cache", **headers})
         whole = await _collect(request, answer, queue)
-        return whole if isinstance(whole, JSONResponse) else whole.json_body()
+        return whole if isinstance(whole, JSONResponse) else \
+            JSONResponse(whole.json_body(), headers=headers)
+
+    # --- the tokenizer, as vLLM serves it --------------------------------------------------
+
+    @app.post("/tokenize")
+    async def tokenize(body: TokenizeRequest):
+        check_model(body)
+        if body.messages is not None:
+            if not hasattr(tokenizer, "apply_chat_template"):
+                raise APIError(400, f"{model_name} has no chat template: send a prompt",
+                               "messages")
+            text = tokenizer.apply_chat_template(
+                body.conversation(), add_generation_prompt=body.add_generation_prompt)
+        else:
+            text = body.prompt
+        ids = (await asyncio.to_thread(encode_prompts, tokenizer, text))[0][0] if text else []
+        return TokenizeResponse(count=len(ids), max_model_len=context, tokens=list(ids),
+                                token_strs=[token_text.text(i) for i in ids]
+                                if body.return_token_strs else None).json_body()
+
+    @app.post("/detokenize")
+    async def detokenize(body: DetokenizeRequest):
+        check_model(body)
+        vocab = engine.model.config.vocab_size
+        bad = [t for t in body.tokens if not 0 <= t < vocab]
+        if bad:
+            raise APIError(400, f"tokens {bad[:5]} are outside the vocabulary of {vocab} ids",
+                           "tokens")
+        return DetokenizeResponse(prompt=tokenizer.decode(body.tokens)).json_body()
 
     async def _collect(request, answer, queue):
         """The whole answer once its n samples have finished (499 if the client hangs up)."""

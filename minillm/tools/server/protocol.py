@@ -1,16 +1,21 @@
 """The OpenAI API's request shapes, checked, and the errors it answers with.
 
-The fields are OpenAI's (https://platform.openai.com/docs/api-reference/completions), plus three
-that vLLM added and load tests need: `top_k`, `repetition_penalty` and `ignore_eos` (generate
-exactly `max_tokens` tokens). Types are strict: `"max_tokens": "5"` or `5.0` is an error, not 5.
-A field the server does not know is an error too (OpenAI does the same), so a typo is not
-silently ignored. The answers' shapes are in responses.py.
+The fields are OpenAI's (https://platform.openai.com/docs/api-reference/completions), plus the
+sampling fields vLLM added that the engine implements: `top_k`, `min_p`, `repetition_penalty`,
+`min_tokens` (no end of sequence before that many tokens) and `ignore_eos` (generate exactly
+`max_tokens` tokens). Types are strict: `"max_tokens": "5"` or `5.0` is an error, not 5.
+
+A field the server does not know is handled as vLLM handles it: ignored, logged once, and named
+in the answer's `X-Minillm-Ignored-Fields` header, so evaluation harnesses that send their own
+fields still run and nothing is dropped unsaid. Fields that ask for something this server does
+under another name, or does not do, are refused with what to send instead (`REFUSED_FIELDS`):
+ignoring them would change the answer. The answers' shapes are in responses.py.
 
 The sampling options are GenerationConfig's (minillm/decoding/config.py), checked by its own
 checks: `OPTION_FIELDS` says which option each request field sets, `NOT_OFFERED` which options
 the API leaves out, and tests/test_server_options.py holds both against GenerationConfig (every
 option is one or the other; the server refuses exactly the values the config refuses, beyond
-OpenAI's own limits: temperature at most 2, at most 4 stop strings).
+OpenAI's own limit on temperature (at most 2) and at most 64 stop strings.
 
 Every error is answered as OpenAI does:
 
@@ -22,26 +27,39 @@ from __future__ import annotations
 
 from typing import Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ...decoding import GenerationConfig
 from ...decoding.config import check_option
 from .responses import ErrorDetail, ErrorResponse
 
-MAX_STOP_STRINGS = 4
+# OpenAI takes up to 4 stop strings, vLLM any number; evaluation harnesses add the EOS string
+# to a task's own (lm-eval sends 5 for a task with 4). A bound keeps each token's check cheap.
+MAX_STOP_STRINGS = 64
 MAX_TEMPERATURE = 2.0  # OpenAI's limit; GenerationConfig takes any temperature >= 0
 MAX_LOGPROBS = 20  # the most alternatives per position (OpenAI's limit for chat)
 
 # request field -> the GenerationConfig option it sets
 OPTION_FIELDS = {"max_tokens": "max_new_tokens", "temperature": "temperature", "top_p": "top_p",
-                 "top_k": "top_k", "repetition_penalty": "repetition_penalty",
+                 "top_k": "top_k", "min_p": "min_p", "repetition_penalty": "repetition_penalty",
                  "presence_penalty": "presence_penalty", "frequency_penalty": "frequency_penalty",
                  "seed": "seed", "stop": "stop", "ignore_eos": "ignore_eos"}
 NOT_OFFERED = (  # GenerationConfig's options this API does not take
     "do_sample",  # temperature 0 asks for greedy decoding, anything above it samples
-    "min_p", "no_repeat_ngram_size", "bad_words_ids", "eos_token_id",
+    "no_repeat_ngram_size", "bad_words_ids", "eos_token_id",
     "num_beams", "length_penalty", "early_stopping", "num_return_sequences",  # beam search
 )
+# fields other servers take that would change the answer if ignored: refused, saying what to send
+# (a value in the tuple is the one that changes nothing, accepted)
+REFUSED_FIELDS = {
+    "max_new_tokens": ((), "this API's length field is max_tokens (max_completion_tokens in "
+                           "chat)"),
+    "do_sample": ((), "temperature 0 asks for greedy decoding, a temperature above 0 samples"),
+    "num_beams": ((1,), "beam search is not offered by the server (num_beams 1 is accepted); "
+                        "minillm.generate(..., num_beams=k) runs it"),
+    "use_beam_search": ((False,), "beam search is not offered by the server; "
+                                  "minillm.generate(..., num_beams=k) runs it"),
+}
 
 
 class APIError(Exception):
@@ -91,15 +109,17 @@ def _top_logprobs():
 
 
 class Sampling(BaseModel):
-    """The fields both endpoints share."""
+    """The fields both endpoints share; fields it does not know stay in `model_extra`."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="allow", strict=True)
 
     model: str | None = None
     max_tokens: int | None = Field(default=None, ge=1)
     temperature: float = Field(default=1.0, le=MAX_TEMPERATURE)
     top_p: float = 1.0
     top_k: int = 0  # -1 is off too, as in vLLM
+    min_p: float = 0.0  # 0 is off, as in vLLM
+    min_tokens: int = Field(default=0, ge=0)
     repetition_penalty: float = 1.0
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
@@ -111,8 +131,8 @@ class Sampling(BaseModel):
     ignore_eos: bool = False
     user: str | None = None
 
-    @field_validator("temperature", "top_p", "top_k", "repetition_penalty", "presence_penalty",
-                     "frequency_penalty", "seed")
+    @field_validator("temperature", "top_p", "top_k", "min_p", "repetition_penalty",
+                     "presence_penalty", "frequency_penalty", "seed")
     @classmethod
     def _option(cls, value, info):
         """GenerationConfig's own check of the option (a temperature of 0 is greedy here)."""
@@ -124,9 +144,24 @@ class Sampling(BaseModel):
             raise ValueError(str(error)) from None
         return value
 
+    def ignored_fields(self) -> list[str]:
+        """The fields this server does not know, which it ignores as vLLM does; a field of
+        REFUSED_FIELDS with a value that would change the answer is an APIError instead."""
+        extra = dict(self.model_extra or {})
+        for name, (harmless, instead) in REFUSED_FIELDS.items():
+            if name in extra:
+                value = extra.pop(name)
+                if not any(value == h and type(value) is type(h) for h in harmless):
+                    raise APIError(400, f"{name}={value!r} is not taken here: {instead}", name)
+        return sorted(extra)
+
     def generation_config(self, max_tokens: int) -> GenerationConfig:
         """The engine's settings for this request. temperature 0 means greedy, as in OpenAI;
-        ignore_eos (vLLM's extension) is GenerationConfig's field of the same name."""
+        ignore_eos (vLLM's extension) is GenerationConfig's field of the same name; min_tokens
+        is a logits processor of the request (`min_tokens_processor`)."""
+        if self.min_tokens > max_tokens:
+            raise APIError(400, f"min_tokens={self.min_tokens} is more than the {max_tokens} new "
+                                "tokens the request allows (max_tokens)", "min_tokens")
         stop = [self.stop] if isinstance(self.stop, str) else self.stop
         if stop is not None:
             if len(stop) > MAX_STOP_STRINGS or any(not s for s in stop):
@@ -141,7 +176,8 @@ class Sampling(BaseModel):
                       seed=self.seed, presence_penalty=self.presence_penalty,
                       frequency_penalty=self.frequency_penalty)
         if sample:
-            fields.update(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k)
+            fields.update(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
+                          min_p=self.min_p or None)
         if self.ignore_eos:
             fields["ignore_eos"] = True
         try:
@@ -312,6 +348,38 @@ class ChatCompletionRequest(Sampling):
 
     def conversation(self) -> list[dict]:
         return [{"role": m.template_role(), "content": m.text()} for m in self.messages]
+
+
+class TokenizeRequest(BaseModel):
+    """POST /tokenize (vLLM's): the token ids of `prompt` as /v1/completions reads it, or of the
+    conversation `messages` as /v1/chat/completions lays it out (with the assistant's turn begun
+    when add_generation_prompt). add_special_tokens is taken and changes nothing: the tokenizer
+    adds no special tokens to a prompt, here or in the completions."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[Message] | None = None
+    add_special_tokens: bool = True
+    add_generation_prompt: bool = True
+    return_token_strs: bool = False
+
+    @model_validator(mode="after")
+    def _one_input(self):
+        if (self.prompt is None) == (self.messages is None):
+            raise ValueError("give prompt (a string) or messages (a conversation), one of them")
+        return self
+
+    def conversation(self) -> list[dict]:
+        return [{"role": m.template_role(), "content": m.text()} for m in self.messages]
+
+
+class DetokenizeRequest(BaseModel):
+    """POST /detokenize (vLLM's): the text of the token ids `tokens`."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    model: str | None = None
+    tokens: list[int]
 
 
 FINISH_REASONS = {"eos": "stop", "stop": "stop", "length": "length", "cancelled": "abort"}

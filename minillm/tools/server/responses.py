@@ -78,6 +78,17 @@ class Health(Shape):
     model: str
 
 
+class TokenizeResponse(Shape):
+    count: int
+    max_model_len: int
+    tokens: list[int]
+    token_strs: list[str] | None = None
+
+
+class DetokenizeResponse(Shape):
+    prompt: str
+
+
 # --- /v1/completions ----------------------------------------------------------------------------
 
 class CompletionLogprobs(Shape):
