@@ -75,6 +75,13 @@ $(INSTALLED): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet $(PIP_SOURCE) $(TORCH_SOURCE) "$(TORCH_SPEC)" -e ".[dev]"
 	touch $@
 
+# lm-evaluation-harness, for its test against the server: `make test` installs it, `make course`
+# does not.
+EVAL_INSTALLED := $(VENV)/.minillm-eval-installed
+$(EVAL_INSTALLED): pyproject.toml | $(INSTALLED)
+	$(PY) -m pip install --quiet $(PIP_SOURCE) -e ".[eval]"
+	touch $@
+
 model: $(INSTALLED)
 	$(PY) -m minillm fetch $(FETCH_SOURCE)
 
@@ -95,7 +102,7 @@ browser:
 
 # Then the kernels' tests again at each lower instruction-set level the machine runs
 # (MINILLM_KERNEL_LEVEL; scripts/test_levels.py).
-test: setup
+test: setup $(EVAL_INSTALLED)
 	OMP_NUM_THREADS=1 $(PY) -m pytest --nbval-lax tests notebooks solutions $(PYTEST_ARGS)
 	OMP_NUM_THREADS=1 $(PY) scripts/test_levels.py $(LEVEL_PYTEST_ARGS)
 

@@ -111,7 +111,7 @@ def main(argv=None) -> int:
 
     requirements = list(BUILD_TOOLS)
     if not args.only_build_tools:
-        requirements += [args.torch, f"{ROOT}[dev]"]
+        requirements += [args.torch, f"{ROOT}[dev,eval]"]
     index = ["--extra-index-url", args.torch_index] if args.torch_index else []
     run([sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(wheels), *index,
          *requirements])

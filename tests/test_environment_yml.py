@@ -76,5 +76,5 @@ def test_exact_pins_agree():
             pins[_name(r)] = r.split("==")[1]
     env_text = (ROOT / "environment.yml").read_text()
     for name, version in pins.items():
-        assert re.search(rf"{name}(==|=){re.escape(version)}\b", env_text), \
+        assert re.search(rf"{name}(\[[^]]*\])?(==|=){re.escape(version)}\b", env_text), \
             f"environment.yml must pin {name} to {version} as pyproject.toml does"

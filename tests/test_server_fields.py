@@ -122,3 +122,12 @@ def test_the_tokenizer_routes_refuse_what_they_cannot_read(client, path, body, w
     r = client.post(path, json=body)
     assert r.status_code in (400, 404), r.text
     assert words in r.json()["error"]["message"]
+
+
+def test_tokenizer_info_says_what_a_client_needs_to_tokenize_as_the_server(client, tiny):
+    info = client.get("/tokenizer_info").json()
+    model, tok = tiny
+    assert info["tokenizer_class"] == "ChatLetters"
+    assert info["vocab_size"] == model.config.vocab_size and info["model_max_length"] > 0
+    eos = getattr(tok, "eos_token_id", None)
+    assert info["eos_token"] == (None if eos is None else tok.decode([eos]))

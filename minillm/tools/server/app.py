@@ -33,7 +33,8 @@ from .answers import ChatAnswer, CompletionAnswer, merge_completions
 from .logprobs import TokenText
 from .protocol import (APIError, ChatCompletionRequest, CompletionRequest, DetokenizeRequest,
                        TokenizeRequest, error_body)
-from .responses import DetokenizeResponse, Health, ModelCard, ModelList, TokenizeResponse
+from .responses import (DetokenizeResponse, Health, ModelCard, ModelList, TokenizeResponse,
+                        TokenizerInfo)
 from .runner import EngineLoop, now
 
 log = logging.getLogger("minillm.server")
@@ -170,8 +171,8 @@ def create_app(engine, model_name: str = "minillm", *, default_max_tokens: int =
         detail = error.detail if isinstance(error.detail, str) else json.dumps(error.detail)
         if error.status_code == 404:
             detail = (f"no route {request.method} {request.url.path}; the routes are /health, "
-                      "/metrics, /v1/models, /v1/completions, /v1/chat/completions, /tokenize "
-                      "and /detokenize")
+                      "/metrics, /v1/models, /v1/completions, /v1/chat/completions, /tokenize, "
+                      "/detokenize and /tokenizer_info")
         return JSONResponse(error_body(detail, kind), status_code=error.status_code)
 
     @app.exception_handler(Exception)
@@ -346,6 +347,20 @@ def create_app(engine, model_name: str = "minillm", *, default_max_tokens: int =
         return TokenizeResponse(count=len(ids), max_model_len=context, tokens=list(ids),
                                 token_strs=[token_text.text(i) for i in ids]
                                 if body.return_token_strs else None).json_body()
+
+    @app.get("/tokenizer_info")
+    async def tokenizer_info():
+        def token(name):
+            token_id = getattr(tokenizer, name, None)
+            return None if token_id is None else token_text.text(token_id)
+
+        template = getattr(tokenizer, "chat_template", None)
+        return TokenizerInfo(tokenizer_class=type(tokenizer).__name__,
+                             eos_token=token("eos_token_id"), bos_token=token("bos_token_id"),
+                             pad_token=token("pad_token_id"),
+                             chat_template=template if isinstance(template, str) else None,
+                             model_max_length=context,
+                             vocab_size=engine.model.config.vocab_size).json_body()
 
     @app.post("/detokenize")
     async def detokenize(body: DetokenizeRequest):

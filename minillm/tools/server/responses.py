@@ -89,6 +89,18 @@ class DetokenizeResponse(Shape):
     prompt: str
 
 
+class TokenizerInfo(Shape):
+    """GET /tokenizer_info (vLLM's): what a client needs to tokenize as the server does."""
+
+    tokenizer_class: str
+    eos_token: str | None
+    bos_token: str | None
+    pad_token: str | None
+    chat_template: str | None
+    model_max_length: int
+    vocab_size: int
+
+
 # --- /v1/completions ----------------------------------------------------------------------------
 
 class CompletionLogprobs(Shape):
