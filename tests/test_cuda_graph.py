@@ -59,7 +59,8 @@ def test_batch_1_decode_replays_one_graph_and_gives_the_eager_tokens(weights):
         graph = model.fused_decode.graph
         with_graph = _tokens(model)
         assert graph.captures == 1 and graph.failed is None
-        assert graph._graph.replays == 9  # the first new token comes from the prompt's pass
+        (only,) = graph._graphs.values()
+        assert only.graph.replays == 9  # the first new token comes from the prompt's pass
         model.fused_decode.cuda_graph = False
         assert _tokens(model) == with_graph
         assert graph.captures == 1
@@ -85,22 +86,53 @@ def test_a_replay_is_one_launch_and_the_syncs_stay_two_per_token():
     assert eager_ops >= 3 * 20 and graph_ops <= 12, per_token  # 3 layers of ~20+ operations
 
 
-def test_each_new_cache_is_captured_again_a_cropped_one_is_not():
+def test_one_capture_serves_every_generation_of_a_bucket():
+    """The graphs belong to the model: N generations (each with its own new cache) capture once;
+    a cache too big for the bucket captures the next one; a cropped cache keeps its graph."""
     with FakeCuda():
         model = optimize(_tiny().to("cuda"))
         graph = model.fused_decode.graph
         first = _tokens(model)
-        assert _tokens(model) == first and graph.captures == 2
-        cache = KVCache.for_model(model, 1, 24)
+        assert all(_tokens(model) == first for _ in range(4)) and graph.captures == 1
+        assert _tokens(model, n=40)[:10] == first and graph.captures == 1
+        cache = KVCache.for_model(model, 1, 300)  # past 256 slots: the 512 bucket
         with torch.inference_mode():
             model(torch.tensor([PROMPT], device="cuda"), cache=cache)
             steps = [model(torch.tensor([[t]], device="cuda"), cache=cache) for t in first[:4]]
-            assert graph.captures == 3
+            assert graph.captures == 2 and sorted(k for k, _ in graph._graphs) == [256, 512]
             cache.crop(len(PROMPT) + 2)  # speculative decoding rolls back so: same tensors
             again = [model(torch.tensor([[t]], device="cuda"), cache=cache) for t in first[2:4]]
-        assert graph.captures == 3
+        assert graph.captures == 2 and cache.keys[0].shape[2] == 300
         for a, b in zip(steps[2:], again):
             torch.testing.assert_close(a.cpu(), b.cpu(), atol=0, rtol=0)
+
+
+def test_two_caches_taking_turns_each_keep_their_own_tokens():
+    """Lesson 03b times two caches of one model in turns: each decodes on from its own keys and
+    values (the cache that gives the buffers up gets a copy first), as the eager step does."""
+    with FakeCuda():
+        model = optimize(_tiny().to("cuda"))
+
+        def turns():
+            caches = [KVCache.for_model(model, 1, 32) for _ in range(2)]
+            prompts = [PROMPT, [9, 8, 7]]
+            logits = [[], []]
+            with torch.inference_mode():
+                for cache, prompt in zip(caches, prompts):
+                    model(torch.tensor([prompt], device="cuda"), cache=cache)
+                for t in [3, 17, 42, 0]:
+                    for i, cache in enumerate(caches):
+                        logits[i].append(model(torch.tensor([[t]], device="cuda"),
+                                               cache=cache).cpu())
+            return logits
+
+        graphed = turns()
+        assert model.fused_decode.graph.captures == 1
+        model.fused_decode.cuda_graph = False
+        eager = turns()
+    for ours, theirs in zip(graphed, eager):
+        for a, b in zip(ours, theirs):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
 
 
 def test_what_does_not_take_the_graph():
@@ -124,23 +156,29 @@ def test_the_environment_switch_sets_a_new_models_default(monkeypatch):
     assert optimize(_tiny()).fused_decode.cuda_graph is True
 
 
-def test_a_failed_capture_says_so_once_and_decodes_without_the_graph(monkeypatch):
+def test_a_failed_capture_says_so_once_and_a_later_generation_tries_again(monkeypatch):
+    """A capture that fails (under the profiler, say) leaves that generation eager and warns
+    once per reason; a later generation captures again, so the graph is not lost for good."""
     with FakeCuda():
         model = optimize(_tiny().to("cuda"))
         model.fused_decode.cuda_graph = False
         eager = _tokens(model)
         model.fused_decode.cuda_graph = True
+        real_begin = FakeCudaGraph.capture_begin
 
         def refuse(self, *args, **kwargs):
             raise RuntimeError("operation not permitted when stream is capturing")
 
         monkeypatch.setattr(FakeCudaGraph, "capture_begin", refuse)
-        with pytest.warns(RuntimeWarning, match="CUDA graph failed .*without the graph"):
+        with pytest.warns(RuntimeWarning, match="CUDA graph failed .*a later one tries again"):
             assert _tokens(model) == eager
         with warnings.catch_warnings():
-            warnings.simplefilter("error")
+            warnings.simplefilter("error")  # the same reason again: not said twice
             assert _tokens(model) == eager
-        assert "not permitted" in model.fused_decode.graph.failed
+        graph = model.fused_decode.graph
+        assert "not permitted" in graph.failed and graph.captures == 0
+        monkeypatch.setattr(FakeCudaGraph, "capture_begin", real_begin)
+        assert _tokens(model) == eager and graph.captures == 1
 
 
 def test_a_step_that_keeps_a_python_position_is_caught_by_the_fake_graph(monkeypatch):

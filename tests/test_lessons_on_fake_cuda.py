@@ -5,9 +5,10 @@ every tensor a lesson puts there computes on the CPU, and a cell that mixes a GP
 CPU one (or hands one to NumPy or matplotlib, or, on mps, asks for float64) fails as it would
 on that GPU.
 
-The model-heavy lessons run here; the others are listed in NOT_RUN with the reason. Each group
-on each device is one class, one pytest-xdist scope (`make test` runs `--dist loadscope`), so
-the four share the two workers."""
+Every lesson runs here on fake CUDA (NOT_RUN would name one that cannot, with the reason); on
+fake MPS the decoding and serving groups run on demand. Each group on each device is one class,
+one pytest-xdist scope (`make test` runs `--dist loadscope`), so the groups share the two
+workers."""
 
 import os
 import sys
@@ -24,20 +25,17 @@ GROUPS = {
     "decoding": ["00_welcome", "02_forward_pass", "03_kv_cache", "03b_long_context",
                  "04_decoding"],
     "serving": ["05_metrics", "05b_fast_engine", "06_batching", "08_speculative"],
+    "quantization": ["07_quantization", "07b_kv_quantization"],
+    "interview": ["10_interview_qa", "10b_interview_engine", "10c_interview_serving"],
+    "text and processes": ["01_tokenization", "09_scaling_out"],
 }
 NOT_RUN = {
-    "01_tokenization": "no model on a device: the tokenizer chapter runs on the CPU by design",
-    "07_quantization": "time: the test budget holds the seven model-heavy chapters",
-    "07b_kv_quantization": "time: the test budget holds the seven model-heavy chapters",
-    "09_scaling_out": "time; and its tensor-parallel runs are separate CPU processes (gloo), "
-                      "which a harness inside the kernel cannot enter",
-    "10_interview_qa": "time: the test budget holds the seven model-heavy chapters",
-    "10b_interview_engine": "time: the test budget holds the seven model-heavy chapters",
-    "10c_interview_serving": "time: the test budget holds the seven model-heavy chapters",
 }
 # Run, but the model stays on the CPU there by design (the lesson says why: it opens the model up
 # tensor by tensor against transformers'): only the absence of device errors is checked.
-ON_CPU = {"02_forward_pass"}
+# 01: the tokenizer chapter has no model; 09: its models run in processes of their own (gloo
+# ranks, a server), outside the harness
+ON_CPU = {"02_forward_pass", "01_tokenization", "09_scaling_out"}
 
 HARNESSES = {"cuda": "FakeCuda", "mps": "FakeMps"}
 START = """import sys
@@ -173,6 +171,31 @@ class TestDecodingLessons:
 @pytest.mark.slow
 class TestServingLessons:
     @pytest.mark.parametrize("name", GROUPS["serving"])
+    def test_lesson_runs_on_cuda(self, name, monkeypatch):
+        check_lesson(name, monkeypatch, "cuda")
+
+
+@pytest.mark.slow
+class TestQuantizationLessons:
+    @pytest.mark.parametrize("name", GROUPS["quantization"])
+    def test_lesson_runs_on_cuda(self, name, monkeypatch):
+        check_lesson(name, monkeypatch, "cuda")
+
+
+@pytest.mark.slow
+class TestInterviewLessons:
+    @pytest.mark.parametrize("name", GROUPS["interview"])
+    def test_lesson_runs_on_cuda(self, name, monkeypatch):
+        check_lesson(name, monkeypatch, "cuda")
+
+
+@pytest.mark.slow
+class TestTextAndProcessesLessons:
+    """01 has no model to put on a device (only the absence of device errors is checked); 09's
+    tensor- and pipeline-parallel runs are CPU processes (gloo) outside the harness, the rest of
+    it runs on the fake device."""
+
+    @pytest.mark.parametrize("name", GROUPS["text and processes"])
     def test_lesson_runs_on_cuda(self, name, monkeypatch):
         check_lesson(name, monkeypatch, "cuda")
 

@@ -131,8 +131,9 @@ else:
 # position tensor, and attention reads every slot of the cache with the later ones masked out
 # (`show_source(minillm.fast.graph.StaticDecodeStep.__call__)`). minillm's fast path replays
 # such a graph for every batch-1 decode step on CUDA; `fast.fused_decode.cuda_graph = False`
-# switches it off. Each generation's cache is captured once, and that capture is counted in
-# its TPOT below.
+# switches it off. The graphs belong to the model, one per bucket of cache sizes (256 slots,
+# 512, ...: vLLM captures per batch size so): the warm-up run below captures, and every later
+# generation of that size replays, its cache's keys and values moved into the graph's buffers.
 
 # %%
 if device.type == "cuda":

@@ -36,7 +36,7 @@ model, tokenizer = minillm.load("smollm2-135m")
 print(minillm.use_free_cores())  # one thread fewer for each core other programs keep busy
 c = model.config
 print(f"{c.n_layers} layers, {c.n_kv_heads} key/value heads of {c.head_dim} values each")
-EVAL_TOKENS = 48 if CI else 256  # held-out text the caches are scored on
+EVAL_TOKENS = 128 if CI else 256  # held-out text the caches are scored on
 CALIBRATION_TOKENS = 32 if CI else 128  # another text, for per-head scales
 
 # %% [markdown]
@@ -217,7 +217,7 @@ with torch.inference_mode():
 
 rows = {}
 for name, got in logits.items():
-    nll = F.cross_entropy(got[:-1], eval_ids[0, 1:]).item()
+    nll = F.cross_entropy(got[:-1], eval_ids[0, 1:].to(got.device)).item()
     diff = (got - logits["float32"]).abs()
     agree = (got.argmax(-1) == logits["float32"].argmax(-1)).float().mean().item()
     rows[name] = dict(perplexity=math.exp(nll), largest=diff.max().item(),

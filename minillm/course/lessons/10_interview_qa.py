@@ -226,7 +226,8 @@ with torch.inference_mode():
     last = model(torch.tensor([fact]))[0, -1:]
 p_lisbon, answers = {}, {}
 for penalty in (1.0, 1.3, 1.8):
-    scores = RepetitionPenaltyProcessor(penalty)(torch.tensor([fact]), last.clone())
+    scores = RepetitionPenaltyProcessor(penalty)(torch.tensor([fact], device=last.device),
+                                                 last.clone())
     p_lisbon[penalty] = scores.softmax(-1)[0, lisbon].item()
     answers[penalty] = minillm.generate(model, tokenizer, fact, max_new_tokens=4,
                                         repetition_penalty=penalty).text

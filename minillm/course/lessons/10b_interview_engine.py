@@ -401,7 +401,7 @@ from minillm.distributed import all_reduce_cost, split_evenly
 
 mlp = model.layers[0].mlp
 with torch.inference_mode():
-    x = model.layers[0].mlp_norm(model.embed(torch.tensor([ids])))
+    x = model.layers[0].mlp_norm(model.embed(torch.tensor([ids], device=device)))
     full = mlp(x)
     parts = []
     for rows in split_evenly(c.intermediate_size, 2):  # two ranks, half the hidden units

@@ -125,14 +125,15 @@ else:
     print(f"这里没有 CUDA GPU（{device}）；这篇附录在 CUDA GPU 上运行时，这个单元格才会测量"
           "（scripts/gpu_check.sh 会在 CUDA 机器上跑完整门课程）。")
 
-# %% [markdown] en=37105b0d
+# %% [markdown] en=41d9b92e
 # **CUDA 图**（CUDA graph）能省掉大部分启动：GPU 把一个解码步的所有算子录制一次，之后用一次启动
 # 把它们整个重放。重放执行的正是录下的那些算子，用的是同一块显存，所以这一步不能依赖 Python 在
 # 每个词元上临时决定的任何值：新词元和它的位置放在 GPU 张量里，新的键和值写到这个位置张量所指的
 # 地方，注意力读缓存的全部槽位，把位置之后的槽位屏蔽掉
 # （`show_source(minillm.fast.graph.StaticDecodeStep.__call__)`）。minillm 的快速路径在 CUDA 上
 # 对每个批大小为 1 的解码步都重放这样一张图；`fast.fused_decode.cuda_graph = False` 可以关掉它。
-# 每次生成的缓存各录制一次，录制的时间也算在下面的 TPOT 里。
+# 图属于模型，每档缓存大小录一张（256 个槽位、512 个……：vLLM 也是按批大小分档录制）：下面的预热
+# 运行负责录制，之后同样大小的生成都只重放，它们缓存里的键和值会被搬进图自己的缓冲区。
 
 # %% en=442a9f47
 if device.type == "cuda":

@@ -13,7 +13,7 @@
 # 然后在真实模型上测量：它省下了什么（每个词元的字节数），付出了什么（logits 误差、
 # 困惑度、贪心解码的文本），以及同样的内存能多放下多少词元。
 
-# %% en=6f0d7372
+# %% en=10535fb8
 import math
 import os
 
@@ -39,7 +39,7 @@ model, tokenizer = minillm.load("smollm2-135m")
 print(minillm.use_free_cores())  # 其他程序每占满一个核心，就少用一个线程
 c = model.config
 print(f"{c.n_layers} 层，{c.n_kv_heads} 个键/值头，每个头 {c.head_dim} 个值")
-EVAL_TOKENS = 48 if CI else 256  # 用来给各个缓存打分的留出文本
+EVAL_TOKENS = 128 if CI else 256  # 用来给各个缓存打分的留出文本
 CALIBRATION_TOKENS = 32 if CI else 128  # 另一段文本，用来定每个头的缩放因子
 
 # %% [markdown] en=0f8965f8
@@ -190,7 +190,7 @@ assert median(key_ratio) > median(value_ratio), (key_ratio, value_ratio)
 # 逐头缩放因子来自莎士比亚，而不是这段文本：校准从不接触用来评判它的文本。表和图里的
 # “逐词元”和“逐头”就指这两种缩放因子。
 
-# %% en=ca5b4e46
+# %% en=f89559ba
 eval_ids = torch.tensor([held_out_ids(tokenizer, EVAL_TOKENS)])
 VARIANTS = {"float32": None,
             "int8 逐词元": ("int8", None), "int8 逐头": ("int8", ranges),
@@ -211,7 +211,7 @@ with torch.inference_mode():
 
 rows = {}
 for name, got in logits.items():
-    nll = F.cross_entropy(got[:-1], eval_ids[0, 1:]).item()
+    nll = F.cross_entropy(got[:-1], eval_ids[0, 1:].to(got.device)).item()
     diff = (got - logits["float32"]).abs()
     agree = (got.argmax(-1) == logits["float32"].argmax(-1)).float().mean().item()
     rows[name] = dict(perplexity=math.exp(nll), largest=diff.max().item(),

@@ -202,7 +202,7 @@ assert statistics.fmean(by_temperature[0.3]) > statistics.fmean(by_temperature[1
 # %% [markdown] en=b870e0fd
 # 实测“repetition_penalty=1.8 很强”：惩罚会压低序列里每个已出现词元的 logit，提示词里的也算，所以它连好答案必须重复的词元也一起推开了。下面是两个例子：一个问题的答案就在提示词里（“我的朋友 Priya 住在里斯本。Priya 住在哪座城市？”），以及一个照抄句子的请求。
 
-# %% en=508f9cba
+# %% en=c969472d
 from minillm.decoding import RepetitionPenaltyProcessor
 
 fact = tokenizer.encode("My friend Priya lives in Lisbon. Priya lives in the city of")
@@ -211,7 +211,8 @@ with torch.inference_mode():
     last = model(torch.tensor([fact]))[0, -1:]
 p_lisbon, answers = {}, {}
 for penalty in (1.0, 1.3, 1.8):
-    scores = RepetitionPenaltyProcessor(penalty)(torch.tensor([fact]), last.clone())
+    scores = RepetitionPenaltyProcessor(penalty)(torch.tensor([fact], device=last.device),
+                                                 last.clone())
     p_lisbon[penalty] = scores.softmax(-1)[0, lisbon].item()
     answers[penalty] = minillm.generate(model, tokenizer, fact, max_new_tokens=4,
                                         repetition_penalty=penalty).text

@@ -380,12 +380,12 @@ assert gap(seen, p_top) < min(0.02, gap(q_top, p_top) / 3)
 #
 # 张量并行（tensor parallelism，Megatron-LM）把每层的权重矩阵切到多张卡上：前馈网络的 gate/up 按输出列切（列并行，column-parallel），down 按输入行切（行并行，row-parallel），这样中间的激活不用传输，各卡的部分结果做一次全归约（all-reduce）求和即可；注意力按头切，道理相同。每层两次全归约，每次传 (词元数 × 隐藏维度) 个数，所以需要 NVLink 这样的高速互联，通常限于一台机器之内。流水线并行（pipeline parallelism）则按层切，只在阶段之间传隐藏状态。
 
-# %% en=ed0e244b
+# %% en=f979bc7b
 from minillm.distributed import all_reduce_cost, split_evenly
 
 mlp = model.layers[0].mlp
 with torch.inference_mode():
-    x = model.layers[0].mlp_norm(model.embed(torch.tensor([ids])))
+    x = model.layers[0].mlp_norm(model.embed(torch.tensor([ids], device=device)))
     full = mlp(x)
     parts = []
     for rows in split_evenly(c.intermediate_size, 2):  # 两个进程，各拿一半隐藏单元
