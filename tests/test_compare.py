@@ -108,3 +108,11 @@ def test_microsecond_timings_keep_wall_time_whatever_their_spread():
     tiny = Comparison((1e-4, 1e-4, 1e-4), (1e-6, 3e-6, 2e-6), (1e-4, 1e-4, 1e-4),
                       (1e-6, 1e-6, 1e-6), threads=1)
     assert not tiny.by_cpu_time and "CPU" not in tiny.spread_text()
+
+
+def test_a_side_that_took_no_cpu_time_does_not_divide_by_zero():
+    """A side whose work was elsewhere (a sleep, another process) has CPU time 0: its CPU ratios
+    spread without bound, so wall time keeps the verdict."""
+    c = Comparison((0.01, 0.01, 0.01), (0.02, 0.012, 0.03), (0.01, 0.01, 0.01),
+                   (0.0, 0.01, 0.01), threads=1)
+    assert not c.by_cpu_time and c.above(1.0) is True

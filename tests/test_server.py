@@ -531,6 +531,8 @@ BAD_FEATURE_VALUES = [
     (CHAT, {"max_tokens": 3, "max_completion_tokens": 4}, "max_completion_tokens", "disagree"),
     (CHAT, {"response_format": {"type": "json_object"}, "ignore_eos": True}, "ignore_eos",
      "ignore_eos"),
+    (CHAT, {"response_format": {"type": "json_object"}, "min_tokens": 4}, "min_tokens",
+     "min_tokens cannot go with a JSON response_format"),
 ]
 
 

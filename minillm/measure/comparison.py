@@ -118,7 +118,8 @@ class Comparison:
 
 
 def _spread(ratios: list[float]) -> float:
-    return max(ratios) / min(ratios)
+    """The largest ratio over the smallest (infinite when one is 0: a side that took no time)."""
+    return max(ratios) / min(ratios) if min(ratios) > 0 else float("inf")
 
 
 def _side(ratios: list[float], threshold: float) -> bool | None:

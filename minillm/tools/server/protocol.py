@@ -335,6 +335,9 @@ class ChatCompletionRequest(Sampling):
         if fmt is not None and fmt.type != "text" and self.ignore_eos:
             raise APIError(400, "ignore_eos cannot go with a JSON response_format: the answer "
                                 "ends when its JSON is complete", "ignore_eos")
+        if fmt is not None and fmt.type != "text" and self.min_tokens:
+            raise APIError(400, "min_tokens cannot go with a JSON response_format: the answer "
+                                "ends when its JSON is complete", "min_tokens")
 
     @property
     def answer_length(self) -> int | None:
