@@ -25,7 +25,8 @@ class ChatLetters(LetterTokenizer):
     """The toy tokenizer with a chat template (the letters of each message, roles as marks)."""
 
     def apply_chat_template(self, messages, add_generation_prompt=True):
-        return "".join(f"{m['role'][0]}{m['content']}z" for m in messages) + "a"
+        text = "".join(f"{m['role'][0]}{m['content']}z" for m in messages)
+        return text + ("a" if add_generation_prompt else "")
 
 
 @pytest.fixture(scope="module")

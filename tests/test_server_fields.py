@@ -11,16 +11,11 @@ import pytest
 import torch
 
 import minillm
-from minillm.course.toy import LetterTokenizer, tiny_model
+from minillm.course.toy import tiny_model
 from minillm.decoding import MinNewTokensProcessor
 from minillm.engine import Engine
 from minillm.tools.server import ServerThread
-
-
-class ChatLetters(LetterTokenizer):
-    def apply_chat_template(self, messages, add_generation_prompt=True):
-        text = "".join(f"{m['role'][0]}{m['content']}z" for m in messages)
-        return text + ("a" if add_generation_prompt else "")
+from test_server import ChatLetters
 
 
 @pytest.fixture(scope="module")
