@@ -15,7 +15,9 @@ import torch
 
 import minillm
 from minillm.engine import Engine
+from minillm.generation.agreement import agree
 from minillm.tools.server import ServerThread
+from test_server_weights import q4_1_rule
 
 pytestmark = pytest.mark.slow
 
@@ -202,7 +204,8 @@ def test_q4_1_weights_serve_the_files_own_blocks_and_the_tokens_of_the_model_alo
     with ServerThread(engine, "smollm2-135m") as running:
         assert httpx.get(running.url + "/v1/models").json()["data"][0]["weights"] == "q4_1"
         r = httpx.post(running.url + "/v1/completions", timeout=300, json={
-            "prompt": prompts, "max_tokens": 6, "temperature": 0, "ignore_eos": True})
+            "prompt": prompts, "max_tokens": 6, "temperature": 0, "ignore_eos": True,
+            "logprobs": 1})
     assert r.status_code == 200, r.text
     choices = sorted(r.json()["choices"], key=lambda c: c["index"])
     assert [c["index"] for c in choices] == [0, 1, 2, 3]
@@ -211,4 +214,20 @@ def test_q4_1_weights_serve_the_files_own_blocks_and_the_tokens_of_the_model_alo
         return
     for prompt, choice in zip(prompts, choices):
         alone = minillm.generate(model, tokenizer, prompt, max_new_tokens=6, ignore_eos=True)
-        assert choice["text"] == alone.text, prompt
+        ids = tokenizer.encode(prompt)
+        served = served_token_ids(tokenizer, choice["logprobs"]["tokens"], alone.token_ids)
+        rule = q4_1_rule(model, ids, served, alone.token_ids)
+        assert agree(model, ids, served, alone.token_ids, **rule), (prompt, choice["text"],
+                                                                     alone.text, rule)
+
+
+def served_token_ids(tokenizer, served_texts, alone_ids):
+    """The served tokens as ids, as far as their texts are `alone_ids`' texts; -1 from the first
+    that differs (all that `agree` and `q4_1_rule` read of the later ones is that they differ)."""
+    ids = []
+    for text, token_id in zip(served_texts, alone_ids):
+        if ids and ids[-1] == -1 or tokenizer.decode([token_id]) != text:
+            ids.append(-1)
+        else:
+            ids.append(token_id)
+    return ids + [-1] * (len(served_texts) - len(ids))
