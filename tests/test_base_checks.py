@@ -98,3 +98,27 @@ def test_a_checker_turns_an_unforeseen_answer_into_a_message():
 
     with pytest.raises(CheckFailed, match="could not be checked.*TypeError"):
         check_length(lambda: 5)
+
+
+def test_every_checker_takes_hidden_cases():
+    """Each chapter's checkers take `hidden=False`, keyword-only: the nbgrader course's hidden
+    tests call them with hidden=True (scripts/assignments.py)."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import minillm.course.checks as package
+
+    found = 0
+    for info in pkgutil.iter_modules(package.__path__):
+        if not info.name.startswith("ch"):
+            continue
+        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        for name, fn in vars(module).items():
+            if name.startswith("check_") and callable(fn):
+                found += 1
+                hidden = inspect.signature(fn).parameters.get("hidden")
+                assert hidden is not None and hidden.default is False \
+                    and hidden.kind is hidden.KEYWORD_ONLY, \
+                    f"{info.name}.{name} must take a keyword-only hidden=False"
+    assert found >= 40

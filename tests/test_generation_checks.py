@@ -11,6 +11,7 @@ from minillm.course.checks._base import CheckFailed
 from minillm.generation.kv_cache import KVCache
 
 from test_generation import TinyLM
+from memorizing import assert_hidden_cases_catch_memorizing
 from test_tokenizer_checks import assert_hints_are_specific
 
 
@@ -442,3 +443,16 @@ def test_the_passes_and_the_stub_come_in_chinese(chinese, capsys):
         check_decode(stub)
     checks.check_attend_in_blocks(right_blocks)
     assert "✅ attend_in_blocks：全部 6 个用例通过" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("check, right, args", [
+    (checks.check_kv_cache_bytes, right_bytes, ()),
+])
+def test_the_hidden_cases_catch_an_answer_that_memorized_the_visible_ones(check, right, args):
+    assert_hidden_cases_catch_memorizing(check, right, *args)
+
+
+def test_the_hidden_cases_pass_every_right_answer():
+    checks.check_append_kv(right_append, hidden=True)
+    checks.check_greedy_decode(right_decode, TinyLM(), Chars(), hidden=True)
+    checks.check_attend_in_blocks(right_blocks, hidden=True)

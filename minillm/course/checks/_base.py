@@ -11,7 +11,8 @@ tensor it returned, and failing in plain words.
 - `as_number` / `as_int` accept whatever number type equals the answer: Python ints and floats,
   NumPy scalars, 0-d arrays and 0-d tensors; `same_number` compares one with the answer.
 - `checker` wraps each public check function, so that even an answer of a kind no check foresaw
-  gets a message instead of a traceback.
+  gets a message instead of a traceback; each takes `hidden=True` for the graders' second set of
+  cases.
 - `matching_mistake` names a mistake only when the learner's answers equal that mistake's answers
   on every case tried, so a hint fires for the mistake it names and for no other.
 
@@ -35,7 +36,11 @@ class CheckFailed(AssertionError):
 
 def checker(check):
     """A checker that never crashes: an error while it reads the learner's answer (an object of an
-    unexpected kind, say) becomes a CheckFailed that says so, like every other failure."""
+    unexpected kind, say) becomes a CheckFailed that says so, like every other failure.
+
+    Every checker takes `hidden=False`: with `hidden=True` it tries a second set of cases that no
+    notebook shows (the graders' hidden tests in the nbgrader course, scripts/assignments.py), so
+    a function written to match the visible cases fails there."""
     @functools.wraps(check)
     def run(*args, **kwargs):
         try:

@@ -25,11 +25,18 @@ SIZE_CASES = [  # (n_layers, n_kv_heads, head_dim, tokens, bytes_per_value)
     (1, 2, 4, 3, 4),
     (61, 1, 576, 8192, 1),  # a latent-cache-sized head in int8
 ]
+HIDDEN_SIZE_CASES = [
+    (24, 2, 64, 3, 4),
+    (28, 8, 128, 8192, 2),  # an 8B model with grouped-query attention, fp16
+    (3, 5, 16, 7, 1),
+    (40, 40, 128, 2048, 2),  # a 13B model without grouped-query attention
+    (1, 1, 2, 9, 2),
+]
 
 
-def _size_mistakes():
+def _size_mistakes(cases):
     def model(f):
-        return [f(*case) for case in SIZE_CASES]
+        return [f(*case) for case in cases]
 
     return [
         (say("half the answer: the cache holds keys AND values, so count both (the factor 2)",
@@ -48,12 +55,13 @@ def _size_mistakes():
 
 
 @checker
-def check_kv_cache_bytes(kv_cache_bytes) -> None:
+def check_kv_cache_bytes(kv_cache_bytes, *, hidden=False) -> None:
     """`kv_cache_bytes(n_layers, n_kv_heads, head_dim, tokens, bytes_per_value)` must give the
     bytes a KV cache holds: 2 x layers x kv_heads x head_dim x tokens x bytes."""
+    cases = HIDDEN_SIZE_CASES if hidden else SIZE_CASES
     dtypes = {4: torch.float32, 2: torch.float16, 1: torch.int8}
     answers, wants = [], []
-    for layers, heads, dim, tokens, nbytes in SIZE_CASES:
+    for layers, heads, dim, tokens, nbytes in cases:
         args = (layers, heads, dim, tokens, nbytes)
         what = f"kv_cache_bytes{args}"
         got = call(kv_cache_bytes, *args, what=what)
@@ -69,13 +77,13 @@ def check_kv_cache_bytes(kv_cache_bytes) -> None:
         wants.append(want)
     wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if g != w]
     if not wrong:
-        passed("kv_cache_bytes", len(SIZE_CASES))
+        passed("kv_cache_bytes", len(cases))
         return
     i = wrong[0]
-    layers, heads, dim, tokens, nbytes = SIZE_CASES[i]
-    hint = matching_mistake(answers, _size_mistakes(), int.__eq__)
+    layers, heads, dim, tokens, nbytes = cases[i]
+    hint = matching_mistake(answers, _size_mistakes(cases), int.__eq__)
     raise CheckFailed(say("kv_cache_bytes{case} returned {got}, expected {want}",
-                          "kv_cache_bytes{case} 返回了 {got}，应为 {want}", case=SIZE_CASES[i],
+                          "kv_cache_bytes{case} 返回了 {got}，应为 {want}", case=cases[i],
                           got=answers[i], want=wants[i])
                       + (say(": {hint}", "：{hint}", hint=hint) if hint else
                          say(" = 2 x {layers} layers x {heads} kv heads x {dim} head_dim x "
@@ -92,6 +100,12 @@ APPEND_CASES = [  # (batch, kv_heads, max_tokens, head_dim, tokens already held,
     (3, 1, 12, 6, 4, 8),
     (1, 2, 40, 4, 31, 9),
     (2, 4, 7, 2, 0, 7),
+]
+HIDDEN_APPEND_CASES = [
+    (2, 1, 9, 3, 0, 2),
+    (1, 4, 20, 5, 12, 8),
+    (3, 2, 6, 4, 5, 1),
+    (1, 1, 33, 16, 1, 30),
 ]
 
 
@@ -113,13 +127,14 @@ def _returned_pair(got, what):
 
 
 @checker
-def check_append_kv(append_kv) -> None:
+def check_append_kv(append_kv, *, hidden=False) -> None:
     """`append_kv(keys, values, k, v, length)` must write `k`, `v` (batch, heads, new, dim) into
     the preallocated `keys`, `values` (batch, heads, max_tokens, dim) at positions
     length .. length+new, in place, and return the keys and values of the first length+new
     positions. A write past max_tokens must raise ValueError."""
-    gen = torch.Generator().manual_seed(3)
-    for batch, heads, max_tokens, dim, length, new in APPEND_CASES:
+    cases = HIDDEN_APPEND_CASES if hidden else APPEND_CASES
+    gen = torch.Generator().manual_seed(4 if hidden else 3)
+    for batch, heads, max_tokens, dim, length, new in cases:
         shape = (batch, heads, max_tokens, dim)
         keys, values = torch.randn(shape, generator=gen), torch.randn(shape, generator=gen)
         before_k, before_v = keys.clone(), values.clone()
@@ -179,14 +194,14 @@ def check_append_kv(append_kv) -> None:
                    "{case}：返回的键或值和存进去的不一样：请返回 "
                    "keys[:, :, :length + new] 和 values[:, :, :length + new]", case=case))
     keys = torch.zeros(1, 1, 4, 2)
-    for length, new in ((3, 2), (4, 1), (0, 5)):
+    for length, new in ((2, 3), (4, 2), (1, 4)) if hidden else ((3, 2), (4, 1), (0, 5)):
         expect_raises(append_kv, keys, keys.clone(), torch.ones(1, 1, new, 2),
                       torch.ones(1, 1, new, 2), length, error=ValueError,
                       what=say("appending {new} tokens to a cache of 4 holding {length}",
                                "往容量为 4、已存 {length} 个的缓存里追加 {new} 个词元",
                                new=new, length=length),
                       why=say("they do not fit: the cache is full", "放不下：缓存已满"))
-    passed("append_kv", len(APPEND_CASES) + 3)
+    passed("append_kv", len(cases) + 3)
 
 
 class _Spy:
@@ -207,10 +222,11 @@ class _Spy:
 
 DECODE_PROMPTS = [("The capital of France is", 12), ("Once upon a time, in a land", 5),
                   ("1, 2, 3, 4,", 1), ("Water boils at", 17)]
+HIDDEN_DECODE_PROMPTS = [("The largest planet is", 9), ("def add(a, b):", 6), ("Hi", 2)]
 
 
 @checker
-def check_greedy_decode(greedy_decode, model, tokenizer) -> None:
+def check_greedy_decode(greedy_decode, model, tokenizer, *, hidden=False) -> None:
     """`greedy_decode(model, prompt_ids, max_new_tokens, eos_token_ids)` must return the new token
     ids that greedy decoding with a KV cache gives: one prefill pass over the prompt, then one
     pass per new token fed only that token; it stops after an EOS id (keeping it) or at
@@ -218,7 +234,7 @@ def check_greedy_decode(greedy_decode, model, tokenizer) -> None:
     from ...generation.loop import generate
 
     cases = 0
-    for text, k in DECODE_PROMPTS:
+    for text, k in HIDDEN_DECODE_PROMPTS if hidden else DECODE_PROMPTS:
         ids = list(tokenizer.encode(text))
         want = generate(model, tokenizer, ids, max_new_tokens=k, do_sample=False,
                         ignore_eos=True).token_ids
@@ -305,11 +321,17 @@ BLOCK_CASES = [  # (d, d_v, block sizes, how large each block's keys are)
     (64, 64, [32, 32, 32, 17], [1, 1, 4, 1]),  # SmolLM2's head width, a short last block
     (4, 4, [3, 3, 3], [300, 600, 1000]),  # scores near a thousand: e^score overflows
 ]
+HIDDEN_BLOCK_CASES = [
+    (6, 6, [2, 5, 3], [3, 1, 2]),  # the largest score in the first block
+    (12, 5, [4, 4], [1, 3]),
+    (8, 8, [1, 9, 1, 9], [1, 2, 3, 4]),
+    (4, 2, [2, 2, 2, 2], [500, 100, 900, 200]),  # overflow, the maximum rising and falling
+]
 
 
-def _block_case(index):
-    d, d_v, sizes, scales = BLOCK_CASES[index]
-    gen = torch.Generator().manual_seed(40 + index)
+def _block_case(cases, index):
+    d, d_v, sizes, scales = cases[index]
+    gen = torch.Generator().manual_seed((80 if cases is HIDDEN_BLOCK_CASES else 40) + index)
     q = torch.randn(d, generator=gen)
     keys = torch.cat([s * torch.randn(b, d, generator=gen) for b, s in zip(sizes, scales)])
     values = torch.randn(sum(sizes), d_v, generator=gen)
@@ -410,13 +432,14 @@ def _close(a, b) -> bool:
 
 
 @checker
-def check_attend_in_blocks(attend_in_blocks) -> None:
+def check_attend_in_blocks(attend_in_blocks, *, hidden=False) -> None:
     """`attend_in_blocks(q, blocks)` must return softmax(K q / sqrt(d)) V for one query q, reading
     `blocks` ((k, v) pairs) once and keeping only its running maximum, sum and output between
     blocks: the online softmax of FlashAttention."""
+    cases = HIDDEN_BLOCK_CASES if hidden else BLOCK_CASES
     answers, wants = [], []
-    for index in range(len(BLOCK_CASES)):
-        q, keys, values, sizes = _block_case(index)
+    for index in range(len(cases)):
+        q, keys, values, sizes = _block_case(cases, index)
         d, d_v = q.shape[0], values.shape[1]
         what = say("attend_in_blocks(q of {d} numbers, {n} blocks of {sizes} keys, values "
                    "of {d_v})",
@@ -453,11 +476,11 @@ def check_attend_in_blocks(attend_in_blocks) -> None:
         wants.append(weights @ values.double())
     wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if not _close(g, w)]
     if not wrong:
-        passed("attend_in_blocks", len(BLOCK_CASES))
+        passed("attend_in_blocks", len(cases))
         return
     i = wrong[0]
-    d, d_v, sizes, _ = BLOCK_CASES[i]
-    q, keys, values, _ = _block_case(i)
+    d, d_v, sizes, _ = cases[i]
+    q, keys, values, _ = _block_case(cases, i)
     scores = keys @ q / math.sqrt(d)
     if not torch.isfinite(answers[i]).all():
         hint = say("the output holds inf or nan: e^score overflowed (the scores here reach "
@@ -467,8 +490,8 @@ def check_attend_in_blocks(attend_in_blocks) -> None:
                    "做 exp 之前先减去当前的最大值：e^(s - m_new) 不会超过 1",
                    top=scores.max().item())
     else:
-        models = [(text, [_blockwise(*_block_case(j), **how)
-                          for j in range(len(BLOCK_CASES))]) for text, how in _block_mistakes()]
+        models = [(text, [_blockwise(*_block_case(cases, j), **how)
+                          for j in range(len(cases))]) for text, how in _block_mistakes()]
         hint = matching_mistake(answers, models, _close)
     shown = ", ".join(f"{x:.4f}" for x in answers[i][:4].tolist())
     expected = ", ".join(f"{x:.4f}" for x in wants[i][:4].tolist())
