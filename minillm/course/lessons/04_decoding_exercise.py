@@ -21,6 +21,7 @@ from minillm.course import show_source
 
 # %% [task]
 def apply_temperature(logits, temperature):
+    # YOUR CODE HERE
     raise NotImplementedError
 # ==== solution ====
 def apply_temperature(logits, temperature):
@@ -38,6 +39,7 @@ checks.check_apply_temperature(apply_temperature)
 
 # %% [task]
 def top_k_filter(logits, k):
+    # YOUR CODE HERE
     raise NotImplementedError
 # ==== solution ====
 def top_k_filter(logits, k):
@@ -58,6 +60,7 @@ checks.check_top_k(top_k_filter)
 
 # %% [task]
 def top_p_filter(logits, p):
+    # YOUR CODE HERE
     raise NotImplementedError
 # ==== solution ====
 def top_p_filter(logits, p):
@@ -80,6 +83,7 @@ checks.check_top_p(top_p_filter)
 
 # %% [task]
 def repetition_penalty(input_ids, logits, penalty):
+    # YOUR CODE HERE
     raise NotImplementedError
 # ==== solution ====
 def repetition_penalty(input_ids, logits, penalty):
@@ -101,6 +105,7 @@ checks.check_repetition_penalty(repetition_penalty)
 
 # %% [task]
 def beam_step(log_probs, beam_scores, num_beams):
+    # YOUR CODE HERE
     raise NotImplementedError
 # ==== solution ====
 def beam_step(log_probs, beam_scores, num_beams):

@@ -38,12 +38,15 @@ class BlockAllocator:
         raise NotImplementedError
 
     def allocate(self):
+        # YOUR CODE HERE
         raise NotImplementedError
 
     def share(self, block):
+        # YOUR CODE HERE
         raise NotImplementedError
 
     def free(self, block):
+        # YOUR CODE HERE
         raise NotImplementedError
 # ==== solution ====
 class BlockAllocator:

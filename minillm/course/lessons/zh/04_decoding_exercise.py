@@ -22,8 +22,9 @@ from minillm.course import show_source
 #
 # $P_i = e^{z_i/T} / \sum_j e^{z_j/T}$：返回按温度 $T$ 缩放后的 logits。
 
-# %% [task] en=134e0cc2
+# %% [task] en=3ec83d7d
 def apply_temperature(logits, temperature):
+    # 在这里写你的代码
     raise NotImplementedError
 # ==== solution ====
 def apply_temperature(logits, temperature):
@@ -38,8 +39,9 @@ checks.check_apply_temperature(apply_temperature)
 # 每一行保留分数最高的 `k` 个，其余分数一律设为 `-inf`。与第 k 名分数相同的词元也保留。
 # `k` 比词表还大时，全部保留。提示：`torch.topk` 和 `masked_fill`。
 
-# %% [task] en=74a47b1f
+# %% [task] en=bf7c7aaf
 def top_k_filter(logits, k):
+    # 在这里写你的代码
     raise NotImplementedError
 # ==== solution ====
 def top_k_filter(logits, k):
@@ -57,8 +59,9 @@ checks.check_top_k(top_k_filter)
 # 词元也要保留：概率为 0.5、0.3、0.15、0.05，p = 0.7 时，保留前两个。提示：降序排序，
 # `softmax`，`cumsum`；只要某个词元*之前*的累计概率仍小于 `p`，它就保留。
 
-# %% [task] en=eea7e2e5
+# %% [task] en=da7cf073
 def top_p_filter(logits, p):
+    # 在这里写你的代码
     raise NotImplementedError
 # ==== solution ====
 def top_p_filter(logits, p):
@@ -78,8 +81,9 @@ checks.check_top_p(top_p_filter)
 # 凡是在 `input_ids` 里出现过的词元（提示词也算），分数为正时除以 `penalty`，为负时乘以
 # `penalty`；不管出现了多少次，都只处理一次。提示：`torch.gather`、`torch.where`、`scatter`。
 
-# %% [task] en=cf9cfbe5
+# %% [task] en=56c96ce8
 def repetition_penalty(input_ids, logits, penalty):
+    # 在这里写你的代码
     raise NotImplementedError
 # ==== solution ====
 def repetition_penalty(input_ids, logits, penalty):
@@ -98,8 +102,9 @@ checks.check_repetition_penalty(repetition_penalty)
 # `num_beams` 个，按从好到差排列；一个续写的得分是 `beam_scores[parent] + log_probs[parent, token]`。
 # 提示：展平成 `num_beams * vocab` 个候选，用 `torch.topk`，再对词表大小做 `//` 和 `%`。
 
-# %% [task] en=76711699
+# %% [task] en=0aa54cdb
 def beam_step(log_probs, beam_scores, num_beams):
+    # 在这里写你的代码
     raise NotImplementedError
 # ==== solution ====
 def beam_step(log_probs, beam_scores, num_beams):

@@ -33,19 +33,22 @@ from minillm.engine import BlockManager, ContinuousScheduler
 #   错误：抛出 `RuntimeError`；
 # - `num_free`：有多少个空闲块（一个属性或 property）。
 
-# %% [task] en=a8ea6885
+# %% [task] en=495dea93
 class BlockAllocator:
     def __init__(self, num_blocks):
         # 在这里写你的代码
         raise NotImplementedError
 
     def allocate(self):
+        # 在这里写你的代码
         raise NotImplementedError
 
     def share(self, block):
+        # 在这里写你的代码
         raise NotImplementedError
 
     def free(self, block):
+        # 在这里写你的代码
         raise NotImplementedError
 # ==== solution ====
 class BlockAllocator:
