@@ -55,7 +55,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: course test setup model doctor bundle browser clean-venv book
+.PHONY: course test setup model doctor bundle browser clean-venv book assignments
 
 $(PY):
 	@if [ -z "$(PYTHON)" ]; then echo "minillm needs Python 3.10 or newer (3.11 preferred) and \
@@ -82,6 +82,13 @@ $(EVAL_INSTALLED): pyproject.toml | $(INSTALLED)
 	$(PY) -m pip install --quiet $(PIP_SOURCE) -e ".[eval]"
 	touch $@
 
+# nbgrader, for the instructors' course of graded exercises: `make assignments` and `make test`
+# install it, `make course` does not.
+GRADING_INSTALLED := $(VENV)/.minillm-grading-installed
+$(GRADING_INSTALLED): pyproject.toml | $(INSTALLED)
+	$(PY) -m pip install --quiet $(PIP_SOURCE) -e ".[grading]"
+	touch $@
+
 model: $(INSTALLED)
 	$(PY) -m minillm fetch $(FETCH_SOURCE)
 
@@ -102,9 +109,13 @@ browser:
 
 # Then the kernels' tests again at each lower instruction-set level the machine runs
 # (MINILLM_KERNEL_LEVEL; scripts/test_levels.py).
-test: setup $(EVAL_INSTALLED)
+test: setup $(EVAL_INSTALLED) $(GRADING_INSTALLED)
 	OMP_NUM_THREADS=1 $(PY) -m pytest --nbval-lax tests notebooks solutions $(PYTEST_ARGS)
 	OMP_NUM_THREADS=1 $(PY) scripts/test_levels.py $(LEVEL_PYTEST_ARGS)
+
+# The exercises as two nbgrader courses, grading/en and grading/zh (docs/instructor.md).
+assignments: setup $(GRADING_INSTALLED)
+	$(PY) scripts/assignments.py
 
 doctor: setup
 	$(PY) -m minillm doctor
