@@ -1,6 +1,8 @@
 """The chapter 04 checkers pass correct code, leave no room for in-place edits, and give each usual
 mistake its own hint (and no other mistake that hint)."""
 
+import functools
+
 import pytest
 import torch
 
@@ -8,6 +10,7 @@ from minillm.course.checks import ch04_decoding as checks
 from minillm.course.checks._base import CheckFailed
 from minillm.decoding import RepetitionPenaltyProcessor, TopKProcessor, TopPProcessor
 
+from memorizing import assert_hidden_cases_catch_memorizing
 from test_tokenizer_checks import assert_hints_are_specific
 
 
@@ -59,8 +62,10 @@ def test_changing_the_logits_in_place_is_named(check, in_place):
         check(in_place)
 
 
-def test_temperature_hints_are_specific():
-    assert_hints_are_specific(checks.check_apply_temperature, {
+@pytest.mark.parametrize("hidden", [False, True])
+def test_temperature_hints_are_specific(hidden):
+    check = functools.partial(checks.check_apply_temperature, hidden=hidden)
+    assert_hints_are_specific(check, {
         "multiplied": (lambda logits, t: logits * t, "multiplied by the temperature"),
         "probabilities": (lambda logits, t: torch.softmax(logits / t, -1),
                           "returned probabilities"),
@@ -68,8 +73,10 @@ def test_temperature_hints_are_specific():
     })
 
 
-def test_top_k_hints_are_specific():
-    assert_hints_are_specific(checks.check_top_k, {
+@pytest.mark.parametrize("hidden", [False, True])
+def test_top_k_hints_are_specific(hidden):
+    check = functools.partial(checks.check_top_k, hidden=hidden)
+    assert_hints_are_specific(check, {
         "strict": (checks._strict_top_k, "tied with the k-th best"),
         "k + 1": (lambda logits, k: checks._top_k_variant(logits, k, shift=1), "kept k + 1"),
         "k - 1": (lambda logits, k: checks._top_k_variant(logits, k, shift=-1), "kept k - 1"),
@@ -93,8 +100,10 @@ def test_top_k_returning_a_mask_is_named():
         checks.check_top_k(lambda logits, k: ~torch.isneginf(right_top_k(logits, k)))
 
 
-def test_top_p_hints_are_specific():
-    assert_hints_are_specific(checks.check_top_p, {
+@pytest.mark.parametrize("hidden", [False, True])
+def test_top_p_hints_are_specific(hidden):
+    check = functools.partial(checks.check_top_p, hidden=hidden)
+    assert_hints_are_specific(check, {
         "drops crossing": (lambda logits, p: checks._top_p_variant(logits, p, crossing=False),
                            "dropped the token that crosses p"),
         "one too many": (checks._one_too_many, "one token too many"),
@@ -107,8 +116,10 @@ def test_top_p_hints_are_specific():
     })
 
 
-def test_repetition_penalty_hints_are_specific():
-    assert_hints_are_specific(checks.check_repetition_penalty, {
+@pytest.mark.parametrize("hidden", [False, True])
+def test_repetition_penalty_hints_are_specific(hidden):
+    check = functools.partial(checks.check_repetition_penalty, hidden=hidden)
+    assert_hints_are_specific(check, {
         "divides negatives": (lambda ids, logits, p: logits.scatter(1, ids,
                                                                     logits.gather(1, ids) / p),
                               "divided negative scores"),
@@ -133,8 +144,10 @@ def swapped_beam_step(log_probs, beam_scores, num_beams):
     return scores, tokens, parents
 
 
-def test_beam_step_hints_are_specific():
-    assert_hints_are_specific(checks.check_beam_step, {
+@pytest.mark.parametrize("hidden", [False, True])
+def test_beam_step_hints_are_specific(hidden):
+    check = functools.partial(checks.check_beam_step, hidden=hidden)
+    assert_hints_are_specific(check, {
         "swapped": (swapped_beam_step, "swapped"),
         "no running scores": (lambda lp, bs, n: checks.reference_beam_step(
             lp, torch.zeros_like(bs), n), "ignore the beams' running scores"),
@@ -147,6 +160,74 @@ def test_beam_step_hints_are_specific():
 def test_beam_step_wrong_count_is_named():
     with pytest.raises(CheckFailed, match="expected num_beams"):
         checks.check_beam_step(lambda lp, bs, n: checks.reference_beam_step(lp, bs, 1))
+
+
+# --- the graders' hidden cases (hidden=True) ----------------------------------------------------
+
+def right_beam_step(log_probs, beam_scores, num_beams):
+    vocab = log_probs.shape[-1]
+    scores, flat = torch.topk((beam_scores[:, None] + log_probs).flatten(), num_beams)
+    return scores, flat // vocab, flat % vocab
+
+
+RIGHT = [(checks.check_apply_temperature, lambda logits, t: logits / t),
+         (checks.check_top_k, right_top_k), (checks.check_top_p, right_top_p),
+         (checks.check_repetition_penalty, right_penalty),
+         (checks.check_beam_step, right_beam_step)]
+
+
+def test_the_hidden_cases_pass_every_right_answer(capsys):
+    for check, right in RIGHT:
+        check(right, hidden=True)
+    checks.check_top_k(lambda logits, k: TopKProcessor(k)(None, logits), hidden=True)
+    checks.check_top_p(lambda logits, p: TopPProcessor(p)(None, logits), hidden=True)
+    checks.check_repetition_penalty(
+        lambda ids, logits, p: RepetitionPenaltyProcessor(p)(ids, logits), hidden=True)
+    checks.check_beam_step(checks.reference_beam_step, hidden=True)
+    assert capsys.readouterr().out.count("✅") == 9
+
+
+@pytest.mark.parametrize("check, right", RIGHT, ids=[c.__name__ for c, _ in RIGHT])
+def test_the_hidden_cases_catch_an_answer_that_memorized_the_visible_ones(check, right):
+    assert_hidden_cases_catch_memorizing(check, right)
+
+
+@pytest.mark.parametrize("hidden", [False, True])
+@pytest.mark.parametrize("check", [c for c, _ in RIGHT], ids=[c.__name__ for c, _ in RIGHT])
+def test_an_unwritten_stub_says_so(check, hidden):
+    def stub(*args):
+        raise NotImplementedError
+
+    with pytest.raises(CheckFailed, match="not written yet"):
+        check(stub, hidden=hidden)
+
+
+def test_the_hidden_cases_are_other_inputs_with_the_same_edges():
+    """Other seeds, shapes and numbers; still ties, k = vocab and k > vocab, p = 1, a token
+    repeated in input_ids, and more beams than tokens."""
+    assert not {seed for seed, *_ in checks.TEMPERATURES} & {
+        seed for seed, *_ in checks.HIDDEN_TEMPERATURES}
+    for cases in (checks.TOP_K_CASES, checks.HIDDEN_TOP_K_CASES):
+        assert any(ties for *_, ties in cases)
+        assert any(k == vocab for _, _, vocab, k, _ in cases)
+        assert any(k > vocab for _, _, vocab, k, _ in cases)
+        assert any(k == 1 for _, _, _, k, _ in cases)
+    for hidden in (False, True):
+        assert any(p == 1.0 for _, p in checks._top_p_logits(hidden))
+        ids = checks._penalty_cases(hidden)[0][0]
+        assert any(len(set(row)) < len(row) for row in ids.tolist())
+    assert any(beams > vocab for _, beams, vocab in checks.HIDDEN_BEAM_CASES)
+    assert not any(torch.equal(a, b) for (a, _), (b, _) in zip(checks._top_p_logits(),
+                                                                checks._top_p_logits(True)))
+
+
+def test_the_hidden_top_k_above_the_vocabulary_is_explained_too():
+    def no_min(logits, k):
+        return logits.masked_fill(logits < torch.topk(logits, k).values[..., -1:], float("-inf"))
+
+    with pytest.raises(CheckFailed, match=r"raised RuntimeError.*k = 12 is at least the "
+                                          r"vocabulary size \(10\).*min\(k, vocab\)"):
+        checks.check_top_k(no_min, hidden=True)
 
 
 # --- the same hints in the Chinese edition ------------------------------------------------------
@@ -208,11 +289,12 @@ ZH_HINTS = [  # (check, a wrong answer, words of its Chinese hint, words of its 
 ]
 
 
+@pytest.mark.parametrize("hidden", [False, True])
 @pytest.mark.parametrize("check, wrong, zh_words, en_words", ZH_HINTS,
                          ids=[f"{c.__name__}-{en}" for c, _, _, en in ZH_HINTS])
-def test_each_hint_comes_in_chinese(chinese, check, wrong, zh_words, en_words):
+def test_each_hint_comes_in_chinese(chinese, hidden, check, wrong, zh_words, en_words):
     with pytest.raises(CheckFailed) as failure:
-        check(wrong)
+        check(wrong, hidden=hidden)
     message = str(failure.value)
     assert zh_words in message, message
     assert en_words not in message, message
@@ -229,4 +311,9 @@ def test_the_chapters_own_messages_come_in_chinese(chinese, capsys):
     with pytest.raises(CheckFailed, match="形状为 .* 的 logits"):
         checks.check_apply_temperature(lambda logits, t: logits[:, :-1] / t)
     checks.check_top_p(right_top_p)
+    assert "✅ top_p_filter：全部 9 个用例通过" in capsys.readouterr().out
+    with pytest.raises(CheckFailed, match="不小于词表大小（10）：所有词元都保留"):
+        checks.check_top_k(lambda logits, k: logits.masked_fill(
+            logits < torch.topk(logits, k).values[..., -1:], float("-inf")), hidden=True)
+    checks.check_top_p(right_top_p, hidden=True)
     assert "✅ top_p_filter：全部 9 个用例通过" in capsys.readouterr().out

@@ -1,6 +1,7 @@
 """The chapter 06 checkers: they pass the solutions and fail wrong answers with a useful message,
 each hint only for the mistake it names."""
 
+import functools
 import re
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 from minillm.course.checks import ch06_batching as checks
 from minillm.course.checks._base import CheckFailed
 
+from memorizing import assert_hidden_cases_catch_memorizing
 from test_tokenizer_checks import assert_hints_are_specific
 
 SOURCE = Path(__file__).parent.parent / "minillm/course/lessons/06_batching_exercise.py"
@@ -36,7 +38,8 @@ def test_the_solutions_pass(solutions, capsys):
     assert capsys.readouterr().out.count("✅") == 4
 
 
-def test_a_stub_says_it_is_not_written_yet():
+@pytest.mark.parametrize("hidden", [False, True])
+def test_a_stub_says_it_is_not_written_yet(hidden):
     class Stub:
         def __init__(self, n):
             raise NotImplementedError
@@ -47,10 +50,11 @@ def test_a_stub_says_it_is_not_written_yet():
     for check in (checks.check_block_allocator, checks.check_admit_waiting,
                   checks.check_plan_running, checks.check_schedule_step):
         with pytest.raises(CheckFailed, match="not written yet"):
-            check(Stub if check is checks.check_block_allocator else stub)
+            check(Stub if check is checks.check_block_allocator else stub, hidden=hidden)
 
 
-def test_an_allocator_that_ignores_reference_counts_is_caught(solutions):
+@pytest.mark.parametrize("hidden", [False, True])
+def test_an_allocator_that_ignores_reference_counts_is_caught(solutions, hidden):
     class NoCounts(solutions["BlockAllocator"]):
         def free(self, block):  # frees on the first release, shared or not
             if block not in self.free_list:
@@ -58,7 +62,7 @@ def test_an_allocator_that_ignores_reference_counts_is_caught(solutions):
             self.ref_count[block] = 0
 
     with pytest.raises(CheckFailed, match="still held by another sequence"):
-        checks.check_block_allocator(NoCounts)
+        checks.check_block_allocator(NoCounts, hidden=hidden)
 
 
 def test_an_allocator_that_hands_out_a_held_block_is_caught():
@@ -78,10 +82,13 @@ def test_an_allocator_that_hands_out_a_held_block_is_caught():
 
     with pytest.raises(CheckFailed, match="which is still held"):
         checks.check_block_allocator(Reuses)
+    with pytest.raises(CheckFailed, match="which is still held"):
+        checks.check_block_allocator(Reuses, hidden=True)
 
 
+@pytest.mark.parametrize("hidden", [False, True])
 @pytest.mark.parametrize("error", [IndexError, AssertionError])
-def test_the_wrong_exception_when_exhausted_is_caught(solutions, error):
+def test_the_wrong_exception_when_exhausted_is_caught(solutions, error, hidden):
     class WrongError(solutions["BlockAllocator"]):
         def allocate(self):
             if not self.free_list:
@@ -90,20 +97,22 @@ def test_the_wrong_exception_when_exhausted_is_caught(solutions, error):
 
     with pytest.raises(CheckFailed, match=f"raised {error.__name__}.*every block is held: "
                                           "raise RuntimeError"):
-        checks.check_block_allocator(WrongError)
+        checks.check_block_allocator(WrongError, hidden=hidden)
 
 
-def test_a_double_free_that_passes_silently_is_caught(solutions):
+@pytest.mark.parametrize("hidden", [False, True])
+def test_a_double_free_that_passes_silently_is_caught(solutions, hidden):
     class Silent(solutions["BlockAllocator"]):
         def free(self, block):
             if self.ref_count[block] > 0:
                 super().free(block)
 
     with pytest.raises(CheckFailed, match="already free.*raise RuntimeError"):
-        checks.check_block_allocator(Silent)
+        checks.check_block_allocator(Silent, hidden=hidden)
 
 
-def test_num_free_as_a_method_is_named(solutions):
+@pytest.mark.parametrize("hidden", [False, True])
+def test_num_free_as_a_method_is_named(solutions, hidden):
     class Method(solutions["BlockAllocator"]):
         num_free = None
 
@@ -111,7 +120,7 @@ def test_num_free_as_a_method_is_named(solutions):
             return len(self.free_list)
 
     with pytest.raises(CheckFailed, match="num_free .* is a method"):
-        checks.check_block_allocator(Method)
+        checks.check_block_allocator(Method, hidden=hidden)
 
 
 def test_numpy_block_ids_are_accepted(solutions, capsys):
@@ -127,8 +136,10 @@ def admit(**kind):
     return lambda *a: checks._admit_variant(*a, **kind)
 
 
-def test_admit_hints_are_specific():
-    assert_hints_are_specific(checks.check_admit_waiting, {
+@pytest.mark.parametrize("hidden", [False, True])
+def test_admit_hints_are_specific(hidden):
+    check = functools.partial(checks.check_admit_waiting, hidden=hidden)
+    assert_hints_are_specific(check, {
         "skips": (admit(stop=False), "stop at the first request that does not fit"),
         "no seats": (admit(seats=False), "at most free_seats"),
         "no chunk": (admit(chunk=False), "chunked prefill"),
@@ -140,8 +151,10 @@ def running(**kind):
     return lambda *a: checks._running_variant(*a, **kind)
 
 
-def test_plan_running_hints_are_specific():
-    assert_hints_are_specific(checks.check_plan_running, {
+@pytest.mark.parametrize("hidden", [False, True])
+def test_plan_running_hints_are_specific(hidden):
+    check = functools.partial(checks.check_plan_running, hidden=hidden)
+    assert_hints_are_specific(check, {
         "list order": (running(decodes_first=False), "(one token left) go first"),
         "oldest victim": (running(victim=0), "the LAST one still in `running`"),
         "no preemption": (running(preempt=False), "free_blocks below 0"),
@@ -154,8 +167,10 @@ def step(**kind):
     return lambda *a, **k: checks._step_variant(*a, **k, **kind)
 
 
-def test_schedule_step_hints_are_specific():
-    assert_hints_are_specific(checks.check_schedule_step, {
+@pytest.mark.parametrize("hidden", [False, True])
+def test_schedule_step_hints_are_specific(hidden):
+    check = functools.partial(checks.check_schedule_step, hidden=hidden)
+    assert_hints_are_specific(check, {
         "admits after preempting": (step(admit_after_preempt=True), "admit nobody new"),
         "seats from max": (step(seats_from_max=True), "minus the requests still running"),
     })
@@ -204,6 +219,48 @@ def test_the_exercises_worked_trace_shows_both_preemption_cases(capsys):
     assert result == {"run": [("a", 15)], "preempted": ["c", "b"], "free_blocks": 0}
 
 
+# --- the graders' hidden cases (hidden=True) ----------------------------------------------------
+
+def test_the_solutions_pass_the_hidden_cases(solutions, capsys):
+    checks.check_block_allocator(solutions["BlockAllocator"], hidden=True)
+    checks.check_admit_waiting(solutions["admit_waiting"], hidden=True)
+    checks.check_plan_running(solutions["plan_running"], hidden=True)
+    checks.check_schedule_step(solutions["schedule_step"], hidden=True)
+    out = capsys.readouterr().out
+    assert out.count("✅") == 4
+    assert f"plan_running: all {len(checks.HIDDEN_RUNNING_CASES) + 50} cases pass" in out
+
+
+@pytest.mark.parametrize("name", ["admit_waiting", "plan_running", "schedule_step"])
+def test_the_hidden_cases_catch_an_answer_that_memorized_the_visible_ones(solutions, name):
+    """(BlockAllocator is left out: it is a class whose answers depend on the calls made before,
+    on an object made afresh for each trace, so there is no answer to look up by arguments.)"""
+    assert_hidden_cases_catch_memorizing(getattr(checks, f"check_{name}"), solutions[name])
+
+
+def test_the_hidden_cases_are_other_inputs_with_the_same_edges():
+    """Exhaustion, a double free and a shared block freed in parts; a chunk cut by the budget,
+    full seats, first come first served, no seat and no block; self-preemption and a planned
+    decode preempted; and block sizes other than 4, which the visible plans never use."""
+    for traces in (checks.ALLOCATOR_TRACES, checks.HIDDEN_ALLOCATOR_TRACES):
+        ops = {op[0] for _, trace in traces for op in trace}
+        assert {"exhausted", "double free", "share"} <= ops
+    assert not (set(map(repr, checks.ALLOCATOR_TRACES))
+                & set(map(repr, checks.HIDDEN_ALLOCATOR_TRACES)))
+    assert not set(map(repr, checks.ADMIT_CASES)) & set(map(repr, checks.HIDDEN_ADMIT_CASES))
+    for cases in (checks.ADMIT_CASES, checks.HIDDEN_ADMIT_CASES):
+        assert any(seats == 0 for _, _, _, seats, _ in cases)
+        assert any(not waiting for waiting, *_ in cases)
+        assert any(r["num_tokens"] > budget for w, _, budget, _, _ in cases for r in w)
+    hidden = [checks._reference_step(r, [], f, bs, b) for r, f, b, bs in
+              checks.HIDDEN_RUNNING_CASES]
+    assert any(p["preempted"] and not p["run"] for p in hidden)  # a request preempted itself
+    assert any(p["preempted"] and p["run"] for p in hidden)
+    assert {bs for *_, bs in checks.HIDDEN_RUNNING_CASES} > {4}
+    assert not set(map(repr, checks.RUNNING_CASES)) & set(map(repr, checks.HIDDEN_RUNNING_CASES))
+    assert not set(map(repr, checks.STEP_CASES)) & set(map(repr, checks.HIDDEN_STEP_CASES))
+
+
 # --- the same hints in Chinese (set_language("zh"), as the notebooks in zh/ do) ----------------
 
 @pytest.fixture
@@ -230,10 +287,11 @@ ZH_HINTS = [  # (check, a wrong answer, the Chinese words of its hint)
 ]
 
 
+@pytest.mark.parametrize("hidden", [False, True])
 @pytest.mark.parametrize("check, wrong, words", ZH_HINTS, ids=[w for _, _, w in ZH_HINTS])
-def test_each_hint_comes_in_chinese(chinese, check, wrong, words):
+def test_each_hint_comes_in_chinese(chinese, hidden, check, wrong, words):
     with pytest.raises(CheckFailed) as failure:
-        check(wrong)
+        check(wrong, hidden=hidden)
     message = str(failure.value)
     assert words in message and "你的计划是" in message, message
     assert "you planned" not in message and "expected" not in message, message

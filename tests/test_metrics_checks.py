@@ -1,6 +1,7 @@
 """The chapter 05 checkers pass the right answers in any number type and give each common mistake
 its own hint (and no other mistake that hint)."""
 
+import functools
 import math
 import re
 import time
@@ -12,6 +13,7 @@ import torch
 from minillm.course.checks import ch05_metrics as checks
 from minillm.course.checks._base import CheckFailed
 
+from memorizing import assert_hidden_cases_catch_memorizing
 from test_tokenizer_checks import assert_hints_are_specific
 
 
@@ -51,12 +53,14 @@ def test_right_answers_pass(capsys):
     assert capsys.readouterr().out.count("✅") == 5
 
 
+@pytest.mark.parametrize("hidden", [False, True])
 @pytest.mark.parametrize("kind", [np.float64, np.float32, lambda x: torch.tensor(x)])
-def test_number_types_are_accepted(kind, capsys):
-    checks.check_request_metrics(lambda s, t: {k: kind(v) for k, v in metrics(s, t).items()})
-    checks.check_throughput(lambda reqs: kind(right_throughput(reqs)))
-    checks.check_predict_latency(lambda a, b, n: kind(a + b * (n - 1)))
-    checks.check_roofline_seconds(lambda *case: kind(right_roofline(*case)))
+def test_number_types_are_accepted(kind, hidden, capsys):
+    checks.check_request_metrics(lambda s, t: {k: kind(v) for k, v in metrics(s, t).items()},
+                                 hidden=hidden)
+    checks.check_throughput(lambda reqs: kind(right_throughput(reqs)), hidden=hidden)
+    checks.check_predict_latency(lambda a, b, n: kind(a + b * (n - 1)), hidden=hidden)
+    checks.check_roofline_seconds(lambda *case: kind(right_roofline(*case)), hidden=hidden)
     assert capsys.readouterr().out.count("✅") == 4
 
 
@@ -68,8 +72,10 @@ def test_a_wrong_latency_is_shown_with_enough_digits_to_differ():
     assert returned != expected, str(failure.value)
 
 
-def test_request_metrics_hints_are_specific():
-    assert_hints_are_specific(checks.check_request_metrics, {
+@pytest.mark.parametrize("hidden", [False, True])
+def test_request_metrics_hints_are_specific(hidden):
+    check = functools.partial(checks.check_request_metrics, hidden=hidden)
+    assert_hints_are_specific(check, {
         "ttft clock time": (lambda s, t: metrics(s, t, ttft=lambda s, t: t[0]),
                             "first token's clock time"),
         "tpot over n": (lambda s, t: metrics(s, t, tpot=checks._tpot_over_all),
@@ -85,15 +91,16 @@ def test_request_metrics_hints_are_specific():
     })
 
 
-def test_tpot_of_one_token_is_explained():
+@pytest.mark.parametrize("hidden", [False, True])
+def test_tpot_of_one_token_is_explained(hidden):
     def crashes(s, t):
         return {"ttft": t[0] - s, "tpot": (t[-1] - t[0]) / (len(t) - 1), "latency": t[-1] - s}
 
     with pytest.raises(CheckFailed, match="ZeroDivisionError.*float\\('nan'\\)"):
-        checks.check_request_metrics(crashes)
+        checks.check_request_metrics(crashes, hidden=hidden)
     with pytest.raises(CheckFailed, match="no gap: return float\\('nan'\\)"):
         checks.check_request_metrics(lambda s, t: metrics(s, t, tpot=lambda s, t: (
-            (t[-1] - t[0]) / max(len(t) - 1, 1))))
+            (t[-1] - t[0]) / max(len(t) - 1, 1))), hidden=hidden)
 
 
 def test_request_metrics_without_a_key_is_named():
@@ -101,8 +108,10 @@ def test_request_metrics_without_a_key_is_named():
         checks.check_request_metrics(lambda s, t: (t[0] - s, 0.0, t[-1] - s))
 
 
-def test_predict_latency_hints_are_specific():
-    assert_hints_are_specific(checks.check_predict_latency, {
+@pytest.mark.parametrize("hidden", [False, True])
+def test_predict_latency_hints_are_specific(hidden):
+    check = functools.partial(checks.check_predict_latency, hidden=hidden)
+    assert_hints_are_specific(check, {
         "n gaps": (lambda a, b, n: a + b * n, "n_tokens - 1 gaps follow"),
         "ttft per token": (lambda a, b, n: (a + b) * (n - 1), "TTFT comes once"),
     })
@@ -143,8 +152,10 @@ def time_stream_variant(kind):
     return timed
 
 
-def test_time_stream_hints_are_specific():
-    assert_hints_are_specific(checks.check_time_stream, {
+@pytest.mark.parametrize("hidden", [False, True])
+def test_time_stream_hints_are_specific(hidden):
+    check = functools.partial(checks.check_time_stream, hidden=hidden)
+    assert_hints_are_specific(check, {
         "start late": (time_stream_variant("start late"), "TTFT comes out 0"),
         "collected": (time_stream_variant("collected"), "collecting the stream first"),
         "before": (time_stream_variant("before"), "read before its item arrived"),
@@ -162,8 +173,10 @@ def test_time_stream_that_loses_items_is_named():
         checks.check_time_stream(drops_first)
 
 
-def test_throughput_hints_are_specific():
-    assert_hints_are_specific(checks.check_throughput, {
+@pytest.mark.parametrize("hidden", [False, True])
+def test_throughput_hints_are_specific(hidden):
+    check = functools.partial(checks.check_throughput, hidden=hidden)
+    assert_hints_are_specific(check, {
         "summed rates": (lambda reqs: sum(len(t) / (t[-1] - s) for s, t in reqs),
                          "added up each request's own tokens per second"),
         "serial": (lambda reqs: sum(len(t) for _, t in reqs) / sum(t[-1] - s for s, t in reqs),
@@ -183,8 +196,10 @@ def test_throughput_hint_says_overlap_only_when_the_requests_overlap():
     assert checks._overlap(checks.THROUGHPUT_CASES[0] + [(10.5, [11.0])])
 
 
-def test_roofline_hints_are_specific():
-    assert_hints_are_specific(checks.check_roofline_seconds, {
+@pytest.mark.parametrize("hidden", [False, True])
+def test_roofline_hints_are_specific(hidden):
+    check = functools.partial(checks.check_roofline_seconds, hidden=hidden)
+    assert_hints_are_specific(check, {
         "min": (lambda r, w, b, p, bw: min(2 * w * r / p, w * b / bw), "not min(...)"),
         "sum": (lambda r, w, b, p, bw: 2 * w * r / p + w * b / bw, "not their sum"),
         "one flop": (lambda r, w, b, p, bw: max(w * r / p, w * b / bw), "2 FLOP per weight"),
@@ -197,15 +212,60 @@ def test_roofline_hints_are_specific():
     })
 
 
+@pytest.mark.parametrize("hidden", [False, True])
 @pytest.mark.parametrize("check", [checks.check_request_metrics, checks.check_predict_latency,
                                    checks.check_time_stream, checks.check_throughput,
                                    checks.check_roofline_seconds])
-def test_an_unwritten_stub_says_so(check):
+def test_an_unwritten_stub_says_so(check, hidden):
     def stub(*args):
         raise NotImplementedError
 
     with pytest.raises(CheckFailed, match="not written yet"):
-        check(stub)
+        check(stub, hidden=hidden)
+
+
+# --- the graders' hidden cases (hidden=True) ----------------------------------------------------
+
+def test_the_hidden_cases_pass_every_right_answer(capsys):
+    checks.check_request_metrics(metrics, hidden=True)
+    checks.check_predict_latency(lambda a, b, n: a + b * (n - 1), hidden=True)
+    checks.check_time_stream(right_time_stream, hidden=True)
+    checks.check_throughput(right_throughput, hidden=True)
+    checks.check_roofline_seconds(right_roofline, hidden=True)
+    out = capsys.readouterr().out
+    assert out.count("✅") == 5
+    assert f"time_stream: all {len(checks.HIDDEN_STREAM_CASES)} cases pass" in out
+
+
+@pytest.mark.parametrize("check, right", [
+    (checks.check_request_metrics, metrics),
+    (checks.check_predict_latency, lambda a, b, n: a + b * (n - 1)),
+    (checks.check_throughput, right_throughput),
+    (checks.check_roofline_seconds, right_roofline),
+], ids=["request_metrics", "predict_latency", "throughput", "roofline_seconds"])
+def test_the_hidden_cases_catch_an_answer_that_memorized_the_visible_ones(check, right):
+    """(time_stream is left out: it reads a clock and a stream, new objects at every call, so
+    there is no answer to look up by its arguments.)"""
+    assert_hidden_cases_catch_memorizing(check, right)
+
+
+def test_the_hidden_cases_are_other_inputs_with_the_same_edges():
+    """A single token (no TPOT), a first token at the start, an empty and a one-item stream,
+    requests one after another, and rows on both sides of the ridge."""
+    visible = set(map(repr, checks.METRIC_REQUESTS))
+    assert not visible & set(map(repr, checks.HIDDEN_METRIC_REQUESTS))
+    for requests in (checks.METRIC_REQUESTS, checks.HIDDEN_METRIC_REQUESTS):
+        assert any(len(t) == 1 for _, t in requests)
+        assert any(t[0] == s for s, t in requests)
+    for cases in (checks.STREAM_CASES, checks.HIDDEN_STREAM_CASES):
+        assert any(not items for _, _, items in cases)
+        assert any(len(items) == 1 for _, _, items in cases)
+    assert not checks._overlap(checks.HIDDEN_THROUGHPUT_CASES[4])
+    assert checks._overlap(checks.HIDDEN_THROUGHPUT_CASES[2])
+    for cases in (checks.ROOF_CASES, checks.HIDDEN_ROOF_CASES):
+        bound = [2 * w * r / p > w * b / bw for r, w, b, p, bw in cases]
+        assert any(bound) and not all(bound)
+    assert not set(checks.ROOF_CASES) & set(checks.HIDDEN_ROOF_CASES)
 
 
 # --- the same hints in Chinese (set_language("zh"), as the notebooks in zh/ do) ----------------
@@ -265,10 +325,11 @@ ZH_HINTS = [  # (check, a wrong answer, the Chinese words of its hint)
 ]
 
 
+@pytest.mark.parametrize("hidden", [False, True])
 @pytest.mark.parametrize("check, wrong, words", ZH_HINTS, ids=[w for _, _, w in ZH_HINTS])
-def test_each_hint_comes_in_chinese(chinese, check, wrong, words):
+def test_each_hint_comes_in_chinese(chinese, hidden, check, wrong, words):
     with pytest.raises(CheckFailed) as failure:
-        check(wrong)
+        check(wrong, hidden=hidden)
     message = str(failure.value)
     assert words in message, message
     assert not re.search(r"\b(returned|expected|the|tokens?)\b", message), message
@@ -277,4 +338,6 @@ def test_each_hint_comes_in_chinese(chinese, check, wrong, words):
 def test_the_chinese_edition_passes_right_answers_in_chinese(chinese, capsys):
     checks.check_request_metrics(metrics)
     checks.check_roofline_seconds(right_roofline)
-    assert capsys.readouterr().out.count("个用例通过") == 2
+    checks.check_request_metrics(metrics, hidden=True)
+    checks.check_roofline_seconds(right_roofline, hidden=True)
+    assert capsys.readouterr().out.count("个用例通过") == 4

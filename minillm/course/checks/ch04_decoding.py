@@ -86,12 +86,15 @@ def _check_all(fn, name, cases, reference, mistakes, describe, fallback, scores_
 
 TEMPERATURES = [(0, 3, 20, 1.0), (1, 3, 20, 0.5), (2, 2, 50, 2.0), (3, 3, 20, 0.01),
                 (4, 1, 7, 1.3), (5, 4, 100, 0.8)]
+HIDDEN_TEMPERATURES = [(20, 2, 9, 1.0), (21, 4, 30, 0.25), (22, 1, 64, 5.0), (23, 3, 11, 0.05),
+                       (24, 5, 3, 1.7), (25, 2, 200, 0.9)]
 
 
 @checker
-def check_apply_temperature(apply_temperature) -> None:
+def check_apply_temperature(apply_temperature, *, hidden=False) -> None:
     """`apply_temperature(logits, temperature)` -> logits / temperature."""
-    cases = [((_logits(seed, batch, vocab), t), "") for seed, batch, vocab, t in TEMPERATURES]
+    cases = [((_logits(seed, batch, vocab), t), "")
+             for seed, batch, vocab, t in (HIDDEN_TEMPERATURES if hidden else TEMPERATURES)]
     _check_all(
         apply_temperature, "apply_temperature", cases,
         lambda logits, t: TemperatureProcessor(t)(None, logits),
@@ -115,6 +118,9 @@ def check_apply_temperature(apply_temperature) -> None:
 TOP_K_CASES = [(0, 3, 20, 1, False), (1, 3, 20, 5, False), (2, 3, 20, 3, True),
                (3, 3, 20, 20, False), (4, 3, 20, 50, False), (5, 3, 20, 2, True),
                (6, 2, 100, 40, False), (7, 1, 5, 4, True), (8, 4, 64, 64, False)]
+HIDDEN_TOP_K_CASES = [(30, 2, 12, 1, True), (31, 4, 30, 7, False), (32, 3, 16, 4, True),
+                      (33, 2, 10, 10, True), (34, 3, 10, 12, False), (35, 1, 40, 3, True),
+                      (36, 3, 80, 25, False), (37, 2, 6, 5, False), (38, 5, 25, 2, False)]
 
 
 def _strict_top_k(logits, k):
@@ -132,11 +138,11 @@ def _top_k_variant(logits, k, *, shift=0, largest=True, fill=NEG_INF):
 
 
 @checker
-def check_top_k(top_k_filter) -> None:
+def check_top_k(top_k_filter, *, hidden=False) -> None:
     """`top_k_filter(logits, k)`: keep the k highest scores of each row (and any tied with the
     k-th), set the rest to -inf."""
     cases = []
-    for seed, batch, vocab, k, ties in TOP_K_CASES:
+    for seed, batch, vocab, k, ties in HIDDEN_TOP_K_CASES if hidden else TOP_K_CASES:
         if_raises = (say("k = {k} is at least the vocabulary size ({vocab}): every token stays "
                          "(use min(k, vocab))",
                          "k = {k} 不小于词表大小（{vocab}）：所有词元都保留（用 min(k, vocab)）",
@@ -177,17 +183,25 @@ def _clear_of_boundary(logits: torch.Tensor, p: float) -> bool:
     return bool(((probs.cumsum(-1) - p).abs() > 1e-4).all())
 
 
-def _top_p_logits():
-    cases, seed = [], 0
-    for p, batch, vocab in [(0.1, 3, 20), (0.5, 3, 20), (0.8, 3, 20), (0.9, 2, 50),
-                            (0.95, 3, 20), (1.0, 3, 20), (0.7, 4, 100), (0.3, 1, 6)]:
+TOP_P_CASES = [(0.1, 3, 20), (0.5, 3, 20), (0.8, 3, 20), (0.9, 2, 50), (0.95, 3, 20),
+               (1.0, 3, 20), (0.7, 4, 100), (0.3, 1, 6)]  # (p, batch, vocab)
+TOP_P_BY_HAND = ([[0.5, 0.3, 0.15, 0.05], [0.05, 0.15, 0.3, 0.5]], 0.7)  # probabilities, p
+HIDDEN_TOP_P_CASES = [(0.05, 2, 12), (0.6, 4, 30), (0.85, 3, 16), (0.99, 2, 40), (0.4, 3, 25),
+                      (1.0, 2, 8), (0.75, 1, 200), (0.2, 5, 5)]
+HIDDEN_TOP_P_BY_HAND = ([[0.1, 0.6, 0.25, 0.05], [0.25, 0.05, 0.1, 0.6]], 0.8)
+
+
+def _top_p_logits(hidden=False):
+    cases, seed = [], 50 if hidden else 0
+    for p, batch, vocab in HIDDEN_TOP_P_CASES if hidden else TOP_P_CASES:
         logits = _logits(seed, batch, vocab)
         while p < 1.0 and not _clear_of_boundary(logits, p):
             seed += 1
             logits = _logits(seed, batch, vocab)
         seed += 1
         cases.append((logits, p))
-    cases.append((torch.tensor([[0.5, 0.3, 0.15, 0.05], [0.05, 0.15, 0.3, 0.5]]).log(), 0.7))
+    probs, p = HIDDEN_TOP_P_BY_HAND if hidden else TOP_P_BY_HAND
+    cases.append((torch.tensor(probs).log(), p))
     return cases
 
 
@@ -211,10 +225,10 @@ def _one_too_many(logits, p):
 
 
 @checker
-def check_top_p(top_p_filter) -> None:
+def check_top_p(top_p_filter, *, hidden=False) -> None:
     """`top_p_filter(logits, p)`: keep the smallest set of most likely tokens whose probability
     adds up to at least p — including the token that crosses p — and set the rest to -inf."""
-    cases = [(args, "") for args in _top_p_logits()]
+    cases = [(args, "") for args in _top_p_logits(hidden)]
     _check_all(
         top_p_filter, "top_p_filter", cases, lambda logits, p: TopPProcessor(p)(None, logits),
         [(say("you dropped the token that crosses p: keep tokens until the running total "
@@ -245,11 +259,19 @@ def check_top_p(top_p_filter) -> None:
 
 # --- 4. repetition penalty --------------------------------------------------------------------
 
-def _penalty_cases():
-    cases = [(torch.tensor([[0, 0, 0, 1]]), torch.tensor([[2.0, -2.0, 2.0, 1.0]]), 2.0)]
-    for seed, batch, vocab, length, penalty in [(0, 3, 20, 7, 1.2), (1, 3, 20, 7, 1.8),
-                                                (2, 3, 20, 7, 0.5), (3, 3, 20, 7, 3.0),
-                                                (4, 2, 50, 30, 1.3), (5, 1, 6, 12, 2.5)]:
+PENALTY_BY_HAND = ([[0, 0, 0, 1]], [[2.0, -2.0, 2.0, 1.0]], 2.0)  # input_ids, logits, penalty
+PENALTY_CASES = [(0, 3, 20, 7, 1.2), (1, 3, 20, 7, 1.8), (2, 3, 20, 7, 0.5), (3, 3, 20, 7, 3.0),
+                 (4, 2, 50, 30, 1.3), (5, 1, 6, 12, 2.5)]  # (seed, batch, vocab, length, penalty)
+HIDDEN_PENALTY_BY_HAND = ([[3, 1, 3, 3, 0], [2, 2, 1, 1, 1]],
+                          [[-1.0, 3.0, 0.5, -4.0], [1.5, -0.5, -2.0, 4.0]], 4.0)
+HIDDEN_PENALTY_CASES = [(10, 2, 15, 9, 1.5), (11, 4, 12, 5, 2.2), (12, 3, 30, 1, 1.1),
+                        (13, 2, 8, 20, 0.8), (14, 1, 100, 40, 1.25), (15, 5, 10, 3, 4.0)]
+
+
+def _penalty_cases(hidden=False):
+    ids, logits, penalty = HIDDEN_PENALTY_BY_HAND if hidden else PENALTY_BY_HAND
+    cases = [(torch.tensor(ids), torch.tensor(logits), penalty)]
+    for seed, batch, vocab, length, penalty in HIDDEN_PENALTY_CASES if hidden else PENALTY_CASES:
         logits = _logits(seed, batch, vocab)
         ids = torch.randint(0, vocab, (batch, length),
                             generator=torch.Generator().manual_seed(100 + seed))
@@ -267,11 +289,11 @@ def _per_occurrence(ids, logits, penalty):
 
 
 @checker
-def check_repetition_penalty(repetition_penalty) -> None:
+def check_repetition_penalty(repetition_penalty, *, hidden=False) -> None:
     """`repetition_penalty(input_ids, logits, penalty)`: each token that appears in input_ids
     (prompt included) has its score divided by penalty when positive, multiplied when negative —
     once, however often it appeared."""
-    cases = [(args, "") for args in _penalty_cases()]
+    cases = [(args, "") for args in _penalty_cases(hidden)]
     _check_all(
         repetition_penalty, "repetition_penalty", cases,
         lambda ids, logits, p: RepetitionPenaltyProcessor(p)(ids, logits),
@@ -316,10 +338,15 @@ def reference_beam_step(log_probs: torch.Tensor, beam_scores: torch.Tensor, num_
     return scores, flat // vocab, flat % vocab
 
 
-def _beam_cases():
+BEAM_CASES = [(0, 2, 10), (1, 3, 7), (2, 4, 50), (3, 1, 5), (4, 5, 12), (5, 3, 200)]
+HIDDEN_BEAM_CASES = [(10, 3, 4), (11, 2, 30), (12, 6, 9), (13, 1, 12),
+                     (14, 4, 3),  # more beams than tokens: a beam must keep several children
+                     (15, 2, 500)]  # (seed, beams, vocab)
+
+
+def _beam_cases(hidden=False):
     cases = []
-    for seed, beams, vocab in [(0, 2, 10), (1, 3, 7), (2, 4, 50), (3, 1, 5), (4, 5, 12),
-                               (5, 3, 200)]:
+    for seed, beams, vocab in HIDDEN_BEAM_CASES if hidden else BEAM_CASES:
         gen = torch.Generator().manual_seed(seed)
         log_probs = torch.log_softmax(torch.randn(beams, vocab, generator=gen) * 2, -1)
         beam_scores = -torch.rand(beams, generator=gen) * 3
@@ -364,11 +391,11 @@ def _per_beam_best(log_probs, beam_scores, num_beams):
 
 
 @checker
-def check_beam_step(beam_step) -> None:
+def check_beam_step(beam_step, *, hidden=False) -> None:
     """`beam_step(log_probs, beam_scores, num_beams)` -> (scores, parents, tokens), each of
     length num_beams, best first: the num_beams best continuations over ALL beams, scored
     beam_scores[parent] + log_probs[parent, token]."""
-    cases = _beam_cases()
+    cases = _beam_cases(hidden)
     answers = []
     for log_probs, beam_scores, beams in cases:
         what = say("beam_step on {beams} beams x {vocab} tokens",

@@ -25,6 +25,14 @@ REQUESTS = [
     (7.25, [7.5]),
     (100.0, [100.0, 100.02, 100.05]),
 ]
+HIDDEN_REQUESTS = [
+    (20.0, [20.8, 20.9, 21.05, 21.1, 21.3, 21.35]),
+    (0.5, [1.25]),  # one token: no gap, so no TPOT
+    (4.0, [4.0, 4.5]),  # the first token at the start (TTFT 0), one gap
+    (3.5, [5.0, 5.02, 5.04, 5.06, 5.08, 5.1, 5.12, 5.14, 5.16, 5.18, 5.2, 5.22]),
+    (0.0, [0.05, 0.9, 0.95]),  # a stall between two quick tokens
+    (61.0, [61.3, 61.4, 61.5, 61.6]),
+]
 
 
 def _random_requests(rng, n):
@@ -43,6 +51,7 @@ def _random_requests(rng, n):
 # --- 1 · one request's metrics ------------------------------------------------------------------
 
 METRIC_REQUESTS = REQUESTS + _random_requests(random.Random(5), 12)
+HIDDEN_METRIC_REQUESTS = HIDDEN_REQUESTS + _random_requests(random.Random(15), 12)
 
 
 def _tpot_over_all(s, t):
@@ -84,11 +93,12 @@ def _reference_metrics(start, times) -> dict:
 
 
 @checker
-def check_request_metrics(request_metrics) -> None:
+def check_request_metrics(request_metrics, *, hidden=False) -> None:
     """`request_metrics(start, token_times)` -> {"ttft", "tpot", "latency"}, as
     `minillm.measure.metrics.RequestMetrics` computes them (tpot NaN with a single token)."""
+    requests = HIDDEN_METRIC_REQUESTS if hidden else METRIC_REQUESTS
     answers = {key: [] for key in METRIC_KEYS}
-    for start, times in METRIC_REQUESTS:
+    for start, times in requests:
         what = f"request_metrics({start}, {short(times, 60)})"
         got = call(request_metrics, start, times, what=what,
                    if_raises=say("With a single token there is no gap: TPOT is float('nan')",
@@ -101,14 +111,14 @@ def check_request_metrics(request_metrics) -> None:
                    what=what, got=short(got)))
         for key in METRIC_KEYS:
             answers[key].append(as_number(got[key], f"{what}['{key}']"))
-    wants = [_reference_metrics(s, t) for s, t in METRIC_REQUESTS]
+    wants = [_reference_metrics(s, t) for s, t in requests]
     for key, mistakes in _metric_mistakes().items():
         wrong = [i for i, (g, w) in enumerate(zip(answers[key], wants)) if not is_close(g, w[key])]
         if not wrong:
             continue
         i = wrong[0]
-        start, times = METRIC_REQUESTS[i]
-        models = [(hint, [f(s, t) for s, t in METRIC_REQUESTS]) for hint, f in mistakes]
+        start, times = requests[i]
+        models = [(hint, [f(s, t) for s, t in requests]) for hint, f in mistakes]
         hint = matching_mistake(answers[key], models, lambda a, b: is_close(a, b))
         if hint is None and key == "tpot" and len(times) == 1:
             hint = say("with a single token there is no gap: return float('nan')",
@@ -118,19 +128,24 @@ def check_request_metrics(request_metrics) -> None:
                               call=f"request_metrics({start}, {short(times, 60)})", key=key,
                               got=answers[key][i], want=wants[i][key])
                           + (say(": {hint}", "：{hint}", hint=hint) if hint else ""))
-    passed("request_metrics", len(METRIC_REQUESTS))
+    passed("request_metrics", len(requests))
 
 
 # --- 2 · predicting the latency -----------------------------------------------------------------
 
+LATENCY_CASES = [(0.25, 0.05, 200), (1.5, 0.1, 1), (0.0, 0.02, 1000)]  # (ttft, tpot, n_tokens)
+HIDDEN_LATENCY_CASES = [(0.4, 0.03, 500), (2.0, 0.25, 1), (0.0, 0.01, 2), (0.125, 0.2, 64)]
+
+
 @checker
-def check_predict_latency(predict) -> None:
+def check_predict_latency(predict, *, hidden=False) -> None:
     """`predict_latency(ttft, tpot, n_tokens)`: TTFT + TPOT x (n_tokens - 1), checked against
     minillm.measure.metrics.predict_latency and against the measured latency of each request."""
+    requests = HIDDEN_METRIC_REQUESTS if hidden else METRIC_REQUESTS
     cases = [(r.ttft, r.tpot, r.n_tokens, r.latency)
-             for r in (RequestMetrics(s, tuple(t)) for s, t in METRIC_REQUESTS)
+             for r in (RequestMetrics(s, tuple(t)) for s, t in requests)
              if r.n_tokens > 1]
-    cases += [(0.25, 0.05, 200, None), (1.5, 0.1, 1, None), (0.0, 0.02, 1000, None)]
+    cases += [(*case, None) for case in (HIDDEN_LATENCY_CASES if hidden else LATENCY_CASES)]
     answers = []
     for ttft, tpot, n, _ in cases:
         what = f"predict_latency({ttft:.4g}, {tpot:.4g}, {n})"
@@ -187,6 +202,14 @@ STREAM_CASES = [  # (clock's start, gaps, items)
     (250.0, [2.0, 0.05, 0.3, 0.05, 0.05, 0.7], [11, 12, 13, 14, 15, 16]),
     (3600.0, [0.01] * 20, list(range(20))),
 ]
+HIDDEN_STREAM_CASES = [
+    (42.0, [1.2, 0.3, 0.05], ["Hello", ",", " world"]),
+    (12.0, [0.8], ["only"]),
+    (7.5, [], []),
+    (86400.0, [0.4, 0.02, 0.02, 1.5, 0.02, 0.02, 0.02], list("abcdefg")),  # a stall mid-stream
+    (0.0, [0.125] * 12, list(range(100, 112))),
+    (1e6, [3.0, 0.5], [" yes", " yes"]),  # the same item twice
+]
 
 
 def _expected_timing(start, gaps, items):
@@ -198,10 +221,11 @@ def _expected_timing(start, gaps, items):
 
 
 @checker
-def check_time_stream(time_stream) -> None:
+def check_time_stream(time_stream, *, hidden=False) -> None:
     """`time_stream(stream, clock)` -> (start, token_times, items): `start` read from `clock`
     before the first item is asked for, each time read right after its item arrived."""
-    for start, gaps, items in STREAM_CASES:
+    cases = HIDDEN_STREAM_CASES if hidden else STREAM_CASES
+    for start, gaps, items in cases:
         clock = FakeClock(start)
         what = say("time_stream(<a stream of {n} items>, clock)",
                    "time_stream(<含 {n} 项的流>, clock)", n=len(items))
@@ -261,7 +285,7 @@ def check_time_stream(time_stream) -> None:
                 "{want_start}，时间 {want_times}", what=what, got_start=got_start,
                 got_times=short(got_times), want_start=want_start,
                 want_times=short(want_times)))
-    passed("time_stream", len(STREAM_CASES))
+    passed("time_stream", len(cases))
 
 
 def _not_clock_readings(what, got_start, got_times, want_start, want_times, reads, items):
@@ -304,25 +328,30 @@ def _overlap(reqs) -> bool:
 THROUGHPUT_CASES = [REQUESTS[:2], REQUESTS[2:4], REQUESTS, [REQUESTS[0]],
                     [(0.0, [0.5, 0.6]), (1.0, [1.5, 1.6, 1.7])],  # one after the other
                     _random_requests(random.Random(8), 16), _random_requests(random.Random(9), 3)]
+HIDDEN_THROUGHPUT_CASES = [
+    HIDDEN_REQUESTS[3:], HIDDEN_REQUESTS[:3], HIDDEN_REQUESTS, [HIDDEN_REQUESTS[5]],
+    [(5.0, [5.2, 5.3, 5.4]), (6.0, [6.1]), (8.0, [8.5, 8.6])],  # one after another, idle between
+    _random_requests(random.Random(18), 10), _random_requests(random.Random(19), 25)]
 
 
 @checker
-def check_throughput(throughput_fn) -> None:
+def check_throughput(throughput_fn, *, hidden=False) -> None:
     """`throughput(requests)`: all new tokens of [(start, token_times), ...] divided by the wall
     time from the first start to the last token, as minillm.measure.metrics.throughput."""
+    cases = HIDDEN_THROUGHPUT_CASES if hidden else THROUGHPUT_CASES
     answers = []
-    for reqs in THROUGHPUT_CASES:
+    for reqs in cases:
         what = say("throughput(<{n} request{s}>)", "throughput(<{n} 个请求>)", n=len(reqs),
                    s="s" if len(reqs) > 1 else "")
         answers.append(as_number(call(throughput_fn, reqs, what=what), what))
     wants = [throughput([RequestMetrics(s, tuple(t)) for s, t in reqs]).tokens_per_second
-             for reqs in THROUGHPUT_CASES]
+             for reqs in cases]
     wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if not is_close(g, w)]
     if not wrong:
-        passed("throughput", len(THROUGHPUT_CASES))
+        passed("throughput", len(cases))
         return
     i = wrong[0]
-    reqs = THROUGHPUT_CASES[i]
+    reqs = cases[i]
     tokens = sum(len(t) for _, t in reqs)
     span = max(t[-1] for _, t in reqs) - min(s for s, _ in reqs)
     serial = say("you divided by the sum of the requests' latencies, as if they ran one after "
@@ -334,17 +363,17 @@ def check_throughput(throughput_fn) -> None:
              "the wall time from the first start to the last token",
              "你把每个请求各自的每秒词元数加了起来；吞吐量是全部词元数除以从第一个开始到最后"
              "一个词元的墙钟时间"),
-         [sum(len(t) / (t[-1] - s) for s, t in r) for r in THROUGHPUT_CASES]),
+         [sum(len(t) / (t[-1] - s) for s, t in r) for r in cases]),
         (serial,
-         [sum(len(t) for _, t in r) / sum(t[-1] - s for s, t in r) for r in THROUGHPUT_CASES]),
+         [sum(len(t) for _, t in r) / sum(t[-1] - s for s, t in r) for r in cases]),
         (say("you averaged each request's tokens per second; throughput is all tokens over the "
              "wall time they took together",
              "你对每个请求的每秒词元数取了平均；吞吐量是全部词元数除以它们一起花掉的墙钟时间"),
-         [sum(len(t) / (t[-1] - s) for s, t in r) / len(r) for r in THROUGHPUT_CASES]),
+         [sum(len(t) / (t[-1] - s) for s, t in r) / len(r) for r in cases]),
         (say("the wall time starts at the first request's start, not at its first token",
              "墙钟时间从第一个请求开始时算起，而不是从它的第一个词元算起"),
          [sum(len(t) for _, t in r) / (max(t[-1] for _, t in r) - min(t[0] for _, t in r))
-          for r in THROUGHPUT_CASES]),
+          for r in cases]),
     ]
     hint = matching_mistake(answers, mistakes, is_close)
     if hint == serial and _overlap(reqs):
@@ -369,6 +398,16 @@ ROOF_CASES = [  # (rows, weights, bytes per weight, peak FLOP/s, bytes/s)
     (2048, 6.74e9, 2, 989e12, 3.35e12),
     (16, 6.74e9, 1, 197e12, 819e9),  # int8 weights on a TPU v5e (published figures)
 ]
+HIDDEN_ROOF_CASES = [
+    (1, 1.24e9, 2, 312e12, 2.039e12),  # a 1B model in bf16 on an A100 80GB (published figures)
+    (32, 1.24e9, 2, 312e12, 2.039e12),
+    (1024, 1.24e9, 2, 312e12, 2.039e12),
+    (100, 8e9, 2, 200e12, 2e12),  # exactly at the ridge: reading and arithmetic take as long
+    (8, 70.6e9, 1, 1979e12, 3.35e12),  # 70B in fp8 on an H100 SXM (published figures)
+    (4096, 70.6e9, 1, 1979e12, 3.35e12),
+    (2, 361.8e6, 4, 60e9, 40e9),  # a 360M model in float32 on a laptop
+    (3, 134_515_008, 2, 100e9, 25e9),
+]
 
 
 def _roof_seconds(rows, weights, nbytes, peak, bandwidth) -> float:
@@ -376,9 +415,9 @@ def _roof_seconds(rows, weights, nbytes, peak, bandwidth) -> float:
     return flops / Roof(peak, bandwidth).attainable(flops / (weights * nbytes))
 
 
-def _roof_mistakes():
+def _roof_mistakes(cases):
     def model(f):
-        return [f(*case) for case in ROOF_CASES]
+        return [f(*case) for case in cases]
 
     return [
         (say("the pass needs both its arithmetic and its reading, and the slower of the two sets "
@@ -411,28 +450,29 @@ def _roof_mistakes():
 
 
 @checker
-def check_roofline_seconds(roofline_seconds) -> None:
+def check_roofline_seconds(roofline_seconds, *, hidden=False) -> None:
     """`roofline_seconds(rows, n_weights, bytes_per_weight, peak_flops, bandwidth)`: the least
     time of a forward pass of `rows` tokens, 2 FLOP per weight per row against the weights read
     once: max(FLOPs / peak_flops, bytes / bandwidth), as minillm.measure.roofline's Roof gives."""
+    cases = HIDDEN_ROOF_CASES if hidden else ROOF_CASES
     answers = []
-    for case in ROOF_CASES:
+    for case in cases:
         what = f"roofline_seconds{case}"
         answers.append(as_number(call(roofline_seconds, *case, what=what), what))
-    wants = [_roof_seconds(*case) for case in ROOF_CASES]
+    wants = [_roof_seconds(*case) for case in cases]
     wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if not is_close(g, w)]
     if not wrong:
-        passed("roofline_seconds", len(ROOF_CASES))
+        passed("roofline_seconds", len(cases))
         return
     i = wrong[0]
-    rows, weights, nbytes, peak, bandwidth = ROOF_CASES[i]
-    hint = matching_mistake(answers, _roof_mistakes(), is_close)
+    rows, weights, nbytes, peak, bandwidth = cases[i]
+    hint = matching_mistake(answers, _roof_mistakes(cases), is_close)
     raise CheckFailed(say("{call} returned {got:.6g} s, expected {want:.6g} s: {flops:.3g} FLOP "
                           "at {peak:.3g} FLOP/s against {nbytes:.3g} bytes at {bandwidth:.3g} "
                           "bytes/s",
                           "{call} 返回了 {got:.6g} s，应为 {want:.6g} s：以 {peak:.3g} FLOP/s "
                           "算 {flops:.3g} FLOP，对比以 {bandwidth:.3g} bytes/s 读 {nbytes:.3g} "
-                          "字节", call=f"roofline_seconds{ROOF_CASES[i]}", got=answers[i],
+                          "字节", call=f"roofline_seconds{cases[i]}", got=answers[i],
                           want=wants[i], flops=2 * weights * rows, peak=peak,
                           nbytes=weights * nbytes, bandwidth=bandwidth)
                       + (say("; {hint}", "；{hint}", hint=hint) if hint else ""))

@@ -30,6 +30,16 @@ ALLOCATOR_TRACES = [
     (1, [("allocate", "only"), ("exhausted",), ("free", "only"), ("double free", "only"),
          ("allocate", "again")]),
 ]
+HIDDEN_ALLOCATOR_TRACES = [
+    (3, [("allocate", "x"), ("share", "x"), ("allocate", "y"), ("allocate", "z"), ("exhausted",),
+         ("free", "x"), ("exhausted",), ("free", "x"), ("allocate", "w"), ("free", "y"),
+         ("free", "z"), ("free", "w")]),  # a shared block, half released, is still held
+    (5, [("allocate", "p"), ("share", "p"), ("share", "p"), ("share", "p"), ("free", "p"),
+         ("free", "p"), ("free", "p"), ("allocate", "q"), ("free", "p"), ("double free", "p"),
+         ("free", "q")]),
+    (2, [("allocate", "a"), ("allocate", "b"), ("exhausted",), ("free", "a"),
+         ("double free", "a"), ("allocate", "c"), ("exhausted",), ("free", "b"), ("free", "c")]),
+]
 
 
 def _random_trace(rng: random.Random, num_blocks: int, steps: int):
@@ -140,11 +150,15 @@ def _replay_allocator(BlockAllocator, num_blocks, trace):
 
 
 @checker
-def check_block_allocator(BlockAllocator) -> None:
+def check_block_allocator(BlockAllocator, *, hidden=False) -> None:
     """`BlockAllocator(num_blocks)` with allocate(), share(block), free(block) and num_free;
     RuntimeError when no block is free and when a free block is freed again."""
-    rng = random.Random(6)
-    traces = ALLOCATOR_TRACES + [_random_trace(rng, n, 60) for n in (5, 16, 64)]
+    if hidden:
+        rng = random.Random(16)
+        traces = HIDDEN_ALLOCATOR_TRACES + [_random_trace(rng, n, 60) for n in (3, 10, 32)]
+    else:
+        rng = random.Random(6)
+        traces = ALLOCATOR_TRACES + [_random_trace(rng, n, 60) for n in (5, 16, 64)]
     for num_blocks, trace in traces:
         _replay_allocator(BlockAllocator, num_blocks, trace)
     passed("BlockAllocator", len(traces))
@@ -297,6 +311,17 @@ ADMIT_CASES = [  # (waiting, free_blocks, budget, free_seats, block_size)
     ([_r("c", 9, 0)], 2, 16, 4, 8),
     ([_r("c", 3, 0)], 5, 16, 0, 4),  # no seat at all
 ]
+HIDDEN_ADMIT_CASES = [
+    ([_r("x", 7, 0), _r("y", 4, 0), _r("z", 1, 0)], 6, 16, 4, 2),  # the blocks run out at z
+    ([_r("p", 100, 0)], 4, 12, 2, 4),  # the budget cuts the prompt into a chunk
+    ([_r("c", 1, 0), _r("d", 3, 0), _r("e", 2, 0), _r("f", 1, 0)], 20, 32, 3, 4),  # three seats
+    ([_r("big", 17, 0), _r("s", 1, 0)], 4, 32, 4, 4),  # big does not fit: s waits too
+    ([_r("c", 10, 0), _r("d", 10, 0), _r("e", 3, 0)], 10, 12, 4, 4),  # d gets a chunk, e nothing
+    ([], 0, 8, 2, 4),
+    ([_r("c", 3, 0), _r("d", 2, 0)], 4, 16, 4, 1),
+    ([_r("c", 1, 0), _r("d", 1, 0)], 3, 8, 0, 2),  # no seat at all
+    ([_r("c", 4, 0)], 0, 16, 1, 4),  # no free block at all
+]
 
 
 def _admit_reference(waiting, free_blocks, budget, free_seats, block_size):
@@ -305,12 +330,13 @@ def _admit_reference(waiting, free_blocks, budget, free_seats, block_size):
 
 
 @checker
-def check_admit_waiting(admit_waiting) -> None:
+def check_admit_waiting(admit_waiting, *, hidden=False) -> None:
     """`admit_waiting(waiting, free_blocks, budget, free_seats, block_size)` admits waiting
     requests first come, first served, as ContinuousScheduler does when nothing is running."""
-    rng = random.Random(7)
-    cases = ADMIT_CASES + [(_random_waiting(rng), rng.randint(0, 8), rng.choice([4, 8, 16, 32]),
-                            rng.randint(0, 4), rng.choice([2, 4, 8])) for _ in range(40)]
+    rng = random.Random(17 if hidden else 7)
+    cases = (HIDDEN_ADMIT_CASES if hidden else ADMIT_CASES) + [
+        (_random_waiting(rng), rng.randint(0, 8), rng.choice([4, 8, 16, 32]), rng.randint(0, 4),
+         rng.choice([2, 4, 8])) for _ in range(40)]
 
     shown = [f"admit_waiting({w}, free_blocks={f}, budget={b}, free_seats={s}, block_size={bs})"
              for w, f, b, s, bs in cases]
@@ -454,16 +480,35 @@ RUNNING_CASES = [  # (running, free_blocks, budget, block_size)
     ([_r("a", 30, 4), _r("b", 6, 5)], 3, 12, 4),
     ([], 4, 16, 4),
 ]
+HIDDEN_RUNNING_CASES = [
+    ([_r("x", 13, 12), _r("y", 2, 1), _r("z", 7, 6)], 5, 16, 4),  # three decodes
+    ([_r("chunk", 25, 8), _r("d1", 5, 4), _r("d2", 17, 16)], 10, 12, 4),  # decodes first
+    ([_r("a", 5, 4), _r("b", 9, 8), _r("c", 13, 12)], 0, 16, 4),  # a preempts c, the newest
+    ([_r("solo", 5, 4)], 0, 8, 4),  # solo can only preempt itself: nothing runs
+    ([_r("old", 20, 4), _r("new", 6, 5)], 2, 16, 4),  # old's chunk preempts the planned new
+    ([_r("a", 17, 16, block_size=8), _r("b", 30, 9, block_size=8)], 3, 24, 8),
+    ([_r("a", 4, 3, block_size=2), _r("b", 3, 2, block_size=2)], 1, 8, 2),
+    ([_r("p", 50, 0), _r("q", 40, 0)], 30, 20, 4),  # p spends the budget: q waits
+    ([], 0, 8, 4),
+]
 
 
 @checker
-def check_plan_running(plan_running) -> None:
+def check_plan_running(plan_running, *, hidden=False) -> None:
     """`plan_running(running, free_blocks, budget, block_size)` plans the running requests of one
     step, preempting when blocks run out, as ContinuousScheduler does when nobody waits."""
-    rng = random.Random(8)
-    cases = list(RUNNING_CASES)
-    while len(cases) < len(RUNNING_CASES) + 50:
-        cases.append((_random_running(rng), rng.randint(0, 6), rng.choice([8, 16, 32]), 4))
+    if hidden:
+        rng = random.Random(18)
+        cases = list(HIDDEN_RUNNING_CASES)
+        while len(cases) < len(HIDDEN_RUNNING_CASES) + 50:
+            size = rng.choice([2, 4, 8])
+            cases.append((_random_running(rng, size), rng.randint(0, 6),
+                          rng.choice([8, 12, 16, 32]), size))
+    else:
+        rng = random.Random(8)
+        cases = list(RUNNING_CASES)
+        while len(cases) < len(RUNNING_CASES) + 50:
+            cases.append((_random_running(rng), rng.randint(0, 6), rng.choice([8, 16, 32]), 4))
 
     shown = [f"plan_running({r}, free_blocks={f}, budget={b}, block_size={bs})"
              for r, f, b, bs in cases]
@@ -515,6 +560,17 @@ STEP_CASES = [  # (running, waiting, free_blocks, settings)
     ([_r("a", 9, 8)], [], 0, {}),
     ([_r("a", 9, 8), _r("b", 5, 4), _r("c", 5, 4), _r("d", 5, 4)], [_r("e", 2, 0)], 9, {}),
 ]
+HIDDEN_STEP_CASES = [
+    ([_r("a", 13, 12), _r("b", 2, 1)], [_r("c", 9, 0), _r("d", 4, 0)], 6, {}),
+    ([_r("a", 5, 4)], [_r("long", 64, 0)], 30, {"budget": 24}),  # a chunk of long's prompt
+    ([_r("chunk", 33, 16), _r("d", 6, 5)], [], 10, {"budget": 12}),
+    ([_r("a", 5, 4), _r("b", 5, 4), _r("c", 5, 4)], [_r("w", 2, 0), _r("v", 2, 0)], 10,
+     {}),  # one seat left: v waits
+    ([_r("a", 9, 8)], [_r("big", 30, 0), _r("s", 1, 0)], 4, {}),  # big does not fit: s waits
+    ([_r("a", 5, 4), _r("b", 9, 8)], [_r("c", 1, 0)], 0, {}),  # preempts: nobody admitted
+    ([], [_r("c", 3, 0), _r("d", 3, 0)], 2, {"max_seqs": 1}),
+    ([_r("a", 9, 8, block_size=8)], [_r("c", 10, 0)], 3, {"block_size": 8}),
+]
 
 
 def _step_variant(running, waiting, free_blocks, block_size=4, budget=16, max_seqs=4, *,
@@ -531,13 +587,20 @@ def _step_variant(running, waiting, free_blocks, block_size=4, budget=16, max_se
 
 
 @checker
-def check_schedule_step(schedule_step) -> None:
+def check_schedule_step(schedule_step, *, hidden=False) -> None:
     """`schedule_step(running, waiting, free_blocks, block_size, budget, max_seqs)` must plan
     the step exactly as minillm's ContinuousScheduler does."""
-    rng = random.Random(6)
+    fixed = HIDDEN_STEP_CASES if hidden else STEP_CASES
+    rng = random.Random(16 if hidden else 6)
     cases = [(r, w, f, {"block_size": 4, "budget": 16, "max_seqs": 4, **s})
-             for r, w, f, s in STEP_CASES]
-    while len(cases) < len(STEP_CASES) + 50:
+             for r, w, f, s in fixed]
+    while len(cases) < len(fixed) + 50:
+        if hidden:
+            size = rng.choice([2, 4, 8])
+            cases.append((_random_running(rng, size), _random_waiting(rng), rng.randint(0, 6),
+                          {"block_size": size, "budget": rng.choice([8, 12, 16, 32]),
+                           "max_seqs": rng.choice([1, 3, 4, 6])}))
+            continue
         cases.append((_random_running(rng), _random_waiting(rng), rng.randint(0, 6),
                       {"block_size": 4, "budget": rng.choice([8, 16, 32]),
                        "max_seqs": rng.choice([2, 4, 6])}))
