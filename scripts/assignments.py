@@ -171,10 +171,10 @@ SAMPLE_CLASS = (("ada", "solved"), ("bo", "wrong"), ("cy", "untouched"))
 MISTAKES = {
     "04": ("return logits / temperature", "return logits * temperature",
            {"en": "you multiplied by the temperature", "zh": "你乘上了温度"}),
-    "06": ("        if need > free_blocks:\n            break",
-           "        if need > free_blocks:\n            continue",
-           {"en": "stop at the first request that does not fit",
-            "zh": "遇到第一个放不下的请求就停下"}),
+    "06": ("        if self.ref_count[block] == 0:\n            self.free_list.append(block)",
+           "        self.free_list.append(block)",
+           {"en": "that block is still held by another sequence",
+            "zh": "那个块还被另一条序列占用着"}),
 }
 
 
