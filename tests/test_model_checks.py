@@ -1,6 +1,7 @@
 """The chapter 02 checkers: a right answer passes, each common mistake gets its own plain message,
 and no other mistake gets that message."""
 
+import functools
 import math
 
 import pytest
@@ -10,6 +11,7 @@ import torch.nn.functional as F
 from minillm.course.checks import ch02_forward_pass as checks
 from minillm.course.checks._base import CheckFailed
 
+from memorizing import assert_hidden_cases_catch_memorizing
 from test_tokenizer_checks import assert_hints_are_specific
 
 
@@ -80,8 +82,10 @@ RMS_MISTAKES = {
 }
 
 
-def test_rms_norm_hints_are_specific():
-    assert_hints_are_specific(checks.check_rms_norm, RMS_MISTAKES)
+@pytest.mark.parametrize("hidden", [False, True])
+def test_rms_norm_hints_are_specific(hidden):
+    check = functools.partial(checks.check_rms_norm, hidden=hidden)
+    assert_hints_are_specific(check, RMS_MISTAKES)
 
 
 def test_rms_norm_in_place_is_named():
@@ -112,13 +116,16 @@ ROPE_MISTAKES = {
 }
 
 
-def test_rope_hints_are_specific():
-    assert_hints_are_specific(checks.check_rope, ROPE_MISTAKES)
+@pytest.mark.parametrize("hidden", [False, True])
+def test_rope_hints_are_specific(hidden):
+    check = functools.partial(checks.check_rope, hidden=hidden)
+    assert_hints_are_specific(check, ROPE_MISTAKES)
 
 
-def test_rope_that_stretches_vectors_is_named():
+@pytest.mark.parametrize("hidden", [False, True])
+def test_rope_that_stretches_vectors_is_named(hidden):
     with pytest.raises(CheckFailed, match="keeps each head vector's length"):
-        checks.check_rope(lambda x, p, t: 1.5 * rope(x, p, t))
+        checks.check_rope(lambda x, p, t: 1.5 * rope(x, p, t), hidden=hidden)
 
 
 def attention_variant(**kind):
@@ -136,13 +143,16 @@ ATTENTION_MISTAKES = {
 }
 
 
-def test_attention_hints_are_specific():
-    assert_hints_are_specific(checks.check_causal_attention, ATTENTION_MISTAKES)
+@pytest.mark.parametrize("hidden", [False, True])
+def test_attention_hints_are_specific(hidden):
+    check = functools.partial(checks.check_causal_attention, hidden=hidden)
+    assert_hints_are_specific(check, ATTENTION_MISTAKES)
 
 
-def test_dividing_by_d_is_not_blamed_on_the_softmax_axis():
+@pytest.mark.parametrize("hidden", [False, True])
+def test_dividing_by_d_is_not_blamed_on_the_softmax_axis(hidden):
     with pytest.raises(CheckFailed) as failure:
-        checks.check_causal_attention(attention_variant(scale="d"))
+        checks.check_causal_attention(attention_variant(scale="d"), hidden=hidden)
     assert "softmax over" not in str(failure.value) and "axis" not in str(failure.value)
 
 
@@ -163,8 +173,10 @@ BLOCK_MISTAKES = {
 }
 
 
-def test_block_hints_are_specific():
-    assert_hints_are_specific(checks.check_transformer_block, BLOCK_MISTAKES)
+@pytest.mark.parametrize("hidden", [False, True])
+def test_block_hints_are_specific(hidden):
+    check = functools.partial(checks.check_transformer_block, hidden=hidden)
+    assert_hints_are_specific(check, BLOCK_MISTAKES)
 
 
 def test_a_crash_inside_the_block_gets_a_plain_message():
@@ -221,6 +233,99 @@ def test_whole_model_asks_for_the_readable_model_when_given_the_fast_path():
     fast = optimize(TinyModel().inner)
     with pytest.raises(CheckFailed, match=r"fast path's model .*fast=False"):
         checks.check_whole_model(block, fast, [3, 14, 15])
+
+
+# --- the graders' hidden cases (hidden=True) ----------------------------------------------------
+
+def test_the_hidden_cases_pass_every_right_answer(capsys):
+    checks.check_rms_norm(rms_norm, hidden=True)
+    checks.check_rope(rope, hidden=True)
+    checks.check_causal_attention(attention, hidden=True)
+    checks.check_transformer_block(block, hidden=True)
+    checks.check_whole_model(block, TinyModel(), [3, 14, 15, 9, 26], hidden=True)
+    out = capsys.readouterr().out
+    assert out.count("✅") == 5 and "whole model with your block: all 2 cases pass" in out
+
+
+def test_the_hidden_whole_model_catches_ignored_positions_elsewhere():
+    with pytest.raises(CheckFailed, match="at positions 23, 26, 29.*must use position_ids"):
+        checks.check_whole_model(lambda *a: block(*a, positions_from_zero=True), TinyModel(),
+                                 [3, 14, 15, 9, 26], hidden=True)
+
+
+def test_the_hidden_whole_model_runs_another_prompt():
+    """The hidden run feeds the prompt reversed: other residual streams reach the block."""
+    model = TinyModel()
+    seen = []
+
+    def remembers(x, blk, config, pos):
+        seen.append(x[0, 0].clone())
+        return block(x, blk, config, pos)
+
+    checks.check_whole_model(remembers, model, [3, 14, 15, 9, 26])
+    visible_first = seen[0]
+    seen.clear()
+    checks.check_whole_model(remembers, model, [3, 14, 15, 9, 26], hidden=True)
+    assert not torch.equal(seen[0], visible_first)
+
+
+RIGHT = [(checks.check_rms_norm, rms_norm), (checks.check_rope, rope),
+         (checks.check_causal_attention, attention)]
+
+
+@pytest.mark.parametrize("check, right", RIGHT, ids=[c.__name__ for c, _ in RIGHT])
+def test_the_hidden_cases_catch_an_answer_that_memorized_the_visible_ones(check, right):
+    assert_hidden_cases_catch_memorizing(check, right)
+
+
+def _block_inputs(cases, first_seed):
+    return [(tuple(c.__dict__.items()), b, s, kind, scale, first_seed + i)
+            for i, (c, b, s, kind, scale) in enumerate(cases)]
+
+
+def test_the_hidden_cases_are_other_inputs_with_the_same_edges():
+    """Other shapes, numbers and seeds; still an epsilon that matters, grouped-query heads and
+    one key/value head, a single token, and positions that do not start at 0."""
+    for visible, hidden in ((checks.RMS_CASES, checks.HIDDEN_RMS_CASES),
+                            (checks.ROPE_CASES, checks.HIDDEN_ROPE_CASES),
+                            (checks.ATTENTION_CASES, checks.HIDDEN_ATTENTION_CASES)):
+        assert not set(visible) & set(hidden)
+    assert not set(_block_inputs(checks.BLOCK_CASES, 0)) & set(
+        _block_inputs(checks.HIDDEN_BLOCK_CASES, 100))
+    for cases in (checks.RMS_CASES, checks.HIDDEN_RMS_CASES):
+        assert any(eps >= 1.0 for _, eps, _ in cases)
+        assert any(scale ** 2 < 100 * eps for _, eps, scale in cases if eps < 1)
+        assert any(len(shape) == 1 for shape, _, _ in cases)
+    for cases in (checks.ROPE_CASES, checks.HIDDEN_ROPE_CASES):
+        starts = [checks._positions(b, s, kind) for (b, _, s, _), _, kind in cases]
+        assert any(p.min() > 0 for p in starts)
+        assert any(b > 1 and not torch.equal(p[0], p[1]) for p, ((b, *_), _, _)
+                   in zip(starts, cases))
+        assert any(s == 1 for (_, _, s, _), _, _ in cases)
+    for cases in (checks.ATTENTION_CASES, checks.HIDDEN_ATTENTION_CASES):
+        assert any(kv == 1 for _, _, kv, _, _ in cases)
+        assert any(h == kv for _, h, kv, _, _ in cases)
+        assert any(1 < kv < h for _, h, kv, _, _ in cases)
+        assert any(s == 1 for _, _, _, s, _ in cases)
+    for cases in (checks.BLOCK_CASES, checks.HIDDEN_BLOCK_CASES):
+        assert any(kind != "from 0" for _, _, _, kind, _ in cases)
+        assert any(c.n_kv_heads < c.n_heads for c, *_ in cases)
+        assert any(c.norm_eps >= 1e-2 for c, *_ in cases)
+
+
+@pytest.mark.parametrize("hidden", [False, True])
+@pytest.mark.parametrize("check", [checks.check_rms_norm, checks.check_rope,
+                                   checks.check_causal_attention, checks.check_transformer_block,
+                                   lambda fn, **kw: checks.check_whole_model(
+                                       fn, TinyModel(), [3, 14, 15], **kw)],
+                         ids=["rms_norm", "rope", "causal_attention", "transformer_block",
+                              "whole_model"])
+def test_an_unwritten_stub_says_so(check, hidden):
+    def stub(*args):
+        raise NotImplementedError
+
+    with pytest.raises(CheckFailed, match="not written yet"):
+        check(stub, hidden=hidden)
 
 
 # --- the same hints in Chinese (set_language("zh"), as the notebooks in zh/ do) ----------------

@@ -1,6 +1,8 @@
 """The chapter 01 exercise checkers: the reference passes; each typical mistake gets its own hint,
 and no other mistake gets that hint."""
 
+import functools
+import random
 from collections import Counter
 
 import numpy as np
@@ -9,6 +11,8 @@ import pytest
 from minillm.course.checks import ch01_tokenization as checks
 from minillm.course.checks._base import CheckFailed
 from minillm.tokenizer import encode_with_merges, merge_pair, pair_counts
+
+from memorizing import assert_hidden_cases_catch_memorizing
 
 
 def assert_hints_are_specific(check, mistakes):
@@ -35,11 +39,12 @@ def _stub(*args):
     raise NotImplementedError
 
 
+@pytest.mark.parametrize("hidden", [False, True])
 @pytest.mark.parametrize("check", [checks.check_pair_counts, checks.check_merge_pair,
                                    checks.check_train_merges, checks.check_encode_with_merges])
-def test_unwritten_stub(check):
+def test_unwritten_stub(check, hidden):
     with pytest.raises(CheckFailed, match="not written yet"):
-        check(_stub)
+        check(_stub, hidden=hidden)
 
 
 # --- pair counts ---------------------------------------------------------------------------
@@ -63,8 +68,10 @@ PAIR_MISTAKES = {
 }
 
 
-def test_pair_count_hints_are_specific():
-    assert_hints_are_specific(checks.check_pair_counts, PAIR_MISTAKES)
+@pytest.mark.parametrize("hidden", [False, True])
+def test_pair_count_hints_are_specific(hidden):
+    assert_hints_are_specific(functools.partial(checks.check_pair_counts, hidden=hidden),
+                              PAIR_MISTAKES)
 
 
 def test_pair_counts_accepts_numpy_counts_and_a_counter(capsys):
@@ -113,18 +120,21 @@ MERGE_MISTAKES = {
 }
 
 
-def test_merge_pair_hints_are_specific():
-    assert_hints_are_specific(checks.check_merge_pair, MERGE_MISTAKES)
+@pytest.mark.parametrize("hidden", [False, True])
+def test_merge_pair_hints_are_specific(hidden):
+    assert_hints_are_specific(functools.partial(checks.check_merge_pair, hidden=hidden),
+                              MERGE_MISTAKES)
 
 
-def test_merge_pair_by_string_replace_fails():
+@pytest.mark.parametrize("hidden", [False, True])
+def test_merge_pair_by_string_replace_fails(hidden):
     """Replacing "a b" in the space-joined ids also matches inside longer ids (11 2 -> 1[1 2])."""
     def by_text(ids, pair, new_id):
         text = " ".join(map(str, ids)).replace(f"{pair[0]} {pair[1]}", str(new_id))
         return [int(x) for x in text.split()]
 
     with pytest.raises(CheckFailed, match="Compare ids, not their text"):
-        checks.check_merge_pair(by_text)
+        checks.check_merge_pair(by_text, hidden=hidden)
 
 
 def test_merge_pair_in_place_is_named():
@@ -162,8 +172,10 @@ TRAIN_MISTAKES = {
 }
 
 
-def test_train_merges_hints_are_specific():
-    assert_hints_are_specific(checks.check_train_merges, TRAIN_MISTAKES)
+@pytest.mark.parametrize("hidden", [False, True])
+def test_train_merges_hints_are_specific(hidden):
+    assert_hints_are_specific(functools.partial(checks.check_train_merges, hidden=hidden),
+                              TRAIN_MISTAKES)
 
 
 def test_train_merges_that_crashes_with_no_pair_left_gets_a_plain_message():
@@ -221,11 +233,14 @@ ENCODE_MISTAKES = {
 }
 
 
-def test_encode_with_merges_hints_are_specific():
-    assert_hints_are_specific(checks.check_encode_with_merges, ENCODE_MISTAKES)
+@pytest.mark.parametrize("hidden", [False, True])
+def test_encode_with_merges_hints_are_specific(hidden):
+    assert_hints_are_specific(functools.partial(checks.check_encode_with_merges, hidden=hidden),
+                              ENCODE_MISTAKES)
 
 
-def test_an_unnamed_encoding_mistake_gets_the_rule_not_a_wrong_hint():
+@pytest.mark.parametrize("hidden", [False, True])
+def test_an_unnamed_encoding_mistake_gets_the_rule_not_a_wrong_hint(hidden):
     def one_pass(text, merges):  # merges each pair present once, in text order
         rank = {tuple(p): i for i, p in enumerate(merges)}
         ids = list(text.encode("utf-8"))
@@ -235,7 +250,7 @@ def test_an_unnamed_encoding_mistake_gets_the_rule_not_a_wrong_hint():
         return ids
 
     with pytest.raises(CheckFailed, match="Keep merging until no adjacent pair") as failure:
-        checks.check_encode_with_merges(one_pass)
+        checks.check_encode_with_merges(one_pass, hidden=hidden)
     assert not any(w in str(failure.value) for _, w in ENCODE_MISTAKES.values())
 
 
@@ -243,6 +258,60 @@ def test_merges_in_list_order_are_accepted(capsys):
     """Applying every merge in order, each over the whole list, is the same rule: accepted."""
     checks.check_encode_with_merges(each_merge_once(list))
     assert "✅" in capsys.readouterr().out
+
+
+# --- the graders' hidden cases (hidden=True) ----------------------------------------------------
+
+RIGHT = [(checks.check_pair_counts, pair_counts), (checks.check_merge_pair, merge_pair),
+         (checks.check_train_merges, checks._reference_merges),
+         (checks.check_encode_with_merges, encode_with_merges)]
+
+
+def test_the_hidden_cases_pass_every_right_answer(capsys):
+    for check, right in RIGHT:
+        check(right, hidden=True)
+    checks.check_encode_with_merges(each_merge_once(list), hidden=True)
+    checks.check_train_merges(lambda w, k: [list(p) for p in checks._reference_merges(w, k)],
+                              hidden=True)
+    assert capsys.readouterr().out.count("✅") == 6
+
+
+@pytest.mark.parametrize("check, right", RIGHT, ids=[c.__name__ for c, _ in RIGHT])
+def test_the_hidden_cases_catch_an_answer_that_memorized_the_visible_ones(check, right):
+    assert_hidden_cases_catch_memorizing(check, right)
+
+
+def test_the_hidden_cases_are_other_inputs_with_the_same_edges():
+    """Other fixed cases and other random ones (the empty list aside); still a single id,
+    overlapping runs, ids above 255, a pair that does not occur, a word without pairs, training
+    that stops early, non-ASCII text, an empty text and no merges at all. (Ids whose digits run
+    into each other: test_merge_pair_by_string_replace_fails.)"""
+    pairs = (checks._pair_cases(random.Random(1), checks.PAIR_CASES),
+             checks._pair_cases(random.Random(11), checks.HIDDEN_PAIR_CASES))
+    merges = (checks._merge_cases(random.Random(2), checks.MERGE_CASES),
+              checks._merge_cases(random.Random(12), checks.HIDDEN_MERGE_CASES))
+    trains = (checks._train_cases(random.Random(4), checks.TRAIN_CASES, "abcé"),
+              checks._train_cases(random.Random(14), checks.HIDDEN_TRAIN_CASES, "xyzü"))
+    encodes = (checks._encode_cases(random.Random(3), checks.ENCODE_CASES, "ab c你🙂"),
+               checks._encode_cases(random.Random(13), checks.HIDDEN_ENCODE_CASES, "xy z好🙂é"))
+    for visible, hidden in (pairs, merges, trains, encodes):
+        assert all(case == [] or case not in visible for case in hidden)
+    for cases in (checks.PAIR_CASES, checks.HIDDEN_PAIR_CASES):
+        assert [] in cases and any(len(ids) == 1 for ids in cases)
+        assert any(len(ids) >= 3 and len(set(ids)) == 1 for ids in cases)
+        assert any(max(ids, default=0) > 255 for ids in cases)
+    for cases in (checks.MERGE_CASES, checks.HIDDEN_MERGE_CASES):
+        assert any(not ids for ids, _, _ in cases)
+        assert any(len(ids) % 2 and len(set(ids)) == 1 for ids, _, _ in cases)  # 5, 5, 5
+        assert any(merge_pair(ids, pair, n) == ids for ids, pair, n in cases)  # no occurrence
+        assert any(min(pair) > 255 for _, pair, _ in cases)
+    for cases in (checks.TRAIN_CASES, checks.HIDDEN_TRAIN_CASES):
+        assert any(all(len(w.encode()) == 1 for w in words) for words, _ in cases)
+        assert any(len(checks._reference_merges(w, k)) < k for w, k in cases)
+        assert any(not w.isascii() for words, _ in cases for w in words)
+    for cases in (checks.ENCODE_CASES, checks.HIDDEN_ENCODE_CASES):
+        assert any(text == "" for text, _ in cases) and any(not m for _, m in cases)
+        assert any(not text.isascii() for text, _ in cases)
 
 
 # --- the same hints in Chinese (set_language("zh"), as the notebooks in zh/ do) ----------------

@@ -1,6 +1,8 @@
 """The chapter 00 checkers: the right answers pass, in any number type; each hint is given for the
 mistake it names and for no other."""
 
+import functools
+
 import numpy as np
 import pytest
 import torch
@@ -8,6 +10,8 @@ import torch
 from minillm.course.checks import ch00_welcome as checks
 from minillm.course.checks._base import CheckFailed
 from minillm.tokenizer.chat import SMOLLM_SYSTEM, chatml
+
+from memorizing import assert_hidden_cases_catch_memorizing
 
 # --- 1 · chat_prompt ---------------------------------------------------------------------------
 
@@ -31,26 +35,29 @@ def test_the_right_prompt_passes_and_matches_the_tokenizers_template(reference, 
     checks.check_chat_prompt(right_prompt)
     assert "✅" in capsys.readouterr().out
     _, tokenizer = reference
-    for messages in checks.CONVERSATIONS:
+    for messages in checks.CONVERSATIONS + checks.HIDDEN_CONVERSATIONS:
         assert right_prompt(messages) == tokenizer.apply_chat_template(
             messages, add_generation_prompt=True, tokenize=False)
 
 
+@pytest.mark.parametrize("hidden", [False, True])
 @pytest.mark.parametrize("name", CHAT_MISTAKES)
-def test_each_chat_prompt_hint_fires_only_for_its_mistake(name):
+def test_each_chat_prompt_hint_fires_only_for_its_mistake(name, hidden):
+    check = functools.partial(checks.check_chat_prompt, hidden=hidden)
     wrong, words = CHAT_MISTAKES[name]
     with pytest.raises(CheckFailed, match=words):
-        checks.check_chat_prompt(wrong)
+        check(wrong)
     for other, (other_wrong, _) in CHAT_MISTAKES.items():
         if other != name:
             with pytest.raises(CheckFailed) as failure:
-                checks.check_chat_prompt(other_wrong)
+                check(other_wrong)
             assert words not in str(failure.value)
 
 
-def test_an_unnamed_chat_prompt_mistake_shows_where_it_differs():
+@pytest.mark.parametrize("hidden", [False, True])
+def test_an_unnamed_chat_prompt_mistake_shows_where_it_differs(hidden):
     with pytest.raises(CheckFailed, match="first differ at character") as failure:
-        checks.check_chat_prompt(lambda m: right_prompt(m).replace("user", "User"))
+        checks.check_chat_prompt(lambda m: right_prompt(m).replace("user", "User"), hidden=hidden)
     assert not any(words in str(failure.value) for _, words in CHAT_MISTAKES.values())
 
 
@@ -159,11 +166,12 @@ DECODE_MISTAKES = {
 }
 
 
+@pytest.mark.parametrize("hidden", [False, True])
 @pytest.mark.parametrize("name", DECODE_MISTAKES)
-def test_each_decode_speed_hint_fires_only_for_its_mistake(name):
+def test_each_decode_speed_hint_fires_only_for_its_mistake(name, hidden):
     wrong, words = DECODE_MISTAKES[name]
     with pytest.raises(CheckFailed, match=words) as failure:
-        checks.check_decode_speed(wrong)
+        checks.check_decode_speed(wrong, hidden=hidden)
     assert not any(w in str(failure.value) for n, (_, w) in DECODE_MISTAKES.items() if n != name)
 
 
@@ -186,13 +194,86 @@ def test_a_string_is_not_a_number():
         checks.check_decode_speed(lambda t: str(right_speed(t)))
 
 
-@pytest.mark.parametrize("check", [checks.check_chat_prompt, checks.check_decode_speed])
-def test_stubs_say_not_written_yet(check):
+@pytest.mark.parametrize("hidden", [False, True])
+@pytest.mark.parametrize("check", [checks.check_chat_prompt, checks.check_decode_speed,
+                                   lambda fn, **kw: checks.check_answer(fn, None, None, **kw)],
+                         ids=["chat_prompt", "decode_speed", "answer"])
+def test_stubs_say_not_written_yet(check, hidden):
     def stub(*args):
         raise NotImplementedError
 
     with pytest.raises(CheckFailed, match="not written yet"):
-        check(stub)
+        check(stub, hidden=hidden)
+
+
+# --- the graders' hidden cases (hidden=True) ----------------------------------------------------
+
+def test_the_hidden_cases_pass_every_right_answer(reference, capsys):
+    checks.check_chat_prompt(right_prompt, hidden=True)
+    checks.check_answer(right_answer, *reference, hidden=True)
+    checks.check_decode_speed(right_speed, hidden=True)
+    out = capsys.readouterr().out
+    assert out.count("✅") == 3
+    assert "answer: all 3 cases pass" in out and "decode_speed: all 7 cases pass" in out
+
+
+def test_the_hidden_answer_past_max_new_tokens_is_named(reference):
+    with pytest.raises(CheckFailed, match="runs past max_new_tokens"):
+        checks.check_answer(one_token_more, *reference, hidden=True)
+
+
+def test_the_hidden_cases_are_other_inputs_with_the_same_edges():
+    """Other conversations, other times; still a conversation with its own system message and
+    one without, a multi-turn one, non-ASCII text, two token times, and both error cases."""
+    assert not [m for m in checks.HIDDEN_CONVERSATIONS if m in checks.CONVERSATIONS]
+    assert not [c for c in checks.HIDDEN_ANSWER_CASES if c in checks.ANSWER_CASES]
+    assert not [t for t in checks.HIDDEN_DECODE_CASES if t in checks.DECODE_CASES]
+    for conversations in (checks.HIDDEN_CONVERSATIONS,
+                          [m for m, _ in checks.HIDDEN_ANSWER_CASES]):
+        assert any(m[0]["role"] == "system" for m in conversations)
+        assert any(m[0]["role"] != "system" for m in conversations)
+        assert any(any(x["role"] == "assistant" for x in m) for m in conversations)
+    assert any(not m["content"].isascii() for c in checks.HIDDEN_CONVERSATIONS for m in c)
+    assert any(len(t) == 2 for t in checks.HIDDEN_DECODE_CASES)
+    # greedy answers cost the real model as much as the visible ones: as many new tokens
+    assert (sum(k for _, k in checks.HIDDEN_ANSWER_CASES)
+            <= sum(k for _, k in checks.ANSWER_CASES))
+    with pytest.raises(CheckFailed, match="with 1 token there is no decode step"):
+        checks.check_decode_speed(lambda t: 1.0 if len(t) == 1 else right_speed(t), hidden=True)
+    with pytest.raises(CheckFailed, match="with 0 tokens there is no decode step"):
+        checks.check_decode_speed(lambda t: 1.0 if not t else right_speed(t), hidden=True)
+
+
+class _Raised:
+    """What right_speed raised, kept as an answer so that a memorizing function remembers it."""
+
+    def __init__(self, error):
+        self.error = error
+
+
+def speed_or_raised(times):
+    try:
+        return right_speed(times)
+    except ValueError as error:
+        return _Raised(error)
+
+
+def check_decode_speed_raising(fn, **kwargs):
+    """check_decode_speed on `fn`, raising again what `fn` remembered it raised."""
+    def decode_speed(times):
+        got = fn(times)
+        if isinstance(got, _Raised):
+            raise got.error
+        return got
+
+    checks.check_decode_speed(decode_speed, **kwargs)
+
+
+@pytest.mark.parametrize("check, right", [(checks.check_chat_prompt, right_prompt),
+                                          (check_decode_speed_raising, speed_or_raised)],
+                         ids=["chat_prompt", "decode_speed"])
+def test_the_hidden_cases_catch_an_answer_that_memorized_the_visible_ones(check, right):
+    assert_hidden_cases_catch_memorizing(check, right)
 
 
 # --- the same hints in Chinese (set_language("zh"), as the notebooks in zh/ do) ----------------

@@ -28,6 +28,17 @@ CONVERSATIONS = [
     [{"role": "user", "content": "Two lines:\nfirst\nsecond"}],
     [{"role": "system", "content": ""}, {"role": "user", "content": "  spaces  "}],
 ]
+HIDDEN_CONVERSATIONS = [
+    [{"role": "user", "content": "How many legs does a spider have?"}],
+    [{"role": "system", "content": "You are a pirate.\nSpeak like one."},
+     {"role": "user", "content": "Where is the treasure?"},
+     {"role": "assistant", "content": "Arr, under the palm!"},
+     {"role": "user", "content": "Which palm?"}],
+    [{"role": "user", "content": "Écris « bonjour » 🙂"}],
+    [{"role": "user", "content": "\ttab, then a blank line\n\nend"},
+     {"role": "assistant", "content": "Done."}, {"role": "user", "content": ""}],
+    [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "ok?"}],
+]
 
 
 def _chat_mistakes(cases):
@@ -61,27 +72,28 @@ def _first_difference(got: str, want: str) -> str:
 
 
 @checker
-def check_chat_prompt(chat_prompt) -> None:
+def check_chat_prompt(chat_prompt, *, hidden=False) -> None:
     """`chat_prompt(messages)` must give the ChatML string SmolLM2's template gives, with the
     assistant's turn opened at the end."""
+    cases = HIDDEN_CONVERSATIONS if hidden else CONVERSATIONS
     answers = []
-    for messages in CONVERSATIONS:
+    for messages in cases:
         got = call(chat_prompt, messages, what=f"chat_prompt({short(messages, 70)})")
         expect(isinstance(got, str),
                say("chat_prompt({messages}) returned {kind}; return the prompt as one str",
                    "chat_prompt({messages}) 返回了 {kind}；请把提示词作为一个 str 返回",
                    messages=short(messages, 70), kind=type(got).__name__))
         answers.append(got)
-    wants = [chatml(m, True, SMOLLM_SYSTEM) for m in CONVERSATIONS]
+    wants = [chatml(m, True, SMOLLM_SYSTEM) for m in cases]
     wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if g != w]
     if not wrong:
-        passed("chat_prompt", len(CONVERSATIONS))
+        passed("chat_prompt", len(cases))
         return
     i = wrong[0]
-    hint = matching_mistake(answers, _chat_mistakes(CONVERSATIONS), str.__eq__)
+    hint = matching_mistake(answers, _chat_mistakes(cases), str.__eq__)
     raise CheckFailed(say("chat_prompt({messages}) returned {got!r}, expected {want!r}; {hint}",
                           "chat_prompt({messages}) 返回了 {got!r}，应为 {want!r}；{hint}",
-                          messages=short(CONVERSATIONS[i], 70), got=answers[i], want=wants[i],
+                          messages=short(cases[i], 70), got=answers[i], want=wants[i],
                           hint=hint or _first_difference(answers[i], wants[i])))
 
 
@@ -92,6 +104,14 @@ ANSWER_CASES = [
     ([{"role": "user", "content": "Name three colours."}], 5),
     ([{"role": "system", "content": "You answer in French."},
       {"role": "user", "content": "How are you?"}], 9),
+]
+HIDDEN_ANSWER_CASES = [  # about as many new tokens as ANSWER_CASES: the real model runs them
+    ([{"role": "user", "content": "What is 2 plus 2?"}], 12),
+    ([{"role": "system", "content": "You are a poet."},
+      {"role": "user", "content": "Describe the sea."}], 6),
+    ([{"role": "user", "content": "Hello!"},
+      {"role": "assistant", "content": "Hi! How can I help you today?"},
+      {"role": "user", "content": "Tell me a fact about cats."}], 8),
 ]
 
 
@@ -133,11 +153,12 @@ def _answer_mistakes(model, tokenizer, cases, runs):
 
 
 @checker
-def check_answer(answer, model, tokenizer) -> None:
+def check_answer(answer, model, tokenizer, *, hidden=False) -> None:
     """`answer(model, tokenizer, messages, max_new_tokens)` must return the text of the greedy
     answer: chat template, tokens, generate, then only the new tokens back to text."""
+    cases = HIDDEN_ANSWER_CASES if hidden else ANSWER_CASES
     answers = []
-    for messages, k in ANSWER_CASES:
+    for messages, k in cases:
         what = f"answer(model, tokenizer, {short(messages, 60)}, {k})"
         got = call(answer, model, tokenizer, messages, k, what=what)
         expect(isinstance(got, str),
@@ -147,16 +168,16 @@ def check_answer(answer, model, tokenizer) -> None:
                    "就是 str）", what=what, kind=type(got).__name__))
         answers.append(got)
     runs = [_generate_ids(model, tokenizer, chatml(m, True, SMOLLM_SYSTEM), k)
-            for m, k in ANSWER_CASES]
+            for m, k in cases]
     wants = [tokenizer.decode(n, skip_special_tokens=True) for _, n in runs]
     wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if g != w]
     if not wrong:
-        passed("answer", len(ANSWER_CASES))
+        passed("answer", len(cases))
         return
     i = wrong[0]
-    messages, k = ANSWER_CASES[i]
+    messages, k = cases[i]
     hint = None
-    for text, wrong_answers in _answer_mistakes(model, tokenizer, ANSWER_CASES, runs):
+    for text, wrong_answers in _answer_mistakes(model, tokenizer, cases, runs):
         if answers == wrong_answers:
             hint = text
             break
@@ -184,6 +205,13 @@ DECODE_CASES = [
     [12.0, 12.02, 12.05, 12.07, 12.1, 12.12, 12.15, 12.17, 12.2, 12.23, 12.25, 12.28],
     [3.0, 3.5, 3.6],
 ]
+HIDDEN_DECODE_CASES = [
+    [2.0, 2.04, 2.09, 2.13, 2.18, 2.22],
+    [0.8, 1.3],
+    [0.05, 0.45, 0.46, 0.47, 0.48, 0.49, 0.5, 0.51],
+    [100.0, 100.25, 100.75, 101.0],
+    [7.0, 7.001, 7.002, 7.0035],
+]
 
 
 def _decode_mistakes(cases):
@@ -203,29 +231,30 @@ def _decode_mistakes(cases):
 
 
 @checker
-def check_decode_speed(decode_speed) -> None:
+def check_decode_speed(decode_speed, *, hidden=False) -> None:
     """`decode_speed(token_times)` must give decode tokens per second, leaving out the first token
     (it comes from prefill, not decode), as RequestMetrics.decode_tokens_per_second does."""
+    cases = HIDDEN_DECODE_CASES if hidden else DECODE_CASES
     answers, wants = [], []
-    for times in DECODE_CASES:
+    for times in cases:
         what = f"decode_speed({times})"
         answers.append(as_number(call(decode_speed, times, what=what), what))
         wants.append(RequestMetrics(0.0, tuple(times)).decode_tokens_per_second)
     wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if not is_close(g, w)]
     if wrong:
         i = wrong[0]
-        hint = matching_mistake(answers, _decode_mistakes(DECODE_CASES), is_close)
+        hint = matching_mistake(answers, _decode_mistakes(cases), is_close)
         raise CheckFailed(say("decode_speed({times}) returned {got:.6g}, expected {want:.6g} "
                               "tokens/s: {hint}",
                               "decode_speed({times}) 返回了 {got:.6g}，应为每秒 {want:.6g} 个"
                               "词元：{hint}",
-                              times=DECODE_CASES[i], got=answers[i], want=wants[i],
+                              times=cases[i], got=answers[i], want=wants[i],
                               hint=hint or say("(tokens after the first) / (last time - first "
                                                "time)",
                                                "（第一个之后的词元数）/（最后时刻 - 最初时刻）")))
-    for times in ([1.0], []):
+    for times in ([4.25], []) if hidden else ([1.0], []):
         expect_raises(decode_speed, times, error=ValueError,
                       why=say("with {n} token{s} there is no decode step to time",
                               "只有 {n} 个词元时，没有可以计时的解码步", n=len(times),
                               s="s" if len(times) != 1 else ""))
-    passed("decode_speed", len(DECODE_CASES) + 2)
+    passed("decode_speed", len(cases) + 2)

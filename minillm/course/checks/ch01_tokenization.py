@@ -16,14 +16,26 @@ from collections.abc import Mapping
 from ...tokenizer.bpe import encode_with_merges, merge_pair, pair_counts
 from ...tokenizer.train import learn_merges
 from ..language import say
-from ._base import CheckFailed, as_int, call, checker, expect, matching_mistake, passed, short
+from ._base import (CheckFailed, as_int, call, checker, expect, function_name, matching_mistake,
+                    passed, short)
+
+
+def _name(fn) -> str:
+    """The learner's function's name, as messages show it; any callable has one here."""
+    return getattr(fn, "__name__", None) or function_name(fn)
 
 # --- 1. counting adjacent pairs ------------------------------------------------------------
 
 
-def _pair_cases(rng: random.Random):
-    cases = [[1, 2, 3, 1, 2], [], [7], [5, 5, 5], [1, 2, 1, 2, 1, 2], [104, 105, 33],
-             [11, 1, 11, 1], [256, 300, 256, 300, 256], [1000, 1000, 1000, 1000]]
+PAIR_CASES = [[1, 2, 3, 1, 2], [], [7], [5, 5, 5], [1, 2, 1, 2, 1, 2], [104, 105, 33],
+              [11, 1, 11, 1], [256, 300, 256, 300, 256], [1000, 1000, 1000, 1000]]
+HIDDEN_PAIR_CASES = [[3, 1, 3, 1, 3], [], [42], [9, 9, 9, 9], [9, 9], [2, 22, 2, 22, 2],
+                     [116, 104, 101, 32], [255, 256, 255, 256], [4000, 4000, 4000, 4001, 4000]]
+
+
+def _pair_cases(rng: random.Random, fixed):
+    """The fixed cases, then 30 random lists of `rng` (a new seed gives other lists)."""
+    cases = [list(ids) for ids in fixed]
     for _ in range(30):
         alphabet = rng.choice([[0, 1, 2, 3, 4], [7, 12, 120, 255], [256, 257, 1000, 49151]])
         cases.append([rng.choice(alphabet) for _ in range(rng.randint(0, 20))])
@@ -85,12 +97,13 @@ def _plain_counts(got, what) -> dict:
 
 
 @checker
-def check_pair_counts(fn) -> None:
+def check_pair_counts(fn, *, hidden=False) -> None:
     """`fn(ids)` must return {(a, b): count} for every adjacent pair in the list `ids`."""
-    cases = _pair_cases(random.Random(1))
+    cases = (_pair_cases(random.Random(11), HIDDEN_PAIR_CASES) if hidden
+             else _pair_cases(random.Random(1), PAIR_CASES))
     answers = []
     for ids in cases:
-        what = f"{fn.__name__}({short(ids, 80)})"
+        what = f"{_name(fn)}({short(ids, 80)})"
         answers.append(_plain_counts(call(fn, ids, what=what), what))
     wants = [pair_counts(ids) for ids in cases]
     wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if g != w]
@@ -121,12 +134,22 @@ def check_pair_counts(fn) -> None:
 # --- 2. merging one pair -------------------------------------------------------------------
 
 
-def _merge_cases(rng: random.Random):
-    cases = [([1, 2, 3, 1, 2], (1, 2), 9), ([5, 5, 5], (5, 5), 9), ([5, 5, 5, 5], (5, 5), 9),
-             ([1, 2], (2, 1), 9), ([], (1, 2), 9), ([1, 2], (1, 2), 256),
-             ([11, 2, 1, 2, 1, 22], (1, 2), 256), ([12, 1, 2, 3], (2, 3), 300),
-             ([256, 257, 256, 257, 258], (256, 257), 259), ([1, 21, 2, 1], (1, 2), 7),
-             ([3, 1, 2], (1, 2), 9)]
+MERGE_CASES = [([1, 2, 3, 1, 2], (1, 2), 9), ([5, 5, 5], (5, 5), 9), ([5, 5, 5, 5], (5, 5), 9),
+               ([1, 2], (2, 1), 9), ([], (1, 2), 9), ([1, 2], (1, 2), 256),
+               ([11, 2, 1, 2, 1, 22], (1, 2), 256), ([12, 1, 2, 3], (2, 3), 300),
+               ([256, 257, 256, 257, 258], (256, 257), 259), ([1, 21, 2, 1], (1, 2), 7),
+               ([3, 1, 2], (1, 2), 9)]
+HIDDEN_MERGE_CASES = [([4, 3, 4, 3, 9], (4, 3), 8), ([7, 7, 7], (7, 7), 300),
+                      ([7, 7, 7, 7, 7], (7, 7), 301), ([4, 3], (3, 4), 9), ([], (0, 0), 256),
+                      ([3, 4], (3, 4), 260), ([13, 4, 3, 4, 3, 44], (3, 4), 256),
+                      ([6, 2, 3, 2, 3], (2, 3), 8), ([300, 301, 300, 301, 300], (300, 301), 302),
+                      ([2, 32, 3, 2], (2, 3), 5), ([256, 256, 256], (256, 256), 257),
+                      ([8, 9, 1], (9, 1), 10)]
+
+
+def _merge_cases(rng: random.Random, fixed):
+    """The fixed cases, then 30 random ones of `rng` (a new seed gives other cases)."""
+    cases = [(list(ids), pair, new_id) for ids, pair, new_id in fixed]
     for _ in range(30):
         alphabet = rng.choice([[0, 1, 2, 3], [1, 11, 12, 21], [255, 256, 1024, 49151]])
         ids = [rng.choice(alphabet) for _ in range(rng.randint(0, 16))]
@@ -184,13 +207,14 @@ def _merge_mistakes(cases):
 
 
 @checker
-def check_merge_pair(fn) -> None:
+def check_merge_pair(fn, *, hidden=False) -> None:
     """`fn(ids, pair, new_id)` must return a new list where every occurrence of `pair`, found
     left to right without overlapping, is replaced by `new_id`."""
-    cases = _merge_cases(random.Random(2))
+    cases = (_merge_cases(random.Random(12), HIDDEN_MERGE_CASES) if hidden
+             else _merge_cases(random.Random(2), MERGE_CASES))
     answers = []
     for ids, pair, new_id in cases:
-        what = f"{fn.__name__}({short(ids, 80)}, {pair}, {new_id})"
+        what = f"{_name(fn)}({short(ids, 80)}, {pair}, {new_id})"
         got = call(fn, ids, pair, new_id, what=what)
         if not isinstance(got, list):
             raise CheckFailed(say(f"{what} should return a list, but returned "
@@ -222,18 +246,29 @@ def check_merge_pair(fn) -> None:
 # --- 3. training: learning the merges ------------------------------------------------------
 
 
-def _train_cases(rng: random.Random):
-    cases = [({"low": 5, "lower": 2, "newest": 6, "widest": 3}, 10),
-             ({"aaaa": 1}, 3),
-             ({"ab": 1, "ba": 1}, 4),  # a tie: (97, 98) before (98, 97)
-             ({"hug": 10, "pug": 5, "pun": 12, "bun": 4, "hugs": 5}, 8),
-             ({"你好": 3, "好的": 2}, 5),
-             ({"a": 7}, 2),  # no pair at all: no merge
-             ({"xy": 1}, 5)]  # one merge, then nothing left
+TRAIN_CASES = [({"low": 5, "lower": 2, "newest": 6, "widest": 3}, 10),
+               ({"aaaa": 1}, 3),
+               ({"ab": 1, "ba": 1}, 4),  # a tie: (97, 98) before (98, 97)
+               ({"hug": 10, "pug": 5, "pun": 12, "bun": 4, "hugs": 5}, 8),
+               ({"你好": 3, "好的": 2}, 5),
+               ({"a": 7}, 2),  # no pair at all: no merge
+               ({"xy": 1}, 5)]  # one merge, then nothing left
+HIDDEN_TRAIN_CASES = [({"banana": 3, "bandana": 1, "ban": 4, "nab": 2}, 9),
+                      ({"zzzzz": 2}, 4),
+                      ({"dc": 2, "cd": 2}, 3),  # a tie: (99, 100) before (100, 99), seen second
+                      ({"the": 9, "then": 4, "than": 3, "tea": 2}, 6),
+                      ({"über": 4, "überall": 1, "bär": 2}, 7),
+                      ({"q": 5, "r": 1}, 3),  # no pair at all: no merge
+                      ({"pq": 2, "p": 3}, 4)]  # one merge, then nothing left
+
+
+def _train_cases(rng: random.Random, fixed, letters: str):
+    """The fixed cases, then 12 random ones of `rng` made of `letters`."""
+    cases = [(dict(words), k) for words, k in fixed]
     for _ in range(12):
         words = {}
         for _ in range(rng.randint(1, 8)):
-            word = "".join(rng.choice("abcé") for _ in range(rng.randint(1, 7)))
+            word = "".join(rng.choice(letters) for _ in range(rng.randint(1, 7)))
             words[word] = rng.randint(1, 9)
         cases.append((words, rng.randint(1, 15)))
     return cases
@@ -294,14 +329,15 @@ def _train_mistakes(cases):
 
 
 @checker
-def check_train_merges(fn) -> None:
+def check_train_merges(fn, *, hidden=False) -> None:
     """`fn(word_counts, num_merges)` must return the merges BPE training learns: the most frequent
     adjacent pair inside the words (weighted by each word's count) each time, ties to the
     smallest ids, until num_merges merges or no pair is left."""
-    cases = _train_cases(random.Random(4))
+    cases = (_train_cases(random.Random(14), HIDDEN_TRAIN_CASES, "xyzü") if hidden
+             else _train_cases(random.Random(4), TRAIN_CASES, "abcé"))
     answers = []
     for words, k in cases:
-        what = f"{fn.__name__}({short(words, 70)}, {k})"
+        what = f"{_name(fn)}({short(words, 70)}, {k})"
         got = call(fn, words, k, what=what)
         if not isinstance(got, (list, tuple)):
             raise CheckFailed(say(f"{what} should return a list of merges, but returned "
@@ -350,13 +386,21 @@ def check_train_merges(fn) -> None:
 # --- 4. encoding with a list of merges -----------------------------------------------------
 
 
-def _encode_cases(rng: random.Random):
-    fixed_merges = [(97, 97), (256, 98)]
-    cases = [("aaab", fixed_merges), ("aab", fixed_merges), ("", fixed_merges),
-             ("hello", []), ("aab", [(97, 98), (97, 97)]), ("你好", [(228, 189), (256, 160)]),
-             ("abab", [(98, 97), (97, 98)]), ("aaaa", [(97, 97), (256, 256)]),
-             ("🙂 ok", [(111, 107), (32, 256)])]
-    alphabet = "ab c你🙂"
+ENCODE_CASES = [("aaab", [(97, 97), (256, 98)]), ("aab", [(97, 97), (256, 98)]),
+                ("", [(97, 97), (256, 98)]), ("hello", []), ("aab", [(97, 98), (97, 97)]),
+                ("你好", [(228, 189), (256, 160)]), ("abab", [(98, 97), (97, 98)]),
+                ("aaaa", [(97, 97), (256, 256)]), ("🙂 ok", [(111, 107), (32, 256)])]
+HIDDEN_ENCODE_CASES = [("bbba", [(98, 98), (256, 97)]), ("bbbbba", [(98, 98), (256, 97)]),
+                       ("", [(98, 98)]), ("world", []), ("bba", [(98, 97), (98, 98)]),
+                       ("好你", [(229, 165), (256, 189)]), ("baba", [(97, 98), (98, 97)]),
+                       ("bbbb", [(98, 98), (256, 256)]), ("ok 🙂", [(111, 107), (32, 240)]),
+                       ("xyx", [(121, 120), (120, 256)])]
+
+
+def _encode_cases(rng: random.Random, fixed, alphabet: str):
+    """The fixed cases, then 20 random ones of `rng`: merges learned on a random text of
+    `alphabet`, and another random text to encode."""
+    cases = [(text, [tuple(p) for p in merges]) for text, merges in fixed]
     for _ in range(20):
         train_text = "".join(rng.choice(alphabet) for _ in range(rng.randint(20, 120)))
         merges = learn_merges(train_text, 256 + rng.randint(1, 40), special_tokens=())
@@ -428,13 +472,14 @@ def _offset_ids(text, merges):
 
 
 @checker
-def check_encode_with_merges(fn) -> None:
+def check_encode_with_merges(fn, *, hidden=False) -> None:
     """`fn(text, merges)` must return the token ids of `text`, where `merges[i]` is the pair of
     ids that training merged into the new id 256 + i."""
-    cases = _encode_cases(random.Random(3))
+    cases = (_encode_cases(random.Random(13), HIDDEN_ENCODE_CASES, "xy z好🙂é") if hidden
+             else _encode_cases(random.Random(3), ENCODE_CASES, "ab c你🙂"))
     answers = []
     for text, merges in cases:
-        what = f"{fn.__name__}({text!r}, {short(merges, 60)})"
+        what = f"{_name(fn)}({text!r}, {short(merges, 60)})"
         got = call(fn, text, merges, what=what)
         if not isinstance(got, list):
             raise CheckFailed(say(f"{what} should return a list of ids, but returned "

@@ -49,10 +49,12 @@ def _largest_difference(got, want) -> str:
 
 RMS_CASES = [((2, 5, 8), 1e-5, 3.0), ((3, 16), 1e-6, 1.0), ((1, 1, 4), 1.0, 1.0),
              ((4, 6), 1e-2, 0.01), ((2, 3, 7, 12), 0.1, 0.2), ((5,), 1e-5, 2.0)]
+HIDDEN_RMS_CASES = [((3, 4, 10), 1e-4, 5.0), ((2, 24), 1e-6, 0.5), ((1, 2, 6), 2.0, 1.0),
+                    ((5, 3), 1e-3, 0.02), ((2, 2, 3, 5), 0.3, 0.3), ((9,), 1e-5, 1.5)]
 
 
-def _rms_inputs(i, shape, scale):
-    return _rand(*shape, seed=i) * scale, 1 + 0.5 * _rand(shape[-1], seed=10 + i)
+def _rms_inputs(seed, shape, scale):
+    return _rand(*shape, seed=seed) * scale, 1 + 0.5 * _rand(shape[-1], seed=10 + seed)
 
 
 def _rms_variant(x, w, eps, *, weight=True, centre=False, eps_inside=True, mean=True,
@@ -97,11 +99,12 @@ def _rms_mistakes(inputs):
 
 
 @checker
-def check_rms_norm(fn) -> None:
+def check_rms_norm(fn, *, hidden=False) -> None:
     """`fn(x, weight, eps)` must equal x / sqrt(mean(x², last axis) + eps) * weight."""
+    cases = HIDDEN_RMS_CASES if hidden else RMS_CASES
     inputs, answers = [], []
-    for i, (shape, eps, scale) in enumerate(RMS_CASES):
-        x, weight = _rms_inputs(i, shape, scale)
+    for i, (shape, eps, scale) in enumerate(cases):
+        x, weight = _rms_inputs(200 + i if hidden else i, shape, scale)
         what = say(f"rms_norm(x of shape {shape}, weight, eps={eps})",
                    f"rms_norm(形状为 {shape} 的 x, weight, eps={eps})")
         answers.append(_tensor(call(fn, x, weight, eps, what=what), what, shape))
@@ -109,10 +112,10 @@ def check_rms_norm(fn) -> None:
     wants = [rms_norm(x, w, eps) for x, w, eps in inputs]
     wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if not _close(g, w)]
     if not wrong:
-        passed("rms_norm", len(RMS_CASES))
+        passed("rms_norm", len(cases))
         return
     i = wrong[0]
-    shape, eps, _ = RMS_CASES[i]
+    shape, eps, _ = cases[i]
     hint = matching_mistake(answers, _rms_mistakes(inputs), _close)
     raise CheckFailed(say(f"rms_norm(x of shape {shape}, weight, eps={eps}) differs from the "
                           f"reference by up to {_largest_difference(answers[i], wants[i])}: ",
@@ -128,6 +131,9 @@ def check_rms_norm(fn) -> None:
 ROPE_CASES = [((1, 2, 5, 8), 10000.0, "from 0"), ((2, 3, 4, 16), 100000.0, "rows apart"),
               ((1, 1, 3, 4), 10.0, "from 0"), ((2, 2, 6, 8), 500.0, "late"),
               ((1, 4, 1, 32), 10000.0, "one late token"), ((3, 1, 5, 6), 1000.0, "scattered")]
+HIDDEN_ROPE_CASES = [((2, 2, 3, 12), 10000.0, "rows far apart"), ((1, 3, 7, 8), 50000.0, "later"),
+                     ((1, 1, 2, 2), 10.0, "from 0"), ((2, 1, 4, 20), 2000.0, "scattered"),
+                     ((3, 2, 1, 16), 10000.0, "one later token"), ((1, 2, 6, 10), 300.0, "from 0")]
 
 
 def _positions(b, s, kind):
@@ -135,10 +141,16 @@ def _positions(b, s, kind):
         return torch.arange(s).expand(b, s).clone()
     if kind == "rows apart":
         return torch.arange(s).expand(b, s) + 3 * torch.arange(b)[:, None]
+    if kind == "rows far apart":
+        return torch.arange(s).expand(b, s) + 11 * torch.arange(b)[:, None]
     if kind == "late":
         return torch.arange(s).expand(b, s) + 100
+    if kind == "later":
+        return torch.arange(s).expand(b, s) + 251
     if kind == "one late token":
         return torch.full((b, s), 517)
+    if kind == "one later token":
+        return torch.full((b, s), 1023)
     return torch.randint(0, 2000, (b, s), generator=torch.Generator().manual_seed(b * 100 + s))
 
 
@@ -188,13 +200,14 @@ def _rope_mistakes(inputs):
 
 
 @checker
-def check_rope(fn) -> None:
+def check_rope(fn, *, hidden=False) -> None:
     """`fn(x, position_ids, theta)` must rotate pair (i, i + d/2) of each head's dimensions by
     the angle position x theta^(-2i/d), as minillm's `apply_rope` does."""
+    cases = HIDDEN_ROPE_CASES if hidden else ROPE_CASES
     inputs, answers = [], []
-    for i, (shape, theta, kind) in enumerate(ROPE_CASES):
+    for i, (shape, theta, kind) in enumerate(cases):
         b, h, s, d = shape
-        x, positions = _rand(*shape, seed=20 + i), _positions(b, s, kind)
+        x, positions = _rand(*shape, seed=(220 if hidden else 20) + i), _positions(b, s, kind)
         what = say(f"rope(x of shape {shape}, position_ids {positions.tolist()}, "
                    f"theta={theta})",
                    f"rope(形状为 {shape} 的 x, position_ids {positions.tolist()}, theta={theta})")
@@ -203,7 +216,7 @@ def check_rope(fn) -> None:
     wants = [apply_rope(x, *rope_cos_sin(p, x.shape[-1], t)) for x, p, t in inputs]
     wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if not _close(g, w)]
     if not wrong:
-        passed("rope", len(ROPE_CASES))
+        passed("rope", len(cases))
         return
     i = wrong[0]
     x, positions, theta = inputs[i]
@@ -230,6 +243,8 @@ def check_rope(fn) -> None:
 
 ATTENTION_CASES = [(1, 2, 2, 5, 8), (2, 6, 2, 7, 16), (1, 4, 1, 3, 4), (1, 3, 3, 1, 8),
                    (2, 8, 4, 9, 6)]
+HIDDEN_ATTENTION_CASES = [(2, 4, 2, 6, 8), (1, 6, 3, 4, 12), (1, 2, 1, 8, 4), (2, 4, 4, 1, 6),
+                          (1, 9, 3, 5, 10)]
 
 
 def _attention_variant(q, k, v, *, causal=True, interleave=True, scale="sqrt", axis=-1,
@@ -283,19 +298,22 @@ def _attention_mistakes(inputs):
 
 
 @checker
-def check_causal_attention(fn) -> None:
+def check_causal_attention(fn, *, hidden=False) -> None:
     """`fn(q, k, v)` with q (b, heads, s, d) and k, v (b, kv_heads, s, d) must give
     softmax(q kᵀ/√d + causal mask) v, each query head using key/value head head // group."""
+    cases = HIDDEN_ATTENTION_CASES if hidden else ATTENTION_CASES
+    first_seed = 230 if hidden else 30
     inputs, answers = [], []
-    for i, (b, h, kv, s, d) in enumerate(ATTENTION_CASES):
-        q, k, v = (_rand(b, n, s, d, seed=30 + 3 * i + j) for j, n in enumerate((h, kv, kv)))
+    for i, (b, h, kv, s, d) in enumerate(cases):
+        q, k, v = (_rand(b, n, s, d, seed=first_seed + 3 * i + j)
+                   for j, n in enumerate((h, kv, kv)))
         what = f"causal_attention(q {tuple(q.shape)}, k/v {tuple(k.shape)})"
         answers.append(_tensor(call(fn, q, k, v, what=what), what, q.shape))
         inputs.append((q, k, v))
     wants = [attention_explicit(q, k, v) for q, k, v in inputs]
     wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if not _close(g, w)]
     if not wrong:
-        passed("causal_attention", len(ATTENTION_CASES))
+        passed("causal_attention", len(cases))
         return
     i = wrong[0]
     q, k, v = inputs[i]
@@ -335,6 +353,15 @@ BLOCK_CASES = [  # (config, batch, seq, position kind, scale of x)
      "late", 0.3),
     (ModelConfig("llama", 50, 32, 1, 8, 2, 4, 40, rope_theta=500.0, norm_eps=1e-2), 2, 4,
      "scattered", 0.05),
+]
+HIDDEN_BLOCK_CASES = [
+    (ModelConfig("llama", 50, 24, 1, 6, 2, 4, 28, rope_theta=5000.0), 1, 7, "later", 1.0),
+    (ModelConfig("llama", 50, 12, 1, 2, 1, 6, 16, rope_theta=10000.0, norm_eps=1e-6), 3, 5,
+     "rows far apart", 1.0),
+    (ModelConfig("llama", 50, 20, 1, 5, 5, 4, 36, rope_theta=300.0, norm_eps=0.2), 2, 3,
+     "scattered", 0.5),
+    (ModelConfig("llama", 50, 16, 1, 4, 2, 4, 24, rope_theta=2000.0, norm_eps=1e-2), 1, 8,
+     "from 0", 0.04),
 ]
 
 
@@ -404,13 +431,15 @@ def _block_mistakes(inputs):
 
 
 @checker
-def check_transformer_block(fn) -> None:
+def check_transformer_block(fn, *, hidden=False) -> None:
     """`fn(x, block, config, position_ids)` must compute a Llama block with the weights of
     `block`: x + attention(rms_norm(x)), then + SwiGLU(rms_norm(...))."""
+    cases = HIDDEN_BLOCK_CASES if hidden else BLOCK_CASES
+    first_seed = 100 if hidden else 0
     inputs, answers = [], []
-    for i, (config, b, s, kind, scale) in enumerate(BLOCK_CASES):
-        block = random_block(config, seed=i)
-        x = _rand(b, s, config.hidden_size, seed=40 + i) * scale
+    for i, (config, b, s, kind, scale) in enumerate(cases):
+        block = random_block(config, seed=first_seed + i)
+        x = _rand(b, s, config.hidden_size, seed=first_seed + 40 + i) * scale
         positions = _positions(b, s, kind)
         what = say(f"transformer_block(x {tuple(x.shape)}, block with {config.n_heads} heads / "
                    f"{config.n_kv_heads} kv heads, norm_eps={config.norm_eps}, position_ids "
@@ -426,7 +455,7 @@ def check_transformer_block(fn) -> None:
         wants = [block(x, *rope_cos_sin(p, c.head_dim, c.rope_theta)) for x, block, c, p in inputs]
     wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if not _close(g, w)]
     if not wrong:
-        passed("transformer_block", len(BLOCK_CASES))
+        passed("transformer_block", len(cases))
         return
     i = wrong[0]
     x, _, config, positions = inputs[i]
@@ -448,10 +477,11 @@ def check_transformer_block(fn) -> None:
 
 
 @checker
-def check_whole_model(fn, model, token_ids) -> None:
+def check_whole_model(fn, model, token_ids, *, hidden=False) -> None:
     """Run the real model with `fn` in place of every one of its blocks, at positions 0, 1, 2, ...
     and at other positions (37, 39, 41, ...: as if tokens were left out); the logits must match
-    minillm's own forward pass at the same positions."""
+    minillm's own forward pass at the same positions. With hidden=True: the tokens in reverse
+    order, at 0, 1, 2, ... and at 23, 26, 29, ...: as many passes, as cheap."""
     from ...fast import is_optimized
 
     expect(not is_optimized(model),
@@ -461,9 +491,11 @@ def check_whole_model(fn, model, token_ids) -> None:
                "v_proj）：请加载可读版的模型，minillm.load(..., fast=False)"))
     config = model.config
     ids = torch.as_tensor(token_ids).reshape(1, -1)
+    if hidden:
+        ids = ids.flip(1)
     s = ids.shape[1]
     diffs = []
-    for start, step in ((0, 1), (37, 2)):
+    for start, step in ((0, 1), (23, 3)) if hidden else ((0, 1), (37, 2)):
         positions = torch.arange(start, start + step * s, step)[None]
         shown = ", ".join(str(p) for p in positions[0, :3].tolist()) + ", ..."
         with torch.inference_mode():
