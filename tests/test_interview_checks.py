@@ -9,6 +9,7 @@ from minillm.course.checks import ch10_interview as checks
 from minillm.course.checks._base import CheckFailed
 from minillm.speculative import expected_tokens_per_pass
 
+from memorizing import assert_hidden_cases_catch_memorizing
 from test_tokenizer_checks import assert_hints_are_specific
 
 
@@ -45,18 +46,20 @@ def test_the_worked_numbers():
     assert math.isclose(checks.speculative_speedup_reference(0.7, 4, 0), (1 - 0.7 ** 5) / 0.3)
 
 
+@pytest.mark.parametrize("hidden", [False, True])
 @pytest.mark.parametrize("check", [checks.check_tp_decode_bound, checks.check_max_batch,
                                    checks.check_speculative_speedup])
-def test_stubs_say_not_written_yet(check):
+def test_stubs_say_not_written_yet(check, hidden):
     def stub(*args):
         raise NotImplementedError
 
     with pytest.raises(CheckFailed, match="not written yet"):
-        check(stub)
+        check(stub, hidden=hidden)
 
 
-def test_tp_decode_bound_hints_are_specific():
-    assert_hints_are_specific(checks.check_tp_decode_bound, {
+@pytest.mark.parametrize("hidden", [False, True])
+def test_tp_decode_bound_hints_are_specific(hidden):
+    assert_hints_are_specific(lambda f: checks.check_tp_decode_bound(f, hidden=hidden), {
         "one GPU reads everything": (lambda n, s, g, b: b / (n * s), "divide the weight bytes"),
         "bits": (lambda *a: tp_decode_bound(*a) / 8, "do not multiply by 8"),
         "seconds": (lambda *a: 1 / tp_decode_bound(*a), "its inverse"),
@@ -72,11 +75,12 @@ def test_tp_decode_bound_an_unnamed_mistake_gets_the_formula_only():
     assert "do not multiply" not in message and "inverse" not in message
 
 
-def test_max_batch_hints_are_specific():
+@pytest.mark.parametrize("hidden", [False, True])
+def test_max_batch_hints_are_specific(hidden):
     def per_sequence(c, t, s, heads, factor=2):
         return factor * c.n_layers * heads * c.head_dim * t * s
 
-    assert_hints_are_specific(checks.check_max_batch, {
+    assert_hints_are_specific(lambda f: checks.check_max_batch(f, hidden=hidden), {
         "query heads": (lambda p, c, t, s: int(p // per_sequence(c, t, s, c.n_heads)),
                         "not n_heads"),
         "no factor 2": (lambda p, c, t, s: int(p // per_sequence(c, t, s, c.n_kv_heads, 1)),
@@ -97,8 +101,9 @@ def test_max_batch_a_whole_float_is_accepted(capsys):
     assert "✅" in capsys.readouterr().out
 
 
-def test_speculative_speedup_hints_are_specific():
-    assert_hints_are_specific(checks.check_speculative_speedup, {
+@pytest.mark.parametrize("hidden", [False, True])
+def test_speculative_speedup_hints_are_specific(hidden):
+    assert_hints_are_specific(lambda f: checks.check_speculative_speedup(f, hidden=hidden), {
         "linear": (lambda a, k, c: (1 + k * a) / (1 + k * c), "alpha^i, not alpha"),
         "no bonus token": (lambda a, k, c: sum(a ** i for i in range(k)) / (1 + k * c),
                            "one token of the target's own"),
@@ -106,10 +111,11 @@ def test_speculative_speedup_hints_are_specific():
     })
 
 
-def test_speculative_speedup_closed_form_that_divides_by_zero_is_told_why():
+@pytest.mark.parametrize("hidden", [False, True])
+def test_speculative_speedup_closed_form_that_divides_by_zero_is_told_why(hidden):
     with pytest.raises(CheckFailed, match="every draft is accepted"):
         checks.check_speculative_speedup(
-            lambda a, k, c: (1 - a ** (k + 1)) / (1 - a) / (1 + k * c))
+            lambda a, k, c: (1 - a ** (k + 1)) / (1 - a) / (1 + k * c), hidden=hidden)
 
 
 def test_messages_print_enough_digits_to_tell_answers_apart():
@@ -189,3 +195,40 @@ def test_the_quiz_speaks_chinese(chinese):
     assert "不是一个数" in checks.grade(checks.build_quiz(smollm2)[1], "lots")[1]
     assert "还没有作答" in checks.grade(quiz.current, None)[1]
     assert quiz.status() == "第 1 题，共 9 题 · 得分 1 / 已答 1 题"
+
+
+# --- the hidden cases (hidden=True), which no notebook shows ----------------------------------
+
+def test_the_hidden_cases_pass_every_right_answer(capsys):
+    checks.check_tp_decode_bound(tp_decode_bound, hidden=True)
+    checks.check_max_batch(max_batch, hidden=True)
+    checks.check_max_batch(lambda *a: float(max_batch(*a)), hidden=True)
+    checks.check_speculative_speedup(speculative_speedup, hidden=True)
+    assert capsys.readouterr().out.count("✅") == 4
+
+
+def test_the_hidden_cases_hold_the_edges_the_tasks_name():
+    assert any(checks.max_batch_reference(p, checks.PARAM_CONFIGS[n], t, s) == 0
+               for p, n, t, s in checks.HIDDEN_BATCH_CASES)  # not one sequence fits
+    assert any(a == 1 for a, _, _ in checks.HIDDEN_SPEC_CASES)  # the closed form's 0 / 0
+    assert any(g == 1 for _, _, g, _ in checks.HIDDEN_TP_CASES)
+    assert not set(checks.HIDDEN_TP_CASES) & set(checks.TP_CASES)
+    assert not set(checks.HIDDEN_BATCH_CASES) & set(checks.BATCH_CASES)
+    assert not set(checks.HIDDEN_SPEC_CASES) & set(checks.SPEC_CASES)
+
+
+@pytest.mark.parametrize("check, right", [
+    (checks.check_tp_decode_bound, tp_decode_bound),
+    (checks.check_max_batch, max_batch),
+    (checks.check_speculative_speedup, speculative_speedup),
+])
+def test_the_hidden_cases_catch_an_answer_that_memorized_the_visible_ones(check, right):
+    assert_hidden_cases_catch_memorizing(check, right)
+
+
+def test_the_hidden_hints_come_in_chinese(chinese):
+    with pytest.raises(CheckFailed) as failure:
+        checks.check_max_batch(
+            lambda p, c, t, s: math.ceil(p / per_sequence(c, t, s, c.n_kv_heads)), hidden=True)
+    message = str(failure.value)
+    assert "Mistral-7B 的配置" in message and "向下取整" in message, message

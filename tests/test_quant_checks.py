@@ -8,6 +8,7 @@ from minillm.course.checks import ch07_quantization as checks
 from minillm.course.checks._base import CheckFailed
 from minillm.quant.int8 import quantize_int8
 
+from memorizing import assert_hidden_cases_catch_memorizing
 from test_tokenizer_checks import assert_hints_are_specific
 
 
@@ -53,22 +54,23 @@ def test_correct_answers_pass(capsys):
     assert capsys.readouterr().out.count("✅") == 5
 
 
-def test_stubs_say_not_written_yet():
+@pytest.mark.parametrize("hidden", [False, True])
+def test_stubs_say_not_written_yet(hidden):
     def stub(*args):
         raise NotImplementedError
 
     for check in (checks.check_absmax_int8, checks.check_int4_groups):
         with pytest.raises(CheckFailed, match="not written yet"):
-            check(stub, stub)
+            check(stub, stub, hidden=hidden)
     with pytest.raises(CheckFailed, match="not written yet"):
-        checks.check_quantize_int8(stub)
+        checks.check_quantize_int8(stub, hidden=hidden)
+    with pytest.raises(CheckFailed, match="not written yet"):
+        checks.check_gptq_step(stub, hidden=hidden)
 
 
-def test_absmax_scale_hints_are_specific():
-    def with_dq(quantize):
-        return quantize
-
-    assert_hints_are_specific(lambda q: checks.check_absmax_int8(q, dq_absmax), {
+@pytest.mark.parametrize("hidden", [False, True])
+def test_absmax_scale_hints_are_specific(hidden):
+    assert_hints_are_specific(lambda q: checks.check_absmax_int8(q, dq_absmax, hidden=hidden), {
         "128": (lambda x: q_absmax(x, qmax=128), "not 128"),
         "max - min": (lambda x: ((x / ((x.max() - x.min()).item() / 255)).round().clamp(
             -127, 127).to(torch.int8), (x.max() - x.min()).item() / 255), "zero-point"),
@@ -106,6 +108,7 @@ def test_absmax_in_place_is_named():
         checks.check_absmax_int8(in_place, dq_absmax)
 
 
+@pytest.mark.parametrize("hidden", [False, True])
 @pytest.mark.parametrize("quantize, message", [
     (lambda w: per_channel(w, keepdim=True), "drop the"),
     (lambda w: (torch.round(w / (w.abs().max() / 127)).to(torch.int8),
@@ -113,24 +116,27 @@ def test_absmax_in_place_is_named():
     (lambda w: per_channel(w, dim=0), "one entry per column"),
     (lambda w: per_channel(w, zero_guard=False), "all-zero row"),
 ])
-def test_per_channel_mistakes_are_named(quantize, message):
+def test_per_channel_mistakes_are_named(quantize, message, hidden):
     with pytest.raises(CheckFailed, match=message):
-        checks.check_quantize_int8(quantize)
+        checks.check_quantize_int8(quantize, hidden=hidden)
 
 
-def test_int4_mistakes_are_named():
+@pytest.mark.parametrize("hidden, too_long", [(False, "32 does not divide 40"),
+                                              (True, "16 does not divide 24")])
+def test_int4_mistakes_are_named(hidden, too_long):
     with pytest.raises(CheckFailed, match="divide \\(max - min\\) by 15"):
-        checks.check_int4_groups(lambda w, g: q_groups(w, g, levels=16), dq_groups)
+        checks.check_int4_groups(lambda w, g: q_groups(w, g, levels=16), dq_groups, hidden=hidden)
     with pytest.raises(CheckFailed, match="squeeze"):
-        checks.check_int4_groups(lambda w, g: q_groups(w, g, squeeze=False), dq_groups)
+        checks.check_int4_groups(lambda w, g: q_groups(w, g, squeeze=False), dq_groups,
+                                 hidden=hidden)
 
     def no_check(w, g):
         rows, cols = w.shape
         cut = cols - cols % g
         return q_groups(w[:, :cut], g) if cols % g else q_groups(w, g)
 
-    with pytest.raises(CheckFailed, match="32 does not divide 40.*raise ValueError"):
-        checks.check_int4_groups(no_check, dq_groups)
+    with pytest.raises(CheckFailed, match=too_long + ".*raise ValueError"):
+        checks.check_int4_groups(no_check, dq_groups, hidden=hidden)
 
 
 # --- 4 · one step of GPTQ ----------------------------------------------------------------------
@@ -161,15 +167,16 @@ def test_gptq_step_passes_a_correct_step_and_other_correct_forms(capsys):
         checks.check_gptq_step(lambda *a: (_ for _ in ()).throw(NotImplementedError))
 
 
+@pytest.mark.parametrize("hidden", [False, True])
 @pytest.mark.parametrize("mistake,message", [
     (dict(sign=-1.0), "moved the wrong way"),
     (dict(divide=False), r"divide the rounding error by u\[i, i\]"),
     (dict(spread=False), "did not change"),
     (dict(write=False), "column i itself is not rounded"),
 ])
-def test_gptq_step_mistakes_are_named(mistake, message):
+def test_gptq_step_mistakes_are_named(mistake, message, hidden):
     with pytest.raises(CheckFailed, match=message):
-        checks.check_gptq_step(lambda w, u, i, r: gptq_step(w, u, i, r, **mistake))
+        checks.check_gptq_step(lambda w, u, i, r: gptq_step(w, u, i, r, **mistake), hidden=hidden)
 
 
 def test_gptq_step_hints_fire_only_for_their_mistake():
@@ -262,3 +269,67 @@ def test_the_checks_pass_in_chinese(chinese, capsys):
     for name in ("absmax int8 量化 / 反量化", "逐通道 int8", "int4 分组量化 / 反量化", "GPTQ 的一步"):
         assert f"✅ {name}：全部" in out, out
     assert "all" not in out and "cases pass" not in out, out
+
+
+# --- the hidden cases (hidden=True), which no notebook shows ----------------------------------
+
+def test_the_hidden_cases_pass_every_right_answer(capsys):
+    checks.check_absmax_int8(q_absmax, dq_absmax, hidden=True)
+    checks.check_absmax_int8(lambda x: (q_absmax(x)[0], torch.tensor(q_absmax(x)[1])), dq_absmax,
+                             hidden=True)
+    checks.check_quantize_int8(quantize_int8, hidden=True)
+    checks.check_quantize_int8(per_channel, hidden=True)
+    checks.check_int4_groups(q_groups, dq_groups, hidden=True)
+    checks.check_gptq_step(gptq_step, hidden=True)
+
+    def outer_form(w, u, i, round_column):
+        w = w.clone()
+        error = (w[:, i] - round_column(w[:, i])) / u[i, i]
+        w[:, i:] -= torch.outer(error, u[i, i:])
+        return w
+
+    checks.check_gptq_step(outer_form, hidden=True)
+    out = capsys.readouterr().out
+    assert out.count("✅") == 7, out
+    assert "all 6 cases pass" in out and "all 8 cases pass" in out, out
+
+
+def check_int4_refusing(quantize_groups, dequantize_groups, *, hidden=False):
+    """check_int4_groups, with a quantize_groups that refuses a group size that does not divide
+    the row before it looks anything up: a learner who knows that rule and memorized the rest."""
+    def refusing(w, g):
+        if w.shape[1] % g:
+            raise ValueError("the group size must divide the row")
+        return quantize_groups(w, g)
+
+    checks.check_int4_groups(refusing, dequantize_groups, hidden=hidden)
+
+
+def check_gptq_on_rounded_columns(step, *, hidden=False):
+    """check_gptq_step for a step given column i already rounded, a tensor: round_column is a
+    new function at every check, so a learner can only memorize the plain data."""
+    checks.check_gptq_step(lambda w, u, i, round_column: step(w, u, i, round_column(w[:, i])),
+                           hidden=hidden)
+
+
+def gptq_step_on_rounded(w, u, i, rounded):
+    return gptq_step(w, u, i, lambda column: rounded)
+
+
+@pytest.mark.parametrize("check, right, args", [
+    (checks.check_absmax_int8, q_absmax, (dq_absmax,)),
+    (checks.check_quantize_int8, per_channel, ()),
+    (check_int4_refusing, q_groups, (dq_groups,)),
+    (check_gptq_on_rounded_columns, gptq_step_on_rounded, ()),
+])
+def test_the_hidden_cases_catch_an_answer_that_memorized_the_visible_ones(check, right, args):
+    assert_hidden_cases_catch_memorizing(check, right, *args)
+
+
+def test_the_hidden_cases_speak_chinese(chinese, capsys):
+    checks.check_quantize_int8(per_channel, hidden=True)
+    assert "✅ 逐通道 int8：全部 6 个用例通过" in capsys.readouterr().out
+    with pytest.raises(CheckFailed, match="就不会除以 0"):
+        checks.check_quantize_int8(lambda w: per_channel(w, zero_guard=False), hidden=True)
+    with pytest.raises(CheckFailed, match="16 不能整除 24"):
+        checks.check_int4_groups(no_value_error, dq_groups, hidden=True)

@@ -10,6 +10,7 @@ from minillm.course.checks import ch09_scaling as checks
 from minillm.course.checks._base import CheckFailed
 from minillm.distributed import split_evenly
 
+from memorizing import assert_hidden_cases_catch_memorizing
 from test_tokenizer_checks import assert_hints_are_specific
 
 
@@ -59,12 +60,13 @@ def test_percentile_accepts_numpy_and_float32_torch(compute, capsys):
     assert "✅" in capsys.readouterr().out
 
 
-def test_split_hints_are_specific():
+@pytest.mark.parametrize("hidden", [False, True])
+def test_split_hints_are_specific(hidden):
     def variant(kind):
         return lambda t, p: ([(a, b) for a, b in checks._split_variant(t, p, kind)]
                              if 1 <= p <= t else split_evenly(t, p))
 
-    assert_hints_are_specific(checks.check_split_evenly, {
+    assert_hints_are_specific(lambda f: checks.check_split_evenly(f, hidden=hidden), {
         "rest to last": (variant("rest to last"), "the last rank took all the leftover"),
         "floor": (variant("floor"), "were dropped"),
         "ceil": (variant("ceil"), "rounding the share up"),
@@ -72,38 +74,55 @@ def test_split_hints_are_specific():
     })
 
 
-def test_split_must_raise_valueerror():
-    def no_check(total, parts):
-        base, extra = divmod(total, max(parts, 1))
-        out, start = [], 0
-        for i in range(parts):
-            size = base + (1 if i < extra else 0)
-            out.append(range(start, start + size))
-            start += size
-        return out
-
-    with pytest.raises(CheckFailed, match="cannot go to 4 ranks.*raise ValueError"):
-        checks.check_split_evenly(no_check)
+def no_check(total, parts):
+    base, extra = divmod(total, max(parts, 1))
+    out, start = [], 0
+    for i in range(parts):
+        size = base + (1 if i < extra else 0)
+        out.append(range(start, start + size))
+        start += size
+    return out
 
 
-def test_column_parallel_mistakes_are_named():
+def refuses_only_too_many(total, parts):
+    if parts > total:
+        raise ValueError("more ranks than items")
+    return no_check(total, parts)
+
+
+@pytest.mark.parametrize("hidden, too_many, too_few", [
+    (False, "3 items cannot go to 4 ranks", "5 items cannot go to 0 ranks"),
+    (True, "2 items cannot go to 5 ranks", "6 items cannot go to -1 ranks"),
+])
+def test_split_must_raise_valueerror(hidden, too_many, too_few):
+    with pytest.raises(CheckFailed, match=too_many + ".*raise ValueError"):
+        checks.check_split_evenly(no_check, hidden=hidden)
+    with pytest.raises(CheckFailed, match=too_few + ".*raise ValueError"):
+        checks.check_split_evenly(refuses_only_too_many, hidden=hidden)
+
+
+@pytest.mark.parametrize("hidden", [False, True])
+def test_column_parallel_mistakes_are_named(hidden):
     with pytest.raises(CheckFailed, match="full output's shape"):
-        checks.check_column_parallel(lambda x, w, world: [x @ w.T] * world)
+        checks.check_column_parallel(lambda x, w, world: [x @ w.T] * world, hidden=hidden)
     with pytest.raises(CheckFailed, match="split by input features"):
         checks.check_column_parallel(lambda x, w, world: [
-            x[..., r.start:r.stop] for r in split_evenly(w.shape[1], world)])
+            x[..., r.start:r.stop] for r in split_evenly(w.shape[1], world)], hidden=hidden)
     with pytest.raises(CheckFailed, match="return a list with one tensor per rank"):
-        checks.check_column_parallel(lambda x, w, world: torch.cat(column(x, w, world), -1))
+        checks.check_column_parallel(lambda x, w, world: torch.cat(column(x, w, world), -1),
+                                     hidden=hidden)
 
 
-def test_row_parallel_mistakes_are_named():
+@pytest.mark.parametrize("hidden", [False, True])
+def test_row_parallel_mistakes_are_named(hidden):
     with pytest.raises(CheckFailed, match="already the full output"):
-        checks.check_row_parallel(lambda x, w, world: [x @ w.T] * world)
+        checks.check_row_parallel(lambda x, w, world: [x @ w.T] * world, hidden=hidden)
     with pytest.raises(CheckFailed, match="partial sum of the \\*whole\\* output"):
-        checks.check_row_parallel(column)
+        checks.check_row_parallel(column, hidden=hidden)
 
 
-def test_tp_feed_forward_mistakes_are_named():
+@pytest.mark.parametrize("hidden, first_rows", [(False, "0:12"), (True, "0:4")])
+def test_tp_feed_forward_mistakes_are_named(hidden, first_rows):
     def split_differently(x, mlp, world):  # gate/up by one split, down by another
         parts = []
         rows = split_evenly(mlp.gate_proj.weight.shape[0], world)
@@ -124,21 +143,23 @@ def test_tp_feed_forward_mistakes_are_named():
     def silu_after(x, mlp, world):
         return checks._ffn_variant(x, mlp, world, silu_after=True)
 
-    assert_hints_are_specific(checks.check_tp_feed_forward, {
+    assert_hints_are_specific(lambda f: checks.check_tp_feed_forward(f, hidden=hidden), {
         "features": (split_differently, "the SAME hidden features"),
         "chunk": (chunked, "torch.chunk gives 4, 4, 2"),
         "relu": (relu, "not ReLU"),
         "silu after": (silu_after, "SiLU goes on the gate alone"),
     })
     with pytest.raises(CheckFailed, match="already the whole output"):
-        checks.check_tp_feed_forward(lambda x, mlp, world: [mlp(x)] * world)
+        checks.check_tp_feed_forward(lambda x, mlp, world: [mlp(x)] * world, hidden=hidden)
     with pytest.raises(CheckFailed) as failure:  # a mistake the checker has no name for
-        checks.check_tp_feed_forward(lambda x, mlp, world: [0.5 * p for p in tp_ffn(x, mlp, world)])
-    assert str(failure.value).endswith("* up[0:12] x")
+        checks.check_tp_feed_forward(
+            lambda x, mlp, world: [0.5 * p for p in tp_ffn(x, mlp, world)], hidden=hidden)
+    assert str(failure.value).endswith(f"* up[{first_rows}] x")
 
 
-def test_percentile_hints_are_specific():
-    assert_hints_are_specific(checks.check_percentile, {
+@pytest.mark.parametrize("hidden", [False, True])
+def test_percentile_hints_are_specific(hidden):
+    assert_hints_are_specific(lambda f: checks.check_percentile(f, hidden=hidden), {
         "nearest": (lambda v, q: checks._percentile_variant(v, q, "nearest"), "nearest rank"),
         "n": (lambda v, q: checks._percentile_variant(v, q, "n not n-1"), "not n x q / 100"),
         "unsorted": (lambda v, q: checks._percentile_variant(v, q, "unsorted"), "sort the values"),
@@ -154,15 +175,16 @@ def test_percentile_that_sorts_in_place_is_named():
         checks.check_percentile(sorts)
 
 
+@pytest.mark.parametrize("hidden", [False, True])
 @pytest.mark.parametrize("check", [checks.check_split_evenly, checks.check_column_parallel,
                                    checks.check_row_parallel, checks.check_tp_feed_forward,
                                    checks.check_percentile])
-def test_stubs_say_not_written_yet(check):
+def test_stubs_say_not_written_yet(check, hidden):
     def stub(*args):
         raise NotImplementedError
 
     with pytest.raises(CheckFailed, match="not written yet"):
-        check(stub)
+        check(stub, hidden=hidden)
 
 
 # --- the same hints in the Chinese edition ------------------------------------------------------
@@ -242,4 +264,64 @@ def test_the_chapters_own_messages_come_in_chinese(chinese, capsys):
     with pytest.raises(CheckFailed, match="请返回一个数"):
         checks.check_percentile(lambda v, q: "p99")
     checks.check_percentile(percentile)
+    assert "✅ percentile：全部 13 个用例通过" in capsys.readouterr().out
+
+
+# --- the hidden cases (hidden=True), which no notebook shows ----------------------------------
+
+def test_the_hidden_cases_pass_every_right_answer(capsys):
+    checks.check_split_evenly(split_evenly, hidden=True)
+    checks.check_split_evenly(lambda t, p: [(r.start, r.stop) for r in split_evenly(t, p)],
+                              hidden=True)
+    checks.check_column_parallel(column, hidden=True)
+    checks.check_row_parallel(row, hidden=True)
+    checks.check_tp_feed_forward(tp_ffn, hidden=True)
+    checks.check_percentile(percentile, hidden=True)
+    checks.check_percentile(lambda v, q: np.percentile(v, q), hidden=True)
+    out = capsys.readouterr().out
+    assert out.count("✅") == 7, out
+    assert "split_evenly: all 12 cases pass" in out, out
+
+
+def check_split_refusing(split, *, hidden=False):
+    """check_split_evenly, with a split that refuses a rank count out of 1..total before it
+    looks anything up: a learner who knows that rule and memorized the rest."""
+    def refusing(total, parts):
+        if not 1 <= parts <= total:
+            raise ValueError("parts must be from 1 to total")
+        return split(total, parts)
+
+    checks.check_split_evenly(refusing, hidden=hidden)
+
+
+def check_ffn_on_weights(parts, *, hidden=False):
+    """check_tp_feed_forward for a function of the block's three weights: the block itself is a
+    new module at every check, so a learner can only memorize the plain data."""
+    checks.check_tp_feed_forward(lambda x, mlp, world: parts(
+        x, mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight, world), hidden=hidden)
+
+
+def tp_ffn_on_weights(x, gate, up, down, world):
+    parts = []
+    for r in split_evenly(gate.shape[0], world):
+        h = F.silu(x @ gate[r.start:r.stop].T) * (x @ up[r.start:r.stop].T)
+        parts.append(h @ down[:, r.start:r.stop].T)
+    return parts
+
+
+@pytest.mark.parametrize("check, right", [
+    (check_split_refusing, split_evenly),
+    (checks.check_column_parallel, column),
+    (checks.check_row_parallel, row),
+    (check_ffn_on_weights, tp_ffn_on_weights),
+    (checks.check_percentile, percentile),
+])
+def test_the_hidden_cases_catch_an_answer_that_memorized_the_visible_ones(check, right):
+    assert_hidden_cases_catch_memorizing(check, right)
+
+
+def test_the_hidden_cases_come_in_chinese(chinese, capsys):
+    with pytest.raises(CheckFailed, match="6 项不能分给 -1 个进程"):
+        checks.check_split_evenly(refuses_only_too_many, hidden=True)
+    checks.check_percentile(percentile, hidden=True)
     assert "✅ percentile：全部 13 个用例通过" in capsys.readouterr().out

@@ -1,6 +1,8 @@
 """The chapter 08 checkers: the right answers pass; each usual mistake gets its own hint; an
 acceptance rule that ignores its generator is caught."""
 
+import random
+
 import pytest
 import torch
 
@@ -9,6 +11,7 @@ from minillm.course.checks._base import CheckFailed
 from minillm.speculative.acceptance import verify_greedy
 from minillm.speculative.drafts import PromptLookupDraft
 
+from memorizing import assert_hidden_cases_catch_memorizing
 from test_tokenizer_checks import assert_hints_are_specific
 
 
@@ -30,22 +33,24 @@ def test_right_answers_pass(capsys):
     assert capsys.readouterr().out.count("✅") == 3
 
 
+@pytest.mark.parametrize("hidden", [False, True])
 @pytest.mark.parametrize("check", [checks.check_prompt_lookup, checks.check_verify_greedy,
                                    checks.check_accept_step])
-def test_stubs_say_not_written_yet(check):
+def test_stubs_say_not_written_yet(check, hidden):
     def stub(*args):
         raise NotImplementedError
 
     with pytest.raises(CheckFailed, match="not written yet"):
-        check(stub)
+        check(stub, hidden=hidden)
 
 
 def lookup(**kind):
     return lambda ids, k, n: checks._lookup_variant(ids, k, n, **kind)
 
 
-def test_prompt_lookup_hints_are_specific():
-    assert_hints_are_specific(checks.check_prompt_lookup, {
+@pytest.mark.parametrize("hidden", [False, True])
+def test_prompt_lookup_hints_are_specific(hidden):
+    assert_hints_are_specific(lambda f: checks.check_prompt_lookup(f, hidden=hidden), {
         "first occurrence": (lookup(most_recent=False), "took the first occurrence"),
         "shortest first": (lookup(longest_first=False), "longest n-gram first"),
         "matches itself": (lookup(self_match=True), "EARLIER occurrence"),
@@ -57,8 +62,9 @@ def verify(**kind):
     return lambda scores, draft: checks._verify_variant(scores, draft, **kind)
 
 
-def test_verify_greedy_hints_are_specific():
-    assert_hints_are_specific(checks.check_verify_greedy, {
+@pytest.mark.parametrize("hidden", [False, True])
+def test_verify_greedy_hints_are_specific(hidden):
+    assert_hints_are_specific(lambda f: checks.check_verify_greedy(f, hidden=hidden), {
         "no bonus": (verify(bonus=False), "add the bonus token"),
         "keeps the draft": (verify(keep_draft=True), "emit the TARGET's token"),
         "goes on": (verify(go_on=True), "stop at the first mismatch"),
@@ -221,3 +227,88 @@ def test_accept_step_statistics_and_generator_hints_come_in_chinese(chinese, cap
     checks.check_accept_step(accept_step, draws=2000)
     out = capsys.readouterr().out
     assert "✅ accept_step：全部 5 个用例通过" in out and "理论值" in out, out
+
+
+# --- the hidden cases (hidden=True), which no notebook shows ----------------------------------
+
+def test_the_hidden_cases_pass_every_right_answer(capsys):
+    checks.check_prompt_lookup(lambda ids, k, n: PromptLookupDraft(n, 1).lookup(ids, k),
+                               hidden=True)
+    checks.check_verify_greedy(verify_greedy, hidden=True)
+    checks.check_accept_step(accept_step, hidden=True)
+    out = capsys.readouterr().out
+    assert out.count("✅") == 3, out
+    assert str(checks.HIDDEN_ACCEPT_CASE.p.tolist()) in out, out
+
+
+def test_the_hidden_cases_are_other_cases():
+    visible = checks._lookup_cases(random.Random(8))
+    hidden = checks._lookup_cases(random.Random(18), checks.HIDDEN_LOOKUP_CASES)
+    assert not any(case in visible for case in hidden[:len(checks.HIDDEN_LOOKUP_CASES)])
+    assert not torch.equal(checks.HIDDEN_ACCEPT_CASE.p[:len(checks.P)], checks.P)
+
+
+@pytest.mark.parametrize("check, right", [
+    (checks.check_prompt_lookup, lambda ids, k, n: PromptLookupDraft(n, 1).lookup(ids, k)),
+    (checks.check_verify_greedy, verify_greedy),
+])
+def test_the_hidden_cases_catch_an_answer_that_memorized_the_visible_ones(check, right):
+    assert_hidden_cases_catch_memorizing(check, right)
+
+
+def test_the_hidden_accept_step_catches_the_usual_mistakes():
+    def global_rng(p, q, token, generator):
+        return accept_step(p, q, token, generator, rand=lambda: torch.rand(()),
+                           multinomial=lambda r: torch.multinomial(r, 1))
+
+    def from_p(p, q, token, generator):
+        x = int(token)
+        if torch.rand((), generator=generator, dtype=p.dtype) < torch.clamp(p[x] / q[x], max=1):
+            return x, True
+        return int(torch.multinomial(p, 1, generator=generator)), False
+
+    def never_draws(p, q, token, generator):
+        x = int(token)
+        return (x, True) if p[x] >= q[x] else (int(torch.clamp(p - q, min=0).argmax()), False)
+
+    def reversed_residual(p, q, token, generator):  # max(0, q - p): the draft's leftover
+        x = int(token)
+        if p[x] == 0:
+            return int(torch.multinomial(p, 1, generator=generator)), False
+        if torch.rand((), generator=generator, dtype=p.dtype) < torch.clamp(p[x] / q[x], max=1):
+            return x, True
+        residual = torch.clamp(q - p, min=0)
+        return int(torch.multinomial(residual / residual.sum(), 1, generator=generator)), False
+
+    def accepts_only_when_p_beats_q(p, q, token, generator):  # never with probability p / q
+        x = int(token)
+        torch.rand((), generator=generator)
+        if p[x] >= q[x]:
+            return x, True
+        residual = torch.clamp(p - q, min=0)
+        return int(torch.multinomial(residual / residual.sum(), 1, generator=generator)), False
+
+    for wrong, message in [
+            (global_rng, "draws from the global RNG"), (from_p, "drawn from p itself"),
+            (never_draws, "differently seeded generators"),
+            (reversed_residual, "follow the draft q, not the target p"),
+            (lambda p, q, token, generator: (int(token), True),
+             "rejected and a different token drawn"),
+            (accepts_only_when_p_beats_q, "do not follow the target p")]:
+        with pytest.raises(CheckFailed, match=message):
+            checks.check_accept_step(wrong, hidden=True)
+
+
+def test_the_hidden_accept_step_names_its_own_tokens(chinese):
+    def rejects_when_p_beats_q(p, q, token, generator):  # but accepts a draft equal to p
+        x = int(token)
+        if p[x] >= q[x] and not torch.equal(p, q):
+            return (x + 1) % len(p), False
+        return accept_step(p, q, token, generator)
+
+    with pytest.raises(CheckFailed) as failure:
+        checks.check_accept_step(rejects_when_p_beats_q, hidden=True)
+    assert "草稿词元 3 的 p = 0.35 >= q = 0.15，应当总被接受" in str(failure.value)
+    with pytest.raises(CheckFailed) as failure:
+        checks.check_accept_step(lambda p, q, token, generator: (int(token), True), hidden=True)
+    assert "给词元 1 的概率是 0，所以草稿词元 1 必须被拒绝" in str(failure.value)

@@ -36,7 +36,9 @@ def _tensor(value, what, shape=None):
 
 # --- 1 · absmax int8 for a whole tensor ----------------------------------------------------------
 
-def _int8_cases():
+def _int8_cases(hidden=False):
+    if hidden:
+        return _hidden_int8_cases()
     outlier = _rand(64, seed=2)
     outlier[10] = 25.0
     return [(say("a random tensor of 100 numbers", "一个含 100 个随机数的张量"),
@@ -49,6 +51,22 @@ def _int8_cases():
              _rand(3, 4, 5, seed=4, scale=7.0)),
             (say("a tensor whose largest value is positive", "一个最大值为正数的张量"),
              _rand(50, seed=5).abs() + 0.1)]
+
+
+def _hidden_int8_cases():
+    outlier = _rand(48, seed=52)
+    outlier[5] = -40.0  # the largest |x| is a negative number
+    return [(say("a random tensor of 257 numbers", "一个含 257 个随机数的张量"),
+             _rand(257, seed=50)),
+            (say("a random (16, 8) weight", "一个随机的 (16, 8) 权重"),
+             _rand(16, 8, seed=51, scale=0.02)),
+            (say("a tensor with one negative outlier", "一个带一个负离群值的张量"), outlier),
+            (say("an all-positive (4, 6) tensor", "一个全为正数的 (4, 6) 张量"),
+             _rand(4, 6, seed=53).abs() + 0.5),
+            (say("a (2, 3, 7) tensor", "一个 (2, 3, 7) 的张量"),
+             _rand(2, 3, 7, seed=54, scale=0.3)),
+            (say("a tensor of one negative number", "一个只含一个负数的张量"),
+             torch.tensor([-2.5]))]
 
 
 def _one_scale(scale, what) -> float:
@@ -70,10 +88,10 @@ def _one_scale(scale, what) -> float:
 
 
 @checker
-def check_absmax_int8(quantize_absmax, dequantize_absmax) -> None:
+def check_absmax_int8(quantize_absmax, dequantize_absmax, *, hidden=False) -> None:
     """`quantize_absmax(x)` -> (q, scale): int8 q = round(x / scale) with scale = max|x| / 127;
     `dequantize_absmax(q, scale)` -> q * scale, the float tensor q stands for."""
-    cases = _int8_cases()
+    cases = _int8_cases(hidden)
     scales, qs = [], []
     for what, x in cases:
         got = call(quantize_absmax, x, what=f"quantize_absmax({what})")
@@ -145,7 +163,9 @@ def check_absmax_int8(quantize_absmax, dequantize_absmax) -> None:
 
 # --- 2 · int8 with one scale per output channel ----------------------------------------------
 
-def _channel_cases():
+def _channel_cases(hidden=False):
+    if hidden:
+        return _hidden_channel_cases()
     rows = _rand(6, 16, seed=11, scale=0.05)
     rows[2] *= 40  # one row much larger than the others
     zero = _rand(4, 8, seed=12)
@@ -157,11 +177,25 @@ def _channel_cases():
             (say("a (1, 5) weight", "一个 (1, 5) 的权重"), _rand(1, 5, seed=14, scale=3.0))]
 
 
+def _hidden_channel_cases():
+    rows = _rand(5, 12, seed=61, scale=0.02)
+    rows[0] *= 100  # the first row much larger than the others
+    zero = _rand(5, 6, seed=62)
+    zero[0] = 0.0  # two all-zero rows, the first and the last
+    zero[4] = 0.0
+    return [(say("a (5, 12) weight", "一个 (5, 12) 的权重"), _rand(5, 12, seed=60, scale=0.2)),
+            (say("a weight with one large row", "一个有一行特别大的权重"), rows),
+            (say("a weight with two all-zero rows", "一个有两行全为 0 的权重"), zero),
+            (say("a (7, 3) weight", "一个 (7, 3) 的权重"), _rand(7, 3, seed=63)),
+            (say("a (2, 32) weight", "一个 (2, 32) 的权重"), _rand(2, 32, seed=64, scale=0.5)),
+            (say("a (6, 6) weight", "一个 (6, 6) 的权重"), _rand(6, 6, seed=65, scale=2.0))]
+
+
 @checker
-def check_quantize_int8(quantize_per_channel) -> None:
+def check_quantize_int8(quantize_per_channel, *, hidden=False) -> None:
     """`quantize_per_channel(w)` -> (q int8 (out, in), scale (out,)): the row's max|w| / 127 for
     each row (1 for an all-zero row), q = round(w / scale[:, None]), as quantize_int8."""
-    cases = _channel_cases()
+    cases = _channel_cases(hidden)
     answers = []
     for what, w in cases:
         got = call(quantize_per_channel, w, what=f"quantize_per_channel({what})")
@@ -225,16 +259,20 @@ def check_quantize_int8(quantize_per_channel) -> None:
 
 INT4_CASES = [((4, 64), 32), ((3, 96), 32), ((2, 64), 16), ((5, 128), 64), ((1, 8), 8),
               ((6, 48), 16)]
+HIDDEN_INT4_CASES = [((2, 32), 32), ((3, 48), 8), ((4, 40), 20), ((1, 16), 4), ((2, 256), 128),
+                     ((5, 24), 12)]
 
 
 @checker
-def check_int4_groups(quantize_groups, dequantize_groups) -> None:
+def check_int4_groups(quantize_groups, dequantize_groups, *, hidden=False) -> None:
     """`quantize_groups(w, group_size)` -> (q, scale, minimum), per group of `group_size` numbers of
     a row: minimum = the group's min, scale = (max - min) / 15, q = round((w - minimum) / scale)
     in 0..15, shapes (rows, cols), (rows, cols/group_size), (rows, cols/group_size);
     `dequantize_groups(q, scale, minimum)` -> q * scale + minimum, shape (rows, cols)."""
-    for i, (shape, g) in enumerate(INT4_CASES):
-        w = _rand(*shape, seed=20 + i, scale=0.1) + 0.05 * i
+    cases = HIDDEN_INT4_CASES if hidden else INT4_CASES
+    for i, (shape, g) in enumerate(cases):
+        w = (_rand(*shape, seed=70 + i, scale=0.3) - 0.04 * i if hidden
+             else _rand(*shape, seed=20 + i, scale=0.1) + 0.05 * i)
         what = f"quantize_groups(w of shape {shape}, group_size={g})"
         got = call(quantize_groups, w, g, what=what)
         expect(isinstance(got, tuple) and len(got) == 3,
@@ -288,18 +326,20 @@ def check_int4_groups(quantize_groups, dequantize_groups) -> None:
                    "and minimum",
                    f"{what} 量化再反量化后误差最大达 {err.max().item():.3g}，超过了所在组的半个"
                    "步长：应为 q * scale + minimum，每组用它自己的 scale 和 minimum"))
-    for cols, g in ((40, 32), (10, 4)):
-        expect_raises(quantize_groups, _rand(2, cols, seed=9), g, error=ValueError,
+    for cols, g in ((24, 16), (9, 2)) if hidden else ((40, 32), (10, 4)):
+        expect_raises(quantize_groups, _rand(2, cols, seed=19 if hidden else 9), g,
+                      error=ValueError,
                       what=say(f"quantize_groups(w with rows of {cols}, group_size={g})",
                                f"quantize_groups(每行 {cols} 个数的 w, group_size={g})"),
                       why=say(f"{g} does not divide {cols}", f"{g} 不能整除 {cols}"))
     passed(say("int4 group-wise quantize / dequantize", "int4 分组量化 / 反量化"),
-           len(INT4_CASES) + 2)
+           len(cases) + 2)
 
 
 # --- 4 · one step of GPTQ ------------------------------------------------------------------------
 
 GPTQ_CASES = [((4, 6), 0), ((4, 6), 2), ((5, 8), 7), ((3, 10), 4), ((6, 5), 1)]
+HIDDEN_GPTQ_CASES = [((3, 7), 0), ((5, 5), 4), ((2, 9), 3), ((4, 12), 10), ((7, 4), 1)]
 
 
 def _gptq_case(shape, seed):
@@ -326,11 +366,13 @@ def _gptq_step(w, u, i, round_column, sign=1.0, divide=True, spread=True, write=
 
 
 @checker
-def check_gptq_step(gptq_step) -> None:
+def check_gptq_step(gptq_step, *, hidden=False) -> None:
     """`gptq_step(w, u, i, round_column)` -> a new weight: column i rounded
     (`round_column(w[:, i])`), and every later column j moved by -(error) * u[i, j], where
     error = (w[:, i] - rounded) / u[i, i]; the columns before i unchanged."""
-    cases = [(shape, i, *_gptq_case(shape, seed=30 + n)) for n, (shape, i) in enumerate(GPTQ_CASES)]
+    seed = 80 if hidden else 30
+    cases = [(shape, i, *_gptq_case(shape, seed=seed + n))
+             for n, (shape, i) in enumerate(HIDDEN_GPTQ_CASES if hidden else GPTQ_CASES)]
     answers = []
     for shape, i, w, u, round_column in cases:
         what = say(f"gptq_step(w of shape {shape}, u, i={i}, round_column)",

@@ -13,6 +13,7 @@ Every message says both languages side by side (`say`), chosen by the notebook's
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 
 import torch
 
@@ -24,6 +25,35 @@ from ._base import CheckFailed, as_int, call, checker, expect, matching_mistake,
 # A toy target p and draft q over six tokens (the lesson uses the same pair).
 P = torch.tensor([0.40, 0.25, 0.15, 0.10, 0.06, 0.04], dtype=torch.float64)
 Q = torch.tensor([0.10, 0.15, 0.30, 0.05, 0.25, 0.15], dtype=torch.float64)
+
+
+@dataclass(frozen=True)
+class _AcceptCase:
+    """One scenario of check_accept_step: the pair (p, q); a draft token with q <= p; a target
+    that rules a token out (p_zero, q_zero, that token); the seeds; the tokens drafted in the
+    generator test (ones the draft over-proposes, so often rejected)."""
+
+    p: torch.Tensor
+    q: torch.Tensor
+    sure_token: int
+    p_zero: torch.Tensor
+    q_zero: torch.Tensor
+    zero_token: int
+    seed: int
+    run_seeds: tuple  # (generator seed, global seed, the other global seed, the other generator)
+    drafted: tuple
+
+
+def _f64(values):
+    return torch.tensor(values, dtype=torch.float64)
+
+
+ACCEPT_CASE = _AcceptCase(P, Q, 0, _f64([0.0, 0.5, 0.5]), _f64([0.6, 0.2, 0.2]), 0, 0,
+                          (123, 0, 1, 456), (2, 4, 5, 2, 4, 1))
+HIDDEN_ACCEPT_CASE = _AcceptCase(
+    _f64([0.05, 0.30, 0.20, 0.35, 0.10]), _f64([0.25, 0.10, 0.30, 0.15, 0.20]), 3,
+    _f64([0.3, 0.0, 0.1, 0.6]), _f64([0.1, 0.5, 0.3, 0.1]), 1, 7, (321, 2, 3, 654),
+    (0, 4, 2, 0, 2, 4, 0))
 
 
 def chi_square_p_value(counts: torch.Tensor, probs: torch.Tensor) -> float:
@@ -88,53 +118,58 @@ def _one(accept_step, p, q, token, generator):
 
 
 @checker
-def check_accept_step(accept_step, draws: int = 10_000) -> None:
+def check_accept_step(accept_step, draws: int = 10_000, *, hidden=False) -> None:
     """`accept_step(p, q, draft_token, generator) -> (token, accepted)` must emit tokens that
     follow the target distribution p, whatever the draft q."""
-    g = torch.Generator().manual_seed(0)
+    case = HIDDEN_ACCEPT_CASE if hidden else ACCEPT_CASE
+    p, q = case.p, case.q
+    g = torch.Generator().manual_seed(case.seed)
     # 1. a draft that agrees with the target is always accepted
-    for token in range(len(P)):
-        _, accepted = _one(accept_step, P, P, token, g)
+    for token in range(len(p)):
+        _, accepted = _one(accept_step, p, p, token, g)
         expect(accepted, say("with q equal to p, accept_step rejected draft token {token}; when "
                              "q(x) <= p(x) the acceptance probability min(1, p(x)/q(x)) is 1",
                              "q 与 p 相同时，accept_step 拒绝了草稿词元 {token}；q(x) <= p(x) "
                              "时接受概率 min(1, p(x)/q(x)) 等于 1", token=token))
     # 2. q(x) <= p(x): always accepted
+    x = case.sure_token
+    px, qx = float(p[x]), float(q[x])
     for _ in range(50):
-        _, accepted = _one(accept_step, P, Q, 0, g)  # p(0) = 0.40 >= q(0) = 0.10
-        expect(accepted, say("draft token 0 has p = 0.40 >= q = 0.10, so it must always be "
-                             "accepted (probability min(1, 0.40/0.10) = 1), but it was rejected",
-                             "草稿词元 0 的 p = 0.40 >= q = 0.10，应当总被接受"
-                             "（概率 min(1, 0.40/0.10) = 1），它却被拒绝了"))
+        _, accepted = _one(accept_step, p, q, x, g)
+        expect(accepted, say("draft token {x} has p = {px:.2f} >= q = {qx:.2f}, so it must always "
+                             "be accepted (probability min(1, {px:.2f}/{qx:.2f}) = 1), but it was "
+                             "rejected",
+                             "草稿词元 {x} 的 p = {px:.2f} >= q = {qx:.2f}，应当总被接受"
+                             "（概率 min(1, {px:.2f}/{qx:.2f}) = 1），它却被拒绝了",
+                             x=x, px=px, qx=qx))
     # 3. a token the target rules out is never emitted
-    p0 = torch.tensor([0.0, 0.5, 0.5], dtype=torch.float64)
-    q0 = torch.tensor([0.6, 0.2, 0.2], dtype=torch.float64)
+    p0, q0, zero = case.p_zero, case.q_zero, case.zero_token
     for _ in range(50):
-        token, accepted = _one(accept_step, p0, q0, 0, g)
-        expect(not accepted and token != 0,
-               say("p = {p} gives token 0 probability 0, so draft token 0 must be "
+        token, accepted = _one(accept_step, p0, q0, zero, g)
+        expect(not accepted and token != zero,
+               say("p = {p} gives token {zero} probability 0, so draft token {zero} must be "
                    "rejected and a different token drawn; got token {token}, accepted={accepted} "
                    "(a rejected token is drawn from max(0, p - q), normalised, which has no mass "
                    "where p is 0)",
-                   "p = {p} 给词元 0 的概率是 0，所以草稿词元 0 必须被拒绝，并另抽一个词元；"
-                   "得到的却是词元 {token}，accepted={accepted}（被拒绝后从归一化的 "
+                   "p = {p} 给词元 {zero} 的概率是 0，所以草稿词元 {zero} 必须被拒绝，并另抽一个"
+                   "词元；得到的却是词元 {token}，accepted={accepted}（被拒绝后从归一化的 "
                    "max(0, p - q) 里抽取，它在 p 为 0 的地方没有概率质量）",
-                   p=p0.tolist(), token=token, accepted=accepted))
+                   p=p0.tolist(), zero=zero, token=token, accepted=accepted))
     # 4. every draw comes from the generator it is given
     with torch.random.fork_rng():
-        _check_generator_use(accept_step)
+        _check_generator_use(accept_step, case)
     # 5. the statistics: tokens follow p, the acceptance rate is sum min(p, q)
-    counts = torch.zeros(len(P), dtype=torch.float64)
+    counts = torch.zeros(len(p), dtype=torch.float64)
     n_accepted = 0
-    drafted = torch.multinomial(Q, draws, replacement=True, generator=g).tolist()
+    drafted = torch.multinomial(q, draws, replacement=True, generator=g).tolist()
     for x in drafted:
-        token, accepted = _one(accept_step, P, Q, x, g)
+        token, accepted = _one(accept_step, p, q, x, g)
         counts[token] += 1
         n_accepted += accepted
     freq = [round(c / draws, 3) for c in counts.tolist()]
-    beta = float(torch.minimum(P, Q).sum())
+    beta = float(torch.minimum(p, q).sum())
     rate = n_accepted / draws
-    if chi_square_p_value(counts, P) > 1e-4:
+    if chi_square_p_value(counts, p) > 1e-4:
         expect(abs(rate - beta) < 0.03,
                say("the tokens follow p, but {rate:.1%} of the drafts were accepted; the rule "
                    "accepts sum_x min(p(x), q(x)) = {beta:.0%} of them",
@@ -145,17 +180,17 @@ def check_accept_step(accept_step, draws: int = 10_000) -> None:
                   "{rate:.1%} accepted (theory {beta:.0%})",
                   "   抽取 {draws} 次：频率 {freq}，目标分布 p {p}；"
                   "接受了 {rate:.1%}（理论值 {beta:.0%}）",
-                  draws=draws, freq=freq, p=P.tolist(), rate=rate, beta=beta))
+                  draws=draws, freq=freq, p=p.tolist(), rate=rate, beta=beta))
         return
-    if chi_square_p_value(counts, Q) > 1e-4:
+    if chi_square_p_value(counts, q) > 1e-4:
         raise CheckFailed(say("the emitted tokens follow the draft q, not the target p: "
                               "frequencies {freq}, q = {q}. Accept the draft token only "
                               "with probability min(1, p(x)/q(x)); otherwise draw from "
                               "max(0, p - q), normalised",
                               "输出的词元服从的是草稿分布 q，而不是目标分布 p：频率 {freq}，"
                               "q = {q}。草稿词元只能以概率 min(1, p(x)/q(x)) 接受；否则从归一化"
-                              "的 max(0, p - q) 里抽取", freq=freq, q=Q.tolist()))
-    from_p = torch.minimum(P, Q) + (1 - beta) * P
+                              "的 max(0, p - q) 里抽取", freq=freq, q=q.tolist()))
+    from_p = torch.minimum(p, q) + (1 - beta) * p
     if chi_square_p_value(counts, from_p) > 1e-4:
         raise CheckFailed(say("the acceptance looks right, but after a rejection the new token "
                               "seems drawn from p itself: frequencies {freq}, target {p}. "
@@ -164,7 +199,7 @@ def check_accept_step(accept_step, draws: int = 10_000) -> None:
                               "接受这一步看起来是对的，但拒绝之后的新词元似乎是直接从 p 里抽的："
                               "频率 {freq}，目标 {p}。应当从残差分布 max(0, p - q) 里抽，归一化"
                               "使其和为 1：它是 p 中被接受的草稿词元还没有覆盖到的那部分概率质量",
-                              freq=freq, p=P.tolist()))
+                              freq=freq, p=p.tolist()))
     raise CheckFailed(say("the emitted tokens do not follow the target p: frequencies {freq} "
                           "over {draws} draws, target {p}, and {rate:.1%} of drafts were "
                           "accepted (should be {beta:.0%}). Accept with probability "
@@ -174,21 +209,23 @@ def check_accept_step(accept_step, draws: int = 10_000) -> None:
                           "{p}，草稿被接受的比例是 {rate:.1%}（应为 {beta:.0%}）。应以概率 "
                           "min(1, p(x)/q(x)) 接受（在 [0, 1) 上均匀抽取 u，u 小于它时接受）；"
                           "被拒绝时从 normalise(max(0, p - q)) 里抽取",
-                          freq=freq, draws=draws, p=P.tolist(), rate=rate, beta=beta))
+                          freq=freq, draws=draws, p=p.tolist(), rate=rate, beta=beta))
 
 
-def _run(accept_step, generator_seed: int, global_seed: int, draws: int = 60):
+def _run(accept_step, case, generator_seed: int, global_seed: int, draws: int = 60):
     torch.manual_seed(global_seed)
     g = torch.Generator().manual_seed(generator_seed)
-    drafted = [2, 4, 5, 2, 4, 1]  # tokens the draft over-proposes: often rejected
-    return [_one(accept_step, P, Q, drafted[i % len(drafted)], g) for i in range(draws)]
+    drafted = case.drafted  # tokens the draft over-proposes: often rejected
+    return [_one(accept_step, case.p, case.q, drafted[i % len(drafted)], g)
+            for i in range(draws)]
 
 
-def _check_generator_use(accept_step) -> None:
+def _check_generator_use(accept_step, case=ACCEPT_CASE) -> None:
     """The same generator seed must give the same tokens whatever the global RNG holds, and
     another seed other tokens: every draw goes through `generator`."""
-    first = _run(accept_step, 123, 0)
-    again = _run(accept_step, 123, 1)
+    seed, global_seed, other_global, other_seed = case.run_seeds
+    first = _run(accept_step, case, seed, global_seed)
+    again = _run(accept_step, case, seed, other_global)
     if first != again:
         raise CheckFailed(say("with the same generator, seeded the same, accept_step gave "
                               "different results when torch's global random state changed: it "
@@ -199,7 +236,7 @@ def _check_generator_use(accept_step) -> None:
                               "的结果就变了：它在从全局随机数生成器里抽取。请把 "
                               "`generator=generator` 传给 torch.rand 和 torch.multinomial，"
                               "这样设了种子的生成才能复现"))
-    other = _run(accept_step, 456, 0)
+    other = _run(accept_step, case, other_seed, global_seed)
     if first == other:
         raise CheckFailed(say("accept_step gave the same 60 results with two differently "
                               "seeded generators: draw u = torch.rand((), generator=generator) "
@@ -212,11 +249,22 @@ def _check_generator_use(accept_step) -> None:
 
 # --- prompt lookup --------------------------------------------------------------------------------
 
-def _lookup_cases(rng: random.Random):
-    cases = [([1, 2, 3, 4, 1, 2], 3, 3), ([1, 2, 3, 1, 2, 9, 1, 2], 2, 3), ([5, 6, 7], 4, 3),
-             ([7, 7, 7, 7], 3, 2), ([1, 2, 3, 9, 2, 3, 8, 2, 3], 2, 3), ([4], 3, 3), ([], 2, 3),
-             ([10, 20, 30, 40, 10, 20, 30], 5, 3), ([1, 2, 3, 4, 1, 2], 0, 3),
-             ([3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4, 6, 2, 6, 4, 3, 3], 4, 2)]
+LOOKUP_CASES = [  # (ids, k, max_ngram); 40 random cases follow them
+    ([1, 2, 3, 4, 1, 2], 3, 3), ([1, 2, 3, 1, 2, 9, 1, 2], 2, 3), ([5, 6, 7], 4, 3),
+    ([7, 7, 7, 7], 3, 2), ([1, 2, 3, 9, 2, 3, 8, 2, 3], 2, 3), ([4], 3, 3), ([], 2, 3),
+    ([10, 20, 30, 40, 10, 20, 30], 5, 3), ([1, 2, 3, 4, 1, 2], 0, 3),
+    ([3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4, 6, 2, 6, 4, 3, 3], 4, 2)]
+HIDDEN_LOOKUP_CASES = [
+    ([9, 8, 7, 9, 8], 2, 3), ([1, 1], 3, 3), ([2, 3], 2, 2), ([5, 5, 5], 0, 2), ([], 4, 1),
+    ([8], 1, 1), ([1, 2, 1, 3, 1, 2], 4, 1),  # n = 1 only: the latest earlier 2
+    ([4, 5, 6, 4, 5, 7, 4, 5, 6, 4, 5], 3, 3),  # the 3-gram wins over the more recent 2-gram
+    ([0, 1, 0, 1, 0, 1], 10, 2),  # fewer than k tokens follow the match
+    ([2, 7, 1, 8, 2, 8, 1, 8, 2, 8, 4, 5, 9, 0, 4, 5, 2, 3, 5, 3, 6, 0, 2, 8, 7, 4, 7, 1, 8, 2], 5,
+     4)]
+
+
+def _lookup_cases(rng: random.Random, hand=None):
+    cases = list(LOOKUP_CASES if hand is None else hand)
     for _ in range(40):
         alphabet = rng.choice([[0, 1], [0, 1, 2], [5, 17, 256, 1000]])
         ids = [rng.choice(alphabet) for _ in range(rng.randint(0, 25))]
@@ -240,10 +288,11 @@ def _lookup_variant(ids, k, max_ngram, *, most_recent=True, longest_first=True, 
 
 
 @checker
-def check_prompt_lookup(prompt_lookup) -> None:
+def check_prompt_lookup(prompt_lookup, *, hidden=False) -> None:
     """`prompt_lookup(ids, k, max_ngram)`: up to k tokens that followed the most recent earlier
     occurrence of the context's last n tokens, trying n = max_ngram first, down to 1."""
-    cases = _lookup_cases(random.Random(8))
+    cases = (_lookup_cases(random.Random(18), HIDDEN_LOOKUP_CASES) if hidden
+             else _lookup_cases(random.Random(8)))
     answers = []
     for ids, k, n in cases:
         what = f"prompt_lookup({short(ids, 80)}, k={k}, max_ngram={n})"
@@ -296,9 +345,13 @@ def check_prompt_lookup(prompt_lookup) -> None:
 
 # --- greedy verification --------------------------------------------------------------------------
 
-def _verify_cases(rng: random.Random):
+VERIFY_SIZES = [(6, 3), (10, 1), (8, 5), (5, 0), (50, 4), (7, 6)]  # (vocab, drafted tokens)
+HIDDEN_VERIFY_SIZES = [(4, 2), (12, 1), (9, 4), (3, 0), (32, 5), (6, 7)]
+
+
+def _verify_cases(rng: random.Random, sizes=VERIFY_SIZES):
     cases = []
-    for vocab, n in [(6, 3), (10, 1), (8, 5), (5, 0), (50, 4), (7, 6)]:
+    for vocab, n in sizes:
         for _ in range(5):
             gen = torch.Generator().manual_seed(rng.randint(0, 10**6))
             scores = torch.randn(n + 1, vocab, generator=gen)
@@ -326,11 +379,12 @@ def _verify_variant(scores, draft, *, bonus=True, keep_draft=False, go_on=False,
 
 
 @checker
-def check_verify_greedy(verify) -> None:
+def check_verify_greedy(verify, *, hidden=False) -> None:
     """`verify_greedy(target_scores, draft_tokens)` -> (new_tokens, n_accepted): drafted tokens
     kept while each is the target's argmax, then the target's own token at the first mismatch,
     or the bonus token after the last one when all pass."""
-    cases = _verify_cases(random.Random(9))
+    cases = (_verify_cases(random.Random(19), HIDDEN_VERIFY_SIZES) if hidden
+             else _verify_cases(random.Random(9)))
     answers = []
     for scores, draft in cases:
         what = say("verify_greedy(target_scores of shape {shape}, {draft})",

@@ -18,6 +18,8 @@ from ._base import (CheckFailed, as_int, call, checker, expect, expect_raises, i
 # --- 1 · sharing features out among ranks ---------------------------------------------------------
 
 SPLITS = [(6, 2), (10, 3), (7, 4), (5, 5), (9, 1), (100, 8), (576, 3), (1536, 7), (3, 2), (13, 5)]
+HIDDEN_SPLITS = [(8, 3), (11, 4), (4, 4), (7, 1), (2, 2), (50, 6), (960, 7), (2560, 3), (5, 2),
+                 (17, 5)]
 
 
 def _as_ranges(got, what, parts):
@@ -62,14 +64,15 @@ def _split_variant(total, parts, kind):
 
 
 @checker
-def check_split_evenly(split) -> None:
+def check_split_evenly(split, *, hidden=False) -> None:
     """`split(total, parts)`: `parts` contiguous ranges covering 0..total-1 whose sizes differ by
     at most one, the larger ones first; ValueError when parts is not from 1 to total."""
+    splits = HIDDEN_SPLITS if hidden else SPLITS
     answers = []
-    for total, parts in SPLITS:
+    for total, parts in splits:
         what = f"split_evenly({total}, {parts})"
         answers.append(_as_ranges(call(split, total, parts, what=what), what, parts))
-    wants = [[(r.start, r.stop) for r in split_evenly(t, p)] for t, p in SPLITS]
+    wants = [[(r.start, r.stop) for r in split_evenly(t, p)] for t, p in splits]
     wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if g != w]
     if wrong:
         i = wrong[0]
@@ -77,32 +80,32 @@ def check_split_evenly(split) -> None:
             (say("the last rank took all the leftover items; give them out one each to the "
                  "first ranks, so sizes differ by at most one",
                  "剩下的零头全给了最后一个进程；应该从前面的进程开始每个多分一个，让各份的大小"
-                 "最多相差一"), [_split_variant(t, p, "rest to last") for t, p in SPLITS]),
+                 "最多相差一"), [_split_variant(t, p, "rest to last") for t, p in splits]),
             (say("the leftover items (total % parts) were dropped: every item must go to some "
                  "rank", "剩下的零头（total % parts）被丢掉了：每一项都必须分给某个进程"),
-             [_split_variant(t, p, "floor") for t, p in SPLITS]),
+             [_split_variant(t, p, "floor") for t, p in splits]),
             (say("rounding the share up leaves the last ranks short (or empty); give the first "
                  "total % parts ranks one item more than the others",
                  "把每份向上取整，会让最后几个进程分得太少（甚至为空）；应让前 total % parts 个"
                  "进程各比其他进程多分一个"),
-             [_split_variant(t, p, "ceil") for t, p in SPLITS]),
+             [_split_variant(t, p, "ceil") for t, p in splits]),
             (say("the larger shares go to the FIRST ranks (rank 0 first), as minillm does",
                  "较大的那几份要分给*前面*的进程（从进程 0 开始），minillm 就是这么做的"),
-             [_split_variant(t, p, "last ranks") for t, p in SPLITS]),
+             [_split_variant(t, p, "last ranks") for t, p in splits]),
         ], list.__eq__)
-        total, parts = SPLITS[i]
+        total, parts = splits[i]
         raise CheckFailed(say("split_evenly({total}, {parts}) returned {got}, expected {want}",
                               "split_evenly({total}, {parts}) 返回了 {got}，应为 {want}",
                               total=total, parts=parts,
                               got=[range(a, b) for a, b in answers[i]],
                               want=split_evenly(total, parts))
                           + (say(": {hint}", "：{hint}", hint=hint) if hint else ""))
-    for total, parts in ((3, 4), (5, 0)):
+    for total, parts in ((2, 5), (6, -1)) if hidden else ((3, 4), (5, 0)):
         expect_raises(split, total, parts, error=ValueError,
                       why=say("{total} items cannot go to {parts} ranks (1 to {total} can share "
                               "them)", "{total} 项不能分给 {parts} 个进程（1 到 {total} 个进程"
                               "才能分）", total=total, parts=parts))
-    passed("split_evenly", len(SPLITS) + 2)
+    passed("split_evenly", len(splits) + 2)
 
 
 # --- 2, 3 · column- and row-parallel linear layers ------------------------------------------------
@@ -110,6 +113,8 @@ def check_split_evenly(split) -> None:
 # (batch, seq, in_features, out_features, world_size): even and uneven splits
 SHAPES = [(1, 3, 8, 6, 2), (2, 4, 12, 10, 3), (1, 1, 5, 7, 2), (1, 2, 9, 4, 4), (1, 2, 6, 6, 1),
           (2, 1, 16, 16, 4), (1, 5, 7, 11, 3)]
+HIDDEN_SHAPES = [(1, 2, 10, 7, 2), (2, 3, 6, 13, 4), (1, 4, 12, 5, 5), (1, 1, 3, 8, 3),
+                 (3, 1, 8, 8, 1), (1, 2, 20, 14, 6), (2, 2, 7, 3, 3)]
 
 
 def _case(shape, seed):
@@ -137,11 +142,12 @@ def _parts(got, world, what):
 
 
 @checker
-def check_column_parallel(column_parallel_parts) -> None:
+def check_column_parallel(column_parallel_parts, *, hidden=False) -> None:
     """`column_parallel_parts(x, weight, world_size)`: rank r's output features,
     x @ weight[rows_r].T, with rows_r = split_evenly(out_features, world_size)[r]."""
-    for n, shape in enumerate(SHAPES):
-        x, w, world = _case(shape, n)
+    shapes = HIDDEN_SHAPES if hidden else SHAPES
+    for n, shape in enumerate(shapes):
+        x, w, world = _case(shape, (200 if hidden else 0) + n)
         what = f"column_parallel_parts(x {tuple(x.shape)}, weight {tuple(w.shape)}, {world})"
         parts = _parts(call(column_parallel_parts, x, w, world, what=what), world, what)
         full = x @ w.T
@@ -177,15 +183,16 @@ def check_column_parallel(column_parallel_parts) -> None:
         expect(torch.allclose(torch.cat(parts, -1).to(full.dtype), full, atol=1e-9),
                say("{what}: the parts, concatenated, do not give x @ weight.T",
                    "{what}：把各份拼接起来，得不到 x @ weight.T", what=what))
-    passed("column_parallel_parts", len(SHAPES))
+    passed("column_parallel_parts", len(shapes))
 
 
 @checker
-def check_row_parallel(row_parallel_parts) -> None:
+def check_row_parallel(row_parallel_parts, *, hidden=False) -> None:
     """`row_parallel_parts(x, weight, world_size)`: rank r's partial sum,
     x[..., cols_r] @ weight[:, cols_r].T, with cols_r = split_evenly(in_features, world_size)[r]."""
-    for n, shape in enumerate(SHAPES):
-        x, w, world = _case(shape, 100 + n)
+    shapes = HIDDEN_SHAPES if hidden else SHAPES
+    for n, shape in enumerate(shapes):
+        x, w, world = _case(shape, (300 if hidden else 100) + n)
         what = f"row_parallel_parts(x {tuple(x.shape)}, weight {tuple(w.shape)}, {world})"
         parts = _parts(call(row_parallel_parts, x, w, world, what=what), world, what)
         full = x @ w.T
@@ -213,7 +220,7 @@ def check_row_parallel(row_parallel_parts) -> None:
         expect(torch.allclose(sum(parts).to(full.dtype), full, atol=1e-9),
                say("{what}: the parts, added up (the all-reduce), do not give x @ weight.T",
                    "{what}：把各份加起来（即全归约），得不到 x @ weight.T", what=what))
-    passed("row_parallel_parts", len(SHAPES))
+    passed("row_parallel_parts", len(shapes))
 
 
 # --- 4 · the tensor-parallel feed-forward block ---------------------------------------------------
@@ -221,6 +228,9 @@ def check_row_parallel(row_parallel_parts) -> None:
 # (hidden, ffn, ranks): even splits, and 10 features over 3 ranks, where split_evenly's 4, 3, 3
 # and torch.chunk's 4, 4, 2 differ
 FFN_CASES = [(16, 24, 2), (8, 12, 3), (10, 7, 2), (12, 32, 4), (6, 5, 1), (8, 10, 3)]
+# 10 over 3 again, 7 over 3 (3, 2, 2 against chunk's 3, 3, 1), 14 over 4 (4, 4, 3, 3 against
+# 4, 4, 4, 2)
+HIDDEN_FFN_CASES = [(8, 16, 4), (12, 10, 3), (6, 7, 3), (16, 12, 2), (4, 6, 1), (10, 14, 4)]
 
 
 def _ffn(hidden, ffn, seed):
@@ -283,14 +293,15 @@ def _check_ffn_shapes(what, parts, full, world) -> None:
 
 
 @checker
-def check_tp_feed_forward(tp_feed_forward_parts) -> None:
+def check_tp_feed_forward(tp_feed_forward_parts, *, hidden=False) -> None:
     """`tp_feed_forward_parts(x, mlp, world_size)`: rank r's partial output of the SwiGLU block
     `mlp`: gate and up column-parallel, down row-parallel, over r's share of the hidden
     features (split_evenly), as minillm's shard_mlp."""
     cases, answers, wants, failure = [], [], [], None
     with torch.no_grad():
-        for i, (hidden, ffn, world) in enumerate(FFN_CASES):
-            mlp, x = _ffn(hidden, ffn, seed=i)
+        ffn_cases = HIDDEN_FFN_CASES if hidden else FFN_CASES
+        for i, (width, ffn, world) in enumerate(ffn_cases):
+            mlp, x = _ffn(width, ffn, seed=(50 if hidden else 0) + i)
             what = say("tp_feed_forward_parts(x {shape}, mlp with {ffn} hidden features, "
                        "{world})",
                        "tp_feed_forward_parts(x {shape}, 有 {ffn} 个隐藏特征的 mlp, {world})",
@@ -310,7 +321,7 @@ def check_tp_feed_forward(tp_feed_forward_parts) -> None:
         if not wrong:
             if failure is not None:
                 raise failure
-            passed("tp_feed_forward_parts", len(FFN_CASES))
+            passed("tp_feed_forward_parts", len(ffn_cases))
             return
         import torch.nn.functional as F
 
@@ -358,12 +369,19 @@ def check_tp_feed_forward(tp_feed_forward_parts) -> None:
 
 # --- 5 · a load test's percentile -----------------------------------------------------------------
 
-def _percentile_cases():
-    rng = random.Random(9)
-    cases = [([5.0], 99), ([1.0, 2.0], 50), ([3.0, 1.0, 2.0], 50), ([1.0, 2.0, 3.0, 4.0], 90),
-             ([4.0, 1.0, 3.0, 2.0], 0), ([4.0, 1.0, 3.0, 2.0], 100), ([2.0, 2.0, 9.0], 75)]
-    cases += [([rng.expovariate(1.0) for _ in range(n)], q)
-              for n, q in ((10, 99), (101, 99), (37, 50), (200, 90), (7, 25), (1000, 99.9))]
+def _percentile_cases(hidden=False):
+    if hidden:
+        rng = random.Random(19)
+        cases = [([7.5], 50), ([3.0, 1.0], 100), ([2.0, 1.0], 0), ([10.0, 20.0, 30.0], 99),
+                 ([5.0, 1.0, 4.0, 2.0], 25), ([2.0, 8.0, 4.0, 6.0], 62.5),
+                 ([1.0, 1.0, 1.0, 5.0], 90)]
+        sizes = ((12, 95), (250, 99), (45, 50), (99, 75), (5, 10), (500, 99.5))
+    else:
+        rng = random.Random(9)
+        cases = [([5.0], 99), ([1.0, 2.0], 50), ([3.0, 1.0, 2.0], 50), ([1.0, 2.0, 3.0, 4.0], 90),
+                 ([4.0, 1.0, 3.0, 2.0], 0), ([4.0, 1.0, 3.0, 2.0], 100), ([2.0, 2.0, 9.0], 75)]
+        sizes = ((10, 99), (101, 99), (37, 50), (200, 90), (7, 25), (1000, 99.9))
+    cases += [([rng.expovariate(1.0) for _ in range(n)], q) for n, q in sizes]
     return cases
 
 
@@ -379,10 +397,10 @@ def _percentile_variant(values, q, kind):
 
 
 @checker
-def check_percentile(percentile) -> None:
+def check_percentile(percentile, *, hidden=False) -> None:
     """`percentile(values, q)`: numpy's default (linear between closest ranks), as
     minillm.utils.stats.percentile."""
-    cases = _percentile_cases()
+    cases = _percentile_cases(hidden)
     answers = []
     for values, q in cases:
         shown = values if len(values) <= 4 else say("<{n} latencies>", "<{n} 个延迟值>",

@@ -47,6 +47,8 @@ PARAM_CONFIGS = {
     "Llama-3-8B": ModelConfig("llama", 128256, 4096, 32, 32, 8, 128, 14336),
     "Llama-3-70B": ModelConfig("llama", 128256, 8192, 80, 64, 8, 128, 28672),
     "a tiny model": ModelConfig("llama", 100, 16, 2, 4, 2, 4, 40),
+    "Mistral-7B": ModelConfig("llama", 32000, 4096, 32, 32, 8, 128, 14336),
+    "Qwen2.5-0.5B": ModelConfig("llama", 151936, 896, 24, 14, 2, 64, 4864, tie_embeddings=True),
 }
 
 
@@ -73,6 +75,9 @@ def _close(got, want) -> bool:
 TP_CASES = [  # (parameters, bytes per parameter, GPUs, bandwidth of one GPU in bytes/s)
     (70e9, 1, 4, 3.35e12), (70e9, 2, 8, 3.35e12), (8e9, 2, 1, 1.0e12), (405e9, 1, 8, 4.8e12),
     (135e6, 4, 1, 20e9), (70e9, 0.5, 2, 2.0e12)]
+HIDDEN_TP_CASES = [
+    (7e9, 2, 2, 2.0e12), (405e9, 2, 16, 3.35e12), (13e9, 0.5, 1, 1.0e12), (180e9, 1, 4, 4.8e12),
+    (360e6, 2, 1, 50e9), (1.8e12, 0.5, 8, 8.0e12)]
 
 
 def tp_decode_bound_reference(n_params, bytes_per_param, n_gpus, bandwidth):
@@ -82,17 +87,18 @@ def tp_decode_bound_reference(n_params, bytes_per_param, n_gpus, bandwidth):
 
 
 @checker
-def check_tp_decode_bound(tp_decode_bound) -> None:
+def check_tp_decode_bound(tp_decode_bound, *, hidden=False) -> None:
     """`tp_decode_bound(n_params, bytes_per_param, n_gpus, bandwidth)`: the most tokens a second
     batch-1 decode reaches when tensor parallelism splits the weights over `n_gpus` GPUs."""
+    tp_cases = HIDDEN_TP_CASES if hidden else TP_CASES
     answers = []
-    for case in TP_CASES:
+    for case in tp_cases:
         what = "tp_decode_bound({}, {}, {}, {})".format(*(_shown(v) for v in case))
         answers.append(as_number(call(tp_decode_bound, *case, what=what), what))
-    wants = [tp_decode_bound_reference(*case) for case in TP_CASES]
+    wants = [tp_decode_bound_reference(*case) for case in tp_cases]
     wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if not _close(g, w)]
     if not wrong:
-        passed("tp_decode_bound", len(TP_CASES))
+        passed("tp_decode_bound", len(tp_cases))
         return
     i = wrong[0]
     hint = matching_mistake(answers, [
@@ -100,19 +106,19 @@ def check_tp_decode_bound(tp_decode_bound) -> None:
              "and all GPUs read at the same time: divide the weight bytes by n_gpus",
              "张量并行（tensor parallelism）下每块 GPU 只存、只读 1/n_gpus 的权重，而且所有 GPU "
              "同时读：权重字节数要除以 n_gpus"),
-         [b / (n * s) for n, s, g, b in TP_CASES]),
+         [b / (n * s) for n, s, g, b in tp_cases]),
         (say("bytes_per_param is already in bytes: do not multiply by 8 (that counts bits)",
              "bytes_per_param 的单位已经是字节：不要再乘以 8（那是在数比特）"),
-         [tp_decode_bound_reference(*case) / 8 for case in TP_CASES]),
+         [tp_decode_bound_reference(*case) / 8 for case in tp_cases]),
         (say("that is seconds per token: the bound in tokens a second is its inverse",
              "这是每个词元要花的秒数：以每秒词元数计的上限是它的倒数"),
-         [1 / tp_decode_bound_reference(*case) for case in TP_CASES]),
+         [1 / tp_decode_bound_reference(*case) for case in tp_cases]),
         (say("use bytes_per_param as given (1 for fp8, 0.5 for int4), not 2 bytes for every "
              "model", "按给定的 bytes_per_param 计算（fp8 为 1，int4 为 0.5），不要对每个模型都按 "
              "2 字节算"),
-         [tp_decode_bound_reference(n, 2, g, b) for n, s, g, b in TP_CASES]),
+         [tp_decode_bound_reference(n, 2, g, b) for n, s, g, b in tp_cases]),
     ], _close)
-    case = TP_CASES[i]
+    case = tp_cases[i]
     hint = hint or say("every step each GPU reads its share of the weights, n_params x "
                        "bytes_per_param / n_gpus bytes, at `bandwidth` bytes a second",
                        "每一步每块 GPU 都要读自己那份权重，共 n_params x bytes_per_param / "
@@ -130,6 +136,11 @@ BATCH_CASES = [  # (pool bytes, config name, tokens per sequence, bytes per valu
     (80e9, "Llama-3-8B", 8192, 2), (80e9, "Llama-3-70B", 8192, 2), (80e9, "Llama-2-7B", 4096, 2),
     (24e9, "Llama-3-8B", 32768, 1), (1e9, "SmolLM2-135M", 8192, 2), (10_000, "a tiny model", 10, 4),
     (40e9, "Llama-3-70B", 4000, 1)]
+HIDDEN_BATCH_CASES = [
+    (80e9, "Mistral-7B", 32768, 2), (16e9, "Qwen2.5-0.5B", 32768, 2),
+    (80e9, "SmolLM2-360M", 2048, 2), (48e9, "Llama-2-7B", 2048, 1),
+    (1e9, "Llama-3-70B", 131072, 2),  # not even one sequence fits: 0
+    (5_000, "a tiny model", 3, 2), (80e9, "Llama-3-8B", 1000, 4)]
 
 
 def _per_sequence(config, tokens, bytes_per_value, *, heads="kv", factor=2):
@@ -142,11 +153,12 @@ def max_batch_reference(pool_bytes, config, tokens, bytes_per_value) -> int:
 
 
 @checker
-def check_max_batch(max_batch) -> None:
+def check_max_batch(max_batch, *, hidden=False) -> None:
     """`max_batch(pool_bytes, config, tokens, bytes_per_value)`: how many sequences of `tokens`
     tokens fit, whole, in a KV pool of `pool_bytes` bytes."""
+    batch_cases = HIDDEN_BATCH_CASES if hidden else BATCH_CASES
     answers = []
-    for pool, name, tokens, size in BATCH_CASES:
+    for pool, name, tokens, size in batch_cases:
         what = say("max_batch({pool}, {name}'s config, {tokens}, {size})",
                    "max_batch({pool}, {name} 的配置, {tokens}, {size})",
                    pool=_shown(pool), name=name, tokens=tokens, size=size)
@@ -159,7 +171,8 @@ def check_max_batch(max_batch) -> None:
                                   "{what} 返回了 {got!r}；批里的序列数是整数：向下取整，"
                                   "放不下一整条的序列没法运行", what=what, got=got))
         answers.append(int(value))
-    cases = [(pool, PARAM_CONFIGS[name], tokens, size) for pool, name, tokens, size in BATCH_CASES]
+    cases = [(pool, PARAM_CONFIGS[name], tokens, size)
+             for pool, name, tokens, size in batch_cases]
     wants = [max_batch_reference(*case) for case in cases]
     wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if g != w]
     if not wrong:
@@ -179,7 +192,7 @@ def check_max_batch(max_batch) -> None:
              "向下取整：放不下一整条的序列没法运行"),
          [math.ceil(p / _per_sequence(c, t, s)) for p, c, t, s in cases]),
     ], int.__eq__)
-    pool, name, tokens, size = BATCH_CASES[i]
+    pool, name, tokens, size = batch_cases[i]
     hint = hint or say("one sequence takes 2 x n_layers x n_kv_heads x head_dim x tokens x "
                        "bytes_per_value bytes; how many fit whole?",
                        "一条序列占 2 x n_layers x n_kv_heads x head_dim x tokens x "
@@ -196,6 +209,9 @@ def check_max_batch(max_batch) -> None:
 SPEC_CASES = [  # (acceptance rate, drafted tokens k, draft step cost / target step cost)
     (0.7, 4, 0.0), (0.7, 4, 0.05), (0.5, 3, 0.1), (0.9, 6, 0.02), (0.3, 2, 0.2), (1.0, 4, 0.05),
     (0.0, 5, 0.1), (0.8, 1, 0.0)]
+HIDDEN_SPEC_CASES = [
+    (0.6, 5, 0.0), (0.8, 3, 0.1), (1.0, 2, 0.0), (0.0, 2, 0.3), (0.95, 8, 0.03), (0.4, 1, 0.25),
+    (0.75, 2, 0.5), (0.2, 7, 0.01)]
 
 
 def speculative_speedup_reference(alpha, k, draft_cost) -> float:
@@ -205,11 +221,12 @@ def speculative_speedup_reference(alpha, k, draft_cost) -> float:
 
 
 @checker
-def check_speculative_speedup(speculative_speedup) -> None:
+def check_speculative_speedup(speculative_speedup, *, hidden=False) -> None:
     """`speculative_speedup(alpha, k, draft_cost)`: tokens a round over the round's time in
     target steps, with each of k drafted tokens accepted with probability alpha."""
+    spec_cases = HIDDEN_SPEC_CASES if hidden else SPEC_CASES
     answers = []
-    for alpha, k, cost in SPEC_CASES:
+    for alpha, k, cost in spec_cases:
         what = f"speculative_speedup({alpha}, {k}, {cost})"
         answers.append(as_number(call(
             speculative_speedup, alpha, k, cost, what=what,
@@ -217,10 +234,10 @@ def check_speculative_speedup(speculative_speedup) -> None:
                           "closed form's 0 / 0)",
                           "alpha = 1 时每个草稿词元都被接受：一轮得到 k + 1 个词元"
                           "（闭式公式在这里是 0 / 0）") if alpha == 1 else ""), what))
-    wants = [speculative_speedup_reference(*case) for case in SPEC_CASES]
+    wants = [speculative_speedup_reference(*case) for case in spec_cases]
     wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if not _close(g, w)]
     if not wrong:
-        passed("speculative_speedup", len(SPEC_CASES))
+        passed("speculative_speedup", len(spec_cases))
         return
     i = wrong[0]
     mistakes = [
@@ -229,19 +246,19 @@ def check_speculative_speedup(speculative_speedup) -> None:
              "alpha)",
              "一个草稿词元只有在它之前的草稿词元全部被接受时才会保留：走到第 i 个的概率是 "
              "alpha^i，而不是 alpha（1 + alpha + ... + alpha^k，而不是 1 + k x alpha）"),
-         [(1 + k * a) / (1 + k * c) for a, k, c in SPEC_CASES]),
+         [(1 + k * a) / (1 + k * c) for a, k, c in spec_cases]),
         (say("the round always ends with one token of the target's own (after a rejection, or "
              "the bonus token when all k pass): the sum runs from alpha^0 to alpha^k",
              "每一轮最后总有一个目标模型自己的词元（拒绝之后补的那个，或 k 个全部通过时的"
              "额外词元）：求和从 alpha^0 到 alpha^k"),
          [(speculative_speedup_reference(a, k, 0) - a ** k) / (1 + k * c)
-          for a, k, c in SPEC_CASES]),
+          for a, k, c in spec_cases]),
         (say("the draft's k steps take time too: divide by 1 + k x draft_cost target steps",
              "草稿的 k 步也要花时间：除以 1 + k x draft_cost 个目标模型步"),
-         [speculative_speedup_reference(a, k, 0) for a, k, c in SPEC_CASES]),
+         [speculative_speedup_reference(a, k, 0) for a, k, c in spec_cases]),
     ]
     hint = matching_mistake(answers, mistakes, _close)
-    alpha, k, cost = SPEC_CASES[i]
+    alpha, k, cost = spec_cases[i]
     hint = hint or say("(1 + alpha + ... + alpha^k) tokens a round, over 1 + k x draft_cost "
                        "target steps",
                        "每轮 (1 + alpha + ... + alpha^k) 个词元，除以 1 + k x draft_cost 个"
