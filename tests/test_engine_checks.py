@@ -3,6 +3,7 @@ each hint only for the mistake it names."""
 
 import functools
 import re
+import types
 from pathlib import Path
 
 import numpy as np
@@ -160,7 +161,27 @@ def test_plan_running_hints_are_specific(hidden):
         "no preemption": (running(preempt=False), "free_blocks below 0"),
         "runs itself": (running(run_self=True), "preempts itself"),
         "no budget": (running(use_budget=False), "the budget is spent"),
+        "budget not given back": (running(budget_back=False), "AND its tokens"),
     })
+
+
+def without_the_budget_given_back(solutions):
+    """The solution's plan_running, less the line that gives a preempted decode's tokens back
+    to the budget (it still takes the decode out of the plan and gives its blocks back)."""
+    source = SOURCE.read_text().split("# ==== solution ====\ndef plan_running")[1]
+    source = "def plan_running" + source.split("# %% [check]")[0]
+    assert "                budget += m\n" in source
+    namespace = dict(solutions)
+    exec(source.replace("                budget += m\n", ""), namespace)
+    return namespace["plan_running"]
+
+
+@pytest.mark.parametrize("hidden", [False, True])
+def test_a_preempted_decode_whose_budget_is_not_given_back_is_caught(solutions, hidden):
+    """Two prompts behind a decode that the first prompt's chunk preempts: the engine gives the
+    decode's token back to the budget, and the second prompt runs it."""
+    with pytest.raises(CheckFailed, match=r"AND its tokens.*a later request loses them"):
+        checks.check_plan_running(without_the_budget_given_back(solutions), hidden=hidden)
 
 
 def step(**kind):
@@ -192,6 +213,23 @@ def test_a_decode_preempted_after_it_was_planned_leaves_the_plan():
     engine's scheduler undoes its plan, and the exercise asks for the same)."""
     want = checks._reference_step([checks._r("old", 8, 4, 1), checks._r("new", 6, 5, 2)], [], 0)
     assert want["run"] == [("old", 4)] and want["preempted"] == ["new"]
+
+
+@pytest.mark.parametrize("hidden", [False, True])
+def test_the_stub_that_raised_is_named_not_the_given_schedule_step(solutions, hidden):
+    """The notebook gives schedule_step written; it calls the learner's plan_running, which
+    may still be a stub: the message names plan_running."""
+    def plan_running(running, free_blocks, budget, block_size):
+        raise NotImplementedError
+
+    given = solutions["schedule_step"]
+    step = types.FunctionType(given.__code__, {**solutions, "plan_running": plan_running},
+                              given.__name__, given.__defaults__)
+    with pytest.raises(CheckFailed) as failure:
+        checks.check_schedule_step(step, hidden=hidden)
+    message = str(failure.value)
+    assert message.startswith("`plan_running` is not written yet (`schedule_step` calls it)")
+    assert "`schedule_step` is not written yet" not in message
 
 
 def test_the_trace_plans_every_case_as_the_engine_does(capsys):
@@ -257,6 +295,9 @@ def test_the_hidden_cases_are_other_inputs_with_the_same_edges():
     assert any(p["preempted"] and not p["run"] for p in hidden)  # a request preempted itself
     assert any(p["preempted"] and p["run"] for p in hidden)
     assert {bs for *_, bs in checks.HIDDEN_RUNNING_CASES} > {4}
+    for cases in (checks.RUNNING_CASES, checks.HIDDEN_RUNNING_CASES):  # a planned decode's
+        assert any(checks._running_variant(*c, budget_back=False)  # budget goes to a later one
+                   != checks._reference_step(c[0], [], c[1], c[3], c[2]) for c in cases)
     assert not set(map(repr, checks.RUNNING_CASES)) & set(map(repr, checks.HIDDEN_RUNNING_CASES))
     assert not set(map(repr, checks.STEP_CASES)) & set(map(repr, checks.HIDDEN_STEP_CASES))
 
@@ -282,6 +323,7 @@ ZH_HINTS = [  # (check, a wrong answer, the Chinese words of its hint)
     (checks.check_plan_running, running(preempt=False), "free_blocks 就会小于 0"),
     (checks.check_plan_running, running(run_self=True), "抢占了自己的请求"),
     (checks.check_plan_running, running(use_budget=False), "预算用完这一步就停"),
+    (checks.check_plan_running, running(budget_back=False), "也要交还它的词元"),
     (checks.check_schedule_step, step(admit_after_preempt=True), "不接纳任何新请求"),
     (checks.check_schedule_step, step(seats_from_max=True), "减去仍在运行的请求数"),
 ]
@@ -312,6 +354,17 @@ def test_the_allocator_messages_come_in_chinese(chinese, solutions):
         checks.check_block_allocator(NoCounts)
     with pytest.raises(CheckFailed, match="num_free 是一个方法"):
         checks.check_block_allocator(NumFreeMethod)
+
+
+def test_the_stub_named_comes_in_chinese(chinese, solutions):
+    def admit_waiting(waiting, free_blocks, budget, free_seats, block_size):
+        raise NotImplementedError
+
+    given = solutions["schedule_step"]
+    step = types.FunctionType(given.__code__, {**solutions, "admit_waiting": admit_waiting},
+                              given.__name__, given.__defaults__)
+    with pytest.raises(CheckFailed, match=r"^`admit_waiting` 还没有写（`schedule_step` 要调用它）"):
+        checks.check_schedule_step(step)
 
 
 def test_the_trace_comes_in_chinese(chinese, capsys):

@@ -42,3 +42,39 @@ def test_int4_is_counted_at_q4_1s_bits_and_the_exercise_names_a_real_class():
     assert "BLOCK_BYTES / BLOCK_WEIGHTS" in SCALING
     assert "minillm.model.llama.SwiGLU" not in SCALING_EXERCISE
     assert "minillm.layers.GatedMLP" in SCALING_EXERCISE
+
+
+SPECULATIVE = (LESSONS / "08_speculative.py").read_text(encoding="utf-8")
+ZH_SPECULATIVE = (LESSONS / "zh" / "08_speculative.py").read_text(encoding="utf-8")
+ZH_SCALING = (LESSONS / "zh" / "09_scaling_out.py").read_text(encoding="utf-8")
+
+
+def test_medusa_is_not_called_exact_and_its_typical_acceptance_is_named():
+    """Issue 44: Medusa as published samples with typical acceptance, which does not keep the
+    target's distribution; greedy verification, rejection sampling and EAGLE's tree are exact."""
+    assert "All three are exact" not in SPECULATIVE
+    assert "All three are verified by the same acceptance rule" not in SCALING
+    assert "三者都是精确的" not in ZH_SPECULATIVE and "三者都用与第 08 章相同的" not in ZH_SCALING
+    section = SPECULATIVE.split("## 7 · Drafts built into the target")[1].split("# %%")[0]
+    flat = " ".join(section.replace("#", " ").split())
+    assert "**typical acceptance**" in flat
+    assert "no longer follows the target's distribution" in flat
+    assert "EAGLE checks its draft tree with rejection sampling" in flat and "is exact" in flat
+    scaling = " ".join(SCALING.replace("#", " ").split())
+    assert "typical acceptance" in scaling and "EAGLE applies it over a tree" in scaling
+    for zh in (ZH_SPECULATIVE, ZH_SCALING):
+        assert "典型接受（typical acceptance）" in zh.replace("*", "") and "拒绝采样" in zh
+
+
+def test_the_chunked_prefill_section_shows_what_it_measures_not_the_harness():
+    """The harness (long_prompt_arrival) is described in words; its result, `Arrival`, is shown."""
+    assert "show_source(long_prompt_arrival)" not in BATCHING
+    assert "show_source(Arrival)" in BATCHING
+
+
+def test_the_chinese_edition_names_the_schedulers_in_chinese():
+    """Labels and titles come from `BATCHING`, which the Chinese edition translates (no
+    "static 批处理")."""
+    chinese = (LESSONS / "zh" / "06_batching.py").read_text(encoding="utf-8")
+    assert 'BATCHING = {"static": "静态批处理", "continuous": "连续批处理"}' in chinese
+    assert "{kind} 批处理" not in chinese and 'print(f"static' not in chinese

@@ -58,3 +58,26 @@ def _estimates():
 def test_each_part_reads_in_45_minutes_or_less():
     too_long = {name: round(minutes) for name, minutes in _estimates().items() if minutes > 45}
     assert not too_long, f"estimated minutes over 45: {too_long}"
+
+
+def test_the_cuda_graph_cell_does_not_make_minillms_shortcut_a_rule_of_graphs():
+    """05b: minillm's graph reads every slot of its bucket; serving engines keep the lengths in
+    device tensors (attention reads the filled part), capture per padded batch size, and vLLM V1
+    captures piecewise, with attention outside the graph."""
+    text = re.sub(r"\n#[ ]?", " ", (SOURCES / "05b_fast_engine.py").read_text(encoding="utf-8"))
+    for words in ("minillm's shortcut, not a rule of graphs", "reads only the filled part",
+                  "one graph per padded batch size", "piecewise graphs", "outside any graph"):
+        assert words in text, words
+
+
+def test_chapter_05_shows_the_metrics_it_uses_not_the_whole_dataclass():
+    source = (SOURCES / "05_metrics.py").read_text(encoding="utf-8")
+    assert "show_source(minillm.measure.metrics.RequestMetrics)" not in source
+    assert "show_source(metric.fget)" in source
+
+
+@pytest.mark.parametrize("lesson", ["04_decoding", "05_metrics"])
+def test_the_chinese_lessons_point_at_the_chinese_exercises(lesson):
+    text = (SOURCES / "zh" / f"{lesson}.py").read_text(encoding="utf-8")
+    assert f"exercises/zh/{lesson}.ipynb" in text
+    assert not re.search(r"(?<![\w/])exercises/\d\d", text), "a link to an English exercise"

@@ -91,6 +91,24 @@ def test_request_metrics_hints_are_specific(hidden):
     })
 
 
+def nan_for_one_token(tpot):
+    """A TPOT mistake made by a learner who still returns NaN for a single token, as asked."""
+    return lambda s, t: tpot(s, t) if len(t) > 1 else math.nan
+
+
+@pytest.mark.parametrize("hidden", [False, True])
+@pytest.mark.parametrize("tpot, words", [
+    (checks._tpot_over_all, "n tokens have n - 1 gaps"),
+    (lambda s, t: (t[-1] - s) / len(t), "counted the time to the first token"),
+    (lambda s, t: t[-1] - t[-2], "the last gap alone"),
+], ids=["over n", "from start", "last gap"])
+def test_tpot_hints_fire_when_a_single_token_gives_nan(tpot, words, hidden):
+    """The task asks for NaN with one token: a mistake elsewhere keeps its hint."""
+    with pytest.raises(CheckFailed, match=re.escape(words)):
+        checks.check_request_metrics(lambda s, t: metrics(s, t, tpot=nan_for_one_token(tpot)),
+                                     hidden=hidden)
+
+
 @pytest.mark.parametrize("hidden", [False, True])
 def test_tpot_of_one_token_is_explained(hidden):
     def crashes(s, t):
@@ -284,6 +302,9 @@ ZH_HINTS = [  # (check, a wrong answer, the Chinese words of its hint)
      "第一个词元到达时的时钟读数"),
     (checks.check_request_metrics, lambda s, t: metrics(s, t, tpot=checks._tpot_over_all),
      "只有 n - 1 个间隔"),
+    (checks.check_request_metrics,
+     lambda s, t: metrics(s, t, tpot=nan_for_one_token(checks._tpot_over_all)),
+     "在第一个之后只有 n - 1 个间隔"),
     (checks.check_request_metrics,
      lambda s, t: metrics(s, t, tpot=lambda s, t: (t[-1] - s) / len(t)), "也算进去了"),
     (checks.check_request_metrics, lambda s, t: metrics(

@@ -11,8 +11,8 @@ from __future__ import annotations
 import random
 
 from ..language import say
-from ._base import (CheckFailed, as_int, call, checker, expect, expect_raises, matching_mistake,
-                    passed, short)
+from ._base import (CheckFailed, as_int, call, checker, expect, expect_raises, function_name,
+                    matching_mistake, passed, short)
 
 # --- 1. the block allocator -----------------------------------------------------------------------
 
@@ -372,7 +372,8 @@ def check_admit_waiting(admit_waiting, *, hidden=False) -> None:
 # --- 3. planning the running requests, with preemption --------------------------------------------
 
 def _running_variant(running, free_blocks, budget, block_size=4, *, decodes_first=True,
-                     victim=-1, preempt=True, run_self=False, use_budget=True):
+                     victim=-1, preempt=True, run_self=False, use_budget=True,
+                     budget_back=True):
     running, plan, preempted = list(running), [], []
     order = sorted(running, key=lambda r: r["num_tokens"] - r["computed"] > 1) if decodes_first \
         else list(running)
@@ -387,6 +388,10 @@ def _running_variant(running, free_blocks, budget, block_size=4, *, decodes_firs
             out = running.pop(victim)
             free_blocks += out["blocks"]
             preempted.append(out["id"])
+            for rid, m in [item for item in plan if item[0] == out["id"]]:
+                plan.remove((rid, m))  # planned earlier in this step: undone
+                budget += m if budget_back else 0
+                free_blocks += _need(out, m, block_size)
             if out is r:
                 break
         if r["id"] in preempted and not run_self:
@@ -479,6 +484,8 @@ RUNNING_CASES = [  # (running, free_blocks, budget, block_size)
     ([_r("a", 9, 8), _r("b", 13, 12), _r("c", 3, 2)], 0, 16, 4),
     ([_r("a", 30, 4), _r("b", 6, 5)], 3, 12, 4),
     ([], 4, 16, 4),
+    # A's chunk preempts the planned decode d: d's token goes back to the budget, so B runs 1
+    ([_r("A", 10, 0), _r("B", 10, 0), _r("d", 9, 8)], 1, 8, 4),
 ]
 HIDDEN_RUNNING_CASES = [
     ([_r("x", 13, 12), _r("y", 2, 1), _r("z", 7, 6)], 5, 16, 4),  # three decodes
@@ -490,6 +497,8 @@ HIDDEN_RUNNING_CASES = [
     ([_r("a", 4, 3, block_size=2), _r("b", 3, 2, block_size=2)], 1, 8, 2),
     ([_r("p", 50, 0), _r("q", 40, 0)], 30, 20, 4),  # p spends the budget: q waits
     ([], 0, 8, 4),
+    # P's chunk preempts the planned decode d, whose token goes back to the budget: Q runs 1
+    ([_r("P", 20, 8, block_size=8), _r("Q", 20, 0), _r("d", 17, 16, block_size=8)], 1, 12, 8),
 ]
 
 
@@ -536,7 +545,12 @@ def check_plan_running(plan_running, *, hidden=False) -> None:
          (say("each request runs n = min(num_tokens - computed, budget left), and the step "
               "stops when the budget is spent",
               "每个请求跑 n = min(num_tokens - computed, 剩余预算) 个词元，预算用完这一步就停"),
-          lambda *c: _running_variant(*c, use_budget=False))],
+          lambda *c: _running_variant(*c, use_budget=False)),
+         (say("a decode planned earlier in the step and then preempted gives back its blocks "
+              "AND its tokens: add its n to the budget again, or a later request loses them",
+              "一个在这一步里先排进计划、后来又被抢占的解码，要交还它的块，也要交还它的词元："
+              "把它的 n 加回预算，否则后面的请求就少了这些预算"),
+          lambda *c: _running_variant(*c, budget_back=False))],
         say("running requests go first (one-token decodes, then prompt chunks), each taking "
             "min(num_tokens - computed, budget left); checks.trace_plan_running(...) on this "
             "case shows each decision",
@@ -586,6 +600,32 @@ def _step_variant(running, waiting, free_blocks, block_size=4, budget=16, max_se
             "free_blocks": admitted["free_blocks"]}
 
 
+def _call_naming_the_stub(fn, *args, what, **kwargs):
+    """`call`, except that when a function `fn` calls is the stub that is not written yet (the
+    learner's plan_running inside the schedule_step the notebook gives), the message names that
+    function instead of `fn`."""
+    try:
+        return call(fn, *args, what=what, **kwargs)
+    except CheckFailed as failure:
+        stub = failure.__context__  # call() turns a NotImplementedError into this message
+        if not isinstance(stub, NotImplementedError) or stub.__traceback__ is None:
+            raise
+        frame = stub.__traceback__
+        while frame.tb_next is not None:
+            frame = frame.tb_next
+        code = frame.tb_frame.f_code
+        name = getattr(code, "co_qualname", code.co_name).rsplit("<locals>.", 1)[-1]
+        caller = function_name(fn).rsplit("<locals>.", 1)[-1]
+        if name == caller:
+            raise
+        raise CheckFailed(say("`{name}` is not written yet (`{caller}` calls it): replace "
+                              "`raise NotImplementedError` in it with your code, run its cell, "
+                              "then run this check again.",
+                              "`{name}` 还没有写（`{caller}` 要调用它）：把其中的 "
+                              "`raise NotImplementedError` 换成你的代码，运行它所在的单元格，"
+                              "再运行这个检查。", name=name, caller=caller)) from None
+
+
 @checker
 def check_schedule_step(schedule_step, *, hidden=False) -> None:
     """`schedule_step(running, waiting, free_blocks, block_size, budget, max_seqs)` must plan
@@ -607,7 +647,7 @@ def check_schedule_step(schedule_step, *, hidden=False) -> None:
 
     shown = [f"schedule_step({r}, {w}, free_blocks={f}, "
              + ", ".join(f"{k}={v}" for k, v in s.items()) + ")" for r, w, f, s in cases]
-    answers = [_plan(call(schedule_step, r, w, f, **s, what=what), what,
+    answers = [_plan(_call_naming_the_stub(schedule_step, r, w, f, **s, what=what), what,
                      ("run", "preempted", "free_blocks"))
                for (r, w, f, s), what in zip(cases, shown)]
     wants = [_reference_step(r, w, f, **s) for r, w, f, s in cases]

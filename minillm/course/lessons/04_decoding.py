@@ -27,6 +27,7 @@ import minillm
 from minillm.course import show_source
 from minillm.decoding import GenerationConfig
 from minillm.course.text_quality import distinct_n, mean_logprob, repeated_ngram_rate
+from minillm.utils.columns import Label  # pads by screen columns: a Chinese character takes two
 from minillm.utils.devices import Timer
 
 CI = bool(os.environ.get("CI"))
@@ -71,9 +72,10 @@ def measure(fields, prompt_ids=prompt_ids, max_new_tokens=N):
 
 results = {name: measure(f, max_new_tokens=N_LOOP)
            for name, f in tqdm(STRATEGIES.items(), desc="strategies")}
-print(f"{'strategy':28} {'distinct-2':>10} {'repeat-3':>9} {'mean logp':>10} {'time s':>7}")
+print(f"{Label('strategy'):28} {'distinct-2':>10} {'repeat-3':>9} {Label('mean logp'):>10} "
+      f"{Label('time s'):>7}")
 for name, r in results.items():
-    print(f"{name:28} {r['distinct-2']:10.2f} {r['repeat-3']:9.2f} {r['mean logp']:10.2f} "
+    print(f"{Label(name):28} {r['distinct-2']:10.2f} {r['repeat-3']:9.2f} {r['mean logp']:10.2f} "
           f"{r['seconds']:7.2f}")
 
 # %%
@@ -196,12 +198,13 @@ show_source(minillm.decoding.TopPProcessor)
 # %%
 from minillm.course.widgets import filter_view  # noqa: E402
 
-PROMPTS = {"flat": "My favourite food is", "peaked": "The capital of France is"}
+FLAT, PEAKED = "flat", "peaked"  # the two prompts' names, as printed
+PROMPTS = {FLAT: "My favourite food is", PEAKED: "The capital of France is"}
 for kind, text in PROMPTS.items():
     lg = next_token_logits(model, tokenizer, text)
     k5, k50, p9 = (filter_view(lg, top_k=5), filter_view(lg, top_k=50),
                    filter_view(lg, top_p=0.9))
-    print(f"{kind:6} {text!r}")
+    print(f"{Label(kind):6} {text!r}")
     print(f"   top_k=5  keeps {k5.n_kept:5} tokens holding {k5.kept_mass:6.1%}")
     print(f"   top_k=50 keeps {k50.n_kept:5} tokens holding {k50.kept_mass:6.1%}")
     print(f"   top_p=0.9 keeps {p9.n_kept:4} tokens holding {p9.kept_mass:6.1%}")
@@ -219,7 +222,7 @@ for kind, text in PROMPTS.items():
 # %%
 from minillm.decoding import TopKProcessor, TopPProcessor  # noqa: E402
 
-lg = next_token_logits(model, tokenizer, PROMPTS["flat"])[None]
+lg = next_token_logits(model, tokenizer, PROMPTS[FLAT])[None]
 k_then_p = TopPProcessor(0.5)(None, TopKProcessor(10)(None, lg))
 p_then_k = TopKProcessor(10)(None, TopPProcessor(0.5)(None, lg))
 kept_kp, kept_pk = int(torch.isfinite(k_then_p).sum()), int(torch.isfinite(p_then_k).sum())
@@ -250,7 +253,8 @@ show_source(minillm.decoding.MinPProcessor)
 # top-p keeps at least ten times as many):
 
 # %%
-print(f"{'prompt':>6} {'T':>4} {'top_p=0.9 keeps':>16} {'min_p=0.1 keeps':>16}")
+print(f"{Label('prompt'):>6} {'T':>4} {Label('top_p=0.9 keeps'):>16} "
+      f"{Label('min_p=0.1 keeps'):>16}")
 kept_at = {}
 for kind, text in PROMPTS.items():
     lg = next_token_logits(model, tokenizer, text)
@@ -258,7 +262,7 @@ for kind, text in PROMPTS.items():
         by_p = filter_view(lg, top_p=0.9, temperature=t).n_kept
         by_min_p = filter_view(lg, min_p=0.1, temperature=t).n_kept
         kept_at[kind, t] = (by_p, by_min_p)
-        print(f"{kind:>6} {t:>4} {by_p:>16,} {by_min_p:>16,}")
+        print(f"{Label(kind):>6} {t:>4} {by_p:>16,} {by_min_p:>16,}")
 assert all(kept_at[kind, 2.0][0] >= 10 * kept_at[kind, 2.0][1] for kind in PROMPTS)
 
 # %% [markdown]
@@ -359,7 +363,7 @@ fruits = "List of fruits: apple, apple, apple,"
 for fields in [{}, {"presence_penalty": 1.5}, {"frequency_penalty": 1.0},
                {"repetition_penalty": 1.3}]:
     out = minillm.generate(model, tokenizer, fruits, max_new_tokens=12, **fields)
-    print(f"{str(fields) or 'greedy':<28} {out.text!r}")
+    print(f"{Label(str(fields) if fields else 'no penalty'):<28} {out.text!r}")
 
 # %% [markdown]
 # Compare the three yourself. Each slider regenerates only its own text (greedy stays as it
@@ -400,7 +404,8 @@ scores = {penalty: {"repeat-3": averaged(penalty, lambda ids: repeated_ngram_rat
                     "mean logp": averaged(penalty,
                                           lambda ids: mean_logprob(model, prompt_ids, ids))}
           for penalty in PENALTIES}
-print(f"{'repetition_penalty':>18} {'repeat-3':>9} {'distinct-2':>10} {'mean logp':>10}")
+print(f"{'repetition_penalty':>18} {'repeat-3':>9} {'distinct-2':>10} "
+      f"{Label('mean logp'):>10}")
 for penalty, row in scores.items():
     print(f"{penalty:>18} {row['repeat-3']:9.2f} {row['distinct-2']:10.2f} "
           f"{row['mean logp']:10.2f}")
@@ -508,7 +513,7 @@ for name, (start, real) in PASSAGES.items():
     matched = next((i for i, (a, b) in enumerate(zip(said, truth)) if a != b),
                    min(len(said), len(truth)))
     recited[name] = (matched, len(truth))
-    print(f"{name:>14}: {matched} of {len(truth)} words as written; it wrote "
+    print(f"{Label(name):>14}: {matched} of {len(truth)} words as written; it wrote "
           f"{' '.join(said[:12])!r}")
 assert all(matched < total for matched, total in recited.values())
 
@@ -687,7 +692,7 @@ paper = TableModel(["A", "B", "C"], {
     ("B", "A"): {"A": 0.2, "B": 0.2, "C": 0.6},
 })
 for prefix, row in paper.table.items():
-    print(f"after {' '.join(prefix) or '(start)':<8}", dict(zip(paper.vocab, row)))
+    print(f"after {Label(' '.join(prefix) or '(start)'):<8}", dict(zip(paper.vocab, row)))
 
 # %% [markdown]
 # By hand:
@@ -717,7 +722,7 @@ beams = {n: names(beam_search(paper, paper_prompt, GenerationConfig(num_beams=n,
 every = max(product(paper.vocab, repeat=3), key=paper.probability)
 for name, seq in [("greedy loop", greedy_seq), ("beam_search, 1 beam", beams[1]),
                   ("beam_search, 2 beams", beams[2]), ("best of all 27", list(every))]:
-    print(f"{name:<21} {' '.join(seq)}  P = {paper.probability(seq):.3f}")
+    print(f"{Label(name):<21} {' '.join(seq)}  P = {paper.probability(seq):.3f}")
 assert greedy_seq == beams[1] == ["A", "B", "C"] and beams[2] == ["B", "A", "C"]
 assert paper.probability(beams[2]) == paper.probability(every) > paper.probability(greedy_seq)
 
@@ -726,10 +731,25 @@ assert paper.probability(beams[2]) == paper.probability(every) > paper.probabili
 # drop the prefix of the best one as greedy did, and on a real model the likeliest sequences
 # are often the repetitive ones (section 1). It searches wider, at num_beams times the work.
 #
-# The package's beam search:
+# The package's `beam_search` follows transformers' `_beam_search` step for step, so most of its
+# hundred lines keep transformers' rules for finished beams and for when to stop. The search
+# itself is the start of its loop: add each token's log-probability to its beam's total, take
+# the best candidates over all beams at once (which beam each extends, with which token), and
+# keep the best `num_beams` of those that did not end. The rest of the loop moves the ended
+# candidates to a list of finished beams, scored sum(log p) / new_tokens ** length_penalty,
+# and stops once no running beam can beat the worst finished one
+# (`show_source(minillm.decoding.beam_search)` prints all of it).
 
 # %%
-show_source(minillm.decoding.beam_search)
+import inspect  # noqa: E402
+
+from IPython.display import Markdown  # noqa: E402
+
+# the loop's first steps, cut from the package's source (if the code changes, this cell fails)
+source = inspect.getsource(beam_search)
+loop = source[source.index("    while True:"):source.index("        # 3. Ended")]
+display(Markdown(f"```python\n# the start of the loop of {beam_search.__module__}."
+                 f"{beam_search.__name__}\n{loop}```"))
 
 # %%
 ref_model, ref_tokenizer = minillm.load_reference()

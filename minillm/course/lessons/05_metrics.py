@@ -83,10 +83,15 @@ print()
 print(m)
 
 # %% [markdown]
-# The definitions are a few lines each:
+# `.metrics` is a `RequestMetrics` (`minillm/measure/metrics.py`): the start and each token's
+# time, and every metric a property of a few lines computed from them. The three this chapter
+# leans on:
 
 # %%
-show_source(minillm.measure.metrics.RequestMetrics)
+from minillm.measure.metrics import RequestMetrics
+
+for metric in (RequestMetrics.ttft, RequestMetrics.tpot, RequestMetrics.latency):
+    show_source(metric.fget)  # a property's function
 
 # %% [markdown]
 # **Latency = TTFT + TPOT × (n − 1).** The source text writes "TTFT + TPOT × tokens". With n new

@@ -127,13 +127,24 @@ else:
 # A **CUDA graph** (CUDA 图) removes most of those launches: the GPU records one decode step's
 # kernels once and replays them all with a single launch. A replay runs exactly the recorded
 # kernels on the same memory, so the step may not depend on anything Python decides per token:
-# the new token and its position sit in GPU tensors, the new key and value are written at that
-# position tensor, and attention reads every slot of the cache with the later ones masked out
-# (`show_source(minillm.fast.graph.StaticDecodeStep.__call__)`). minillm's fast path replays
-# such a graph for every batch-1 decode step on CUDA; `fast.fused_decode.cuda_graph = False`
-# switches it off. The graphs belong to the model, one per bucket of cache sizes (256 slots,
-# 512, ...: vLLM captures per batch size so): the warm-up run below captures, and every later
-# generation of that size replays, its cache's keys and values moved into the graph's buffers.
+# the new token and its position sit in GPU tensors, and the new key and value are written at
+# that position tensor. minillm's step keeps attention simple: it reads every slot of its
+# cache's bucket with the later ones masked out
+# (`show_source(minillm.fast.graph.StaticDecodeStep.__call__)`), so at token 10 of a 256-slot
+# bucket it still reads all 256 slots. That is minillm's shortcut, not a rule of graphs.
+# Serving engines keep each sequence's length (and its block table) in device tensors too, so
+# the attention kernel inside the graph reads only the filled part of each cache; they capture
+# one graph per padded batch size (1, 2, 4, 8, ... requests: a batch of 5 replays the graph of
+# 8); and vLLM V1 began with piecewise graphs: the layers' matrix multiplies, norms and
+# activations are captured, while attention, whose lengths change every step, runs between
+# the pieces, outside any graph (it has since added whole-step graphs for decode batches
+# where the attention kernel allows them).
+#
+# minillm's fast path replays its graph for every batch-1 decode step on CUDA;
+# `fast.fused_decode.cuda_graph = False` switches it off. The graphs belong to the model, one
+# per bucket of cache sizes (256 slots, 512, ...): the warm-up run below captures, and every
+# later generation of that size replays, its cache's keys and values moved into the graph's
+# buffers.
 
 # %%
 if device.type == "cuda":

@@ -39,6 +39,7 @@ from minillm.engine import BlockManager, ContinuousScheduler, Engine, PagedBatch
 from minillm.measure import TOO_NOISY, Comparison, compare, load_average
 from minillm.tools.bench.batching import (make_workload, memory_use, run_engine,
                                           run_online)
+from minillm.utils.columns import Label  # pads by screen columns: a Chinese character takes two
 from minillm.utils.devices import Timer
 
 CI = bool(os.environ.get("CI"))
@@ -83,6 +84,7 @@ print("new tokens:   ", [w.max_new_tokens for w in work])
 
 # %%
 SEATS = 4
+BATCHING = {"static": "static batching", "continuous": "continuous batching"}  # as printed
 
 
 def new_engine(kind, **options):
@@ -104,10 +106,10 @@ timing = compare(lambda: serve("static"), lambda: serve("continuous"), repeats=R
                  warmup=0, device=device)
 for kind in ["static", "continuous"]:
     run = runs[kind]  # the last repetition
-    print(f"{kind:>10}: {run['new_tokens']} tokens in {run['wall_s']:.1f} s "
+    print(f"{Label(BATCHING[kind]):>19}: {run['new_tokens']} tokens in {run['wall_s']:.1f} s "
           f"= {run['tokens_per_s']:.1f} tokens/s, {len(run['engine'].steps)} forward steps")
 speedup = 1 / timing.ratio
-print(f"continuous batching took {timing.spread_text()} the time of static batching")
+print(f"time, continuous / static batching: {timing.spread_text()}")
 print({True: "continuous batching was slower in every repetition",
        False: f"continuous batching: {speedup:.2f}x the throughput (吞吐量) of static batching",
        None: TOO_NOISY}[timing.above(1.0)])
@@ -136,7 +138,7 @@ fig, axes = plt.subplots(2, 1, figsize=(9, 5.5), sharex=True)
 kinds = set()
 for ax, kind in zip(axes, ["static", "continuous"]):
     kinds |= plot_timeline(ax, runs[kind]["engine"].steps,
-                           f"{kind} batching: {runs[kind]['wall_s']:.1f} s")
+                           f"{BATCHING[kind]}: {runs[kind]['wall_s']:.1f} s")
 axes[1].set_xlabel("seconds")
 timeline_legend(axes[0], kinds)
 plt.tight_layout()
@@ -152,11 +154,12 @@ def row_steps(engine, kinds):
 
 static = runs["static"]["engine"]
 ghost = row_steps(static, {"ghost"}) / row_steps(static, set(COLOURS))
-print(f"static: {ghost:.0%} of the row-steps computed tokens nobody asked for")
+print(f"static batching: {ghost:.0%} of the row-steps computed tokens nobody asked for")
 for kind, run in runs.items():
     e = run["engine"]
     rows = sum(len(s.items) for s in e.steps) / len(e.steps)
-    print(f"{kind:>10}: {rows:.2f} rows per forward pass on average (of {SEATS} seats)")
+    print(f"{Label(BATCHING[kind]):>19}: {rows:.2f} rows per forward pass on average "
+          f"(of {SEATS} seats)")
 
 # %% [markdown]
 # Ghost rows are not the only waste: a static batch also pads every prompt to its longest one.
@@ -203,7 +206,7 @@ for w, t in zip(widths, step_s):
     print(f"{w:>3} {'row: ' if w == 1 else 'rows:'} {1000 * t:6.1f} ms per step, "
           f"{w / t:6.1f} tokens/s")
 wide = compare(steps[1], steps[widths[-1]], repeats=5, device=device)
-print(f"{widths[-1]} rows against 1, interleaved: {wide.spread_text()} the time")
+print(f"time of a step, {widths[-1]} rows / 1 row: {wide.spread_text()}")
 print({True: "the step grows with the rows: the arithmetic sets the time (compute-bound)",
        False: "nearly free: the read of the weights sets the time (memory-bound)",
        None: TOO_NOISY}[wide.above(1.5)])
@@ -264,8 +267,10 @@ block_map_explorer(engine, snapshots)
 # %%
 longest = max(len(w.prompt) + w.max_new_tokens for w in work)
 memory = memory_use(runs["continuous"]["engine"].steps, max_len=longest)
+LAYOUTS = {"paged": "paged", "contiguous_per_request": "contiguous, prompt + max_new",
+           "contiguous_max_length": "contiguous, max length"}  # as printed
 for name, share in memory.items():
-    print(f"{name:>24}: {share:.1%} of the reserved KV memory holds tokens")
+    print(f"{Label(LAYOUTS[name]):>28}: {share:.1%} of the reserved KV memory holds tokens")
 mean_len = sum(len(w.prompt) + w.max_new_tokens for w in work) / len(work)
 print(f"requests here end at {mean_len:.0f} tokens on average; a paged sequence wastes at most "
       f"15 slots of its last block, so longer requests waste a smaller share")
@@ -553,12 +558,15 @@ show_source(ContinuousScheduler.schedule)
 # decoding when a long prompt arrives. With a token budget larger than the prompt, its whole
 # prefill lands in one step; with a small budget (`CHUNK` tokens) it is spread over many. Each run
 # steps a `ClockedEngine` (`minillm/engine/virtual_clock.py`), whose clock moves only by the
-# measured time of the engine's steps:
+# measured time of the engine's steps. `long_prompt_arrival` (`minillm/engine/interference.py`)
+# starts the running requests, steps until each is decoding, adds the long prompt and steps
+# until its first token; over that time it collects the gaps between each running request's
+# tokens. It returns an `Arrival`, which the next cell prints:
 
 # %%
-from minillm.engine.interference import long_prompt_arrival
+from minillm.engine.interference import Arrival, long_prompt_arrival
 
-show_source(long_prompt_arrival)
+show_source(Arrival)
 
 # %%
 LONG, CHUNK = (256, 32) if CI else (512, 64)
@@ -573,7 +581,7 @@ for _ in range(REPEATS):  # interleaved
         arrivals[mode].append(long_prompt_arrival(engine, decoding, long_prompt))
 for mode, results in arrivals.items():
     r = results[-1]
-    print(f"{mode:>8} (budget {r.budget}): {r.steps} steps; running requests' longest gap "
+    print(f"{Label(mode):>8} (budget {r.budget}): {r.steps} steps; running requests' longest gap "
           f"{1000 * r.stall:.0f} ms, mean {1000 * r.mean_gap:.0f} ms; the long prompt's TTFT "
           f"{1000 * r.ttft:.0f} ms")
 stall = Comparison(tuple(r.stall for r in arrivals["whole"]),
@@ -704,17 +712,19 @@ for _ in range(REPEATS):  # interleaved
 # counted in the engines' steps, not timed: the same on any machine, however busy
 for name, served in (("2 colocated", together), ("prefill + decode", split)):
     counts = served.interference
-    print(f"{name:>17}: {counts['stalled decode tokens']:>3} decode tokens waited for a prompt "
-          f"({counts['prompt tokens beside decodes']} prompt tokens computed in their steps)")
+    print(f"{Label(name):>17}: {counts['stalled decode tokens']:>3} decode tokens waited for a "
+          f"prompt ({counts['prompt tokens beside decodes']} prompt tokens computed in their "
+          "steps)")
 for name, rows in pd.items():
-    print(f"{name:>17}: " + ", ".join(f"{k} {1000 * v:.0f} ms" for k, v in rows[-1].items()))
+    print(f"{Label(name):>17}: "
+          + ", ".join(f"{k} {1000 * v:.0f} ms" for k, v in rows[-1].items()))
 print(f"hand-over: {split.handoff_bytes / 2**20:.1f} MiB of KV blocks copied in "
       f"{1000 * split.handoff_seconds:.1f} ms for {PD_N} prompts")
 for key in ("TPOT p90", "longest gap", "TTFT p50"):
     c = Comparison(tuple(r[key] for r in pd["2 colocated"]),
                    tuple(r[key] for r in pd["prefill + decode"]))
     verdict = {True: "higher", False: "lower", None: TOO_NOISY}[c.above(1.0)]
-    print(f"{key:>12}, disaggregated / colocated: {c.spread_text()}: {verdict}")
+    print(f"{Label(key):>12}, disaggregated / colocated: {c.spread_text()}: {verdict}")
 
 # %% [markdown]
 # Read the counts first: the decode machine's steps never carry a prompt, so no decode token of

@@ -17,7 +17,7 @@
 #
 # 下面的每个数字都是在这次运行中测出来的。
 
-# %% en=73706855
+# %% en=4205aa1e
 import math
 import os
 
@@ -30,6 +30,7 @@ import minillm
 from minillm.course import show_source
 from minillm.decoding import GenerationConfig
 from minillm.course.text_quality import distinct_n, mean_logprob, repeated_ngram_rate
+from minillm.utils.columns import Label  # 按屏幕列宽补齐：一个汉字占两列
 from minillm.utils.devices import Timer
 
 CI = bool(os.environ.get("CI"))
@@ -47,10 +48,10 @@ print(f"CI={CI}：每次生成 {N} 个新词元，设备 {model.device}，"
 #
 # - **distinct-2**：不同的 2-gram 数 / 全部 2-gram 数（1.0 表示没有任何重复）；
 # - **3-gram 重复率**（repeat-3）：前面已经出现过的 3-gram 所占的比例（0.0 表示没有循环）；
-# - 新词元在模型下的**平均对数概率**（mean logp，越高说明越“符合预期”）；
+# - 新词元在模型下的**平均对数概率**（mean logp，下面记作“平均 logp”，越高说明越“符合预期”）；
 # - **用时**。
 
-# %% en=6c1f8561
+# %% en=54d7cfe0
 PROMPT = "Once upon a time, there was a little robot who"  # 意思是“从前，有一个小机器人，它……”
 prompt_ids = tokenizer.encode(PROMPT)
 STRATEGIES = {
@@ -74,9 +75,10 @@ def measure(fields, prompt_ids=prompt_ids, max_new_tokens=N):
 
 results = {name: measure(f, max_new_tokens=N_LOOP)
            for name, f in tqdm(STRATEGIES.items(), desc="策略")}
-print(f"{'策略':28} {'distinct-2':>10} {'repeat-3':>9} {'mean logp':>10} {'用时 s':>7}")
+print(f"{Label('策略'):28} {'distinct-2':>10} {'repeat-3':>9} {Label('平均 logp'):>10} "
+      f"{Label('用时 s'):>7}")
 for name, r in results.items():
-    print(f"{name:28} {r['distinct-2']:10.2f} {r['repeat-3']:9.2f} {r['mean logp']:10.2f} "
+    print(f"{Label(name):28} {r['distinct-2']:10.2f} {r['repeat-3']:9.2f} {r['mean logp']:10.2f} "
           f"{r['seconds']:7.2f}")
 
 # %% en=83a09eaf
@@ -97,7 +99,7 @@ loop_rate = min(g["repeat-3"], b["repeat-3"])
 most_sampled = max(r["repeat-3"] for r in sampled)
 print(f"repeat-3：贪心解码 {g['repeat-3']:.2f}，束搜索 {b['repeat-3']:.2f}；采样的文本最高 "
       f"{most_sampled:.2f}")
-print(f"mean logp：贪心解码 {g['mean logp']:.2f}，束搜索 {b['mean logp']:.2f}，"
+print(f"平均 logp：贪心解码 {g['mean logp']:.2f}，束搜索 {b['mean logp']:.2f}，"
       f"采样 {s['mean logp']:.2f}")
 print(f"束搜索的用时是贪心解码的 {b['seconds'] / g['seconds']:.1f} 倍")
 assert loop_rate >= 0.10 and loop_rate >= 3 * most_sampled, (loop_rate, most_sampled)
@@ -192,16 +194,17 @@ show_source(minillm.decoding.TopPProcessor)
 # 有用的词元；分布**尖锐**时（只有一个正确答案），k 取大了又会放进噪声。top-p 则会根据分布
 # 自己调整保留的个数。
 
-# %% en=b9612cce
+# %% en=1c80bbf5
 from minillm.course.widgets import filter_view  # noqa: E402
 
 # “我最喜欢的食物是”（平坦），“法国的首都是”（尖锐）
-PROMPTS = {"flat": "My favourite food is", "peaked": "The capital of France is"}
+FLAT, PEAKED = "平坦", "尖锐"  # 两个提示词打印出来的名字
+PROMPTS = {FLAT: "My favourite food is", PEAKED: "The capital of France is"}
 for kind, text in PROMPTS.items():
     lg = next_token_logits(model, tokenizer, text)
     k5, k50, p9 = (filter_view(lg, top_k=5), filter_view(lg, top_k=50),
                    filter_view(lg, top_p=0.9))
-    print(f"{kind:6} {text!r}")
+    print(f"{Label(kind):6} {text!r}")
     print(f"   top_k=5   保留 {k5.n_kept:5} 个词元，合计概率 {k5.kept_mass:6.1%}")
     print(f"   top_k=50  保留 {k50.n_kept:5} 个词元，合计概率 {k50.kept_mass:6.1%}")
     print(f"   top_p=0.9 保留 {p9.n_kept:4} 个词元，合计概率 {p9.kept_mass:6.1%}")
@@ -214,10 +217,10 @@ for kind, text in PROMPTS.items():
 # **两者一起用，以及先后顺序。** transformers 先做 top-k，再在重新归一化后的幸存者上做 top-p；
 # 也有资料说先做 top-p。顺序有影响吗？两种顺序各算一遍保留的集合，比一比：
 
-# %% en=ac957b12
+# %% en=66883b25
 from minillm.decoding import TopKProcessor, TopPProcessor  # noqa: E402
 
-lg = next_token_logits(model, tokenizer, PROMPTS["flat"])[None]
+lg = next_token_logits(model, tokenizer, PROMPTS[FLAT])[None]
 k_then_p = TopPProcessor(0.5)(None, TopKProcessor(10)(None, lg))
 p_then_k = TopKProcessor(10)(None, TopPProcessor(0.5)(None, lg))
 kept_kp, kept_pk = int(torch.isfinite(k_then_p).sum()), int(torch.isfinite(p_then_k).sum())
@@ -245,8 +248,9 @@ show_source(minillm.decoding.MinPProcessor)
 # min-p 的门槛则只随最可能的词元变化。下面是在两个提示词上、随着温度升高，`top_p=0.9` 和
 # `min_p=0.1` 各保留多少个词元（下面的检查：T = 2 时，top-p 保留的个数至少是 min-p 的十倍）：
 
-# %% en=17d9b7c6
-print(f"{'prompt':>6} {'T':>4} {'top_p=0.9 keeps':>16} {'min_p=0.1 keeps':>16}")
+# %% en=fc6b8813
+print(f"{Label('提示词'):>6} {'T':>4} {Label('top_p=0.9 保留'):>16} "
+      f"{Label('min_p=0.1 保留'):>16}")
 kept_at = {}
 for kind, text in PROMPTS.items():
     lg = next_token_logits(model, tokenizer, text)
@@ -254,7 +258,7 @@ for kind, text in PROMPTS.items():
         by_p = filter_view(lg, top_p=0.9, temperature=t).n_kept
         by_min_p = filter_view(lg, min_p=0.1, temperature=t).n_kept
         kept_at[kind, t] = (by_p, by_min_p)
-        print(f"{kind:>6} {t:>4} {by_p:>16,} {by_min_p:>16,}")
+        print(f"{Label(kind):>6} {t:>4} {by_p:>16,} {by_min_p:>16,}")
 assert all(kept_at[kind, 2.0][0] >= 10 * kept_at[kind, 2.0][1] for kind in PROMPTS)
 
 # %% [markdown] en=ca93c630
@@ -268,7 +272,7 @@ for name, fields in tqdm([("top_p=0.9", {"top_p": 0.9}), ("min_p=0.1", {"min_p":
     outs = [minillm.generate(model, tokenizer, prompt_ids, max_new_tokens=N, do_sample=True,
                              temperature=1.5, seed=seed, **fields) for seed in range(3)]
     hot[name] = sum(mean_logprob(model, prompt_ids, o.token_ids) for o in outs) / len(outs)
-    print(f"T=1.5，{name}：mean logp {hot[name]:.2f}\n  {PROMPT}{outs[0].text!r}")
+    print(f"T=1.5，{name}：平均 logp {hot[name]:.2f}\n  {PROMPT}{outs[0].text!r}")
 assert hot["min_p=0.1"] > hot["top_p=0.9"] + 1.0, hot  # 每个词元的概率至少高 1 nat
 
 # %% [markdown] en=6b3b23e2
@@ -347,12 +351,12 @@ for name, rule in rules.items():
 # 只有重复惩罚动了提示词里的词元 4；只有频率惩罚对词元 1 的惩罚是词元 2 的两倍。再到模型上看，
 # 用一个简直在求着模型重复的提示词：
 
-# %% en=3eecc405
+# %% en=854602b0
 fruits = "List of fruits: apple, apple, apple,"  # 意思是“水果清单：苹果，苹果，苹果，”
 for fields in [{}, {"presence_penalty": 1.5}, {"frequency_penalty": 1.0},
                {"repetition_penalty": 1.3}]:
     out = minillm.generate(model, tokenizer, fruits, max_new_tokens=12, **fields)
-    print(f"{str(fields) or 'greedy':<28} {out.text!r}")
+    print(f"{Label(str(fields) if fields else '不加惩罚'):<28} {out.text!r}")
 
 # %% [markdown] en=0b659473
 # 自己比一比这三种规则。每个滑块只重新生成它自己那一行的文本（贪心解码那一行保持不变）；
@@ -372,7 +376,7 @@ repetition_explorer(model, tokenizer, max_new_tokens=N)
 # 选了 1.2），1.8 要强得多。下面比较三种惩罚系数，其余设置都同上，只是把 200 个新词元换成 80 个
 # （跑得短一些，效果已经能看出来），每种各用三个随机种子：
 
-# %% en=6ee38031
+# %% en=e11d0b25
 PENALTIES, SEEDS = [1.0, 1.2, 1.8], range(3)
 typical_length = 40 if CI else 80
 typical = {}  # 惩罚系数 -> 每个种子一个 Generation
@@ -392,7 +396,8 @@ scores = {penalty: {"repeat-3": averaged(penalty, lambda ids: repeated_ngram_rat
                     "mean logp": averaged(penalty,
                                           lambda ids: mean_logprob(model, prompt_ids, ids))}
           for penalty in PENALTIES}
-print(f"{'repetition_penalty':>18} {'repeat-3':>9} {'distinct-2':>10} {'mean logp':>10}")
+print(f"{'repetition_penalty':>18} {'repeat-3':>9} {'distinct-2':>10} "
+      f"{Label('平均 logp'):>10}")
 for penalty, row in scores.items():
     print(f"{penalty:>18} {row['repeat-3']:9.2f} {row['distinct-2']:10.2f} "
           f"{row['mean logp']:10.2f}")
@@ -414,7 +419,7 @@ for penalty in (1.2, 1.8):
 
 # %% en=a1756f25
 fluency_drop = scores[1.0]["mean logp"] - scores[1.8]["mean logp"]
-print(f"repetition_penalty=1.8 时 mean logp 每个词元下降 {fluency_drop:.2f} nat；1.2 时下降 "
+print(f"repetition_penalty=1.8 时平均 logp 每个词元下降 {fluency_drop:.2f} nat；1.2 时下降 "
       f"{scores[1.0]['mean logp'] - scores[1.2]['mean logp']:.2f}")
 assert scores[1.8]["repeat-3"] <= scores[1.0]["repeat-3"]
 assert fluency_drop >= 1.0, fluency_drop
@@ -465,20 +470,20 @@ for t, p in tqdm([(0.3, 0.5), (0.7, 0.9), (1.2, 0.95)], desc="设置"):
 # 印刷过无数次的名句，它们肯定在 SmolLM2 的训练数据里。每个提示词是一段名句的开头；我们数一数
 # T = 0.01 的续写在出现第一处不同之前，有多少个词与原文一致。
 
-# %% en=e1ad1ddd
+# %% en=ab17cbf3
 import re  # noqa: E402
 
 # 《哈姆雷特》“生存还是毁灭”，《麦克白》“明天，明天，明天”，美国《独立宣言》“人人生而平等”
 PASSAGES = {
-    "Hamlet": ("To be, or not to be, that is the question:\nWhether 'tis nobler in the mind to "
-               "suffer\n", "The slings and arrows of outrageous fortune, Or to take arms "
-               "against a sea of troubles"),
-    "Macbeth": ("Tomorrow, and tomorrow, and tomorrow,\nCreeps in this petty pace from day to "
-                "day,\n", "To the last syllable of recorded time; And all our yesterdays have "
-                "lighted fools"),
-    "US Declaration": ("We hold these truths to be self-evident, that all men are created "
-                       "equal,", "that they are endowed by their Creator with certain "
-                       "unalienable Rights"),
+    "哈姆雷特": ("To be, or not to be, that is the question:\nWhether 'tis nobler in the mind "
+                 "to suffer\n", "The slings and arrows of outrageous fortune, Or to take arms "
+                 "against a sea of troubles"),
+    "麦克白": ("Tomorrow, and tomorrow, and tomorrow,\nCreeps in this petty pace from day to "
+               "day,\n", "To the last syllable of recorded time; And all our yesterdays have "
+               "lighted fools"),
+    "独立宣言": ("We hold these truths to be self-evident, that all men are created "
+                 "equal,", "that they are endowed by their Creator with certain "
+                 "unalienable Rights"),
 }
 
 
@@ -494,7 +499,7 @@ for name, (start, real) in PASSAGES.items():
     matched = next((i for i, (a, b) in enumerate(zip(said, truth)) if a != b),
                    min(len(said), len(truth)))
     recited[name] = (matched, len(truth))
-    print(f"{name:>14}：{len(truth)} 个词中有 {matched} 个与原文一致；它写的是 "
+    print(f"{Label(name):>14}：{len(truth)} 个词中有 {matched} 个与原文一致；它写的是 "
           f"{' '.join(said[:12])!r}")
 assert all(matched < total for matched, total in recited.values())
 
@@ -655,7 +660,7 @@ for seed in answers:
 # 再给每种已生成的序列配一张下一个词元的概率表（`minillm.course.table_model.TableModel`；
 # 表里没有列出的序列，三个词元各得 1/3）。我们解码三个词元。
 
-# %% en=118ec029
+# %% en=40166993
 from minillm.decoding import beam_search  # noqa: E402
 from minillm.generation.agreement import agree, beams_agree  # noqa: E402
 from minillm.course.table_model import TableModel  # noqa: E402
@@ -668,7 +673,7 @@ paper = TableModel(["A", "B", "C"], {
     ("B", "A"): {"A": 0.2, "B": 0.2, "C": 0.6},
 })
 for prefix, row in paper.table.items():
-    print(f"在 {' '.join(prefix) or '(start)':<8} 之后", dict(zip(paper.vocab, row)))
+    print(f"在 {Label(' '.join(prefix) or '（开头）'):<8} 之后", dict(zip(paper.vocab, row)))
 
 # %% [markdown] en=5216565a
 # 手算一遍：
@@ -682,7 +687,7 @@ for prefix, row in paper.table.items():
 # 概率跟着 A。现在在同一个模型上运行本包的 `beam_search`（下面会拿它和 transformers 对照），
 # 并与贪心循环、以及全部 27 种可能的序列相比较：
 
-# %% en=7bac77d5
+# %% en=6c2fe127
 from itertools import product  # noqa: E402
 
 paper_prompt = [0]  # 只有一个词元的提示词；概率表只看它之后的词元
@@ -697,19 +702,32 @@ beams = {n: names(beam_search(paper, paper_prompt, GenerationConfig(num_beams=n,
 every = max(product(paper.vocab, repeat=3), key=paper.probability)
 for name, seq in [("贪心循环", greedy_seq), ("beam_search，1 条束", beams[1]),
                   ("beam_search，2 条束", beams[2]), ("27 种里最好的", list(every))]:
-    print(f"{name:<21} {' '.join(seq)}  P = {paper.probability(seq):.3f}")
+    print(f"{Label(name):<21} {' '.join(seq)}  P = {paper.probability(seq):.3f}")
 assert greedy_seq == beams[1] == ["A", "B", "C"] and beams[2] == ["B", "A", "C"]
 assert paper.probability(beams[2]) == paper.probability(every) > paper.probability(greedy_seq)
 
-# %% [markdown] en=0f0d4309
+# %% [markdown] en=5da1aaf4
 # 束搜索也不保证能找到最好的序列：束太少时，它也会像贪心解码那样丢掉最优序列的前缀；而在真实
 # 模型上，最可能的序列往往恰恰是那些重复的序列（第 1 节）。它搜得更宽，代价是 num_beams 倍的
 # 计算量。
 #
-# 本包的束搜索：
+# 本包的 `beam_search` 一步一步照着 transformers 的 `_beam_search` 写，所以它那一百来行大多在
+# 遵循 transformers 关于已结束的束、以及何时停止的规则。搜索本身就是它循环的开头：把每个词元的
+# 对数概率加到它那条束的总分上，在所有束上一起挑出最好的候选（每个候选接在哪条束后面、接的是哪个
+# 词元），再从没有结束的候选里留下最好的 `num_beams` 个。循环的其余部分把已经结束的候选移进
+# 已完成的束的列表，打分为 sum(log p) / new_tokens ** length_penalty，并在没有哪条运行中的束还能
+# 胜过最差的已完成束时停止（`show_source(minillm.decoding.beam_search)` 会打印全部代码）。
 
-# %% en=1367946e
-show_source(minillm.decoding.beam_search)
+# %% en=e248e3c9
+import inspect  # noqa: E402
+
+from IPython.display import Markdown  # noqa: E402
+
+# 循环开头的几步，从本包的源代码里截出来（代码一改，这个单元格就会报错）
+source = inspect.getsource(beam_search)
+loop = source[source.index("    while True:"):source.index("        # 3. Ended")]
+display(Markdown(f"```python\n# {beam_search.__module__}.{beam_search.__name__} 的循环开头\n"
+                 f"{loop}```"))
 
 # %% en=cc16a4b5
 ref_model, ref_tokenizer = minillm.load_reference()
@@ -730,5 +748,5 @@ for beams in [1, 3]:
 # repetition_penalty 和 no_repeat_ngram_size（`tests/test_decoding_smollm2.py`）；每个处理器
 # 还各自在 120 组随机用例上与 transformers 中对应的处理器对照（`tests/test_decoding_processors.py`）。
 #
-# **下一步：**练习 `exercises/04_decoding.ipynb`——亲手写出温度、top-k、top-p、重复惩罚和
+# **下一步：**练习 `exercises/zh/04_decoding.ipynb`——亲手写出温度、top-k、top-p、重复惩罚和
 # 束搜索的一步。

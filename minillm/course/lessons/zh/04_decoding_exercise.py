@@ -9,7 +9,7 @@
 # 处理器（`minillm/decoding/processors.py`）作对比，并直接告诉你哪里不一样。被去掉的词元，
 # 分数记为 `-inf`。
 #
-# 运行 `pytest --nbval-lax exercises/zh/04_decoding.ipynb` 可以检查整个笔记本。
+# 运行 `pytest --nbval-lax exercises/zh/04_decoding.ipynb` 可以检查整个 notebook。
 
 # %% en=c13b787f
 import torch

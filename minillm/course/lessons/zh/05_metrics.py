@@ -83,11 +83,15 @@ print(out.text)
 print()
 print(m)
 
-# %% [markdown] en=0d2e9f11
-# 这些定义每个只有几行：
+# %% [markdown] en=f5174413
+# `.metrics` 是一个 `RequestMetrics`（`minillm/measure/metrics.py`）：它记下开始时间和每个词元的
+# 时间，每个指标都是由它们算出来的一个只有几行的 property。本章用得最多的是这三个：
 
-# %% en=69171bc1
-show_source(minillm.measure.metrics.RequestMetrics)
+# %% en=ef9c4b27
+from minillm.measure.metrics import RequestMetrics
+
+for metric in (RequestMetrics.ttft, RequestMetrics.tpot, RequestMetrics.latency):
+    show_source(metric.fget)  # property 背后的函数
 
 # %% [markdown] en=155a3638
 # **延迟 = TTFT + TPOT × (n − 1)。** 原始资料写的是“TTFT + TPOT × 词元数”。有 n 个新词元时，
@@ -149,7 +153,7 @@ print(f"TPOT {1000 * m.tpot:.1f} ms = 每秒 {m.decode_tokens_per_second:.1f} �
 #
 # 下面的图表流式地运行一次生成，随着词元到达画出每个词元的延迟：第一根柱子是 TTFT（橙色），其余
 # 的是与上一个词元的间隔，那条线是累计的 TPOT。换一个提示词再点*生成*，就能试你自己的；它在模型
-# 所在的设备上运行。勾上*对话模板*时（和第 04 章的试验场一样），你的文字会以用户消息的身份、按模型
+# 所在的设备上运行。勾上*对话模板*时（和第 04 章的演练场一样），你的文字会以用户消息的身份、按模型
 # 的对话格式交给模型，于是一条指令会得到回答；取消勾选，就把原文直接交给模型去续写。模型只懂英文，
 # 提示词请用英文写。
 #
@@ -524,7 +528,7 @@ assert x_error < w_error / 10  # 舍入 x 的代价远小于舍入权重的代�
 #
 # 在 GPU 上，一个 135M 模型批大小为 1 的解码并不受带宽限制：H100 读完 SmolLM2 那 540 MB 的 float32
 # 权重只需约 0.2 ms，而一个解码步要发起好几百个小算子（30 层，每层十几个操作），每个要花几微秒。
-# 决定节奏的是这些启动，而不是字节数；这就是 CUDA graphs 和 `torch.compile` 在 GPU 上如此重要的
+# 决定节奏的是这些启动，而不是字节数；这就是 CUDA 图和 `torch.compile` 在 GPU 上如此重要的
 # 原因。附录 05b 在 CUDA GPU 上运行时会把它测出来。
 
 # %% [markdown] en=f1122a54
@@ -580,7 +584,7 @@ for name, (peak, read) in published.items():
 # %% [markdown] en=27700743
 # TPU 的屋脊点和数据中心 GPU 的一样，落在右边每字节几百 FLOP 处：在那里，批大小为 1 的解码和在这里
 # 一样受带宽限制，只有大批量才能用上它的算力。不同的是软件：XLA 预先把整个一步编译成一个程序，而
-# 不是分别启动几百个算子（GPU 上 CUDA graphs 做的就是这件事）。
+# 不是分别启动几百个算子（GPU 上 CUDA 图做的就是这件事）。
 #
 # ## 8 · 延迟与模型大小
 #
@@ -699,7 +703,7 @@ print(f"离线（一堆文档）：批大小 {best_throughput[0]} -> "
 #   CPU 核几行之后就是这样。GPU 或 TPU 的屋脊点还要往右几百 FLOP 每字节。
 # - 预填充是计算受限的；512 个输入词元是否比 8 个输出词元便宜，取决于机器算术与带宽之比，这个比值
 #   我们测过了。
-# - 在繁忙的机器上测出的结论，要让两边轮流跑、重复几次，重复之间不一致时就说“too noisy to call”
-#   （噪声太大，无法判断）。
-# - 练习 notebook `exercises/05_metrics.ipynb` 从原始时间戳算出这些指标，并把一步放到屋顶线上。选读的
+# - 在繁忙的机器上测出的结论，要让两边轮流跑、重复几次，重复之间不一致时就说
+#   “噪声太大，无法下结论”。
+# - 练习 notebook `exercises/zh/05_metrics.ipynb` 从原始时间戳算出这些指标，并把一步放到屋顶线上。选读的
 #   附录 `05b_fast_engine` 打开了快速引擎。第 06 章在它们之上搭建连续批处理。

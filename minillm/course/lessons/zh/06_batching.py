@@ -25,7 +25,7 @@
 # 引擎在 `minillm/engine/` 里。下面的每个数字都是在这次运行中测出来的。设置了环境变量 `CI` 时（课程的
 # 测试会设），规模会缩小。
 
-# %% en=c27a8c2a
+# %% en=1b83592d
 import os
 import time
 
@@ -38,6 +38,7 @@ from minillm.engine import BlockManager, ContinuousScheduler, Engine, PagedBatch
 from minillm.measure import TOO_NOISY, Comparison, compare, load_average
 from minillm.tools.bench.batching import (make_workload, memory_use, run_engine,
                                           run_online)
+from minillm.utils.columns import Label  # 按屏幕列宽补齐：一个汉字占两列
 from minillm.utils.devices import Timer
 
 CI = bool(os.environ.get("CI"))
@@ -77,8 +78,9 @@ print("新词元数：    ", [w.max_new_tokens for w in work])
 # 两次运行交替进行，各 `REPEATS` 次，这样机器上别的活动两边都会碰上（`minillm.measure.compare`）；只有
 # 每次重复都一致时才打印结论。
 
-# %% en=a482a684
+# %% en=77b4b2e7
 SEATS = 4
+BATCHING = {"static": "静态批处理", "continuous": "连续批处理"}  # 打印出来的名字
 
 
 def new_engine(kind, **options):
@@ -100,10 +102,10 @@ timing = compare(lambda: serve("static"), lambda: serve("continuous"), repeats=R
                  warmup=0, device=device)
 for kind in ["static", "continuous"]:
     run = runs[kind]  # 最后一次重复
-    print(f"{kind:>10}：{run['new_tokens']} 个词元，用时 {run['wall_s']:.1f} s "
+    print(f"{Label(BATCHING[kind]):>19}：{run['new_tokens']} 个词元，用时 {run['wall_s']:.1f} s "
           f"= 每秒 {run['tokens_per_s']:.1f} 个词元，{len(run['engine'].steps)} 次前向")
 speedup = 1 / timing.ratio
-print(f"连续批处理用时是静态批处理的 {timing.spread_text()}")
+print(f"用时，连续批处理 / 静态批处理：{timing.spread_text()}")
 print({True: "每次重复里连续批处理都更慢",
        False: f"连续批处理：吞吐量是静态批处理的 {speedup:.2f} 倍",
        None: TOO_NOISY}[timing.above(1.0)])
@@ -125,14 +127,14 @@ print("输出相同，比较方式：", rule(model), "：", same)
 # 最后一次重复的时间线说明了原因。每一行是一个请求；每一段是它参与的一次前向传播（预填充、解码，或
 # 幽灵：已经结束的行仍在被计算）。
 
-# %% en=13a5dd57
+# %% en=9f723b65
 from minillm.course.widgets.batching import COLOURS, plot_timeline, timeline_legend
 
 fig, axes = plt.subplots(2, 1, figsize=(9, 5.5), sharex=True)
 kinds = set()
 for ax, kind in zip(axes, ["static", "continuous"]):
     kinds |= plot_timeline(ax, runs[kind]["engine"].steps,
-                           f"{kind} 批处理：{runs[kind]['wall_s']:.1f} s")
+                           f"{BATCHING[kind]}：{runs[kind]['wall_s']:.1f} s")
 axes[1].set_xlabel("秒")
 timeline_legend(axes[0], kinds)
 plt.tight_layout()
@@ -141,18 +143,18 @@ plt.show()
 # %% [markdown] en=93611328
 # 静态批处理的工作中有多少浪费在幽灵行上，批又装得有多满？
 
-# %% en=16709449
+# %% en=e268b726
 def row_steps(engine, kinds):
     return sum(1 for s in engine.steps for _, _, k in s.items if k in kinds)
 
 
 static = runs["static"]["engine"]
 ghost = row_steps(static, {"ghost"}) / row_steps(static, set(COLOURS))
-print(f"static：{ghost:.0%} 的行步在计算没人要的词元")
+print(f"静态批处理：{ghost:.0%} 的行步在计算没人要的词元")
 for kind, run in runs.items():
     e = run["engine"]
     rows = sum(len(s.items) for s in e.steps) / len(e.steps)
-    print(f"{kind:>10}：平均每次前向 {rows:.2f} 行（共 {SEATS} 个座位）")
+    print(f"{Label(BATCHING[kind]):>19}：平均每次前向 {rows:.2f} 行（共 {SEATS} 个座位）")
 
 # %% [markdown] en=aa5533b5
 # 幽灵行并不是唯一的浪费：静态批还要把每个提示词填充到批里最长的那个。`StepRecord.computed_rows` 记下
@@ -171,7 +173,7 @@ print(f"静态批处理算的词元位置是连续批处理的 {work_ratio:.2f} 
 # 省下的工作能不能变成省下的时间，取决于一个问题：一次前向传播带的行越多，代价会不会越高？在几个批宽度
 # 下给一个解码步计时（每行一个新词元，每行 64 个词元的上下文）：
 
-# %% en=e4d06beb
+# %% en=8602055a
 from matplotlib.ticker import NullLocator
 
 from minillm.engine import PagedKVPool, paged_forward
@@ -197,7 +199,7 @@ for w, t in zip(widths, step_s):
     print(f"{w:>3} {'行：' if w == 1 else '行：'} 每步 {1000 * t:6.1f} ms，"
           f"每秒 {w / t:6.1f} 个词元")
 wide = compare(steps[1], steps[widths[-1]], repeats=5, device=device)
-print(f"{widths[-1]} 行对比 1 行，交替计时：用时是它的 {wide.spread_text()}")
+print(f"一步的用时，{widths[-1]} 行 / 1 行：{wide.spread_text()}")
 print({True: "一步的用时随行数增长：算术决定用时（计算受限）",
        False: "几乎不要钱：读权重决定用时（带宽受限）",
        None: TOO_NOISY}[wide.above(1.5)])
@@ -249,11 +251,13 @@ block_map_explorer(engine, snapshots)
 # %% [markdown] en=c7513a6d
 # 在连续批处理的整次运行中（每一步按它装着的词元数加权）：
 
-# %% en=6fbb20dc
+# %% en=506cb55c
 longest = max(len(w.prompt) + w.max_new_tokens for w in work)
 memory = memory_use(runs["continuous"]["engine"].steps, max_len=longest)
+LAYOUTS = {"paged": "分页", "contiguous_per_request": "连续存储，提示词 + max_new",
+           "contiguous_max_length": "连续存储，最大长度"}  # 打印出来的名字
 for name, share in memory.items():
-    print(f"{name:>24}：预留的 KV 内存中有 {share:.1%} 装着词元")
+    print(f"{Label(LAYOUTS[name]):>28}：预留的 KV 内存中有 {share:.1%} 装着词元")
 mean_len = sum(len(w.prompt) + w.max_new_tokens for w in work) / len(work)
 print(f"这里的请求平均在 {mean_len:.0f} 个词元处结束；分页的序列最多浪费最后一个块里的 "
       f"15 个槽，所以请求越长，浪费的比例越小")
@@ -523,20 +527,23 @@ print(f"{tight.blocks.num_blocks} 个块供 4 个请求用：{tight.scheduler.nu
 # %% en=4248f9ee
 show_source(ContinuousScheduler.schedule)
 
-# %% [markdown] en=2037d68d
+# %% [markdown] en=8ee8034f
 # ## 9 · 实测分块预填充
 #
 # 为什么要把提示词切成块？一步里的预填充和解码是一起跑的，每个运行中的请求都要等整步跑完，才能拿到它的
 # 下一个词元。这里有四个请求正在解码，这时来了一个长提示词。词元预算比提示词大时，它的整个预填充落在
 # 一步里；预算小时（`CHUNK` 个词元），它分散到许多步里。每次运行都驱动一个 `ClockedEngine`
-# （`minillm/engine/virtual_clock.py`），它的时钟只按引擎各步实测的用时前进：
+# （`minillm/engine/virtual_clock.py`），它的时钟只按引擎各步实测的用时前进。
+# `long_prompt_arrival`（`minillm/engine/interference.py`）先启动那几个运行中的请求，一步步跑到
+# 它们都在解码，再加入长提示词，一直跑到它的第一个词元；这期间，它记下每个运行中请求相邻两个词元
+# 之间的间隔。它返回一个 `Arrival`，由下一个单元格打印出来：
 
-# %% en=309bec7a
-from minillm.engine.interference import long_prompt_arrival
+# %% en=759ad8e7
+from minillm.engine.interference import Arrival, long_prompt_arrival
 
-show_source(long_prompt_arrival)
+show_source(Arrival)
 
-# %% en=1c08eff3
+# %% en=9293e7b2
 LONG, CHUNK = (256, 32) if CI else (512, 64)
 long_prompt = make_workload(tokenizer, 1, prompt_lengths=(LONG, LONG), output_lengths=(1, 1),
                             seed=5)[0].prompt
@@ -549,7 +556,7 @@ for _ in range(REPEATS):  # 交替进行
         arrivals[mode].append(long_prompt_arrival(engine, decoding, long_prompt))
 for mode, results in arrivals.items():
     r = results[-1]
-    print(f"{mode:>8}（预算 {r.budget}）：{r.steps} 步；运行中请求的最长间隔 "
+    print(f"{Label(mode):>8}（预算 {r.budget}）：{r.steps} 步；运行中请求的最长间隔 "
           f"{1000 * r.stall:.0f} ms，平均 {1000 * r.mean_gap:.0f} ms；长提示词的 TTFT "
           f"{1000 * r.ttft:.0f} ms")
 stall = Comparison(tuple(r.stall for r in arrivals["整块"]),
@@ -652,7 +659,7 @@ show_source(DecodeScheduler.receive)
 # 公平的比较在两种方式下都用同样的两台机器：两个普通引擎轮流各服务一半的请求，对比一个预填充引擎加一个
 # 解码引擎。同样的请求在两边都按同样的泊松时刻到达：
 
-# %% en=1545d691
+# %% en=92ad7a1c
 PD_N = 6 if CI else 8
 pd_work = make_workload(tokenizer, PD_N, prompt_lengths=(32, 96 if CI else 160),
                         output_lengths=(8, 12 if CI else 24), seed=3)
@@ -670,17 +677,18 @@ for _ in range(REPEATS):  # 交替进行
 # 在引擎记录的步里数出来，不是计时：在任何机器上、无论多忙都一样
 for name, served in (("2 个同置引擎", together), ("预填充 + 解码", split)):
     counts = served.interference
-    print(f"{name:>17}：{counts['stalled decode tokens']:>3} 个解码词元等过提示词"
+    print(f"{Label(name):>17}：{counts['stalled decode tokens']:>3} 个解码词元等过提示词"
           f"（这些步里算了 {counts['prompt tokens beside decodes']} 个提示词词元）")
 for name, rows in pd.items():
-    print(f"{name:>17}：" + "，".join(f"{k} {1000 * v:.0f} ms" for k, v in rows[-1].items()))
+    print(f"{Label(name):>17}："
+          + "，".join(f"{k} {1000 * v:.0f} ms" for k, v in rows[-1].items()))
 print(f"交接：为 {PD_N} 个提示词复制了 {split.handoff_bytes / 2**20:.1f} MiB 的 KV 块，"
       f"用时 {1000 * split.handoff_seconds:.1f} ms")
 for key in ("TPOT p90", "最长间隔", "TTFT p50"):
     c = Comparison(tuple(r[key] for r in pd["2 个同置引擎"]),
                    tuple(r[key] for r in pd["预填充 + 解码"]))
     verdict = {True: "更高", False: "更低", None: TOO_NOISY}[c.above(1.0)]
-    print(f"{key:>12}，分离 / 同置：{c.spread_text()}：{verdict}")
+    print(f"{Label(key):>12}，分离 / 同置：{c.spread_text()}：{verdict}")
 
 # %% [markdown] en=436ca9cf
 # 先读计数：解码机器的步里从不带提示词，所以它的解码词元没有一个要等提示词。这正是分离所消除的干扰；它是
@@ -695,17 +703,17 @@ for key in ("TPOT p90", "最长间隔", "TTFT p50"):
 # %% en=b68cd34a
 print(f"连续 / 静态的吞吐量：             {speedup:.2f}x")
 print(f"静态 / 连续计算的行数：           {work_ratio:.2f}x")
-print(f"静态批处理，幽灵行步：           {ghost:.0%}")
+print(f"静态批处理，幽灵行步：            {ghost:.0%}")
 print(f"KV 内存 已用 / 预留，分页：       {memory['paged']:.0%}")
 print(f"  连续存储（提示词 + max_new）：  {memory['contiguous_per_request']:.0%}")
 print(f"前缀缓存：计算的提示词词元 {prefix[False][2]} -> {prefix[True][2]}")
-print(f"多轮对话，全部缓存：             基数树 {hits['基数树（SGLang）'][-1]:.0%}，"
+print(f"多轮对话，全部缓存：              基数树 {hits['基数树（SGLang）'][-1]:.0%}，"
       f"块哈希 {hits['块哈希（vLLM）'][-1]:.0%} 的提示词词元命中")
-print(f"写时复制，{SAMPLES} 个样本：            {held} 个块，而不是 "
+print(f"写时复制，{SAMPLES} 个样本：              {held} 个块，而不是 "
       f"{sum(map(len, tables))} 个")
-print(f"抢占，{tight.blocks.num_blocks} 个块："
+print(f"抢占，{tight.blocks.num_blocks} 个块：        "
       f"{tight.scheduler.num_preemptions:>13} 次，输出相同")
-print(f"分块预填充，最长间隔：           未分块停顿的 {stall.ratio:.2f}x")
+print(f"分块预填充，最长间隔：            未分块停顿的 {stall.ratio:.2f}x")
 print(f"这次运行：{load_average()}")
 
 # %% [markdown] en=03f0bbe7
