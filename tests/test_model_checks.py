@@ -156,6 +156,45 @@ def test_dividing_by_d_is_not_blamed_on_the_softmax_axis(hidden):
     assert "softmax over" not in str(failure.value) and "axis" not in str(failure.value)
 
 
+def masks_own_key(fill):
+    """A learner's attention whose mask hides the diagonal too: triu(diagonal=0)."""
+    def attention_(q, k, v):
+        g = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
+        s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(0), fill)
+        return torch.softmax(s, -1) @ v
+
+    return attention_
+
+
+@pytest.mark.parametrize("hidden", [False, True])
+@pytest.mark.parametrize("fill", [float("-inf"), -1e9])
+def test_masking_the_diagonal_gets_the_triu_hint(hidden, fill):
+    """With -inf query 0's row is NaN (no key left), with -1e9 the mean of every value: the hint
+    fires either way, where the NaN check would have spoken first."""
+    with pytest.raises(CheckFailed) as failure:
+        checks.check_causal_attention(masks_own_key(fill), hidden=hidden)
+    message = str(failure.value)
+    assert "triu(diagonal=1)" in message and "look at its own key" in message, message
+    assert ("returned NaN for query 0" in message) == (fill == float("-inf")), message
+    for _, (_, other) in ATTENTION_MISTAKES.items():
+        assert other == "look at its own key" or other not in message, message
+
+
+def test_masking_the_diagonal_gets_the_triu_hint_in_chinese(chinese):
+    with pytest.raises(CheckFailed) as failure:
+        checks.check_causal_attention(masks_own_key(float("-inf")))
+    message = str(failure.value)
+    assert "查询可以看它自己的键" in message and "在查询 0 上返回了 NaN" in message, message
+    assert "own key" not in message, message
+
+
+def test_other_nan_answers_still_get_the_nan_message():
+    with pytest.raises(CheckFailed, match="returned NaN or inf values"):
+        checks.check_causal_attention(lambda q, k, v: attention(q, k, v) * float("nan"))
+
+
 def block_variant(**kind):
     return lambda x, b, c, p: checks._block_variant(x, b, c, p, **kind)
 
@@ -391,4 +430,6 @@ def test_the_checkers_own_messages_come_in_chinese(chinese, capsys):
     with pytest.raises(CheckFailed, match="这是快速路径的模型"):
         checks.check_whole_model(block, optimize(TinyModel().inner), [3, 14, 15])
     checks.check_whole_model(block, model, [3, 14, 15, 9, 26])
-    assert "个位置上 logits 的最大差异（两轮）" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "个位置上 logits 的最大差异（两轮）" in out
+    assert "✅ 用你的块跑整个模型：全部 2 个用例通过" in out and "your block" not in out

@@ -192,7 +192,17 @@ def test_train_merges_that_crashes_with_no_pair_left_gets_a_plain_message():
             pieces = {w: merge_pair(ids, best, new_id) for w, ids in pieces.items()}
         return merges
 
-    with pytest.raises(CheckFailed, match=r"raised ValueError: max\(\) "):
+    with pytest.raises(CheckFailed, match=r"raised ValueError: max\(\) ") as failure:
+        checks.check_train_merges(crashes)
+    assert "no adjacent pair is left after 2 merges: stop then" in str(failure.value)
+
+
+def test_train_merges_that_crashes_on_its_input_gets_a_hint_about_the_input():
+    def crashes(words, k):  # takes word_counts for a list of (word, count) pairs
+        return [tuple(w.encode()[:2]) for w, n in words][:k]
+
+    with pytest.raises(CheckFailed, match=r"raised ValueError: .*maps each word \(a str\) to "
+                                          r"how often it occurs"):
         checks.check_train_merges(crashes)
 
 
@@ -368,7 +378,25 @@ def test_the_checkers_own_messages_come_in_chinese(chinese, capsys):
     with pytest.raises(CheckFailed, match="一直合并下去"):
         checks.check_encode_with_merges(_one_pass)
     checks.check_merge_pair(merge_pair)
-    assert "✅ merge pair：全部" in capsys.readouterr().out
+    assert "✅ merge_pair：全部" in capsys.readouterr().out
+
+
+def test_a_crash_in_train_merges_gets_its_hint_in_chinese(chinese):
+    def crashes(words, k):
+        merges = []
+        for _ in range(k):
+            counts = {}
+            for w, n in words.items():
+                for p in zip(w.encode(), w.encode()[1:]):
+                    counts[p] = counts.get(p, 0) + n
+            merges.append(max(counts, key=counts.get))  # no stop: raises when no pair is left
+        return merges
+
+    with pytest.raises(CheckFailed) as failure:
+        checks.check_train_merges(crashes)
+    message = str(failure.value)
+    assert "抛出了 ValueError" in message and "这时就要停下" in message, message
+    assert "stop then" not in message, message
 
 
 def _one_pass(text, merges):

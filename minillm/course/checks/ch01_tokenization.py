@@ -108,7 +108,7 @@ def check_pair_counts(fn, *, hidden=False) -> None:
     wants = [pair_counts(ids) for ids in cases]
     wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if g != w]
     if not wrong:
-        passed("pair counts", len(cases))
+        passed("pair_counts", len(cases))
         return
     i = wrong[0]
     hint = matching_mistake(answers, _pair_mistakes(cases), dict.__eq__)
@@ -226,7 +226,7 @@ def check_merge_pair(fn, *, hidden=False) -> None:
     wants = [merge_pair(ids, pair, new_id) for ids, pair, new_id in cases]
     wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if g != w]
     if not wrong:
-        passed("merge pair", len(cases))
+        passed("merge_pair", len(cases))
         return
     i = wrong[0]
     ids, pair, new_id = cases[i]
@@ -328,6 +328,21 @@ def _train_mistakes(cases):
     ]
 
 
+def _train_crash_hint(words: dict, num_merges: int) -> str:
+    """What a learner whose code raised on this case may have missed."""
+    made = len(_reference_merges(words, num_merges))
+    if made < num_merges:
+        return say(f"Here no adjacent pair is left after {made} merge{'' if made == 1 else 's'}: "
+                   "stop then, even before num_merges merges (max or min of an empty dict raises "
+                   "ValueError).",
+                   f"这里合并 {made} 次之后就没有相邻对了：这时就要停下，哪怕还不到 num_merges "
+                   "次合并（对空字典取 max 或 min 会抛出 ValueError）。")
+    return say("word_counts maps each word (a str) to how often it occurs: start from each word's "
+               "UTF-8 bytes, list(word.encode('utf-8')), and return a list of (id, id) pairs.",
+               "word_counts 把每个词（str）映射到它出现的次数：从每个词的 UTF-8 字节 "
+               "list(word.encode('utf-8')) 开始，返回由 (id, id) 对组成的列表。")
+
+
 @checker
 def check_train_merges(fn, *, hidden=False) -> None:
     """`fn(word_counts, num_merges)` must return the merges BPE training learns: the most frequent
@@ -338,7 +353,7 @@ def check_train_merges(fn, *, hidden=False) -> None:
     answers = []
     for words, k in cases:
         what = f"{_name(fn)}({short(words, 70)}, {k})"
-        got = call(fn, words, k, what=what)
+        got = call(fn, words, k, what=what, if_raises=_train_crash_hint(words, k))
         if not isinstance(got, (list, tuple)):
             raise CheckFailed(say(f"{what} should return a list of merges, but returned "
                                   f"{type(got).__name__}: {short(got)}",
@@ -358,7 +373,7 @@ def check_train_merges(fn, *, hidden=False) -> None:
     wants = [_reference_merges(w, k) for w, k in cases]
     wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if g != w]
     if not wrong:
-        passed("train merges", len(cases))
+        passed("train_merges", len(cases))
         return
     i = wrong[0]
     words, k = cases[i]
@@ -491,7 +506,7 @@ def check_encode_with_merges(fn, *, hidden=False) -> None:
     wants = [encode_with_merges(t, m) for t, m in cases]
     wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if g != w]
     if not wrong:
-        passed("encode with merges", len(cases))
+        passed("encode_with_merges", len(cases))
         return
     i = wrong[0]
     text, merges = cases[i]

@@ -265,6 +265,30 @@ def _attention_variant(q, k, v, *, causal=True, interleave=True, scale="sqrt", a
     return torch.nan_to_num(torch.softmax(scores, axis)) @ v
 
 
+def _own_key_hint() -> str:
+    return say("a query may look at its own key: mask only the keys after it, triu(diagonal=1); "
+               "masking the diagonal too leaves query 0 no key at all (a row of -inf, whose "
+               "softmax is NaN)",
+               "查询可以看它自己的键：只遮住它之后的键，即 triu(diagonal=1)；连对角线也遮住的话，"
+               "查询 0 一个键也看不到（整行都是 -inf，softmax 得到 NaN）")
+
+
+def _masks_own_key(raw, inputs) -> bool:
+    """Whether every answer is the attention that also hides each query's own key: equal to it
+    from query 1 on, whatever query 0 holds (NaN after a row of -inf, or the mean of the values
+    after a large negative number)."""
+    for got, (q, k, v) in zip(raw, inputs):
+        if not isinstance(got, torch.Tensor) or tuple(got.shape) != tuple(q.shape):
+            return False
+        if q.shape[2] == 1:
+            continue  # one query, no later ones to compare
+        want = _attention_variant(q, k, v, diagonal=False)
+        later = got.detach().float()[..., 1:, :]
+        if not (bool(torch.isfinite(later).all()) and _close(later, want[..., 1:, :])):
+            return False
+    return any(q.shape[2] > 1 for q, _, _ in inputs)
+
+
 def _attention_mistakes(inputs):
     def model(**kind):
         return [_attention_variant(q, k, v, **kind) for q, k, v in inputs]
@@ -287,9 +311,6 @@ def _attention_mistakes(inputs):
              "add up to 1",
              "softmax 要沿着键所在的最后一个轴（dim=-1）做：每个查询的权重之和必须为 1"),
          model(axis=-2)),
-        (say("a query may look at its own key: mask only the keys after it, triu(diagonal=1)",
-             "查询可以看它自己的键：只遮住它之后的键，即 triu(diagonal=1)"),
-         model(diagonal=False)),
         (say("the mask is the wrong way round: query i may see keys 0..i (the past), not the "
              "keys after it",
              "掩码的方向反了：查询 i 能看到的是键 0..i（过去），而不是它之后的键"),
@@ -303,13 +324,26 @@ def check_causal_attention(fn, *, hidden=False) -> None:
     softmax(q kᵀ/√d + causal mask) v, each query head using key/value head head // group."""
     cases = HIDDEN_ATTENTION_CASES if hidden else ATTENTION_CASES
     first_seed = 230 if hidden else 30
-    inputs, answers = [], []
+    inputs, raw, shown = [], [], []
     for i, (b, h, kv, s, d) in enumerate(cases):
         q, k, v = (_rand(b, n, s, d, seed=first_seed + 3 * i + j)
                    for j, n in enumerate((h, kv, kv)))
-        what = f"causal_attention(q {tuple(q.shape)}, k/v {tuple(k.shape)})"
-        answers.append(_tensor(call(fn, q, k, v, what=what), what, q.shape))
+        shown.append(f"causal_attention(q {tuple(q.shape)}, k/v {tuple(k.shape)})")
+        raw.append(call(fn, q, k, v, what=shown[-1]))
         inputs.append((q, k, v))
+    if _masks_own_key(raw, inputs):  # before _tensor, which would stop at query 0's NaN
+        i = next(i for i, (q, _, _) in enumerate(inputs) if q.shape[2] > 1)
+        got, want = raw[i].detach().float(), attention_explicit(*inputs[i])
+        if bool(torch.isfinite(got).all()):
+            raise CheckFailed(say(f"{shown[i]} differs from the reference by up to "
+                                  f"{_largest_difference(got, want)}: ",
+                                  f"{shown[i]} 与参考实现最多相差 "
+                                  f"{_largest_difference(got, want)}：") + _own_key_hint())
+        raise CheckFailed(say(f"{shown[i]} returned NaN for query 0 and differs from the "
+                              "reference at the later queries: ",
+                              f"{shown[i]} 在查询 0 上返回了 NaN，之后的查询也与参考实现不同：")
+                          + _own_key_hint())
+    answers = [_tensor(got, what, q.shape) for got, what, (q, _, _) in zip(raw, shown, inputs)]
     wants = [attention_explicit(q, k, v) for q, k, v in inputs]
     wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if not _close(g, w)]
     if not wrong:
@@ -523,4 +557,4 @@ def check_whole_model(fn, model, token_ids, *, hidden=False) -> None:
         diffs.append(diff)
     print(say(f"max logit difference over {s} positions, twice: {max(diffs):.2g}",
               f"{s} 个位置上 logits 的最大差异（两轮）：{max(diffs):.2g}"))
-    passed("whole model with your block", 2)
+    passed(say("whole model with your block", "用你的块跑整个模型"), 2)

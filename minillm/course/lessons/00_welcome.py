@@ -214,6 +214,12 @@ print(f"at {1000 * decode_per_token:.1f} ms a step: {weight_bytes / decode_per_t
 # | 10 | [interview questions (面试题)](10_interview_qa.ipynb) | every answer shown on the real model |
 # | 10b | [interview questions: the engine](10b_interview_engine.ipynb) | questions 12–24 |
 # | 10c | [interview questions: serving at scale](10c_interview_serving.ipynb) | questions 25–32, and a quiz |
+# | 10d | [interview questions: what 2026 adds](10d_interview_frontier.ipynb) | questions 33–40 |
+#
+# The course follows two Chinese texts on LLM inference, written for people preparing for
+# interviews. The lessons call them **the source texts**: their claims and figures are tested on
+# this machine where they can be, and a lesson says where one holds and where it does not
+# (chapter 10 opens with their six interview questions).
 #
 # Each chapter has an exercise notebook in `exercises/` (its solution is in `solutions/`).
 # Start with `exercises/00_welcome.ipynb`: three warm-up tasks: build the chat prompt, turn

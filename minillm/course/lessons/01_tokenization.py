@@ -41,9 +41,39 @@ for ch in ["a", "é", "你", "👋"]:
     print(f"{ch!r}: code point U+{ord(ch):04X}, UTF-8 bytes {list(data)} ({len(data)} bytes)")
 
 # %% [markdown]
-# A byte-level tokenizer starts from these 256 possible byte values. Any text at all can be
-# written with them, so there is never an "unknown" token: a character the vocabulary has no
-# better token for simply falls back to its bytes. This is **byte fallback** (字节回退).
+# A byte-level tokenizer starts from these 256 possible byte values. Any text at all is a
+# sequence of them before anything else happens, so there is never an "unknown" token: a
+# character the vocabulary has no better token for simply stays as its bytes, and BPE may still
+# join some of those bytes into one token.
+#
+# SentencePiece's **byte fallback** (字节回退), used by Llama 2, Mistral and Gemma, is a different
+# mechanism with the same aim. Those tokenizers work on characters: the vocabulary holds
+# characters and pieces of words, plus 256 tokens `<0x00>` … `<0xFF>`. Only a character missing
+# from the vocabulary is written as byte tokens, one per UTF-8 byte, and those are never merged.
+# A toy vocabulary built that way (the bytes, then "h", "i" and "hi") against SmolLM2's byte-level
+# BPE, on the same text:
+
+# %%
+from tokenizers import Tokenizer as RustTokenizer
+from tokenizers import decoders, models
+
+vocab = {f"<0x{b:02X}>": b for b in range(256)}  # the 256 byte tokens
+for piece in ["h", "i", "hi"]:  # the characters and pieces the toy vocabulary knows
+    vocab[piece] = len(vocab)
+fallback = RustTokenizer(models.BPE(vocab=vocab, merges=[("h", "i")], byte_fallback=True))
+fallback.decoder = decoders.ByteFallback()
+smollm2 = minillm.load_tokenizer("smollm2-135m")
+sample = "hi 你"
+encoded = fallback.encode(sample)
+print("byte fallback: ", encoded.tokens, "->", repr(fallback.decode(encoded.ids)))
+print("byte-level BPE:", smollm2.tokens(sample))
+assert encoded.tokens[-3:] == ["<0xE4>", "<0xBD>", "<0xA0>"]  # 你, one token per byte
+
+# %% [markdown]
+# The fallback tokenizer knows "hi" but not the space or 你, so each becomes its bytes, one
+# `<0xNN>` token per byte. SmolLM2 never looks at characters: everything is bytes from the start,
+# the space is a token like any other (shown as a space here), and two of 你's three bytes have
+# been merged into one token. The rest of this chapter is about byte-level BPE.
 #
 # The catch: a sequence of raw bytes is long. BPE shortens it by learning which neighbouring
 # tokens occur together often and giving each such pair a token of its own.
@@ -171,8 +201,8 @@ for k in list(range(12)) + [merges_mixed - 3, merges_mixed - 2, merges_mixed - 1
 # single tokens.
 # SmolLM2 is an English model. Its 49,152 tokens were learned from English text and code, where
 # Chinese is rare, so few Chinese characters earned a token of their own. A character without one
-# falls back to its UTF-8 bytes, three for most Chinese characters, and BPE can join only the
-# byte pairs it saw often enough:
+# stays as its UTF-8 bytes, three for most Chinese characters, and BPE can join only the byte
+# pairs it saw often enough:
 
 # %%
 def show_tokens(t, s):
@@ -253,16 +283,17 @@ choices = {t.name: t for t in (tok, mixed, poems)}
 def explore(text="Tokenizers cut 文本 into 词元 🙂", tokenizer=tok.name):
     show_tokens(choices[tokenizer], text)
 
-widgets.interact(explore, text=widgets.Text(value="Tokenizers cut 文本 into 词元 🙂"),
-                 tokenizer=widgets.Dropdown(options=list(choices)));
+text_box = widgets.Text(value="Tokenizers cut 文本 into 词元 🙂", description="text")
+widgets.interact(explore, text=text_box,
+                 tokenizer=widgets.Dropdown(options=list(choices), description="tokenizer"));
 
 # %% [markdown]
 # ### A hole in SmolLM2's byte alphabet
 #
-# Byte fallback only works if all 256 bytes have a token. SmolLM2's vocabulary lacks a few: six
-# rare control characters, and bytes that only start characters beyond U+3FFFF or never occur in
-# UTF-8 at all. The real tokenizer silently drops such bytes, and so does minillm, to give the
-# same ids:
+# "Never an unknown token" holds only if all 256 bytes have a token. SmolLM2's vocabulary lacks
+# a few: six rare control characters, and bytes that only start characters beyond U+3FFFF or
+# never occur in UTF-8 at all. The real tokenizer silently drops such bytes, and so does
+# minillm, to give the same ids:
 
 # %%
 print("bytes without a token:", [f"0x{b:02x}" for b in tok.missing_bytes])
@@ -429,10 +460,10 @@ print(f"  BPE:       {bpe_rate:.2f} tokens/char, 0 unknown by construction, "
 
 # %% [markdown]
 # On English, both learn whole words and common endings. Outside it, WordPiece gives up on whole
-# words (`[UNK]`), while byte-level BPE falls back to bytes and pays in length instead. WordPiece
-# also cannot give back the exact text: its pre-tokenizer drops the spaces, so decoding guesses
-# where they were. Byte-level BPE keeps every byte, spaces included,
-# and `decode(encode(s)) == s` for any text (the tests check that on thousands of random strings).
+# words (`[UNK]`), while byte-level BPE keeps such text as bytes and pays in length instead.
+# WordPiece also cannot give back the exact text: its pre-tokenizer drops the spaces, so decoding
+# guesses where they were. Byte-level BPE keeps every byte, spaces included, and
+# `decode(encode(s)) == s` for any text (the tests check that on thousands of random strings).
 
 # %% [markdown]
 # ## 8 · Parity with the real tokenizer, live

@@ -336,8 +336,8 @@ def show_attention(layer=3, head=0):
     plt.show()
 
 
-interact(show_attention, layer=IntSlider(3, 0, config.n_layers - 1),
-         head=IntSlider(0, 0, config.n_heads - 1));
+interact(show_attention, layer=IntSlider(3, 0, config.n_layers - 1, description="layer"),
+         head=IntSlider(0, 0, config.n_heads - 1, description="head"));
 
 # %% [markdown]
 # ### Grouped-query attention (分组查询注意力, GQA)
@@ -446,7 +446,8 @@ print(f"the {len(probs):,} probabilities sum to {probs.sum().item():.4f}")
 
 # %% [markdown]
 # SmolLM2's vocabulary is mostly English, so after 今天天气 most top candidates are not whole
-# characters but single UTF-8 **bytes** (chapter 01's byte fallback), labelled here by their bytes:
+# characters but single UTF-8 **bytes** (chapter 01: a character without a token of its own
+# stays as its bytes), labelled here by their bytes:
 
 # %%
 next_token_chart("今天天气", label=lambda t: str(tokenizer.token_bytes(t))[1:],

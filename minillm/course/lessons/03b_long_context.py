@@ -10,7 +10,7 @@
 # - a long prompt's prefill builds n² attention scores, unless it computes them tile by tile as
 #   FlashAttention does (section 2);
 # - the cache's bytes per token depend on the attention design (section 3), and a sliding window
-#   caps how many tokens it keeps (section 4).
+#   caps how many tokens it keeps, at a cost that depends on which tokens it keeps (section 4).
 
 # %%
 import math
@@ -19,6 +19,7 @@ import os
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
+import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 import minillm
@@ -282,13 +283,28 @@ ax.set(xscale="log", xlabel="GiB at 32k tokens (16-bit)",
        title="one sequence's KV cache by attention design")
 plt.tight_layout()
 plt.show()
-mha, mla = at_32k[("DeepSeek-V3", "MHA")], at_32k[("DeepSeek-V3", "MLA")]
-print(f"DeepSeek-V3 with MLA keeps {mha / mla:.0f}x less than its 128 heads would with MHA")
+mha, mqa, mla = (at_32k[("DeepSeek-V3", design)] for design in ("MHA", "MQA", "MLA"))
+print(f"DeepSeek-V3 with MLA keeps {mha / mla:.0f}x less than its 128 heads would with MHA, "
+      f"and {mla / mqa:.1f}x what a single shared key/value head (MQA) would keep")
+assert mqa < mla < mha / 10  # MLA: more than MQA, far less than MHA
 
 # %% [markdown]
-# MQA and MLA shrink the cache most; MQA pays in quality (one key for every head), and MLA pays
-# in compute (the up-projections; at decode they can be folded into the query and output
-# matrices).
+# GQA and MQA shrink the cache by sharing: fewer key/value heads, each serving more query heads.
+# Quality falls as the sharing grows, and MQA, one key and one value for every head, is the
+# cheapest and the most lossy. MLA is not a further step along that line: as printed above, it
+# keeps more per token than MQA would, and far less than MHA. What it buys is the quality of
+# distinct heads with a cache near MQA's size:
+#
+# - each token caches one latent vector per layer, and all heads share it;
+# - each head rebuilds its own keys and values from the latent with its own learned
+#   up-projections, so the heads still attend differently (the DeepSeek-V2 paper reports MLA
+#   matching or beating MHA);
+# - RoPE stays out of the latent: a rotation by position between the latent and the query
+#   would stop the key up-projection from being folded into the query, so MLA caches a small
+#   **decoupled RoPE key** beside the latent, one per token for all heads, and rotates only that.
+#
+# The price is compute: the up-projections (at decode they can be folded into the query and
+# output matrices, so a step reads the small latent instead of full keys and values).
 #
 # ## 4 · A sliding window: a ring buffer of W slots
 #
@@ -342,8 +358,106 @@ assert held[-1] == max(held) == ring.capacity_bytes < full_cache
 
 # %% [markdown]
 # Until the window fills, the ring is plain attention; after, the model sees less and its
-# logits move. SmolLM2 was trained with full attention, so a window changes what it says;
-# models trained with a window (Mistral 7B) lose far less.
+# logits move. How much does the model lose, and why? It is tempting to blame SmolLM2's
+# training, which always had the whole text in view. StreamingLLM (Xiao et al., 2023) found a
+# larger cause: a trained model sends a large share of its attention to the first few tokens of
+# the text, whatever they say (chapter 02's heatmaps showed some of SmolLM2's heads looking at
+# the first token). A softmax has to put its weight somewhere, and the first tokens,
+# which every later query can see, became the place to put the weight a head does not need:
+# they are **attention sinks**. A window that evicts them leaves that weight nowhere to go, and
+# the hidden states drift from anything the model saw in training. StreamingLLM's fix: keep the
+# first 4 tokens for good and the last W − 4 beside them, the same W slots.
+#
+# The measure is **perplexity** (困惑度, chapter 07 uses it too): exp of the mean negative
+# log-likelihood of each next token, lower is better. We take it on held-out English text
+# (`data/factbook_europe.txt`, World Factbook country summaries), over the predictions made once
+# the plain window has dropped the first token. Each variant runs the whole text at once with
+# its mask in every layer, as `window_forward` does. The masks on 10 tokens with 4 slots (a row
+# per query, • a key it sees):
+
+# %%
+from minillm.generation.sliding_window import sliding_window_mask
+from minillm.layers.attention import causal_mask
+from minillm.tools.bench.quantization import held_out_ids
+from minillm.utils.columns import pad
+
+SINKS = 4
+
+
+def sink_window_mask(n, window, sinks, device=None):
+    """(queries, keys) booleans: each query sees the first `sinks` tokens of the text and the
+    last `window - sinks` keys up to itself: `window` keys at most, like the plain window."""
+    first = torch.arange(n, device=device)[None, :] < sinks
+    return sliding_window_mask(n, n, window - sinks, device) | (causal_mask(n, n, device) & first)
+
+
+def rows(mask):
+    return [" ".join("•" if seen else "·" for seen in row) for row in mask.tolist()]
+
+
+print(pad("window of 4", 22) + "2 sinks + the last 2")
+for plain, sinks in zip(rows(sliding_window_mask(10, 10, 4)), rows(sink_window_mask(10, 4, 2))):
+    print(f"{plain:<22}{sinks}")
+
+# %%
+@torch.inference_mode()
+def masked_forward(model, ids, mask):
+    """Logits of the whole sequence with `mask` in every layer (window_forward's steps)."""
+    positions = torch.arange(ids.shape[1], device=ids.device)[None]
+    x = model.run_layers(model.embed_tokens(ids, positions), positions, mask[None, None])
+    return model.logits(x)
+
+
+n_eval = 128 if CI else 1024
+eval_ids = torch.tensor([held_out_ids(tokenizer, n_eval)], device=device)
+masks = {"full": causal_mask(n_eval, n_eval, device),
+         "window": sliding_window_mask(n_eval, n_eval, W, device),
+         "sinks": sink_window_mask(n_eval, W, SINKS, device)}
+label_of = {"full": "full attention", "window": f"the last {W} tokens",
+            "sinks": f"{SINKS} sinks + the last {W - SINKS}"}
+losses = {}  # each next token's negative log-likelihood, predicted at positions 0, 1, ...
+for name, mask in tqdm(masks.items(), desc="masks"):
+    logits = masked_forward(model, eval_ids, mask)[0, :-1].float()
+    losses[name] = F.cross_entropy(logits, eval_ids[0, 1:], reduction="none").cpu()
+perplexity = {name: math.exp(loss[W:].mean().item()) for name, loss in losses.items()}
+for name, value in perplexity.items():
+    print(f"{pad(label_of[name], 24)} perplexity {value:7.2f} over {n_eval - 1 - W} predictions")
+lost = perplexity["window"] - perplexity["full"]
+won_back = (perplexity["window"] - perplexity["sinks"]) / lost if lost > 0 else float("nan")
+if not lost > 0:
+    verdict = "the window cost nothing measurable here"
+elif won_back > 0.5:
+    verdict = (f"keeping the first {SINKS} tokens wins back {won_back:.1%} of what the window "
+               "cost: evicting them, not the text out of reach, is most of the loss")
+elif won_back > 0:
+    verdict = f"the sinks win back only {won_back:.1%}: most of the loss is the text out of reach"
+else:
+    verdict = "keeping the first tokens wins nothing back here"
+print("verdict:", verdict)
+assert lost > 0 and won_back > 0.5  # the claim above: evicting the sinks is most of the loss
+
+# %%
+smooth = 16 if CI else 64  # a running mean over this many predictions
+plt.figure(figsize=(7, 3.5))
+for name, loss in losses.items():
+    running = np.convolve(loss.numpy(), np.ones(smooth) / smooth, mode="valid")
+    plt.plot(np.arange(smooth - 1, len(loss)), running, label=label_of[name])
+plt.axvline(W, color="grey", linestyle=":", label="the plain window drops the first token")
+plt.xlabel("position in the text")
+plt.ylabel(f"loss per token (mean of {smooth})")
+plt.title("the same W slots, with and without the first tokens")
+plt.legend(fontsize=8)
+plt.show()
+
+# %% [markdown]
+# Once the first token leaves the plain window, its loss rises above full attention's and stays
+# there; with the 4 sinks kept, in the same number of slots, it stays close to full attention,
+# and what is left of the gap is the text the window really cannot see. So a full-attention
+# model under a plain window fails mostly for want of its sinks: StreamingLLM keeps them and
+# reports a steady perplexity over 4 million tokens with a fixed cache. (It also numbers the
+# positions inside the cache rather than in the text, so that RoPE never meets a distance it
+# was not trained on; our text is shorter than SmolLM2's 8,192-token window, so the text's own
+# positions do here.) In a ring buffer the sinks are 4 slots that are never overwritten.
 #
 # Many recent models mix the two kinds of layer. Gemma 2 alternates them one to one: a layer with
 # a 4,096-token window, then a global layer that sees everything. Gemma 3 runs five windowed
@@ -377,8 +491,12 @@ for name, window, ratio in [("Gemma 2 style, 1:1", 4096, 1), ("Gemma 3 style, 5:
 #   every cached token, and past some thousands of tokens it sets the pace of a step.
 # - A long prompt's attention need not build the n × n scores: the online softmax computes it
 #   tile by tile (FlashAttention), with memory that grows like n instead of n².
-# - MHA, GQA, MQA and MLA store fewer and fewer bytes per token; a sliding window (a ring
-#   buffer) caps the tokens kept, and mixing windowed and global layers keeps part of both.
+# - GQA and MQA shrink the cache by sharing key/value heads, paying in quality; MLA caches one
+#   latent per token that every head up-projects to its own keys and values, plus a small
+#   decoupled RoPE key: a cache near MQA's (though larger) with quality near MHA's.
+# - A sliding window (a ring buffer) caps the tokens kept. Keeping the first 4 tokens beside it
+#   (attention sinks, StreamingLLM) wins back most of what a plain window costs a
+#   full-attention model; mixing windowed and global layers keeps part of both.
 #
 # Exercise 03's last task builds the online softmax for one query. Chapter 04 comes next.
 

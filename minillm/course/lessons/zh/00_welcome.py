@@ -196,7 +196,7 @@ weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
 print(f"权重共 {weight_bytes / 1e6:.0f} MB，解码每一步都要完整读一遍")
 print(f"每步 {1000 * decode_per_token:.1f} ms，折合 {weight_bytes / decode_per_token / 1e9:.1f} GB/s")
 
-# %% [markdown] en=0318a76c
+# %% [markdown] en=eafc983d
 # 决定解码速度的有两项开销，哪一项都不是计算本身。一是每一步都要把每个权重从内存里读一遍，
 # 受内存带宽（memory bandwidth）限制；二是每步开销（per-step overhead），即每一步都要付出的
 # 固定代价：每生成一个词元，PyTorch 都要启动数百个小操作，不论每个操作实际要算的有多少。
@@ -222,7 +222,12 @@ print(f"每步 {1000 * decode_per_token:.1f} ms，折合 {weight_bytes / decode_
 # | 10 | [面试题（interview questions）](10_interview_qa.ipynb) | 每个答案都在真实模型上演示 |
 # | 10b | [面试题：推理引擎](10b_interview_engine.ipynb) | 第 12–24 题 |
 # | 10c | [面试题：大规模服务](10c_interview_serving.ipynb) | 第 25–32 题，以及自测题 |
+# | 10d | [面试题：2026 年的新考点](10d_interview_frontier.ipynb) | 第 33–40 题 |
 #
-# 每一章都配有一个练习笔记本，放在 `exercises/zh/`（参考答案在 `solutions/zh/`）。
+# 本课程依据两份讲大模型推理的中文资料，它们是写给准备面试的人看的。下文各章把这两份资料称为
+# **原始资料**：其中的说法和数字，能在这台机器上检验的都会检验，成立与否，课里都会说明（第 10 章
+# 开头的 6 道面试题就出自它们）。
+#
+# 每一章都配有一个练习 notebook，放在 `exercises/zh/`（参考答案在 `solutions/zh/`）。
 # 建议从 `exercises/zh/00_welcome.ipynb` 开始，里面有三个热身任务：构造对话提示词，
 # 把消息变成回答，以及测量解码速度。

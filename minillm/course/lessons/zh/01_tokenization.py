@@ -43,10 +43,37 @@ for ch in ["a", "é", "你", "👋"]:
     data = ch.encode("utf-8")
     print(f"{ch!r}：码位 U+{ord(ch):04X}，UTF-8 字节 {list(data)}（{len(data)} 个字节）")
 
-# %% [markdown] en=f5dc3f65
-# 字节级分词器从这 256 个可能的字节值出发。任何文本都能用它们写出来，所以永远不会出现“未知”
-# 词元：如果词表里没有更合适的词元，一个字符就退回到它的各个字节。这就是**字节回退**
-# （byte fallback）。
+# %% [markdown] en=d3d95a86
+# 字节级分词器从这 256 个可能的字节值出发。任何文本在做任何处理之前就已经是一串字节，所以永远
+# 不会出现“未知”词元：如果词表里没有更合适的词元，一个字符就保持为它的各个字节，BPE 仍然可能把
+# 其中几个字节合并成一个词元。
+#
+# SentencePiece 的**字节回退**（byte fallback）是另一种机制，目标相同，Llama 2、Mistral 和
+# Gemma 用的就是它。这些分词器以字符为单位：词表里是字符和词的片段，外加 256 个词元
+# `<0x00>` … `<0xFF>`。只有词表里没有的字符才会被写成字节词元，每个 UTF-8 字节一个，而且这些
+# 字节词元从不参与合并。下面按这种方式搭一个玩具词表（先是 256 个字节，再是“h”“i”和“hi”），
+# 与 SmolLM2 的字节级 BPE 对同一段文本做比较：
+
+# %% en=5252f536
+from tokenizers import Tokenizer as RustTokenizer
+from tokenizers import decoders, models
+
+vocab = {f"<0x{b:02X}>": b for b in range(256)}  # 256 个字节词元
+for piece in ["h", "i", "hi"]:  # 玩具词表认识的字符和片段
+    vocab[piece] = len(vocab)
+fallback = RustTokenizer(models.BPE(vocab=vocab, merges=[("h", "i")], byte_fallback=True))
+fallback.decoder = decoders.ByteFallback()
+smollm2 = minillm.load_tokenizer("smollm2-135m")
+sample = "hi 你"
+encoded = fallback.encode(sample)
+print("字节回退：  ", encoded.tokens, "->", repr(fallback.decode(encoded.ids)))
+print("字节级 BPE：", smollm2.tokens(sample))
+assert encoded.tokens[-3:] == ["<0xE4>", "<0xBD>", "<0xA0>"]  # “你”，每个字节一个词元
+
+# %% [markdown] en=4a0a88ee
+# 玩具分词器认识“hi”，却不认识空格和“你”，所以这两个字符都变成了它们的字节，每个字节一个
+# `<0xNN>` 词元。SmolLM2 则从不看字符：一切从一开始就是字节，空格和别的词元没什么两样（这里显示为
+# 一个空格），“你”的 3 个字节里有两个已经合并成了一个词元。本章接下来讲的都是字节级 BPE。
 #
 # 代价是：原始字节组成的序列很长。BPE 的做法是学习哪些相邻的词元经常一起出现，并给每个这样的
 # 组合分配一个新词元，从而把序列缩短。
@@ -115,7 +142,7 @@ numbers = ["In 2024, 1,234,567 people paid $19.99.", "pi = 3.14159265358979", "x
            "2 ½ cups"]
 for s in numbers:
     same = tok.encode(s) == llama_cpp.encode(s)
-    print(f"{s!r:42} {'编号相同' if same else '不同：'}",
+    print(f"{s!r:42} {'id 相同' if same else '不同：'}",
           "" if same else f"{tok.tokens(s)} 对比 {llama_cpp.tokens(s)}")
 every_string = parity_strings(chat_template=tok.apply_chat_template)
 split_differs = [s for s in every_string if tok.encode(s) != llama_cpp.encode(s)]
@@ -124,7 +151,7 @@ assert all(len(tok.token_bytes(i)) == 1 for i in digit_tokens)
 assert tok.encode(numbers[0]) == llama_cpp.encode(numbers[0])
 
 # %% [markdown] en=591147cf
-# 普通的数字两种方式得到的 id 相同（上面打印的 `same ids`；`differ` 表示不同）：词表里只有单个数字的词元，所以
+# 普通的数字两种方式得到的 id 相同（上面打印的“id 相同”）：词表里只有单个数字的词元，所以
 # 两种切法最后都是一个数字一个词元。两者的分歧出现在两处：数字前面有两个或更多空白字符时
 # （GPT-2 的模式把最后一个空白分给数字，llama.cpp 的第一刀则让空白留在一起）；以及空格后面
 # 跟着 ½、³ 这类数字符号时，GPT-2 的模式把它们和空格放在一起。minillm 以本课程的参考实现
@@ -160,14 +187,14 @@ for k in list(range(12)) + [merges_mixed - 3, merges_mixed - 2, merges_mixed - 1
     piece = mixed.token_bytes(256 + k).decode("utf-8", errors="backslashreplace")
     print(f"第 {k:>4} 次合并：{show_merge(mixed, k):<28} -> {piece!r}")
 
-# %% [markdown] en=07a5e8eb
+# %% [markdown] en=91a494dc
 # ## 4 · 为什么“你好，世界！”在 SmolLM2 那里要花这么多词元
 #
 # 原始资料里说，“你好，世界！”会变成 5 个词元。这是用中文训练出来的分词器给出的结果：它的
 # 词表把常用的字和词（比如“你好”“世界”）各自收为一个词元。
 #
 # 而 SmolLM2 是一个英文模型。它的 49,152 个词元学自英文文本和代码，中文在其中很少见，所以只有
-# 很少的汉字能挣到一个属于自己的词元。没有自己词元的汉字会退回到它的 UTF-8 字节（大多数汉字是
+# 很少的汉字能挣到一个属于自己的词元。没有自己词元的汉字就保持为它的 UTF-8 字节（大多数汉字是
 # 3 个字节），而 BPE 只能把它见得足够多的那些字节对合并起来：
 
 # %% en=76fa8752
@@ -237,7 +264,7 @@ for name, values in table.items():
 # %% [markdown] en=375f67ab
 # 试试你自己的文本：方框显示了每个分词器是怎样切分它的。
 
-# %% en=3d6c83c6
+# %% en=2211e23f
 import ipywidgets as widgets
 
 choices = {t.name: t for t in (tok, mixed, poems)}
@@ -245,15 +272,16 @@ choices = {t.name: t for t in (tok, mixed, poems)}
 def explore(text="Tokenizers cut 文本 into 词元 🙂", tokenizer=tok.name):
     show_tokens(choices[tokenizer], text)
 
-widgets.interact(explore, text=widgets.Text(value="Tokenizers cut 文本 into 词元 🙂"),
-                 tokenizer=widgets.Dropdown(options=list(choices)));
+text_box = widgets.Text(value="Tokenizers cut 文本 into 词元 🙂", description="文本")
+widgets.interact(explore, text=text_box,
+                 tokenizer=widgets.Dropdown(options=list(choices), description="分词器"));
 
-# %% [markdown] en=a65610ce
+# %% [markdown] en=0aa22d8b
 # ### SmolLM2 的字节表里有个缺口
 #
-# 字节回退要奏效，前提是 256 个字节都有自己的词元。SmolLM2 的词表缺了几个：6 个罕见的控制字符，
-# 以及只会出现在 U+3FFFF 之后字符开头、或者在 UTF-8 里根本不会出现的字节。真实的分词器会悄无
-# 声息地丢掉这些字节；为了给出相同的 id，minillm 也这样做：
+# “永远不会出现未知词元”的前提是 256 个字节都有自己的词元。SmolLM2 的词表缺了几个：6 个罕见的
+# 控制字符，以及只会出现在 U+3FFFF 之后字符开头、或者在 UTF-8 里根本不会出现的字节。真实的
+# 分词器会悄无声息地丢掉这些字节；为了给出相同的 id，minillm 也这样做：
 
 # %% en=07e99966
 print("没有词元的字节：", [f"0x{b:02x}" for b in tok.missing_bytes])
@@ -414,10 +442,10 @@ print(f"  WordPiece：每个字符 {wp_rate:.2f} 个词元，{unknown} 个 [UNK]
 print(f"  BPE：      每个字符 {bpe_rate:.2f} 个词元，按构造不会有未知词元，"
       f"{lost_bpe} 个句子不能原样还原")
 
-# %% [markdown] en=b7ae31ab
+# %% [markdown] en=7c4be334
 # 在英文上，两者都能学到整词和常见词尾。离开英文，WordPiece 会放弃整个词（`[UNK]`），而字节级
-# BPE 退回到字节，付出的代价是序列变长。WordPiece 还无法给出原来的文本：它的预分词器丢掉了
-# 空格，解码时只能去猜空格原本在哪里。字节级 BPE 保留了每一个字节，空格也不例外，
+# BPE 把这样的文本保持为字节，付出的代价是序列变长。WordPiece 还无法给出原来的文本：它的预分词器
+# 丢掉了空格，解码时只能去猜空格原本在哪里。字节级 BPE 保留了每一个字节，空格也不例外，
 # 所以对任何文本都有 `decode(encode(s)) == s`（测试在成千上万个随机字符串上检验了这一点）。
 
 # %% [markdown] en=2778e3b8

@@ -314,7 +314,7 @@ plt.show()
 # %% [markdown] en=7ab7e837
 # 拖动滑块，可以看任意一层、任意一个头，以及对应的词元：
 
-# %% en=1907fe3c
+# %% en=cd2cd3d7
 def show_attention(layer=3, head=0):
     with torch.inference_mode():
         w = attention_weights(layer)[head]
@@ -328,8 +328,8 @@ def show_attention(layer=3, head=0):
     plt.show()
 
 
-interact(show_attention, layer=IntSlider(3, 0, config.n_layers - 1),
-         head=IntSlider(0, 0, config.n_heads - 1));
+interact(show_attention, layer=IntSlider(3, 0, config.n_layers - 1, description="层"),
+         head=IntSlider(0, 0, config.n_heads - 1, description="头"));
 
 # %% [markdown] en=aa2cc38f
 # ### 分组查询注意力（grouped-query attention，GQA）
@@ -432,9 +432,10 @@ def next_token_chart(text, top=10, label=None, title=None):
 probs = next_token_chart("The weather today is")
 print(f"{len(probs):,} 个概率之和为 {probs.sum().item():.4f}")
 
-# %% [markdown] en=1eb2b302
+# %% [markdown] en=e28639b8
 # SmolLM2 的词表以英文为主，所以在“今天天气”之后，排在前面的候选大多不是完整的汉字，而是单个
-# UTF-8 **字节**（第 01 章讲的字节回退），图中用它们的字节来标注：
+# UTF-8 **字节**（第 01 章讲过：没有自己词元的字符，就保持为它的各个字节），图中用它们的
+# 字节来标注：
 
 # %% en=22ae8352
 next_token_chart("今天天气", label=lambda t: str(tokenizer.token_bytes(t))[1:],

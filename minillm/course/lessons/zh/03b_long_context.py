@@ -1,7 +1,7 @@
 # 中文版 · 03b_long_context.py 的译文。每个单元格标记里的 en=… 是它所译英文单元格的哈希；
 # 流程见 docs/translating.md。
 
-# %% [markdown] en=0ba4fc2f
+# %% [markdown] en=af6b83c9
 # # 03b · 长上下文：长缓存上的注意力、FlashAttention 与更小的缓存
 #
 # 第 03 课搭好了 KV 缓存（KV cache），并在几百个词元的范围内给解码步计了时；在这个范围里，
@@ -11,16 +11,17 @@
 # - 解码步的注意力要读取缓存里的每一个键和值：到了某个长度，它的开销就会超过权重（第 1 节）；
 # - 长提示词的预填充（prefill）要算出 n² 个注意力分数，除非像 FlashAttention 那样一块一块地算
 #   （第 2 节）；
-# - 缓存每个词元占多少字节取决于注意力的设计（第 3 节），而滑动窗口限制了它最多保留多少个词元
-#   （第 4 节）。
+# - 缓存每个词元占多少字节取决于注意力的设计（第 3 节），而滑动窗口限制了它最多保留多少个词元，
+#   代价多大则取决于它留下的是哪些词元（第 4 节）。
 
-# %% en=e08ec2e6
+# %% en=9d17c3eb
 import math
 import os
 
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
+import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 import minillm
@@ -264,7 +265,7 @@ for name, shape in PUBLISHED.items():
         print(f"{name:<13} {design + star:<5} {per_token / 2**10:>6.1f} KiB {full / 2**30:>6.2f} GiB "
               f"{windowed / 2**30:>14.2f} GiB")
 
-# %% en=339442e9
+# %% en=4f52910b
 labels = [f"{m} {d}{'*' if published[m] == d else ''}" for m, d in at_32k]
 fig, ax = plt.subplots(figsize=(7, 1 + 0.35 * len(labels)))  # 每根柱子一行：标签不会重叠
 ax.barh(labels, [b / 2**30 for b in at_32k.values()],
@@ -274,12 +275,26 @@ ax.set(xscale="log", xlabel="32k 个词元时的 GiB（16 位）",
        title="不同注意力设计下一条序列的 KV 缓存")
 plt.tight_layout()
 plt.show()
-mha, mla = at_32k[("DeepSeek-V3", "MHA")], at_32k[("DeepSeek-V3", "MLA")]
-print(f"DeepSeek-V3 用 MLA 存的缓存，比它的 128 个头用 MHA 时少 {mha / mla:.0f} 倍")
+mha, mqa, mla = (at_32k[("DeepSeek-V3", design)] for design in ("MHA", "MQA", "MLA"))
+print(f"DeepSeek-V3 用 MLA 存的缓存，比它的 128 个头用 MHA 时少 {mha / mla:.0f} 倍，"
+      f"是 MQA（所有头共用一个键/值头）时的 {mla / mqa:.1f} 倍")
+assert mqa < mla < mha / 10  # MLA：比 MQA 多，比 MHA 少得多
 
-# %% [markdown] en=53c4b3ab
-# MQA 和 MLA 把缓存缩得最小；MQA 的代价在质量（所有头共用一个键），MLA 的代价在计算（上投影；
-# 解码时它们可以并进查询矩阵和输出矩阵）。
+# %% [markdown] en=02d9d9d1
+# GQA 和 MQA 靠共用来缩小缓存：键/值头更少，每个服务更多的查询头。共用得越多，质量掉得越多；
+# MQA 让所有头只用一个键和一个值，最省，损失也最大。MLA 并不是沿着这条路再往前走一步：从上面
+# 打印的结果看，它每个词元存的比 MQA 多，比 MHA 少得多。它换来的是：缓存接近 MQA 的大小，
+# 各个头却依然各不相同，质量接近 MHA：
+#
+# - 每个词元在每一层只缓存一个潜在向量，所有头共用它；
+# - 每个头用自己学到的上投影，从这个潜在向量重建出自己的键和值，所以各个头关注的方式依然不同
+#   （DeepSeek-V2 的论文报告 MLA 的效果与 MHA 持平甚至更好）；
+# - RoPE 不进潜在向量：如果潜在向量和查询之间夹着一个随位置变化的旋转，键的上投影就没法并进
+#   查询矩阵，所以 MLA 在潜在向量旁边另外缓存一小段**解耦的 RoPE 键**（decoupled RoPE key），
+#   每个词元一份、所有头共用，只有这一段做旋转。
+#
+# 代价在计算：上投影（解码时它们可以并进查询矩阵和输出矩阵，于是一步读的是小小的潜在向量，
+# 而不是完整的键和值）。
 #
 # ## 4 · 滑动窗口：W 个槽位的环形缓冲区
 #
@@ -329,10 +344,104 @@ assert window_error < 1e-3
 assert inside < 1e-3 < beyond  # 窗口填满之前相同，之后不同
 assert held[-1] == max(held) == ring.capacity_bytes < full_cache
 
-# %% [markdown] en=7fe2c046
+# %% [markdown] en=82076901
 # 窗口填满之前，环形缓存就是普通的注意力；填满之后，模型看到的东西变少，logits 也随之改变。
-# SmolLM2 是用全注意力训练的，所以加了窗口，它说的话就会变；用窗口训练出来的模型（Mistral 7B）
-# 损失要小得多。
+# 模型损失了多少？原因何在？很容易把账算在 SmolLM2 的训练方式上：它训练时总能看到整段文本。
+# StreamingLLM（Xiao 等，2023）找到了一个更大的原因：训练好的模型会把很大一部分注意力投向文本
+# 开头的几个词元，不管它们写的是什么（第 02 章的热力图里，SmolLM2 就有几个头盯着第一个词元）。
+# softmax 总得把权重分出去，而开头的词元后面每个查询都看得到，于是成了一个头安放“用不上的
+# 权重”的地方，它们就是**注意力汇点**（attention sink）。
+# 窗口把它们挤出去以后，这部分权重无处可去，隐藏状态就偏离了模型在训练中见过的一切。
+# StreamingLLM 的办法是：永远留着开头的 4 个词元，旁边再放最近的 W − 4 个，槽位还是 W 个。
+#
+# 衡量的尺子是**困惑度**（perplexity，第 07 章也用它）：对每个下一词元的负对数似然取平均再取
+# exp，越低越好。我们在一段留出的英文文本上测它（`data/factbook_europe.txt`，《世界概况》里各国
+# 的简介），只统计普通窗口丢掉第一个词元之后做出的预测。每种做法都像 `window_forward` 那样，在
+# 每一层用自己的掩码把整段文本一次跑完。10 个词元、4 个槽位时的掩码如下（每行一个查询，• 表示
+# 它能看到的键）：
+
+# %% en=1acfe4f4
+from minillm.generation.sliding_window import sliding_window_mask
+from minillm.layers.attention import causal_mask
+from minillm.tools.bench.quantization import held_out_ids
+from minillm.utils.columns import pad
+
+SINKS = 4
+
+
+def sink_window_mask(n, window, sinks, device=None):
+    """(查询, 键) 的布尔矩阵：每个查询能看到文本开头的 `sinks` 个词元，以及到它自己为止最近的
+    `window - sinks` 个键：和普通窗口一样，最多 `window` 个键。"""
+    first = torch.arange(n, device=device)[None, :] < sinks
+    return sliding_window_mask(n, n, window - sinks, device) | (causal_mask(n, n, device) & first)
+
+
+def rows(mask):
+    return [" ".join("•" if seen else "·" for seen in row) for row in mask.tolist()]
+
+
+print(pad("窗口 4", 22) + "2 个汇点 + 最近 2 个")
+for plain, sinks in zip(rows(sliding_window_mask(10, 10, 4)), rows(sink_window_mask(10, 4, 2))):
+    print(f"{plain:<22}{sinks}")
+
+# %% en=dd3963d3
+@torch.inference_mode()
+def masked_forward(model, ids, mask):
+    """每一层都用 `mask` 时整段序列的 logits（步骤与 window_forward 相同）。"""
+    positions = torch.arange(ids.shape[1], device=ids.device)[None]
+    x = model.run_layers(model.embed_tokens(ids, positions), positions, mask[None, None])
+    return model.logits(x)
+
+
+n_eval = 128 if CI else 1024
+eval_ids = torch.tensor([held_out_ids(tokenizer, n_eval)], device=device)
+masks = {"full": causal_mask(n_eval, n_eval, device),
+         "window": sliding_window_mask(n_eval, n_eval, W, device),
+         "sinks": sink_window_mask(n_eval, W, SINKS, device)}
+label_of = {"full": "全注意力", "window": f"最近 {W} 个词元",
+            "sinks": f"{SINKS} 个汇点 + 最近 {W - SINKS} 个"}
+losses = {}  # 每个下一词元的负对数似然，依次在位置 0、1、…… 上预测
+for name, mask in tqdm(masks.items(), desc="masks"):
+    logits = masked_forward(model, eval_ids, mask)[0, :-1].float()
+    losses[name] = F.cross_entropy(logits, eval_ids[0, 1:], reduction="none").cpu()
+perplexity = {name: math.exp(loss[W:].mean().item()) for name, loss in losses.items()}
+for name, value in perplexity.items():
+    print(f"{pad(label_of[name], 24)} 困惑度 {value:7.2f}（{n_eval - 1 - W} 次预测）")
+lost = perplexity["window"] - perplexity["full"]
+won_back = (perplexity["window"] - perplexity["sinks"]) / lost if lost > 0 else float("nan")
+if not lost > 0:
+    verdict = "在这里窗口没有带来可测的损失"
+elif won_back > 0.5:
+    verdict = (f"留住开头的 {SINKS} 个词元，就挽回了窗口所造成损失的 {won_back:.1%}："
+               "损失的大头是把它们挤了出去，而不是看不到的那部分文本")
+elif won_back > 0:
+    verdict = f"汇点只挽回了 {won_back:.1%}：损失的大头是看不到的那部分文本"
+else:
+    verdict = "在这里留住开头的词元什么也没挽回"
+print("结论：", verdict)
+assert lost > 0 and won_back > 0.5  # 上文的说法：损失的大头来自挤掉汇点
+
+# %% en=9092412e
+smooth = 16 if CI else 64  # 对这么多次预测取滑动平均
+plt.figure(figsize=(7, 3.5))
+for name, loss in losses.items():
+    running = np.convolve(loss.numpy(), np.ones(smooth) / smooth, mode="valid")
+    plt.plot(np.arange(smooth - 1, len(loss)), running, label=label_of[name])
+plt.axvline(W, color="grey", linestyle=":", label="普通窗口丢掉第一个词元")
+plt.xlabel("在文本中的位置")
+plt.ylabel(f"每个词元的损失（{smooth} 个的平均）")
+plt.title("同样 W 个槽位，留不留开头的词元")
+plt.legend(fontsize=8)
+plt.show()
+
+# %% [markdown] en=8f5c85ba
+# 第一个词元一离开普通窗口，它的损失就升到全注意力之上，并且一直下不来；留住 4 个汇点、槽位
+# 数不变时，损失则始终贴近全注意力，剩下的那点差距，才是窗口真正看不到的那部分文本。所以，
+# 用全注意力训练的模型套上普通窗口会失灵，主要是因为少了它的汇点：StreamingLLM 留住它们，
+# 报告在固定大小的缓存下，困惑度在 400 万个词元上都保持平稳。（它还按词元在缓存里的位置、而不是
+# 在文本里的位置来编号，这样 RoPE 就不会遇到训练时没见过的距离；我们的文本比 SmolLM2 的
+# 8,192 个词元的上下文窗口短，所以这里直接用文本本身的位置就行。）放到环形缓冲区里，汇点就是
+# 4 个永远不被覆盖的槽位。
 #
 # 近来的许多模型把两种层混着用。Gemma 2 一比一地交替：一层带 4,096 个词元的窗口，下一层是能看到
 # 全部内容的全局层。Gemma 3 则每个全局层配五个窗口层（窗口 1,024 个词元）。假如 SmolLM2 的 30 层
@@ -357,14 +466,17 @@ for name, window, ratio in [("Gemma 2 式，1:1", 4096, 1), ("Gemma 3 式，5:1"
 # 全局层仍能看到整段文本；窗口层只保留最近的 W 个词元。窗口层越多，缓存越小：Gemma 3 正是用这种
 # 取舍，支持最长 128k 个词元的上下文。
 
-# %% [markdown] en=9439f6ae
+# %% [markdown] en=fb95e096
 # ## 小结
 #
 # - 一个有缓存的解码步由权重和缓存上的注意力组成；后者随每个缓存的词元增长，过了几千个词元，
 #   一步的速度就由它决定。
 # - 长提示词的注意力不必建出 n × n 的分数：在线 softmax 逐块计算它（FlashAttention），内存像 n
 #   而不是 n² 那样增长。
-# - MHA、GQA、MQA 和 MLA 每个词元存的字节越来越少；滑动窗口（一个环形缓冲区）限制了保留的词元数，
-#   把窗口层和全局层混着用，则两者的好处各取一部分。
+# - GQA 和 MQA 靠共用键/值头缩小缓存，代价是质量；MLA 每个词元缓存一个潜在向量，每个头用上投影
+#   从中得到自己的键和值，外加一小段解耦的 RoPE 键：缓存接近 MQA（虽然更大），质量接近 MHA。
+# - 滑动窗口（一个环形缓冲区）限制了保留的词元数。在它旁边留住开头的 4 个词元（注意力汇点，
+#   StreamingLLM），就能挽回普通窗口给全注意力模型造成的大部分损失；把窗口层和全局层混着用，
+#   则两者的好处各取一部分。
 #
 # 练习 03 的最后一题会为单个查询搭出在线 softmax。接下来是第 04 章。
