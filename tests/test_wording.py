@@ -104,6 +104,28 @@ SENTENCES = {
 }
 
 
+def test_the_bpe_progress_bar_follows_the_language(chinese, monkeypatch):
+    import tqdm.auto
+
+    from minillm.tokenizer.train import learn_merges
+
+    shown = []
+
+    class Bar:
+        def __init__(self, **kwargs):
+            shown.append(kwargs["desc"])
+
+        def update(self, n=1):
+            pass
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(tqdm.auto, "tqdm", Bar)
+    learn_merges("abab abab", 260, special_tokens=(), progress=True)
+    assert shown == ["BPE 合并"]
+
+
 @pytest.mark.parametrize("name", SENTENCES)
 def test_each_sentence_in_english_by_default(name):
     make, english, _ = SENTENCES[name]

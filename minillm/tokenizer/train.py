@@ -23,6 +23,7 @@ from .bpe import merge_pair, pair_counts
 from .bytes_unicode import bytes_to_token
 from .chat import CHATML_TEMPLATE
 from .pretokenize import PreTokenizer
+from ..utils import wording
 
 DEFAULT_SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 
@@ -94,7 +95,7 @@ def learn_merges(text: str, vocab_size: int, special_tokens=DEFAULT_SPECIAL_TOKE
     bar = None
     if progress:
         from tqdm.auto import tqdm
-        bar = tqdm(total=n_merges, desc="BPE merges", unit="merge")
+        bar = tqdm(total=n_merges, desc=wording.text("BPE merges", "BPE 合并"), unit="merge")
     merges: list[tuple[int, int]] = []
     while len(merges) < n_merges and heap:
         negative, pair = heapq.heappop(heap)
