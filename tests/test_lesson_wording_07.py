@@ -44,3 +44,47 @@ def test_the_zero_point_comparison_is_printed_not_asserted():
 def test_the_kv_cache_is_left_to_its_appendix_and_tgi_is_not_offered_as_a_server():
     assert "appendix 07b" in LESSON
     assert "TGI" not in LESSON and "Text Generation Inference" not in LESSON
+
+
+ZH_LESSON = (ROOT / "minillm" / "course" / "lessons" / "zh" / "07_quantization.py").read_text(
+    encoding="utf-8")
+
+
+def test_fp8_and_int8_are_compared_with_the_same_scales_and_each_row_names_its_scales():
+    """Issue 44: FP8 with one scale per tensor was set against int8 with per-row scales."""
+    section = LESSON.split("## 9 · W8A8, SmoothQuant and FP8")[1].split("## 10 ·")[0]
+    assert "FP8 e4m3 weights and activations" not in section
+    code = section.split("granularities = {")[1].split("}")[0]
+    assert '"tensor": "one scale per tensor"' in code
+    assert '"channel": "per token and per row"' in code
+    assert 'formats = {"int8": int8, "FP8 e4m3": fp8}' in section
+    for label in ("W8A8, int8 per token and per row", "4 bits in groups of 128"):
+        assert label in section
+    # the prose's verdicts are the asserts' verdicts
+    for claim in ('eight_bit[("int8", "tensor")][2] > 2 * eight_bit[("int8", "channel")][2]',
+                  'eight_bit[("FP8 e4m3", "channel")][0] < eight_bit[("int8", "channel")][0]',
+                  'eight_bit[("int8", "channel")][1] < eight_bit[("FP8 e4m3", "channel")][1]'):
+        assert f"assert {claim}" in section
+
+
+def test_tables_with_chinese_labels_pad_by_screen_columns():
+    for source in (LESSON, ZH_LESSON):
+        assert "from minillm.utils.columns import Label" in source
+        for padded in ("{Label(name):>32}", "{Label(name):>12}", "{Label(name):>34}",
+                       "{Label(str(r['group'])):>4}"):
+            assert padded in source
+    assert 'group=group or "整行"' in ZH_LESSON
+
+
+def test_the_benchmark_progress_bar_speaks_the_readers_language():
+    from minillm.utils.wording import use_language
+
+    bench = (ROOT / "minillm" / "tools" / "bench" / "quantization.py").read_text(encoding="utf-8")
+    assert 'desc="schemes"' not in bench and 'words("schemes", "方案")' in bench
+    use_language("zh")
+    try:
+        from minillm.utils.wording import text
+
+        assert text("schemes", "方案") == "方案"
+    finally:
+        use_language("en")

@@ -121,6 +121,137 @@ def test_per_channel_mistakes_are_named(quantize, message, hidden):
         checks.check_quantize_int8(quantize, hidden=hidden)
 
 
+def per_channel_with(w, largest=lambda w: w.abs().amax(dim=1) / 127, guard="where",
+                     codes=lambda w, s: torch.round(w / s[:, None])):
+    """per_channel with one piece swapped for a usual mistake."""
+    scale = largest(w)
+    if guard == "where":
+        scale = torch.where(scale == 0, torch.ones_like(scale), scale)
+    elif guard == "add":
+        scale = scale + 1e-8
+    elif guard == "clamp":
+        scale = scale.clamp(min=1e-8)
+    right = torch.where(scale == 0, torch.ones_like(scale), scale)
+    return codes(w, right).clamp(-127, 127).to(torch.int8), scale
+
+
+PER_CHANNEL_SCALE_MISTAKES = {  # name: (the wrong function, the words of its hint)
+    "max without abs": (lambda w: per_channel_with(w, largest=lambda w: w.amax(dim=1) / 127),
+                        "largest absolute value"),
+    "one max for every row": (lambda w: per_channel_with(
+        w, largest=lambda w: (w.abs().max() / 127).expand(w.shape[0]).clone()),
+        "every row got the same scale"),
+    "128": (lambda w: per_channel_with(w, largest=lambda w: w.abs().amax(dim=1) / 128),
+            "not by 128"),
+    "+ 1e-8 on every row": (lambda w: per_channel_with(w, guard="add"), "changes them all"),
+    "clamp(min=1e-8)": (lambda w: per_channel_with(w, guard="clamp"), "rather than a floor"),
+    "no guard": (lambda w: per_channel_with(w, guard=None), "nothing is divided by 0"),
+}
+PER_CHANNEL_CODE_MISTAKES = {
+    "truncated": (lambda w: per_channel_with(w, codes=lambda w, s: torch.trunc(w / s[:, None])),
+                  "cut towards zero"),
+    "floor": (lambda w: per_channel_with(w, codes=lambda w, s: torch.floor(w / s[:, None])),
+              "rounded down (torch.floor)"),
+    "the largest scale for every row": (lambda w: per_channel_with(
+        w, codes=lambda w, s: torch.round(w / s.max())), "divide each row by its own scale"),
+    "multiplied": (lambda w: per_channel_with(w, codes=lambda w, s: torch.round(w * s[:, None])),
+                   "multiplied by the scale"),
+}
+
+
+@pytest.mark.parametrize("hidden", [False, True])
+def test_per_channel_scale_hints_name_the_real_mistake(hidden):
+    assert_hints_are_specific(lambda f: checks.check_quantize_int8(f, hidden=hidden),
+                              PER_CHANNEL_SCALE_MISTAKES)
+    with pytest.raises(CheckFailed) as failure:  # a scale from max, not max|w|, on a nonzero row
+        checks.check_quantize_int8(PER_CHANNEL_SCALE_MISTAKES["max without abs"][0],
+                                   hidden=hidden)
+    assert "all-zero" not in str(failure.value)
+
+
+@pytest.mark.parametrize("hidden", [False, True])
+def test_per_channel_code_hints_name_the_real_mistake(hidden):
+    assert_hints_are_specific(lambda f: checks.check_quantize_int8(f, hidden=hidden),
+                              PER_CHANNEL_CODE_MISTAKES)
+
+
+@pytest.mark.parametrize("hidden", [False, True])
+def test_a_scale_off_by_an_epsilon_prints_numbers_that_differ(hidden):
+    import re
+
+    with pytest.raises(CheckFailed) as failure:
+        checks.check_quantize_int8(PER_CHANNEL_SCALE_MISTAKES["+ 1e-8 on every row"][0],
+                                   hidden=hidden)
+    got, want = re.search(r"is ([0-9.e-]+); expected that row's max\|w\| / 127 = ([0-9.e-]+)",
+                          str(failure.value)).groups()
+    assert got != want and "+1e-08" in str(failure.value), str(failure.value)
+
+
+@pytest.mark.parametrize("hidden", [False, True])
+def test_another_code_mistake_gets_the_plain_message(hidden):
+    def rows_shifted(w):  # q of each row from the next row's scale: no named mistake
+        q, scale = per_channel(w)
+        return torch.round(w / scale.roll(1)[:, None]).clamp(-127, 127).to(torch.int8), scale
+
+    with pytest.raises(CheckFailed) as failure:
+        checks.check_quantize_int8(rows_shifted, hidden=hidden)
+    text = str(failure.value)
+    assert "differs from round(w / scale[:, None])" in text and "expected" in text, text
+    for _, words in PER_CHANNEL_CODE_MISTAKES.values():
+        assert words not in text, text
+
+
+def q_groups_with(w, g, codes=lambda x, lo, s: torch.round((x - lo) / s), whole_row=False):
+    rows, cols = w.shape
+    if cols % g:
+        raise ValueError("group size must divide the row")
+    q, scale, lo = q_groups(w, g)
+    x = w.reshape(rows, cols // g, g)
+    if whole_row:
+        x, g_lo = w, w.amin(-1, keepdim=True)
+        g_scale = (w.amax(-1, keepdim=True) - g_lo) / 15
+    else:
+        g_lo, g_scale = lo[..., None], scale[..., None]
+    return codes(x, g_lo, g_scale).clamp(0, 15).reshape(rows, cols), scale, lo
+
+
+INT4_MISTAKES = {  # quantize mistakes: named as such, never given dequantize's advice
+    "floor": (lambda w, g: q_groups_with(w, g, codes=lambda x, lo, s: torch.floor((x - lo) / s)),
+              "rounded down"),
+    "no minimum": (lambda w, g: q_groups_with(w, g, codes=lambda x, lo, s: torch.round(x / s)),
+                   "computed from w itself"),
+    "the whole row's grid": (lambda w, g: q_groups_with(w, g, whole_row=True),
+                             "the whole row's minimum and scale"),
+}
+
+
+@pytest.mark.parametrize("hidden", [False, True])
+def test_int4_quantize_mistakes_get_quantize_hints(hidden):
+    assert_hints_are_specific(lambda q: checks.check_int4_groups(q, dq_groups, hidden=hidden),
+                              INT4_MISTAKES)
+    for wrong, _ in INT4_MISTAKES.values():
+        with pytest.raises(CheckFailed) as failure:
+            checks.check_int4_groups(wrong, dq_groups, hidden=hidden)
+        assert "dequantize_groups" not in str(failure.value), str(failure.value)
+
+
+@pytest.mark.parametrize("hidden", [False, True])
+def test_int4_dequantize_mistakes_get_dequantize_hints(hidden):
+    def no_minimum(q, scale, lo):
+        rows, n = scale.shape
+        return (q.float().reshape(rows, n, -1) * scale[..., None]).reshape(rows, -1)
+
+    def first_group_only(q, scale, lo):
+        rows, n = scale.shape
+        return (q.float().reshape(rows, n, -1) * scale[:, :1, None]
+                + lo[:, :1, None]).reshape(rows, -1)
+
+    with pytest.raises(CheckFailed, match="dequantize_groups.*add each group's minimum back"):
+        checks.check_int4_groups(q_groups, no_minimum, hidden=hidden)
+    with pytest.raises(CheckFailed, match="though q, scale and minimum are right: q \\* scale"):
+        checks.check_int4_groups(q_groups, first_group_only, hidden=hidden)
+
+
 @pytest.mark.parametrize("hidden, too_long", [(False, "32 does not divide 40"),
                                               (True, "16 does not divide 24")])
 def test_int4_mistakes_are_named(hidden, too_long):
@@ -232,6 +363,21 @@ ZH_MISTAKES = {  # name: (run the wrong answer, the Chinese words of its hint, i
                    "每列一个", "one entry per column"),
     "zero row": (lambda: checks.check_quantize_int8(lambda w: per_channel(w, zero_guard=False)),
                  "就不会除以 0", "all-zero row"),
+    "max without abs": (lambda: checks.check_quantize_int8(
+        PER_CHANNEL_SCALE_MISTAKES["max without abs"][0]), "绝对值的最大值",
+        "largest absolute"),
+    "+ 1e-8": (lambda: checks.check_quantize_int8(
+        PER_CHANNEL_SCALE_MISTAKES["+ 1e-8 on every row"][0]), "把它们全改了", "changes them all"),
+    "clamp(min=1e-8)": (lambda: checks.check_quantize_int8(
+        PER_CHANNEL_SCALE_MISTAKES["clamp(min=1e-8)"][0]), "而不是 clamp(min=1e-8)",
+        "rather than"),
+    "per-channel truncated": (lambda: checks.check_quantize_int8(
+        PER_CHANNEL_CODE_MISTAKES["truncated"][0]), "向零截断", "cut towards zero"),
+    "int4 floor": (lambda: checks.check_int4_groups(INT4_MISTAKES["floor"][0], dq_groups),
+                   "向下取整", "rounded down"),
+    "int4 no minimum": (lambda: checks.check_int4_groups(INT4_MISTAKES["no minimum"][0],
+                                                         dq_groups), "先减去该组的最小值",
+                        "computed from w"),
     "16 levels": (lambda: checks.check_int4_groups(lambda w, g: q_groups(w, g, levels=16),
                                                    dq_groups), "除以 15", "divide (max - min)"),
     "no squeeze": (lambda: checks.check_int4_groups(lambda w, g: q_groups(w, g, squeeze=False),

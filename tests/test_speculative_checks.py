@@ -58,6 +58,34 @@ def test_prompt_lookup_hints_are_specific(hidden):
     })
 
 
+def never_runs(ids, k, max_ngram):  # range(n, 0) without its step -1: the loop never runs
+    for n in range(min(max_ngram, len(ids) - 1), 0):
+        return list(ids[-n:])
+    return []
+
+
+def compares_a_tuple(ids, k, max_ngram):  # a list slice never equals a tuple
+    for n in range(min(max_ngram, len(ids) - 1), 0, -1):
+        suffix = tuple(ids[-n:])
+        for start in range(len(ids) - n - 1, -1, -1):
+            if ids[start:start + n] == suffix:
+                return list(ids[start + n:start + n + k])
+    return []
+
+
+@pytest.mark.parametrize("hidden", [False, True])
+@pytest.mark.parametrize("empty", [lambda ids, k, n: [], never_runs, compares_a_tuple],
+                         ids=["return []", "loop never runs", "list against tuple"])
+def test_only_a_self_match_gets_the_self_match_hint(empty, hidden):
+    with pytest.raises(CheckFailed) as failure:
+        checks.check_prompt_lookup(empty, hidden=hidden)
+    text = str(failure.value)
+    assert "returned [] for every case, though here the last" in text, text
+    assert "EARLIER" not in text and "match themselves" not in text, text
+    with pytest.raises(CheckFailed, match="match themselves at the end.*EARLIER occurrence"):
+        checks.check_prompt_lookup(lookup(self_match=True), hidden=hidden)
+
+
 def verify(**kind):
     return lambda scores, draft: checks._verify_variant(scores, draft, **kind)
 
@@ -105,6 +133,42 @@ def test_the_checker_leaves_the_global_random_state_alone(capsys):
     torch.manual_seed(7)
     checks.check_accept_step(accept_step, draws=2000)
     assert torch.equal(torch.rand(3), expected)
+
+
+def residual_first(p, q, token, generator):  # draws the replacement before the accept test
+    residual = torch.clamp(p - q, min=0)
+    replacement = int(torch.multinomial(residual / residual.sum(), 1, generator=generator))
+    x = int(token)
+    if torch.rand((), generator=generator, dtype=p.dtype) < torch.clamp(p[x] / q[x], max=1):
+        return x, True
+    return replacement, False
+
+
+def unclamped_residual(p, q, token, generator):  # p - q: negative entries, a sum of 0
+    x = int(token)
+    if torch.rand((), generator=generator, dtype=p.dtype) < torch.clamp(p[x] / q[x], max=1):
+        return x, True
+    residual = p - q
+    return int(torch.multinomial(residual / residual.sum(), 1, generator=generator)), False
+
+
+def rand_without_a_size(p, q, token, generator):
+    return int(token), bool(torch.rand(generator=generator) < 1)
+
+
+ACCEPT_STEP_ERRORS = {  # name: (the wrong function, the words of its hint)
+    "residual first": (residual_first, "only after a rejection"),
+    "unclamped residual": (unclamped_residual, "torch.clamp(p - q, min=0), divided by its sum"),
+    "another error": (rand_without_a_size, "It is called with p and q"),
+}
+
+
+@pytest.mark.parametrize("hidden", [False, True])
+def test_an_accept_step_that_raises_gets_a_hint(hidden):
+    assert_hints_are_specific(lambda f: checks.check_accept_step(f, hidden=hidden),
+                              ACCEPT_STEP_ERRORS)
+    with pytest.raises(CheckFailed, match="raised RuntimeError"):
+        checks.check_accept_step(unclamped_residual, hidden=hidden)
 
 
 def test_resampling_from_p_is_named():
@@ -175,6 +239,21 @@ def test_prompt_lookup_hints_come_in_chinese(chinese):
     with pytest.raises(CheckFailed, match=r"prompt_lookup\(.*\) 返回了 .*，应为 ") as failure:
         checks.check_prompt_lookup(lookup(cap=False))
     assert "returned" not in str(failure.value)
+
+
+def test_prompt_lookup_empty_answers_come_in_chinese(chinese):
+    with pytest.raises(CheckFailed, match="它对每个用例都返回了 \\[\\]，可这里最后 2 个 id"):
+        checks.check_prompt_lookup(lambda ids, k, n: [])
+    with pytest.raises(CheckFailed, match="匹配的是它们自己"):
+        checks.check_prompt_lookup(lookup(self_match=True))
+
+
+def test_accept_step_errors_come_in_chinese(chinese):
+    assert_hints_are_specific(checks.check_accept_step, {
+        "residual first": (residual_first, "只在拒绝之后"),
+        "unclamped residual": (unclamped_residual, "p - q 本身有负数"),
+        "another error": (rand_without_a_size, "调用它时"),
+    })
 
 
 def test_verify_greedy_hints_come_in_chinese(chinese):

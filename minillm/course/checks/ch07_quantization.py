@@ -227,32 +227,159 @@ def check_quantize_int8(quantize_per_channel, *, hidden=False) -> None:
         expect(q.dtype == torch.int8,
                say(f"q for {what} has dtype {q.dtype}; store it as torch.int8",
                    f"{what}的 q 的 dtype 是 {q.dtype}；请存成 torch.int8"))
-        expect(bool(torch.isfinite(scale).all()) and bool((scale > 0).all()),
-               say(f"the scale for {what} is {short(scale.tolist())}: an all-zero row has "
-                   "max|w| = 0; give it the scale 1 (its q is 0 anyway) so that nothing is "
-                   "divided by 0",
-                   f"{what}的缩放因子是 {short(scale.tolist())}：全为 0 的行 max|w| = 0；"
-                   "给它缩放因子 1（反正它的 q 都是 0），这样就不会除以 0"))
         answers.append((q, scale.float()))
+    _check_channel_scales(cases, [scale for _, scale in answers])
+    _check_channel_codes(cases, [q for q, _ in answers])
     for (what, w), (q, scale) in zip(cases, answers):
-        want_q, want_scale = quantize_int8(w)
-        got_scale = short([round(x, 6) for x in scale.tolist()])
-        want_scales = short([round(x, 6) for x in want_scale.tolist()])
-        expect(torch.allclose(scale, want_scale, rtol=1e-6, atol=0),
-               say(f"the scale for {what} is {got_scale}, expected each row's max|w| / 127: "
-                   f"{want_scales}",
-                   f"{what}的缩放因子是 {got_scale}，应为每行的 max|w| / 127：{want_scales}"))
-        off = (q.int() - want_q.int()).abs()
-        expect(off.max().item() <= 1 and (off > 0).float().mean().item() < 0.01,
-               say(f"q for {what} differs from round(w / scale[:, None]) in "
-                   f"{int((off > 0).sum())} places; divide each row by its own scale",
-                   f"{what}的 q 有 {int((off > 0).sum())} 处与 round(w / scale[:, None]) 不同；"
-                   "每一行要除以它自己的缩放因子"))
         err = (dequantize_int8(q, scale) - w).abs().max().item()
-        expect(err <= want_scale.max().item() / 2 + 1e-6,
+        expect(err <= quantize_int8(w)[1].max().item() / 2 + 1e-6,
                say(f"the round trip q * scale[:, None] of {what} is off by up to {err:.3g}",
                    f"{what}经 q * scale[:, None] 还原后误差最大达 {err:.3g}"))
     passed(say("per-channel int8", "逐通道 int8"), len(cases))
+
+
+def _guarded(scale):
+    return torch.where(scale == 0, torch.ones_like(scale), scale)
+
+
+def _same_on(rows):
+    """Whether two scales agree (to float32 rounding) on the rows `rows` picks out."""
+    return lambda a, b: bool(torch.allclose(a[rows], b[rows], rtol=1e-6, atol=0))
+
+
+def _shift(got, want, rows):
+    """The amount c when every scale of `rows` is want + c for one small c != 0, else None: a
+    guard added to every row (scale + 1e-8) to avoid dividing by 0."""
+    diffs = torch.cat([(g.double() - w.double())[r] for g, w, r in zip(got, want, rows)])
+    wants = torch.cat([w.double()[r] for w, r in zip(want, rows)])
+    if diffs.numel() == 0:
+        return None
+    c = diffs.median()
+    if c == 0 or abs(c) > 0.01 * wants.min():
+        return None
+    slack = 0.25 * abs(c) + 4 * wants * 2.0 ** -24  # float32 rounds each sum a little
+    return float(c) if bool(((diffs - c).abs() <= slack).all()) else None
+
+
+def _check_channel_scales(cases, scales) -> None:
+    """Each row's max|w| / 127 on the rows with a nonzero weight, then 1 on the all-zero rows;
+    a mistake is named only when it gives the learner's scales on every case."""
+    wants = [quantize_int8(w)[1] for _, w in cases]
+    live = [~(w == 0).all(dim=1) for _, w in cases]
+    wrong = [i for i, (s, want, r) in enumerate(zip(scales, wants, live))
+             if not _same_on(r)(s, want)]
+    if wrong:
+        i = wrong[0]
+        what, w = cases[i]
+        row = next(r for r in range(w.shape[0]) if live[i][r]
+                   and not torch.allclose(scales[i][r], wants[i][r], rtol=1e-6, atol=0))
+        got, want = scales[i][row].item(), wants[i][row].item()
+        same_live = lambda a, b: all(_same_on(r)(x, y) for x, y, r in zip(a, b, live))  # noqa
+        hint = matching_mistake([scales], [
+            (say("a row's scale comes from its largest absolute value, w.abs().amax(dim=1); "
+                 "w.amax(dim=1) is the largest value, which misses a larger negative one and "
+                 "can even be negative",
+                 "每行的缩放因子来自该行绝对值的最大值 w.abs().amax(dim=1)；w.amax(dim=1) 是"
+                 "最大值，它会漏掉绝对值更大的负数，甚至可能是负的"),
+             [[_guarded(w.amax(dim=1) / 127) for _, w in cases]]),
+            (say("every row got the same scale, the whole weight's max|w| / 127: take each "
+                 "row's own largest |w| with w.abs().amax(dim=1)",
+                 "每一行拿到的都是同一个缩放因子，即整个权重的 max|w| / 127：应当用 "
+                 "w.abs().amax(dim=1) 取每一行自己的最大 |w|"),
+             [[(w.abs().max() / 127).expand(w.shape[0]) for _, w in cases]]),
+            (say("divide each row's max|w| by 127, the largest int8 code used on both sides "
+                 "(-127..127), not by 128",
+                 "每行的 max|w| 要除以 127（int8 正负两边都用到的最大编码，范围 -127..127），"
+                 "不是 128"),
+             [[_guarded(w.abs().amax(dim=1) / 128) for _, w in cases]]),
+        ], same_live)
+        shift = None if hint else _shift(scales, wants, live)
+        if shift is not None:
+            hint = say(f"every scale is {shift:+.3g} away from max|w| / 127: a small number "
+                       "added to every row to avoid dividing by 0 (+ 1e-8) changes them all. "
+                       "Leave the other rows at max|w| / 127 and give only an all-zero row the "
+                       "scale 1: torch.where(scale == 0, torch.ones_like(scale), scale)",
+                       f"每个缩放因子都与 max|w| / 127 相差 {shift:+.3g}：为了避免除以 0 而给"
+                       "每一行都加上的小数（+ 1e-8）把它们全改了。其他行保持 max|w| / 127，只给"
+                       "全为 0 的行缩放因子 1：torch.where(scale == 0, torch.ones_like(scale), "
+                       "scale)")
+        raise CheckFailed(say(f"the scale of row {row} of {what} is {got:.9g}; expected that "
+                              f"row's max|w| / 127 = {want:.9g}" + (f": {hint}" if hint else ""),
+                              f"{what}第 {row} 行的缩放因子是 {got:.9g}，应为该行的 max|w| / 127 "
+                              f"= {want:.9g}" + (f"：{hint}" if hint else "")))
+    for (what, w), scale, r in zip(cases, scales, live):
+        for row in (~r).nonzero().flatten().tolist():
+            got = scale[row].item()
+            if got == 1:
+                continue
+            if not (got > 0 and got < float("inf")):
+                raise CheckFailed(say(
+                    f"the scale of the all-zero row {row} of {what} is {got:.3g}: such a row has "
+                    "max|w| = 0; give it the scale 1 (its q is 0 anyway) so that nothing is "
+                    "divided by 0",
+                    f"{what}中全为 0 的第 {row} 行，缩放因子是 {got:.3g}：这样的行 max|w| = 0；"
+                    "给它缩放因子 1（反正它的 q 都是 0），这样就不会除以 0"))
+            raise CheckFailed(say(
+                f"the scale of the all-zero row {row} of {what} is {got:.3g}; this task gives "
+                "such a row the scale 1 (its q is 0 whatever the scale): "
+                "torch.where(scale == 0, torch.ones_like(scale), scale) rather than a floor "
+                "such as clamp(min=1e-8)",
+                f"{what}中全为 0 的第 {row} 行，缩放因子是 {got:.3g}；这道题给这样的行缩放因子 1"
+                "（不管缩放因子是多少，它的 q 都是 0）：用 "
+                "torch.where(scale == 0, torch.ones_like(scale), scale)，而不是 "
+                "clamp(min=1e-8) 这样的下限"))
+
+
+def _codes_close(a, b) -> bool:
+    """int8 codes equal up to a float rounding at a tie: off by at most 1 in under 1% places."""
+    off = (a.int() - b.int()).abs()
+    return off.max().item() <= 1 and (off > 0).float().mean().item() < 0.01
+
+
+def _check_channel_codes(cases, codes) -> None:
+    """q = round(w / scale[:, None]) clamped to -127..127; a mistake is named only when it gives
+    the learner's q on every case."""
+    scales = [quantize_int8(w)[1] for _, w in cases]
+    wants = [quantize_int8(w)[0] for _, w in cases]
+    wrong = [i for i, (q, want) in enumerate(zip(codes, wants)) if not _codes_close(q, want)]
+    if not wrong:
+        return
+
+    def codes_by(rule):
+        return [[rule(w, s).clamp(-127, 127).to(torch.int8)
+                 for (_, w), s in zip(cases, scales)]]
+
+    hint = matching_mistake([codes], [
+        (say("q is cut towards zero, not rounded (.to(torch.int8) or .int() on a float drops the "
+             "fraction): round to the nearest integer with torch.round first, so the error is "
+             "at most half a step",
+             "q 是向零截断的，不是四舍五入（对浮点数直接 .to(torch.int8) 或 .int() 会丢掉小数"
+             "部分）：先用 torch.round 四舍五入到最近的整数，这样误差最多半个步长"),
+         codes_by(lambda w, s: torch.trunc(w / s[:, None]))),
+        (say("q is rounded down (torch.floor): round to the nearest integer with torch.round",
+             "q 是向下取整的（torch.floor）：请用 torch.round 四舍五入到最近的整数"),
+         codes_by(lambda w, s: torch.floor(w / s[:, None]))),
+        (say("every row was divided by the same number, the largest scale: divide each row by "
+             "its own scale, w / scale[:, None]",
+             "每一行都除以了同一个数，即最大的缩放因子：每一行要除以它自己的缩放因子，"
+             "w / scale[:, None]"),
+         codes_by(lambda w, s: torch.round(w / s.max()))),
+        (say("w was multiplied by the scale; quantizing divides by it: "
+             "round(w / scale[:, None])",
+             "w 乘上了缩放因子；量化是除以它：round(w / scale[:, None])"),
+         codes_by(lambda w, s: torch.round(w * s[:, None]))),
+    ], lambda a, b: all(_codes_close(x, y) for x, y in zip(a, b)))
+    i = wrong[0]
+    what = cases[i][0]
+    off = (codes[i].int() - wants[i].int()).abs()
+    r, c = (off > 0).nonzero()[0].tolist()
+    got, want = int(codes[i][r, c]), int(wants[i][r, c])
+    raise CheckFailed(say(f"q for {what} differs from round(w / scale[:, None]) in "
+                          f"{int((off > 0).sum())} places (row {r}, column {c}: {got}, expected "
+                          f"{want})" + (f": {hint}" if hint else ""),
+                          f"{what}的 q 有 {int((off > 0).sum())} 处与 round(w / scale[:, None]) "
+                          f"不同（第 {r} 行第 {c} 列：{got}，应为 {want}）"
+                          + (f"：{hint}" if hint else "")))
 
 
 # --- 3 · int4 in groups, with a scale and a minimum ------------------------------------------
@@ -313,6 +440,7 @@ def check_int4_groups(quantize_groups, dequantize_groups, *, hidden=False) -> No
         expect(torch.allclose(scale.float(), ref_scale, rtol=1e-4, atol=1e-8),
                say(f"scale from {what} is not (max - min) / 15 of each group",
                    f"{what} 给出的 scale 不是每组的 (max - min) / 15"))
+        _check_group_codes(what, w, g, q)
         back = call(dequantize_groups, q, scale, minimum,
                     what=say(f"dequantize_groups(q, scale, minimum) for {what}",
                              f"对 {what} 的 dequantize_groups(q, scale, minimum)"))
@@ -320,12 +448,21 @@ def check_int4_groups(quantize_groups, dequantize_groups, *, hidden=False) -> No
                           f"对 {what} 的 dequantize_groups(...)"), shape)
         step = ref_scale.repeat_interleave(g, dim=1)
         err = (back.float() - w).abs()
-        expect(bool((err <= step / 2 + 1e-6).all()),
-               say(f"the round trip of {what} is off by up to {err.max().item():.3g}, more than "
-                   "half a step of its group: q * scale + minimum, with each group's own scale "
-                   "and minimum",
-                   f"{what} 量化再反量化后误差最大达 {err.max().item():.3g}，超过了所在组的半个"
-                   "步长：应为 q * scale + minimum，每组用它自己的 scale 和 minimum"))
+        if not bool((err <= step / 2 + 1e-6).all()):
+            codes = q.float().reshape(rows, cols // g, g)
+            hint = matching_mistake([back.float()], [
+                (say("add each group's minimum back: q * scale + minimum",
+                     "要把每组的最小值加回去：q * scale + minimum"),
+                 [(codes * ref_scale[..., None]).reshape(rows, cols)]),
+            ], lambda a, b: torch.allclose(a, b, rtol=1e-4, atol=1e-6))
+            raise CheckFailed(say(
+                f"dequantize_groups(q, scale, minimum) for {what} is off by up to "
+                f"{err.max().item():.3g}, more than half a step of its group, though q, scale "
+                "and minimum are right: " + (hint or "q * scale + minimum, with each group's "
+                                             "own scale and minimum"),
+                f"对 {what} 的 dequantize_groups(q, scale, minimum) 误差最大达 "
+                f"{err.max().item():.3g}，超过了所在组的半个步长，而 q、scale 和 minimum 都是对的："
+                + (hint or "应为 q * scale + minimum，每组用它自己的 scale 和 minimum")))
     for cols, g in ((24, 16), (9, 2)) if hidden else ((40, 32), (10, 4)):
         expect_raises(quantize_groups, _rand(2, cols, seed=19 if hidden else 9), g,
                       error=ValueError,
@@ -334,6 +471,47 @@ def check_int4_groups(quantize_groups, dequantize_groups, *, hidden=False) -> No
                       why=say(f"{g} does not divide {cols}", f"{g} 不能整除 {cols}"))
     passed(say("int4 group-wise quantize / dequantize", "int4 分组量化 / 反量化"),
            len(cases) + 2)
+
+
+def _check_group_codes(what, w, g, q) -> None:
+    """q = round((w - minimum) / scale) in each group, up to a float rounding at a tie (an
+    exact value within 1e-3 of a half-step); a quantize mistake is named here, before the round
+    trip through the learner's dequantize."""
+    rows, cols = w.shape
+    x = w.reshape(rows, cols // g, g)
+    lo = x.amin(dim=-1, keepdim=True)
+    scale = (x.amax(dim=-1, keepdim=True) - lo) / 15
+    exact = ((x - lo) / scale).reshape(rows, cols)
+    want = torch.round(exact).clamp(0, 15)
+    got = q.float()
+    near_tie = ((exact - exact.floor()) - 0.5).abs() < 1e-3
+    off = (got - want).abs()
+    if bool(((off == 0) | ((off <= 1) & near_tie)).all()):
+        return
+    hint = matching_mistake([got], [
+        (say("q is rounded down (torch.floor, torch.trunc, or .int() / .to(...) on a float, "
+             "which drop the fraction): round to the nearest code with torch.round",
+             "q 是向下取整的（torch.floor、torch.trunc，或对浮点数用 .int() / .to(...)，都会丢掉"
+             "小数部分）：请用 torch.round 四舍五入到最近的编码"),
+         [exact.floor().clamp(0, 15)]),
+        (say("q was computed from w itself; subtract the group's minimum first: "
+             "q = round((w - minimum) / scale)",
+             "q 是直接由 w 算出来的；应当先减去该组的最小值：q = round((w - minimum) / scale)"),
+         [torch.round(x / scale).clamp(0, 15).reshape(rows, cols)]),
+        (say("q was computed with the whole row's minimum and scale; each group of "
+             "group_size numbers has its own",
+             "q 用的是整行的最小值和缩放因子；每组 group_size 个数各有自己的一套"),
+         [torch.round((w - w.amin(dim=1, keepdim=True))
+                      / ((w.amax(dim=1, keepdim=True) - w.amin(dim=1, keepdim=True)) / 15)
+                      ).clamp(0, 15)]),
+    ], lambda a, b: torch.equal(a, b))
+    r, c = (off > 0).nonzero()[0].tolist()
+    raise CheckFailed(say(f"q from {what} differs from round((w - minimum) / scale) in "
+                          f"{int((off > 0).sum())} places (row {r}, column {c}: {got[r, c]:g}, "
+                          f"expected {want[r, c]:g})" + (f": {hint}" if hint else ""),
+                          f"{what} 给出的 q 有 {int((off > 0).sum())} 处与 "
+                          f"round((w - minimum) / scale) 不同（第 {r} 行第 {c} 列：{got[r, c]:g}，"
+                          f"应为 {want[r, c]:g}）" + (f"：{hint}" if hint else "")))
 
 
 # --- 4 · one step of GPTQ ------------------------------------------------------------------------

@@ -80,8 +80,14 @@ def chi_square_p_value(counts: torch.Tensor, probs: torch.Tensor) -> float:
 
 
 def _one(accept_step, p, q, token, generator):
-    got = call(accept_step, p, q, token, generator,
-               what=f"accept_step(p, q, draft_token={token}, generator)")
+    try:
+        got = call(accept_step, p, q, token, generator,
+                   what=f"accept_step(p, q, draft_token={token}, generator)")
+    except CheckFailed as failure:
+        if failure.__cause__ is None:  # not the learner's own exception
+            raise
+        raise CheckFailed(str(failure) + _why_it_raised(failure.__cause__, p, q)
+                          ) from failure.__cause__
     if not (isinstance(got, tuple) and len(got) == 2):
         raise CheckFailed(say("accept_step returned {kind} {got!r}; return a pair "
                               "(token, accepted): the token to emit and whether the draft's token "
@@ -115,6 +121,32 @@ def _one(accept_step, p, q, token, generator):
                               "被接受的草稿词元应原样输出",
                               token=token, got=token_out))
     return token_out, accepted
+
+
+def _why_it_raised(error: Exception, p, q) -> str:
+    """What the case tells about an exception raised by the learner's accept_step: torch's
+    multinomial refusing the residual, or else what the function was given."""
+    words = str(error)
+    if "multinomial" in words or "probability" in words:
+        if not bool((p > q).any()):
+            return say(". Here q equals p, so every draft token is accepted (min(1, p(x)/q(x)) "
+                       "= 1) and the residual max(0, p - q) is all zeros, which "
+                       "torch.multinomial cannot draw from: compute and draw from the residual "
+                       "only after a rejection",
+                       "。这里 q 与 p 相同，所以每个草稿词元都会被接受（min(1, p(x)/q(x)) = 1），"
+                       "而残差 max(0, p - q) 全为 0，torch.multinomial 无法从中抽取：只在拒绝"
+                       "之后才计算残差并从中抽取")
+        return say(". torch.multinomial needs weights that are not negative and not all zero: "
+                   "the residual is torch.clamp(p - q, min=0), divided by its sum (p - q itself "
+                   "has negative entries and sums to 0)",
+                   "。torch.multinomial 要求权重不能为负、也不能全为 0：残差是 "
+                   "torch.clamp(p - q, min=0) 再除以它的和（p - q 本身有负数，而且和为 0）")
+    return say(". It is called with p and q, 1-D float64 tensors that each sum to 1, draft_token "
+               "an int and generator a torch.Generator: draw u = torch.rand((), "
+               "generator=generator)",
+               "。调用它时，p 和 q 是各自和为 1 的一维 float64 张量，draft_token 是 int，"
+               "generator 是一个 torch.Generator：用 u = torch.rand((), generator=generator) "
+               "抽取 u")
 
 
 @checker
@@ -323,13 +355,10 @@ def check_prompt_lookup(prompt_lookup, *, hidden=False) -> None:
              "stronger evidence",
              "先试最长的 n-gram（n = max_ngram，再依次减小）：匹配得越长，证据越强"),
          model(longest_first=False)),
-        (say("the last n tokens match themselves at the end; look for an EARLIER occurrence "
-             "(start at most len(ids) - n - 1)",
-             "最后 n 个词元在结尾处匹配的是它们自己；要找的是更早的一次出现"
-             "（起点最多为 len(ids) - n - 1）"),
-         model(self_match=True)),
         (say("return at most k tokens", "最多返回 k 个词元"), model(cap=False)),
     ], list.__eq__)
+    if hint is None and not any(answers):
+        hint = _empty_everywhere(prompt_lookup, cases, wants)
     ids, k, n = cases[i]
     raise CheckFailed(say("prompt_lookup({ids}, k={k}, max_ngram={n}) returned {got}, "
                           "expected {want}: {hint}",
@@ -341,6 +370,50 @@ def check_prompt_lookup(prompt_lookup, *, hidden=False) -> None:
                                            "return up to k ids after it",
                                            "让 n 从 max_ngram 递减到 1，找出最后 n 个 id 在更早"
                                            "处最近的一次出现，返回它后面至多 k 个 id")))
+
+
+class _WatchedIds(list):
+    """A context that notes the windows sliced out of it, `ids[start:stop]`: how a search
+    walked it."""
+
+    def __init__(self, ids):
+        super().__init__(ids)
+        self.windows = []
+
+    def __getitem__(self, key):
+        if isinstance(key, slice):
+            self.windows.append((key.start, key.stop))
+        return super().__getitem__(key)
+
+
+def _empty_everywhere(prompt_lookup, cases, wants) -> str:
+    """The hint for a prompt_lookup that returned [] on every case. A search that starts at
+    len(ids) - n finds the last n tokens themselves, with nothing after them, so it returns []
+    every time; it is named only when the function was seen reading that window
+    (ids[len(ids) - n:len(ids)]). Any other cause gets the facts of one case."""
+    ids, k, n = next(case for case, want in zip(cases, wants) if want)
+    watched = _WatchedIds(ids)
+    try:
+        prompt_lookup(watched, k, n)
+    except Exception:  # the cases ran it without error; a list subclass may still upset it
+        pass
+    end = len(ids)
+    if any(isinstance(start, int) and 0 <= start < end and stop == end and end - start <= n
+           for start, stop in watched.windows):
+        return say("the last n tokens match themselves at the end, where nothing follows them; "
+                   "look for an EARLIER occurrence (start at most len(ids) - n - 1)",
+                   "最后 n 个词元在结尾处匹配的是它们自己，后面什么也没有；要找的是更早的一次"
+                   "出现（起点最多为 len(ids) - n - 1）")
+    for size in range(min(n, end - 1), 0, -1):
+        start = next((s for s in range(end - size - 1, -1, -1)
+                      if ids[s:s + size] == ids[-size:]), None)
+        if start is not None:
+            return say("it returned [] for every case, though here the last {size} ids "
+                       "{suffix} occur earlier, at position {start}, followed by {follow}",
+                       "它对每个用例都返回了 []，可这里最后 {size} 个 id {suffix} 在更早的位置 "
+                       "{start} 出现过，后面跟着 {follow}", size=size, suffix=ids[-size:],
+                       start=start, follow=ids[start + size:start + size + k])
+    return ""
 
 
 # --- greedy verification --------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from minillm.generation.kv_quant import FORMATS, HeadRanges, KVFormat
 from minillm.generation.quantized_kv_cache import QuantizedKVCache
 from minillm.measure.comparison import TOO_NOISY, compare, load_average
 from minillm.tools.bench.quantization import held_out_ids
+from minillm.utils.columns import Label
 
 CI = bool(os.environ.get("CI"))
 torch.manual_seed(0)
@@ -70,7 +71,7 @@ caches = {
 }
 per_token = {name: cache.capacity_bytes / SLOTS for name, cache in caches.items()}
 for name, size in per_token.items():
-    print(f"{name:>18}: {size:7,.0f} bytes a token, "
+    print(f"{Label(name):>18}: {size:7,.0f} bytes a token, "
           f"float32's / this = {per_token['float32'] / size:.2f}")
 
 # %% [markdown]
@@ -224,9 +225,10 @@ for name, got in logits.items():
                       mean=diff.mean().item(), top1=agree)
 base = rows["float32"]["perplexity"]
 print(f"{EVAL_TOKENS} held-out tokens")
-print(f"{'cache':>16} {'perplexity':>12} {'max |Δ|':>8} {'mean |Δ|':>9} {'top-1':>7}")
+print(f"{Label('cache'):>16} {Label('perplexity'):>15} {Label('max |Δ|'):>8} "
+      f"{Label('mean |Δ|'):>9} {Label('top-1'):>7}")
 for name, r in rows.items():
-    print(f"{name:>16} {r['perplexity']:7.3f} ({r['perplexity'] / base - 1:+.1%}) "
+    print(f"{Label(name):>16} {r['perplexity']:7.3f} ({r['perplexity'] / base - 1:+.1%}) "
           f"{r['largest']:8.3f} {r['mean']:9.4f} {r['top1']:7.1%}")
 
 # %%
@@ -308,12 +310,13 @@ for name, make in POOLS.items():
     pool = make(blocks)  # really allocated: its tensors' bytes are what we count
     assert pool.nbytes <= BUDGET
     fits[name] = blocks * pool.block_size
-    print(f"{name:>16}: {blocks:5,} blocks, {fits[name]:6,} tokens in "
+    print(f"{Label(name):>16}: {blocks:5,} blocks, {fits[name]:6,} tokens in "
           f"{pool.nbytes / 2**20:.1f} MiB ({fits[name] / fits['float32']:.2f}x float32's)")
     del pool
 context = 2048
 for name, tokens in fits.items():
-    print(f"{name:>16}: {tokens // context} conversations of {context:,} tokens at once")
+    print(f"{Label(name):>16}: {tokens // context} conversations of {context:,} tokens "
+          "at once")
 
 # %%
 fig, ax = plt.subplots(figsize=(6, 3))
@@ -332,7 +335,7 @@ free = 80e9 - 16e9
 llama_bf16 = 2 * 32 * 8 * 128 * 2
 llama_8bit = 2 * 32 * 8 * (128 + 4)  # one byte a value, a float32 scale per head and token
 for name, size in [("bf16", llama_bf16), ("8 bits", llama_8bit)]:
-    print(f"{name:>7}: {size:,} bytes a token, {free / size / 1e3:,.0f} thousand tokens, "
+    print(f"{Label(name):>7}: {size:,} bytes a token, {free / size / 1e3:,.0f} thousand tokens, "
           f"{free / size / 8192:.0f} requests of 8,192 tokens")
 
 # %% [markdown]

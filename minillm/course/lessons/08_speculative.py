@@ -30,6 +30,7 @@ from tqdm.auto import tqdm
 
 import minillm
 from minillm.course import show_source
+from minillm.utils.columns import Label, columns
 from minillm.utils.devices import Timer
 from minillm.generation.kv_cache import KVCache
 from minillm.speculative import (ModelDraft, PromptLookupDraft, accept_or_resample,
@@ -277,7 +278,10 @@ for task in tqdm(TASKS):
                     [2], new_tokens)[1:]
     results[task] = rows
     for r in rows:
-        print(f"{task:>9} {r['draft']:>15} k={r['k']} {r['seconds']:6.2f} s "
+        if r["draft"] == "plain":
+            print(f"{task:>9} {Label('plain decoding'):>19} {r['seconds']:6.2f} s")
+            continue
+        print(f"{task:>9} {Label(r['draft']):>15} k={r['k']} {r['seconds']:6.2f} s "
               f"speed-up {speedup_text(r)} accepted {100 * r['acceptance']:5.1f}% "
               f"tokens/pass {r['tokens_per_pass']:4.2f} same tokens={r['same_tokens']}")
 
@@ -348,7 +352,7 @@ for task, rows in results.items():
     for r in rows:
         if r["draft"] != "plain" and r["acceptance"] == r["acceptance"]:
             model_says = expected_tokens_per_pass(r["acceptance"], r["k"])
-            print(f"{task:>9} {r['draft']:>15} k={r['k']}: measured "
+            print(f"{task:>9} {Label(r['draft']):>15} k={r['k']}: measured "
                   f"{r['tokens_per_pass']:4.2f} tokens/pass, formula {model_says:4.2f}")
 
 # %% [markdown]
@@ -374,10 +378,16 @@ for task, rows in results.items():
 #   learn to predict the second, third, ... next token, which makes training signal denser. At
 #   inference the first module can be dropped, or used as the draft.
 #
-# All three are exact: the acceptance rule of section 2 still decides, so the output is the
-# target's. All three need training, and none exists for SmolLM2. What this machine can show
-# is the other half of the trade: what each kind of draft costs per token, and what an
-# acceptance rate buys at that cost.
+# The target checks every draft in one pass, but not every check keeps its output. Section 2's
+# two checks, greedy verification and the rule for sampling (**rejection sampling**), are exact:
+# token for token, or in distribution. EAGLE checks its draft tree with rejection sampling,
+# trying a position's candidates one after another, and is exact; vLLM and SGLang check MTP
+# drafts the same way. Medusa as published samples with **typical acceptance** instead: a
+# drafted token stays when the target's probability for it clears a threshold that falls as the
+# target's distribution flattens. More drafts stay per pass, but the sampled text no longer
+# follows the target's distribution (greedy Medusa is exact). All three need training, and none
+# exists for SmolLM2. What this machine can show is the other half of the trade: what each kind
+# of draft costs per token, and what an acceptance rate buys at that cost.
 
 # %% [markdown]
 # **What a drafted token costs.** Each cost below is measured against one decode step of the
@@ -428,8 +438,10 @@ target_step = decode_step(model)
 print(load_average())
 costs = {name: interleaved(target_step, run, repeats=3 if CI else 5, device=device)
          for name, run in tqdm(drafters.items())}
+width = max(columns(name) for name in costs)
 for name, c in costs.items():
-    print(f"{name:<31} costs {c.spread_text()} of a target decode step")
+    print(f"{Label(name):<{width}} a drafted token against a target decode step: "
+          f"{c.spread_text()}")
 
 # %% [markdown]
 # **What the acceptance rate buys.** A round drafts k tokens at a cost c each and verifies them
@@ -462,7 +474,7 @@ for name, c in costs.items():
     curve = [expected_speedup(a, k_chart, c.ratio, verify_cost(k_chart)) for a in alphas]
     ax.plot(alphas, curve, label=f"{name}: c = {c.ratio:.3f}")
     even = break_even_acceptance(k_chart, c.ratio, verify_cost(k_chart))
-    print(f"{name:<31} pays off above alpha = "
+    print(f"{Label(name):<{width}} pays off above alpha = "
           + (f"{even:.2f}" if even is not None else "never (k + 1 tokens cost more)"))
 look = [(task, r) for task, rows in results.items() for r in rows
         if r["draft"] == "prompt lookup" and r["k"] == k_chart]
@@ -489,7 +501,7 @@ for task, rows in results.items():
             continue
         c = lookup_cost if r["draft"] == "prompt lookup" else layers_cost
         predicted = expected_speedup(r["acceptance"], r["k"], c, verify_cost(r["k"]))
-        print(f"{task:>9} {r['draft']:>15} k={r['k']}: alpha {r['acceptance']:.2f}, "
+        print(f"{task:>9} {Label(r['draft']):>15} k={r['k']}: alpha {r['acceptance']:.2f}, "
               f"measured {speedup_text(r)}, formula {predicted:4.2f}x")
 
 # %% [markdown]

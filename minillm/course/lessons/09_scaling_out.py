@@ -251,7 +251,11 @@ plt.show()
 # one-layer draft network that reads the target's hidden states, not just its tokens, so its
 # guesses are accepted more often; **MTP** (multi-token prediction, DeepSeek-V3's) trains the
 # model itself with extra modules that predict the following tokens, which then serve as the
-# draft. All three are verified by the same acceptance rule as chapter 08's.
+# draft. The target checks each in one pass, as in chapter 08. Greedy verification and
+# rejection sampling (chapter 08's rule; EAGLE applies it over a tree of drafts) give exactly
+# the target's output; Medusa as published samples with typical acceptance, which keeps every
+# drafted token the target finds likely enough: longer accepted runs, but sampled text that no
+# longer follows the target's distribution exactly.
 #
 # Below the serving layer, specialised engines compile the model for one kind of hardware:
 # **TensorRT** (NVIDIA's compiler, with TensorRT-LLM for language models) fuses layers and picks

@@ -88,7 +88,9 @@ def benchmark(model, tokenizer, rows=DEFAULT_ROWS, *, text_tokens: int = 2048, w
     iterator = rows
     if progress:
         from tqdm.auto import tqdm
-        iterator = tqdm(rows, desc="schemes")
+
+        from ...utils.wording import text as words  # `text` is the held-out ids here
+        iterator = tqdm(rows, desc=words("schemes", "方案"))
     results, reference, done = [], None, {}
     for name in iterator:
         scheme, options = ROWS[name]

@@ -10,9 +10,9 @@
 # 在内存和速度上换回多少。
 #
 # 下面的每个数字都是在这台机器上、这次运行中测出来的。设置了环境变量 `CI` 时（课程的测试），
-# 规模会缩小，让笔记本在一两分钟内跑完；完整的测量见 `scripts/bench_quantization.py`。
+# 规模会缩小，让 notebook 在一两分钟内跑完；完整的测量见 `scripts/bench_quantization.py`。
 
-# %% en=e5d25e62
+# %% en=7168a353
 import copy
 import importlib.util
 import math
@@ -30,6 +30,7 @@ from minillm.course import show_source
 from minillm import quant
 from minillm.measure.bandwidth import read_bandwidth
 from minillm.measure.comparison import load_average
+from minillm.utils.columns import Label  # 按屏幕上的宽度补齐标签
 from minillm.utils.devices import Timer
 from minillm.fast import optimize
 from minillm.tools.bench.quantization import benchmark, held_out_ids, machine, plot_benchmark, table
@@ -311,7 +312,7 @@ for kind, (n_cols, share, biggest) in by_kind.items():
 # 再看它在一个真实的层和输入上的精度：选输入里含最大值的那个线性层。基线是只用 int8 权重的
 # 乘积；再比较做和不做离群拆分的 LLM.int8()；全部以 float32 为准：
 
-# %% en=3f31ff4e
+# %% en=e0953572
 probe = max(linear_inputs, key=lambda name: linear_inputs[name].abs().max().item())
 x_probe = linear_inputs[probe].float()
 w_probe = dict(model.named_modules())[probe].weight.detach().float().cpu()
@@ -328,7 +329,7 @@ print(f"{probe}：{x_probe.shape[1]} 个特征中有 {outlier_cols} 个离群特
 for name, y in errors.items():
     rel = ((y - exact).norm() / exact.norm()).item()
     errors[name] = rel
-    print(f"{name:>32}：相对误差 {rel:.2e}")
+    print(f"{Label(name):>32}：相对误差 {rel:.2e}")
 if outlier_cols:
     assert errors["int8 × int8，不拆分离群特征"] > errors["LLM.int8()：离群特征走 fp16"]
 
@@ -437,7 +438,7 @@ print("PyTorch 在这里用的 CPU 指令集：", torch.backends.cpu.get_cpu_cap
 # dynamic 路径还把每个激活舍入到 8 比特。像解码步那样逐个词元地解码这段留出文本，就能看出
 # 这样做的代价：
 
-# %% en=d5043599
+# %% en=08b49db4
 from minillm.generation.kv_cache import KVCache  # noqa: E402
 
 
@@ -466,7 +467,8 @@ steps = {name: stepwise(m, step_ids) for name, m in tqdm(paths.items(), desc="�
 error = {}
 for name, (ppl, logits) in steps.items():
     error[name] = (logits - steps["fp32"][1]).abs().mean().item()
-    print(f"{name:>12}：困惑度 {ppl:.3f}（相对 fp32 {ppl / steps['fp32'][0] - 1:+.2%}），"
+    print(f"{Label(name):>12}：困惑度 {ppl:.3f}"
+          f"（相对 fp32 {ppl / steps['fp32'][0] - 1:+.2%}），"
           f"平均 |logit - fp32 的 logit| {error[name]:.4f}，逐个解码 {len(step_ids) - 1} 个词元")
 if "int8 算子" in error and "int8 动态" in error:
     assert error["int8 算子"] < error["int8 动态"]  # x 用 int8 比用 int16 损失更大
@@ -559,7 +561,7 @@ show_source(awq)
 # 报告校准输入上的输出误差 ‖x(W − Ŵ)ᵀ‖ / ‖xWᵀ‖（对各层取平均）、整个模型的困惑度，以及舍入
 # 花了多少秒。
 
-# %% en=e7087f3f
+# %% en=d9628f1e
 text_ids = held_out_ids(tokenizer)
 calibration_ids = text_ids[-(256 if CI else 2048):]
 eval_ids = text_ids[:64 if CI else 256]
@@ -573,13 +575,13 @@ rounding = []
 for bits, group in tqdm([(3, None), (4, 128)], desc="网格"):
     for method in calibration.METHODS:
         rounded, errors, seconds = calibration.round_layers(model, stats, method, bits, group)
-        rounding.append(dict(bits=bits, group=group or "row", method=method, seconds=seconds,
+        rounding.append(dict(bits=bits, group=group or "整行", method=method, seconds=seconds,
                              error=float(np.mean(list(errors.values()))),
                              ppl=quant.perplexity(rounded, eval_ids, window=256)))
         del rounded
 for r in rounding:
     whole = r["seconds"] * len(model.layers) / len(rounded_blocks)
-    print(f"{r['bits']} 比特，分组 {r['group']:>3}，{r['method']:>4}：输出误差 "
+    print(f"{r['bits']} 比特，分组 {Label(str(r['group'])):>4}，{r['method']:>4}：输出误差 "
           f"{r['error']:.4f}，困惑度 {r['ppl']:6.2f}（{r['ppl'] - base_ppl:+.2f}），"
           f"这里用了 {r['seconds']:5.1f} 秒，全部 30 个块约需 {whole:4.0f} 秒")
 
@@ -593,7 +595,7 @@ for bits in (3, 4):
         f"{m} {by_grid[(bits, m)]['ppl'] - base_ppl:+.2f}" for m in calibration.METHODS)
         + "")
 
-# %% [markdown] en=914cc357
+# %% [markdown] en=bcf78bf1
 # 该从中读出什么：
 #
 # - GPTQ 在*校准输入上*的输出误差最小，这正是它最小化的目标（assert 检查了这一点）。困惑度是在
@@ -610,33 +612,84 @@ for bits in (3, 4):
 # s_j = max|x_j|^0.5 / max|W[:, j]|^0.5，同时把 W 的第 j 列乘以它，x Wᵀ 保持不变，离群值则有
 # 一半挪进了权重。**FP8**（e4m3：4 位指数、3 位尾数）把同样的 8 个比特花在一个浮点网格上，
 # 网格的步长随数值增大，于是大数和小数都保住了相对精度；新近的 GPU 能原生地做 FP8 乘法。
-# 在第 7 节里激活最大的那个层上：
+#
+# 两种 8 位格式都还需要缩放因子，公平的比较要给两者同样的缩放因子：int8 和 FP8 各用**整个张量
+# 一个缩放因子**比一次，再各用**每行一个**比一次（x 每个词元一个，W 每个输出通道一个）。每种都看
+# 三个误差：只舍入 x、只舍入 W、两者都舍入。还是在第 7 节里激活最大的那个层上：
 
-# %% en=ece4e574
+# %% en=e159a8b7
 from minillm.quant.fp8 import fp8_roundtrip  # noqa: E402
 from minillm.quant.grid import rtn  # noqa: E402
 from minillm.quant.smoothquant import smooth_scales, w8a8  # noqa: E402
 
+
+def int8(t, scales):
+    """t 按对称量化（absmax）舍入到 int8 网格，整个张量一个缩放因子，或每行一个（"channel"）。"""
+    return quant.roundtrip(t, "absmax", 8, scales)
+
+
+def fp8(t, scales):
+    """t 舍入到 FP8 e4m3 网格，整个张量一个缩放因子，或每行一个（"channel"）。"""
+    return fp8_roundtrip(t) if scales == "tensor" else torch.stack([fp8_roundtrip(r) for r in t])
+
+
+def relative_error(y):
+    return ((y - exact).norm() / exact.norm()).item()
+
+
+formats = {"int8": int8, "FP8 e4m3": fp8}
+granularities = {"tensor": "整个张量一个缩放因子", "channel": "逐词元、逐行"}
+eight_bit = {}
+print(f"{Label(''):>36} {Label('仅 x'):>9} {Label('仅 W'):>9} {Label('两者'):>9}")
+for fmt, rounded in formats.items():
+    for scales, scale_words in granularities.items():
+        x8, w8 = rounded(x_probe, scales), rounded(w_probe, scales)
+        eight_bit[(fmt, scales)] = [relative_error(x8 @ w_probe.T),
+                                    relative_error(x_probe @ w8.T), relative_error(x8 @ w8.T)]
+        print(f"{Label(f'{fmt}，{scale_words}'):>36} "
+              + " ".join(f"{e:9.2e}" for e in eight_bit[(fmt, scales)]))
+for scales, scale_words in granularities.items():
+    both = {fmt: eight_bit[(fmt, scales)][2] for fmt in formats}
+    best = min(both, key=both.get)
+    print(f"{scale_words}：{best} 的乘积误差更小"
+          f"（{both[best]:.2e}，另一种为 {max(both.values()):.2e}）")
+
+# %% [markdown] en=a55cbc4a
+# 按列来读。int8 的步长处处相等，所以一切取决于缩放因子：整个张量只用一个缩放因子，最大的那个数
+# 就替所有数定下了步长，误差会大好几倍。FP8 的步长随数值增大，缩放因子就不那么要紧：整个张量一个
+# 几乎和每行一个一样好，这也是整个张量一个缩放因子成为 FP8 常见做法的原因。缩放因子相同（每行
+# 一个）时，两者各在适合自己网格的地方胜出：FP8 胜在激活上，激活的离群特征跨越的范围很宽；int8
+# 胜在权重上，权重没有离群值，255 个等距的台阶比 3 位尾数更细。下面的 assert 在这个层上逐一检查：
+
+# %% en=9e201d5b
+assert eight_bit[("int8", "tensor")][2] > 2 * eight_bit[("int8", "channel")][2]
+assert eight_bit[("FP8 e4m3", "tensor")][2] < 1.25 * eight_bit[("FP8 e4m3", "channel")][2]
+assert eight_bit[("FP8 e4m3", "channel")][0] < eight_bit[("int8", "channel")][0]  # 只舍入 x
+assert eight_bit[("int8", "channel")][1] < eight_bit[("FP8 e4m3", "channel")][1]  # 只舍入 W
+
+# %% [markdown] en=f7735982
+# SmoothQuant 和 W4A16 也在同一层上，与激活逐词元、权重逐行的 int8 相比：
+
+# %% en=5383217f
 x_max = x_probe.abs().amax(0)
 smooth = smooth_scales(x_max, w_probe)
 ways = {
     "W8A8：int8，激活逐词元、权重逐行": w8a8(x_probe, w_probe),
-    "SmoothQuant 之后的 W8A8": w8a8(x_probe, w_probe, smooth),
+    "SmoothQuant 后的 W8A8（缩放同上）": w8a8(x_probe, w_probe, smooth),
     "W4A16：4 比特，每 128 个一组": x_probe @ rtn(w_probe, 4, 128).T,
-    "FP8 e4m3 权重和激活": fp8_roundtrip(x_probe) @ fp8_roundtrip(w_probe).T,
 }
 spread = x_max.max() / x_max.median()
 print(f"{probe}：最大特征的 max|x| 是中位特征的 {spread:.0f}x，"
       f"平滑之后是 {(x_max / smooth).max() / (x_max / smooth).median():.0f}x")
 w8a8_error = {}
 for name, y in ways.items():
-    w8a8_error[name] = ((y - exact).norm() / exact.norm()).item()
-    print(f"{name:>34}：相对误差 {w8a8_error[name]:.2e}")
-assert w8a8_error["SmoothQuant 之后的 W8A8"] < w8a8_error["W8A8：int8，激活逐词元、权重逐行"]
+    w8a8_error[name] = relative_error(y)
+    print(f"{Label(name):>34}：相对误差 {w8a8_error[name]:.2e}")
+assert (w8a8_error["SmoothQuant 后的 W8A8（缩放同上）"]
+        < w8a8_error["W8A8：int8，激活逐词元、权重逐行"])
 
 # %% [markdown] en=90a268ef
-# 第一行的 W8A8 给激活的每个词元、权重的每一行各配一个 int8 缩放因子。选 W4A16 看中的是它的字节数，而不是
-# 单次乘积的精度：批大小为 1 时，决定速度的是字节数。
+# 选 W4A16 看中的是它的字节数，而不是单次乘积的精度：批大小为 1 时，决定速度的是字节数。
 
 # %% [markdown] en=0940c908
 # ## 10 · 专用算子能做到什么：llama.cpp

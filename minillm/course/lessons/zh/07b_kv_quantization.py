@@ -13,7 +13,7 @@
 # 然后在真实模型上测量：它省下了什么（每个词元的字节数），付出了什么（logits 误差、
 # 困惑度、贪心解码的文本），以及同样的内存能多放下多少词元。
 
-# %% en=10535fb8
+# %% en=492e6b89
 import math
 import os
 
@@ -32,6 +32,7 @@ from minillm.generation.kv_quant import FORMATS, HeadRanges, KVFormat
 from minillm.generation.quantized_kv_cache import QuantizedKVCache
 from minillm.measure.comparison import TOO_NOISY, compare, load_average
 from minillm.tools.bench.quantization import held_out_ids
+from minillm.utils.columns import Label
 
 CI = bool(os.environ.get("CI"))  # 在测试套件里运行时用更小的规模
 torch.manual_seed(0)
@@ -55,7 +56,7 @@ CALIBRATION_TOKENS = 32 if CI else 128  # 另一段文本，用来定每个头�
 #
 # 逐头缩放因子需要先在样本文本上做一次校准；这个单元格就做了这件事，第 3 节再解释它。
 
-# %% en=e2be4f35
+# %% en=e1ee4e90
 SLOTS = 1000
 calibration_ids = torch.tensor([tokenizer.encode(corpus("english"))[:CALIBRATION_TOKENS]])
 with torch.inference_mode():
@@ -71,7 +72,7 @@ caches = {
 }
 per_token = {name: cache.capacity_bytes / SLOTS for name, cache in caches.items()}
 for name, size in per_token.items():
-    print(f"{name:>18}：每个词元 {size:7,.0f} 字节，"
+    print(f"{Label(name):>18}：每个词元 {size:7,.0f} 字节，"
           f"float32 的字节数 / 它的 = {per_token['float32'] / size:.2f}")
 
 # %% [markdown] en=b69534f1
@@ -190,7 +191,7 @@ assert median(key_ratio) > median(value_ratio), (key_ratio, value_ratio)
 # 逐头缩放因子来自莎士比亚，而不是这段文本：校准从不接触用来评判它的文本。表和图里的
 # “逐词元”和“逐头”就指这两种缩放因子。
 
-# %% en=f89559ba
+# %% en=5cc78d71
 eval_ids = torch.tensor([held_out_ids(tokenizer, EVAL_TOKENS)])
 VARIANTS = {"float32": None,
             "int8 逐词元": ("int8", None), "int8 逐头": ("int8", ranges),
@@ -218,9 +219,10 @@ for name, got in logits.items():
                       mean=diff.mean().item(), top1=agree)
 base = rows["float32"]["perplexity"]
 print(f"{EVAL_TOKENS} 个留出词元")
-print(f"{'缓存':>16} {'困惑度':>12} {'max |Δ|':>8} {'mean |Δ|':>9} {'top-1':>7}")
+print(f"{Label('缓存'):>16} {Label('困惑度'):>15} {Label('最大 |Δ|'):>8} "
+      f"{Label('平均 |Δ|'):>9} {Label('top-1'):>7}")
 for name, r in rows.items():
-    print(f"{name:>16} {r['perplexity']:7.3f} ({r['perplexity'] / base - 1:+.1%}) "
+    print(f"{Label(name):>16} {r['perplexity']:7.3f} ({r['perplexity'] / base - 1:+.1%}) "
           f"{r['largest']:8.3f} {r['mean']:9.4f} {r['top1']:7.1%}")
 
 # %% en=1ef303e4
@@ -290,7 +292,7 @@ for name, out in texts.items():
 # 决定一台服务器能保留多少词元的是内存，而不是算力。给每个池同样的预算 256 MiB，
 # 让它能放多少个 16 词元的块就放多少。每个池的字节数都按它自己的张量来数：
 
-# %% en=b97ddadb
+# %% en=1f170301
 BUDGET = 256 * 2**20
 POOLS = {"float32": lambda n: PagedKVPool.for_model(model, n, 16),
          "int8 逐词元": lambda n: QuantizedKVPool.for_model(model, n, 16, "int8"),
@@ -301,12 +303,13 @@ for name, make in POOLS.items():
     pool = make(blocks)  # 真的分配出来：我们数的是它的张量的字节数
     assert pool.nbytes <= BUDGET
     fits[name] = blocks * pool.block_size
-    print(f"{name:>16}：{blocks:5,} 个块，{fits[name]:6,} 个词元，占 "
+    print(f"{Label(name):>16}：{blocks:5,} 个块，{fits[name]:6,} 个词元，占 "
           f"{pool.nbytes / 2**20:.1f} MiB（float32 的 {fits[name] / fits['float32']:.2f} 倍）")
     del pool
 context = 2048
 for name, tokens in fits.items():
-    print(f"{name:>16}：可同时容纳 {tokens // context} 段 {context:,} 词元的对话")
+    print(f"{Label(name):>16}：可同时容纳 {tokens // context} 段 {context:,} 词元"
+          "的对话")
 
 # %% en=218f6aef
 fig, ax = plt.subplots(figsize=(6, 3))
@@ -319,12 +322,12 @@ plt.show()
 # 在一块 80 GB 的 GPU 上，它的 bf16 权重大约占 16 GB。下面打印的算式（第 03 课的公式，不是测量）
 # 给出剩下的内存用 bf16 和用 8 位键值各能放下多少：
 
-# %% en=99b44d29
+# %% en=e6a835ed
 free = 80e9 - 16e9
 llama_bf16 = 2 * 32 * 8 * 128 * 2
 llama_8bit = 2 * 32 * 8 * (128 + 4)  # 每个值一个字节，每个头每个词元一个 float32 缩放因子
 for name, size in [("bf16", llama_bf16), ("8 位", llama_8bit)]:
-    print(f"{name:>7}：每个词元 {size:,} 字节，约 {free / size / 1e3:,.0f} 千个词元，"
+    print(f"{Label(name):>7}：每个词元 {size:,} 字节，约 {free / size / 1e3:,.0f} 千个词元，"
           f"即 {free / size / 8192:.0f} 个 8,192 词元的请求")
 
 # %% [markdown] en=f90a9316

@@ -11,7 +11,7 @@
 # rule）**留下目标模型认可的那些猜测。输出与目标模型单独生成的结果完全相同（贪心时逐个词元相同，
 # 采样时分布相同），只是前向传播的次数更少。
 #
-# 本笔记本在这台机器上、用 SmolLM2-135M 把每一步都测一遍：
+# 这个 notebook 在这台机器上、用 SmolLM2-135M 把每一步都测一遍：
 #
 # 1. 为什么验证 k 个词元的代价远小于 k 个解码步；
 # 2. 接受规则：推导出来，再用数值验证；
@@ -22,7 +22,7 @@
 # 7. 长在目标模型身上的草稿（Medusa、EAGLE、多词元预测）：在怎样的起草代价下，一个接受率能换来
 #    多少加速。
 
-# %% en=ee01baac
+# %% en=f56e2ab4
 import os
 
 import matplotlib.pyplot as plt
@@ -32,6 +32,7 @@ from tqdm.auto import tqdm
 
 import minillm
 from minillm.course import show_source
+from minillm.utils.columns import Label, columns
 from minillm.utils.devices import Timer
 from minillm.generation.kv_cache import KVCache
 from minillm.speculative import (ModelDraft, PromptLookupDraft, accept_or_resample,
@@ -197,7 +198,7 @@ print(" ".join(words), "->", [list(dict.fromkeys(words))[i] for i in proposal])
 #
 # **一个更小的模型。** 任何词表相同的模型都可以当草稿。手头没有第二个模型，我们就把 SmolLM2
 # 自己截短：`first_layers(model, n)` 只跑 30 层中的前 n 层，然后接上最终的归一化层和语言模型头
-# （LM head），权重共享（这叫“早退”，early exit）。在一段模型没见过的文字上，它的首选词元有多少次
+# （LM head），权重共享（这叫“提前退出”，early exit）。在一段模型没见过的文字上，它的首选词元有多少次
 # 与完整模型一致？
 
 # %% en=fbf5a6a7
@@ -259,7 +260,7 @@ print(repr(spec.text[:300]))
 # 并用 `agree` 检查两者给出的词元相同。三个任务是：*edit*（回答重复提示词）、*summarise*（回答部分
 # 照抄）和 *chat*（一个开放式问题：没有可抄的）。前几层草稿用的是 30 层中的前 8 层。
 
-# %% en=eea69c9e
+# %% en=e84f524b
 ks = [2, 4] if CI else [2, 4, 8]
 drafts = {"提示词查找": PromptLookupDraft(),
           "前 8 层": ModelDraft(first_layers(model, 8))}
@@ -272,7 +273,10 @@ for task in tqdm(TASKS):
                     [2], new_tokens)[1:]
     results[task] = rows
     for r in rows:
-        print(f"{task:>9} {r['draft']:>15} k={r['k']} {r['seconds']:6.2f} 秒 "
+        if r["draft"] == "plain":
+            print(f"{task:>9} {Label('普通解码'):>19} {r['seconds']:6.2f} 秒")
+            continue
+        print(f"{task:>9} {Label(r['draft']):>15} k={r['k']} {r['seconds']:6.2f} 秒 "
               f"加速比 {speedup_text(r)} 接受 {100 * r['acceptance']:5.1f}% "
               f"每次传播词元数 {r['tokens_per_pass']:4.2f} 词元相同={r['same_tokens']}")
 
@@ -332,15 +336,15 @@ assert abs(beta_at[0.05] - agreement[24]) < 0.1  # 接近贪心：beta ≈ 首�
 # 在测得的接受率下，每次传播的期望词元数 (1 − α^(k+1)) / (1 − α)，与实际运行给出的对比一下（公式
 # 假设每次接受相互独立；真实文本却是成段出现的：一段照抄，一段自由发挥）：
 
-# %% en=7f770a72
+# %% en=b01fdf6d
 for task, rows in results.items():
     for r in rows:
         if r["draft"] != "plain" and r["acceptance"] == r["acceptance"]:
             model_says = expected_tokens_per_pass(r["acceptance"], r["k"])
-            print(f"{task:>9} {r['draft']:>15} k={r['k']}：实测每次传播 "
+            print(f"{task:>9} {Label(r['draft']):>15} k={r['k']}：实测每次传播 "
                   f"{r['tokens_per_pass']:4.2f} 个词元，公式给出 {model_says:4.2f}")
 
-# %% [markdown] en=c5a156df
+# %% [markdown] en=bc2cb7c3
 # ## 7 · 长在目标模型身上的草稿：Medusa、EAGLE、MTP
 #
 # 单独的草稿模型是一种取舍：小到足够便宜，就小到猜不准；而且每起草一个词元，仍要跑一次它的前向
@@ -359,9 +363,14 @@ for task, rows in results.items():
 #   额外的模块（每个是一个 Transformer 块，与主模型共享嵌入和输出头）学着预测第二个、第三个……
 #   下一个词元，让训练信号更密集。推理时，可以把第一个模块丢掉，也可以拿它当草稿。
 #
-# 三者都是精确的：仍由第 2 节的接受规则来裁决，所以输出就是目标模型的输出。三者也都需要训练，
-# 而 SmolLM2 没有现成的。这台机器能展示的是取舍的另一半：每种草稿起草一个词元要花多少，以及在
-# 这样的代价下，一个接受率能换来多少加速。
+# 目标模型都在一次传播里检查草稿，但并不是每种检查都保住它的输出。第 2 节的两种检查，贪心验证
+# 和采样时用的规则，即**拒绝采样**（rejection sampling），都是精确的：逐个词元相同，或者分布相同。
+# EAGLE 用拒绝采样检查它的草稿树，同一位置的候选一个接一个地试，所以也是精确的；vLLM 和 SGLang
+# 也这样检查 MTP 的草稿。Medusa 论文采样时用的却是**典型接受**（typical acceptance）：只要目标
+# 模型给某个草稿词元的概率超过一个阈值，就留下它，而目标分布越平，这个阈值越低。这样每次传播能
+# 留下更多草稿词元，但采样出来的文字就不再服从目标模型的分布了（贪心解码时 Medusa 仍是精确的）。
+# 三者都需要训练，而 SmolLM2 没有现成的。这台机器能展示的是取舍的另一半：每种草稿起草一个词元
+# 要花多少，以及在这样的代价下，一个接受率能换来多少加速。
 
 # %% [markdown] en=5ada2840
 # **起草一个词元要花多少。** 下面每一项代价都以目标模型的一个解码步为基准（30 层加语言模型头，
@@ -370,7 +379,7 @@ for task, rows in results.items():
 # 和一个 MTP 模块都是一个 Transformer 层加语言模型头，正好就是 `first_layers(model, 1)`；
 # `first_layers(model, 8)` 是第 3 节的草稿。
 
-# %% en=2e4ded26
+# %% en=22d8dd2a
 from minillm.measure import compare as interleaved, load_average
 
 context = ids_t[:, :-1]
@@ -411,8 +420,10 @@ target_step = decode_step(model)
 print(load_average())
 costs = {name: interleaved(target_step, run, repeats=3 if CI else 5, device=device)
          for name, run in tqdm(drafters.items())}
+width = max(columns(name) for name in costs)
 for name, c in costs.items():
-    print(f"{name:<31} 的代价是目标模型一个解码步的 {c.spread_text()}")
+    print(f"{Label(name):<{width}} 起草一个词元的代价，相对目标模型的一个解码步："
+          f"{c.spread_text()}")
 
 # %% [markdown] en=a5376616
 # **接受率能换来多少。** 一轮起草 k 个词元，每个代价为 c，再用目标模型的一次传播验证 k + 1 个
@@ -423,7 +434,7 @@ for name, c in costs.items():
 #
 # `minillm.speculative.expected_speedup` 计算它，`break_even_acceptance` 找出草稿开始划算时的 α：
 
-# %% en=1fba5e90
+# %% en=f9ae7925
 import numpy as np
 
 from minillm.speculative import break_even_acceptance, expected_speedup
@@ -443,7 +454,7 @@ for name, c in costs.items():
     curve = [expected_speedup(a, k_chart, c.ratio, verify_cost(k_chart)) for a in alphas]
     ax.plot(alphas, curve, label=f"{name}：c = {c.ratio:.3f}")
     even = break_even_acceptance(k_chart, c.ratio, verify_cost(k_chart))
-    print(f"{name:<31} 开始划算的 alpha："
+    print(f"{Label(name):<{width}} 开始划算的 alpha："
           + (f"{even:.2f}" if even is not None else "没有（k + 1 个词元的代价更高）"))
 look = [(task, r) for task, rows in results.items() for r in rows
         if r["draft"] == "提示词查找" and r["k"] == k_chart]
@@ -461,7 +472,7 @@ plt.show()
 # 第 5 节的运行，按它们实测的接受率摆放。再把公式与第 5 节的每一次运行逐一对照，代入各自实测的
 # α、c 和 v：
 
-# %% en=d68fc4fb
+# %% en=d60d4bad
 lookup_cost = costs["提示词查找"].ratio
 layers_cost = costs["8 层 + 语言模型头（第 3 节）"].ratio
 for task, rows in results.items():
@@ -470,7 +481,7 @@ for task, rows in results.items():
             continue
         c = lookup_cost if r["draft"] == "提示词查找" else layers_cost
         predicted = expected_speedup(r["acceptance"], r["k"], c, verify_cost(r["k"]))
-        print(f"{task:>9} {r['draft']:>15} k={r['k']}：alpha {r['acceptance']:.2f}，"
+        print(f"{task:>9} {Label(r['draft']):>15} k={r['k']}：alpha {r['acceptance']:.2f}，"
               f"实测 {speedup_text(r)}，公式 {predicted:4.2f}x")
 
 # %% [markdown] en=56bb880a
@@ -545,8 +556,8 @@ display(Markdown("\n".join(line(t) for t in results) + f"\n\n在 {device} 上，
                  f"前 8 层则花 {layers_cost:.2f}。"))
 
 # %% [markdown] en=58087b8b
-# 提示词查找不花钱、结果精确，而它恰恰在输出重复输入的地方划算；由未经训练的前几层构成的早退草稿，
-# 在 CPU 上很少划算。真实的系统用同一系列里单独训练的小模型，或者在目标模型的隐藏状态上训练的草稿
+# 提示词查找不花钱、结果精确，而它恰恰在输出重复输入的地方划算；由未经训练的前几层构成的提前退出
+# 草稿，在 CPU 上很少划算。真实的系统用同一系列里单独训练的小模型，或者在目标模型的隐藏状态上训练的草稿
 # （Medusa、EAGLE、MTP），并按接受率调节 k：第 7 节的公式告诉我们每种草稿从哪里开始划算。
 #
 # `scripts/bench_speculative.py` 用更多词元、所有的 k 跑同样的比较，并保存图表；练习要你亲手写出
