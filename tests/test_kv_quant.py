@@ -198,3 +198,18 @@ def test_the_engine_with_an_int8_pool_decodes_as_the_int8_cache_does(tiny):
     assert out == want
     with pytest.raises(ValueError, match="KV-cache format must be one of"):
         Engine(model, tokenizer, kv_cache_format="int4")
+
+
+def test_the_general_path_is_said_in_the_learners_language(tiny, capsys, monkeypatch):
+    from minillm.course import set_language
+
+    monkeypatch.setattr(notices, "_SAID", set())
+    set_language("zh")
+    try:
+        QuantizedKVCache.for_model(tiny[0], 1, 4, "int8")
+        QuantizedKVPool.for_model(tiny[0], 4, 4, "int8")
+    finally:
+        set_language("en")
+    err = capsys.readouterr().err
+    assert "量化的 KV 缓存（int8）" in err and "量化的 KV 池（int8）" in err
+    assert "general attention path" not in err

@@ -15,11 +15,14 @@ import torch
 from ..generation.kv_quant import HeadRanges, kv_format
 from ..utils.devices import model_device, model_dtype
 from ..utils.notices import say_once
+from ..utils.wording import text
 from .paged_cache import PagedKVPool
 
 GATHER_PATH = ("a quantized KV pool ({fmt}) is read by gathering and dequantizing each layer's "
                "slots: minillm's C paged-attention kernel reads float32 pools in place, so decode "
                "steps take the general attention path (slower than a float32 pool)")
+GATHER_PATH_ZH = ("量化的 KV 池（{fmt}）读取时要收集并反量化每一层的槽位：minillm 的 C 分页注意力算子"
+                  "只能就地读取 float32 的池，所以解码步走通用的注意力路径（比 float32 的池慢）")
 
 
 class QuantizedKVPool(PagedKVPool):
@@ -46,7 +49,7 @@ class QuantizedKVPool(PagedKVPool):
             pairs = [ranges.scales(self.format, layer) for layer in range(n_layers)]
             self.key_scales = [k.to(device).view(-1, 1) for k, _ in pairs]
             self.value_scales = [v.to(device).view(-1, 1) for _, v in pairs]
-        say_once(GATHER_PATH.format(fmt=self.format.name))
+        say_once(text(GATHER_PATH, GATHER_PATH_ZH, fmt=self.format.name))
 
     @classmethod
     def for_model(cls, model, num_blocks: int, block_size: int = 16, fmt="int8",

@@ -15,12 +15,16 @@ import torch
 
 from ..utils.notices import say_once
 from ..utils.validate import check_int
+from ..utils.wording import text
 from .kv_cache import KVCacheBase
 from .kv_quant import HeadRanges, kv_format
 
 GENERAL_PATH = ("a quantized KV cache ({fmt}) is read by dequantizing it in append: the fused "
                 "decode step and minillm's C attention kernels read float32 caches, so its steps "
                 "take the general attention path (slower than a float32 KVCache)")
+GENERAL_PATH_ZH = ("量化的 KV 缓存（{fmt}）在 append 里反量化后再读：融合的解码步和 minillm 的 C "
+                   "注意力算子只读 float32 缓存，所以它的每一步都走通用的注意力路径（比 float32 的 "
+                   "KVCache 慢）")
 
 
 class QuantizedKVCache(KVCacheBase):
@@ -51,7 +55,7 @@ class QuantizedKVCache(KVCacheBase):
             self.key_scales = [k.to(device).view(1, -1, 1, 1) for k, _ in pairs]
             self.value_scales = [v.to(device).view(1, -1, 1, 1) for _, v in pairs]
         self.per_token = ranges is None
-        say_once(GENERAL_PATH.format(fmt=self.format.name))
+        say_once(text(GENERAL_PATH, GENERAL_PATH_ZH, fmt=self.format.name))
 
     @classmethod
     def for_model(cls, model, batch_size: int, max_tokens: int, fmt="int8",
