@@ -117,7 +117,13 @@ def test_the_glossary_is_well_formed():
     assert set(avoid.values()) <= {t.chinese for t in terms} | {"延迟"}
     assert set(variants.values()) <= {t.chinese for t in terms} | {"延迟"}
     assert {"投机解码", "访存密集型", "时延", "贪心搜索"} <= set(variants)
+    # the words Chinese interviews use every day are variants to name, not words ruled out
+    assert {"计算密集型": "计算受限", "访存受限": "带宽受限", "PD 分离": "预填充/解码分离",
+            "首 token 时延": "首个词元生成时间", "首字延迟": "首个词元生成时间"}.items() \
+        <= variants.items()
     assert not set(avoid) & set(variants), "a word is both ruled out and a variant"
+    assert not any(word in variant for word in avoid for variant in variants), \
+        "a variant contains a word the glossary rules out"
 
 
 @pytest.mark.parametrize("path", LESSONS + EXERCISES, ids=lambda p: p.stem)
@@ -201,7 +207,7 @@ def test_a_variant_is_named_once_right_after_the_courses_term(path):
     text = prose(path)
     problems = []
     for variant, term in variants.items():
-        places = [m.start() for m in re.finditer(variant, text)]
+        places = variant_places(variant, text, variants)
         if len(places) > 1:
             problems.append(f"{path.name}: '{variant}' appears {len(places)} times; name it once, "
                             f"after '{term}', and use '{term}' elsewhere")
@@ -211,6 +217,28 @@ def test_a_variant_is_named_once_right_after_the_courses_term(path):
                                 f"{VARIANT_WINDOW} characters before it: "
                                 f"'…{text[max(0, at - 30):at + len(variant)]}'")
     assert not problems, "\n".join(problems)
+
+
+def _places(word: str, text: str) -> list[int]:
+    return [m.start() for m in re.finditer(re.escape(word), text)]
+
+
+def variant_places(variant: str, text: str, variants) -> list[int]:
+    """Where `variant` stands in `text` on its own: an occurrence inside a longer variant (时延 in
+    首 token 时延) is that variant's, not this one's."""
+    inside = {at + offset for longer in variants if longer != variant and variant in longer
+              for at in _places(longer, text) for offset in _places(variant, longer)}
+    return [at for at in _places(variant, text) if at not in inside]
+
+
+def test_a_variant_inside_a_longer_variant_counts_as_the_longer_one():
+    """时延 is a variant of 延迟, and also part of 首 token 时延, TTFT's variant: named after
+    首个词元生成时间, it is that one, not a stray 时延."""
+    _, _, variants = read_glossary()
+    text = "首个词元生成时间（time to first token，TTFT；也常说首 token 时延）"
+    assert variant_places("首 token 时延", text, variants) == [text.index("首 token")]
+    assert variant_places("时延", text, variants) == []
+    assert variant_places("时延", text + "，时延", variants) == [len(text) + 1]
 
 
 def test_the_chinese_pairs_are_read_with_their_english_and_what_comes_before():

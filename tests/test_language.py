@@ -108,6 +108,49 @@ def test_no_chinese_font_is_said_once(monkeypatch):
         assert language_module.use_cjk_font() is None
 
 
+def test_set_language_zh_says_a_missing_font_in_chinese(monkeypatch):
+    """The warning comes from set_language("zh") itself, so it is the Chinese reader who reads
+    it; with a CJK font installed it does not come at all (the tests above)."""
+    from matplotlib import font_manager
+
+    monkeypatch.setattr(language_module, "CJK_FONTS", ["No Such Font"])
+    monkeypatch.setattr(language_module, "_font_warned", False)
+    monkeypatch.setattr(font_manager, "findSystemFonts", lambda *args, **kwargs: [])
+    try:
+        with pytest.warns(UserWarning) as caught:
+            set_language("zh")
+    finally:
+        set_language("en")
+    message = str(caught[0].message)
+    assert message.startswith("matplotlib 找不到带中文字形的字体") and "fonts-noto-cjk" in message
+    assert "No Such Font" in message and "install" not in message
+
+
+def test_the_kernel_line_follows_the_language(monkeypatch, capsys):
+    """minillm.load's one line on which kernels decode (minillm.kernels.dispatch), in the
+    notebook's language: a Chinese notebook loads its model after set_language("zh")."""
+    from minillm.kernels import build, dispatch
+
+    monkeypatch.setattr(dispatch, "_ANNOUNCED", [])
+    monkeypatch.setattr(build, "status", lambda: build.Status(True, "AVX2", "AVX2", ""))
+    monkeypatch.setattr(build, "library", lambda: object())
+    monkeypatch.delenv(dispatch.SWITCH, raising=False)
+    assert dispatch.describe("cpu") == "minillm's C kernels (AVX2) decode on the CPU"
+    assert dispatch.describe("cuda").startswith(
+        "minillm's C kernels are not used (they are CPU code, and this model is on cuda)")
+    set_language("zh")
+    try:
+        dispatch.announce("cpu")
+        assert capsys.readouterr().err == "minillm：minillm 的 C 算子（AVX2）在 CPU 上负责解码\n"
+        assert dispatch.describe("cuda").startswith(
+            "没有用上 minillm 的 C 算子（它们是 CPU 代码，而这个模型在 cuda 上）：解码改用 PyTorch 的算子")
+        monkeypatch.setenv(dispatch.SWITCH, "1")
+        assert "已被 MINILLM_NO_KERNEL 关闭" in dispatch.describe("cpu")
+        assert dispatch.why_not("cpu") == "switched off by MINILLM_NO_KERNEL"  # errors: English
+    finally:
+        set_language("en")
+
+
 def test_a_widget_speaks_the_language(chinese):
     """The temperature explorer's slider, axes and title, on a tiny random model."""
     from minillm.course.toy import tiny_model

@@ -1,27 +1,59 @@
 """show_source: the package's code shown in a lesson, its header naming the file as a reader finds
-it in the repository, not where the machine that ran the lesson keeps it."""
+it in the repository or in the package that holds it, not where the machine that ran the lesson
+keeps it."""
 
+import builtins
 from pathlib import Path
 
+import pytest
+import torch
+
 from minillm.course import show
+from minillm.decoding import beam_search
 from minillm.quant import gptq
 
 
-def test_the_header_names_the_file_from_the_package_folder_on(capsys, monkeypatch):
-    import builtins
-
+@pytest.fixture
+def plain_text(monkeypatch):
+    """show_source prints, as outside Jupyter."""
     real_import = builtins.__import__
 
-    def no_ipython(name, *args, **kwargs):  # plain text, as outside Jupyter
+    def no_ipython(name, *args, **kwargs):
         if name.startswith("IPython"):
             raise ImportError(name)
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_ipython)
-    show.show_source(gptq)
-    first = capsys.readouterr().out.splitlines()[0]
-    assert first == "# minillm.quant.gptq — minillm/quant/gptq.py"
+
+
+def header(capsys, obj) -> str:
+    show.show_source(obj)
+    return capsys.readouterr().out.splitlines()[0]
+
+
+def test_the_header_names_the_file_from_the_package_folder_on(capsys, plain_text):
+    assert header(capsys, gptq) == "# minillm.quant.gptq — minillm/quant/gptq.py"
     assert show.shown_path("/elsewhere/notebook.py") == "notebook.py"
     home = Path.home().resolve()
     assert show.shown_path(home / ".cache" / "minillm" / "m.gguf") == "~/.cache/minillm/m.gguf"
     assert show.shown_path(None) == "?"
+
+
+def test_a_file_of_another_package_is_named_from_that_package_on(capsys, plain_text):
+    """torch lives in a virtual environment, in site-packages, wherever the machine keeps it:
+    the reader sees torch/..., never the folders above it."""
+    where = header(capsys, torch.nn.functional.softmax).split(" — ")[1]
+    assert where == "torch/nn/functional.py"
+    torch_file = Path(torch.__file__).resolve().parent / "utils" / "_contextlib.py"
+    assert show.shown_path(torch_file) == "torch/utils/_contextlib.py"
+    assert show.shown_path(str(torch_file)) == "torch/utils/_contextlib.py"
+
+
+def test_a_decorated_function_is_shown_as_written_and_named_by_its_own_file(capsys, plain_text):
+    """beam_search runs under torch.inference_mode: the header names its own file, not the
+    decorator's (torch/utils/_contextlib.py), and the source is beam_search's."""
+    assert hasattr(beam_search, "__wrapped__")
+    show.show_source(beam_search)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "# beam_search — minillm/decoding/beam_search.py"
+    assert any(line.lstrip().startswith("def beam_search(") for line in lines[1:])

@@ -72,7 +72,8 @@ def _fonts_added_since_the_cache(font_manager) -> int:
 def use_cjk_font() -> str | None:
     """Put the first installed font with Chinese glyphs after matplotlib's font family, so each
     character the family lacks falls back to it while the Latin text keeps its font. Returns the
-    font's name, or None (after saying so once) when no such font is installed."""
+    font's name, or None (after saying so once, in the reader's language: set_language("zh")
+    says it in Chinese) when no such font is installed."""
     global _font_warned
     try:
         import matplotlib
@@ -85,9 +86,12 @@ def use_cjk_font() -> str | None:
     if found is None:
         if not _font_warned:
             _font_warned = True
-            warnings.warn("no font with Chinese glyphs found for matplotlib, so charts show boxes "
-                          "for Chinese text: install one (Debian and Ubuntu: fonts-noto-cjk) and "
-                          f"restart the kernel; tried {', '.join(CJK_FONTS)}", stacklevel=3)
+            warnings.warn(say("no font with Chinese glyphs found for matplotlib, so charts show "
+                              "boxes for Chinese text: install one (Debian and Ubuntu: "
+                              "fonts-noto-cjk) and restart the kernel; tried {fonts}",
+                              "matplotlib 找不到带中文字形的字体，图表里的中文会显示成方框：请安装一种"
+                              "（Debian 和 Ubuntu 上是 fonts-noto-cjk），再重启内核；试过的字体："
+                              "{fonts}", fonts=", ".join(CJK_FONTS)), stacklevel=3)
         return None
     families = [f for f in matplotlib.rcParams["font.family"] if f != found]
     matplotlib.rcParams["font.family"] = families + [found]

@@ -3,27 +3,48 @@
 from __future__ import annotations
 
 import inspect
+import sys
 from pathlib import Path
+
+
+def _package_roots() -> list[tuple[Path, Path]]:
+    """(package folder, the folder that holds it) for every top-level package imported now,
+    deepest first, so that a package inside another's folder is found before it."""
+    roots = []
+    for name, module in list(sys.modules.items()):
+        if "." in name or module is None:
+            continue
+        for folder in getattr(module, "__path__", None) or ():
+            try:
+                folder = Path(folder).resolve()
+            except (OSError, TypeError):
+                continue
+            roots.append((folder, folder.parent))
+    return sorted(set(roots), key=lambda root: len(root[0].parts), reverse=True)
 
 
 def shown_path(path) -> str:
     """`path` as a reader of a lesson should see it, not where the machine that ran it keeps it:
-    a file of the package from the package's folder on ("minillm/quant/gptq.py"), one in the
-    user's home from "~" on ("~/.cache/minillm/..."), any other by its name alone."""
+    a file of an imported package from that package's folder on ("minillm/quant/gptq.py",
+    "torch/nn/functional.py", wherever the package is installed), one in the user's home from
+    "~" on ("~/.cache/minillm/..."), any other by its name alone."""
     if not path:
         return "?"
     path = Path(path).resolve()
-    for root, shown in ((Path(__file__).resolve().parents[2], ""), (Path.home().resolve(), "~/")):
-        try:
-            return shown + path.relative_to(root).as_posix()
-        except ValueError:
-            continue
+    for folder, holder in _package_roots():
+        if path.is_relative_to(folder):
+            return path.relative_to(holder).as_posix()
+    home = Path.home().resolve()
+    if path.is_relative_to(home):
+        return "~/" + path.relative_to(home).as_posix()
     return path.name
 
 
 def show_source(obj) -> None:
     """Display the source of a function, class or module from minillm, with syntax colours in
-    Jupyter and as plain text elsewhere."""
+    Jupyter and as plain text elsewhere. A decorated function (torch.inference_mode, say) is
+    shown, and named by its file, as written, not as its decorator's wrapper."""
+    obj = inspect.unwrap(obj) if callable(obj) else obj
     try:
         source = inspect.getsource(obj)
     except (TypeError, OSError) as error:

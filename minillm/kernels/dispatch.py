@@ -40,6 +40,7 @@ from typing import Callable
 
 import torch
 
+from ..utils.wording import text
 from . import build, matmul
 from .limits import MAX_HEAD_DIM
 
@@ -113,12 +114,28 @@ def why_not(device) -> str | None:
 
 
 def describe(device) -> str:
-    """One line: which kernels the fast path decodes with on `device`, or why PyTorch's."""
+    """One line: which kernels the fast path decodes with on `device`, or why PyTorch's; in the
+    reader's language (minillm.utils.wording: a Chinese notebook prints it in Chinese)."""
     reason = why_not(device)
     if reason is None:
-        return f"minillm's C kernels ({build.status().label}) decode on the CPU"
-    return (f"minillm's C kernels are not used ({reason}): decoding runs on PyTorch's kernels, "
-            f"slower on a CPU; `python -m minillm doctor` measures how much")
+        return text("minillm's C kernels ({label}) decode on the CPU",
+                    "minillm 的 C 算子（{label}）在 CPU 上负责解码", label=build.status().label)
+    return text("minillm's C kernels are not used ({reason}): decoding runs on PyTorch's "
+                "kernels, slower on a CPU; `python -m minillm doctor` measures how much",
+                "没有用上 minillm 的 C 算子（{reason}）：解码改用 PyTorch 的算子，在 CPU 上更慢；"
+                "慢多少，`python -m minillm doctor` 会测出来", reason=_reason_text(device, reason))
+
+
+def _reason_text(device, reason: str) -> str:
+    """`why_not`'s reason in the reader's language, where it is one of this module's own; a
+    compiler's reason stays as the build gave it."""
+    device = device if isinstance(device, torch.device) else torch.device(device)
+    if device.type != "cpu":
+        return text("they are CPU code, and this model is on {device}",
+                    "它们是 CPU 代码，而这个模型在 {device} 上", device=device)
+    if switched_off():
+        return text("switched off by {switch}", "已被 {switch} 关闭", switch=SWITCH)
+    return reason
 
 
 _ANNOUNCED = []
@@ -131,14 +148,16 @@ def announce(device, weights=None) -> None:
     reason = why_not(device)
     if weights == "q4_1" and reason is not None and "q4_1" not in _ANNOUNCED:
         _ANNOUNCED.append("q4_1")
-        print(f"minillm: weights='q4_1' without minillm's Q4_1 kernel ({reason}) rebuilds every "
-              f"float weight at each call: far slower than 'fp32' or 'int8' here",
-              file=sys.stderr)
+        print(text("minillm: weights='q4_1' without minillm's Q4_1 kernel ({reason}) rebuilds "
+                   "every float weight at each call: far slower than 'fp32' or 'int8' here",
+                   "minillm：没有 minillm 的 Q4_1 算子（{reason}），weights='q4_1' 每次调用都要重建"
+                   "全部浮点权重：这里比 'fp32' 或 'int8' 慢得多",
+                   reason=_reason_text(device, reason)), file=sys.stderr)
     if "kernels" in _ANNOUNCED:
         return
     _ANNOUNCED.append("kernels")
     if torch.device(device).type != "cpu" or switched_off() or not build.status().failed:
-        print(f"minillm: {describe(device)}", file=sys.stderr)
+        print(text("minillm: {line}", "minillm：{line}", line=describe(device)), file=sys.stderr)
 
 
 # ---- linear layers -------------------------------------------------------------------------

@@ -249,7 +249,7 @@ assert sentence in copies[1.0] and sentence not in copies[1.8]
 #
 # | 中文 | English |
 # |---|---|
-# | ① 权重在整个推理过程中常驻显存（n 十亿参数的 fp16 模型约 2n GB）；② KV 缓存随上下文长度和并发数线性增长，而且常常按最大长度提前分配；③ 中间激活、临时缓冲区；④ PyTorch 的缓存分配器释放张量后并不把显存还给系统（memory_reserved 不降），所以监控看到的占用一直很高。解决：量化、分页 KV 缓存（PagedAttention）、限制最大长度与批大小、GQA/MQA。 | (1) The weights stay resident for the whole run (about 2n GB for n billion parameters in fp16); (2) the KV cache grows linearly with context length and with concurrent sequences, and is often allocated up front for the maximum length; (3) activations and scratch buffers; (4) PyTorch's caching allocator keeps freed memory reserved instead of returning it, so a monitor shows it as used. Remedies: quantization, a paged KV cache (PagedAttention), limits on length and batch, GQA/MQA. |
+# | ① 权重在整个推理过程中常驻显存（n 十亿参数的 fp16 模型约 2n GB）；② KV 缓存随上下文长度和并发数线性增长；③ 监控上看到约 90% 的主要原因：推理服务引擎在启动时就把 KV 缓存池一次预留好。vLLM 先用最大的一步（max_num_batched_tokens 个词元）做一次性能剖析，量出激活的峰值，再把显存总量 × gpu_memory_utilization（默认 0.9）减去权重和激活峰值后剩下的全部切成 KV 块（SGLang 对应的参数是 mem_fraction_static）。所以服务一启动，哪怕一个请求都没有，nvidia-smi 显示的占用就约为 90%，之后也不随负载变化；要看负载，得看引擎报告的 KV 块使用率。④ 中间激活、临时缓冲区；⑤ PyTorch 的缓存分配器释放张量后并不把显存还给系统（memory_reserved 不降）。解决：量化、分页 KV 缓存（PagedAttention）、限制最大长度与批大小、GQA/MQA；调低 gpu_memory_utilization 能让出显存，代价是池变小，能同时服务的请求变少。 | (1) The weights stay resident for the whole run (about 2n GB for n billion parameters in fp16); (2) the KV cache grows linearly with context length and with concurrent sequences; (3) the main reason a monitor shows about 90%: a serving engine reserves its KV-cache pool up front, at start-up. vLLM profiles one step of the largest size (max_num_batched_tokens tokens) to measure the activations' peak, then cuts everything left of gpu_memory_utilization (0.9 by default) × the GPU's memory, after the weights and that peak, into KV blocks (SGLang's setting is mem_fraction_static). So from the first second, with no request at all, nvidia-smi shows about 90% used, and the figure does not move with the load: the engine's KV-block usage is what shows the load. (4) activations and scratch buffers; (5) PyTorch's caching allocator keeps freed memory reserved instead of returning it. Remedies: quantization, a paged KV cache (PagedAttention), limits on length and batch, GQA/MQA; a lower gpu_memory_utilization gives memory back at the price of a smaller pool, so fewer requests at once. |
 
 # %%
 weights = weight_bytes(model)
@@ -266,6 +266,41 @@ for batch in (1, 16, 64):
 assert cache.capacity_bytes == kv_cache_formula_bytes(c, c.max_seq_len, 4)
 assert cache.nbytes == kv_cache_formula_bytes(c, len(ids), 4)
 assert kv_cache_formula_bytes(c, c.max_seq_len, 4, 64) > weights
+
+# %% [markdown]
+# Why a monitor reads about 90%: the engine of chapter 06 sized as vLLM sizes its pool at
+# start-up, for a pretend device of 1 GB (this model's weights take about half of it in fp32).
+# What is left of `gpu_memory_utilization` × the device after the weights becomes KV blocks,
+# allocated before the first request (vLLM also sets aside the activations' peak, which it
+# measures with one run of the largest step; this small model's is left out here). Then two
+# requests are served, and the pool's bytes and its blocks in use are read again:
+
+# %%
+from minillm.engine.paged_cache import PagedKVPool
+
+DEVICE_BYTES, UTILIZATION = 1e9, 0.9  # a pretend device; vLLM's default gpu_memory_utilization
+per_block = PagedKVPool.for_model(model, 1, 16).bytes_per_block
+num_blocks = int((UTILIZATION * DEVICE_BYTES - weights) // per_block)
+if device.type == "cuda":
+    torch.cuda.empty_cache()  # what the caching allocator holds unused goes back first
+# 0 where there are no GPU memory statistics: on a CPU, on a simulated GPU
+before = torch.cuda.memory_reserved(device) if device.type == "cuda" else 0
+engine = minillm.Engine(model, tokenizer, num_blocks=num_blocks, block_size=16, record=True)
+grown = (torch.cuda.memory_reserved(device) - before) if before else None
+pool_at_start = engine.pool.nbytes
+held = weights + pool_at_start
+print(f"weights {weights / 1e6:.0f} MB + KV pool {pool_at_start / 1e6:.0f} MB ({num_blocks} "
+      f"blocks of 16 tokens) = {held / DEVICE_BYTES:.0%} of the device, before any request")
+if grown is not None:
+    print(f"torch.cuda.memory_reserved grew by {grown / 1e6:.0f} MB when the engine started")
+engine.generate([ids, tokenizer.encode("Name a colour.")], max_new_tokens=N, ignore_eos=True)
+busiest = max(step.paged_slots for step in engine.steps)
+print(f"serving two requests used at most {busiest} of the pool's {num_blocks * 16:,} slots "
+      f"({busiest / (num_blocks * 16):.1%}); the pool still holds {engine.pool.nbytes / 1e6:.0f} "
+      f"MB, and {held / DEVICE_BYTES:.0%} of the device stays taken")
+assert engine.pool.nbytes == pool_at_start == num_blocks * per_block  # reserved once, kept
+assert 0.85 < held / DEVICE_BYTES <= UTILIZATION and busiest < 0.05 * num_blocks * 16
+assert grown is None or grown >= 0.9 * pool_at_start  # on a GPU, what nvidia-smi would count
 
 # %% [markdown]
 # ## Q6 · 如何提高推理吞吐量？ How do you raise throughput?
@@ -380,18 +415,72 @@ assert weight_bytes(model) == 4 * n_params  # the loaded weights take 4 bytes a 
 #
 # | 中文 | English |
 # |---|---|
-# | 没有缓存时，第 i 步要把整个序列（i 个词元）重新过一遍模型，n 步共处理 1+2+…+n ≈ n²/2 个位置。由于因果掩码，旧位置的键和值不会改变，KV 缓存把它们存下来，每步只处理一个新词元：总计 O(n) 个位置（注意力本身每步仍读 i 个键，但不再重算）。结果完全相同，只是更快；代价是显存。 | Without a cache, step i runs the whole sequence (i tokens) through the model again: n steps process 1+2+…+n ≈ n²/2 positions. Because of the causal mask the old positions' keys and values never change, so the KV cache stores them and each step processes only the new token: O(n) positions in all (attention still reads i keys a step, but nothing is recomputed). The result is identical, only faster; the price is memory. |
+# | 没有缓存时，第 i 步要把整个序列（i 个词元）重新过一遍模型，n 步共处理 1+2+…+n ≈ n²/2 个位置。由于因果掩码，旧位置的键和值不会改变，KV 缓存把它们存下来，每步只处理一个新词元：总计 O(n) 个位置（注意力本身每步仍读 i 个键，但不再重算）。结果完全相同；缓存省下的是计算量，代价是显存。省下的计算量能省多少时间，要看序列长度：解码受带宽限制，序列短时，重算整个序列只花一步的几倍时间，远不到 n 倍（两种做法都要把权重读一遍）；序列越长，重算越接近计算受限，每步的差距随长度增长。 | Without a cache, step i runs the whole sequence (i tokens) through the model again: n steps process 1+2+…+n ≈ n²/2 positions. Because of the causal mask the old positions' keys and values never change, so the KV cache stores them and each step processes only the new token: O(n) positions in all (attention still reads i keys a step, but nothing is recomputed). The result is identical; what the cache saves is compute, at the price of memory. How much time that saves depends on the length: decode is bandwidth-bound, so while the sequence is short, recomputing it costs a small multiple of one step, far from n times (both ways read all the weights once); as the sequence grows, recomputing becomes compute-bound and the gap per step grows with the length. |
 
 # %%
-cached = minillm.generate(model, tokenizer, ids, max_new_tokens=N, ignore_eos=True)
-uncached = minillm.generate(model, tokenizer, ids, max_new_tokens=N, ignore_eos=True,
-                            use_cache=False)
+def run_counting_positions(**options):
+    """Greedy generation of N tokens, and how many positions the model was fed in all."""
+    fed = []
+    hook = model.embed.register_forward_hook(lambda module, args, out: fed.append(args[0].numel()))
+    try:
+        out = minillm.generate(model, tokenizer, ids, max_new_tokens=N, ignore_eos=True, **options)
+    finally:
+        hook.remove()
+    return out, sum(fed)
+
+
+(cached, with_cache), (uncached, without) = (run_counting_positions(),
+                                             run_counting_positions(use_cache=False))
 p = len(ids)
-print(f"positions processed: {sum(p + i for i in range(N))} without a cache, "
-      f"{p + N - 1} with one")
-print(f"decode time per token: {1e3 * uncached.metrics.tpot:.1f} ms without, "
-      f"{1e3 * cached.metrics.tpot:.1f} ms with the cache")
+print(f"positions fed to the model for {N} new tokens: {without} without a cache, "
+      f"{with_cache} with one")
 assert agree(model, ids, cached.token_ids, uncached.token_ids)
+assert without == sum(p + i for i in range(N)) and with_cache == p + N - 1
+
+# %% [markdown]
+# What that saves on the clock, one step at a time: a step at sequence length n, once feeding
+# all n tokens again, once feeding the last token to a cache holding the n − 1 before it. The
+# two are timed interleaved, three times, from n = 16 on, doubling n until the step without the
+# cache takes six times the cached one (on a CPU within a few hundred tokens; a GPU, with far
+# more arithmetic behind each weight read, needs thousands):
+
+# %%
+from minillm.measure import TOO_NOISY, compare, load_average
+
+
+def one_step(n):
+    """(a step at length n with the cache, the same step without it)."""
+    seq = torch.randint(c.vocab_size, (1, n), generator=torch.Generator().manual_seed(0))
+    seq = seq.to(device)
+    kv = KVCache.for_model(model, 1, n)
+    with torch.inference_mode():
+        model(seq[:, :-1], cache=kv)
+
+    @torch.inference_mode()
+    def with_the_cache():
+        kv.crop(n - 1)
+        model(seq[:, -1:], cache=kv, logits_to_keep=1)
+
+    @torch.inference_mode()
+    def recomputing():
+        model(seq, logits_to_keep=1)
+    return with_the_cache, recomputing
+
+
+steps, n = {}, 16
+while True:
+    steps[n] = compare(*one_step(n), repeats=3, device=device)
+    print(f"{n:>4} tokens: a step without the cache feeds {n} positions instead of 1; its time "
+          f"over a cached step's: {steps[n].spread_text()}")
+    if steps[n].ratio > 6 or 2 * n > c.max_seq_len:
+        break
+    n *= 2
+short, longest = steps[16], steps[n]
+print({True: f"at {n} tokens recomputing was slower in every repetition",
+       None: TOO_NOISY, False: f"at {n} tokens recomputing was not slower"}
+      [longest.above(1.0)], f"({load_average()})")
+assert short.ratio < 16 / 2  # short: far from n times one step
+assert longest.above(1.0) and longest.ratio > 2 * short.ratio  # the gap grows with the length
 
 # %% [markdown]
 # ## What to take away from Q1–Q11

@@ -203,7 +203,7 @@ assert 0.5 < words_per_token < 1.0
 #
 # | 中文 | English |
 # |---|---|
-# | 批大小为 1 时，每个解码步要把所有权重从内存读一遍，而每个权重只做 2 次浮点运算（一次乘加）：fp32 下算术强度只有 0.5 FLOP/字节，远低于硬件的计算/带宽比。所以速度上限约为 带宽 ÷ 权重字节数。提高批大小（一次读权重服务多个序列）或减少字节（量化、bf16）才能突破。 | At batch size 1 every decode step reads all the weights from memory and does 2 floating-point operations (one multiply-add) per weight: in fp32 an arithmetic intensity of 0.5 FLOP per byte, far below the hardware's compute-to-bandwidth ratio. So the speed limit is about bandwidth ÷ weight bytes. Only a larger batch (one read of the weights serves many sequences) or fewer bytes (quantization, bf16) moves it. |
+# | 批大小为 1 时，每个解码步要把所有权重从内存读一遍，而每个权重只做 2 次浮点运算（一次乘加）：fp32 下算术强度只有 0.5 FLOP/字节，远低于硬件的计算/带宽比。所以速度上限约为 带宽 ÷ 权重字节数。提高批大小（一次读权重服务多个序列）或减少字节（量化、bf16）才能突破。推测解码靠的也是提高一步的算术强度：验证 k 个草稿词元的一步把 k + 1 行送进模型，权重只读一遍，算术强度约是解码一步的 k + 1 倍；只要这一步仍低于硬件的计算/带宽比，多出的几行几乎不多花时间。 | At batch size 1 every decode step reads all the weights from memory and does 2 floating-point operations (one multiply-add) per weight: in fp32 an arithmetic intensity of 0.5 FLOP per byte, far below the hardware's compute-to-bandwidth ratio. So the speed limit is about bandwidth ÷ weight bytes. Only a larger batch (one read of the weights serves many sequences) or fewer bytes (quantization, bf16) moves it. Speculative decoding works by raising a step's arithmetic intensity too: a verify step runs k + 1 rows through one read of the weights, about k + 1 times a decode step's FLOPs per byte, and while that stays below the hardware's ratio the extra rows cost little time. |
 
 # %%
 from minillm.measure.bandwidth import decode_bound, read_bandwidth
@@ -224,6 +224,44 @@ print(f"a batch-1 step in fp32: {step_flops / step_bytes:.2f} FLOP per byte read
       f"does {balance:.1f} FLOP in the time it reads a byte")
 assert measured < bound  # the bound is a ceiling: decode stays under it
 assert step_flops / step_bytes < balance  # the arithmetic waits for memory, not the reverse
+
+# %% [markdown]
+# Speculation raises a step's arithmetic intensity the way a batch does: a verify step feeds
+# k + 1 tokens through one read of the weights. Its FLOPs per byte by the same count, then its
+# time against a one-token step over the same 16 cached tokens, timed interleaved three times:
+
+# %%
+from minillm.measure import TOO_NOISY, compare
+
+K = 4
+verify_flops, verify_bytes = step_cost(c, rows=K + 1, context=16)
+one_flops, one_bytes = step_cost(c, rows=1, context=16)
+gain = (verify_flops / verify_bytes) / (one_flops / one_bytes)
+
+
+def step_of(rows, context=16):
+    """One forward pass feeding `rows` tokens to a cache that holds `context` of them."""
+    seq = torch.tensor([text_ids[:context + rows]], device=device)
+    kv = KVCache.for_model(model, 1, context + rows)
+    with torch.inference_mode():
+        model(seq[:, :context], cache=kv)
+
+    @torch.inference_mode()
+    def run():
+        kv.crop(context)
+        model(seq[:, context:], cache=kv, logits_to_keep=rows)
+    return run
+
+
+verify = compare(step_of(1), step_of(K + 1), repeats=3, device=device)
+print(f"a verify step of {K + 1} tokens: {verify_flops / verify_bytes:.2f} FLOP per byte, "
+      f"{gain:.2f}x a one-token step's (this machine's balance: {balance:.1f})")
+print(f"its time over a one-token step's: {verify.spread_text()}")
+print({False: f"under half the time of {K + 1} one-token steps in every repetition",
+       None: TOO_NOISY, True: f"more than half the time of {K + 1} one-token steps here: the "
+                              "step is compute-bound on this device"}[verify.above((K + 1) / 2)])
+assert K < gain <= K + 1  # k + 1 rows for (almost) the same bytes
+assert verify.above((K + 1) / 2) is not True  # the extra rows rode on the same weight read
 
 # %% [markdown]
 # ---
@@ -277,7 +315,7 @@ assert use["paged"] > use["contiguous_per_request"] > use["contiguous_max_length
 #
 # | 中文 | English |
 # |---|---|
-# | 很多请求共享同样的开头（系统提示词、少样本示例、多轮对话的历史）。前缀缓存按内容（对块内词元及其前缀做哈希）记住已经算好的 KV 块，新请求的前缀命中时直接复用，跳过这部分预填充，TTFT 和计算都下降，结果不变。只有完整的块才能共享。 | Many requests share the same start (a system prompt, few-shot examples, a conversation's history). Prefix caching remembers computed KV blocks by content (a hash of the block's tokens and its prefix); when a new request's prefix matches, the blocks are reused and that part of the prefill is skipped: lower TTFT and compute, the same result. Only full blocks can be shared. |
+# | 很多请求共享同样的开头（系统提示词、少样本示例、多轮对话的历史）。前缀缓存记住已经算好的键和值，新请求的前缀命中时直接复用，跳过这部分预填充，TTFT 和计算都下降，结果不变。命中的部分有两种找法：vLLM 给每个完整的块算一个哈希（块内的词元加上前一个块的哈希），按哈希查找，所以只有完整的块能共享，末尾不满一块的部分要重算；SGLang 的 RadixAttention 把缓存的词元序列存成一棵基数树，一直匹配到最后一个相同的词元。“只有完整的块才能共享”是块哈希的性质，不是前缀缓存本身的限制。 | Many requests share the same start (a system prompt, few-shot examples, a conversation's history). Prefix caching remembers the keys and values already computed; when a new request's prefix matches, they are reused and that part of the prefill is skipped: lower TTFT and compute, the same result. There are two ways to find the match: vLLM names each full block by a hash (of the block's tokens and the previous block's hash) and looks blocks up by it, so only full blocks are shared and the partial block at the end is recomputed; SGLang's RadixAttention keeps the cached token sequences in a radix tree and matches them to the last equal token. "Only full blocks can be shared" is a property of the block hash, not of prefix caching. |
 
 # %%
 system = ("You are a helpful assistant for the city museum. The museum has three floors: "
@@ -294,6 +332,15 @@ print(f"shared prefix: {shared} tokens, {shared // 16} full blocks of 16; reused
 plain = [minillm.generate(model, tokenizer, q, max_new_tokens=4).token_ids for q in questions]
 assert all(agree(model, a.prompt_token_ids, a.token_ids, p) for a, p in zip(answers, plain))
 assert stats["prefix_cache_hit_tokens"] == 16 * (shared // 16) > 0
+
+from minillm.engine.radix_cache import RadixCache
+
+tree = RadixCache()  # SGLang's way (chapter 06 §6): the first request's tokens in a radix tree
+tree.insert(first_ids + answers[0].token_ids)
+matched = tree.match(second_ids)
+print(f"a radix tree holding the first request matches {matched} tokens of the second: to the "
+      f"token, where the block hashes stop at {stats['prefix_cache_hit_tokens']}")
+assert matched == shared > stats["prefix_cache_hit_tokens"]
 
 # %% [markdown]
 # ---
@@ -335,19 +382,36 @@ assert abs(ppl["int8"] / ppl["fp32"] - 1) < 0.05
 #
 # | 中文 | English |
 # |---|---|
-# | 解码受带宽限制：目标模型验证 k 个词元的一次前向传播，和生成 1 个词元花的时间差不多。让便宜的草稿（小模型、或从上下文里查找 n-gram）先猜 k 个词元，目标模型一次并行验证，接受与自己选择一致的前缀，再加上自己的一个词元。贪心时，只保留目标模型自己的 argmax，所以输出与普通贪心完全一样；加速取决于接受率。 | Decode is bandwidth-bound: one target forward pass over k tokens costs about as much as one over a single token. A cheap draft (a small model, or an n-gram looked up in the context) guesses k tokens, the target checks them all in one pass, keeps the prefix that matches its own choices and adds one token of its own. Greedy: only the target's own argmax is ever kept, so the output equals plain greedy exactly; the speed-up depends on the acceptance rate. |
+# | 解码受带宽限制：目标模型验证 k 个词元的一次前向传播，比生成 k 个词元的 k 步便宜得多（Q17 测过）。让便宜的草稿（小模型、或从上下文里查找 n-gram）先猜 k 个词元，目标模型一次并行验证，接受与自己选择一致的前缀，再加上自己的一个词元。贪心时，只保留目标模型自己的 argmax，所以输出与普通贪心完全一样；加速取决于接受率和草稿的代价。 | Decode is bandwidth-bound: one target forward pass over k tokens costs far less than k decode steps (Q17 measured it). A cheap draft (a small model, or an n-gram looked up in the context) guesses k tokens, the target checks them all in one pass, keeps the prefix that matches its own choices and adds one token of its own. Greedy: only the target's own argmax is ever kept, so the output equals plain greedy exactly; the speed-up depends on the acceptance rate and the draft's cost. |
 
 # %%
 from minillm.speculative import PromptLookupDraft, speculative_generate
 
-code = tokenizer.encode("Fruits: apple, banana, cherry, date, fig, grape, kiwi, lemon, mango. "
-                        "The same fruits again: apple, banana,")
-spec = speculative_generate(model, tokenizer, code, PromptLookupDraft(), k=4,
-                            max_new_tokens=2 * N, ignore_eos=True)
-plain = minillm.generate(model, tokenizer, code, max_new_tokens=2 * N, ignore_eos=True)
+fruits = tokenizer.encode("Fruits: apple, banana, cherry, date, fig, grape, kiwi, lemon, mango, "
+                          "melon, orange, papaya, peach, pear, plum, quince. The same fruits "
+                          "again: apple, banana,")
+
+
+def with_draft():
+    return speculative_generate(model, tokenizer, fruits, PromptLookupDraft(), k=4,
+                                max_new_tokens=2 * N, ignore_eos=True)
+
+
+def plain_greedy():
+    return minillm.generate(model, tokenizer, fruits, max_new_tokens=2 * N, ignore_eos=True)
+
+
+spec, plain = with_draft(), plain_greedy()
 print(repr(spec.text))
 print(spec.stats.summary())
-assert agree(model, code, spec.token_ids, plain.token_ids)
+passes = {"speculative": 1 + spec.stats.passes, "plain": len(plain.token_ids)}  # prefill + steps
+speedup = compare(with_draft, plain_greedy, repeats=3, device=device)  # plain's time over spec's
+print(f"target forward passes for {2 * N} tokens: {passes['speculative']} with the draft, "
+      f"{passes['plain']} without; speed-up {speedup.spread_text()}")
+print({True: "faster than plain greedy in every repetition", None: TOO_NOISY,
+       False: "not faster than plain greedy in any repetition"}[speedup.above(1.0)])
+assert agree(model, fruits, spec.token_ids, plain.token_ids)
+assert passes["speculative"] < passes["plain"] and speedup.above(1.0) is not False
 
 # %% [markdown]
 # ## Q23 · 采样时，推测解码怎么保证分布不变？ With sampling, how does speculative decoding keep the distribution?
@@ -394,7 +458,7 @@ assert gap(seen, p_top) < min(0.02, gap(q_top, p_top) / 3)
 #
 # | 中文 | English |
 # |---|---|
-# | 张量并行（Megatron-LM）把每层的权重矩阵切到多张卡上：前馈层的 gate/up 按输出列切（列并行），down 按输入行切（行并行），中间激活不用传，各卡的部分结果做一次 all-reduce 求和；注意力按头切，同理。每层两次 all-reduce，每次传 (词元数 × 隐藏维度) 个数，所以需要 NVLink 这样的高速互联，通常在一台机器内。流水线并行则按层切，只在阶段之间传隐藏状态。 | Tensor parallelism (Megatron-LM) splits every layer's weight matrices across devices: the feed-forward gate/up by output columns (column-parallel), down by input rows (row-parallel), so the activation in between never travels and one all-reduce sums the ranks' partial outputs; attention splits by heads likewise. Two all-reduces a layer, each of (tokens × hidden) values: it needs a fast link such as NVLink, usually inside one machine. Pipeline parallelism splits by layers and sends only hidden states between stages. |
+# | 张量并行（Megatron-LM）把每层的权重矩阵切到多张卡上。按 Megatron 的写法 Y = XA，A 的每一列是一个输出特征：前馈层的 gate/up 按输出特征切（列并行），down 按输入特征切（行并行），中间激活不用传，各卡的部分结果做一次 all-reduce 求和；注意力按头切，同理。PyTorch 的权重 W 形状是（输出，输入），即 A 的转置：列并行取的是 W 的行，行并行取的是 W 的列，与第 09 章的图一致。每层两次 all-reduce，每次的数据是 (词元数 × 隐藏维度) 个数；环形 all-reduce（先 reduce-scatter，再 all-gather）让 N 张卡中的每一张发送 2(N − 1)/N 倍的数据，几乎不随卡数变化，但每层都要做两次，所以需要 NVLink 这样的高速互联，通常在一台机器内。卡数超过 KV 头数时（例如 8 个 KV 头、TP = 16），KV 头要复制：每张卡至少存一个完整的 KV 头，每张卡的 KV 缓存不再随卡数减少。流水线并行则按层切，只在阶段之间传隐藏状态。 | Tensor parallelism (Megatron-LM) splits every layer's weight matrices across devices. In Megatron's notation Y = XA each column of A is an output feature: the feed-forward gate/up are split by output features (column-parallel), down by input features (row-parallel), so the activation in between never travels and one all-reduce sums the ranks' partial outputs; attention splits by heads likewise. A PyTorch weight W has shape (out, in), A transposed: column-parallel keeps rows of W and row-parallel keeps columns of W, as chapter 09 draws them. Two all-reduces a layer, each of (tokens × hidden) values; a ring all-reduce (a reduce-scatter, then an all-gather) has each of N ranks send 2(N − 1)/N times that data, nearly the same whatever N, but twice a layer: it needs a fast link such as NVLink, usually inside one machine. When TP exceeds the number of KV heads (8 KV heads, TP = 16), the KV heads are replicated: each rank holds at least one whole KV head, and its KV cache stops shrinking as ranks are added. Pipeline parallelism splits by layers and sends only hidden states between stages. |
 
 # %%
 from minillm.distributed import all_reduce_cost, split_evenly
@@ -405,14 +469,88 @@ with torch.inference_mode():
     full = mlp(x)
     parts = []
     for rows in split_evenly(c.intermediate_size, 2):  # two ranks, half the hidden units
-        r = slice(rows.start, rows.stop)
+        r = slice(rows.start, rows.stop)  # column-parallel: rows of W = (out, in), as in 09
         h = torch.nn.functional.silu(x @ mlp.gate_proj.weight[r].T) * (x @ mlp.up_proj.weight[r].T)
-        parts.append(h @ mlp.down_proj.weight[:, r].T)  # a partial sum of the output
+        parts.append(h @ mlp.down_proj.weight[:, r].T)  # row-parallel: columns of W
 calls, n_bytes = all_reduce_cost(c, tokens=1)
 print(f"largest difference after the all-reduce: {(sum(parts) - full).abs().max():.2e}")
-print(f"per decoded token: {calls} all-reduces, {n_bytes / 1e3:.0f} kB per rank in fp32")
+print(f"per decoded token: {calls} all-reduces, {n_bytes / 1e3:.0f} kB per rank in fp32 (the "
+      "tensors summed; what a ring sends for them follows below)")
 print(f"that is 2 x {c.n_layers} layers, each {c.hidden_size} values x 4 bytes")
 assert torch.allclose(sum(parts), full, atol=1e-5)
+
+# %% [markdown]
+# What the all-reduce sends. A ring all-reduce cuts each rank's tensor into N chunks; in N − 1
+# steps each rank passes one chunk to its neighbour, which adds it to its own (reduce-scatter:
+# each rank ends with one chunk fully summed), then N − 1 more steps pass the summed chunks round
+# (all-gather). Below, the ring run on N ranks' real partial outputs of the same layer, counting
+# every value each rank sends:
+
+# %%
+def ring_all_reduce(tensors):
+    """Sum `tensors` (one per rank) as a ring does; returns every rank's result and how many
+    values each rank sent."""
+    n = len(tensors)
+    chunks = [list(t.flatten().clone().chunk(n)) for t in tensors]
+    sent = [0] * n
+    for phase in ("reduce-scatter", "all-gather"):
+        for step in range(n - 1):
+            first = -step if phase == "reduce-scatter" else 1 - step  # the chunk rank 0 sends
+            moving = [(r, (r + first) % n, chunks[r][(r + first) % n].clone()) for r in range(n)]
+            for r, i, chunk in moving:  # every rank sends at once, to the next one
+                if phase == "reduce-scatter":
+                    chunks[(r + 1) % n][i] += chunk
+                else:
+                    chunks[(r + 1) % n][i] = chunk
+                sent[r] += chunk.numel()
+    return [torch.cat(c).view_as(tensors[0]) for c in chunks], sent
+
+
+with torch.inference_mode():
+    for ranks in (2, 4, 8):
+        partial = [torch.nn.functional.silu(x @ mlp.gate_proj.weight[r.start:r.stop].T)
+                   * (x @ mlp.up_proj.weight[r.start:r.stop].T)
+                   @ mlp.down_proj.weight[:, r.start:r.stop].T
+                   for r in split_evenly(c.intermediate_size, ranks)]
+        results, sent = ring_all_reduce(partial)
+        size = full.numel()
+        print(f"{ranks} ranks: each sent {sent[0]:,} values for a tensor of {size:,}: "
+              f"{sent[0] / size:.2f}x, 2(N - 1)/N = {2 * (ranks - 1) / ranks:.2f}")
+        assert all(torch.allclose(r, full, atol=1e-5) for r in results)
+        assert sent == [2 * (ranks - 1) * size // ranks] * ranks
+
+# %% [markdown]
+# Replicated KV heads. SmolLM2 has 9 query heads and 3 KV heads. With 9 ranks (TP = 9) each
+# rank takes one query head, and its group's KV head goes with it: a copy on each of the 3 ranks
+# of that group. The attention of layer 0 split so, each rank with its copy, then the output
+# projection's partial sums added up:
+
+# %%
+from minillm.layers import attention_explicit
+
+attn, tp = model.layers[0].attn, c.n_heads
+group = c.n_heads // c.n_kv_heads
+with torch.inference_mode():
+    hidden = model.layers[0].attn_norm(model.embed(torch.tensor([ids], device=device)))
+    q, k, v = attn.project(hidden)  # before the rotation, which the split does not touch
+    whole = attn.o_proj(attention_explicit(q, k, v).transpose(1, 2).flatten(2))
+    pieces = []
+    for rank in range(tp):
+        copy = rank // group  # the KV head this rank's query head reads, copied to this rank
+        heads = attention_explicit(q[:, rank:rank + 1], k[:, copy:copy + 1], v[:, copy:copy + 1])
+        cols = slice(rank * c.head_dim, (rank + 1) * c.head_dim)  # row-parallel o_proj
+        pieces.append(heads.transpose(1, 2).flatten(2) @ attn.o_proj.weight[:, cols].T)
+print(f"TP = {tp}: largest difference after the all-reduce {(sum(pieces) - whole).abs().max():.2e}")
+for ranks in (1, 3, 9):
+    per_rank = max(1, c.n_kv_heads // ranks)
+    print(f"TP = {ranks}: {per_rank} KV head(s) per rank, {ranks * per_rank} held in all "
+          f"({ranks * per_rank // c.n_kv_heads}x the model's {c.n_kv_heads}); each rank's cache "
+          f"{kv_cache_formula_bytes(c, 1, 2) * per_rank // c.n_kv_heads:,} bytes a token in fp16")
+try:
+    split_evenly(c.n_kv_heads, tp)
+except ValueError as error:
+    print(f"minillm's own split (chapter 09) stops at {c.n_kv_heads} ranks: {error}")
+assert torch.allclose(sum(pieces), whole, atol=1e-5)
 
 # %% [markdown]
 # ## What to take away from Q12–Q24

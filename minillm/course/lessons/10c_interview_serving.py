@@ -43,8 +43,9 @@ text_ids = tokenizer.encode("The printing press was invented in the fifteenth ce
 # ---
 # # Part 7 · Serving at scale: what 2026 interviews ask
 #
-# Chapters 03b, 06, 07 and 08 build most of these; for the one the course has no engine part
-# for yet (KV-cache quantization), the cell defines a small version in front of you.
+# Chapters 03b, 06, 07, 07b and 08 build what these answers run. Where an answer tries more
+# variants than the engine offers (Q27's 4-bit keys and values), the cell emulates them in
+# front of you, beside the engine's own part.
 
 # %% [markdown]
 # ## Q25 · FlashAttention 为什么快？它改变计算结果吗？ What does FlashAttention change, and does it change the result?
@@ -83,7 +84,7 @@ assert difference < 1e-4 and tiled_peak < plain_peak / 2
 #
 # | 中文 | English |
 # |---|---|
-# | 预填充是计算受限的，解码是带宽受限的。两者在同一个引擎里时，长提示词的预填充和正在解码的请求挤在同一步里，所有正在生成的用户都要等这一步（TPOT 的尾部变长），新请求也可能排在解码步后面（TTFT 变长）。预填充/解码分离（DistServe、Mooncake，vLLM 和 SGLang 的 PD 模式）把两个阶段放到不同的机器上：预填充机器算出提示词的 KV 缓存和第一个词元，再把 KV 块通过 NVLink 或 RDMA 传给解码机器，解码机器的每一步只有解码行。两个阶段还能各自选择硬件和批大小，分别满足 TTFT 和 TPOT 的目标。代价是每个请求传一次 KV 缓存，并要调好两类机器的比例。 | Prefill is compute-bound, decode bandwidth-bound. In one engine, a long prompt's prefill shares a step with the requests that are decoding, and every user waits for that step (the TPOT tail grows); a new prompt may queue behind decode steps (TTFT grows). Prefill/decode disaggregation (DistServe, Mooncake; vLLM's and SGLang's PD modes) puts the two phases on different machines: a prefill machine computes the prompt's KV cache and first token and sends the KV blocks over NVLink or RDMA to a decode machine, whose steps carry decode rows only. Each phase also gets its own hardware and batch size, sized to a TTFT target and a TPOT target. The price: one KV-cache transfer per request, and a ratio of the two kinds of machine to tune. |
+# | 预填充是计算受限的，解码是带宽受限的。两者在同一个引擎里时，长提示词的预填充和正在解码的请求挤在同一步里，所有正在生成的用户都要等这一步（TPOT 的尾部变长），新请求也可能排在解码步后面（TTFT 变长）。预填充/解码分离（业内和面试里常简称 PD 分离；DistServe 和 Mooncake 是这样设计的，vLLM 和 SGLang 也都支持）把两个阶段放到不同的机器上：预填充机器算出提示词的 KV 缓存和第一个词元，再把 KV 块通过 NVLink 或 RDMA 传给解码机器，解码机器的每一步只有解码行。两个阶段还能各自选择硬件和批大小，分别满足 TTFT 和 TPOT 的目标。代价是每个请求传一次 KV 缓存，并要调好两类机器的比例。 | Prefill is compute-bound, decode bandwidth-bound. In one engine, a long prompt's prefill shares a step with the requests that are decoding, and every user waits for that step (the TPOT tail grows); a new prompt may queue behind decode steps (TTFT grows). Prefill/decode disaggregation ("PD disaggregation" for short, as interviewers say it; DistServe and Mooncake are built so, and vLLM and SGLang support it) puts the two phases on different machines: a prefill machine computes the prompt's KV cache and first token and sends the KV blocks over NVLink or RDMA to a decode machine, whose steps carry decode rows only. Each phase also gets its own hardware and batch size, sized to a TTFT target and a TPOT target. The price: one KV-cache transfer per request, and a ratio of the two kinds of machine to tune. |
 #
 # The proof with chapter 06's two engines in one process, each on a clock of its own: the
 # tokens are the ones plain generation gives (the handed-over KV blocks are the right ones),
@@ -129,10 +130,12 @@ assert widest == 1  # decode rows only: the last prompt token, then one token a 
 # |---|---|
 # | 可以。上下文长、批量大时，KV 缓存常常比权重还大，而且解码每一步都要把它读一遍。把键和值从 fp16 存成 int8 或 fp8（E4M3），显存和每步读的字节都减半，同样的显存能放下约两倍的词元。做法是每个词元的每个头（或每个通道）配一个缩放因子，写入缓存时量化，做注意力之前反量化。键里常有离群通道，所以键按通道、值按词元量化效果更好（KIVI）；降到 4 位时误差明显变大。vLLM 的 kv_cache_dtype="fp8" 就是这个思路。 | Yes. With long contexts and large batches the KV cache is often larger than the weights, and every decode step reads all of it. Storing keys and values as int8 or fp8 (E4M3) instead of fp16 halves the memory and the bytes each step reads: the same memory holds about twice the tokens. The recipe: a scale for each head of each token (or for each channel), quantize when writing into the cache, dequantize before attention. Keys carry outlier channels, so per-channel scales for keys and per-token scales for values work better (KIVI); at 4 bits the error grows clearly. vLLM's kv_cache_dtype="fp8" follows this idea. |
 #
-# The proof, emulated: prefill 128 tokens of text into a real cache, replace its keys and values
-# by their quantized-and-dequantized values (one scale per token and head), then score the next
-# 64 tokens against that cache. The bytes are what a cache storing the codes and an fp16 scale
-# would hold.
+# The proof, emulated first, so that 4 bits can be tried beside 8: prefill 128 tokens of text
+# into a real cache, replace its keys and values by their quantized-and-dequantized values (one
+# scale per token and head), then score the next 64 tokens against that cache. The bytes are
+# what a cache storing the codes and an fp16 scale would hold. Then the engine's own 8-bit pool
+# (chapter 07b): `Engine(..., kv_cache_format="int8")` stores the codes and a float32 scale per
+# token and head.
 
 # %%
 kv_text = book[1000:1192]
@@ -180,6 +183,14 @@ for name, (roundtrip, bits) in formats.items():
           f"{kv_error[name]:.3f}")
 assert all(abs(kv_ppl[f] / exact_ppl - 1) < 0.01 for f in ("int8", "fp8 e4m3"))  # 8 bits: ~free
 assert kv_error["int8"] < kv_error["int4"] / 4 and kv_error["fp8 e4m3"] < kv_error["int4"] / 2
+
+pool_bytes = {fmt: minillm.Engine(model, tokenizer, num_blocks=4, block_size=16,
+                                  kv_cache_format=fmt).pool.bytes_per_block / 16
+              for fmt in (None, "int8", "fp8_e4m3")}
+for fmt, per_token in pool_bytes.items():
+    print(f"the engine's pool, kv_cache_format={fmt!r}: {per_token / 1e3:5.1f} kB a token "
+          f"({per_token / pool_bytes[None]:.2f}x the float32 pool's)")
+assert pool_bytes["int8"] < 0.3 * pool_bytes[None] and pool_bytes["fp8_e4m3"] == pool_bytes["int8"]
 
 # %% [markdown]
 # Over 64 scored tokens a perplexity moves by chance by a percent or more, in either direction
@@ -358,41 +369,85 @@ assert errors["W8A8 + SmoothQuant"] < errors["W8A8"]
 #
 # | 中文 | English |
 # |---|---|
-# | 推测解码的加速取决于接受率 α 和起草的代价 c（草稿一步与目标模型一步的耗时之比）：每轮起草 k 个词元，平均得到 (1 − α^(k+1)) / (1 − α) 个词元，花费约 1 + k·c 个目标步。独立的草稿模型要另外部署、分词器必须相同，α 通常不高，c 也不小。Medusa 在目标模型最后的隐藏状态上加几个解码头，一次猜后面几个位置。EAGLE 训练一个约一层的小网络，根据目标模型顶层的特征自回归地起草，所以 α 高、c 小；EAGLE-2/3 还按置信度展开草稿树。MTP（多词元预测，DeepSeek-V3）在预训练时就学会预测再下一个词元，推理时直接当草稿用，报告的接受率为 85%–90%。它们用同一条接受规则验证，都不改变输出的分布。 | The speed-up rests on the acceptance rate α and the draft's cost c (one draft step's time over one target step's): drafting k tokens a round yields (1 − α^(k+1)) / (1 − α) tokens on average, for about 1 + k·c target steps. A separate draft model must be deployed alongside and share the tokenizer, and usually brings a modest α at a real c. Medusa adds a few decoding heads on the target's last hidden state, each guessing a later position at once. EAGLE trains a network of about one layer that drafts autoregressively from the target's top-layer features, so α is high and c small; EAGLE-2/3 also grow a draft tree by confidence. MTP (multi-token prediction, DeepSeek-V3) learns to predict the token after next in pre-training, and serving uses it as the draft, with reported acceptance rates of 85–90%. All verify with the same acceptance rule, so none changes the output distribution. |
+# | 推测解码的加速取决于接受率 α 和起草的代价 c（草稿一步与目标模型一步的耗时之比）：每轮起草 k 个词元，平均得到 (1 − α^(k+1)) / (1 − α) 个词元，花费约 1 + k·c 个目标步。独立的草稿模型要另外部署、分词器必须相同，α 通常不高，c 也不小。Medusa 在目标模型最后的隐藏状态上加几个解码头，一次猜后面几个位置；论文在采样时用“典型接受”：目标模型给候选词元的概率超过一个随熵变小的阈值就接受。它比拒绝采样接受得多，但输出不再严格服从目标模型的分布（贪心验证时，输出与普通贪心相同）。EAGLE 训练一个约一层的小网络，根据目标模型顶层的特征自回归地起草，所以 α 高、c 小；EAGLE-2/3 还按置信度展开草稿树，用推广到多个草稿的拒绝采样验证整棵树，所以保持目标模型的分布。MTP（多词元预测，DeepSeek-V3）在预训练时就学会预测再下一个词元，推理时直接当草稿用，报告的接受率为 85%–90%。贪心验证和 Q23 的拒绝采样规则都不改变输出的分布；典型接受用分布上的一点偏差换更高的接受率。 | The speed-up rests on the acceptance rate α and the draft's cost c (one draft step's time over one target step's): drafting k tokens a round yields (1 − α^(k+1)) / (1 − α) tokens on average, for about 1 + k·c target steps. A separate draft model must be deployed alongside and share the tokenizer, and usually brings a modest α at a real c. Medusa adds a few decoding heads on the target's last hidden state, each guessing a later position at once; when sampling, Medusa as published uses typical acceptance: a candidate is kept when the target gives it a probability above a threshold that falls as the distribution's entropy rises. That accepts more than the rejection rule, but the output no longer follows the target's distribution exactly (with greedy verification it is plain greedy's output). EAGLE trains a network of about one layer that drafts autoregressively from the target's top-layer features, so α is high and c small; EAGLE-2/3 also grow a draft tree by confidence and verify it with rejection sampling extended to several drafts, so they keep the target's distribution. MTP (multi-token prediction, DeepSeek-V3) learns to predict the token after next in pre-training, and serving uses it as the draft, with reported acceptance rates of 85–90%. Greedy verification and Q23's rejection rule keep the output distribution; typical acceptance trades a little of it for a higher acceptance rate. |
 #
 # The proof with two drafts cut from SmolLM2 itself, untrained (its first 16 and first 28
 # layers, chapter 08's `first_layers`): the draft that shares more of the target's
 # computation, as EAGLE's features do, is accepted more often; the target's tokens are the same
-# either way. The speed-up each would give follows from the formula, with c = draft layers / 30:
+# either way. The speed-up each should give follows from the formula, with c = draft layers /
+# 30; each is then measured, speculative decoding against plain decoding, interleaved:
 
 # %%
+from minillm.measure import compare
 from minillm.speculative import (ModelDraft, expected_tokens_per_pass, first_layers,
                                  speculative_generate)
 
 K = 4
 story = tokenizer.encode("Once upon a time, in a small village by the sea, there lived")
 plain = minillm.generate(model, tokenizer, story, max_new_tokens=16, ignore_eos=True)
-alpha = {}
+alpha, speedup = {}, {}
 for depth in (16, 28):
-    run = speculative_generate(model, tokenizer, story, ModelDraft(first_layers(model, depth)),
-                               k=K, max_new_tokens=16, ignore_eos=True)
+    draft = ModelDraft(first_layers(model, depth))
+    run = speculative_generate(model, tokenizer, story, draft, k=K, max_new_tokens=16,
+                               ignore_eos=True)
+    assert agree(model, story, run.token_ids, plain.token_ids)
     alpha[depth] = run.stats.acceptance_rate
     cost = depth / c.n_layers
     expected = expected_tokens_per_pass(alpha[depth], K)
+    speedup[depth] = compare(  # plain decoding's time over speculative decoding's
+        lambda: speculative_generate(model, tokenizer, story, draft, k=K, max_new_tokens=16,
+                                     ignore_eos=True),
+        lambda: minillm.generate(model, tokenizer, story, max_new_tokens=16, ignore_eos=True),
+        repeats=2 if CI else REPEATS, device=device, warmup=0)
     print(f"draft of {depth:>2} layers: acceptance {alpha[depth]:.0%}, "
           f"{run.stats.tokens_per_pass:.2f} tokens per target pass (the formula: {expected:.2f}); "
-          f"expected speed-up at c = {cost:.2f}: {expected / (1 + K * cost):.2f}x")
-    assert agree(model, story, run.token_ids, plain.token_ids)
+          f"expected speed-up at c = {cost:.2f}: {expected / (1 + K * cost):.2f}x; "
+          f"measured {speedup[depth].spread_text()}")
+    print("   ", {True: "faster than plain decoding in every repetition", None: TOO_NOISY,
+                  False: "slower than plain decoding in every repetition: it does not pay"}
+          [speedup[depth].above(1.0)])
 head = expected_tokens_per_pass(alpha[28], K) / (1 + K / c.n_layers)
 print(f"arithmetic: a one-layer head (c = 1/{c.n_layers}) with the 28-layer draft's acceptance "
       f"would give {head:.2f}x")
 assert alpha[28] > alpha[16]
+assert all(m.above(1.0) is not True for m in speedup.values())  # untrained cuts do not pay
 
 # %% [markdown]
 # Cut from the target without training, a shallow draft is rarely right and a deep one costs
-# almost a whole target step: neither pays. That is the gap EAGLE and MTP close: a head of
-# about one layer, trained to predict from the target's own features, is accepted often at
-# little cost.
+# almost a whole target step: neither pays, and the clock agrees with the formula. That is the
+# gap EAGLE and MTP close: a head of about one layer, trained to predict from the target's own
+# features, is accepted often at little cost.
+#
+# **Typical acceptance, in numbers.** Medusa's rule keeps a drafted token x when the target's
+# p(x) reaches min(ε, δ·e^(−H(p))), H the entropy of p (ε = 0.09 and δ = 0.3 here); otherwise
+# it samples from p cut down to the tokens above that threshold. The rule on one real position,
+# the target p and the 28-layer draft q after "... there lived a" (the story above and its first
+# greedy token), computed exactly over the whole vocabulary: what it emits, against what Q23's
+# rejection rule emits.
+
+# %%
+import math
+
+from minillm.speculative import residual_distribution
+
+with torch.inference_mode():
+    story_ids = torch.tensor([story + plain.token_ids[:1]], device=device)  # "... there lived a"
+    p_t = torch.softmax(model(story_ids)[0, -1].double().cpu(), -1)
+    q_d = torch.softmax(first_layers(model, 28)(story_ids)[0, -1].double().cpu(), -1)
+entropy = float(-(p_t * p_t.clamp_min(1e-30).log()).sum())
+threshold = min(0.09, 0.3 * math.exp(-entropy))
+above = p_t >= threshold
+kept = q_d * above  # drafted and kept
+typical = kept + (1 - kept.sum()) * p_t * above / p_t[above].sum()  # else: p, cut
+both = torch.minimum(p_t, q_d)
+rejection = both + (1 - both.sum()) * residual_distribution(p_t, q_d)
+gap = lambda a, b: 0.5 * float((a - b).abs().sum())  # total variation distance  # noqa: E731
+print(f"entropy of p {entropy:.2f} nats, threshold {threshold:.4f}: "
+      f"only {int(above.sum())} tokens can come out, holding {float(p_t[above].sum()):.0%} of the "
+      "target's probability")
+print(f"distance of what comes out to the target: typical acceptance {gap(typical, p_t):.3f}, "
+      f"the rejection rule {gap(rejection, p_t):.1e}")
+assert gap(rejection, p_t) < 1e-9 and gap(typical, p_t) > 0.05
 
 # %% [markdown]
 # ---
@@ -427,7 +482,8 @@ print(f"{len(questions)} questions; the 8k-token fp16 KV cache is {right:.3f} GB
 # - Most serving techniques move work or bytes rather than remove them: FlashAttention keeps the
 #   scores on chip, chunked prefill and disaggregation keep prefill from stalling decode, KV-cache
 #   quantization and MLA shrink what each step reads.
-# - Places the source text needs care: "dynamic batching" is not continuous batching.
+# - Places the source text needs care: "dynamic batching" is not continuous batching; Medusa's
+#   typical acceptance is not exact, while greedy verification and the rejection rule are.
 # - The exercise `exercises/10_interview_qa.ipynb` asks three whiteboard estimates: the decode
 #   bound of a 70B fp8 model on 4 GPUs, the largest batch an 80 GB KV pool holds, and the
 #   speed-up speculative decoding gives at α = 0.7 with 4 drafted tokens.

@@ -229,15 +229,16 @@ assert p_lisbon[1.8] < p_lisbon[1.0] / 5
 sentence = "The quick brown fox jumps over the lazy dog"
 assert sentence in copies[1.0] and sentence not in copies[1.8]
 
-# %% [markdown] en=fbcc0ba7
+# %% [markdown] en=140d0c26
 # ## Q5 · 为什么大模型推理时显存占用一直很高？
 #
 # 1. 权重在整个推理过程中常驻显存（n 十亿参数的 fp16 模型约占 2n GB）。
-# 2. KV 缓存（KV cache）随上下文长度和并发数线性增长，而且常常按最大长度提前分配。
-# 3. 中间激活和临时缓冲区。
-# 4. PyTorch 的缓存分配器释放张量后并不把显存还给系统（`memory_reserved` 不降），所以监控看到的占用一直很高。
+# 2. KV 缓存（KV cache）随上下文长度和并发数线性增长。
+# 3. 监控上看到约 90% 的主要原因：推理服务引擎在启动时就把 KV 缓存池一次预留好。vLLM 先用最大的一步（`max_num_batched_tokens` 个词元）做一次性能剖析，量出激活的峰值，再用显存总量 × `gpu_memory_utilization`（默认 0.9）减去权重和这个峰值，剩下的全部切成 KV 块（SGLang 对应的参数是 `mem_fraction_static`）。所以服务一启动，哪怕还没有一个请求，`nvidia-smi` 显示的占用就约为 90%，之后也不随负载变化；要看负载，得看引擎报告的 KV 块使用率。
+# 4. 中间激活和临时缓冲区。
+# 5. PyTorch 的缓存分配器释放张量后并不把显存还给系统（`memory_reserved` 不降）。
 #
-# 解决办法：量化（quantization）、分页 KV 缓存（paged KV cache，即 PagedAttention）、限制最大长度与批大小、GQA/MQA。
+# 解决办法：量化（quantization）、分页 KV 缓存（paged KV cache，即 PagedAttention）、限制最大长度与批大小、GQA/MQA；调低 `gpu_memory_utilization` 能让出显存，代价是池子变小，能同时服务的请求变少。
 
 # %% en=7197b4b6
 weights = weight_bytes(model)
@@ -254,6 +255,36 @@ for batch in (1, 16, 64):
 assert cache.capacity_bytes == kv_cache_formula_bytes(c, c.max_seq_len, 4)
 assert cache.nbytes == kv_cache_formula_bytes(c, len(ids), 4)
 assert kv_cache_formula_bytes(c, c.max_seq_len, 4, 64) > weights
+
+# %% [markdown] en=df3ac794
+# 监控为什么显示约 90%：把第 06 章的引擎按 vLLM 启动时的办法配好池子，设备假定只有 1 GB（这个模型的 fp32 权重约占一半）。`gpu_memory_utilization` × 设备内存减去权重后剩下的部分全部切成 KV 块，在第一个请求到来之前就分配好（vLLM 还会先用最大的一步跑一次，量出激活的峰值并留出来；这个小模型的激活这里略去不算）。然后服务两个请求，再读一次池子的字节数和用到的块：
+
+# %% en=320b5950
+from minillm.engine.paged_cache import PagedKVPool
+
+DEVICE_BYTES, UTILIZATION = 1e9, 0.9  # 假定的设备；vLLM 默认的 gpu_memory_utilization
+per_block = PagedKVPool.for_model(model, 1, 16).bytes_per_block
+num_blocks = int((UTILIZATION * DEVICE_BYTES - weights) // per_block)
+if device.type == "cuda":
+    torch.cuda.empty_cache()  # 先把缓存分配器空闲占着的显存还回去
+# 没有 GPU 的显存统计时为 0：在 CPU 上，或在模拟的 GPU 上
+before = torch.cuda.memory_reserved(device) if device.type == "cuda" else 0
+engine = minillm.Engine(model, tokenizer, num_blocks=num_blocks, block_size=16, record=True)
+grown = (torch.cuda.memory_reserved(device) - before) if before else None
+pool_at_start = engine.pool.nbytes
+held = weights + pool_at_start
+print(f"权重 {weights / 1e6:.0f} MB + KV 池 {pool_at_start / 1e6:.0f} MB（{num_blocks} 个块，"
+      f"每块 16 个词元）= 设备的 {held / DEVICE_BYTES:.0%}，这时还没有任何请求")
+if grown is not None:
+    print(f"引擎启动时，torch.cuda.memory_reserved 增加了 {grown / 1e6:.0f} MB")
+engine.generate([ids, tokenizer.encode("Name a colour.")], max_new_tokens=N, ignore_eos=True)
+busiest = max(step.paged_slots for step in engine.steps)
+print(f"服务两个请求，最多用到池子 {num_blocks * 16:,} 个槽位中的 {busiest} 个"
+      f"（{busiest / (num_blocks * 16):.1%}）；池子仍占 {engine.pool.nbytes / 1e6:.0f} MB，"
+      f"设备的 {held / DEVICE_BYTES:.0%} 依然被占着")
+assert engine.pool.nbytes == pool_at_start == num_blocks * per_block  # 只预留一次，一直占着
+assert 0.85 < held / DEVICE_BYTES <= UTILIZATION and busiest < 0.05 * num_blocks * 16
+assert grown is None or grown >= 0.9 * pool_at_start  # 在 GPU 上，这就是 nvidia-smi 会算进去的
 
 # %% [markdown] en=1b47a99f
 # ## Q6 · 如何提高推理吞吐量？
@@ -355,21 +386,72 @@ print(f"按 GPT-3 公布的结构计算，12·L·d²，L = 96，d = 12,288：{gp
       f"个参数（与通常所说的 175 B 相差 {gpt3 / 175e9 - 1:+.1%}）")
 assert weight_bytes(model) == 4 * n_params  # 加载的权重每个参数占 4 字节
 
-# %% [markdown] en=ec9d26c0
+# %% [markdown] en=66780714
 # ## Q11 · 为什么没有 KV 缓存时生成是 O(n²) 的？缓存改变了什么？
 #
-# 没有缓存时，第 i 步要把整个序列（i 个词元）重新过一遍模型，n 步共处理 1+2+…+n ≈ n²/2 个位置。由于因果掩码，旧位置的键（key）和值（value）永远不会改变，KV 缓存把它们存下来，每一步只处理一个新词元：总共 O(n) 个位置（注意力每一步仍要读 i 个键，但不再重新计算它们）。结果完全相同，只是更快；代价是显存。
+# 没有缓存时，第 i 步要把整个序列（i 个词元）重新过一遍模型，n 步共处理 1+2+…+n ≈ n²/2 个位置。由于因果掩码，旧位置的键（key）和值（value）永远不会改变，KV 缓存把它们存下来，每一步只处理一个新词元：总共 O(n) 个位置（注意力每一步仍要读 i 个键，但不再重新计算它们）。结果完全相同；缓存省下的是计算量，代价是显存。
+#
+# 省下的计算量能换来多少时间，要看序列长度。解码受带宽限制：序列短时，重算整个序列只花一步的几倍时间，远不到 n 倍（两种做法都要把全部权重读一遍）；序列越长，重算越接近计算受限，每一步的差距随长度增长。
 
-# %% en=981926ca
-cached = minillm.generate(model, tokenizer, ids, max_new_tokens=N, ignore_eos=True)
-uncached = minillm.generate(model, tokenizer, ids, max_new_tokens=N, ignore_eos=True,
-                            use_cache=False)
+# %% en=df9ab290
+def run_counting_positions(**options):
+    """贪心生成 N 个词元，并统计一共喂给模型多少个位置。"""
+    fed = []
+    hook = model.embed.register_forward_hook(lambda module, args, out: fed.append(args[0].numel()))
+    try:
+        out = minillm.generate(model, tokenizer, ids, max_new_tokens=N, ignore_eos=True, **options)
+    finally:
+        hook.remove()
+    return out, sum(fed)
+
+
+(cached, with_cache), (uncached, without) = (run_counting_positions(),
+                                             run_counting_positions(use_cache=False))
 p = len(ids)
-print(f"处理的位置数：无缓存 {sum(p + i for i in range(N))} 个，"
-      f"有缓存 {p + N - 1} 个")
-print(f"每个词元的解码时间：无缓存 {1e3 * uncached.metrics.tpot:.1f} ms，"
-      f"有缓存 {1e3 * cached.metrics.tpot:.1f} ms")
+print(f"生成 {N} 个新词元喂给模型的位置数：无缓存 {without} 个，有缓存 {with_cache} 个")
 assert agree(model, ids, cached.token_ids, uncached.token_ids)
+assert without == sum(p + i for i in range(N)) and with_cache == p + N - 1
+
+# %% [markdown] en=49f8fc57
+# 这在时钟上能省下多少？一次看一步：序列长度为 n 时的一步，一种做法把 n 个词元全部重新喂一遍，另一种只把最后一个词元喂给存着前 n − 1 个词元的缓存。两种做法交替计时三轮，从 n = 16 开始，每次把 n 翻倍，直到不用缓存的一步耗时达到用缓存的一步的六倍（在 CPU 上几百个词元以内就会达到；GPU 每读一次权重背后能做的运算多得多，要几千个词元）：
+
+# %% en=a2aa0ea7
+from minillm.measure import TOO_NOISY, compare, load_average
+
+
+def one_step(n):
+    """（长度为 n 时用缓存的一步，不用缓存的同一步）"""
+    seq = torch.randint(c.vocab_size, (1, n), generator=torch.Generator().manual_seed(0))
+    seq = seq.to(device)
+    kv = KVCache.for_model(model, 1, n)
+    with torch.inference_mode():
+        model(seq[:, :-1], cache=kv)
+
+    @torch.inference_mode()
+    def with_the_cache():
+        kv.crop(n - 1)
+        model(seq[:, -1:], cache=kv, logits_to_keep=1)
+
+    @torch.inference_mode()
+    def recomputing():
+        model(seq, logits_to_keep=1)
+    return with_the_cache, recomputing
+
+
+steps, n = {}, 16
+while True:
+    steps[n] = compare(*one_step(n), repeats=3, device=device)
+    print(f"{n:>4} 个词元：不用缓存的一步喂 {n} 个位置而不是 1 个；与用缓存那一步的耗时之比："
+          f"{steps[n].spread_text()}")
+    if steps[n].ratio > 6 or 2 * n > c.max_seq_len:
+        break
+    n *= 2
+short, longest = steps[16], steps[n]
+print({True: f"{n} 个词元时，每一轮都是重算更慢",
+       None: TOO_NOISY, False: f"{n} 个词元时，重算并没有更慢"}
+      [longest.above(1.0)], f"（{load_average()}）")
+assert short.ratio < 16 / 2  # 序列短时：远不到一步的 n 倍
+assert longest.above(1.0) and longest.ratio > 2 * short.ratio  # 差距随长度增长
 
 # %% [markdown] en=5dc90966
 # ## Q1–Q11 的要点

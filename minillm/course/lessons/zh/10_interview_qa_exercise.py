@@ -6,7 +6,7 @@
 #
 # 面试官希望你一分钟之内、不用电脑、凭一个公式算出三个数：一个大模型最快能解码多快，它的 KV 缓存能同时放下多少个请求，推测解码能带来多少收益。把每个估算写成一个小函数，先预测答案，再运行它下面的检查单元格：检查器会在几个用例上试你的函数，并直白地告诉你哪里不对。
 #
-# 在终端里检查你的作业：`pytest --nbval-lax exercises/10_interview_qa.ipynb`。
+# 在终端里检查你的作业：`pytest --nbval-lax exercises/zh/10_interview_qa.ipynb`。
 
 # %% en=7d2f2cc2
 import dataclasses

@@ -197,10 +197,12 @@ assert wall >= arrived[-1]  # 词元的时间戳都落在秒表计时的调用�
 assert abs(pair_rate - 2 * N / pair_wall) < 0.1 * pair_rate
 assert 0.5 < words_per_token < 1.0
 
-# %% [markdown] en=d608b01c
+# %% [markdown] en=7998ef77
 # ## Q17 · 为什么说解码受限于显存带宽？
 #
 # 批大小为 1 时，每个解码步都要把所有权重从内存读一遍，而每个权重只参与 2 次浮点运算（一次乘加）：fp32 下算术强度（arithmetic intensity）只有 0.5 FLOP/字节，远低于硬件的计算/带宽比。所以速度上限约为 带宽 ÷ 权重字节数，这就是内存带宽瓶颈（memory-bandwidth bound）。只有增大批（读一次权重服务多个序列）或减少字节数（量化、bf16）才能突破它。
+#
+# 推测解码靠的也是提高一步的算术强度：验证 k 个草稿词元的一步把 k + 1 行送进模型，权重只读一遍，每字节的运算量约是解码一步的 k + 1 倍；只要这一步仍低于硬件的计算/带宽比，多出来的几行几乎不多花时间。
 
 # %% en=e982150a
 from minillm.measure.bandwidth import decode_bound, read_bandwidth
@@ -220,6 +222,42 @@ print(f"fp32 下批大小为 1 的一步：每读一个字节做 {step_flops / s
       f"读一个字节的时间里能做 {balance:.1f} FLOP")
 assert measured < bound  # 上限是天花板：解码速度总在它之下
 assert step_flops / step_bytes < balance  # 是计算在等内存，而不是反过来
+
+# %% [markdown] en=4bf475eb
+# 推测解码和批处理一样，提高的是一步的算术强度：验证的一步把 k + 1 个词元送进模型，权重只读一遍。先按同样的算法数出它每字节的运算量，再拿它和缓存里同样有 16 个词元时的单词元一步比耗时，交替计时三轮：
+
+# %% en=31d84796
+from minillm.measure import TOO_NOISY, compare
+
+K = 4
+verify_flops, verify_bytes = step_cost(c, rows=K + 1, context=16)
+one_flops, one_bytes = step_cost(c, rows=1, context=16)
+gain = (verify_flops / verify_bytes) / (one_flops / one_bytes)
+
+
+def step_of(rows, context=16):
+    """一次前向传播：把 `rows` 个词元喂给已经存着 `context` 个词元的缓存。"""
+    seq = torch.tensor([text_ids[:context + rows]], device=device)
+    kv = KVCache.for_model(model, 1, context + rows)
+    with torch.inference_mode():
+        model(seq[:, :context], cache=kv)
+
+    @torch.inference_mode()
+    def run():
+        kv.crop(context)
+        model(seq[:, context:], cache=kv, logits_to_keep=rows)
+    return run
+
+
+verify = compare(step_of(1), step_of(K + 1), repeats=3, device=device)
+print(f"验证 {K + 1} 个词元的一步：每字节 {verify_flops / verify_bytes:.2f} FLOP，"
+      f"是单词元一步的 {gain:.2f} 倍（这台机器的计算/带宽比：{balance:.1f}）")
+print(f"它与单词元一步的耗时之比：{verify.spread_text()}")
+print({False: f"每一轮都不到 {K + 1} 个单词元步的一半时间",
+       None: TOO_NOISY, True: f"超过了 {K + 1} 个单词元步的一半时间：在这台设备上，"
+                              "这一步是计算受限的"}[verify.above((K + 1) / 2)])
+assert K < gain <= K + 1  # k + 1 行，读的字节（几乎）不变
+assert verify.above((K + 1) / 2) is not True  # 多出的几行搭了同一次读权重的便车
 
 # %% [markdown] en=c68ab917
 # ---
@@ -264,14 +302,16 @@ block = engines["continuous"].blocks.block_size
 assert all(s.paged_slots - s.used_tokens < block * max(1, s.running) for s in steps)
 assert use["paged"] > use["contiguous_per_request"] > use["contiguous_max_length"]
 
-# %% [markdown] en=606905b8
+# %% [markdown] en=c8683d39
 # ## Q20 · 什么是前缀缓存？
 #
-# 很多请求有相同的开头（系统提示词、少样本示例、多轮对话的历史）。前缀缓存（prefix caching）按内容（对块内的词元及其前缀做哈希）记住已经算好的 KV 块；新请求的前缀命中时直接复用这些块，跳过这部分预填充：TTFT 和计算量都下降，结果不变。只有完整的块才能共享。
+# 很多请求有相同的开头（系统提示词、少样本示例、多轮对话的历史）。前缀缓存（prefix caching）记住已经算好的键和值；新请求的前缀命中时直接复用，跳过这部分预填充：TTFT 和计算量都下降，结果不变。
+#
+# 命中的部分有两种找法。vLLM 给每个完整的块算一个哈希（块内的词元加上前一个块的哈希），按哈希查找，所以只有完整的块能共享，末尾不满一块的部分要重算。SGLang 的 RadixAttention 把缓存的词元序列存成一棵基数树（radix tree），一直匹配到最后一个相同的词元（第 06 章第 6 节）。“只有完整的块才能共享”是块哈希的性质，不是前缀缓存本身的限制。
 #
 # 下面的系统提示词说的是：“你是市博物馆的助手。博物馆有三层：一层是绘画，二层是雕塑，三层是能看风景的咖啡馆。回答要简短礼貌，不知道时就说不知道。问题：”，两个问题分别问开馆时间和咖啡馆在哪里。
 
-# %% en=bfc6bf24
+# %% en=75fdb1b2
 system = ("You are a helpful assistant for the city museum. The museum has three floors: "
           "paintings on the first, sculpture on the second and a café with a view on the "
           "third. Answer briefly and politely, and say so when you do not know. Question: ")
@@ -286,6 +326,15 @@ print(f"共同前缀：{shared} 个词元，即 {shared // 16} 个 16 词元的�
 plain = [minillm.generate(model, tokenizer, q, max_new_tokens=4).token_ids for q in questions]
 assert all(agree(model, a.prompt_token_ids, a.token_ids, p) for a, p in zip(answers, plain))
 assert stats["prefix_cache_hit_tokens"] == 16 * (shared // 16) > 0
+
+from minillm.engine.radix_cache import RadixCache
+
+tree = RadixCache()  # SGLang 的做法（第 06 章第 6 节）：把第一个请求的词元放进基数树
+tree.insert(first_ids + answers[0].token_ids)
+matched = tree.match(second_ids)
+print(f"存着第一个请求的基数树能匹配第二个请求的 {matched} 个词元：精确到词元，"
+      f"而块哈希只能匹配到 {stats['prefix_cache_hit_tokens']} 个")
+assert matched == shared > stats["prefix_cache_hit_tokens"]
 
 # %% [markdown] en=a60e4f6c
 # ---
@@ -317,25 +366,42 @@ assert abs(ppl["int8"] / ppl["fp32"] - 1) < 0.05
 # %% [markdown] en=026b3a54
 # 把 int4 的困惑度和上面 fp32 的比一比。课程用的模型以 GGUF Q4_1 格式发布：它的“fp32”权重本来就是 4 比特的值（每 32 个一组，带一个缩放因子和一个最小值）展开成的浮点数，而 minillm 的 int4 用的是同一种方案，所以再量化一次，几乎能原样得回这些值。课程的基线就是这个 Q4_1 文件本身：这台机器上没有 16 位的 SmolLM2，所以对一个用 bf16 训练和发布的模型，int4 要付出多少代价（通常明显多于 int8），这里没有测，只做了解释。
 
-# %% [markdown] en=949e265e
+# %% [markdown] en=bd4744f6
 # ## Q22 · 推测解码为什么能加速，又不改变结果？
 #
-# 解码受带宽限制：目标模型（target model）对 k 个词元做一次前向传播来验证它们，和只生成 1 个词元花的时间差不多。让便宜的草稿（draft，一个小模型，或者从上下文里查找 n-gram）先猜 k 个词元，目标模型一次并行验证，接受与它自己的选择一致的前缀，再加上一个它自己的词元。贪心解码时，留下的永远只是目标模型自己的 argmax，所以输出与普通贪心解码完全一样；加速多少取决于接受率（acceptance rate）。这就是推测解码（speculative decoding，也常译作投机解码）。
+# 解码受带宽限制：目标模型（target model）对 k 个词元做一次前向传播来验证它们，比一个一个生成这 k 个词元的 k 步便宜得多（Q17 测过）。让便宜的草稿（draft，一个小模型，或者从上下文里查找 n-gram）先猜 k 个词元，目标模型一次并行验证，接受与它自己的选择一致的前缀，再加上一个它自己的词元。贪心解码时，留下的永远只是目标模型自己的 argmax，所以输出与普通贪心解码完全一样；加速多少取决于接受率（acceptance rate）和草稿的代价。这就是推测解码（speculative decoding，也常译作投机解码）。
 #
-# 下面的提示词是一串水果名，再让模型把它们重复一遍，这正是提示词查找（prompt lookup）草稿最擅长的情形。
+# 下面的提示词是一串水果名，再让模型把它们重复一遍，这正是提示词查找（prompt lookup）草稿最擅长的情形。先数目标模型前向传播的次数（不受机器负载影响），再交替计时三轮，量出加速比。
 
-# %% en=ef87e585
+# %% en=85606543
 from minillm.speculative import PromptLookupDraft, speculative_generate
 
 # 提示词的意思是“水果：苹果、香蕉、樱桃……同样的水果再来一遍：苹果、香蕉，”
-code = tokenizer.encode("Fruits: apple, banana, cherry, date, fig, grape, kiwi, lemon, mango. "
-                        "The same fruits again: apple, banana,")
-spec = speculative_generate(model, tokenizer, code, PromptLookupDraft(), k=4,
-                            max_new_tokens=2 * N, ignore_eos=True)
-plain = minillm.generate(model, tokenizer, code, max_new_tokens=2 * N, ignore_eos=True)
+fruits = tokenizer.encode("Fruits: apple, banana, cherry, date, fig, grape, kiwi, lemon, mango, "
+                          "melon, orange, papaya, peach, pear, plum, quince. The same fruits "
+                          "again: apple, banana,")
+
+
+def with_draft():
+    return speculative_generate(model, tokenizer, fruits, PromptLookupDraft(), k=4,
+                                max_new_tokens=2 * N, ignore_eos=True)
+
+
+def plain_greedy():
+    return minillm.generate(model, tokenizer, fruits, max_new_tokens=2 * N, ignore_eos=True)
+
+
+spec, plain = with_draft(), plain_greedy()
 print(repr(spec.text))
 print(spec.stats.summary())
-assert agree(model, code, spec.token_ids, plain.token_ids)
+passes = {"speculative": 1 + spec.stats.passes, "plain": len(plain.token_ids)}  # 预填充 + 各步
+speedup = compare(with_draft, plain_greedy, repeats=3, device=device)  # 普通解码的耗时 / 推测解码的耗时
+print(f"生成 {2 * N} 个词元，目标模型的前向传播：用草稿 {passes['speculative']} 次，"
+      f"不用草稿 {passes['plain']} 次；加速比 {speedup.spread_text()}")
+print({True: "每一轮都比普通贪心解码快", None: TOO_NOISY,
+       False: "没有一轮比普通贪心解码快"}[speedup.above(1.0)])
+assert agree(model, fruits, spec.token_ids, plain.token_ids)
+assert passes["speculative"] < passes["plain"] and speedup.above(1.0) is not False
 
 # %% [markdown] en=8cb34cda
 # ## Q23 · 采样时，推测解码怎么保证分布不变？
@@ -375,12 +441,14 @@ print(f"抽 {draws:,} 次，接受了 {kept.float().mean():.1%}：输出与目�
       f"{gap(seen, p_top):.4f}，草稿与目标分布的距离 {gap(q_top, p_top):.4f}")
 assert gap(seen, p_top) < min(0.02, gap(q_top, p_top) / 3)
 
-# %% [markdown] en=9466a10e
+# %% [markdown] en=516826a5
 # ## Q24 · 张量并行怎么切分模型？通信量有多大？
 #
-# 张量并行（tensor parallelism，Megatron-LM）把每层的权重矩阵切到多张卡上：前馈网络的 gate/up 按输出列切（列并行，column-parallel），down 按输入行切（行并行，row-parallel），这样中间的激活不用传输，各卡的部分结果做一次全归约（all-reduce）求和即可；注意力按头切，道理相同。每层两次全归约，每次传 (词元数 × 隐藏维度) 个数，所以需要 NVLink 这样的高速互联，通常限于一台机器之内。流水线并行（pipeline parallelism）则按层切，只在阶段之间传隐藏状态。
+# 张量并行（tensor parallelism，Megatron-LM）把每层的权重矩阵切到多张卡上。按 Megatron 的写法 Y = XA，A 的每一列是一个输出特征：前馈网络的 gate/up 按输出特征切（列并行，column-parallel），down 按输入特征切（行并行，row-parallel），这样中间的激活不用传输，各卡的部分结果做一次全归约（all-reduce）求和即可；注意力按头切，道理相同。PyTorch 的权重 W 形状是（输出，输入），即 A 的转置：列并行取的是 W 的行，行并行取的是 W 的列，与第 09 章的图一致。
+#
+# 每层两次全归约，每次的数据是 (词元数 × 隐藏维度) 个数。环形全归约（先 reduce-scatter，再 all-gather）让 N 张卡中的每一张发送 2(N − 1)/N 倍的数据，几乎不随卡数变化，但每层都要做两次，所以需要 NVLink 这样的高速互联，通常限于一台机器之内。卡数超过 KV 头数时（例如 8 个 KV 头、TP = 16），KV 头要复制：每张卡至少存一个完整的 KV 头，每张卡的 KV 缓存不再随卡数增加而减少。流水线并行（pipeline parallelism）则按层切，只在阶段之间传隐藏状态。
 
-# %% en=f979bc7b
+# %% en=fd4ad64d
 from minillm.distributed import all_reduce_cost, split_evenly
 
 mlp = model.layers[0].mlp
@@ -389,14 +457,81 @@ with torch.inference_mode():
     full = mlp(x)
     parts = []
     for rows in split_evenly(c.intermediate_size, 2):  # 两个进程，各拿一半隐藏单元
-        r = slice(rows.start, rows.stop)
+        r = slice(rows.start, rows.stop)  # 列并行：取 W =（输出，输入）的行，与第 09 章一致
         h = torch.nn.functional.silu(x @ mlp.gate_proj.weight[r].T) * (x @ mlp.up_proj.weight[r].T)
-        parts.append(h @ mlp.down_proj.weight[:, r].T)  # 输出的一个部分和
+        parts.append(h @ mlp.down_proj.weight[:, r].T)  # 行并行：取 W 的列
 calls, n_bytes = all_reduce_cost(c, tokens=1)
 print(f"全归约之后的最大差值：{(sum(parts) - full).abs().max():.2e}")
-print(f"每解码一个词元：{calls} 次全归约，fp32 下每个进程 {n_bytes / 1e3:.0f} kB")
+print(f"每解码一个词元：{calls} 次全归约，fp32 下每个进程 {n_bytes / 1e3:.0f} kB（这是要求和的"
+      "张量；用环形全归约时实际发送多少，见下文）")
 print(f"即 2 x {c.n_layers} 层，每次 {c.hidden_size} 个数 x 4 字节")
 assert torch.allclose(sum(parts), full, atol=1e-5)
+
+# %% [markdown] en=95b2ff12
+# 全归约要发送多少数据。环形全归约把每个进程的张量切成 N 块：先走 N − 1 步，每一步每个进程把一块传给下一个进程，下一个进程把它加到自己的那块上（reduce-scatter：走完后每个进程都有一块是全部加好的）；再走 N − 1 步，把加好的块沿环传一圈（all-gather）。下面在同一层的 N 个进程真实的部分输出上跑这个环，数出每个进程发送的每一个数：
+
+# %% en=61538e06
+def ring_all_reduce(tensors):
+    """像环一样对 `tensors`（每个进程一个）求和；返回每个进程的结果，以及每个进程发送了
+    多少个数。"""
+    n = len(tensors)
+    chunks = [list(t.flatten().clone().chunk(n)) for t in tensors]
+    sent = [0] * n
+    for phase in ("reduce-scatter", "all-gather"):
+        for step in range(n - 1):
+            first = -step if phase == "reduce-scatter" else 1 - step  # 进程 0 发送的那一块
+            moving = [(r, (r + first) % n, chunks[r][(r + first) % n].clone()) for r in range(n)]
+            for r, i, chunk in moving:  # 所有进程同时发送，各自发给下一个进程
+                if phase == "reduce-scatter":
+                    chunks[(r + 1) % n][i] += chunk
+                else:
+                    chunks[(r + 1) % n][i] = chunk
+                sent[r] += chunk.numel()
+    return [torch.cat(c).view_as(tensors[0]) for c in chunks], sent
+
+
+with torch.inference_mode():
+    for ranks in (2, 4, 8):
+        partial = [torch.nn.functional.silu(x @ mlp.gate_proj.weight[r.start:r.stop].T)
+                   * (x @ mlp.up_proj.weight[r.start:r.stop].T)
+                   @ mlp.down_proj.weight[:, r.start:r.stop].T
+                   for r in split_evenly(c.intermediate_size, ranks)]
+        results, sent = ring_all_reduce(partial)
+        size = full.numel()
+        print(f"{ranks} 个进程：张量有 {size:,} 个数，每个进程发送了 {sent[0]:,} 个，"
+              f"即 {sent[0] / size:.2f} 倍；2(N - 1)/N = {2 * (ranks - 1) / ranks:.2f}")
+        assert all(torch.allclose(r, full, atol=1e-5) for r in results)
+        assert sent == [2 * (ranks - 1) * size // ranks] * ranks
+
+# %% [markdown] en=43cb39ee
+# KV 头的复制。SmolLM2 有 9 个查询头、3 个 KV 头。用 9 个进程（TP = 9）时，每个进程分到一个查询头，它所在组的 KV 头跟着它走：同一组的 3 个进程各存一份。把第 0 层的注意力这样切开，每个进程用自己那份 KV 头，再把输出投影的部分和加起来：
+
+# %% en=62987886
+from minillm.layers import attention_explicit
+
+attn, tp = model.layers[0].attn, c.n_heads
+group = c.n_heads // c.n_kv_heads
+with torch.inference_mode():
+    hidden = model.layers[0].attn_norm(model.embed(torch.tensor([ids], device=device)))
+    q, k, v = attn.project(hidden)  # 旋转之前取；旋转与这种切分无关
+    whole = attn.o_proj(attention_explicit(q, k, v).transpose(1, 2).flatten(2))
+    pieces = []
+    for rank in range(tp):
+        copy = rank // group  # 这个进程的查询头要读的 KV 头，复制一份放在这个进程上
+        heads = attention_explicit(q[:, rank:rank + 1], k[:, copy:copy + 1], v[:, copy:copy + 1])
+        cols = slice(rank * c.head_dim, (rank + 1) * c.head_dim)  # 行并行的 o_proj
+        pieces.append(heads.transpose(1, 2).flatten(2) @ attn.o_proj.weight[:, cols].T)
+print(f"TP = {tp}：全归约之后的最大差值 {(sum(pieces) - whole).abs().max():.2e}")
+for ranks in (1, 3, 9):
+    per_rank = max(1, c.n_kv_heads // ranks)
+    print(f"TP = {ranks}：每个进程 {per_rank} 个 KV 头，一共存了 {ranks * per_rank} 个"
+          f"（模型本身 {c.n_kv_heads} 个的 {ranks * per_rank // c.n_kv_heads} 倍）；fp16 下每个进程的"
+          f"缓存每个词元 {kv_cache_formula_bytes(c, 1, 2) * per_rank // c.n_kv_heads:,} 字节")
+try:
+    split_evenly(c.n_kv_heads, tp)
+except ValueError as error:
+    print(f"minillm 自己的切分（第 09 章）最多只能切到 {c.n_kv_heads} 个进程：{error}")
+assert torch.allclose(sum(pieces), whole, atol=1e-5)
 
 # %% [markdown] en=0ecc9f93
 # ## Q12–Q24 的要点

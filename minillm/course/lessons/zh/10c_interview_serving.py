@@ -38,11 +38,11 @@ ids = tokenizer.encode(prompt)
 text_ids = tokenizer.encode("The printing press was invented in the fifteenth century. It "
                             "made books cheaper, and ideas spread faster across Europe.")
 
-# %% [markdown] en=02e4ccec
+# %% [markdown] en=3e69b116
 # ---
 # # 第 7 部分 · 大规模服务：2026 年的面试会问什么
 #
-# 这些技术大多在第 03b、06、07、08 章里亲手搭过；课程引擎里还没有的那一项（KV 缓存量化），就在单元格里当场定义一个小版本。
+# 这些答案用到的东西，第 03b、06、07、07b、08 章里都亲手搭过。某道题要试的变体比引擎提供的多时（Q27 里 4 位的键和值），就在单元格里当场模拟，和引擎自己的实现放在一起比。
 
 # %% [markdown] en=07bcb375
 # ## Q25 · FlashAttention 为什么快？它改变计算结果吗？
@@ -72,10 +72,10 @@ print(f"内存峰值：标准注意力 {plain_peak / 1e6:.1f} MB，64 一块的�
       f"（少 {plain_peak / tiled_peak:.1f} 倍）；最大差值 {difference:.1e}")
 assert difference < 1e-4 and tiled_peak < plain_peak / 2
 
-# %% [markdown] en=e618ee3a
+# %% [markdown] en=d9c44b6e
 # ## Q26 · 什么是预填充/解码分离？它解决什么问题？
 #
-# 预填充是计算受限的，解码是带宽受限的。两者在同一个引擎里时，长提示词的预填充和正在解码的请求挤在同一步里，所有正在生成的用户都要等这一步（TPOT 的尾部变长），新请求也可能排在解码步后面（TTFT 变长）。预填充/解码分离（DistServe、Mooncake，vLLM 和 SGLang 的 PD 模式）把两个阶段放到不同的机器上：预填充机器算出提示词的 KV 缓存和第一个词元，再把 KV 块通过 NVLink 或 RDMA 传给解码机器，解码机器的每一步只有解码行。两个阶段还能各自选择硬件和批大小，分别满足 TTFT 和 TPOT 的目标。代价是每个请求传一次 KV 缓存，并要调好两类机器的比例。
+# 预填充是计算受限的，解码是带宽受限的。两者在同一个引擎里时，长提示词的预填充和正在解码的请求挤在同一步里，所有正在生成的用户都要等这一步（TPOT 的尾部变长），新请求也可能排在解码步后面（TTFT 变长）。预填充/解码分离（业内常简称 PD 分离，英文面试里叫 PD disaggregation）把两个阶段放到不同的机器上：预填充机器算出提示词的 KV 缓存和第一个词元，再把 KV 块通过 NVLink 或 RDMA 传给解码机器，解码机器的每一步只有解码行。DistServe 和 Mooncake 是这样设计的，vLLM 和 SGLang 也都支持。两个阶段还能各自选择硬件和批大小，分别满足 TTFT 和 TPOT 的目标。代价是每个请求传一次 KV 缓存，并要调好两类机器的比例。
 #
 # 用第 06 章的两个引擎在同一个进程里证明，每个引擎有自己的时钟：得到的词元与普通生成的相同（说明交接过去的 KV 块是对的），而且解码引擎的每一步从不处理超过提示词最后一个词元的提示词片段。
 
@@ -110,14 +110,14 @@ assert widest == 1  # 只有解码行：先是提示词的最后一个词元，�
 # %% [markdown] en=6f628cda
 # 上面的计时各只跑了一次，所以不下结论：第 06 章第 11 节把这个比较交替重复了多次，看的是 TPOT 的尾部和最长的间隔，干扰正体现在那里。
 
-# %% [markdown] en=15b30580
+# %% [markdown] en=be6d4974
 # ## Q27 · KV 缓存可以量化吗？能省多少，代价是什么？
 #
 # 可以。上下文长、批量大时，KV 缓存常常比权重还大，而且解码每一步都要把它读一遍。把键和值从 fp16 存成 int8 或 fp8（E4M3），显存和每步读的字节都减半，同样的显存能放下约两倍的词元。做法是每个词元的每个头（或每个通道）配一个缩放因子，写入缓存时量化，做注意力之前反量化。键里常有离群通道，所以键按通道、值按词元量化效果更好（KIVI）；降到 4 位时误差明显变大。vLLM 的 kv_cache_dtype="fp8" 就是这个思路。
 #
-# 模拟证明：把 128 个词元的文本预填充进一个真实的缓存，把其中的键和值替换成量化再反量化后的值（每个词元、每个头一个缩放因子），然后用这个缓存给接下来的 64 个词元打分。字节数按一个存编码加一个 fp16 缩放因子的缓存来算。
+# 先模拟证明，这样 4 位也能和 8 位放在一起试：把 128 个词元的文本预填充进一个真实的缓存，把其中的键和值替换成量化再反量化后的值（每个词元、每个头一个缩放因子），然后用这个缓存给接下来的 64 个词元打分。字节数按一个存编码加一个 fp16 缩放因子的缓存来算。然后看引擎自己的 8 位池子（第 07b 章）：`Engine(..., kv_cache_format="int8")` 存编码，每个词元的每个头另存一个 float32 缩放因子。
 
-# %% en=a1d775b4
+# %% en=0a8c9e20
 kv_text = book[1000:1192]
 context, scored = kv_text[:128], kv_text[128:]
 
@@ -163,6 +163,14 @@ for name, (roundtrip, bits) in formats.items():
           f"{kv_error[name]:.3f}")
 assert all(abs(kv_ppl[f] / exact_ppl - 1) < 0.01 for f in ("int8", "fp8 e4m3"))  # 8 位：几乎没有代价
 assert kv_error["int8"] < kv_error["int4"] / 4 and kv_error["fp8 e4m3"] < kv_error["int4"] / 2
+
+pool_bytes = {fmt: minillm.Engine(model, tokenizer, num_blocks=4, block_size=16,
+                                  kv_cache_format=fmt).pool.bytes_per_block / 16
+              for fmt in (None, "int8", "fp8_e4m3")}
+for fmt, per_token in pool_bytes.items():
+    print(f"引擎的池子，kv_cache_format={fmt!r}：每个词元 {per_token / 1e3:5.1f} kB"
+          f"（float32 池子的 {per_token / pool_bytes[None]:.2f} 倍）")
+assert pool_bytes["int8"] < 0.3 * pool_bytes[None] and pool_bytes["fp8_e4m3"] == pool_bytes["int8"]
 
 # %% [markdown] en=825dd6ff
 # 只有 64 个词元打分时，困惑度会因偶然因素上下浮动一个百分点甚至更多（int4 的困惑度甚至可能更低）；logit 的最大误差是更稳定的指标，从 8 位降到 4 位时它会增大好几倍。
@@ -316,14 +324,17 @@ assert errors["W8A8 + SmoothQuant"] < errors["W8A8"]
 # %% [markdown] en=83653194
 # 在同一个 3 位网格上，GPTQ 和 AWQ 都胜过就近舍入（round-to-nearest，RTN），而它们只用了 1,024 个词元的校准数据；SmoothQuant 把离群值的尺度挪进权重里，让 int8 × int8 的乘积更准确。这只是一层：第 07 章比较的是整个模型的困惑度。
 
-# %% [markdown] en=0cdc7343
+# %% [markdown] en=5e78eda3
 # ## Q32 · EAGLE、MTP 和独立的草稿模型有什么不同？
 #
-# 推测解码的加速取决于接受率 α 和起草的代价 c（草稿一步与目标模型一步的耗时之比）：每轮起草 k 个词元，平均得到 (1 − α^(k+1)) / (1 − α) 个词元，花费约 1 + k·c 个目标步。独立的草稿模型要另外部署、分词器必须相同，α 通常不高，c 也不小。Medusa 在目标模型最后的隐藏状态上加几个解码头，一次猜后面几个位置。EAGLE 训练一个约一层的小网络，根据目标模型顶层的特征自回归地起草，所以 α 高、c 小；EAGLE-2/3 还按置信度展开草稿树。MTP（多词元预测，DeepSeek-V3）在预训练时就学会预测再下一个词元，推理时直接当草稿用，报告的接受率为 85%–90%。它们用同一条接受规则验证，都不改变输出的分布。
+# 推测解码的加速取决于接受率 α 和起草的代价 c（草稿一步与目标模型一步的耗时之比）：每轮起草 k 个词元，平均得到 (1 − α^(k+1)) / (1 − α) 个词元，花费约 1 + k·c 个目标步。独立的草稿模型要另外部署、分词器必须相同，α 通常不高，c 也不小。
 #
-# 用两个从 SmolLM2 自身切出来、未经训练的草稿来证明（前 16 层和前 28 层，即第 08 章的 `first_layers`）：与目标模型共享更多计算的草稿（正如 EAGLE 复用目标模型的特征）被接受得更频繁；两种情况下目标模型的词元都一样。每种草稿能带来的加速由公式得出，其中 c = 草稿层数 / 30：
+# Medusa 在目标模型最后的隐藏状态上加几个解码头，一次猜后面几个位置；论文在采样时用的是“典型接受”（typical acceptance）：目标模型给候选词元的概率超过一个随熵增大而变小的阈值，就接受它。这比拒绝采样接受得多，但输出不再严格服从目标模型的分布（贪心验证时，输出与普通贪心相同）。EAGLE 训练一个约一层的小网络，根据目标模型顶层的特征自回归地起草，所以 α 高、c 小；EAGLE-2/3 还按置信度展开草稿树，用推广到多个草稿的拒绝采样验证整棵树，所以保持目标模型的分布。MTP（多词元预测，DeepSeek-V3）在预训练时就学会预测再下一个词元，推理时直接当草稿用，报告的接受率为 85%–90%。贪心验证和 Q23 的拒绝采样规则都不改变输出的分布；典型接受拿分布上的一点偏差换更高的接受率。
+#
+# 用两个从 SmolLM2 自身切出来、未经训练的草稿来证明（前 16 层和前 28 层，即第 08 章的 `first_layers`）：与目标模型共享更多计算的草稿（正如 EAGLE 复用目标模型的特征）被接受得更频繁；两种情况下目标模型的词元都一样。每种草稿应有的加速由公式得出，其中 c = 草稿层数 / 30；然后把推测解码和普通解码交替计时，实测加速比：
 
-# %% en=6afb557e
+# %% en=c180ea0d
+from minillm.measure import compare
 from minillm.speculative import (ModelDraft, expected_tokens_per_pass, first_layers,
                                  speculative_generate)
 
@@ -331,24 +342,60 @@ K = 4
 # 提示词的意思是“从前，在海边的一个小村庄里，住着……”
 story = tokenizer.encode("Once upon a time, in a small village by the sea, there lived")
 plain = minillm.generate(model, tokenizer, story, max_new_tokens=16, ignore_eos=True)
-alpha = {}
+alpha, speedup = {}, {}
 for depth in (16, 28):
-    run = speculative_generate(model, tokenizer, story, ModelDraft(first_layers(model, depth)),
-                               k=K, max_new_tokens=16, ignore_eos=True)
+    draft = ModelDraft(first_layers(model, depth))
+    run = speculative_generate(model, tokenizer, story, draft, k=K, max_new_tokens=16,
+                               ignore_eos=True)
+    assert agree(model, story, run.token_ids, plain.token_ids)
     alpha[depth] = run.stats.acceptance_rate
     cost = depth / c.n_layers
     expected = expected_tokens_per_pass(alpha[depth], K)
+    speedup[depth] = compare(  # 普通解码的耗时 / 推测解码的耗时
+        lambda: speculative_generate(model, tokenizer, story, draft, k=K, max_new_tokens=16,
+                                     ignore_eos=True),
+        lambda: minillm.generate(model, tokenizer, story, max_new_tokens=16, ignore_eos=True),
+        repeats=2 if CI else REPEATS, device=device, warmup=0)
     print(f"{depth:>2} 层的草稿：接受率 {alpha[depth]:.0%}，"
           f"目标模型每次前向传播得到 {run.stats.tokens_per_pass:.2f} 个词元（公式：{expected:.2f}）；"
-          f"c = {cost:.2f} 时预期加速 {expected / (1 + K * cost):.2f}x")
-    assert agree(model, story, run.token_ids, plain.token_ids)
+          f"c = {cost:.2f} 时预期加速 {expected / (1 + K * cost):.2f}x；"
+          f"实测 {speedup[depth].spread_text()}")
+    print("   ", {True: "每一轮都比普通解码快", None: TOO_NOISY,
+                  False: "每一轮都比普通解码慢：不划算"}
+          [speedup[depth].above(1.0)])
 head = expected_tokens_per_pass(alpha[28], K) / (1 + K / c.n_layers)
 print(f"算一算：一个一层的头（c = 1/{c.n_layers}），如果有 28 层草稿的接受率，"
       f"能带来 {head:.2f}x")
 assert alpha[28] > alpha[16]
+assert all(m.above(1.0) is not True for m in speedup.values())  # 未经训练切出的草稿不划算
 
-# %% [markdown] en=31b02fde
-# 不经训练、直接从目标模型切出来的草稿：浅的很少猜对，深的又几乎要花一整个目标模型步，两者都不划算。这正是 EAGLE 和 MTP 填补的空白：一个大约一层的头，经过训练，用目标模型自己的特征来预测，接受率高而代价很小。
+# %% [markdown] en=e2cacf17
+# 不经训练、直接从目标模型切出来的草稿：浅的很少猜对，深的又几乎要花一整个目标模型步，两者都不划算，计时的结果和公式一致。这正是 EAGLE 和 MTP 填补的空白：一个大约一层的头，经过训练，用目标模型自己的特征来预测，接受率高而代价很小。
+#
+# **用数字看典型接受。** Medusa 的规则是：目标模型给草稿词元 x 的概率 p(x) 达到 min(ε, δ·e^(−H(p))) 时接受 x，H 是 p 的熵（这里取 ε = 0.09、δ = 0.3）；否则从只保留阈值以上词元的 p 里重新抽。在一个真实位置上看这条规则：取目标模型的 p 和 28 层草稿的 q，位置在“... there lived a”之后（上面的故事开头加上贪心生成的第一个词元），在整个词表上精确计算它输出的分布，再和 Q23 的拒绝采样规则比：
+
+# %% en=77dadb5d
+import math
+
+from minillm.speculative import residual_distribution
+
+with torch.inference_mode():
+    story_ids = torch.tensor([story + plain.token_ids[:1]], device=device)  # “... there lived a”
+    p_t = torch.softmax(model(story_ids)[0, -1].double().cpu(), -1)
+    q_d = torch.softmax(first_layers(model, 28)(story_ids)[0, -1].double().cpu(), -1)
+entropy = float(-(p_t * p_t.clamp_min(1e-30).log()).sum())
+threshold = min(0.09, 0.3 * math.exp(-entropy))
+above = p_t >= threshold
+kept = q_d * above  # 草稿抽中并被接受
+typical = kept + (1 - kept.sum()) * p_t * above / p_t[above].sum()  # 否则：从截断后的 p 里抽
+both = torch.minimum(p_t, q_d)
+rejection = both + (1 - both.sum()) * residual_distribution(p_t, q_d)
+gap = lambda a, b: 0.5 * float((a - b).abs().sum())  # 全变差距离  # noqa: E731
+print(f"p 的熵 {entropy:.2f} nat，阈值 {threshold:.4f}：只有 {int(above.sum())} 个词元可能被输出，"
+      f"它们占目标模型概率的 {float(p_t[above].sum()):.0%}")
+print(f"输出与目标分布的距离：典型接受 {gap(typical, p_t):.3f}，"
+      f"拒绝采样规则 {gap(rejection, p_t):.1e}")
+assert gap(rejection, p_t) < 1e-9 and gap(typical, p_t) > 0.05
 
 # %% [markdown] en=9663896e
 # ---
@@ -371,10 +418,10 @@ assert checks.grade(kv_q, f"{right * 1.02:.4f}")[0] and not checks.grade(kv_q, r
 assert checks.grade(questions[0], "贪心解码")[0]
 print(f"共 {len(questions)} 道题；8k 个词元的 fp16 KV 缓存是 {right:.3f} GB")
 
-# %% [markdown] en=d82cf05a
+# %% [markdown] en=7890c6fd
 # ## 要点
 #
 # - 面试时，公式就是答案，测量就是证明：权重字节数和 KV 字节数决定放得下什么，带宽除以字节数决定解码的上限，接受率加上草稿的代价决定推测解码能换来多少。
 # - 大多数服务技术是在挪动计算或字节，而不是消除它们：FlashAttention 把分数留在片上，分块预填充和预填充/解码分离让预填充不再拖住解码，KV 缓存量化和 MLA 缩小每一步要读的数据。
-# - 原始资料需要小心的地方：“动态批处理”不是连续批处理。
-# - 练习 `exercises/10_interview_qa.ipynb` 要你在白板上做三个估算：70B fp8 模型在 4 块 GPU 上的解码上限，80 GB 的 KV 缓存池最多能放多大的批，以及 α = 0.7、4 个草稿词元时推测解码能带来的加速。
+# - 原始资料需要小心的地方：“动态批处理”不是连续批处理；Medusa 的典型接受不精确，贪心验证和拒绝采样规则才精确。
+# - 练习 `exercises/zh/10_interview_qa.ipynb` 要你在白板上做三个估算：70B fp8 模型在 4 块 GPU 上的解码上限，80 GB 的 KV 缓存池最多能放多大的批，以及 α = 0.7、4 个草稿词元时推测解码能带来的加速。
