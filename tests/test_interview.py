@@ -1,7 +1,7 @@
-"""Chapter 10: the interview lessons' shape (10_interview_qa, 10b_interview_engine and
-10c_interview_serving: questions numbered on across the three, in Chinese and English, each
-proved by a cell that asserts) and the self-check quiz. The exercise checkers are tested in
-test_interview_checks.py."""
+"""Chapter 10: the interview lessons' shape (10_interview_qa, 10b_interview_engine,
+10c_interview_serving and 10d_interview_frontier: questions numbered on across the four, in
+Chinese and English, each proved by a cell that asserts) and the self-check quiz. The exercise
+checkers are tested in test_interview_checks.py."""
 
 import math
 import re
@@ -15,7 +15,8 @@ from minillm.model.config import ModelConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSONS = [ROOT / "notebooks" / f"{name}.ipynb"
-           for name in ("10_interview_qa", "10b_interview_engine", "10c_interview_serving")]
+           for name in ("10_interview_qa", "10b_interview_engine", "10c_interview_serving",
+                        "10d_interview_frontier")]
 HAN = re.compile(r"[\u4e00-\u9fff]")
 QUESTION = re.compile(r"^##\s*Q(\d+)\b")
 
@@ -30,6 +31,10 @@ SMOLLM2 = ModelConfig(arch="llama", vocab_size=49152, hidden_size=576, n_layers=
 
 NEW_QUESTIONS = ["FlashAttention", "预填充/解码分离", "KV 缓存可以量化", "分块预填充",
                  "动态批处理和连续批处理", "MLA", "GPTQ、AWQ 和 SmoothQuant", "EAGLE、MTP"]
+# what 2026 interviews add (issue 44), and two classics
+FRONTIER_QUESTIONS = ["MoE", "专家并行", "E4M3 和 E5M2", "MXFP4 和 NVFP4", "注意力汇聚点",
+                      "重算和换出", "goodput", "LoRA", "缓存 K 和 V，而不缓存 Q",
+                      "FlashAttention v1、v2、v3 和 Flash-Decoding"]
 
 
 def _questions():
@@ -42,15 +47,17 @@ def _questions():
     return found
 
 
-def test_the_chapter_has_at_least_32_questions_numbered_across_its_lessons():
+def test_the_chapter_has_at_least_40_questions_numbered_across_its_lessons():
     numbers = [int(QUESTION.match(q.source).group(1)) for q, _ in _questions()]
-    assert len(numbers) >= 32, f"only {len(numbers)} questions"
+    assert len(numbers) >= 40, f"only {len(numbers)} questions"
     assert numbers == list(range(1, len(numbers) + 1)), f"questions out of order: {numbers}"
 
 
-def test_the_serving_questions_are_asked():
+@pytest.mark.parametrize("topics", [NEW_QUESTIONS, FRONTIER_QUESTIONS],
+                         ids=["serving", "frontier"])
+def test_the_serving_and_frontier_questions_are_asked(topics):
     titles = " ".join(q.source.splitlines()[0] for q, _ in _questions())
-    missing = [topic for topic in NEW_QUESTIONS if topic not in titles]
+    missing = [topic for topic in topics if topic not in titles]
     assert not missing, f"no question on {missing}"
 
 

@@ -26,7 +26,8 @@ GROUPS = {
                  "04_decoding"],
     "serving": ["05_metrics", "05b_fast_engine", "06_batching", "08_speculative"],
     "quantization": ["07_quantization", "07b_kv_quantization"],
-    "interview": ["10_interview_qa", "10b_interview_engine", "10c_interview_serving"],
+    "interview": ["10_interview_qa", "10b_interview_engine", "10c_interview_serving",
+                  "10d_interview_frontier"],
     "text and processes": ["01_tokenization", "09_scaling_out"],
 }
 NOT_RUN = {
