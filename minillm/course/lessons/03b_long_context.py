@@ -364,8 +364,8 @@ assert held[-1] == max(held) == ring.capacity_bytes < full_cache
 # the text, whatever they say (chapter 02's heatmaps showed some of SmolLM2's heads looking at
 # the first token). A softmax has to put its weight somewhere, and the first tokens,
 # which every later query can see, became the place to put the weight a head does not need:
-# they are **attention sinks**. A window that evicts them leaves that weight nowhere to go, and
-# the hidden states drift from anything the model saw in training. StreamingLLM's fix: keep the
+# they are **attention sinks** (注意力汇点). A window that evicts them leaves that weight
+# nowhere to go, and the hidden states drift from anything the model saw in training. StreamingLLM's fix: keep the
 # first 4 tokens for good and the last W − 4 beside them, the same W slots.
 #
 # The measure is **perplexity** (困惑度, chapter 07 uses it too): exp of the mean negative

@@ -344,7 +344,7 @@ assert window_error < 1e-3
 assert inside < 1e-3 < beyond  # 窗口填满之前相同，之后不同
 assert held[-1] == max(held) == ring.capacity_bytes < full_cache
 
-# %% [markdown] en=82076901
+# %% [markdown] en=3fe071a6
 # 窗口填满之前，环形缓存就是普通的注意力；填满之后，模型看到的东西变少，logits 也随之改变。
 # 模型损失了多少？原因何在？很容易把账算在 SmolLM2 的训练方式上：它训练时总能看到整段文本。
 # StreamingLLM（Xiao 等，2023）找到了一个更大的原因：训练好的模型会把很大一部分注意力投向文本
