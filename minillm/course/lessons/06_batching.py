@@ -17,11 +17,10 @@
 # - what large deployments add: chunked prefill, SGLang's radix-tree prefix cache, copy-on-write
 #   for parallel samples, and prefill/decode disaggregation, each measured here.
 #
-# A third name you will meet is **dynamic batching (动态批处理)** (NVIDIA Triton, TorchServe): the
-# server waits a few milliseconds to gather the requests that arrive, then runs them as one batch
-# to the end. It is static batching with a gathering window: once formed, the batch is fixed
-# until its longest member ends. Continuous batching (also called iteration-level scheduling)
-# changes the batch at every step.
+# A third name you will meet, **dynamic batching (动态批处理)** (NVIDIA Triton, TorchServe), is
+# static batching with a gathering window of a few milliseconds: once formed, the batch is fixed
+# until its longest member ends. Continuous batching (iteration-level scheduling) changes it at
+# every step.
 #
 # The engine lives in `minillm/engine/`. Every number below is measured in this run. When the
 # environment variable `CI` is set (the course's tests), the sizes shrink.
@@ -54,9 +53,8 @@ print(f"device: {device}, {torch.get_num_threads()} CPU threads; {load_average()
 # %% [markdown]
 # ## 1 · A workload
 #
-# A fixed set of requests (seed 0): prompts cut from the course's English text, each with its own
-# output length. EOS is ignored so each request runs exactly to its own `max_new_tokens`: the
-# lengths differ, as they do between real users.
+# A fixed set of requests (seed 0), prompts cut from the course's English text. EOS is ignored,
+# so each runs to its own `max_new_tokens`: the lengths differ, as between real users.
 
 # %%
 N = 8 if CI else 12
@@ -148,12 +146,9 @@ plt.show()
 # How much of the static run's work was wasted on ghost rows, and how full were the batches?
 
 # %%
-def row_steps(engine, kinds):
-    return sum(1 for s in engine.steps for _, _, k in s.items if k in kinds)
-
-
 static = runs["static"]["engine"]
-ghost = row_steps(static, {"ghost"}) / row_steps(static, set(COLOURS))
+row_kinds = [k for s in static.steps for _, _, k in s.items if k in COLOURS]
+ghost = row_kinds.count("ghost") / len(row_kinds)
 print(f"static batching: {ghost:.0%} of the row-steps computed tokens nobody asked for")
 for kind, run in runs.items():
     e = run["engine"]
@@ -167,11 +162,8 @@ for kind, run in runs.items():
 # ghosts included, so the two runs' work can be compared directly:
 
 # %%
-def computed(engine):
-    return sum(s.computed_rows for s in engine.steps)
-
-
-work_ratio = computed(static) / computed(runs["continuous"]["engine"])
+work_ratio = (sum(s.computed_rows for s in static.steps)
+              / sum(s.computed_rows for s in runs["continuous"]["engine"].steps))
 print(f"static batching computed {work_ratio:.2f}x the token positions of continuous batching; "
       f"it took {1 / timing.ratio:.2f}x the time")
 
@@ -181,14 +173,11 @@ print(f"static batching computed {work_ratio:.2f}x the token positions of contin
 # each) at a few batch widths:
 
 # %%
-from matplotlib.ticker import NullLocator
-
 from minillm.engine import PagedKVPool, paged_forward
 from minillm.utils.devices import best_time
 
 
 def decode_step(rows, context=64):
-    """One decode step of `rows` rows, 64 tokens of context each, on a pool of its own."""
     blocks = -(-(context + 1) // 16)
     pool = PagedKVPool.for_model(model, rows * blocks, 16)
     tables = [list(range(i * blocks, (i + 1) * blocks)) for i in range(rows)]
@@ -202,9 +191,6 @@ def decode_step(rows, context=64):
 widths = [1, 2, 4, 8, 16]
 steps = {w: decode_step(w) for w in widths}
 step_s = [best_time(steps[w], model, repeats=3, warmup=1) for w in widths]
-for w, t in zip(widths, step_s):
-    print(f"{w:>3} {'row: ' if w == 1 else 'rows:'} {1000 * t:6.1f} ms per step, "
-          f"{w / t:6.1f} tokens/s")
 wide = compare(steps[1], steps[widths[-1]], repeats=5, device=device)
 print(f"time of a step, {widths[-1]} rows / 1 row: {wide.spread_text()}")
 print({True: "the step grows with the rows: the arithmetic sets the time (compute-bound)",
@@ -212,26 +198,18 @@ print({True: "the step grows with the rows: the arithmetic sets the time (comput
        None: TOO_NOISY}[wide.above(1.5)])
 
 fig, ax = plt.subplots(figsize=(6, 3))
-ax.plot(widths, [1000 * t for t in step_s], "o-")
-ax.set_xscale("log", base=2)
-ax.set_xticks(widths, [str(w) for w in widths])
-ax.xaxis.set_minor_locator(NullLocator())
-ax.set_xlabel("rows in the decode step")
-ax.set_ylabel("ms per step")
-ax.set_title(f"one decode step on {device}: the fastest of 3 per width")
+ax.plot([str(w) for w in widths], [1000 * t for t in step_s], "o-")  # evenly spaced widths
+ax.set(xlabel="rows in the decode step", ylabel="ms per step",
+       title=f"one decode step on {device}: the fastest of 3 per width")
 plt.tight_layout()
 plt.show()
 
 # %% [markdown]
-# The same measurement as chapter 05's batch sweep, with the same reading (its roofline says
-# where the change comes). While the step time stays nearly flat (memory-bound: the weights are
-# read once whatever the rows), time follows the number of steps: every idle seat is throughput
-# lost, and the extra seats a paged cache makes room for (section 3) are throughput for free;
-# the usual case on a GPU. Where the step time grows with the rows (compute-bound: a CPU past a
-# few rows), time follows the work: continuous batching gains about `work_ratio`, and extra
-# seats add little.
-# The full benchmark (`scripts/bench_batching.py`, the README has its figures) measures both on
-# 64 requests.
+# Chapter 05's batch sweep, read the same way. While the step time stays nearly flat
+# (memory-bound, the usual case on a GPU), time follows the number of steps: every idle seat is
+# throughput lost, and the extra seats a paged cache makes room for (section 3) are free
+# throughput. Where it grows with the rows (compute-bound: a CPU past a few rows), time follows
+# the work: continuous batching gains about `work_ratio`, and extra seats add little.
 
 # %% [markdown]
 # ## 3 · KV memory: contiguous against paged
@@ -271,9 +249,6 @@ LAYOUTS = {"paged": "paged", "contiguous_per_request": "contiguous, prompt + max
            "contiguous_max_length": "contiguous, max length"}  # as printed
 for name, share in memory.items():
     print(f"{Label(LAYOUTS[name]):>28}: {share:.1%} of the reserved KV memory holds tokens")
-mean_len = sum(len(w.prompt) + w.max_new_tokens for w in work) / len(work)
-print(f"requests here end at {mean_len:.0f} tokens on average; a paged sequence wastes at most "
-      f"15 slots of its last block, so longer requests waste a smaller share")
 
 # %% [markdown]
 # ## 4 · The block table, walked through
@@ -318,17 +293,14 @@ print("layer 5 keys, paged vs contiguous: max difference "
 show_source(PagedBatch.append)
 
 # %% [markdown]
-# That gather copies every row's keys and values, in every layer, at every step: a decode step
-# reads each cached token's keys and values once to attend, then the copy reads and writes them
-# again. So a decode step on the CPU (one new token per row) skips it: `PagedBatch.attend` hands
-# the query to a small C kernel, `minillm.kernels.paged_decode_attention`, that walks each row's
-# block table and reads the keys and values where they lie. That is what vLLM's PagedAttention
-# kernel does on a GPU. The same numbers, read in place and through a gather, on this engine's
-# live pool:
+# That gather copies every row's keys and values, in every layer, at every step, on top of the
+# read attention needs. So a decode step on the CPU skips it: `PagedBatch.attend` hands the query
+# to a small C kernel, `minillm.kernels.paged_decode_attention`, that walks each row's block
+# table and reads the keys and values where they lie, as vLLM's PagedAttention kernel does on a
+# GPU. Both ways, on this engine's live pool:
 
 # %%
 from minillm import kernels
-from minillm.utils.devices import best_time
 from minillm.layers.attention import attention
 
 rows = engine.scheduler.running[:8]
@@ -336,8 +308,7 @@ lengths = torch.tensor([r.num_computed for r in rows])
 slots = torch.zeros(len(rows), int(lengths.max()), dtype=torch.long)
 for i, r in enumerate(rows):
     slots[i, :r.num_computed] = engine.pool.slots(r.block_table, 0, r.num_computed)
-c = model.config
-q = torch.randn(len(rows), c.n_heads, c.head_dim, device=device)
+q = torch.randn(len(rows), model.config.n_heads, model.config.head_dim, device=device)
 
 
 def through_a_gather():
@@ -485,12 +456,11 @@ plt.show()
 # ## 7 · Parallel samples share their prompt: copy-on-write
 #
 # A request for n samples (`n` in the OpenAI API; `minillm serve` passes it to the engine)
-# prefills its prompt once. Then it forks: each sample's block table starts as the prompt's, and
-# each of those blocks has a reference count of n. A full block is never written again, so
-# sharing it is free. The last, part-filled block is written by every sample's next token:
-# before a sample writes into a block it shares, it gets a copy of its own, and the shared block
-# loses one reference. This is **copy-on-write (写时复制)**, as an operating system shares memory
-# pages after `fork()`:
+# prefills its prompt once, then forks: each sample's block table starts as the prompt's, each
+# block with a reference count of n. Full blocks are never written again, so sharing them is
+# free. Before a sample writes into the part-filled last block, it gets a copy of its own and
+# the shared block loses one reference: **copy-on-write (写时复制)**, as an operating system
+# shares memory pages after `fork()`:
 
 # %%
 show_source(BlockManager.copy_on_write)
@@ -556,12 +526,11 @@ show_source(ContinuousScheduler.schedule)
 # Why cut prompts into chunks at all? A step runs its prefill and its decodes together, and
 # every running request waits for the whole step before its next token. Here four requests are
 # decoding when a long prompt arrives. With a token budget larger than the prompt, its whole
-# prefill lands in one step; with a small budget (`CHUNK` tokens) it is spread over many. Each run
-# steps a `ClockedEngine` (`minillm/engine/virtual_clock.py`), whose clock moves only by the
-# measured time of the engine's steps. `long_prompt_arrival` (`minillm/engine/interference.py`)
-# starts the running requests, steps until each is decoding, adds the long prompt and steps
-# until its first token; over that time it collects the gaps between each running request's
-# tokens. It returns an `Arrival`, which the next cell prints:
+# prefill lands in one step; with a small budget (`CHUNK` tokens) it is spread over many.
+# `long_prompt_arrival` (`minillm/engine/interference.py`) starts the running requests, adds the
+# long prompt once each is decoding, and steps until its first token, on a `ClockedEngine` whose
+# clock moves only by the measured time of the steps; it collects the gaps between each running
+# request's tokens into an `Arrival`:
 
 # %%
 from minillm.engine.interference import Arrival, long_prompt_arrival
@@ -619,10 +588,9 @@ plt.show()
 # ## 10 · Online: requests that arrive while others run
 #
 # A server does not get all requests at once. A common model of many independent users is a
-# **Poisson process (泊松过程)**: requests arrive one at a time, independently of each other, at an
-# average rate of λ a second. The gap to the next arrival then follows an exponential
-# distribution with mean 1/λ (short gaps are common, long ones rare), and the number of arrivals
-# in any second averages λ. `poisson_arrivals` draws such gaps:
+# **Poisson process (泊松过程)**: requests arrive independently, at an average rate of λ a second,
+# so the gap to the next arrival follows an exponential distribution with mean 1/λ (short gaps
+# are common, long ones rare). `poisson_arrivals` draws such gaps:
 
 # %%
 from minillm.tools.bench.batching import poisson_arrivals
@@ -728,16 +696,13 @@ for key in ("TPOT p90", "longest gap", "TTFT p50"):
 
 # %% [markdown]
 # Read the counts first: the decode machine's steps never carry a prompt, so no decode token of
-# it waits for one. That is the interference disaggregation removes, counted, so no load on this
-# machine can change it; the clocks show what it is worth here, in the TPOT tail and the longest
-# gap. The decode machine holds every request, twice the rows of
-# each colocated engine, and on a CPU a wider step costs more (section 2), so the typical gap
-# need not shrink. A new prompt pays for the hand-over: the prefill machine serves every prompt
-# (twice as many as each colocated engine), the blocks are copied, and the first token waits for
-# a step of the decode machine. On GPUs a decode step of 32 rows costs little more than one of
-# 16, and the copy travels over NVLink or RDMA while other work runs; deployments size the two
-# pools apart (more prefill machines for long prompts) to meet a TTFT target and a TPOT target
-# at once.
+# it waits for one: the interference disaggregation removes, counted, so no load on this machine
+# can change it; the clocks show what it is worth here. The decode machine holds twice the rows
+# of each colocated engine, and on a CPU a wider step costs more (section 2), so the typical gap
+# need not shrink. A new prompt pays for the hand-over: one machine prefills every prompt, the
+# blocks are copied, and the first token waits for a decode step. On GPUs a decode step of 32
+# rows costs little more than one of 16, and the copy travels over NVLink or RDMA while other
+# work runs; deployments size the two pools apart to meet a TTFT and a TPOT target at once.
 #
 # ## 12 · What we measured
 
@@ -746,22 +711,16 @@ print(f"continuous / static throughput:      {speedup:.2f}x")
 print(f"static / continuous computed rows:   {work_ratio:.2f}x")
 print(f"static batching, ghost row-steps:    {ghost:.0%}")
 print(f"KV memory used / reserved, paged:    {memory['paged']:.0%}")
-print(f"  contiguous (prompt + max_new):     {memory['contiguous_per_request']:.0%}")
 print(f"prefix cache: prompt tokens computed {prefix[False][2]} -> {prefix[True][2]}")
 print(f"multi-turn chat, everything cached:  radix {hits['radix tree (SGLang)'][-1]:.0%}, "
       f"blocks {hits['block hashes (vLLM)'][-1]:.0%} of prompt tokens hit")
-print(f"copy-on-write, {SAMPLES} samples:          {held} blocks instead of "
-      f"{sum(map(len, tables))}")
-print(f"preemptions, {tight.blocks.num_blocks} blocks:"
-      f"{tight.scheduler.num_preemptions:>13}, same outputs")
 print(f"chunked prefill, longest gap:        {stall.ratio:.2f}x the unchunked stall")
 print(f"this run: {load_average()}")
 
 # %% [markdown]
 # The full benchmark (64 requests, prompts of 16–512 tokens, outputs of 16–256, against
 # transformers' batched `generate()` too) is `python scripts/bench_batching.py`; `--small` runs a
-# quick version. On a GPU the gap between static and continuous batching grows: a decode step
-# costs nearly the same for one row as for sixteen, so every idle seat is throughput lost.
+# quick version.
 #
 # Next, chapter 07 makes each weight smaller (quantization), so each of these steps reads less
 # memory.

@@ -7,12 +7,10 @@
 # SmolLM2-135M what each scheme costs in quality and what it buys in memory and speed.
 #
 # Every number below is measured in this run, on this machine. When the environment variable `CI`
-# is set (the course's tests), the sizes shrink so the notebook runs in a minute or two; the full
-# measurement is `scripts/bench_quantization.py`.
+# is set (the course's tests), the sizes shrink.
 
 # %%
 import copy
-import importlib.util
 import math
 import os
 
@@ -29,7 +27,7 @@ from minillm import quant
 from minillm.measure.bandwidth import read_bandwidth
 from minillm.measure.comparison import load_average
 from minillm.utils.columns import Label  # pads a label by its width on screen
-from minillm.utils.devices import Timer
+from minillm.utils.devices import best_time
 from minillm.fast import optimize
 from minillm.tools.bench.quantization import benchmark, held_out_ids, machine, plot_benchmark, table
 
@@ -142,8 +140,6 @@ labels = [f"int{b}\n{g}" for b, g in results]
 ax.bar(labels, list(results.values()), color=["C0"] * 3 + ["C1"] * 3)
 ax.set(ylabel="RMS error", yscale="log", title="layers.5.mlp.down_proj: error by granularity")
 plt.show()
-for (bits, g), e in results.items():
-    print(f"int{bits} {g:>8}: RMS error {e:.2e}")
 
 # %% [markdown]
 # ## 4 · minillm's quantized layers
@@ -230,8 +226,7 @@ for g in (32, 64):
 # - **prefill and decode tokens/s** from `minillm.generate`'s metrics (chapter 05).
 #
 # "int8" (`minillm.quantize`, layer by layer; the LM head stays float32) runs minillm's int8
-# kernel for decode steps; "int8 dequant" rebuilds the float weight every call. Section 7 looks
-# at the kernels, and at the fast path that also puts the LM head in int8.
+# kernel for decode steps; "int8 dequant" rebuilds the float weight every call (section 7).
 
 # %%
 if CI:
@@ -246,12 +241,6 @@ display(Markdown(table(measured)))
 # %%
 fig = plot_benchmark(measured, f"SmolLM2-135M, {sizes['text_tokens']} held-out tokens")
 plt.show()
-by = {r["row"]: r for r in measured}
-for name in rows[1:]:
-    r = by[name]
-    print(f"{name:>13}: {r['weight_bytes'] / by['fp32']['weight_bytes']:.0%} of fp32's bytes, "
-          f"perplexity {r['perplexity'] - by['fp32']['perplexity']:+.3f}, decode "
-          f"{r['decode_tokens_per_s'] / by['fp32']['decode_tokens_per_s']:.2f}x fp32's speed")
 
 # %% [markdown]
 # Read the quality columns first: the 16-bit floats and int8 barely move the logits; int4 with
@@ -261,8 +250,8 @@ for name in rows[1:]:
 # %% [markdown]
 # ## 7 · Why transformers' int8 is slower than fp16, and minillm's int8 paths
 #
-# The source text notes that Hugging Face's int8 inference is often clearly slower than fp16
-# while using much less memory. What transformers runs for `load_in_8bit=True` is **LLM.int8()**
+# Hugging Face's int8 inference is often clearly slower than fp16, with much less memory.
+# What transformers runs for `load_in_8bit=True` is **LLM.int8()**
 # (Dettmers et al., 2022; the bitsandbytes library), and it is not a weight-only scheme: it
 # quantizes the *activations* as well, so that the multiply itself is int8 × int8, summed in
 # int32. Large models have a few **outlier features** (离群特征): hidden dimensions whose
@@ -275,10 +264,9 @@ for name in rows[1:]:
 #    the int8 weight (one scale per output row), summing in int32;
 # 4. scale the int32 result back and add the fp16 part.
 #
-# Where an fp16 layer runs one matrix multiply, this runs half a dozen operations, each a kernel
-# launch on a GPU. At batch 1 these extra steps cost more than the bytes the int8 weight saves:
-# memory halves, speed drops. bitsandbytes needs a CUDA GPU, so we run its arithmetic written
-# out in PyTorch (`minillm.quant.llm_int8`):
+# Half a dozen operations (kernel launches on a GPU) where fp16 runs one multiply: at batch 1
+# they cost more than the int8 weight saves. bitsandbytes needs a CUDA GPU, so we run its
+# arithmetic written out in PyTorch (`minillm.quant.llm_int8`):
 
 # %%
 from minillm.quant.llm_int8 import THRESHOLD, LLMInt8Linear, outlier_columns  # noqa: E402
@@ -340,42 +328,30 @@ if outlier_cols:
     assert errors["int8 x int8, no outlier split"] > errors["LLM.int8(): outliers in fp16"]
 
 # %% [markdown]
-# And the cost of its steps, at batch 1 (a decode step) and 128 rows (a prefill), timed on this
-# CPU against one float32 multiply of the same layer. The emulation's int8 multiply is PyTorch's
-# own (`torch._int_mm`), not bitsandbytes' CUDA kernel, so the absolute times differ from a GPU's;
-# what carries over is that every step beyond the multiply is extra work:
+# And the cost of its steps, at batch 1 (a decode step) and 128 rows (a prefill), against one
+# float32 multiply. The emulation multiplies with PyTorch's `torch._int_mm`, not bitsandbytes'
+# CUDA kernel; what carries over is that every step beyond the multiply is extra work:
 
 # %%
-def time_call(fn, repeats):
-    fn()
-    times = []
-    for _ in range(repeats):
-        with Timer(device) as stopwatch:
-            fn()
-        times.append(stopwatch.seconds)
-    return float(np.median(times))
-
-
 repeats = 5 if CI else 30
 for rows_in in (1, 128):
     x_rows = x_probe[torch.arange(rows_in) % x_probe.shape[0]]  # real rows, repeated if short
-    plain_t = time_call(lambda: x_rows @ w_probe.T, repeats)
-    int8_t = time_call(lambda: llm8(x_rows), repeats)
+    plain_t = best_time(lambda: x_rows @ w_probe.T, device, repeats, warmup=1)
+    int8_t = best_time(lambda: llm8(x_rows), device, repeats, warmup=1)
     print(f"{rows_in:>3} row(s): float32 {1e3 * plain_t:6.3f} ms, LLM.int8() emulated "
           f"{1e3 * int8_t:6.3f} ms ({int8_t / plain_t:.1f}x)")
 
 # %% [markdown]
 # Quantizing the activations costs accuracy that int8 weights alone do not, and the split takes
 # back the part the outlier features cause. (The paper finds outlier features in every layer
-# from about 6.7B parameters.) The extra steps cost time, most of all at small batches.
+# from about 6.7B parameters.)
 #
 # ### minillm's weight-only int8: four ways to multiply
 #
 # minillm's int8 *stores* only the weights in int8, like the int8 of GPU inference servers; the
 # activations arrive in float. `quant.Int8Linear` can multiply in four ways (its `path`):
 #
-# - **dequantize**: rebuild a float copy of the weight on every call, then an ordinary multiply:
-#   a second way an int8 path becomes slower than a float one.
+# - **dequantize**: rebuild a float copy of the weight on every call, then a plain multiply.
 # - **fused**: PyTorch's weight-only int8 kernel (`torch._weight_int8pack_mm`), a fused kernel
 #   (融合算子): it multiplies with the int8 numbers directly, never writing a float weight.
 # - **dynamic**: fbgemm's int8 GEMM through PyTorch, which quantizes the *activations* too (one
@@ -415,12 +391,12 @@ with torch.inference_mode():
         if kernel_int8_available():
             calls["int8 kernel"] = lambda: layer8.forward_kernel(x)
         for name, fn in calls.items():
-            kernel_times[(name, rows_in)] = time_call(fn, repeats)
+            kernel_times[(name, rows_in)] = best_time(fn, device, repeats, warmup=1)
 names = list(dict.fromkeys(n for n, _ in kernel_times))
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
 for ax, rows_in in zip(axes, (1, 128)):
     ax.barh(names, [1e3 * kernel_times[(n, rows_in)] for n in names])
-    ax.set(xlabel="ms per call (median)", title=f"{rows_in} row(s): "
+    ax.set(xlabel="ms per call (fastest)", title=f"{rows_in} row(s): "
            + ("decode step" if rows_in == 1 else "prefill"))
 fig.tight_layout()
 plt.show()
@@ -431,18 +407,12 @@ for rows_in in (1, 128):
 print("CPU instruction set PyTorch uses here:", torch.backends.cpu.get_cpu_capability())
 
 # %% [markdown]
-# What to look for in these ratios (they change from machine to machine):
-#
-# - the **dequantize** paths pay for a full-size float weight on every call, so they lose to fp32
-#   at batch 1: the "slow int8" of the source text;
-# - how fast PyTorch's **fused** kernel is depends on how well it is tuned for this CPU;
-# - the **dynamic** and **kernel** paths read a quarter of the bytes and are faster at batch 1;
-#   with 128 rows the multiply is compute-bound and fp32's matrix kernels win back on most CPUs,
-#   which is why the fast path rebuilds the float weight for a prefill there. A CPU with integer
-#   matrix units (Intel's AMX, on Xeons since Sapphire Rapids) is the exception: there minillm's
-#   int8 kernel multiplies a prompt's rows with them and stays ahead (docs/benchmarks.md);
-# - **fp16/bf16** on a CPU without native 16-bit arithmetic are converted on the fly; on a GPU
-#   they are the fast path.
+# The ratios change from machine to machine. The **dequantize** paths build a full-size float
+# weight every call, so they lose to fp32 at batch 1: the "slow int8". The **dynamic** and
+# **kernel** paths read a quarter of the bytes and win at batch 1; with 128 rows the multiply is
+# compute-bound and fp32 wins back on most CPUs (not on one with integer matrix units, Intel's
+# AMX: docs/benchmarks.md), so the fast path rebuilds the float weight for a prefill there.
+# fp16/bf16 are converted on the fly on a CPU without 16-bit arithmetic.
 #
 # The dynamic path also rounds every activation to 8 bits. Decoding the held-out text token by
 # token, as a decode step sees it, shows what that costs:
@@ -452,7 +422,6 @@ from minillm.generation.kv_cache import KVCache  # noqa: E402
 
 
 def stepwise(m, ids):
-    """Perplexity and every step's logits, one token per forward pass, through the KV cache."""
     cache, nll, rows = KVCache.for_model(m, 1, len(ids)), 0.0, []
     with torch.inference_mode():
         for i in range(len(ids) - 1):
@@ -485,11 +454,9 @@ if "int8 kernel" in error and "int8 dynamic" in error:
 # %% [markdown]
 # ### The whole model at batch 1: int8 beats fp32 and bf16
 #
-# `minillm.load(..., weights="int8")` (or `optimize(model, "int8")`) runs every
-# linear layer of the fast path, the LM head included, through the int8 kernel. At batch 1 a
-# decode step reads every weight once, so its speed follows the bytes per token, up to the
-# bound chapter 05 measured (bandwidth / bytes). With 16 rows the kernel multiplies each weight
-# 16 times: compute-bound, where fewer bytes help little.
+# `minillm.load(..., weights="int8")` (or `optimize(model, "int8")`) runs every linear layer of
+# the fast path, the LM head included, through the int8 kernel. At batch 1 the speed follows the
+# bytes per token, up to chapter 05's bound (bandwidth / bytes); 16 rows are compute-bound.
 
 # %%
 from minillm.measure.bandwidth import decode_bound  # noqa: E402
@@ -532,12 +499,8 @@ else:
           f"its bytes allow; {load_average()})")
 
 # %% [markdown]
-# So a naive int8 path is slower than float (it rebuilds a float weight, or it rounds the
-# activations to 8 bits and pays in accuracy and extra steps, as LLM.int8() does), while a
-# kernel that reads the int8 weight once and rounds the activations only to int16 is faster at
-# batch 1, because a decode step's time is the time to read the weights. Where the step is compute-bound (many
-# rows, or a prefill), the float kernels' arithmetic wins again, unless the CPU multiplies
-# integer matrices in hardware (AMX), where the int8 kernel keeps its lead.
+# So int8 is slow when it rebuilds a float weight or pays for extra steps, and fast at batch 1
+# when a kernel reads the int8 weight once.
 
 # %% [markdown]
 # ## 8 · Better rounding at 3 and 4 bits: GPTQ and AWQ
@@ -556,16 +519,13 @@ else:
 #   up before rounding and the inputs down by the same factor, so they get finer steps; the
 #   factor is mean|x_j|^α, with α searched per layer.
 #
-# Both keep RTN's grid (a scale and a minimum per group); they only choose which grid point each
-# weight takes (GPTQ) or how the weight is scaled first (AWQ). GPTQ's core loop:
+# Both keep RTN's grid (a scale and a minimum per group). GPTQ's core loop:
 
 # %%
 from minillm.quant import calibration  # noqa: E402
-from minillm.quant.awq import awq  # noqa: E402
 from minillm.quant.gptq import gptq  # noqa: E402
 
 show_source(gptq)
-show_source(awq)
 
 # %% [markdown]
 # The measurement rounds the linear layers of the first few blocks of SmolLM2 to two grids:
@@ -617,8 +577,6 @@ for bits in (3, 4):
 #   too few calibration tokens it fits the calibration text, not the language.
 # - AWQ searches one number per layer, so it has little room to fit the calibration text: it
 #   can lose on the calibration error and still win on perplexity.
-# - The times are this CPU's; the printout scales them to all 30 blocks (each has the same seven
-#   layers).
 #
 # ## 9 · W8A8, SmoothQuant and FP8: where the outliers go
 #
@@ -630,13 +588,12 @@ for bits in (3, 4):
 # **SmoothQuant** (Xiao et al., 2022) divides each input feature j by
 # s_j = max|x_j|^0.5 / max|W[:, j]|^0.5 and multiplies W's column j by it, which leaves x Wᵀ
 # unchanged and moves half the outlier into the weights. **FP8** (e4m3: 4 exponent bits, 3
-# mantissa bits) spends the same 8 bits on a float grid whose steps grow with the value, so
-# large and small numbers both keep their relative precision; recent GPUs multiply it natively.
+# mantissa bits) spends the 8 bits on a float grid whose steps grow with the value; recent GPUs
+# multiply it natively.
 #
-# Each 8-bit format also needs scales, and a fair comparison gives both the same ones: int8 and
-# FP8 each with **one scale per tensor**, and each with **one per row** (per token of x, per
-# output channel of W). For each, the error of rounding x alone, W alone, and both, on the
-# layer of section 7 with the largest activations:
+# A fair comparison gives both formats the same scales: **one per tensor**, then **one per row**
+# (per token of x, per output channel of W). The error of rounding x, W and both, on section 7's
+# layer with the largest activations:
 
 # %%
 from minillm.quant.fp8 import fp8_roundtrip  # noqa: E402
@@ -645,12 +602,10 @@ from minillm.quant.smoothquant import smooth_scales, w8a8  # noqa: E402
 
 
 def int8(t, scales):
-    """t on the int8 grid (absmax), with one scale for the tensor or one per row ("channel")."""
     return quant.roundtrip(t, "absmax", 8, scales)
 
 
 def fp8(t, scales):
-    """t on the FP8 e4m3 grid, with one scale for the tensor or one per row ("channel")."""
     return fp8_roundtrip(t) if scales == "tensor" else torch.stack([fp8_roundtrip(r) for r in t])
 
 
@@ -669,20 +624,13 @@ for fmt, rounded in formats.items():
                                     relative_error(x_probe @ w8.T), relative_error(x8 @ w8.T)]
         print(f"{Label(f'{fmt}, {scale_words}'):>36} "
               + " ".join(f"{e:9.2e}" for e in eight_bit[(fmt, scales)]))
-for scales, scale_words in granularities.items():
-    both = {fmt: eight_bit[(fmt, scales)][2] for fmt in formats}
-    best = min(both, key=both.get)
-    print(f"{scale_words}: {best} rounds the product more closely "
-          f"({both[best]:.2e} against {max(both.values()):.2e})")
 
 # %% [markdown]
-# Read it by column. int8's steps are even, so its scale decides everything: one scale for the
-# whole tensor lets the largest number set the step for all of them, and the error grows
-# several times. FP8's steps grow with the value, so the scale matters little: per tensor
-# is nearly as good as per row, which is why one scale per tensor is a common FP8 recipe. With
-# the same per-row scales each wins where its grid fits: FP8 on the activations, whose outlier
-# features span a wide range, and int8 on the weights, which have none, where 255 even steps
-# are finer than 3 mantissa bits. The asserts check each of these on this layer:
+# int8's steps are even, so its scale decides everything: one scale per tensor lets the largest
+# number set every step, and the error grows several times. FP8's steps grow with the value, so
+# per tensor is nearly as good as per row (a common FP8 recipe). With per-row scales each wins
+# where its grid fits: FP8 on the activations, whose outliers span a wide range, int8 on the
+# weights, where 255 even steps are finer than 3 mantissa bits. The asserts check each:
 
 # %%
 assert eight_bit[("int8", "tensor")][2] > 2 * eight_bit[("int8", "channel")][2]
@@ -721,8 +669,7 @@ assert (w8a8_error["SmoothQuant, then W8A8 as above"]
 # llama.cpp runs the very same Q4_1 file with hand-written SIMD kernels that multiply with the
 # 4-bit blocks directly, never building a float weight. `python -m minillm bench latency` times
 # minillm, transformers' `generate()` and, when `llama-cpp-python` is installed (it builds from
-# source), llama.cpp on the same file, the same prompt and the same thread count, in one run,
-# and prints decode and prefill tokens/s with each one's ratio to the others.
+# source), llama.cpp on the same file, prompt and thread count, in one run.
 # `docs/benchmarks.md` keeps that report from the course's machine, at 1 and 2 threads, with
 # the command that printed it.
 
@@ -751,8 +698,6 @@ ax.plot([100 * f for f in fractions], ppl, "o-")
 ax.set(xlabel="% of each linear layer's weights zeroed", ylabel="perplexity", yscale="log",
        title="magnitude pruning, no retraining")
 plt.show()
-for f, p in zip(fractions, ppl):
-    print(f"{f:4.0%} pruned: perplexity {p:.2f}")
 
 # %% [markdown]
 # ## 12 · Where this fits
@@ -761,8 +706,6 @@ for f, p in zip(fractions, ppl):
 #   runs in `minillm.generate` unchanged.
 # - `minillm.load(name, weights="int8")` is the int8 row through minillm's kernel on chapter
 #   05's fast path. Quantize *or* optimize a model, not both.
-# - On a GPU the same story holds: weight-only int4/int8 kernels (in vLLM, SGLang, llama.cpp)
-#   read the small weights directly and decode faster than fp16.
 # - The KV cache can be stored in fewer bits too: appendix 07b measures it.
 #
 # The full table on this machine: `.venv/bin/python scripts/bench_quantization.py` (2,048

@@ -1,7 +1,7 @@
 # 中文版 · 06_batching.py 的译文。每个单元格标记里的 en=… 是它所译英文单元格的哈希；
 # 流程见 docs/translating.md。
 
-# %% [markdown] en=052aa2c3
+# %% [markdown] en=e67de042
 # # 06 · 组批与分页注意力：同时服务许多用户
 #
 # 到目前为止，我们一次只处理一个提示词。服务器要同时回答许多用户，而每个解码步不管算一个词元还是
@@ -18,9 +18,9 @@
 # - 大规模部署在此之上添加的东西：分块预填充、SGLang 的基数树前缀缓存、并行采样的写时复制，以及
 #   预填充/解码分离，每一项都在这里测量。
 #
-# 你还会碰到第三个名字：**动态批处理**（dynamic batching）（NVIDIA Triton、TorchServe）：服务器等上
-# 几毫秒，把这段时间里到达的请求凑在一起，然后作为一个批一直跑到底。它就是带一个收集窗口的静态批处理：
-# 批一旦组好就固定不变，直到最长的成员结束。连续批处理（也叫迭代级调度）则在每一步都改变批的组成。
+# 你还会碰到第三个名字：**动态批处理**（dynamic batching）（NVIDIA Triton、TorchServe），它就是带一个
+# 几毫秒收集窗口的静态批处理：批一旦组好就固定不变，直到最长的成员结束。连续批处理（迭代级调度）则在
+# 每一步都改变它。
 #
 # 引擎在 `minillm/engine/` 里。下面的每个数字都是在这次运行中测出来的。设置了环境变量 `CI` 时（课程的
 # 测试会设），规模会缩小。
@@ -50,11 +50,11 @@ model, tokenizer = minillm.load("smollm2-135m", dtype=torch.float32, device=devi
 print(f"设备：{device}，{torch.get_num_threads()} 个 CPU 线程；{load_average()}"
       "（还有别的程序在用这台机器：计时会随它们波动）")
 
-# %% [markdown] en=5c80f582
+# %% [markdown] en=f4b0766e
 # ## 1 · 一份工作负载
 #
-# 一组固定的请求（种子为 0）：提示词截自课程的英文文本，每个请求有自己的输出长度。这里忽略 EOS，让每个
-# 请求正好跑到它自己的 `max_new_tokens`：长度各不相同，就像真实用户之间那样。
+# 一组固定的请求（种子为 0），提示词截自课程的英文文本。这里忽略 EOS，所以每个请求跑到它自己的
+# `max_new_tokens`：长度各不相同，就像真实用户之间那样。
 
 # %% en=7f7af8d1
 N = 8 if CI else 12
@@ -143,13 +143,10 @@ plt.show()
 # %% [markdown] en=93611328
 # 静态批处理的工作中有多少浪费在幽灵行上，批又装得有多满？
 
-# %% en=e268b726
-def row_steps(engine, kinds):
-    return sum(1 for s in engine.steps for _, _, k in s.items if k in kinds)
-
-
+# %% en=b5df5e6c
 static = runs["static"]["engine"]
-ghost = row_steps(static, {"ghost"}) / row_steps(static, set(COLOURS))
+row_kinds = [k for s in static.steps for _, _, k in s.items if k in COLOURS]
+ghost = row_kinds.count("ghost") / len(row_kinds)
 print(f"静态批处理：{ghost:.0%} 的行步在计算没人要的词元")
 for kind, run in runs.items():
     e = run["engine"]
@@ -160,12 +157,9 @@ for kind, run in runs.items():
 # 幽灵行并不是唯一的浪费：静态批还要把每个提示词填充到批里最长的那个。`StepRecord.computed_rows` 记下
 # 每次前向算了多少个词元位置，填充和幽灵都算在内，于是两次运行的工作量可以直接比较：
 
-# %% en=fcbef0a0
-def computed(engine):
-    return sum(s.computed_rows for s in engine.steps)
-
-
-work_ratio = computed(static) / computed(runs["continuous"]["engine"])
+# %% en=3d1118af
+work_ratio = (sum(s.computed_rows for s in static.steps)
+              / sum(s.computed_rows for s in runs["continuous"]["engine"].steps))
 print(f"静态批处理算的词元位置是连续批处理的 {work_ratio:.2f} 倍；"
       f"用时是它的 {1 / timing.ratio:.2f} 倍")
 
@@ -173,15 +167,12 @@ print(f"静态批处理算的词元位置是连续批处理的 {work_ratio:.2f} 
 # 省下的工作能不能变成省下的时间，取决于一个问题：一次前向传播带的行越多，代价会不会越高？在几个批宽度
 # 下给一个解码步计时（每行一个新词元，每行 64 个词元的上下文）：
 
-# %% en=8602055a
-from matplotlib.ticker import NullLocator
-
+# %% en=33a139ce
 from minillm.engine import PagedKVPool, paged_forward
 from minillm.utils.devices import best_time
 
 
 def decode_step(rows, context=64):
-    """`rows` 行的一个解码步，每行 64 个词元的上下文，用它自己的池。"""
     blocks = -(-(context + 1) // 16)
     pool = PagedKVPool.for_model(model, rows * blocks, 16)
     tables = [list(range(i * blocks, (i + 1) * blocks)) for i in range(rows)]
@@ -195,9 +186,6 @@ def decode_step(rows, context=64):
 widths = [1, 2, 4, 8, 16]
 steps = {w: decode_step(w) for w in widths}
 step_s = [best_time(steps[w], model, repeats=3, warmup=1) for w in widths]
-for w, t in zip(widths, step_s):
-    print(f"{w:>3} {'行：' if w == 1 else '行：'} 每步 {1000 * t:6.1f} ms，"
-          f"每秒 {w / t:6.1f} 个词元")
 wide = compare(steps[1], steps[widths[-1]], repeats=5, device=device)
 print(f"一步的用时，{widths[-1]} 行 / 1 行：{wide.spread_text()}")
 print({True: "一步的用时随行数增长：算术决定用时（计算受限）",
@@ -205,23 +193,17 @@ print({True: "一步的用时随行数增长：算术决定用时（计算受限
        None: TOO_NOISY}[wide.above(1.5)])
 
 fig, ax = plt.subplots(figsize=(6, 3))
-ax.plot(widths, [1000 * t for t in step_s], "o-")
-ax.set_xscale("log", base=2)
-ax.set_xticks(widths, [str(w) for w in widths])
-ax.xaxis.set_minor_locator(NullLocator())
-ax.set_xlabel("解码步中的行数")
-ax.set_ylabel("每步毫秒数")
-ax.set_title(f"{device} 上的一个解码步：每个宽度取 3 次中最快的")
+ax.plot([str(w) for w in widths], [1000 * t for t in step_s], "o-")  # evenly spaced widths
+ax.set(xlabel="解码步中的行数", ylabel="每步毫秒数",
+       title=f"{device} 上的一个解码步：每个宽度取 3 次中最快的")
 plt.tight_layout()
 plt.show()
 
-# %% [markdown] en=a1d7027e
-# 这和第 05 章的批大小扫描是同一个测量，读法也相同（它的屋顶线模型说明转变发生在哪里）。只要一步的用时
-# 几乎不变（带宽受限：不管多少行，权重只读一遍），总用时就跟着步数走：每个空着的座位都是损失的吞吐量，
-# 而分页缓存腾出空间多出来的座位（第 3 节）就是白送的吞吐量；在 GPU 上通常就是这种情况。一步的用时随
-# 行数增长时（计算受限：CPU 过了几行就是这样），总用时跟着工作量走：连续批处理大约能省下 `work_ratio`
-# 倍，多出来的座位帮不上多少忙。完整的基准测试（`scripts/bench_batching.py`，README 里有它的数字）在
-# 64 个请求上把两种情况都测了。
+# %% [markdown] en=a476788f
+# 第 05 章的批大小扫描，读法相同。只要一步的用时几乎不变（带宽受限，GPU 上通常如此），总用时就跟着
+# 步数走：每个空着的座位都是损失的吞吐量，而分页缓存腾出空间多出来的座位（第 3 节）就是白送的吞吐量。
+# 一步的用时随行数增长时（计算受限：CPU 过了几行就是这样），总用时跟着工作量走：连续批处理大约能省下
+# `work_ratio` 倍，多出来的座位帮不上多少忙。
 
 # %% [markdown] en=ba13cca7
 # ## 3 · KV 内存：连续存储与分页的对比
@@ -251,16 +233,13 @@ block_map_explorer(engine, snapshots)
 # %% [markdown] en=c7513a6d
 # 在连续批处理的整次运行中（每一步按它装着的词元数加权）：
 
-# %% en=506cb55c
+# %% en=e984f9ed
 longest = max(len(w.prompt) + w.max_new_tokens for w in work)
 memory = memory_use(runs["continuous"]["engine"].steps, max_len=longest)
 LAYOUTS = {"paged": "分页", "contiguous_per_request": "连续存储，提示词 + max_new",
            "contiguous_max_length": "连续存储，最大长度"}  # 打印出来的名字
 for name, share in memory.items():
     print(f"{Label(LAYOUTS[name]):>28}：预留的 KV 内存中有 {share:.1%} 装着词元")
-mean_len = sum(len(w.prompt) + w.max_new_tokens for w in work) / len(work)
-print(f"这里的请求平均在 {mean_len:.0f} 个词元处结束；分页的序列最多浪费最后一个块里的 "
-      f"15 个槽，所以请求越长，浪费的比例越小")
 
 # %% [markdown] en=f0ed6c8f
 # ## 4 · 逐步看块表
@@ -302,16 +281,14 @@ print("第 5 层的键，分页对比连续：最大差值 "
 # %% en=e101a301
 show_source(PagedBatch.append)
 
-# %% [markdown] en=be7326b6
-# 这次收集在每一步、每一层都要复制每一行的键和值：一个解码步为了做注意力，本来就要把每个已缓存词元的
-# 键和值读一遍，复制又把它们读写了一遍。所以 CPU 上的解码步（每行一个新词元）跳过了收集：
-# `PagedBatch.attend` 把查询交给一个小的 C 算子 `minillm.kernels.paged_decode_attention`，由它沿着
-# 每一行的块表，在键和值原本所在的地方读取。vLLM 的 PagedAttention 算子在 GPU 上做的就是这件事。下面在
-# 这个引擎正在使用的池上，分别就地读取和经由收集读取，得到同样的数：
+# %% [markdown] en=2a88e7fd
+# 这次收集在每一步、每一层都要复制每一行的键和值，这是注意力本身那次读取之外的额外开销。所以 CPU 上的
+# 解码步跳过了收集：`PagedBatch.attend` 把查询交给一个小的 C 算子 `minillm.kernels.paged_decode_attention`，
+# 由它沿着每一行的块表，在键和值原本所在的地方读取，就像 vLLM 的 PagedAttention 算子在 GPU 上做的那样。
+# 两种方式都在这个引擎正在使用的池上跑一遍：
 
-# %% en=c89f1ad9
+# %% en=ea18834a
 from minillm import kernels
-from minillm.utils.devices import best_time
 from minillm.layers.attention import attention
 
 rows = engine.scheduler.running[:8]
@@ -319,8 +296,7 @@ lengths = torch.tensor([r.num_computed for r in rows])
 slots = torch.zeros(len(rows), int(lengths.max()), dtype=torch.long)
 for i, r in enumerate(rows):
     slots[i, :r.num_computed] = engine.pool.slots(r.block_table, 0, r.num_computed)
-c = model.config
-q = torch.randn(len(rows), c.n_heads, c.head_dim, device=device)
+q = torch.randn(len(rows), model.config.n_heads, model.config.head_dim, device=device)
 
 
 def through_a_gather():
@@ -456,7 +432,7 @@ ax.legend()
 plt.tight_layout()
 plt.show()
 
-# %% [markdown] en=24866d66
+# %% [markdown] en=ccaff298
 # 空间足够装下一切时，差别在于粒度：每一轮，块链都会丢掉已缓存对话末尾那个只填了一部分的块（最多 15 个
 # 词元）；用户们的提示词如果在某个块的中间分叉，那个块也会丢掉。空间很少时，淘汰说了算，两种方案都先淘汰
 # 最近最少使用的（块管理器先分出最早释放的块）。vLLM 保留块，是因为它的注意力算子按块读取；SGLang 按
@@ -464,11 +440,10 @@ plt.show()
 #
 # ## 7 · 并行采样共享提示词：写时复制
 #
-# 一个要 n 个样本的请求（OpenAI API 里的 `n`；`minillm serve` 会把它传给引擎）只对提示词预填充一次。
-# 然后它分叉：每个样本的块表一开始都是提示词的块表，其中每个块的引用计数都是 n。满块再也不会被写，所以
-# 共享它不花任何代价。最后那个只填了一部分的块，每个样本的下一个词元都要往里写：样本往一个共享的块里写
-# 之前，先得到一份属于自己的副本，共享的块则少一个引用。这就是**写时复制**（copy-on-write），和操作系统
-# 在 `fork()` 之后共享内存页的做法一样：
+# 一个要 n 个样本的请求（OpenAI API 里的 `n`；`minillm serve` 会把它传给引擎）只对提示词预填充一次，
+# 然后分叉：每个样本的块表一开始都是提示词的块表，每个块的引用计数都是 n。满块再也不会被写，所以共享
+# 它们不花任何代价。样本往最后那个只填了一部分的块里写之前，先得到一份属于自己的副本，共享的块则少一个
+# 引用：这就是**写时复制**（copy-on-write），和操作系统在 `fork()` 之后共享内存页的做法一样：
 
 # %% en=24e10bf5
 show_source(BlockManager.copy_on_write)
@@ -527,16 +502,15 @@ print(f"{tight.blocks.num_blocks} 个块供 4 个请求用：{tight.scheduler.nu
 # %% en=4248f9ee
 show_source(ContinuousScheduler.schedule)
 
-# %% [markdown] en=8ee8034f
+# %% [markdown] en=cb9683c0
 # ## 9 · 实测分块预填充
 #
 # 为什么要把提示词切成块？一步里的预填充和解码是一起跑的，每个运行中的请求都要等整步跑完，才能拿到它的
 # 下一个词元。这里有四个请求正在解码，这时来了一个长提示词。词元预算比提示词大时，它的整个预填充落在
-# 一步里；预算小时（`CHUNK` 个词元），它分散到许多步里。每次运行都驱动一个 `ClockedEngine`
-# （`minillm/engine/virtual_clock.py`），它的时钟只按引擎各步实测的用时前进。
-# `long_prompt_arrival`（`minillm/engine/interference.py`）先启动那几个运行中的请求，一步步跑到
-# 它们都在解码，再加入长提示词，一直跑到它的第一个词元；这期间，它记下每个运行中请求相邻两个词元
-# 之间的间隔。它返回一个 `Arrival`，由下一个单元格打印出来：
+# 一步里；预算小时（`CHUNK` 个词元），它分散到许多步里。`long_prompt_arrival`
+# （`minillm/engine/interference.py`）先启动那几个运行中的请求，等它们都在解码时加入长提示词，一直跑到
+# 它的第一个词元；它在一个 `ClockedEngine` 上运行，时钟只按各步实测的用时前进；它把每个运行中请求相邻
+# 两个词元之间的间隔收进一个 `Arrival`：
 
 # %% en=759ad8e7
 from minillm.engine.interference import Arrival, long_prompt_arrival
@@ -584,7 +558,7 @@ ax.legend()
 plt.tight_layout()
 plt.show()
 
-# %% [markdown] en=77da5960
+# %% [markdown] en=647139b9
 # 分块用许多短步换掉了一次长停顿：运行中的请求保持它们的节奏，而长提示词等它的第一个词元要等得更久（见
 # 上面 TTFT 的比值）：它的每一块都和解码共用一步，要把自己前面的键再读一遍，还要付每一步都有的固定开销。
 # vLLM 和 SGLang 默认都会把长提示词分块；预算决定这笔交换怎么做。
@@ -592,8 +566,8 @@ plt.show()
 # ## 10 · 在线：请求在别的请求运行时到达
 #
 # 服务器不会一次收到所有请求。描述许多相互独立的用户，常用的模型是**泊松过程**（Poisson process）：请求
-# 一个一个地到达，彼此独立，平均每秒 λ 个。于是到下一次到达的间隔服从均值为 1/λ 的指数分布（短间隔常见，
-# 长间隔少见），任意一秒里到达的个数平均为 λ。`poisson_arrivals` 抽取这样的间隔：
+# 彼此独立地到达，平均每秒 λ 个，于是到下一次到达的间隔服从均值为 1/λ 的指数分布（短间隔常见，长间隔
+# 少见）。`poisson_arrivals` 抽取这样的间隔：
 
 # %% en=607e37c6
 from minillm.tools.bench.batching import poisson_arrivals
@@ -690,35 +664,29 @@ for key in ("TPOT p90", "最长间隔", "TTFT p50"):
     verdict = {True: "更高", False: "更低", None: TOO_NOISY}[c.above(1.0)]
     print(f"{Label(key):>12}，分离 / 同置：{c.spread_text()}：{verdict}")
 
-# %% [markdown] en=436ca9cf
-# 先读计数：解码机器的步里从不带提示词，所以它的解码词元没有一个要等提示词。这正是分离所消除的干扰；它是
-# 数出来的，这台机器上的任何负载都改变不了它。时钟则显示它在这里值多少：体现在 TPOT 的尾部和最长间隔上。解码机器装着所有的请求，行数是每个同置引擎的两倍，而在
-# CPU 上更宽的一步代价更高（第 2 节），所以典型的间隔未必缩短。新提示词要为交接付出代价：预填充机器服务
-# 所有的提示词（是每个同置引擎的两倍），块要复制，第一个词元还要等解码机器的一步。在 GPU 上，32 行的解码
-# 步只比 16 行的贵一点点，复制则经由 NVLink 或 RDMA 在做其他工作的同时进行；部署时会分别确定两个机器池的
-# 规模（提示词长就多配预填充机器），以便同时满足 TTFT 和 TPOT 的目标。
+# %% [markdown] en=ae548f72
+# 先读计数：解码机器的步里从不带提示词，所以它的解码词元没有一个要等提示词。这就是分离所消除的干扰，
+# 它是数出来的，这台机器上的任何负载都改变不了它；时钟则显示它在这里值多少。解码机器的行数是每个同置
+# 引擎的两倍，而在 CPU 上更宽的一步代价更高（第 2 节），所以典型的间隔未必缩短。新提示词要为交接付出
+# 代价：一台机器预填充所有的提示词，块要复制，第一个词元还要等一个解码步。在 GPU 上，32 行的解码步只比
+# 16 行的贵一点点，复制则经由 NVLink 或 RDMA 在做其他工作的同时进行；部署时会分别确定两个机器池的规模，
+# 以便同时满足 TTFT 和 TPOT 的目标。
 #
 # ## 12 · 我们测了什么
 
-# %% en=b68cd34a
+# %% en=9d3e7cd1
 print(f"连续 / 静态的吞吐量：             {speedup:.2f}x")
 print(f"静态 / 连续计算的行数：           {work_ratio:.2f}x")
 print(f"静态批处理，幽灵行步：            {ghost:.0%}")
 print(f"KV 内存 已用 / 预留，分页：       {memory['paged']:.0%}")
-print(f"  连续存储（提示词 + max_new）：  {memory['contiguous_per_request']:.0%}")
 print(f"前缀缓存：计算的提示词词元 {prefix[False][2]} -> {prefix[True][2]}")
 print(f"多轮对话，全部缓存：              基数树 {hits['基数树（SGLang）'][-1]:.0%}，"
       f"块哈希 {hits['块哈希（vLLM）'][-1]:.0%} 的提示词词元命中")
-print(f"写时复制，{SAMPLES} 个样本：              {held} 个块，而不是 "
-      f"{sum(map(len, tables))} 个")
-print(f"抢占，{tight.blocks.num_blocks} 个块：        "
-      f"{tight.scheduler.num_preemptions:>13} 次，输出相同")
 print(f"分块预填充，最长间隔：            未分块停顿的 {stall.ratio:.2f}x")
 print(f"这次运行：{load_average()}")
 
-# %% [markdown] en=03f0bbe7
+# %% [markdown] en=c6a3ef78
 # 完整的基准测试（64 个请求，提示词 16–512 个词元，输出 16–256 个，还与 transformers 的批量 `generate()`
-# 对比）是 `python scripts/bench_batching.py`；`--small` 跑一个快速版本。在 GPU 上，静态批处理与连续批
-# 处理的差距会变大：一行的解码步和十六行的几乎一样贵，所以每个空着的座位都是损失的吞吐量。
+# 对比）是 `python scripts/bench_batching.py`；`--small` 跑一个快速版本。
 #
 # 下一章，第 07 章让每个权重变得更小（量化），于是这里的每一步都读更少的内存。

@@ -1,7 +1,7 @@
 # 中文版 · 07_quantization.py 的译文。每个单元格标记里的 en=… 是它所译英文单元格的哈希；
 # 流程见 docs/translating.md。
 
-# %% [markdown] en=14cb4893
+# %% [markdown] en=4aba8650
 # # 07 · 量化：更小的权重，在真实模型上测量
 #
 # **量化（quantization）**就是用更少的比特存放模型的权重：用 16 位浮点数代替 32 位，或者用
@@ -10,11 +10,10 @@
 # 在内存和速度上换回多少。
 #
 # 下面的每个数字都是在这台机器上、这次运行中测出来的。设置了环境变量 `CI` 时（课程的测试），
-# 规模会缩小，让 notebook 在一两分钟内跑完；完整的测量见 `scripts/bench_quantization.py`。
+# 规模会缩小。
 
-# %% en=7168a353
+# %% en=b3c317a0
 import copy
-import importlib.util
 import math
 import os
 
@@ -31,7 +30,7 @@ from minillm import quant
 from minillm.measure.bandwidth import read_bandwidth
 from minillm.measure.comparison import load_average
 from minillm.utils.columns import Label  # 按屏幕上的宽度补齐标签
-from minillm.utils.devices import Timer
+from minillm.utils.devices import best_time
 from minillm.fast import optimize
 from minillm.tools.bench.quantization import benchmark, held_out_ids, machine, plot_benchmark, table
 
@@ -130,7 +129,7 @@ print(f"0.0 用缩放因子加最小值还原为 {min_back[at_zero].item():.4f}�
 # 拖垮其余所有数的分辨率；每个输出行一个（per-channel，逐通道），或者一行里每 32 个数一组、
 # 每组一个（group-wise，分组），都让每个缩放因子只需照顾更少的数。在模型的一个真实权重矩阵上：
 
-# %% en=dd360aa4
+# %% en=42f3ca6a
 w = model.layers[5].mlp.down_proj.weight.detach().float().cpu()
 results = {}
 for bits, method in [(8, "absmax"), (4, "zeropoint")]:
@@ -142,8 +141,6 @@ labels = [f"int{b}\n{g}" for b, g in results]
 ax.bar(labels, list(results.values()), color=["C0"] * 3 + ["C1"] * 3)
 ax.set(ylabel="均方根误差", yscale="log", title="layers.5.mlp.down_proj：不同粒度的误差")
 plt.show()
-for (bits, g), e in results.items():
-    print(f"int{bits} {g:>8}：均方根误差 {e:.2e}")
 
 # %% [markdown] en=67f5db47
 # ## 4 · minillm 的量化层
@@ -217,7 +214,7 @@ for g in (32, 64):
     back = quant.dequantize_int4(*quant.quantize_int4(w, g))
     print(f"int4，每组 {g} 个：最大 |误差| {(back - w).abs().max().item():.2e}")
 
-# %% [markdown] en=2c394a0b
+# %% [markdown] en=d15374a8
 # ## 6 · 测量：内存、质量与速度
 #
 # 每种方案都在同一段留出（held-out）的英文文本上测（`data/factbook_europe.txt`，
@@ -229,8 +226,7 @@ for g in (32, 64):
 # - 来自 `minillm.generate` 指标（第 05 章）的**预填充和解码的每秒词元数**。
 #
 # “int8”（`minillm.quantize`，逐层替换；语言模型头仍是 float32）在解码步里走 minillm 的 int8
-# 算子；“int8 dequant”每次调用都重建浮点权重。第 7 节会细看这些算子，以及把语言模型头也
-# 放进 int8 的快速路径。
+# 算子；“int8 dequant”每次调用都重建浮点权重（第 7 节）。
 
 # %% en=93de5f5b
 if CI:
@@ -242,25 +238,19 @@ else:
 measured = benchmark(model, tokenizer, rows, **sizes)
 display(Markdown(table(measured)))
 
-# %% en=bd19f983
+# %% en=9be76fbf
 fig = plot_benchmark(measured, f"SmolLM2-135M，{sizes['text_tokens']} 个留出词元")
 plt.show()
-by = {r["row"]: r for r in measured}
-for name in rows[1:]:
-    r = by[name]
-    print(f"{name:>13}：字节数为 fp32 的 {r['weight_bytes'] / by['fp32']['weight_bytes']:.0%}，"
-          f"困惑度 {r['perplexity'] - by['fp32']['perplexity']:+.3f}，解码速度为 fp32 的 "
-          f"{r['decode_tokens_per_s'] / by['fp32']['decode_tokens_per_s']:.2f}x")
 
 # %% [markdown] en=d68ffdf5
 # 先看质量那几列：16 位浮点和 int8 几乎不改变 logits；按 GGUF 分组的 int4 返回的是同样的权重
 # （第 5 节）；分组越粗，代价越大。再看速度那几列：在 CPU 上，它们通常*并不*跟着字节数走。
 # 下一节解释原因。
 
-# %% [markdown] en=57f4e960
+# %% [markdown] en=4e906768
 # ## 7 · 为什么 transformers 的 int8 比 fp16 慢，以及 minillm 的几条 int8 路径
 #
-# 原始材料提到，Hugging Face 的 int8 推理虽然省下大量内存，却常常明显比 fp16 慢。transformers
+# Hugging Face 的 int8 推理内存省得多，却常常明显比 fp16 慢。transformers
 # 在 `load_in_8bit=True` 时跑的是 **LLM.int8()**（Dettmers 等，2022；bitsandbytes 库），它并不是
 # 只量化权重的方案：它把*激活*也量化了，让乘法本身成为 int8 × int8、在 int32 里累加。大模型里
 # 有少数几个**离群特征（outlier feature）**：激活值远大于其余维度的那几个隐藏维度。如果每行只用
@@ -272,9 +262,9 @@ for name in rows[1:]:
 #    缩放因子）相乘，在 int32 里累加；
 # 4. 把 int32 的结果缩放回来，再加上 fp16 那部分。
 #
-# fp16 的层只做一次矩阵乘法，这里却要做五六个操作，在 GPU 上每个都是一次算子启动。批大小
-# 为 1 时，这些额外步骤的开销比 int8 权重省下的字节还大：内存减半，速度却下降了。bitsandbytes
-# 需要 CUDA GPU，所以我们运行的是用 PyTorch 写出来的同一套算术（`minillm.quant.llm_int8`）：
+# fp16 只做一次乘法，这里却要做五六个操作（在 GPU 上各是一次算子启动）：批大小为 1 时，它们的开销
+# 比 int8 权重省下的还多。bitsandbytes 需要 CUDA GPU，所以我们运行的是用 PyTorch 写出来的同一套
+# 算术（`minillm.quant.llm_int8`）：
 
 # %% en=8f3d0985
 from minillm.quant.llm_int8 import THRESHOLD, LLMInt8Linear, outlier_columns  # noqa: E402
@@ -333,34 +323,23 @@ for name, y in errors.items():
 if outlier_cols:
     assert errors["int8 × int8，不拆分离群特征"] > errors["LLM.int8()：离群特征走 fp16"]
 
-# %% [markdown] en=c94e34c9
-# 再看各个步骤的开销：在批大小为 1（一个解码步）和 128 行（一次预填充）时，在这台 CPU 上计时，
-# 与同一层的一次 float32 乘法相比。这里模拟用的 int8 乘法是 PyTorch 自己的（`torch._int_mm`），
-# 不是 bitsandbytes 的 CUDA 算子，所以绝对时间和 GPU 上不同；能搬过去的结论是：乘法之外的
-# 每一步都是额外的工作：
+# %% [markdown] en=3fec0979
+# 再看各个步骤的开销：批大小为 1（一个解码步）和 128 行（一次预填充）时，与一次 float32 乘法相比。
+# 模拟用 PyTorch 的 `torch._int_mm` 做乘法，而不是 bitsandbytes 的 CUDA 算子；能搬过去的结论是：
+# 乘法之外的每一步都是额外的工作：
 
-# %% en=7e68c712
-def time_call(fn, repeats):
-    fn()
-    times = []
-    for _ in range(repeats):
-        with Timer(device) as stopwatch:
-            fn()
-        times.append(stopwatch.seconds)
-    return float(np.median(times))
-
-
+# %% en=6dc8219c
 repeats = 5 if CI else 30
 for rows_in in (1, 128):
     x_rows = x_probe[torch.arange(rows_in) % x_probe.shape[0]]  # 真实的行，不够时重复使用
-    plain_t = time_call(lambda: x_rows @ w_probe.T, repeats)
-    int8_t = time_call(lambda: llm8(x_rows), repeats)
+    plain_t = best_time(lambda: x_rows @ w_probe.T, device, repeats, warmup=1)
+    int8_t = best_time(lambda: llm8(x_rows), device, repeats, warmup=1)
     print(f"{rows_in:>3} 行：float32 {1e3 * plain_t:6.3f} ms，模拟的 LLM.int8() "
           f"{1e3 * int8_t:6.3f} ms（{int8_t / plain_t:.1f}x）")
 
-# %% [markdown] en=89bbb832
+# %% [markdown] en=9e4a0e6c
 # 量化激活会损失精度，只量化权重则不会；拆分把离群特征造成的那部分损失找了回来。（论文发现，
-# 从大约 6.7B 参数起，每一层都有离群特征。）额外的步骤要花时间，批越小越明显。
+# 从大约 6.7B 参数起，每一层都有离群特征。）
 #
 # ### minillm 的仅权重 int8：四种乘法
 #
@@ -368,8 +347,7 @@ for rows_in in (1, 128):
 # `quant.Int8Linear` 有四种乘法（它的 `path`），下面的图里依次叫“int8 反量化”“int8 融合”
 # “int8 动态”和“int8 算子”：
 #
-# - **dequantize**：每次调用都重建一份浮点权重，再做普通乘法：这是 int8 路径比浮点路径慢的
-#   第二个原因。
+# - **dequantize**：每次调用都重建一份浮点权重，再做普通乘法。
 # - **fused**：PyTorch 的仅权重 int8 算子（`torch._weight_int8pack_mm`），
 #   一个融合算子（fused kernel）：它直接拿 int8 数相乘，从不写出浮点权重。
 # - **dynamic**：通过 PyTorch 调用 fbgemm 的 int8 GEMM，它把*激活*也量化（这次调用的所有行共用
@@ -382,7 +360,7 @@ for rows_in in (1, 128):
 # 我们在批大小为 1（一个解码步）和 128 行（一次预填充）两种情况下，为一个层（1536 × 576 的
 # 门控投影）计时：
 
-# %% en=1d6e8815
+# %% en=5100d481
 from minillm.quant.linear import dynamic_int8_available, kernel_int8_available  # noqa: E402
 
 lin = copy.deepcopy(model.layers[0].mlp.gate_proj).float().cpu()  # 在 CPU 上计时
@@ -408,12 +386,12 @@ with torch.inference_mode():
         if kernel_int8_available():
             calls["int8 算子"] = lambda: layer8.forward_kernel(x)
         for name, fn in calls.items():
-            kernel_times[(name, rows_in)] = time_call(fn, repeats)
+            kernel_times[(name, rows_in)] = best_time(fn, device, repeats, warmup=1)
 names = list(dict.fromkeys(n for n, _ in kernel_times))
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
 for ax, rows_in in zip(axes, (1, 128)):
     ax.barh(names, [1e3 * kernel_times[(n, rows_in)] for n in names])
-    ax.set(xlabel="每次调用的毫秒数（中位数）", title=f"{rows_in} 行："
+    ax.set(xlabel="每次调用的毫秒数（最快一次）", title=f"{rows_in} 行："
            + ("解码步" if rows_in == 1 else "预填充"))
 fig.tight_layout()
 plt.show()
@@ -423,27 +401,21 @@ for rows_in in (1, 128):
         f"{n} {kernel_times[(n, rows_in)] / base:.1f}x" for n in names) + "（时间 / fp32 的时间）")
 print("PyTorch 在这里用的 CPU 指令集：", torch.backends.cpu.get_cpu_capability())
 
-# %% [markdown] en=8db31631
-# 这些比值该怎么看（它们因机器而异）：
-#
-# - **dequantize** 路径每次调用都要付出一整份浮点权重的代价，所以批大小为 1 时输给 fp32：这就是
-#   原始材料里说的“慢的 int8”；
-# - PyTorch 的 **fused** 算子有多快，取决于它针对这种 CPU 调得好不好；
-# - **dynamic** 和 **kernel** 路径只读四分之一的字节，批大小为 1 时更快；到了 128 行，乘法变成
-#   计算受限，在大多数 CPU 上 fp32 的矩阵算子又赢了回来，所以快速路径在那里预填充时会重建浮点
-#   权重。有整数矩阵单元的 CPU（Intel 的 AMX，Sapphire Rapids 起的至强）是例外：在那里 minillm 的
-#   int8 算子用它们来乘提示词的各行，依然领先（docs/benchmarks.md）；
-# - 在没有原生 16 位算术的 CPU 上，**fp16/bf16** 要临时转换；在 GPU 上它们才是快速路径。
+# %% [markdown] en=a836061f
+# 这些比值因机器而异。**dequantize** 路径每次调用都要建一整份浮点权重，所以批大小为 1 时输给
+# fp32：这就是“慢的 int8”。**dynamic** 和 **kernel** 路径只读四分之一的字节，批大小为 1 时更快；
+# 到了 128 行，乘法变成计算受限，在大多数 CPU 上 fp32 又赢了回来（有整数矩阵单元的 CPU，即 Intel
+# 的 AMX，除外：docs/benchmarks.md），所以快速路径在那里预填充时会重建浮点权重。在没有 16 位算术的
+# CPU 上，fp16/bf16 要临时转换。
 #
 # dynamic 路径还把每个激活舍入到 8 比特。像解码步那样逐个词元地解码这段留出文本，就能看出
 # 这样做的代价：
 
-# %% en=08b49db4
+# %% en=888bd27e
 from minillm.generation.kv_cache import KVCache  # noqa: E402
 
 
 def stepwise(m, ids):
-    """困惑度和每一步的 logits：每次前向传播一个词元，经过 KV 缓存。"""
     cache, nll, rows = KVCache.for_model(m, 1, len(ids)), 0.0, []
     with torch.inference_mode():
         for i in range(len(ids) - 1):
@@ -473,13 +445,12 @@ for name, (ppl, logits) in steps.items():
 if "int8 算子" in error and "int8 动态" in error:
     assert error["int8 算子"] < error["int8 动态"]  # x 用 int8 比用 int16 损失更大
 
-# %% [markdown] en=e8f4fdd8
+# %% [markdown] en=3a4288ee
 # ### 整个模型在批大小为 1 时：int8 胜过 fp32 和 bf16
 #
 # `minillm.load(..., weights="int8")`（或 `optimize(model, "int8")`）让快速路径的每个线性层，
-# 包括语言模型头，都走 int8 算子。批大小为 1 时，一个解码步把每个权重读一遍，所以它的速度跟着
-# 每个词元要读的字节数走，上限就是第 05 章测过的那个界（带宽 / 字节数）。有 16 行时，算子要把
-# 每个权重乘 16 次：这是计算受限的情形，字节少了也帮不上多少忙。
+# 包括语言模型头，都走 int8 算子。批大小为 1 时，速度跟着每个词元要读的字节数走，上限是第 05 章的
+# 那个界（带宽 / 字节数）；16 行则是计算受限的。
 
 # %% en=856b9306
 from minillm.measure.bandwidth import decode_bound  # noqa: E402
@@ -522,13 +493,10 @@ else:
     print(f"批大小 1 时 int8：受干扰（测得 fp32 的 {ratio:.2f}x，超过其字节所允许的 "
           f"{byte_ratio:.1f}x；{load_average()}）")
 
-# %% [markdown] en=cdeaf172
-# 所以，朴素的 int8 路径比浮点慢（它要重建浮点权重，或者像 LLM.int8() 那样把激活舍入到 8 比特，
-# 既损失精度又多出步骤）；而一个只读一遍 int8 权重、只把激活舍入到 int16 的算子，在批大小为 1
-# 时更快，因为一个解码步的时间就是读权重的时间。在计算受限的地方（行很多，或者预填充），浮点
-# 算子的算力又占了上风；除非 CPU 有做整数矩阵乘法的硬件（AMX），那时 int8 算子依然领先。
+# %% [markdown] en=3a7f262e
+# 所以，int8 在重建浮点权重或多出步骤时慢；有一个只读一遍 int8 权重的算子时，批大小为 1 就快。
 
-# %% [markdown] en=d48b2dc5
+# %% [markdown] en=2e8dfde9
 # ## 8 · 3 比特和 4 比特下更好的舍入：GPTQ 与 AWQ
 #
 # 到目前为止，每种方案都把每个权重舍入到离它最近的网格点：**就近舍入（round-to-nearest，
@@ -543,16 +511,13 @@ else:
 #   会被放大同样的倍数传下去。AWQ 在舍入前把这些列放大、把对应的输入缩小同样的倍数，让它们
 #   得到更细的步长；倍数取 mean|x_j|^α，α 逐层搜索。
 #
-# 两者都沿用 RTN 的网格（每组一个缩放因子和一个最小值）；它们只决定每个权重取哪个网格点
-# （GPTQ），或者舍入之前先怎样缩放权重（AWQ）。GPTQ 的核心循环如下：
+# 两者都沿用 RTN 的网格（每组一个缩放因子和一个最小值）。GPTQ 的核心循环如下：
 
-# %% en=41dbe17e
+# %% en=d3385809
 from minillm.quant import calibration  # noqa: E402
-from minillm.quant.awq import awq  # noqa: E402
 from minillm.quant.gptq import gptq  # noqa: E402
 
 show_source(gptq)
-show_source(awq)
 
 # %% [markdown] en=e1dfe43e
 # 测量时，把 SmolLM2 前几个块里的线性层舍入到两种网格：**3 比特、每行一组**，以及
@@ -595,13 +560,12 @@ for bits in (3, 4):
         f"{m} {by_grid[(bits, m)]['ppl'] - base_ppl:+.2f}" for m in calibration.METHODS)
         + "")
 
-# %% [markdown] en=bcf78bf1
+# %% [markdown] en=a3c26fec
 # 该从中读出什么：
 #
 # - GPTQ 在*校准输入上*的输出误差最小，这正是它最小化的目标（assert 检查了这一点）。困惑度是在
 #   另一段文本上测的，它在那里的优势可能小一些：校准词元太少时，它拟合的是校准文本，而不是语言。
 # - AWQ 每层只搜索一个数，几乎没有余地去拟合校准文本：它可能在校准误差上输，却在困惑度上赢。
-# - 时间是这台 CPU 上的；打印出的结果把它按比例换算到全部 30 个块（每块都是同样的七个层）。
 #
 # ## 9 · W8A8、SmoothQuant 与 FP8：离群值去了哪里
 #
@@ -610,26 +574,23 @@ for bits in (3, 4):
 # 让乘法本身跑在 int8 运算单元上。它的障碍是第 7 节的离群特征：它们决定了每个词元那一行的缩放
 # 因子。LLM.int8() 把这些列留在 fp16；**SmoothQuant**（Xiao 等，2022）把每个输入特征 j 除以
 # s_j = max|x_j|^0.5 / max|W[:, j]|^0.5，同时把 W 的第 j 列乘以它，x Wᵀ 保持不变，离群值则有
-# 一半挪进了权重。**FP8**（e4m3：4 位指数、3 位尾数）把同样的 8 个比特花在一个浮点网格上，
-# 网格的步长随数值增大，于是大数和小数都保住了相对精度；新近的 GPU 能原生地做 FP8 乘法。
+# 一半挪进了权重。**FP8**（e4m3：4 位指数、3 位尾数）把这 8 个比特花在一个步长随数值增大的浮点
+# 网格上；新近的 GPU 能原生地做 FP8 乘法。
 #
-# 两种 8 位格式都还需要缩放因子，公平的比较要给两者同样的缩放因子：int8 和 FP8 各用**整个张量
-# 一个缩放因子**比一次，再各用**每行一个**比一次（x 每个词元一个，W 每个输出通道一个）。每种都看
-# 三个误差：只舍入 x、只舍入 W、两者都舍入。还是在第 7 节里激活最大的那个层上：
+# 公平的比较要给两种格式同样的缩放因子：先是**整个张量一个**，再是**每行一个**（x 每个词元一个，
+# W 每个输出通道一个）。在第 7 节里激活最大的那个层上，看只舍入 x、只舍入 W、两者都舍入的误差：
 
-# %% en=e159a8b7
+# %% en=28c9a332
 from minillm.quant.fp8 import fp8_roundtrip  # noqa: E402
 from minillm.quant.grid import rtn  # noqa: E402
 from minillm.quant.smoothquant import smooth_scales, w8a8  # noqa: E402
 
 
 def int8(t, scales):
-    """t 按对称量化（absmax）舍入到 int8 网格，整个张量一个缩放因子，或每行一个（"channel"）。"""
     return quant.roundtrip(t, "absmax", 8, scales)
 
 
 def fp8(t, scales):
-    """t 舍入到 FP8 e4m3 网格，整个张量一个缩放因子，或每行一个（"channel"）。"""
     return fp8_roundtrip(t) if scales == "tensor" else torch.stack([fp8_roundtrip(r) for r in t])
 
 
@@ -648,18 +609,12 @@ for fmt, rounded in formats.items():
                                     relative_error(x_probe @ w8.T), relative_error(x8 @ w8.T)]
         print(f"{Label(f'{fmt}，{scale_words}'):>36} "
               + " ".join(f"{e:9.2e}" for e in eight_bit[(fmt, scales)]))
-for scales, scale_words in granularities.items():
-    both = {fmt: eight_bit[(fmt, scales)][2] for fmt in formats}
-    best = min(both, key=both.get)
-    print(f"{scale_words}：{best} 的乘积误差更小"
-          f"（{both[best]:.2e}，另一种为 {max(both.values()):.2e}）")
 
-# %% [markdown] en=a55cbc4a
-# 按列来读。int8 的步长处处相等，所以一切取决于缩放因子：整个张量只用一个缩放因子，最大的那个数
-# 就替所有数定下了步长，误差会大好几倍。FP8 的步长随数值增大，缩放因子就不那么要紧：整个张量一个
-# 几乎和每行一个一样好，这也是整个张量一个缩放因子成为 FP8 常见做法的原因。缩放因子相同（每行
-# 一个）时，两者各在适合自己网格的地方胜出：FP8 胜在激活上，激活的离群特征跨越的范围很宽；int8
-# 胜在权重上，权重没有离群值，255 个等距的台阶比 3 位尾数更细。下面的 assert 在这个层上逐一检查：
+# %% [markdown] en=777a1ff6
+# int8 的步长处处相等，所以一切取决于缩放因子：整个张量一个缩放因子，最大的数就定下了所有的步长，
+# 误差会大好几倍。FP8 的步长随数值增大，所以整个张量一个几乎和每行一个一样好（FP8 的常见做法）。
+# 每行一个缩放因子时，两者各在适合自己网格的地方胜出：FP8 胜在离群值跨度很宽的激活上，int8 胜在
+# 权重上，那里 255 个等距的台阶比 3 位尾数更细。下面的 assert 逐一检查：
 
 # %% en=9e201d5b
 assert eight_bit[("int8", "tensor")][2] > 2 * eight_bit[("int8", "channel")][2]
@@ -691,13 +646,13 @@ assert (w8a8_error["SmoothQuant 后的 W8A8（缩放同上）"]
 # %% [markdown] en=90a268ef
 # 选 W4A16 看中的是它的字节数，而不是单次乘积的精度：批大小为 1 时，决定速度的是字节数。
 
-# %% [markdown] en=0940c908
+# %% [markdown] en=5efaa060
 # ## 10 · 专用算子能做到什么：llama.cpp
 #
 # llama.cpp 运行的正是同一个 Q4_1 文件，它用手写的 SIMD 算子直接拿 4 比特块做乘法，从不构建
 # 浮点权重。`python -m minillm bench latency` 在一次运行里，用同一个文件、同一个提示词、同样的
 # 线程数，给 minillm、transformers 的 `generate()` 计时，装了 `llama-cpp-python`（要从源码构建）
-# 时也给 llama.cpp 计时，并打印解码和预填充的每秒词元数，以及它们两两之间的比值。
+# 时也给 llama.cpp 计时。
 # `docs/benchmarks.md` 保存着课程所用机器上 1 个和 2 个线程时的这份报告，连同打印它的命令。
 
 # %% [markdown] en=1b82c490
@@ -714,7 +669,7 @@ assert (w8a8_error["SmoothQuant 后的 W8A8（缩放同上）"]
 #
 # 不重新训练的话，权重去掉之后质量掉得有多快？
 
-# %% en=117a09dd
+# %% en=a25b1925
 ids = held_out_ids(tokenizer, 64 if CI else 128)
 fractions = [0.0, 0.3, 0.6] if CI else [0.0, 0.2, 0.4, 0.6]
 ppl = [quant.perplexity(quant.magnitude_prune(model, f), ids, window=len(ids))
@@ -724,18 +679,14 @@ ax.plot([100 * f for f in fractions], ppl, "o-")
 ax.set(xlabel="每个线性层置零的权重比例（%）", ylabel="困惑度", yscale="log",
        title="幅度剪枝，不重新训练")
 plt.show()
-for f, p in zip(fractions, ppl):
-    print(f"剪掉 {f:4.0%}：困惑度 {p:.2f}")
 
-# %% [markdown] en=2da70e79
+# %% [markdown] en=ee799263
 # ## 12 · 这一章在全局中的位置
 #
 # - `minillm.quantize(model, scheme)` 作用于 `minillm.load` 得到的普通模型；结果不加改动就能在
 #   `minillm.generate` 里运行。
 # - `minillm.load(name, weights="int8")` 就是表里走第 05 章快速路径、用 minillm 算子的那一行
 #   int8。一个模型要么量化，要么优化，不要两样都做。
-# - 在 GPU 上道理相同：仅权重的 int4/int8 算子（vLLM、SGLang、llama.cpp 里的）直接读小权重，
-#   解码比 fp16 快。
 # - KV 缓存也可以用更少的比特存放，即 KV 缓存量化（KV-cache quantization）：
 #   附录 07b 会测量它。
 #
