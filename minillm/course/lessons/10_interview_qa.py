@@ -1,41 +1,34 @@
 # %% [markdown]
 # # 10 · Interview questions (面试题)
 #
-# Thirty-two questions an LLM-inference interview asks: the six of the source text first, then
-# questions drawn from every chapter of this course, then eight that interviews in 2026 ask about
-# serving at scale. Each answer is given in Chinese and English side by side, 中英对照, and each
-# is followed by a cell that shows the answer on the real model, SmolLM2-135M-Instruct, with
-# minillm's own engine, and ends in an `assert` that fails if the answer is wrong on this run. An
-# answer you can prove on a real model is an answer you can defend in an interview.
+# The questions an LLM-inference interview asks, each answered in Chinese and English side by
+# side, 中英对照, and proved by a cell on SmolLM2-135M-Instruct that ends in an `assert`: it fails
+# if the answer is wrong on this run. Where the source text is imprecise, the notebook says so
+# (⚠️). Numbers that follow from a formula alone are printed as arithmetic.
 #
-# Where the source text's answer is imprecise, the notebook says so (⚠️) and shows why. Numbers
-# that follow from a formula alone (a published model's shape, an identity) are printed as
-# arithmetic; the asserts check what this run measured.
-#
-# The chapter has three notebooks, each a sitting of its own:
+# Four notebooks, each a sitting of its own:
 #
 # | notebook | questions |
 # |---|---|
 # | this one | Q1–Q6, the source's six: autoregression, temperature, top-k/top-p, repetition, memory, throughput; Q7–Q11: tokens, the model, the cache |
 # | `10b_interview_engine` | Q12–Q24: prefill and decode, decoding, measuring, batching, paging, quantization, speculation, tensor parallelism |
 # | `10c_interview_serving` | Q25–Q32: FlashAttention, disaggregation, KV-cache quantization, chunked prefill, dynamic batching, GQA/MQA/MLA, GPTQ/AWQ/SmoothQuant, EAGLE/MTP; the self-check quiz |
+| `10d_interview_frontier` | Q33–Q40: what interviews in 2026 add |
 
 # %%
 import os
 import statistics
 from collections import Counter
 
-import matplotlib.pyplot as plt
 import torch
 
 import minillm
-from minillm.course.checks import ch10_interview as checks
 from minillm.decoding import ProcessorList, TopKProcessor, TopPProcessor
-from minillm.course.text_quality import mean_logprob, repeated_ngram_rate
+from minillm.course.text_quality import repeated_ngram_rate
 from minillm.utils.devices import Timer, describe
 from minillm.generation.kv_cache import KVCache
 from minillm.quant import weight_bytes
-from minillm.generation.step_timing import decode_step_times, kv_cache_formula_bytes, prefill_time
+from minillm.generation.step_timing import kv_cache_formula_bytes
 
 CI = bool(os.environ.get("CI"))  # fewer tokens when the notebook runs in the test suite
 N = 8 if CI else 16              # new tokens per demonstration
@@ -44,11 +37,10 @@ for key, value in describe().items():
     print(f"{key:>12}: {value}")
 
 # %% [markdown]
-# The answers open the model up (parameters, layers, projections), so we load the readable
-# model (`fast=False`, the one chapter 02 draws), on the device printed above. Where an answer
-# compares the tokens of two runs (a batch against one request, a cache against none), it
-# compares exactly on a CPU and up to the first near tie of the top two logits on a GPU, whose
-# kernels sum in shape-dependent orders (`minillm.generation.agreement`).
+# The answers open the model up, so we load the readable model (`fast=False`, chapter 02's).
+# Where an answer compares the tokens of two runs, it compares exactly on a CPU and up to the
+# first near tie of the top two logits on a GPU, whose kernels sum in shape-dependent orders
+# (`minillm.generation.agreement`).
 
 # %%
 from minillm.generation.agreement import agree, rule
@@ -58,8 +50,7 @@ print(minillm.use_free_cores())  # one thread fewer for each core other programs
 model, tokenizer = minillm.load("smollm2-135m", dtype=torch.float32, device=device, fast=False)
 c = model.config
 print("tokens of two runs are compared", rule(model))
-prompt = "The capital of France is"
-ids = tokenizer.encode(prompt)
+ids = tokenizer.encode("The capital of France is")
 print(f"{c.n_layers} layers, width {c.hidden_size}, {c.n_heads} query heads, "
       f"{c.n_kv_heads} KV heads of width {c.head_dim}, vocabulary {c.vocab_size}")
 
@@ -74,8 +65,8 @@ print(f"{c.n_layers} layers, width {c.hidden_size}, {c.n_heads} query heads, "
 # |---|---|
 # | 解码器模型只学习一件事：给定前面所有词元，预测下一个词元的概率分布 P(x_t \| x_<t)。因果掩码让位置 t 只能看到它之前的位置，所以生成时必须先选出第 t 个词元，才能计算第 t+1 个：一次前向传播产生一个新词元，再把它接到输入后面继续。这就是自回归。提示词（已知的部分）可以在预填充中并行处理，但新词元只能一个接一个生成。 | A decoder-only model learns one thing: the distribution of the next token given all earlier ones, P(x_t \| x_<t). The causal mask lets position t see only positions before it, so token t must be chosen before token t+1 can be computed: one forward pass yields one new token, which is appended to the input for the next pass. That is autoregression. The prompt, known in advance, is processed in parallel (prefill); new tokens can only come one at a time. |
 #
-# The proof: a loop that appends one argmax at a time reproduces `minillm.generate`, and
-# appending tokens never changes the logits of the positions before them (the causal mask).
+# The proof: a loop of one argmax at a time reproduces `minillm.generate`, and appending tokens
+# never changes the earlier positions' logits.
 
 # %%
 out = minillm.generate(model, tokenizer, ids, max_new_tokens=N)
@@ -117,9 +108,6 @@ try:
 except ValueError as error:
     refused = True
     print("T=0 when sampling:", error)
-print("the same top token at every temperature (dividing by T > 0 keeps the order):",
-      all(int((logits / T).argmax()) == int(logits.argmax()) for T in temps))
-print("the entropy rises with T (hotter is flatter):", entropy == sorted(entropy))
 print("sampling at T = 0.001 with two seeds gives greedy's tokens:", cold[0] == cold[1] == greedy)
 assert cold[0] == cold[1] == greedy and refused  # what generate() did in this run
 
@@ -164,17 +152,7 @@ assert sum(differ.values()) > 0  # on real logits the order changes what is samp
 # %% [markdown]
 # Why a subset: top-p first keeps min(k, nucleus size) tokens. Top-k first renormalises the k
 # survivors, so each probability grows (divided by their total, at most 1) and the running sum
-# reaches p sooner. The chart shows the nucleus's size along the paragraph: top-k's fixed k is too
-# many at some positions and too few at others.
-
-# %%
-fig, ax = plt.subplots(figsize=(9, 3))
-ax.semilogy(nucleus.tolist(), "o-", label="top-p 0.9: tokens kept")
-ax.axhline(50, color="C1", label="top-k 50")
-ax.set(xlabel="position in the paragraph", ylabel="tokens kept")
-ax.legend()
-plt.tight_layout()
-plt.show()
+# reaches p sooner.
 
 # %% [markdown]
 # ## Q4 · 如何减少大模型生成的重复？ How do you reduce repetition?
@@ -213,9 +191,8 @@ for T in (0.3, 1.0):
 assert statistics.fmean(by_temperature[0.3]) > statistics.fmean(by_temperature[1.0])
 
 # %% [markdown]
-# "repetition_penalty=1.8 is strong", measured: the penalty divides the logit of every token
-# already seen, the prompt's included, so it also pushes away the tokens a good answer must
-# repeat. A question whose answer is in the prompt, and a request to copy a sentence:
+# "repetition_penalty=1.8 is strong", measured on a question whose answer is in the prompt and
+# a request to copy a sentence:
 
 # %%
 from minillm.decoding import RepetitionPenaltyProcessor
@@ -268,12 +245,8 @@ assert cache.nbytes == kv_cache_formula_bytes(c, len(ids), 4)
 assert kv_cache_formula_bytes(c, c.max_seq_len, 4, 64) > weights
 
 # %% [markdown]
-# Why a monitor reads about 90%: the engine of chapter 06 sized as vLLM sizes its pool at
-# start-up, for a pretend device of 1 GB (this model's weights take about half of it in fp32).
-# What is left of `gpu_memory_utilization` × the device after the weights becomes KV blocks,
-# allocated before the first request (vLLM also sets aside the activations' peak, which it
-# measures with one run of the largest step; this small model's is left out here). Then two
-# requests are served, and the pool's bytes and its blocks in use are read again:
+# Why a monitor reads about 90%: chapter 06's engine sized as vLLM sizes its pool, for a pretend
+# device of 1 GB (this small model's activation peak left out), then serving two requests:
 
 # %%
 from minillm.engine.paged_cache import PagedKVPool
@@ -399,7 +372,7 @@ assert end_id in c.eos_token_ids or end_id in tokenizer.eos_token_ids
 #
 # | 中文 | English |
 # |---|---|
-# | 每个参数在 fp32 中占 4 字节，fp16/bf16 占 2 字节，int8 占 1 字节，int4 半个字节，所以 n 十亿参数的 fp16 模型约需 2n GB 来放权重。⚠️ 这只是权重：KV 缓存、激活和框架开销另算；"GB" 按 10⁹ 字节算，按 GiB（2³⁰）算要小 7%。GPT-3 的 175B 可以从结构算出：每层约 12·d² 个参数（注意力 4d²，前馈 8d²），96 层、d = 12288 时约 1740 亿。 | Each parameter takes 4 bytes in fp32, 2 in fp16/bf16, 1 in int8, half a byte in int4, so an fp16 model of n billion parameters needs about 2n GB for its weights. ⚠️ Only the weights: the KV cache, activations and framework overhead come on top; "GB" means 10⁹ bytes, 7% less in GiB (2³⁰). GPT-3's 175B follows from its shape: about 12·d² parameters a layer (4d² attention, 8d² feed-forward), 174 billion for 96 layers at d = 12,288. |
+# | 每个参数在 fp32 中占 4 字节，fp16/bf16 占 2 字节，int8 占 1 字节，int4 半个字节，所以 n 十亿参数的 fp16 模型约需 2n GB 来放权重。⚠️ 这只是权重：KV 缓存、激活和框架开销另算；"GB" 按 10⁹ 字节算，按 GiB（2³⁰）算要小 7%。GPT-3 的 175B 可以从结构算出：每层约 12·d² 个参数（注意力 4d²，前馈 8d²），共 96 层。 | Each parameter takes 4 bytes in fp32, 2 in fp16/bf16, 1 in int8, half a byte in int4, so an fp16 model of n billion parameters needs about 2n GB for its weights. ⚠️ Only the weights: the KV cache, activations and framework overhead come on top; "GB" means 10⁹ bytes, 7% less in GiB (2³⁰). GPT-3's 175B follows from its shape: about 12·d² parameters a layer (4d² attention, 8d² feed-forward), 96 layers. |
 
 # %%
 n_params = sum({p.data_ptr(): p.numel() for p in model.parameters()}.values())
@@ -438,11 +411,9 @@ assert agree(model, ids, cached.token_ids, uncached.token_ids)
 assert without == sum(p + i for i in range(N)) and with_cache == p + N - 1
 
 # %% [markdown]
-# What that saves on the clock, one step at a time: a step at sequence length n, once feeding
-# all n tokens again, once feeding the last token to a cache holding the n − 1 before it. The
-# two are timed interleaved, three times, from n = 16 on, doubling n until the step without the
-# cache takes six times the cached one (on a CPU within a few hundred tokens; a GPU, with far
-# more arithmetic behind each weight read, needs thousands):
+# What that saves on the clock: one step at length n without the cache against one with it,
+# timed interleaved three times, doubling n from 16 until recomputing takes six times as long
+# (a CPU gets there within a few hundred tokens, a GPU needs thousands):
 
 # %%
 from minillm.measure import TOO_NOISY, compare, load_average
@@ -485,11 +456,8 @@ assert longest.above(1.0) and longest.ratio > 2 * short.ratio  # the gap grows w
 # %% [markdown]
 # ## What to take away from Q1–Q11
 #
-# - Every answer above is a claim you can check on a real model in a few lines: in an interview,
-#   the formula (weight bytes, KV bytes, positions processed) is the answer, and the measurement
-#   is the proof.
-# - Places the source text needs care: temperature 0 is a special case, not a division; top-k
-#   and top-p do not commute; "lower the temperature" and "beam search" make repetition worse,
-#   and a repetition penalty of 1.8 also pushes away the prompt's words an answer needs.
-# - Continue with `10b_interview_engine`: prefill and decode, measuring, batching, quantization,
-#   speculative decoding and tensor parallelism.
+# - In an interview the formula (weight bytes, KV bytes, positions processed) is the answer and
+#   the measurement is the proof.
+# - The source text's ⚠️ places: temperature 0, the order of top-k and top-p, and three remedies
+#   for repetition that make it worse or hurt the answer (lower T, beams, a penalty of 1.8).
+# - Continue with `10b_interview_engine`.

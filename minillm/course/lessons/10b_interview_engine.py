@@ -2,17 +2,8 @@
 # # 10b · Interview questions (面试题), part two: the engine
 #
 # Q12–Q24 of chapter 10, after `10_interview_qa` (Q1–Q11) and before `10c_interview_serving`
-# (Q25–Q32 and the self-check quiz). As before, each question is answered in Chinese and English
-# side by side, 中英对照, and followed by a cell that shows the answer on SmolLM2-135M-Instruct
-# and ends in an `assert` that fails if the answer is wrong on this run. Numbers that follow
-# from a formula alone are printed as arithmetic.
-#
-# | part | questions |
-# |---|---|
-# | prefill, decode, the KV cache | Q12–Q14 |
-# | decoding, measuring, the bandwidth bound | Q15–Q17 |
-# | batching, paging, prefixes | Q18–Q20 |
-# | quantization, speculation, scaling out | Q21–Q24 |
+# (Q25–Q32 and the self-check quiz). As before, each answer is given in Chinese and English,
+# 中英对照, and proved by a cell that ends in an `assert`.
 
 # %%
 import os
@@ -40,14 +31,12 @@ print(minillm.use_free_cores())  # one thread fewer for each core other programs
 model, tokenizer = minillm.load("smollm2-135m", dtype=torch.float32, device=device, fast=False)
 c = model.config
 print("tokens of two runs are compared", rule(model))
-prompt = "The capital of France is"
-ids = tokenizer.encode(prompt)
+ids = tokenizer.encode("The capital of France is")
 paragraph = ("The printing press was invented in the fifteenth century. It made books cheaper, "
              "and ideas spread faster across Europe than ever before. Within fifty years, "
              "millions of copies had been printed in hundreds of cities.")
 text_ids = tokenizer.encode(paragraph)
 weights = weight_bytes(model)
-out = minillm.generate(model, tokenizer, ids, max_new_tokens=N)  # greedy, for Q14
 
 # %% [markdown]
 # ---
@@ -99,7 +88,7 @@ assert kv.nbytes == per_token * len(ids) * 2 == kv_cache_formula_bytes(c, len(id
 # | 三种条件：① 模型生成了结束词元（EOS，对话模型里是 `<\|im_end\|>`）；② 达到 max_new_tokens 或上下文窗口；③ 用户条件，例如停止字符串（出现后截断，不返回它）。停止后这个序列的 KV 缓存就可以释放。 | Three conditions: (1) the model produces an end token (EOS; `<\|im_end\|>` for a chat model); (2) max_new_tokens or the context window is reached; (3) a user condition such as a stop string (the text is cut before it). Once stopped, the sequence's KV cache can be freed. |
 
 # %%
-first = out.token_ids  # the greedy tokens of the setup cell
+first = minillm.generate(model, tokenizer, ids, max_new_tokens=N).token_ids  # greedy
 by_length = minillm.generate(model, tokenizer, ids, max_new_tokens=3)
 by_eos = minillm.generate(model, tokenizer, ids, max_new_tokens=N, eos_token_id=first[2])
 by_stop = minillm.generate(model, tokenizer, ids, max_new_tokens=N, stop=["."])
@@ -143,22 +132,14 @@ prompts = ["Once upon a time, in a small village,", "The best way to learn a new
            "The capital of France is", "In 1969, the first humans", "My favourite food is",
            "The printing press was invented"]
 wins = losses = 0
-timing = {"greedy": 0.0, "beam 4": 0.0}
 for text in prompts:
     p_ids = tokenizer.encode(text)
-    with Timer(device) as stopwatch:
-        g = minillm.generate(model, tokenizer, p_ids, max_new_tokens=N, ignore_eos=True)
-    timing["greedy"] += stopwatch.seconds
-    with Timer(device) as stopwatch:
-        b = minillm.generate(model, tokenizer, p_ids, max_new_tokens=N, ignore_eos=True,
-                             num_beams=4)
-    timing["beam 4"] += stopwatch.seconds
+    g = minillm.generate(model, tokenizer, p_ids, max_new_tokens=N, ignore_eos=True)
+    b = minillm.generate(model, tokenizer, p_ids, max_new_tokens=N, ignore_eos=True, num_beams=4)
     lp_g, lp_b = mean_logprob(model, p_ids, g.token_ids), mean_logprob(model, p_ids, b.token_ids)
     wins, losses = wins + (lp_b > lp_g + 1e-6), losses + (lp_b < lp_g - 1e-6)
-    print(f"{text[:28]:<28} mean log-prob: greedy {lp_g:6.3f}, beam {lp_b:6.3f}")
 print(f"beam search found the likelier sequence {wins} times, greedy {losses} times, "
-      f"{len(prompts) - wins - losses} ties; beam took {timing['beam 4'] / timing['greedy']:.1f}x "
-      f"greedy's time")
+      f"{len(prompts) - wins - losses} ties")
 assert wins > losses  # usually likelier, not always: the paper model shows how greedy loses
 
 # %% [markdown]
@@ -226,9 +207,8 @@ assert measured < bound  # the bound is a ceiling: decode stays under it
 assert step_flops / step_bytes < balance  # the arithmetic waits for memory, not the reverse
 
 # %% [markdown]
-# Speculation raises a step's arithmetic intensity the way a batch does: a verify step feeds
-# k + 1 tokens through one read of the weights. Its FLOPs per byte by the same count, then its
-# time against a one-token step over the same 16 cached tokens, timed interleaved three times:
+# The verify step of speculation: its FLOPs per byte, then its time against a one-token step over
+# the same 16 cached tokens, timed interleaved three times:
 
 # %%
 from minillm.measure import TOO_NOISY, compare
@@ -280,14 +260,13 @@ from minillm.tools.bench.batching import memory_use
 lengths = [8, 2, 2, 8] if CI else [16, 4, 4, 16]
 requests = [f"Request {i}: tell me about rivers." for i in range(len(lengths))]
 configs = [{"max_new_tokens": n, "ignore_eos": True} for n in lengths]
-engines, results = {}, {}
+engines, results, ghosts = {}, {}, {}
 for kind in ("static", "continuous"):
     engines[kind] = minillm.Engine(model, tokenizer, scheduler=kind, num_blocks=64,
                                    block_size=4, max_num_seqs=2, record=True)
     results[kind] = engines[kind].generate(requests, configs)
-    rows = [item[2] for s in engines[kind].steps for item in s.items]
-    print(f"{kind:>10}: {len(engines[kind].steps)} steps, {rows.count('ghost')} ghost rows")
-ghosts = {k: sum(i[2] == "ghost" for s in e.steps for i in s.items) for k, e in engines.items()}
+    ghosts[kind] = sum(item[2] == "ghost" for s in engines[kind].steps for item in s.items)
+    print(f"{kind:>10}: {len(engines[kind].steps)} steps, {ghosts[kind]} ghost rows")
 assert all(agree(model, s.prompt_token_ids, s.token_ids, r.token_ids)
            for s, r in zip(results["static"], results["continuous"]))
 assert ghosts["continuous"] == 0 < ghosts["static"]
@@ -370,12 +349,11 @@ assert 0.24 < ratios["int8"] < 0.27 and 0.15 < ratios["int4"] < 0.16  # 5 bits, 
 assert abs(ppl["int8"] / ppl["fp32"] - 1) < 0.05
 
 # %% [markdown]
-# Compare the int4 perplexity with fp32's above. The course model ships as GGUF Q4_1: its
-# "fp32" weights are already 4-bit values (groups of 32 with a scale and a minimum) widened to
-# floats, and minillm's int4 is the same scheme, so requantizing can give those values back
-# almost unchanged. The course's baseline is that Q4_1 file itself: there is no 16-bit SmolLM2
-# on this disk, so what int4 costs a model trained and shipped in bf16 (usually clearly more
-# than int8) is not measured here, only explained.
+# Read int4's perplexity with care: the course model ships as GGUF Q4_1, so its "fp32" weights
+# are already 4-bit values in minillm's int4 scheme, widened to floats, and requantizing can give
+# them back almost unchanged. There is
+# no 16-bit SmolLM2 on this disk, so what int4 costs a bf16 model (usually clearly more than
+# int8) is explained here, not measured.
 
 # %% [markdown]
 # ## Q22 · 推测解码为什么能加速，又不改变结果？ Why does speculative decoding speed things up without changing the result?
@@ -402,7 +380,6 @@ def plain_greedy():
 
 
 spec, plain = with_draft(), plain_greedy()
-print(repr(spec.text))
 print(spec.stats.summary())
 passes = {"speculative": 1 + spec.stats.passes, "plain": len(plain.token_ids)}  # prefill + steps
 speedup = compare(with_draft, plain_greedy, repeats=3, device=device)  # plain's time over spec's
@@ -474,17 +451,14 @@ with torch.inference_mode():
         parts.append(h @ mlp.down_proj.weight[:, r].T)  # row-parallel: columns of W
 calls, n_bytes = all_reduce_cost(c, tokens=1)
 print(f"largest difference after the all-reduce: {(sum(parts) - full).abs().max():.2e}")
-print(f"per decoded token: {calls} all-reduces, {n_bytes / 1e3:.0f} kB per rank in fp32 (the "
-      "tensors summed; what a ring sends for them follows below)")
-print(f"that is 2 x {c.n_layers} layers, each {c.hidden_size} values x 4 bytes")
+print(f"per decoded token: {calls} all-reduces (2 x {c.n_layers} layers), {n_bytes / 1e3:.0f} kB "
+      f"summed per rank in fp32 ({c.hidden_size} values x 4 bytes each)")
 assert torch.allclose(sum(parts), full, atol=1e-5)
 
 # %% [markdown]
-# What the all-reduce sends. A ring all-reduce cuts each rank's tensor into N chunks; in N − 1
-# steps each rank passes one chunk to its neighbour, which adds it to its own (reduce-scatter:
-# each rank ends with one chunk fully summed), then N − 1 more steps pass the summed chunks round
-# (all-gather). Below, the ring run on N ranks' real partial outputs of the same layer, counting
-# every value each rank sends:
+# What the all-reduce sends. A ring cuts each rank's tensor into N chunks; in N − 1 steps each
+# rank passes one chunk to its neighbour, which adds it to its own (reduce-scatter), then N − 1
+# more steps pass the summed chunks round (all-gather). Run on the layer's real partial outputs:
 
 # %%
 def ring_all_reduce(tensors):
@@ -520,10 +494,8 @@ with torch.inference_mode():
         assert sent == [2 * (ranks - 1) * size // ranks] * ranks
 
 # %% [markdown]
-# Replicated KV heads. SmolLM2 has 9 query heads and 3 KV heads. With 9 ranks (TP = 9) each
-# rank takes one query head, and its group's KV head goes with it: a copy on each of the 3 ranks
-# of that group. The attention of layer 0 split so, each rank with its copy, then the output
-# projection's partial sums added up:
+# Replicated KV heads: with TP = 9 each rank takes one of SmolLM2's 9 query heads and a copy of
+# its group's KV head (3 copies of each of the 3). Layer 0's attention split so:
 
 # %%
 from minillm.layers import attention_explicit
@@ -546,17 +518,12 @@ for ranks in (1, 3, 9):
     print(f"TP = {ranks}: {per_rank} KV head(s) per rank, {ranks * per_rank} held in all "
           f"({ranks * per_rank // c.n_kv_heads}x the model's {c.n_kv_heads}); each rank's cache "
           f"{kv_cache_formula_bytes(c, 1, 2) * per_rank // c.n_kv_heads:,} bytes a token in fp16")
-try:
-    split_evenly(c.n_kv_heads, tp)
-except ValueError as error:
-    print(f"minillm's own split (chapter 09) stops at {c.n_kv_heads} ranks: {error}")
 assert torch.allclose(sum(pieces), whole, atol=1e-5)
 
 # %% [markdown]
 # ## What to take away from Q12–Q24
 #
-# - The formula is the answer and the measurement is the proof: KV bytes, the bandwidth bound,
-#   the tokens a batch or a draft buys.
-# - Places the source text needs care: latency is TTFT + TPOT × (n − 1), not × n; "450 words a
-#   minute" depends on the tokenizer; the int4 here costs 5 bits a weight, not 4.
-# - Continue with `10c_interview_serving`: eight questions on serving at scale, then the quiz.
+# - The formula is the answer and the measurement is the proof.
+# - The source's ⚠️ places: latency is TTFT + TPOT × (n − 1), not × n; "450 words a minute"
+#   depends on the tokenizer; the int4 here costs 5 bits a weight, not 4.
+# - Continue with `10c_interview_serving`.

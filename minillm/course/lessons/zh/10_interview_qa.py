@@ -1,37 +1,34 @@
 # 中文版 · 10_interview_qa.py 的译文。每个单元格标记里的 en=… 是它所译英文单元格的哈希；
 # 流程见 docs/translating.md。
 
-# %% [markdown] en=21fad573
+# %% [markdown] en=d0db8dfa
 # # 10 · 面试题（interview questions）
 #
-# 这里是大模型推理面试里常被问到的 32 道题：先是原始资料里的 6 道，再是从本课程每一章里提炼出的题目，最后是 2026 年的面试爱问的 8 道大规模服务题。每道题先给出中文答案，后面跟一个代码单元格：用 minillm 自己的引擎在真实模型 SmolLM2-135M-Instruct 上把答案演示一遍，最后用一条 `assert` 收尾，如果答案在这次运行里不成立，它就会失败。能在真实模型上证明的答案，才是面试时站得住的答案。
+# 大模型推理面试常问的题目，每道题都给出答案，再用一个在 SmolLM2-135M-Instruct 上运行的代码单元格证明它，最后以一条 `assert` 收尾：答案在这次运行里不成立，它就会失败。原始资料不够严谨的地方，本章用 ⚠️ 标出。只靠公式就能得出的数字以算式的形式打印。
 #
-# 原始资料的答案不够严谨的地方，本章会用 ⚠️ 标出来，并说明原因。只靠公式就能得出的数字（已发布模型的结构、恒等式）以算式的形式打印；`assert` 检查的是这次运行实际测到的东西。
+# 本章分四个 notebook，每个都可以单独坐下来学一次：
 #
-# 本章分三个笔记本，每个都可以单独坐下来学一次：
-#
-# | 笔记本 | 题目 |
+# | notebook | 题目 |
 # |---|---|
-# | 本笔记本 | Q1–Q6，原始资料的六道题：自回归、温度、top-k/top-p、重复、显存、吞吐量；Q7–Q11：词元、模型、缓存 |
+# | 本 notebook | Q1–Q6，原始资料的六道题：自回归、温度、top-k/top-p、重复、显存、吞吐量；Q7–Q11：词元、模型、缓存 |
 # | `10b_interview_engine` | Q12–Q24：预填充与解码、解码策略、性能测量、批处理、分页、量化、推测解码、张量并行 |
 # | `10c_interview_serving` | Q25–Q32：FlashAttention、预填充/解码分离、KV 缓存量化、分块预填充、动态批处理、GQA/MQA/MLA、GPTQ/AWQ/SmoothQuant、EAGLE/MTP；最后是自测（self-check quiz） |
+# | `10d_interview_frontier` | Q33–Q40：2026 年的面试新增的题目 |
 
-# %% en=29278d6e
+# %% en=0120bf15
 import os
 import statistics
 from collections import Counter
 
-import matplotlib.pyplot as plt
 import torch
 
 import minillm
-from minillm.course.checks import ch10_interview as checks
 from minillm.decoding import ProcessorList, TopKProcessor, TopPProcessor
-from minillm.course.text_quality import mean_logprob, repeated_ngram_rate
+from minillm.course.text_quality import repeated_ngram_rate
 from minillm.utils.devices import Timer, describe
 from minillm.generation.kv_cache import KVCache
 from minillm.quant import weight_bytes
-from minillm.generation.step_timing import decode_step_times, kv_cache_formula_bytes, prefill_time
+from minillm.generation.step_timing import kv_cache_formula_bytes
 
 CI = bool(os.environ.get("CI"))  # 在测试套件里运行时少生成几个词元
 N = 8 if CI else 16              # 每个演示生成的新词元数
@@ -39,10 +36,10 @@ torch.manual_seed(0)
 for key, value in describe().items():
     print(f"{key:>12}: {value}")
 
-# %% [markdown] en=fccef3b3
-# 回答这些问题要打开模型看内部（参数、层、投影），所以我们加载可读版的模型（`fast=False`，也就是第 02 章画过的那个），放在上面打印出的设备上。有些答案要比较两次运行得到的词元（一个批次对比单个请求，有缓存对比无缓存）：在 CPU 上逐个严格比较；在 GPU 上则比较到第一处前两名 logits 几乎相等的位置为止，因为 GPU 算子的求和顺序随张量形状而变（`minillm.generation.agreement`）。
+# %% [markdown] en=152d9af5
+# 回答这些问题要打开模型看内部，所以我们加载可读版的模型（`fast=False`，第 02 章的那个）。有些答案要比较两次运行得到的词元：在 CPU 上逐个严格比较；在 GPU 上则比较到第一处前两名 logits 几乎相等的位置为止，因为 GPU 算子的求和顺序随张量形状而变（`minillm.generation.agreement`）。
 
-# %% en=8b232ef3
+# %% en=2d0e229d
 from minillm.generation.agreement import agree, rule
 
 device = minillm.pick_device("auto")
@@ -50,8 +47,7 @@ print(minillm.use_free_cores())  # 其他程序每占满一个核心，就少用
 model, tokenizer = minillm.load("smollm2-135m", dtype=torch.float32, device=device, fast=False)
 c = model.config
 print("两次运行的词元这样比较：", rule(model))
-prompt = "The capital of France is"
-ids = tokenizer.encode(prompt)
+ids = tokenizer.encode("The capital of France is")
 print(f"{c.n_layers} 层，宽度 {c.hidden_size}，{c.n_heads} 个查询头，"
       f"{c.n_kv_heads} 个宽 {c.head_dim} 的 KV 头，词表 {c.vocab_size}")
 
@@ -59,12 +55,12 @@ print(f"{c.n_layers} 层，宽度 {c.hidden_size}，{c.n_heads} 个查询头，"
 # ---
 # # 第 1 部分 · 原始资料的六道题
 
-# %% [markdown] en=550e6f21
+# %% [markdown] en=5e2f8dcf
 # ## Q1 · 大模型生成为什么是自回归（autoregressive）的？
 #
 # 解码器模型只学一件事：给定前面所有词元（token），预测下一个词元的概率分布 P(x_t \| x_<t)。因果掩码（causal mask）让位置 t 只能看到它之前的位置，所以生成时必须先选出第 t 个词元，才能计算第 t+1 个：一次前向传播（forward pass）产生一个新词元，把它接到输入后面，再做下一次。这就是自回归。提示词是事先已知的，可以在预填充（prefill）中一次并行算完；新词元却只能一个接一个地生成。
 #
-# 证明：一个每次追加一个 argmax 的循环，复现了 `minillm.generate` 的输出；而且追加词元从不改变之前各位置的 logits（这正是因果掩码的作用）。
+# 证明：每次追加一个 argmax 的循环复现了 `minillm.generate` 的输出，而且追加词元从不改变之前各位置的 logits。
 
 # %% en=827a347e
 out = minillm.generate(model, tokenizer, ids, max_new_tokens=N)
@@ -85,7 +81,7 @@ assert torch.allclose(alone, extended, atol=1e-3)
 #
 # 采样（sampling）前把 logits 除以温度 T：P_i = e^(z_i/T) / Σ_j e^(z_j/T)。T < 1 让分布更尖锐（更确定、更保守），T > 1 让分布更平坦（更多样、更随机）。除以正数不改变大小顺序，所以最可能的词元始终不变。T → 0 时全部概率集中到最大的 logit 上，采样就等价于贪心解码（greedy decoding）。⚠️ 严格说 T = 0 是除以零：各个库要么把它特殊处理成贪心解码，要么直接报错（minillm 和 transformers 在采样时都要求 T > 0）。
 
-# %% en=d08c246c
+# %% en=a2e82b59
 with torch.inference_mode():
     logits = model(torch.tensor([ids]))[0, -1]
 temps = [0.1, 0.5, 1.0, 2.0]
@@ -104,9 +100,6 @@ try:
 except ValueError as error:
     refused = True
     print("采样时 T=0：", error)
-print("每个温度下最可能的词元都相同（除以 T > 0 不改变顺序）：",
-      all(int((logits / T).argmax()) == int(logits.argmax()) for T in temps))
-print("熵随 T 升高（温度越高分布越平）：", entropy == sorted(entropy))
 print("T = 0.001 时用两个种子采样，都得到贪心解码的词元：", cold[0] == cold[1] == greedy)
 assert cold[0] == cold[1] == greedy and refused  # 这次运行里 generate() 的实际行为
 
@@ -146,17 +139,8 @@ for k, p in [(50, 0.9), (10, 0.8), (5, 0.95)]:
           f"（先 top-k），对比 {p_first.sum(-1).float().mean():.1f} 个（先 top-p）")
 assert sum(differ.values()) > 0  # 在真实的 logits 上，顺序会改变采样结果
 
-# %% [markdown] en=1946b0c3
-# 为什么是子集：先做 top-p 时，保留的是 min(k, 核的大小) 个词元。先做 top-k 时，k 个幸存者要重新归一化，每个概率都变大（除以它们的总和，而总和至多为 1），累计和会更早达到 p。下图画出核的大小沿着这段文字的变化：top-k 固定的 k 在有些位置太多，在另一些位置又太少。
-
-# %% en=03cdb488
-fig, ax = plt.subplots(figsize=(9, 3))
-ax.semilogy(nucleus.tolist(), "o-", label="top-p 0.9：保留的词元数")
-ax.axhline(50, color="C1", label="top-k 50")
-ax.set(xlabel="在这段文字中的位置", ylabel="保留的词元数")
-ax.legend()
-plt.tight_layout()
-plt.show()
+# %% [markdown] en=c700516b
+# 为什么是子集：先做 top-p 时，保留的是 min(k, 核的大小) 个词元。先做 top-k 时，k 个幸存者要重新归一化，每个概率都变大（除以它们的总和，而总和至多为 1），累计和会更早达到 p。
 
 # %% [markdown] en=3227d5df
 # ## Q4 · 如何减少大模型生成的重复？
@@ -199,8 +183,8 @@ for T in (0.3, 1.0):
           f"（{', '.join(f'{r:.0%}' for r in by_temperature[T])}）")
 assert statistics.fmean(by_temperature[0.3]) > statistics.fmean(by_temperature[1.0])
 
-# %% [markdown] en=b870e0fd
-# 实测“repetition_penalty=1.8 很强”：惩罚会压低序列里每个已出现词元的 logit，提示词里的也算，所以它连好答案必须重复的词元也一起推开了。下面是两个例子：一个问题的答案就在提示词里（“我的朋友 Priya 住在里斯本。Priya 住在哪座城市？”），以及一个照抄句子的请求。
+# %% [markdown] en=ce9b2286
+# 实测“repetition_penalty=1.8 很强”：一个答案就在提示词里的问题（“我的朋友 Priya 住在里斯本。Priya 住在哪座城市？”），以及一个照抄句子的请求。
 
 # %% en=c969472d
 from minillm.decoding import RepetitionPenaltyProcessor
@@ -256,8 +240,8 @@ assert cache.capacity_bytes == kv_cache_formula_bytes(c, c.max_seq_len, 4)
 assert cache.nbytes == kv_cache_formula_bytes(c, len(ids), 4)
 assert kv_cache_formula_bytes(c, c.max_seq_len, 4, 64) > weights
 
-# %% [markdown] en=df3ac794
-# 监控为什么显示约 90%：把第 06 章的引擎按 vLLM 启动时的办法配好池子，设备假定只有 1 GB（这个模型的 fp32 权重约占一半）。`gpu_memory_utilization` × 设备内存减去权重后剩下的部分全部切成 KV 块，在第一个请求到来之前就分配好（vLLM 还会先用最大的一步跑一次，量出激活的峰值并留出来；这个小模型的激活这里略去不算）。然后服务两个请求，再读一次池子的字节数和用到的块：
+# %% [markdown] en=291774d8
+# 监控为什么显示约 90%：把第 06 章的引擎按 vLLM 的办法配好池子，设备假定只有 1 GB（这个小模型的激活峰值略去不算），然后服务两个请求：
 
 # %% en=320b5950
 from minillm.engine.paged_cache import PagedKVPool
@@ -372,10 +356,10 @@ assert chat.rstrip().endswith("<|im_start|>assistant")
 assert chat_ids.count(start_id) >= 2 and end_id in chat_ids
 assert end_id in c.eos_token_ids or end_id in tokenizer.eos_token_ids
 
-# %% [markdown] en=0b501f9c
+# %% [markdown] en=f70b2ec2
 # ## Q10 · 模型有多少参数，要多少显存？
 #
-# 每个参数在 fp32 中占 4 字节，fp16/bf16 占 2 字节，int8 占 1 字节，int4 占半个字节，所以 n 十亿参数的 fp16 模型约需 2n GB 来放权重。⚠️ 这只是权重：KV 缓存、激活和框架开销另算；这里的 "GB" 按 10⁹ 字节算，按 GiB（2³⁰ 字节）算要小 7%。GPT-3 的 175B 可以从它的结构算出来：每层约 12·d² 个参数（注意力 4d²，前馈网络 8d²），96 层、d = 12288 时约 1740 亿。
+# 每个参数在 fp32 中占 4 字节，fp16/bf16 占 2 字节，int8 占 1 字节，int4 占半个字节，所以 n 十亿参数的 fp16 模型约需 2n GB 来放权重。⚠️ 这只是权重：KV 缓存、激活和框架开销另算；这里的 "GB" 按 10⁹ 字节算，按 GiB（2³⁰ 字节）算要小 7%。GPT-3 的 175B 可以从它的结构算出来：每层约 12·d² 个参数（注意力 4d²，前馈网络 8d²），共 96 层。
 
 # %% en=b2bbfebd
 n_params = sum({p.data_ptr(): p.numel() for p in model.parameters()}.values())
@@ -412,8 +396,8 @@ print(f"生成 {N} 个新词元喂给模型的位置数：无缓存 {without} �
 assert agree(model, ids, cached.token_ids, uncached.token_ids)
 assert without == sum(p + i for i in range(N)) and with_cache == p + N - 1
 
-# %% [markdown] en=49f8fc57
-# 这在时钟上能省下多少？一次看一步：序列长度为 n 时的一步，一种做法把 n 个词元全部重新喂一遍，另一种只把最后一个词元喂给存着前 n − 1 个词元的缓存。两种做法交替计时三轮，从 n = 16 开始，每次把 n 翻倍，直到不用缓存的一步耗时达到用缓存的一步的六倍（在 CPU 上几百个词元以内就会达到；GPU 每读一次权重背后能做的运算多得多，要几千个词元）：
+# %% [markdown] en=55b4a8c9
+# 这在时钟上能省下多少：长度为 n 时不用缓存的一步对比用缓存的一步，交替计时三轮，从 n = 16 开始把 n 翻倍，直到重算的耗时达到六倍（CPU 上几百个词元以内就会达到，GPU 要几千个）：
 
 # %% en=a2aa0ea7
 from minillm.measure import TOO_NOISY, compare, load_average
@@ -453,9 +437,9 @@ print({True: f"{n} 个词元时，每一轮都是重算更慢",
 assert short.ratio < 16 / 2  # 序列短时：远不到一步的 n 倍
 assert longest.above(1.0) and longest.ratio > 2 * short.ratio  # 差距随长度增长
 
-# %% [markdown] en=5dc90966
+# %% [markdown] en=33ec4596
 # ## Q1–Q11 的要点
 #
-# - 上面每个答案都是几行代码就能在真实模型上验证的论断：面试时，公式（权重字节数、KV 字节数、处理的位置数）就是答案，测量就是证明。
-# - 原始资料需要小心的地方：温度为 0 是特殊情况，不是一次除法；top-k 和 top-p 不能交换顺序；“降低温度”和“束搜索”会让重复更严重；重复惩罚取 1.8 时，还会把答案需要的提示词里的词推开。
-# - 接着看 `10b_interview_engine`：预填充与解码、性能测量、批处理、量化、推测解码和张量并行。
+# - 面试时，公式（权重字节数、KV 字节数、处理的位置数）就是答案，测量就是证明。
+# - 原始资料标了 ⚠️ 的地方：温度为 0、top-k 与 top-p 的顺序，以及三条对付重复的建议反而让重复更严重或伤害答案（降低温度、束搜索、惩罚取 1.8）。
+# - 接着看 `10b_interview_engine`。
