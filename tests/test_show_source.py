@@ -57,3 +57,28 @@ def test_a_decorated_function_is_shown_as_written_and_named_by_its_own_file(caps
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "# beam_search — minillm/decoding/beam_search.py"
     assert any(line.lstrip().startswith("def beam_search(") for line in lines[1:])
+
+
+def test_a_part_of_a_function_from_its_start_line_to_its_stop_line(capsys, monkeypatch):
+    import builtins
+
+    from minillm.course import show
+    from minillm.decoding import beam_search
+
+    real_import = builtins.__import__
+
+    def no_ipython(name, *args, **kwargs):  # the plain-text path prints what Jupyter shows
+        if name.startswith("IPython"):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_ipython)
+    show.show_source(beam_search, start="while True:", stop="# 3. Ended")
+    out = capsys.readouterr().out
+    assert out.startswith("# beam_search (part) — minillm/decoding/beam_search.py\n")
+    body = out.splitlines()[1:]
+    assert body[0].strip() == "while True:" and "# 3. Ended" not in out
+    with pytest.raises(ValueError, match="no line of beam_search begins with 'never here'"):
+        show.show_source(beam_search, start="while True:", stop="never here")
+    with pytest.raises(ValueError, match="begins with 'nowhere'"):
+        show.show_source(beam_search, start="nowhere")

@@ -40,20 +40,43 @@ def shown_path(path) -> str:
     return path.name
 
 
-def show_source(obj) -> None:
+def show_source(obj, start: str | None = None, stop: str | None = None) -> None:
     """Display the source of a function, class or module from minillm, with syntax colours in
     Jupyter and as plain text elsewhere. A decorated function (torch.inference_mode, say) is
-    shown, and named by its file, as written, not as its decorator's wrapper."""
+    shown, and named by its file, as written, not as its decorator's wrapper.
+
+    `start` and `stop` show only a part: from the first line that begins with `start` (after
+    its indentation) up to, not including, the next line that begins with `stop`. A line that
+    is not there raises ValueError, so a lesson that shows a part learns when the code moved."""
     obj = inspect.unwrap(obj) if callable(obj) else obj
     try:
         source = inspect.getsource(obj)
     except (TypeError, OSError) as error:
         raise TypeError(f"show_source needs a function, class or module, got {obj!r}") from error
+    name = getattr(obj, "__qualname__", getattr(obj, "__name__", "?"))
+    part = ""
+    if start is not None or stop is not None:
+        source, part = _part(source, start, stop, name), " (part)"
     where = shown_path(inspect.getsourcefile(obj))
-    header = f"# {getattr(obj, '__qualname__', getattr(obj, '__name__', '?'))} — {where}\n"
+    header = f"# {name}{part} — {where}\n"
     try:
         from IPython.display import Markdown, display
     except ImportError:
         print(header + source)
         return
     display(Markdown(f"```python\n{header}{source}```"))
+
+
+def _part(source: str, start: str | None, stop: str | None, name: str) -> str:
+    lines = source.splitlines(keepends=True)
+
+    def first(prefix: str, after: int) -> int:
+        for i in range(after, len(lines)):
+            if lines[i].lstrip().startswith(prefix):
+                return i
+        raise ValueError(f"no line of {name} begins with {prefix!r}"
+                         + (" after the start" if after else ""))
+
+    begin = first(start, 0) if start is not None else 0
+    end = first(stop, begin + 1) if stop is not None else len(lines)
+    return "".join(lines[begin:end])

@@ -731,25 +731,14 @@ assert paper.probability(beams[2]) == paper.probability(every) > paper.probabili
 # drop the prefix of the best one as greedy did, and on a real model the likeliest sequences
 # are often the repetitive ones (section 1). It searches wider, at num_beams times the work.
 #
-# The package's `beam_search` follows transformers' `_beam_search` step for step, so most of its
-# hundred lines keep transformers' rules for finished beams and for when to stop. The search
+# The package's `beam_search` follows transformers' `_beam_search` step for step. The search
 # itself is the start of its loop: add each token's log-probability to its beam's total, take
-# the best candidates over all beams at once (which beam each extends, with which token), and
-# keep the best `num_beams` of those that did not end. The rest of the loop moves the ended
-# candidates to a list of finished beams, scored sum(log p) / new_tokens ** length_penalty,
-# and stops once no running beam can beat the worst finished one
-# (`show_source(minillm.decoding.beam_search)` prints all of it).
+# the best candidates over all beams at once, and keep the best `num_beams` that did not end.
+# The rest keeps the ended ones, scored sum(log p) / new_tokens ** length_penalty, and stops
+# once no running beam can beat the worst of them (`show_source(beam_search)` prints it all).
 
 # %%
-import inspect  # noqa: E402
-
-from IPython.display import Markdown  # noqa: E402
-
-# the loop's first steps, cut from the package's source (if the code changes, this cell fails)
-source = inspect.getsource(beam_search)
-loop = source[source.index("    while True:"):source.index("        # 3. Ended")]
-display(Markdown(f"```python\n# the start of the loop of {beam_search.__module__}."
-                 f"{beam_search.__name__}\n{loop}```"))
+show_source(beam_search, start="while True:", stop="# 3. Ended")  # the start of its loop
 
 # %%
 ref_model, ref_tokenizer = minillm.load_reference()

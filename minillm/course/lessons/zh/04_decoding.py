@@ -706,28 +706,19 @@ for name, seq in [("贪心循环", greedy_seq), ("beam_search，1 条束", beams
 assert greedy_seq == beams[1] == ["A", "B", "C"] and beams[2] == ["B", "A", "C"]
 assert paper.probability(beams[2]) == paper.probability(every) > paper.probability(greedy_seq)
 
-# %% [markdown] en=5da1aaf4
+# %% [markdown] en=dfac690a
 # 束搜索也不保证能找到最好的序列：束太少时，它也会像贪心解码那样丢掉最优序列的前缀；而在真实
 # 模型上，最可能的序列往往恰恰是那些重复的序列（第 1 节）。它搜得更宽，代价是 num_beams 倍的
 # 计算量。
 #
-# 本包的 `beam_search` 一步一步照着 transformers 的 `_beam_search` 写，所以它那一百来行大多在
-# 遵循 transformers 关于已结束的束、以及何时停止的规则。搜索本身就是它循环的开头：把每个词元的
-# 对数概率加到它那条束的总分上，在所有束上一起挑出最好的候选（每个候选接在哪条束后面、接的是哪个
-# 词元），再从没有结束的候选里留下最好的 `num_beams` 个。循环的其余部分把已经结束的候选移进
-# 已完成的束的列表，打分为 sum(log p) / new_tokens ** length_penalty，并在没有哪条运行中的束还能
-# 胜过最差的已完成束时停止（`show_source(minillm.decoding.beam_search)` 会打印全部代码）。
+# 本包的 `beam_search` 一步一步照着 transformers 的 `_beam_search` 写。搜索本身就是它循环的
+# 开头：把每个词元的对数概率加到它那条束的总分上，在所有束上一起挑出最好的候选，再留下没有结束
+# 的最好的 `num_beams` 个。其余部分保留已结束的束，打分为 sum(log p) / new_tokens **
+# length_penalty，并在没有哪条运行中的束还能胜过其中最差的一条时停止
+# （`show_source(beam_search)` 会打印全部代码）。
 
-# %% en=e248e3c9
-import inspect  # noqa: E402
-
-from IPython.display import Markdown  # noqa: E402
-
-# 循环开头的几步，从本包的源代码里截出来（代码一改，这个单元格就会报错）
-source = inspect.getsource(beam_search)
-loop = source[source.index("    while True:"):source.index("        # 3. Ended")]
-display(Markdown(f"```python\n# {beam_search.__module__}.{beam_search.__name__} 的循环开头\n"
-                 f"{loop}```"))
+# %% en=dc3dfd49
+show_source(beam_search, start="while True:", stop="# 3. Ended")  # 它循环的开头
 
 # %% en=cc16a4b5
 ref_model, ref_tokenizer = minillm.load_reference()
