@@ -1,7 +1,8 @@
 """An answer that learned the visible cases by heart: the reason the checkers have hidden ones.
 
-`Memorizing(right)` answers every call as `right` does and remembers the answer; once `frozen`,
-it gives the remembered answer to a call it has seen and None to any other. It passes a
+`Memorizing(right)` answers every call as `right` does and remembers the answer (or the
+exception it raised); once `frozen`, it gives the remembered answer to a call it has seen (raising
+the remembered exception again) and None to any other. It passes a
 checker's visible cases, and must fail its hidden ones (`hidden=True`), which are other inputs.
 """
 
@@ -36,10 +37,24 @@ class Memorizing:
     def __call__(self, *args, **kwargs):
         key = (_key(args), _key(kwargs))
         if self.frozen:
-            return copy.deepcopy(self.seen.get(key))
-        answer = self.right(*args, **kwargs)
+            answer = self.seen.get(key)
+            if isinstance(answer, _Raised):
+                raise answer.error
+            return copy.deepcopy(answer)
+        try:
+            answer = self.right(*args, **kwargs)
+        except Exception as error:
+            self.seen[key] = _Raised(error)
+            raise
         self.seen[key] = copy.deepcopy(answer)
         return answer
+
+
+class _Raised:
+    """An exception `right` raised for a call, remembered as that call's answer."""
+
+    def __init__(self, error):
+        self.error = error
 
 
 def assert_hidden_cases_catch_memorizing(check, right, *args, **kwargs):
