@@ -245,7 +245,7 @@ block_map_explorer(engine, snapshots)
 # %%
 longest = max(len(w.prompt) + w.max_new_tokens for w in work)
 memory = memory_use(runs["continuous"]["engine"].steps, max_len=longest)
-LAYOUTS = {"paged": "paged", "contiguous_per_request": "contiguous, prompt + max_new",
+LAYOUTS = {"paged": "paged, 16-token blocks", "contiguous_per_request": "contiguous, prompt + max_new",
            "contiguous_max_length": "contiguous, max length"}  # as printed
 for name, share in memory.items():
     print(f"{Label(LAYOUTS[name]):>28}: {share:.1%} of the reserved KV memory holds tokens")

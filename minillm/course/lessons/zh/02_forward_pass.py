@@ -245,7 +245,6 @@ print(f"{seq} 个词元：{labels}")
 mask = torch.ones(seq, seq, dtype=torch.bool).tril()
 print(mask.int())
 
-
 # %% [markdown] en=46eed877
 # 把那个 `forward` 的前几行用在某一层记录下的输入上，就得到这一层的 q、k 和 v；剩下的交给
 # `attention_explicit`，和三个词元时完全一样：
@@ -275,7 +274,6 @@ with torch.inference_mode():
     fused = attention(q, k, v)
 print(f"显式实现与融合算子之间的最大差异：{(fused - out).abs().max().item():.2g}")
 assert torch.allclose(fused, out, atol=1e-5)
-
 
 # %% [markdown] en=5aab4819
 # `attention_explicit` 返回的是加权之后的值，而不是权重本身。想看权重，就把单位矩阵当作值传进去：

@@ -76,7 +76,7 @@ def cached_step(model, context):
 
 contexts = [64, 1024, 2048, 4096] + ([] if CI else [6144, c.max_seq_len - 1])
 rounds = [[best_time(cached_step(model, n), model, repeats=5, warmup=1)  # 交替测量：机器忙的
-           for n in contexts] for _ in tqdm(range(3), desc="轮次")]      # 时刻会落到每个 n 上
+           for n in contexts] for _ in tqdm(range(3), desc="轮次")]    # 时刻会落到每个 n 上
 context_seconds = [min(times) for times in zip(*rounds)]
 slope, weights_part = np.polyfit(contexts, context_seconds, 1)  # 一步 ≈ 权重 + slope × n
 for n, t in zip(contexts, context_seconds):
@@ -111,7 +111,7 @@ grows = longer.above(1.1)
 print(f"在 {contexts[-1]:,} 个缓存词元上的一步，对比在 {contexts[0]} 个上的一步："
       f"{longer.spread_text()}；{load_average()}")
 print("结论：", {True: "一步的耗时随缓存增长：缓存上的注意力是实实在在的开销",
-                False: "没有测到增长", None: TOO_NOISY}[grows])
+                   False: "没有测到增长", None: TOO_NOISY}[grows])
 assert grows is not False  # 没有一次重复测到长缓存多花 10%：这个论断就不成立
 
 # %% en=0c06d333

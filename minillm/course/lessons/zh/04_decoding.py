@@ -475,15 +475,15 @@ import re  # noqa: E402
 
 # 《哈姆雷特》“生存还是毁灭”，《麦克白》“明天，明天，明天”，美国《独立宣言》“人人生而平等”
 PASSAGES = {
-    "哈姆雷特": ("To be, or not to be, that is the question:\nWhether 'tis nobler in the mind "
-                 "to suffer\n", "The slings and arrows of outrageous fortune, Or to take arms "
-                 "against a sea of troubles"),
+    "哈姆雷特": ("To be, or not to be, that is the question:\nWhether 'tis nobler in the mind to "
+               "suffer\n", "The slings and arrows of outrageous fortune, Or to take arms "
+               "against a sea of troubles"),
     "麦克白": ("Tomorrow, and tomorrow, and tomorrow,\nCreeps in this petty pace from day to "
-               "day,\n", "To the last syllable of recorded time; And all our yesterdays have "
-               "lighted fools"),
+                "day,\n", "To the last syllable of recorded time; And all our yesterdays have "
+                "lighted fools"),
     "独立宣言": ("We hold these truths to be self-evident, that all men are created "
-                 "equal,", "that they are endowed by their Creator with certain "
-                 "unalienable Rights"),
+                       "equal,", "that they are endowed by their Creator with certain "
+                       "unalienable Rights"),
 }
 
 

@@ -126,8 +126,8 @@ after_last = wall - ours
 print(f"最后一个词元之后秒表又走了 {1000 * after_last:.1f} ms（把词元解码成文本、"
       f"组装结果）")
 print("离秒表更近的是：" + ("TTFT + TPOT × (n − 1)" if abs(wall - ours) < abs(wall - source)
-                              else "×n 的公式，只是因为这次运行里最后一个词元之后的工作"
-                                   "用了超过半个 TPOT"))
+                                  else "×n 的公式，只是因为这次运行里最后一个词元之后的工作"
+                                       "用了超过半个 TPOT"))
 assert after_last >= 0  # 词元的时间戳都落在秒表计时的那次调用之内
 
 # %% [markdown] en=9b5d6ca4
@@ -665,7 +665,8 @@ for name, (p_ratio, steps) in sizes.items():
     print(f"{name}：参数量 {p_ratio:4.1f} 倍，每个词元的延迟 {steps.spread_text()}："
           + {False: "延迟的增长比参数量慢",
              True: "延迟的增长比参数量快",
-             "even": "延迟与参数量增长得差不多快（相差不到 15%）", None: TOO_NOISY}[slower])
+             "even": "延迟与参数量增长得差不多快（相差不到 15%）",
+             None: TOO_NOISY}[slower])
 
 # %% [markdown] en=d13ad8a4
 # 怎么读这个结果：批大小为 1 时，一步的用时 = 固定部分（Python、算子启动、小的向量运算）+ 读权重的

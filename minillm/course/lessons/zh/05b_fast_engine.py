@@ -155,7 +155,7 @@ if device.type == "cuda":
     print(f"TPOT {1000 * tpot_off:.2f} ms -> 用图后 {1000 * tpot_on:.2f} ms："
           f"每个词元快 {tpot_off / tpot_on:.1f} 倍")
     print("词元相同：", agree(fast, with_graph[True].prompt_token_ids,
-                          with_graph[True].token_ids, with_graph[False].token_ids),
+                                with_graph[True].token_ids, with_graph[False].token_ids),
           f"（比较方式：{minillm.generation.agreement.rule(fast)}）")
 else:
     print(f"这里没有 CUDA GPU（{device}）：CUDA 图是 CUDA 的功能，这个单元格只在 CUDA GPU 上测量。")
@@ -204,8 +204,7 @@ else:
     if faster is None and timed.near(1.0):  # 每一轮都与即时执行相差不到 15%
         faster = "even"
     print("结论：", {False: "在这台机器上编译后的块更快", True: "在这台机器上编译后的块"
-                   "更慢", "even": "在这台机器上编译后的块与即时执行差不多快（相差不到 15%）",
-                   None: TOO_NOISY}[faster])
+                       "更慢", "even": "在这台机器上编译后的块与即时执行差不多快（相差不到 15%）", None: TOO_NOISY}[faster])
 
 # %% [markdown] en=e91fedaf
 # 编译器把那些细碎的逐元素运算（归一化、SiLU、乘法、加法）融合成更少的算子；它没法让三个大的

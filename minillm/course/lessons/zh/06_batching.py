@@ -233,10 +233,10 @@ block_map_explorer(engine, snapshots)
 # %% [markdown] en=c7513a6d
 # 在连续批处理的整次运行中（每一步按它装着的词元数加权）：
 
-# %% en=e984f9ed
+# %% en=52913628
 longest = max(len(w.prompt) + w.max_new_tokens for w in work)
 memory = memory_use(runs["continuous"]["engine"].steps, max_len=longest)
-LAYOUTS = {"paged": "分页", "contiguous_per_request": "连续存储，提示词 + max_new",
+LAYOUTS = {"paged": "分页，每块 16 个词元", "contiguous_per_request": "连续存储，提示词 + max_new",
            "contiguous_max_length": "连续存储，最大长度"}  # 打印出来的名字
 for name, share in memory.items():
     print(f"{Label(LAYOUTS[name]):>28}：预留的 KV 内存中有 {share:.1%} 装着词元")
