@@ -92,13 +92,12 @@ def cpu_name() -> str:
 
 def engine_key() -> str:
     """A sha256 of the code a lesson's numbers come from: every source of the minillm package
-    (its C kernels included) but the lessons' own text, which `source_key` covers. Copies with
-    one engine key were measured with the same engine, whatever commit each was made at."""
+    (its C kernels included); the lessons' own text lives outside it, in lessons/, and
+    `source_key` covers it. Copies with one engine key were measured with the same engine,
+    whatever commit each was made at."""
     package = ROOT / "minillm"
-    lessons = package / "course" / "lessons"
     digest = hashlib.sha256()
-    for path in sorted(p for p in package.rglob("*") if p.suffix in (".py", ".c", ".h")
-                       and lessons not in p.parents):
+    for path in sorted(p for p in package.rglob("*") if p.suffix in (".py", ".c", ".h")):
         digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
 

@@ -142,10 +142,10 @@ def with_hidden_tests(source: str) -> str:
     return "\n".join([source.rstrip("\n"), BEGIN_HIDDEN, *calls, END_HIDDEN])
 
 
-def assignment(source: Path) -> nbformat.NotebookNode:
-    """The nbgrader source notebook of one exercise source (NN_name_exercise.py)."""
-    edition = notebook.edition_of(source)
-    cells = notebook.parse(source.read_text(encoding="utf-8"), str(source.relative_to(ROOT)))
+def assignment(source: Path, edition: str = "en") -> nbformat.NotebookNode:
+    """The nbgrader source notebook of one exercise source (NN_name_exercise.py), in one
+    edition."""
+    cells = notebook.cells_of(source, edition)
     exercise = notebook.build(cells, "exercise", edition)
     solution = notebook.build(cells, "solution", edition)
     code_stub = CODE_STUBS[edition]
@@ -224,9 +224,9 @@ def sample_class(course: Path, edition: str, chapter: str) -> list[Path]:
 
 
 def exercise_sources(edition: str, chapters=None) -> list[Path]:
-    folder = notebook.SOURCES / notebook.EDITIONS[edition]
-    sources = sorted(folder.glob("[0-9][0-9]_*_exercise.py"))
-    return [s for s in sources if not chapters or s.name[:2] in chapters]
+    sources = sorted(notebook.SOURCES.glob("[0-9][0-9]_*_exercise.py"))
+    return [s for s in sources if (not chapters or s.name[:2] in chapters)
+            and edition in notebook.editions_of(s)]
 
 
 def name_of(source: Path) -> str:
@@ -255,7 +255,7 @@ def build_course(edition: str, out: Path, chapters=None) -> list[Path]:
         name = name_of(source)
         path = out / "source" / name / f"{name}.ipynb"
         path.parent.mkdir(parents=True)
-        nbformat.write(assignment(source), path)
+        nbformat.write(assignment(source, edition), path)
         written.append(path)
     return written
 

@@ -1,10 +1,10 @@
 """Build notebooks from a plain-text source in the "percent" format.
 
-    python scripts/notebook.py --all        every notebook of both editions, from
-                                            minillm/course/lessons/ (English) and lessons/zh/
+    python scripts/notebook.py --all        every notebook of both editions, from lessons/
+                                            (English) and the catalogs in lessons/zh/
     python scripts/notebook.py SOURCE.py notebooks/NN_name.ipynb
     python scripts/notebook.py SOURCE.py --exercise exercises/NN_name.ipynb \
-        --solution solutions/NN_name.ipynb
+        --solution solutions/NN_name.ipynb [--edition zh]
 
 Cells start with a marker line:
     # %%              a code cell
@@ -14,14 +14,12 @@ Cells start with a marker line:
     # %% [check]      a code cell that calls a checker (tagged "check")
 The notebooks are written without outputs, so that nbval runs them fresh.
 
-The Chinese edition: lessons/zh/NN_name.py (and NN_name_exercise.py) has the English source's
-cells in the same order, each marker followed by the hash of the English cell it translates and,
-while the cell is still English, the word `todo`:
-    # %% [markdown] en=3f2a9c1e
-    # %% en=77b0c2d4 todo
-scripts/translate.py keeps the hashes in step (docs/translating.md). Its notebooks go to
-notebooks/zh/, exercises/zh/ and solutions/zh/, each with LANGUAGE_CELL before the first code
-cell, and links to a chapter not translated yet lead to the English notebook.
+The Chinese edition: lessons/zh/NN_name.po is the gettext catalog of lessons/NN_name.py (and
+NN_name_exercise.po of NN_name_exercise.py): the Chinese of its prose, comments and strings, keyed
+by the English (scripts/catalog.py). The Chinese notebooks are the English source with the catalog
+filled in; they go to notebooks/zh/, exercises/zh/ and solutions/zh/, each with LANGUAGE_CELL
+before the first code cell, and links to a chapter not translated yet lead to the English
+notebook. docs/translating.md is the translator's guide.
 """
 
 from __future__ import annotations
@@ -35,15 +33,14 @@ from pathlib import Path
 import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = ROOT / "minillm" / "course" / "lessons"
+SOURCES = ROOT / "lessons"
 # A chapter's lesson (NN_name.py), a second lesson of the same chapter (NNb_name.py) and the
 # chapter's exercise (NN_name_exercise.py)
 SOURCE_GLOB = "[0-9][0-9]*_*.py"
-ZH_SOURCES = SOURCES / "zh"
+ZH_CATALOGS = SOURCES / "zh"
 EDITIONS = {"en": "", "zh": "zh"}  # each edition's folder under notebooks/, exercises/, solutions/
 MARKER = re.compile(r"^# %%(?P<rest>.*)$")
 KIND = re.compile(r"^\s*(?:\[(\w+)\])?(?P<attributes>.*)$")
-HASH = re.compile(r"^en=([0-9a-f]{8})$")
 SPLIT = "# ==== solution ===="
 KINDS = ("code", "markdown", "task", "check")
 LANGUAGE_CELL = """\
@@ -59,8 +56,6 @@ LOCAL_LINK = re.compile(r"\]\((\d\d[a-z]?_\w+)\.ipynb(#[^)]*)?\)")
 class Cell:
     kind: str
     source: str
-    en: str | None = None  # a translation: the hash of the English cell it was made from
-    todo: bool = False  # a translation not made yet: the cell still holds the English
     line: int = 0  # the marker's line in the source file, from 1
 
 
@@ -86,16 +81,10 @@ def _marker(rest: str, where: str, number: int) -> Cell:
     if kind not in KINDS:
         raise ValueError(f"{where}: unknown cell kind [{kind}]; the kinds are "
                          f"{', '.join(KINDS)}")
-    cell = Cell(kind, "", line=number)
-    for word in match.group("attributes").split():
-        if word == "todo":
-            cell.todo = True
-        elif HASH.match(word):
-            cell.en = HASH.match(word).group(1)
-        else:
-            raise ValueError(f"{where}: {word!r} after the cell marker; a marker may carry only "
-                             "en=HASH (8 hex digits) and todo")
-    return cell
+    if match.group("attributes").strip():
+        raise ValueError(f"{where}: {match.group('attributes').strip()!r} after the cell marker; "
+                         "a marker is '# %%' with at most a kind: [markdown], [task] or [check]")
+    return Cell(kind, "", line=number)
 
 
 def markdown(source: str) -> str:
@@ -103,14 +92,70 @@ def markdown(source: str) -> str:
                      for line in source.splitlines())
 
 
-def edition_of(source: Path) -> str:
-    return "zh" if source.parent.name == "zh" else "en"
+def catalog_of(source: Path) -> Path:
+    """The Chinese catalog of an English source (which exists once its translation is begun)."""
+    return ZH_CATALOGS / (source.stem + ".po")
 
 
-def targets(source: Path) -> list[tuple[Path, str]]:
-    """The notebooks built from one source: a lesson, or an exercise and its solution, in the
-    source's edition."""
-    folder = EDITIONS[edition_of(source)]
+def editions_of(source: Path) -> list[str]:
+    return ["en"] + (["zh"] if catalog_of(source).is_file() else [])
+
+
+def read(source: Path) -> list[Cell]:
+    try:
+        where = str(source.relative_to(ROOT))
+    except ValueError:
+        where = str(source)
+    return parse(source.read_text(encoding="utf-8"), where)
+
+
+def commented(text: str) -> str:
+    """Markdown as a source writes it, each line behind "# " (what `markdown` takes off)."""
+    return "\n".join(f"# {line}" if line else "#" for line in text.split("\n"))
+
+
+def translate(cells: list[Cell], catalog) -> list[Cell]:
+    """The cells with the catalog's Chinese filled in (scripts/catalog.py); what the catalog lacks
+    stays English and is listed in catalog.missing."""
+    return [Cell(c.kind, commented(catalog.markdown_cell(markdown(c.source)))
+                 if c.kind == "markdown" else catalog.code_cell(c.source), c.line) for c in cells]
+
+
+def cells_of(source: Path, edition: str = "en") -> list[Cell]:
+    """A source's cells in one edition: the English as written, the Chinese from its catalog."""
+    cells = read(source)
+    if edition == "en":
+        return cells
+    if not catalog_of(source).is_file():
+        raise ValueError(f"{source.name} has no Chinese catalog ({catalog_of(source).name}): "
+                         f"python scripts/translate.py start {source.name.split('_')[0]}")
+    return translate(cells, _catalog().Catalog.read(catalog_of(source)))
+
+
+def percent(cells: list[Cell]) -> str:
+    """Cells written back in the percent format: the Chinese edition as one text, to read or
+    search (the tests of a lesson's wording read it so)."""
+    def marker(cell):
+        return "# %%" + (f" [{cell.kind}]" if cell.kind != "code" else "")
+    return "\n\n".join(f"{marker(c)}\n{c.source}" for c in cells) + "\n"
+
+
+def _catalog():
+    """scripts/catalog.py, imported by path beside this script (as translate.py imports this)."""
+    import importlib.util
+    name = "minillm_script_catalog"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("catalog.py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def targets(source: Path, edition: str = "en") -> list[tuple[Path, str]]:
+    """The notebooks built from one source in one edition: a lesson, or an exercise and its
+    solution."""
+    folder = EDITIONS[edition]
     if source.stem.endswith("_exercise"):
         name = source.stem.removesuffix("_exercise") + ".ipynb"
         return [(ROOT / "exercises" / folder / name, "exercise"),
@@ -119,7 +164,7 @@ def targets(source: Path) -> list[tuple[Path, str]]:
 
 
 def _translated(stem: str, variant: str) -> bool:
-    return (ZH_SOURCES / (stem + ("_exercise" if variant != "lesson" else "") + ".py")).is_file()
+    return (ZH_CATALOGS / (stem + ("_exercise" if variant != "lesson" else "") + ".po")).is_file()
 
 
 def zh_links(text: str, variant: str) -> str:
@@ -162,22 +207,24 @@ def build(cells: list[Cell], variant: str, edition: str = "en"):
 
 
 def all_sources() -> list[Path]:
-    return sorted(SOURCES.glob(SOURCE_GLOB)) + sorted(ZH_SOURCES.glob(SOURCE_GLOB))
+    """The English sources; each is built in every edition it has (editions_of)."""
+    return sorted(SOURCES.glob(SOURCE_GLOB))
 
 
 def build_source(source: Path) -> None:
-    cells = parse(source.read_text(encoding="utf-8"), str(source.relative_to(ROOT)))
-    for path, variant in targets(source):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        nbformat.write(build(cells, variant, edition_of(source)), path)
+    for edition in editions_of(source):
+        cells = cells_of(source, edition)
+        for path, variant in targets(source, edition):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            nbformat.write(build(cells, variant, edition), path)
 
 
 def build_all() -> None:
     sources = all_sources()
     for source in sources:
         build_source(source)
-    zh = sum(edition_of(s) == "zh" for s in sources)
-    print(f"wrote the notebooks of {len(sources) - zh} English and {zh} Chinese sources")
+    zh = sum("zh" in editions_of(s) for s in sources)
+    print(f"wrote the notebooks of {len(sources)} English sources, {zh} of them in Chinese too")
 
 
 def main(argv=None):
@@ -188,6 +235,8 @@ def main(argv=None):
     parser.add_argument("--all", action="store_true", help="build every notebook")
     parser.add_argument("--exercise")
     parser.add_argument("--solution")
+    parser.add_argument("--edition", choices=list(EDITIONS), default="en",
+                        help="zh: fill in the source's catalog from lessons/zh/")
     args = parser.parse_args(argv)
     try:
         if args.all:
@@ -195,12 +244,12 @@ def main(argv=None):
         if not args.source:
             parser.error("give a SOURCE.py, or --all")
         source = Path(args.source)
-        cells = parse(source.read_text(encoding="utf-8"), args.source)
+        cells = cells_of(source.resolve(), args.edition)
         targets = [(args.lesson, "lesson"), (args.exercise, "exercise"),
                    (args.solution, "solution")]
         for path, variant in targets:
             if path:
-                nbformat.write(build(cells, variant, edition_of(source.resolve())), path)
+                nbformat.write(build(cells, variant, args.edition), path)
                 print(f"wrote {path}")
     except ValueError as error:
         sys.exit(f"notebook.py: {error}")

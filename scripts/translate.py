@@ -1,33 +1,31 @@
-"""Keep the Chinese edition in step with the English: each Chinese cell carries the hash of the
-English cell it translates (as a gettext catalog keeps each msgid), so a changed English cell is
-found, named and shown. docs/translating.md is the translator's guide.
+"""Keep the Chinese edition in step with the English. The Chinese of each English source is a
+gettext catalog, lessons/zh/NN_name.po (scripts/catalog.py says what its messages are), which any
+PO editor opens (Poedit, Lokalize, an editor's PO mode). docs/translating.md is the guide.
 
-    python scripts/translate.py status            every chapter: cells to translate, stale, ...
-    python scripts/translate.py start 03          lessons/zh/03_*.py from the English, all `todo`
+    python scripts/translate.py status            every chapter: messages untranslated, fuzzy, ...
+    python scripts/translate.py start 03          lessons/zh/03_*.po from the English, untranslated
                                                   (a second lesson is a chapter of its own: 03b)
-    python scripts/translate.py diff 03           what changed in English since each stale cell
-                                                  was translated (from git history)
-    python scripts/translate.py refresh 03 [N..]  mark stale cells (or only the English cells
-                                                  numbered N) revisited: store today's hashes
-    python scripts/translate.py sync 03           add a `todo` copy of each new English cell,
-                                                  drop the cells whose English cell is gone
+    python scripts/translate.py update 03         the catalogs in step with today's English, as
+                                                  msgmerge does: a new message is added (fuzzy,
+                                                  with the Chinese of a close one that is gone);
+                                                  a rewrapped paragraph keeps its Chinese; a
+                                                  message whose English is gone becomes obsolete
 
-After any of them: python scripts/notebook.py --all
+A fuzzy message keeps the English it was translated from (its #| msgid): revisit the Chinese,
+then delete its "#, fuzzy" line. After any change: python scripts/notebook.py --all
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
-import hashlib
 import importlib.util
-import io
 import re
-import subprocess
 import sys
-import tokenize
 from dataclasses import dataclass
 from pathlib import Path
+
+import polib
 
 
 def load_script(name: str):
@@ -44,89 +42,20 @@ def load_script(name: str):
 
 
 _builder = load_script("notebook")
-ROOT, SOURCES, ZH_SOURCES = _builder.ROOT, _builder.SOURCES, _builder.ZH_SOURCES
-Cell, markdown, parse = _builder.Cell, _builder.markdown, _builder.parse
-TRANSLATED = ZH_SOURCES / "translated.txt"
+catalog = load_script("catalog")
+ROOT, SOURCES, ZH_CATALOGS = _builder.ROOT, _builder.SOURCES, _builder.ZH_CATALOGS
+markdown = _builder.markdown
+TRANSLATED = ZH_CATALOGS / "translated.txt"
 CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 LATIN = re.compile(r"[A-Za-z]")
 # what the prose share leaves out: fenced code, code spans, formulas, links' targets, URLs, tags
 NOT_PROSE = [re.compile(p, re.S) for p in (
     r"```.*?```", r"`[^`\n]*`", r"\$\$.*?\$\$", r"\$[^$\n]+\$", r"\]\([^)]*\)",
     r"https?://\S+", r"<[^>\n]+>")]
+SIMILAR = 0.6  # how close a new English message must be to a gone one to inherit its Chinese
 
 
-# --- the hash and the comparison ------------------------------------------------------------------
-
-def english_hash(cell: Cell) -> str:
-    """8 hex digits of the English cell's kind and text. Markdown is hashed with its whitespace
-    collapsed, so rewrapping a paragraph changes nothing; code keeps its lines."""
-    if cell.kind == "markdown":
-        text = " ".join(markdown(cell.source).split())
-    else:
-        text = "\n".join(line.rstrip() for line in cell.source.splitlines()).strip("\n")
-    return hashlib.sha256(f"{cell.kind}\n{text}".encode()).hexdigest()[:8]
-
-
-@dataclass
-class Problem:
-    kind: str  # "stale", "missing", "orphan" (its English cell is gone) or "todo"
-    english: int | None  # the English cell's index
-    zh: int | None  # the Chinese cell's index
-    message: str
-
-
-def _first_line(cell: Cell) -> str:
-    lines = [line for line in (markdown(cell.source) if cell.kind == "markdown"
-                               else cell.source).splitlines() if line.strip()]
-    text = lines[0].strip() if lines else "(empty)"
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def compare(english: list[Cell], zh: list[Cell], english_name: str, zh_name: str,
-            chapter: str) -> list[Problem]:
-    """Every way the Chinese cells are out of step with the English ones, each named."""
-    hashes = [english_hash(c) for c in english]
-    matcher = difflib.SequenceMatcher(None, hashes, [c.en for c in zh], autojunk=False)
-    problems = []
-
-    def where_en(i):
-        return f"English cell {i + 1} ({english[i].kind}, {_first_line(english[i])!r})"
-
-    def where_zh(j):
-        return f"{zh_name}:{zh[j].line}"
-
-    for op, i1, i2, j1, j2 in matcher.get_opcodes():
-        pairs = list(zip(range(i1, i2), range(j1, j2))) if op in ("equal", "replace") else []
-        for i, j in pairs:
-            if zh[j].kind != english[i].kind:
-                problems.append(Problem("stale", i, j, (
-                    f"{where_zh(j)} is a [{zh[j].kind}] cell but translates {where_en(i)}: "
-                    f"make it [{english[i].kind}]")))
-            elif op == "replace":
-                had = f"en={zh[j].en}" if zh[j].en else "no en=HASH"
-                problems.append(Problem("stale", i, j, (
-                    f"{where_zh(j)} translates an older text of {where_en(i)} ({had}, the "
-                    f"English is now en={hashes[i]}): revisit the translation "
-                    f"(python scripts/translate.py diff {chapter} shows what changed), then "
-                    f"python scripts/translate.py refresh {chapter} {i + 1}")))
-        for i in range(i1 + len(pairs), i2):
-            problems.append(Problem("missing", i, None, (
-                f"{where_en(i)} has no translation in {zh_name}: python scripts/translate.py "
-                f"sync {chapter} adds it, marked todo")))
-        for j in range(j1 + len(pairs), j2):
-            problems.append(Problem("orphan", None, j, (
-                f"{where_zh(j)} ({_first_line(zh[j])!r}) translates no English cell of "
-                f"{english_name} (its English cell was removed or changed beyond recognition): "
-                f"python scripts/translate.py sync {chapter} drops it")))
-    for j, cell in enumerate(zh):
-        if cell.todo:
-            problems.append(Problem("todo", None, j, (
-                f"{where_zh(j)} ({_first_line(cell)!r}) is marked todo: translate it, then "
-                "delete the word todo from its marker")))
-    return problems
-
-
-# --- chapters and their files --------------------------------------------------------------------
+# --- chapters and their files ----------------------------------------------------------------------
 
 def chapter_of(source: Path) -> str:
     """A source's chapter as translate.py names it: "03" for 03_kv_cache.py and its exercise,
@@ -148,22 +77,15 @@ def chapter_sources(chapter: str) -> list[Path]:
 
 
 def zh_source(english: Path) -> Path:
-    return ZH_SOURCES / english.name
+    """The catalog of an English source."""
+    return ZH_CATALOGS / (english.stem + ".po")
 
 
 def rel(path: Path) -> str:
-    return str(path.relative_to(ROOT))
-
-
-def read(path: Path) -> list[Cell]:
-    return parse(path.read_text(encoding="utf-8"), rel(path))
-
-
-def problems_of(english: Path) -> list[Problem]:
-    """The problems of one English source's Chinese twin (which must exist)."""
-    chapter = chapter_of(english)
-    return compare(read(english), read(zh_source(english)), rel(english),
-                   rel(zh_source(english)), chapter)
+    try:
+        return str(path.relative_to(ROOT))
+    except ValueError:
+        return str(path)
 
 
 def translated_chapters() -> list[str]:
@@ -175,7 +97,69 @@ def translated_chapters() -> list[str]:
     return [line for line in lines if line]
 
 
-# --- how much of the prose is Chinese ------------------------------------------------------------
+# --- the messages and what is wrong with a catalog -------------------------------------------------
+
+def messages(english: Path) -> list[tuple[str, int]]:
+    """The msgids of an English source, each once, with the number (from 1) of the first cell
+    that has it, in order."""
+    found = {}
+    for number, cell in enumerate(_builder.read(english), start=1):
+        texts = ([markdown(cell.source)] if cell.kind == "markdown"
+                 else catalog.code_messages(cell.source))
+        for text in texts:
+            found.setdefault(text, number)
+    return list(found.items())
+
+
+def read_catalog(english: Path):
+    """The catalog of `english`, filled once into its cells, so that its `missing` and `unused`
+    say what the Chinese notebooks lack and what no English asks for."""
+    cat = catalog.Catalog.read(zh_source(english))
+    _builder.translate(_builder.read(english), cat)
+    return cat
+
+
+@dataclass
+class Problem:
+    kind: str  # "untranslated", "fuzzy", "new" (not in the catalog) or "gone" (its English is)
+    cell: int | None  # the English cell's number, from 1
+    message: str
+
+
+def _short(text: str) -> str:
+    line = next((line.strip() for line in text.splitlines() if line.strip()), "(empty)")
+    return line if len(line) <= 60 else line[:57] + "..."
+
+
+def problems_of(english: Path) -> list[Problem]:
+    """Every way the catalog of `english` (which must exist) is out of step with it, each named
+    with what to do."""
+    cat, where, chapter = read_catalog(english), rel(zh_source(english)), chapter_of(english)
+    problems = []
+    for msgid, number in messages(english):
+        entry = cat.code.get(msgid) or cat.markdown.get(catalog.collapse(msgid))
+        said = f"English cell {number} ({_short(msgid)!r})"
+        if entry is None:
+            problems.append(Problem("new", number, (
+                f"{where} has no message for {said}: python scripts/translate.py update "
+                f"{chapter} adds it")))
+        elif entry.fuzzy:
+            problems.append(Problem("fuzzy", number, (
+                f"{where}: the message of {said} is fuzzy, its English changed since it was "
+                f"translated (the old English is its #| msgid): revisit the Chinese, then delete "
+                f"its '#, fuzzy' line")))
+        elif not entry.msgstr:
+            problems.append(Problem("untranslated", number,
+                                    f"{where}: {said} is not translated yet"))
+    for entry in cat.unused():
+        what = f"the note ({entry.msgctxt}) of the line" if entry.msgctxt else "the message"
+        problems.append(Problem("gone", None, (
+            f"{where}: {what} {_short(entry.msgid)!r} is English no longer in {english.name}: "
+            f"python scripts/translate.py update {chapter} makes it obsolete")))
+    return problems
+
+
+# --- how much of the prose is Chinese --------------------------------------------------------------
 
 def prose(markdown_text: str) -> str:
     for pattern in NOT_PROSE:
@@ -191,36 +175,13 @@ def chinese_share(markdown_text: str) -> float:
     return cjk / (cjk + latin) if cjk + latin else 0.0
 
 
-# --- writing a Chinese source --------------------------------------------------------------------
-
-def marker(cell: Cell) -> str:
-    parts = ["# %%"] + ([f"[{cell.kind}]"] if cell.kind != "code" else [])
-    parts += [f"en={cell.en}"] + (["todo"] if cell.todo else [])
-    return " ".join(parts)
+def chinese_prose(english: Path) -> str:
+    """The markdown of a source's Chinese edition, every cell joined."""
+    return "\n".join(markdown(c.source) for c in _builder.cells_of(english, "zh")
+                     if c.kind == "markdown")
 
 
-def render(header: str, cells: list[Cell]) -> str:
-    body = "\n\n".join(f"{marker(c)}\n{c.source}" if c.source else marker(c) for c in cells)
-    return header + body + "\n"
-
-
-def has_prose(cell: Cell) -> bool:
-    """Whether a cell holds words to translate: markdown, or code with a comment or a string
-    with a space in it."""
-    if cell.kind == "markdown":
-        return True
-    try:
-        tokens = list(tokenize.generate_tokens(io.StringIO(cell.source + "\n").readline))
-    except (tokenize.TokenError, SyntaxError):
-        return True
-    return any(t.type == tokenize.COMMENT or (t.type == tokenize.STRING and " " in t.string
-                                              and LATIN.search(t.string)) for t in tokens)
-
-
-def header_for(english: Path) -> str:
-    return (f"# 中文版 · {english.name} 的译文。每个单元格标记里的 en=… 是它所译英文单元格的"
-            "哈希；\n# 流程见 docs/translating.md。\n\n")
-
+# --- writing a catalog -----------------------------------------------------------------------------
 
 def start(chapter: str) -> None:
     for english in chapter_sources(chapter):
@@ -228,145 +189,75 @@ def start(chapter: str) -> None:
         if target.exists():
             raise SystemExit(f"{rel(target)} exists already: python scripts/translate.py "
                              f"status shows what it needs")
-        cells = [Cell(c.kind, c.source, english_hash(c), has_prose(c)) for c in read(english)]
+        po = catalog.new_po(english.name)
+        for msgid, _ in messages(english):
+            po.append(polib.POEntry(msgid=msgid, msgstr=""))
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(render(header_for(english), cells), encoding="utf-8")
-        print(f"wrote {rel(target)}: {len(cells)} cells, {sum(c.todo for c in cells)} to "
-              "translate (marked todo)")
+        po.save(str(target))
+        print(f"wrote {rel(target)}: {len(po)} messages to translate")
 
 
-def _header(path: Path) -> str:
-    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
-    head = []
-    for line in lines:
-        if line.startswith("# %%"):
-            break
-        head.append(line)
-    return "".join(head)
-
-
-def refresh(chapter: str, numbers: list[int]) -> None:
-    """Store today's English hash in the stale cells (all, or those of the English cells
-    numbered `numbers`): the translator has revisited them."""
+def update(chapter: str) -> None:
+    """The catalogs of a chapter in step with its English, as msgmerge does."""
     for english in chapter_sources(chapter):
         target = zh_source(english)
         if not target.exists():
             continue
-        en_cells, zh_cells = read(english), read(target)
-        lines = target.read_text(encoding="utf-8").splitlines()
-        done = []
-        for p in problems_of(english):
-            if p.kind == "stale" and (not numbers or p.english + 1 in numbers):
-                cell = zh_cells[p.zh]
-                cell.en, cell.kind = english_hash(en_cells[p.english]), en_cells[p.english].kind
-                lines[cell.line - 1] = marker(cell)
-                done.append(str(p.english + 1))
-        if done:
-            target.write_text("\n".join(lines) + "\n", encoding="utf-8")
-            print(f"{rel(target)}: refreshed the cells translating English cells "
-                  f"{', '.join(done)}")
-
-
-def sync(chapter: str) -> None:
-    """Add a todo copy of each English cell with no translation; drop each Chinese cell whose
-    English cell is gone (printed, so nothing is lost unseen)."""
-    for english in chapter_sources(chapter):
-        target = zh_source(english)
-        if not target.exists():
-            continue
-        en_cells, zh_cells = read(english), read(target)
-        problems = problems_of(english)
-        missing = {p.english for p in problems if p.kind == "missing"}
-        orphans = {p.zh for p in problems if p.kind == "orphan"}
-        if not missing and not orphans:
-            continue
-        kept = {p.english: p.zh for p in problems if p.kind == "stale"}
-        hashes = [english_hash(c) for c in en_cells]
-        matcher = difflib.SequenceMatcher(None, hashes, [c.en for c in zh_cells], autojunk=False)
-        for block in matcher.get_matching_blocks():
-            kept.update({block.a + k: block.b + k for k in range(block.size)})
-        cells = []
-        for i, cell in enumerate(en_cells):
-            if i in missing:
-                cells.append(Cell(cell.kind, cell.source, hashes[i], has_prose(cell)))
-                print(f"{rel(target)}: added English cell {i + 1} ({_first_line(cell)!r}), todo")
-            elif i in kept:
-                cells.append(zh_cells[kept[i]])
-        for j in sorted(orphans):
-            print(f"{rel(target)}: dropped line {zh_cells[j].line}, whose English cell is "
-                  f"gone:\n{zh_cells[j].source}\n")
-        target.write_text(render(_header(target), cells), encoding="utf-8")
-
-
-def _git(*args: str) -> str:
-    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
-                          check=True).stdout
-
-
-def english_at(english: Path, wanted: set[str]) -> dict[str, Cell]:
-    """The English cells, among older versions of the source in git history, whose hash is in
-    `wanted`: hash -> cell."""
-    found, versions = {}, []  # (commit, the file's path in it), newest first
-    log = _git("log", "--format=commit %H", "--name-only", "--follow", "--", rel(english))
-    for line in log.splitlines():
-        if line.startswith("commit "):
-            versions.append([line.split()[1], None])
-        elif line.strip() and versions:
-            versions[-1][1] = line.strip()
-    for commit, path in versions:
-        if not wanted - found.keys():
-            break
-        try:
-            text = _git("show", f"{commit}:{path}")
-        except subprocess.CalledProcessError:
-            continue
-        for cell in parse(text):
-            h = english_hash(cell)
-            if h in wanted and h not in found:
-                found[h] = cell
-    return found
-
-
-def diff(chapter: str) -> None:
-    for english in chapter_sources(chapter):
-        if not zh_source(english).exists():
-            continue
-        stale = [p for p in problems_of(english) if p.kind == "stale"]
-        zh_cells, en_cells = read(zh_source(english)), read(english)
-        old = english_at(english, {zh_cells[p.zh].en for p in stale if zh_cells[p.zh].en})
-        for p in stale:
-            cell, now = zh_cells[p.zh], en_cells[p.english]
-            print(f"== English cell {p.english + 1}, translated at "
-                  f"{rel(zh_source(english))}:{cell.line}")
-            before = old.get(cell.en)
-            if before is None:
-                print(f"(no version of {rel(english)} in git history has en={cell.en}; the "
-                      f"English cell now:)\n{now.source}\n")
+        cat = read_catalog(english)
+        po, wanted = cat.po, messages(english)
+        wanted_ids = {m for m, _ in wanted}
+        unused = {id(e) for e in cat.unused()}
+        known = {e.msgid for e in po if not e.obsolete and not e.msgctxt}
+        gone = [e for e in po if not e.obsolete and not e.msgctxt and e.msgid not in wanted_ids]
+        added = fuzzy = rewrapped = 0
+        for msgid, _ in wanted:
+            if msgid in known:
                 continue
-            sys.stdout.writelines(difflib.unified_diff(
-                before.source.splitlines(keepends=True), now.source.splitlines(keepends=True),
-                "English then", "English now"))
-            print()
+            same = next((e for e in gone if catalog.collapse(e.msgid) == catalog.collapse(msgid)),
+                        None)
+            if same is not None:  # the same words, rewrapped: the Chinese stands
+                same.msgid = msgid
+                gone.remove(same)
+                rewrapped += 1
+                continue
+            entry = polib.POEntry(msgid=msgid, msgstr="")
+            close = difflib.get_close_matches(msgid, [e.msgid for e in gone], n=1,
+                                              cutoff=SIMILAR)
+            if close:
+                old = next(e for e in gone if e.msgid == close[0])
+                entry.msgstr, entry.previous_msgid = old.msgstr, old.msgid
+                entry.flags.append("fuzzy")
+                gone.remove(old)
+                po.remove(old)
+                fuzzy += 1
+            po.append(entry)
+            added += 1
+        for entry in po:
+            if entry in gone or (entry.msgctxt and id(entry) in unused):
+                entry.obsolete = True
+        order = {m: i for i, (m, _) in enumerate(wanted)}
+        po[:] = sorted(po, key=lambda e: (e.obsolete, order.get(e.msgid, len(order))))
+        po.save(str(target))
+        print(f"{rel(target)}: {added} new messages ({fuzzy} fuzzy, with the Chinese of a close "
+              f"one that is gone), {rewrapped} rewrapped, {sum(e.obsolete for e in po)} "
+              "obsolete")
 
 
 def status() -> None:
     translated = translated_chapters()
-    print("chapter  source                        cells  todo  stale  missing  orphan  "
+    print("chapter  source                        messages  untranslated  fuzzy  new  gone  "
           "Chinese prose")
     for chapter in chapters():
         for english in chapter_sources(chapter):
-            target = zh_source(english)
-            if not target.exists():
+            if not zh_source(english).exists():
                 print(f"{chapter:<8} {english.name:<29} not started")
                 continue
-            problems = problems_of(english)
-            count = {k: sum(p.kind == k for p in problems)
-                     for k in ("todo", "stale", "missing", "orphan")}
-            cells = read(target)
-            text = "\n".join(markdown(c.source) for c in cells if c.kind == "markdown")
-            print(f"{chapter:<8} {english.name:<29} {len(cells):>5}  {count['todo']:>4}  "
-                  f"{count['stale']:>5}  {count['missing']:>7}  {count['orphan']:>6}  "
-                  f"{100 * chinese_share(text):>5.0f}%")
+            count = {k: 0 for k in ("untranslated", "fuzzy", "new", "gone")}
+            for problem in problems_of(english):
+                count[problem.kind] += 1
+            print(f"{chapter:<8} {english.name:<29} {len(messages(english)):>8}  "
+                  f"{count['untranslated']:>12}  {count['fuzzy']:>5}  {count['new']:>3}  "
+                  f"{count['gone']:>4}  {100 * chinese_share(chinese_prose(english)):>5.0f}%")
     print(f"listed as translated in {rel(TRANSLATED)}: {', '.join(translated) or 'none'}")
 
 
@@ -375,22 +266,14 @@ def main(argv=None) -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("status", help="every chapter's state")
-    for name, text in [("start", "begin a chapter's translation"),
-                       ("diff", "what changed in English since each stale cell's translation"),
-                       ("sync", "add new English cells (todo), drop removed ones")]:
+    for name, text in [("start", "begin a chapter's catalogs"),
+                       ("update", "bring a chapter's catalogs in step with the English")]:
         commands.add_parser(name, help=text).add_argument("chapter")
-    refresh_parser = commands.add_parser("refresh", help="mark stale cells revisited")
-    refresh_parser.add_argument("chapter")
-    refresh_parser.add_argument("cells", nargs="*", type=int,
-                                help="English cell numbers, as the tests name them (default: all "
-                                     "stale cells)")
     args = parser.parse_args(argv)
     if args.command == "status":
         status()
-    elif args.command == "refresh":
-        refresh(args.chapter, args.cells)
     else:
-        {"start": start, "diff": diff, "sync": sync}[args.command](args.chapter)
+        {"start": start, "update": update}[args.command](args.chapter)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,13 @@ from pathlib import Path
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
 
+def chinese_source(english: Path) -> str:
+    """The Chinese edition of an English source (lessons/NN_name.py), built from its catalog, as
+    one text in the source's percent format."""
+    builder = script("notebook")
+    return builder.percent(builder.cells_of(english, "zh"))
+
+
 def script(name: str):
     module_name = f"minillm_script_{name}"
     if module_name not in sys.modules:

@@ -13,12 +13,19 @@ import minillm
 from minillm.model import registry
 
 PACKAGE = Path(minillm.__file__).parent
-LESSONS = PACKAGE / "course" / "lessons"  # the lessons' text, not modules of the package
 WINGS = ("minillm.course", "minillm.tools")
 
 
 def package_files() -> list[Path]:
-    return sorted(p for p in PACKAGE.rglob("*.py") if LESSONS not in p.parents)
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+def test_the_package_holds_no_lesson_text():
+    """The lessons' sources live in lessons/ at the top of the repository: the package a learner
+    installs is code (the course's checkers and widgets included), not prose."""
+    assert not (PACKAGE / "course" / "lessons").exists()
+    sources = [p for p in PACKAGE.rglob("*.py") if "# %% [markdown]" in p.read_text()]
+    assert sources == []
 
 
 def _modules() -> dict[str, Path]:

@@ -351,12 +351,13 @@ def test_the_published_copies_were_measured_with_this_engine_on_one_machine():
 
 def test_the_engine_key_follows_the_engine_and_not_the_lessons(tmp_path, monkeypatch):
     fake = tmp_path / "minillm"
-    (fake / "course" / "lessons").mkdir(parents=True)
+    fake.mkdir()
+    (tmp_path / "lessons").mkdir()
     (fake / "engine.py").write_text("x = 1\n")
-    (fake / "course" / "lessons" / "00_welcome.py").write_text("# prose\n")
+    (tmp_path / "lessons" / "00_welcome.py").write_text("# prose\n")
     monkeypatch.setattr(execute, "ROOT", tmp_path)
     before = execute.engine_key()
-    (fake / "course" / "lessons" / "00_welcome.py").write_text("# other prose\n")
+    (tmp_path / "lessons" / "00_welcome.py").write_text("# other prose\n")
     assert execute.engine_key() == before
     (fake / "engine.py").write_text("x = 2\n")
     assert execute.engine_key() != before

@@ -15,7 +15,7 @@ from minillm.course.checks._base import CheckFailed
 from memorizing import assert_hidden_cases_catch_memorizing
 from test_tokenizer_checks import assert_hints_are_specific
 
-SOURCE = Path(__file__).parent.parent / "minillm/course/lessons/06_batching_exercise.py"
+SOURCE = Path(__file__).parent.parent / "lessons/06_batching_exercise.py"
 
 
 @pytest.fixture(scope="module")

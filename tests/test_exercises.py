@@ -82,14 +82,21 @@ def test_unsolved_exercise_fails_each_check_with_the_checkers_message(exercise):
             assert not errors, f"cell {i} raised {errors[0]['ename']}: {errors[0]['evalue']}"
 
 
-@pytest.mark.parametrize("source", script("notebook").all_sources(), ids=_ids)
-def test_notebooks_are_built_from_their_sources(source):
+EDITIONS = [(source, edition) for source in script("notebook").all_sources()
+            for edition in script("notebook").editions_of(source)]
+
+
+@pytest.mark.parametrize("source,edition", EDITIONS,
+                         ids=[f"{edition}-{source.stem}" for source, edition in EDITIONS])
+def test_notebooks_are_built_from_their_sources(source, edition):
+    """The committed notebooks of both editions are what the sources build: the English source,
+    and for the Chinese edition the English source with its catalog filled in."""
     builder = script("notebook")
-    cells = builder.parse(source.read_text(encoding="utf-8"))
-    for target, variant in builder.targets(source):
+    cells = builder.cells_of(source, edition)
+    for target, variant in builder.targets(source, edition):
         assert target.is_file(), f"{target.relative_to(ROOT)} is missing: run python " \
                                  "scripts/notebook.py --all"
-        built = builder.build(cells, variant, builder.edition_of(source))
+        built = builder.build(cells, variant, edition)
         committed = _read(target)
         assert [c.source for c in committed.cells] == [c.source for c in built.cells], (
             f"{target.relative_to(ROOT)} is out of date with {source.relative_to(ROOT)}: run "

@@ -9,14 +9,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from script_modules import script
+from script_modules import chinese_source, script
 
 ROOT = Path(__file__).resolve().parents[1]
 GLOSSARY = ROOT / "docs" / "glossary.md"
-SOURCES = ROOT / "minillm" / "course" / "lessons"
+SOURCES = ROOT / "lessons"
 LESSONS = sorted(p for p in SOURCES.glob("[0-9][0-9]*_*.py") if not p.stem.endswith("_exercise"))
 EXERCISES = sorted(SOURCES.glob("[0-9][0-9]*_*_exercise.py"))
-ZH_SOURCES = sorted((SOURCES / "zh").glob("[0-9][0-9]*_*.py"))
+# the Chinese edition of each source that has a catalog, named lessons/zh/NN_name.py (text_of)
+ZH_SOURCES = sorted(SOURCES / "zh" / p.name for p in SOURCES.glob("[0-9][0-9]*_*.py")
+                    if (SOURCES / "zh" / f"{p.stem}.po").is_file())
 MESSAGES = sorted((ROOT / "minillm" / "course").glob("checks/*.py")) + sorted(
     (ROOT / "minillm" / "course").glob("widgets/*.py"))
 # the Chinese README and guides (docs/zh/) take their terms from the glossary too
@@ -59,10 +61,18 @@ def read_glossary():
     return terms, avoid, variants
 
 
+def text_of(path: Path) -> str:
+    """A file's text; of a Chinese source (lessons/zh/NN_name.py), the Chinese edition its
+    catalog makes of the English source."""
+    if path in ZH_SOURCES:
+        return chinese_source(SOURCES / path.name)
+    return path.read_text(encoding="utf-8")
+
+
 def prose(path: Path) -> str:
     """A source as one text, its markdown (and comment) lines joined into paragraphs; a line
     break between two Chinese characters joins them without a space."""
-    text = re.sub(r"\n[ ]*#[ ]?", " ", path.read_text(encoding="utf-8"))
+    text = re.sub(r"\n[ ]*#[ ]?", " ", text_of(path))
     return re.sub(f"(?<={WIDE}) (?={WIDE})", "", text)
 
 
@@ -178,10 +188,11 @@ def test_each_term_is_introduced_in_its_chapter_of_the_chinese_edition(chapter):
         pytest.skip(f"chapter {chapter} is not translated yet (lessons/zh/translated.txt)")
     terms, _, _ = read_glossary()
     lesson = SOURCES / "zh" / next(p.name for p in LESSONS if p.name.startswith(chapter))
-    assert lesson.is_file(), f"chapter {chapter} is listed as translated but has no {lesson.name}"
+    assert lesson in ZH_SOURCES, (f"chapter {chapter} is listed as translated but has no "
+                                  f"{lesson.stem}.po")
     # the chapter's lessons in Chinese: its lesson, and its second lesson (03b) where translated
     lessons = [SOURCES / "zh" / p.name for p in LESSONS
-               if p.name[:2] == chapter and (SOURCES / "zh" / p.name).is_file()]
+               if p.name[:2] == chapter and SOURCES / "zh" / p.name in ZH_SOURCES]
     introduced = {zh_term_for(english, terms).english[0]
                   for zh in lessons for english, before in zh_pairs(prose(zh))
                   if zh_term_for(english, terms) is not None
@@ -195,7 +206,7 @@ def test_each_term_is_introduced_in_its_chapter_of_the_chinese_edition(chapter):
 @pytest.mark.parametrize("path", EVERYTHING, ids=lambda p: p.parent.name + "/" + p.stem)
 def test_the_words_the_glossary_rules_out_are_nowhere(path):
     _, avoid, _ = read_glossary()
-    text = path.read_text(encoding="utf-8")
+    text = text_of(path)
     found = [f"{path.name}: '{word}' (use '{use}')" for word, use in avoid.items()
              if word in text]
     assert not found, "\n".join(found)

@@ -105,7 +105,7 @@ def test_lesson_has_no_outputs(lesson):
             assert not cell.outputs and cell.execution_count is None
 
 
-SOURCES = ROOT / "minillm" / "course" / "lessons"
+SOURCES = ROOT / "lessons"
 
 
 def test_the_old_errors_stay_fixed():

@@ -4,7 +4,9 @@ define before use, and the figures they no longer state."""
 import re
 from pathlib import Path
 
-LESSONS = Path(__file__).resolve().parents[1] / "minillm" / "course" / "lessons"
+from script_modules import chinese_source
+
+LESSONS = Path(__file__).resolve().parents[1] / "lessons"
 BATCHING = (LESSONS / "06_batching.py").read_text(encoding="utf-8")
 SCALING = (LESSONS / "09_scaling_out.py").read_text(encoding="utf-8")
 SCALING_EXERCISE = (LESSONS / "09_scaling_out_exercise.py").read_text(encoding="utf-8")
@@ -45,8 +47,8 @@ def test_int4_is_counted_at_q4_1s_bits_and_the_exercise_names_a_real_class():
 
 
 SPECULATIVE = (LESSONS / "08_speculative.py").read_text(encoding="utf-8")
-ZH_SPECULATIVE = (LESSONS / "zh" / "08_speculative.py").read_text(encoding="utf-8")
-ZH_SCALING = (LESSONS / "zh" / "09_scaling_out.py").read_text(encoding="utf-8")
+ZH_SPECULATIVE = chinese_source(LESSONS / "08_speculative.py")
+ZH_SCALING = chinese_source(LESSONS / "09_scaling_out.py")
 
 
 def test_medusa_is_not_called_exact_and_its_typical_acceptance_is_named():
@@ -75,6 +77,6 @@ def test_the_chunked_prefill_section_shows_what_it_measures_not_the_harness():
 def test_the_chinese_edition_names_the_schedulers_in_chinese():
     """Labels and titles come from `BATCHING`, which the Chinese edition translates (no
     "static 批处理")."""
-    chinese = (LESSONS / "zh" / "06_batching.py").read_text(encoding="utf-8")
+    chinese = chinese_source(LESSONS / "06_batching.py")
     assert 'BATCHING = {"static": "静态批处理", "continuous": "连续批处理"}' in chinese
     assert "{kind} 批处理" not in chinese and 'print(f"static' not in chinese

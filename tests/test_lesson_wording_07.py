@@ -4,10 +4,12 @@ stored mantissa bits, and no assert that restates arithmetic."""
 
 from pathlib import Path
 
+from script_modules import chinese_source
+
 ROOT = Path(__file__).resolve().parents[1]
-LESSON = (ROOT / "minillm" / "course" / "lessons" / "07_quantization.py").read_text(
+LESSON = (ROOT / "lessons" / "07_quantization.py").read_text(
     encoding="utf-8")
-KERNEL_05 = (ROOT / "minillm" / "course" / "lessons" / "05_metrics.py").read_text(
+KERNEL_05 = (ROOT / "lessons" / "05_metrics.py").read_text(
     encoding="utf-8")
 
 
@@ -46,8 +48,7 @@ def test_the_kv_cache_is_left_to_its_appendix_and_tgi_is_not_offered_as_a_server
     assert "TGI" not in LESSON and "Text Generation Inference" not in LESSON
 
 
-ZH_LESSON = (ROOT / "minillm" / "course" / "lessons" / "zh" / "07_quantization.py").read_text(
-    encoding="utf-8")
+ZH_LESSON = chinese_source(ROOT / "lessons" / "07_quantization.py")
 
 
 def test_fp8_and_int8_are_compared_with_the_same_scales_and_each_row_names_its_scales():

@@ -8,9 +8,10 @@ import re
 from pathlib import Path
 
 import pytest
+from script_modules import chinese_source
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = ROOT / "minillm" / "course" / "lessons"
+SOURCES = ROOT / "lessons"
 LESSONS = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
 SPLIT = ["03_kv_cache", "03b_long_context", "05_metrics", "05b_fast_engine"]
 
@@ -78,6 +79,6 @@ def test_chapter_05_shows_the_metrics_it_uses_not_the_whole_dataclass():
 
 @pytest.mark.parametrize("lesson", ["04_decoding", "05_metrics"])
 def test_the_chinese_lessons_point_at_the_chinese_exercises(lesson):
-    text = (SOURCES / "zh" / f"{lesson}.py").read_text(encoding="utf-8")
+    text = chinese_source(SOURCES / f"{lesson}.py")
     assert f"exercises/zh/{lesson}.ipynb" in text
     assert not re.search(r"(?<![\w/])exercises/\d\d", text), "a link to an English exercise"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-LESSONS = Path(__file__).resolve().parents[1] / "minillm" / "course" / "lessons"
+LESSONS = Path(__file__).resolve().parents[1] / "lessons"
 
 
 def prose(name: str) -> str:
