@@ -25,7 +25,7 @@ from IPython.display import HTML, display
 import minillm
 from minillm.course import show_source
 from minillm.tokenizer import merge_pair, pair_counts, train
-from minillm.course.tokenizer_samples import corpus
+from minillm.tokenizer.samples import corpus
 
 CI = bool(os.environ.get("CI"))  # smaller sizes when the notebook runs in the test suite
 
@@ -130,7 +130,7 @@ print(tok.pre_tokenizer("I'm   learning BPE in 2024: 你好，世界！"))
 # compare on numbers and on the 300+ strings of section 8:
 
 # %%
-from minillm.course.tokenizer_samples import parity_strings
+from minillm.tokenizer.samples import parity_strings
 from minillm.tokenizer.pretokenize import GPT2_PATTERN, PreTokenizer
 
 digit_tokens = [i for i in range(tok.vocab_size)
@@ -247,7 +247,7 @@ for t in (tok, mixed, poems):
 # for the same text: prefill time, KV-cache memory and context length are all counted in tokens.
 
 # %%
-from minillm.course import tokenizer_samples as samples
+from minillm.tokenizer import samples
 
 groups = {"English": samples.ENGLISH, "Chinese (simpl.)": samples.CHINESE_SIMPLIFIED,
           "Chinese (trad.)": samples.CHINESE_TRADITIONAL, "Japanese": samples.JAPANESE,

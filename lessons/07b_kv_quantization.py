@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 
 import minillm
 from minillm.course import show_source
-from minillm.course.tokenizer_samples import corpus
+from minillm.tokenizer.samples import corpus
 from minillm.engine import Engine, PagedKVPool, QuantizedKVPool
 from minillm.generation.agreement import first_difference
 from minillm.generation.kv_cache import KVCache

@@ -59,7 +59,7 @@ text_ids = tokenizer.encode("The printing press was invented in the fifteenth ce
 # with the memory each way allocates at its peak (chapter 03b builds `flash_attention`):
 
 # %%
-from minillm.course.tokenizer_samples import corpus
+from minillm.tokenizer.samples import corpus
 from minillm.layers import attention_explicit
 from minillm.measure.memory_peak import peak_bytes
 from minillm.model.flash_attention import flash_attention

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import minillm
-from minillm.course.tokenizer_samples import corpus
+from minillm.tokenizer.samples import corpus
 from minillm.generation.kv_cache import KVCache
 from minillm.measure import TOO_NOISY, compare, load_average
 from minillm.utils.columns import Label  # pads by screen columns: a Chinese label lines up too

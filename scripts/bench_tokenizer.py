@@ -55,7 +55,7 @@ def main(argv=None):
 
     import minillm
     from minillm.tokenizer import train
-    from minillm.course.tokenizer_samples import corpus, parity_strings
+    from minillm.tokenizer.samples import corpus, parity_strings
 
     english = corpus("english")
     parts = [english, corpus("traditional Chinese"), corpus("simplified Chinese"),

@@ -82,7 +82,7 @@ def random_model(quick: bool, seed: int = 0):
 
 
 def tokenizer():
-    from minillm.course.toy import LetterTokenizer
+    from minillm.model.toy import LetterTokenizer
 
     return LetterTokenizer()
 

@@ -114,6 +114,35 @@ def test_the_engine_never_imports_the_course_or_tools_wings():
     assert {name: t for name, t in reaches.items() if t} == {}
 
 
+def _reaches(source: str, target: str) -> list[str]:
+    """The modules under `source` that import one under `target` (anywhere in their file)."""
+    def under(module, package):
+        return module == package or module.startswith(package + ".")
+    return sorted(f"{name} -> {t}" for name, targets in import_graph().items()
+                  if under(name, source) for t in targets if under(t, target))
+
+
+def test_the_tools_wing_never_imports_the_course_wing():
+    """The wings do not lean on each other: the lessons may use the tools (a benchmark, the
+    server), the tools never the course. What both need (the toy model, the sample texts) lives
+    in the engine."""
+    assert _reaches("minillm.tools", "minillm.course") == []
+
+
+@pytest.mark.parametrize("foundation", ["minillm.layers", "minillm.model"])
+def test_the_layers_and_models_never_import_generation(foundation):
+    """The KV contract (layers/kv_contract.py) sits beneath the layers and models that call it;
+    the caches that keep it are chapter 03's, upstairs."""
+    assert _reaches(foundation, "minillm.generation") == []
+
+
+def test_decoding_never_imports_generation():
+    """Generation (the loop and its front door) uses decoding's pieces; decoding (chapter 04)
+    is given what it needs of generation, such as beam search's cache, so the two make no loop."""
+    assert _reaches("minillm.decoding", "minillm.generation") == []
+    assert _reaches("minillm.generation", "minillm.decoding")  # the one direction
+
+
 def test_the_wing_check_sees_an_import_of_a_wing():
     graph = import_graph()
     assert "minillm.tools.cli" in graph["minillm.__main__"]

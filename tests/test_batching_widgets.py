@@ -113,7 +113,7 @@ def test_timeline_numbers_requests_with_integers_and_keys_only_what_appears():
 
 
 def test_recorded_block_maps_key_samples_and_skip_the_empty_last_step():
-    from minillm.course.toy import tiny_model
+    from minillm.model.toy import tiny_model
     from minillm.course.widgets.batching import record_block_maps
     from minillm.engine import Engine
 

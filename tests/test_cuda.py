@@ -12,7 +12,7 @@ import torch
 
 import minillm
 from minillm.utils.devices import model_device
-from minillm.course.toy import LetterTokenizer
+from minillm.model.toy import LetterTokenizer
 from minillm.fast import optimize
 from minillm.generation.kv_cache import KVCache
 

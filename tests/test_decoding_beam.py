@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from minillm.decoding import GenerationConfig, Hypothesis, beam_search
+from minillm.generation.kv_cache import KVCache
 
 VOCAB, PROMPT_LEN, NEW = 64, 5, 8
 
@@ -110,11 +111,31 @@ def test_cached_beam_search_equals_recomputed():
         for eos in (None, [7, 11]):
             config = GenerationConfig(max_new_tokens=12, num_beams=num_beams,
                                       num_return_sequences=num_beams)
-            with_cache = beam_search(toy, [1, 2, 3], config, eos)
+            cache = KVCache.for_model(toy, batch_size=1, max_tokens=3 + 12)
+            with_cache = beam_search(toy, [1, 2, 3], config, eos, cache=cache)
             without = beam_search(recompute, [1, 2, 3], config, eos)
             assert [h.token_ids for h in with_cache] == [h.token_ids for h in without]
             assert [h.score for h in with_cache] == pytest.approx([h.score for h in without],
                                                                   abs=1e-5)
+
+
+def test_beam_search_refuses_a_cache_that_is_not_empty_and_names_what_it_holds():
+    toy = CachedToy()
+    cache = KVCache.for_model(toy, batch_size=1, max_tokens=20)
+    toy(torch.tensor([[1, 2]]), cache=cache)
+    with pytest.raises(ValueError, match="an empty cache of one row; this one holds 2 tokens"):
+        beam_search(toy, [1, 2, 3], GenerationConfig(num_beams=2, max_new_tokens=4), None,
+                    cache=cache)
+
+
+def test_beam_search_without_a_cache_says_once_that_it_recomputes(capsys, monkeypatch):
+    from minillm.utils import notices
+    monkeypatch.setattr(notices, "_SAID", set())
+    toy = CachedToy()
+    config = GenerationConfig(num_beams=2, max_new_tokens=3)
+    for _ in range(2):
+        beam_search(toy, [1, 2, 3], config, None)
+    assert capsys.readouterr().err.count("no cache given") == 1
 
 
 def test_hypotheses_are_sorted_and_counted():

@@ -168,7 +168,7 @@ def test_the_warning_is_shown_once_however_often_a_loop_builds_such_configs():
 
 
 def test_generate_warns_at_the_callers_line_and_a_built_config_does_not_warn_again():
-    from minillm.course.toy import LetterTokenizer, tiny_model
+    from minillm.model.toy import LetterTokenizer, tiny_model
 
     model, tok = tiny_model()
     config = GenerationConfig(max_new_tokens=2, do_sample=True)

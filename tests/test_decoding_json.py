@@ -16,7 +16,7 @@ import minillm
 from minillm.decoding import JSONConstraint, SchemaError
 from minillm.decoding.json_grammar import JSONGrammar
 from minillm.engine import Engine
-from minillm.course.toy import CharTokenizer, tiny_model
+from minillm.model.toy import CharTokenizer, tiny_model
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

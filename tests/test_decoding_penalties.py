@@ -8,7 +8,7 @@ import torch
 import minillm
 from minillm.decoding import (FrequencyPenaltyProcessor, GenerationConfig,
                               PresencePenaltyProcessor, build_processors)
-from minillm.course.toy import tiny_model
+from minillm.model.toy import tiny_model
 
 PROMPT = [3, 3, 0]             # token 3 is only in the prompt: never penalised
 GENERATED = [1, 2, 1, 1, 4]    # c_1 = 3, c_2 = 1, c_4 = 1

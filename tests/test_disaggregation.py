@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import minillm
-from minillm.course.toy import tiny_model
+from minillm.model.toy import tiny_model
 from minillm.engine import Engine
 from minillm.engine.disaggregation import (DecodeScheduler, PrefillScheduler,
                                            copy_blocks_between, serve_colocated,

@@ -9,7 +9,7 @@ import pytest
 
 import minillm
 from minillm.engine import Engine
-from minillm.course.toy import tiny_model
+from minillm.model.toy import tiny_model
 
 
 

@@ -9,7 +9,7 @@ import torch
 from minillm.engine import Engine, StepRecord
 from minillm.tools.bench.batching import (Work, compare_weights, make_workload, memory_use, percentile,
                                   poisson_arrivals, run_engine, run_online, time_split)
-from minillm.course.toy import tiny_model
+from minillm.model.toy import tiny_model
 from minillm.fast import optimize
 from script_modules import script
 

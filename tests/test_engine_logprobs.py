@@ -8,7 +8,7 @@ import torch
 
 from minillm.engine import Engine
 from minillm.engine.logprobs import token_logprobs
-from minillm.course.toy import tiny_model
+from minillm.model.toy import tiny_model
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from minillm.engine import Engine
-from minillm.course.toy import tiny_model
+from minillm.model.toy import tiny_model
 from test_engine import alone, assert_no_leaks
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import minillm
-from minillm.course.toy import LetterTokenizer, tiny_model
+from minillm.model.toy import LetterTokenizer, tiny_model
 from minillm.decoding import (GenerationConfig, RepetitionPenaltyProcessor, TemperatureProcessor,
                               TopPProcessor)
 from minillm.engine import Engine

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 import minillm
-from minillm.course.toy import LetterTokenizer
+from minillm.model.toy import LetterTokenizer
 from minillm.engine import Engine
 from minillm.layers.norm import RMSNorm, rms_norm
 from fake_cuda import FakeCuda, Tally

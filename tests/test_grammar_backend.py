@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import minillm
-from minillm.course.toy import CharTokenizer, tiny_model
+from minillm.model.toy import CharTokenizer, tiny_model
 from minillm.decoding import GRAMMAR_BACKENDS, JSONConstraint, SchemaError, make_json_constraint
 from minillm.decoding.json_lark import MAX_PROPERTIES
 from minillm.decoding.llguidance_constraint import LLGuidanceConstraint

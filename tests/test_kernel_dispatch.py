@@ -228,7 +228,7 @@ def test_an_optimized_cpu_model_moved_to_cuda_generates_there(fmt):
     """optimize on the CPU (kernels planned), then .to("cuda"): every layer re-plans to PyTorch's
     kernels, so no CUDA pointer reaches C (the fake device raises if one does), and greedy
     generation gives the CPU's tokens."""
-    from minillm.course.toy import LetterTokenizer
+    from minillm.model.toy import LetterTokenizer
 
     tok = LetterTokenizer(eos_token_ids=[])
     fast = _fast(fmt, _tiny())
@@ -252,7 +252,7 @@ def test_an_optimized_cpu_model_moved_to_cuda_generates_there(fmt):
 def test_a_generation_on_cuda_never_builds_the_library(monkeypatch):
     """Loading, optimizing and generating on the GPU never asks for the C library: nothing
     compiles inside a first timed GPU generation."""
-    from minillm.course.toy import LetterTokenizer
+    from minillm.model.toy import LetterTokenizer
 
     monkeypatch.setattr(build, "library", lambda: pytest.fail("the library was asked for"))
     with FakeCuda():
@@ -273,7 +273,7 @@ def test_with_the_kernels_switched_off_the_fast_path_gives_the_same_tokens(fmt):
     below); bf16: PyTorch's bf16 matmul, which takes the prompt's 6 rows and the decode row
     without the kernels, rounds x and its products to bf16, so its logits differ by that
     rounding)."""
-    from minillm.course.toy import LetterTokenizer
+    from minillm.model.toy import LetterTokenizer
 
     tok = LetterTokenizer(eos_token_ids=[])
     with dispatch.without_kernels():

@@ -10,7 +10,7 @@ clear error."""
 import pytest
 import torch
 
-from minillm.course.toy import tiny_model
+from minillm.model.toy import tiny_model
 from minillm.engine import BlockManager, PagedBatch, PagedKVPool, QuantizedKVPool
 from minillm.fast import optimize
 from minillm.generation.kv_cache import KVCache, KVCacheBase, KVCacheProtocol, capability

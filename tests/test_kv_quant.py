@@ -6,7 +6,7 @@ contiguous cache. (The contract cases: tests/test_kv_cache_contract.py.)"""
 import pytest
 import torch
 
-from minillm.course.toy import tiny_model
+from minillm.model.toy import tiny_model
 from minillm.engine import Engine, PagedKVPool, QuantizedKVPool
 from minillm.engine.disaggregation import copy_blocks_between
 from minillm.engine.paged_cache import paged_forward

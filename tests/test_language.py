@@ -153,7 +153,7 @@ def test_the_kernel_line_follows_the_language(monkeypatch, capsys):
 
 def test_a_widget_speaks_the_language(chinese):
     """The temperature explorer's slider, axes and title, on a tiny random model."""
-    from minillm.course.toy import tiny_model
+    from minillm.model.toy import tiny_model
     from minillm.course.widgets import temperature_explorer
 
     model, tokenizer = tiny_model()

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from minillm.engine import Engine
-from minillm.course.toy import tiny_model
+from minillm.model.toy import tiny_model
 from minillm.tools.loadtest import RequestResult, Workload, percentile, run
 from minillm.tools.loadtest.report import summarize
 from minillm.tools.server import ServerProcess, ServerThread

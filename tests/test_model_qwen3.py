@@ -7,7 +7,7 @@ import torch
 
 import minillm
 from minillm.engine import Engine
-from minillm.course.toy import LetterTokenizer
+from minillm.model.toy import LetterTokenizer
 from minillm.fast import optimize
 from minillm.loading import load_model
 from minillm.model import Qwen3Model

@@ -15,7 +15,7 @@ import torch
 import minillm
 from minillm.utils.devices import model_device
 from minillm.engine import Engine
-from minillm.course.toy import LetterTokenizer
+from minillm.model.toy import LetterTokenizer
 from minillm.generation.kv_cache import KVCache
 from fake_cuda import MPS, FakeCuda, FakeMps, is_fake_cuda
 

@@ -6,7 +6,7 @@ import torch
 
 from minillm.engine import BlockManager, PagedBatch, PagedKVPool, paged_forward
 from minillm.engine.block_manager import block_hash
-from minillm.course.toy import tiny_model
+from minillm.model.toy import tiny_model
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

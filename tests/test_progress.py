@@ -5,7 +5,7 @@ from pathlib import Path
 
 import nbformat
 
-from minillm.course import progress
+from minillm.tools import progress
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from minillm.course.toy import tiny_model
+from minillm.model.toy import tiny_model
 from minillm.engine import Engine
 from minillm.engine.radix_cache import RadixCache, block_cache_hit_rate, radix_cache_hit_rate
 

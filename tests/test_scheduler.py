@@ -5,7 +5,7 @@ import pytest
 
 from minillm.decoding import GenerationConfig
 from minillm.engine import BlockManager, ContinuousScheduler, Request, StaticScheduler
-from minillm.course.toy import LetterTokenizer
+from minillm.model.toy import LetterTokenizer
 
 
 def make(rid, prompt_len, new=4, first=1, n=1):

@@ -16,7 +16,7 @@ import torch
 
 import minillm
 from minillm.engine import Engine
-from minillm.course.toy import CharTokenizer, LetterTokenizer, tiny_model
+from minillm.model.toy import CharTokenizer, LetterTokenizer, tiny_model
 from minillm.tools.server import ServerProcess, ServerThread
 
 

@@ -11,7 +11,7 @@ import torch
 
 import minillm
 from minillm.engine import Engine
-from minillm.course.toy import LetterTokenizer, tiny_model
+from minillm.model.toy import LetterTokenizer, tiny_model
 from minillm.tools.server import ServerThread
 
 
@@ -243,7 +243,7 @@ def test_the_openai_sdks_parse_with_a_pydantic_model_gets_a_valid_object():
     import openai
     from pydantic import BaseModel, Field
 
-    from minillm.course.toy import CharTokenizer
+    from minillm.model.toy import CharTokenizer
 
     class Color(str, enum.Enum):
         red = "red"

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import minillm
-from minillm.course.toy import tiny_model
+from minillm.model.toy import tiny_model
 from minillm.decoding import MinNewTokensProcessor
 from minillm.engine import Engine
 from minillm.tools.server import ServerThread

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import minillm
-from minillm.course.toy import tiny_model
+from minillm.model.toy import tiny_model
 from minillm.engine import Engine
 from minillm.engine import engine as engine_module
 from minillm.engine.weights import batched_fallback, kernel_rows

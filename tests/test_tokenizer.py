@@ -11,7 +11,7 @@ from minillm.tokenizer import (CHATML_TEMPLATE, GPT2_PATTERN, PreTokenizer, Toke
                                chatml, encode_with_merges, learn_merges, merge_pair, pair_counts,
                                train, train_simple)
 from minillm.tokenizer.bytes_unicode import bytes_to_token, bytes_to_unicode, token_to_bytes
-from minillm.course.tokenizer_samples import corpus, parity_strings
+from minillm.tokenizer.samples import corpus, parity_strings
 
 
 @pytest.fixture(scope="module")

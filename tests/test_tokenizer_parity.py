@@ -5,7 +5,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import minillm
-from minillm.course.tokenizer_samples import parity_strings
+from minillm.tokenizer.samples import parity_strings
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +43,7 @@ def test_special_ids_match_transformers(tok, ref):
 
 
 def test_chat_template_matches_transformers(tok, ref):
-    from minillm.course.tokenizer_samples import CONVERSATIONS
+    from minillm.tokenizer.samples import CONVERSATIONS
 
     for messages in CONVERSATIONS:
         for gen in (True, False):

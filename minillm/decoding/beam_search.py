@@ -18,8 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from ..utils.devices import model_device
-
-from ..generation.kv_cache import KVCache
+from ..utils.notices import say_once
 from .processors import build_processors
 
 MASK = -1.0e9  # transformers' "never pick this" score; it keeps tensors finite
@@ -34,9 +33,9 @@ class Hypothesis:
     finish_reason: str     # "eos" or "length"
 
 
-def _uses_cache(model) -> bool:
-    """minillm models (with a config giving their cache shape) get a KVCache; anything else is
-    called on the whole sequence every step."""
+def _could_cache(model) -> bool:
+    """Whether `model` is a minillm model (its config gives a cache's shape), which a cache would
+    spare running the whole sequence every step."""
     config = getattr(model, "config", None)
     return all(hasattr(config, name) for name in ("n_layers", "n_kv_heads", "head_dim"))
 
@@ -50,7 +49,8 @@ def _eos_list(eos_token_ids) -> list[int]:
 
 
 @torch.no_grad()
-def beam_search(model, prompt_ids: list[int], config, eos_token_ids=None) -> list[Hypothesis]:
+def beam_search(model, prompt_ids: list[int], config, eos_token_ids=None, *,
+                cache=None) -> list[Hypothesis]:
     """Beam search from one prompt. Returns `config.num_return_sequences` Hypothesis objects,
     best score first.
 
@@ -58,7 +58,10 @@ def beam_search(model, prompt_ids: list[int], config, eos_token_ids=None) -> lis
     prompt_ids     the prompt's token ids
     config         a GenerationConfig (num_beams, length_penalty, early_stopping,
                    num_return_sequences, max_new_tokens and the repeat / bad-word rules)
-    eos_token_ids  id or ids that end a beam (default: config.eos_token_id)"""
+    eos_token_ids  id or ids that end a beam (default: config.eos_token_id)
+    cache          an empty KV cache of one row with room for the prompt and max_new_tokens,
+                   that can `reorder` its rows (chapter 03's KVCache.for_model(model, 1, n));
+                   `minillm.generate` passes one. Without it every step runs the whole sequence."""
     if config.do_sample:
         raise ValueError("beam_search does not sample: use do_sample=False with num_beams > 1")
     prompt_ids = [int(t) for t in prompt_ids]
@@ -92,10 +95,14 @@ def beam_search(model, prompt_ids: list[int], config, eos_token_ids=None) -> lis
     is_finished = torch.zeros(num_beams, dtype=torch.bool, device=device)
     can_improve = True  # transformers' "early-stop heuristic unsatisfied"
 
-    cache = None
     prompt = running[:1, :prompt_len]
-    if _uses_cache(model):
-        cache = KVCache.for_model(model, batch_size=1, max_tokens=max_len)
+    if cache is None and _could_cache(model):
+        say_once("beam_search: no cache given, so every step runs the whole sequence (slower); "
+                 "pass cache=KVCache.for_model(model, 1, len(prompt) + max_new_tokens)")
+    if cache is not None:
+        if cache.length or cache.batch_size != 1:
+            raise ValueError(f"beam_search needs an empty cache of one row; this one holds "
+                             f"{cache.length} tokens in {cache.batch_size} rows")
         logits = model(prompt, cache=cache)[:, -1, :].float()
         cache.reorder(torch.zeros(num_beams, dtype=torch.long, device=device))  # 1 row -> beams
     else:

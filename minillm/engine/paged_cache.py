@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 
 from .. import kernels
-from ..generation.kv_cache import KVCacheBase
+from ..layers.kv_contract import KVCacheBase
 from ..kernels import dispatch
 from ..utils.devices import model_device, model_dtype
 

@@ -35,7 +35,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..generation.kv_cache import KVCacheProtocol, capability
+from ..layers.kv_contract import KVCacheProtocol, capability
 from ..kernels.activation import silu_mul_unchecked
 from ..kernels.attention import decode_attention_unchecked
 from ..kernels.dispatch import DecodeKernels

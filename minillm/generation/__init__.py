@@ -2,8 +2,8 @@
 
     loop.py            generate, stream, token_steps: prefill once, then one decode step per token
     request.py         make_request: the front door every runner checks a prompt and its options at
-    kv_cache.py        the contract every cache keeps (KVCacheProtocol, the optional
-                       capabilities in KVCacheBase) and KVCache
+    kv_cache.py        KVCache, and the contract every cache keeps (KVCacheProtocol, the optional
+                       capabilities in KVCacheBase), imported from minillm/layers/kv_contract.py
     kv_quant.py        8-bit formats for keys and values (int8, fp8-e4m3) and their scales
     quantized_kv_cache.py  QuantizedKVCache: keys and values stored in one of them
     stopping.py        Sequence: EOS, max_new_tokens, stop strings, text that waits for a whole

@@ -27,9 +27,11 @@ from typing import Callable, Iterator
 
 import torch
 
+from ..decoding.beam_search import beam_search
+from ..decoding.sampling import choose_next_token
+from ..measure.metrics import RequestMetrics, TokenClock, TokenEvent
 from ..utils.devices import model_device
 from .kv_cache import KVCache
-from ..measure.metrics import RequestMetrics, TokenClock, TokenEvent
 from .request import GenerationRequest, make_request
 from .results import Completion
 from .stopping import Sequence
@@ -46,16 +48,6 @@ class Generation(Completion):
 
     score: float | None = None
     sequences: list["Generation"] = field(default_factory=list, repr=False)
-
-
-# --- the decoding seam (chapter 04 fills it in) -----------------------------------------------------
-
-def _decoding():
-    """Chapter 04's pieces the loop calls: choose_next_token (greedy argmax unless do_sample)
-    and beam_search. (The request brings the config, its processors and its sampler.)"""
-    from .. import decoding
-
-    return decoding
 
 
 # --- inputs ---------------------------------------------------------------------------------------
@@ -84,7 +76,6 @@ def token_steps(model, request: GenerationRequest, sequences: list[Sequence], *,
     chooses one token per row, records it in that row's `Sequence`, and yields the text each row
     can show now ("" for rows that have finished). It ends when every row has finished. The
     request (request.py) brings the prompts, the config, its processors and the pad id."""
-    decoding = _decoding()
     device = model_device(model)
     config, process, pad_id = request.config, request.processors, request.pad_id
     generator = request.generator(device)
@@ -99,7 +90,7 @@ def token_steps(model, request: GenerationRequest, sequences: list[Sequence], *,
                        attention_mask=mask if padded else None, logits_to_keep=1)  # prefill
         while True:
             scores = process(all_ids, logits[:, -1, :].float())
-            chosen = decoding.choose_next_token(scores, config, generator)
+            chosen = choose_next_token(scores, config, generator)
             if any(s.done for s in sequences):  # finished rows of a batch run padding
                 running = torch.tensor([not s.done for s in sequences], device=device)
                 chosen = torch.where(running, chosen, torch.full_like(chosen, pad_id))
@@ -171,7 +162,9 @@ def _beam_results(setup: Setup, tokenizer) -> list[Generation]:
     results = []
     config, eos, stop = setup.config, sorted(set(setup.request.eos_ids)), setup.request.stop
     for p in setup.prompts:
-        hypotheses = _decoding().beam_search(setup.model, p, config, eos)
+        cache = KVCache.for_model(setup.model, batch_size=1,
+                                  max_tokens=len(p) + config.max_new_tokens)
+        hypotheses = beam_search(setup.model, p, config, eos, cache=cache)
         returned = []
         for h in hypotheses:
             s = Sequence(p, tokenizer, eos, max(len(h.token_ids), 1), stop)

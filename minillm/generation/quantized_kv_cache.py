@@ -16,7 +16,7 @@ import torch
 from ..utils.notices import say_once
 from ..utils.validate import check_int
 from ..utils.wording import text
-from .kv_cache import KVCacheBase
+from ..layers.kv_contract import KVCacheBase
 from .kv_quant import HeadRanges, kv_format
 
 GENERAL_PATH = ("a quantized KV cache ({fmt}) is read by dequantizing it in append: the fused "

@@ -5,6 +5,7 @@
     attention.py   the attention math (explicit and fused) and the grouped-query Attention layer
     mlp.py         the gated (SwiGLU) and GELU feed-forward layers
     linear.py      nn.Linear from tensors; the LM head, tied to the embedding or not
+    kv_contract.py what attention and the models ask of a KV cache (the caches are chapter 03's)
 
 A model family (minillm/model/llama.py, qwen3.py, gpt2.py) stacks them into its block; the fast
 path (minillm.fast) swaps their linear layers for faster ones; tensor parallelism

@@ -19,7 +19,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..generation.kv_cache import KVCacheProtocol, capability
+from .kv_contract import KVCacheProtocol, capability
 from .linear import fuse_linears
 from .rope import apply_rope
 

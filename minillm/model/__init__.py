@@ -14,6 +14,7 @@ minillm.layers, and the loaders that fill it with real weights.
     converted.py    the dequantized copy of a GGUF file kept in the cache (safetensors)
 
 `minillm.load` (minillm/loading.py) joins this package, the fast path and the tokenizer.
+    toy.py          a tiny random Llama and toy tokenizers, for checkers, tests and demos
     memory.py       weight_bytes (at rest) and bytes_per_token (what a decode step reads)
     build.py        build_model(config, weights): the checked model on its device
 """

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ..generation.kv_cache import KVCacheProtocol
+from ..layers.kv_contract import KVCacheProtocol
 from .inputs import keep_last, prepare
 
 

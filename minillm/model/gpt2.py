@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from ..generation.kv_cache import KVCacheProtocol
+from ..layers.kv_contract import KVCacheProtocol
 from ..layers import Attention, GeluMLP, LMHead
 from .base import DecoderModel
 from .config import ModelConfig

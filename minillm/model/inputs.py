@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from ..generation.kv_cache import KVCacheProtocol
+from ..layers.kv_contract import KVCacheProtocol
 from ..layers.attention import causal_mask
 from ..utils.validate import check_int
 

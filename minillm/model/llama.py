@@ -15,7 +15,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from ..generation.kv_cache import KVCacheProtocol
+from ..layers.kv_contract import KVCacheProtocol
 from ..layers import Attention, GatedMLP, LMHead, RMSNorm, RotaryEmbedding
 from .base import DecoderModel
 from .config import ModelConfig

@@ -2,6 +2,7 @@
 
     cli.py      `python -m minillm <command>`: fetch, doctor, progress, bench, serve
     doctor.py   `python -m minillm doctor`: is this machine ready for the course?
+    progress.py `python -m minillm progress`: which exercises pass so far
     bench/      benchmarks: `bench latency` (minillm against transformers and llama.cpp), and
                 the drivers chapters 06-08 and scripts/ measure with (batching, quantization,
                 speculative decoding)

@@ -30,7 +30,7 @@ def _doctor(args) -> int:
 
 
 def _progress(args) -> int:
-    from ..course.progress import main
+    from .progress import main
 
     return main(args.folder, verbose=args.verbose)
 

@@ -192,7 +192,7 @@ def _reference_step(running, waiting, free_blocks, block_size=4, budget=16, max_
     from ...decoding import GenerationConfig
     from ...engine import BlockManager, ContinuousScheduler, Request
     from ...engine.request import RUNNING
-    from ..toy import LetterTokenizer
+    from ...model.toy import LetterTokenizer
 
     held = sum(r["blocks"] for r in running)
     bm = BlockManager(held + free_blocks + 1, block_size, enable_prefix_caching=False)

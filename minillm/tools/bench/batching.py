@@ -30,7 +30,7 @@ def make_workload(tokenizer, n: int = 64, prompt_lengths=(16, 512), output_lengt
     """`n` requests with prompt and output lengths drawn uniformly from the given ranges
     (inclusive), the prompts cut from real text so the model sees ordinary tokens."""
     if text is None:
-        from ...course.tokenizer_samples import corpus
+        from ...tokenizer.samples import corpus
 
         text = corpus("english")[:60_000]
     ids = list(tokenizer.encode(text))

@@ -42,7 +42,7 @@ def make_engine(model: str = "smollm2-135m", *, tiny: bool = False, device: str 
     if weights not in SERVE_WEIGHTS:
         raise ValueError(f"weights must be one of {', '.join(SERVE_WEIGHTS)}, got {weights!r}")
     if tiny:
-        from ...course.toy import tiny_model
+        from ...model.toy import tiny_model
 
         if weights == "q4_1":
             raise ValueError("weights 'q4_1' runs a GGUF file's own 4-bit blocks, and the tiny "
