@@ -15,6 +15,8 @@ tensor it returned, and failing in plain words.
   cases.
 - `matching_mistake` names a mistake only when the learner's answers equal that mistake's answers
   on every case tried, so a hint fires for the mistake it names and for no other.
+- `first_failure` is how most checks end: every answer right prints the pass; else it gives the
+  first wrong case and the hint of the mistake that matches, for the check to word its failure.
 
 Every message is written in English and Chinese side by side with `say` (minillm.course.language)
 and made when the check runs, so it comes in the language the notebook set.
@@ -25,6 +27,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import operator
 
 from ...utils.validate import is_int, is_number
 from ..language import say
@@ -348,3 +351,18 @@ def matching_mistake(answers, mistakes, same) -> str | None:
         if len(wrong) == len(answers) and all(same(a, w) for a, w in zip(answers, wrong)):
             return hint
     return None
+
+
+def first_failure(name: str, answers: list, wants: list, same=operator.eq, mistakes=None
+                  ) -> tuple[int, str | None] | None:
+    """The common end of a check: None, with the pass printed, when every answer is `same` as
+    its want; else (the first wrong case's index, the hint of the matching mistake or None).
+
+    mistakes  a function giving (hint, answers) pairs for matching_mistake: called only on a
+              failure, as a mistake's answers can take as long as the reference's"""
+    wrong = [i for i, (got, want) in enumerate(zip(answers, wants)) if not same(got, want)]
+    if not wrong:
+        passed(name, len(answers))
+        return None
+    hint = matching_mistake(answers, mistakes(), same) if mistakes is not None else None
+    return wrong[0], hint

@@ -11,11 +11,13 @@ Every message says both languages side by side (`say`), chosen by the notebook's
 
 from __future__ import annotations
 
+import operator
+
 from ...measure.metrics import RequestMetrics
 from ...tokenizer.chat import SMOLLM_SYSTEM, chatml
 from ..language import say
-from ._base import (CheckFailed, as_number, call, checker, expect, expect_raises, is_close,
-                    matching_mistake, passed, short)
+from ._base import (CheckFailed, as_number, call, checker, expect, expect_raises, first_failure,
+                    is_close, matching_mistake, passed, short)
 
 # --- 1 · the chat prompt ----------------------------------------------------------------------
 
@@ -85,12 +87,11 @@ def check_chat_prompt(chat_prompt, *, hidden=False) -> None:
                    messages=short(messages, 70), kind=type(got).__name__))
         answers.append(got)
     wants = [chatml(m, True, SMOLLM_SYSTEM) for m in cases]
-    wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if g != w]
-    if not wrong:
-        passed("chat_prompt", len(cases))
+    failure = first_failure("chat_prompt", answers, wants, operator.eq,
+                            lambda: _chat_mistakes(cases))
+    if failure is None:
         return
-    i = wrong[0]
-    hint = matching_mistake(answers, _chat_mistakes(cases), str.__eq__)
+    i, hint = failure
     raise CheckFailed(say("chat_prompt({messages}) returned {got!r}, expected {want!r}; {hint}",
                           "chat_prompt({messages}) 返回了 {got!r}，应为 {want!r}；{hint}",
                           messages=short(cases[i], 70), got=answers[i], want=wants[i],
@@ -170,11 +171,10 @@ def check_answer(answer, model, tokenizer, *, hidden=False) -> None:
     runs = [_generate_ids(model, tokenizer, chatml(m, True, SMOLLM_SYSTEM), k)
             for m, k in cases]
     wants = [tokenizer.decode(n, skip_special_tokens=True) for _, n in runs]
-    wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if g != w]
-    if not wrong:
-        passed("answer", len(cases))
+    failure = first_failure("answer", answers, wants, operator.eq)
+    if failure is None:
         return
-    i = wrong[0]
+    i = failure[0]
     messages, k = cases[i]
     hint = None
     for text, wrong_answers in _answer_mistakes(model, tokenizer, cases, runs):

@@ -10,14 +10,14 @@ set_language.
 
 from __future__ import annotations
 
+import operator
 import random
 from collections.abc import Mapping
 
 from ...tokenizer.bpe import encode_with_merges, merge_pair, pair_counts
 from ...tokenizer.train import learn_merges
 from ..language import say
-from ._base import (CheckFailed, as_int, call, checker, expect, function_name, matching_mistake,
-                    passed, short)
+from ._base import CheckFailed, as_int, call, checker, expect, first_failure, function_name, short
 
 
 def _name(fn) -> str:
@@ -106,12 +106,11 @@ def check_pair_counts(fn, *, hidden=False) -> None:
         what = f"{_name(fn)}({short(ids, 80)})"
         answers.append(_plain_counts(call(fn, ids, what=what), what))
     wants = [pair_counts(ids) for ids in cases]
-    wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if g != w]
-    if not wrong:
-        passed("pair_counts", len(cases))
+    failure = first_failure("pair_counts", answers, wants, operator.eq,
+                            lambda: _pair_mistakes(cases))
+    if failure is None:
         return
-    i = wrong[0]
-    hint = matching_mistake(answers, _pair_mistakes(cases), dict.__eq__)
+    i, hint = failure
     if hint is None:
         got, want = answers[i], wants[i]
         extra, missing = set(got) - set(want), set(want) - set(got)
@@ -224,13 +223,12 @@ def check_merge_pair(fn, *, hidden=False) -> None:
         answers.append([as_int(x, say(f"an id in the list {what} returned",
                                       f"{what} 返回的列表里的一个 id")) for x in got])
     wants = [merge_pair(ids, pair, new_id) for ids, pair, new_id in cases]
-    wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if g != w]
-    if not wrong:
-        passed("merge_pair", len(cases))
+    failure = first_failure("merge_pair", answers, wants, operator.eq,
+                            lambda: _merge_mistakes(cases))
+    if failure is None:
         return
-    i = wrong[0]
+    i, hint = failure
     ids, pair, new_id = cases[i]
-    hint = matching_mistake(answers, _merge_mistakes(cases), list.__eq__)
     if hint is None:
         hint = say("Compare ids, not their text: walk the list with an index i, and where "
                    "(ids[i], ids[i + 1]) == pair append new_id and jump to i + 2, else append "
@@ -371,14 +369,13 @@ def check_train_merges(fn, *, hidden=False) -> None:
                                 for x in pair))
         answers.append(merges)
     wants = [_reference_merges(w, k) for w, k in cases]
-    wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if g != w]
-    if not wrong:
-        passed("train_merges", len(cases))
+    failure = first_failure("train_merges", answers, wants, operator.eq,
+                            lambda: _train_mistakes(cases))
+    if failure is None:
         return
-    i = wrong[0]
+    i, hint = failure
     words, k = cases[i]
     got, want = answers[i], wants[i]
-    hint = matching_mistake(answers, _train_mistakes(cases), list.__eq__)
     if hint is None and len(got) > len(want) and got[:len(want)] == want:
         hint = say("Stop when no adjacent pair is left, even before num_merges merges.",
                    "没有相邻对剩下时就要停下，哪怕还不到 num_merges 次合并。")
@@ -504,13 +501,12 @@ def check_encode_with_merges(fn, *, hidden=False) -> None:
         answers.append([as_int(x, say(f"an id in the list {what} returned",
                                       f"{what} 返回的列表里的一个 id")) for x in got])
     wants = [encode_with_merges(t, m) for t, m in cases]
-    wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if g != w]
-    if not wrong:
-        passed("encode_with_merges", len(cases))
+    failure = first_failure("encode_with_merges", answers, wants, operator.eq,
+                            lambda: _encode_mistakes(cases))
+    if failure is None:
         return
-    i = wrong[0]
+    i, hint = failure
     text, merges = cases[i]
-    hint = matching_mistake(answers, _encode_mistakes(cases), list.__eq__)
     raise CheckFailed(say(f"For text={text!r} and merges={short(merges, 80)}, expected "
                           f"{wants[i]} but got {short(answers[i])}. ",
                           f"text={text!r}、merges={short(merges, 80)} 时，应为 {wants[i]}，"

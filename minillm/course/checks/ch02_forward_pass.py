@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from ...model import (LlamaBlock, ModelConfig, apply_rope, attention_explicit, rms_norm,
                      rope_cos_sin)
 from ..language import say
-from ._base import CheckFailed, call, checker, expect, matching_mistake, passed
+from ._base import CheckFailed, call, checker, expect, first_failure, matching_mistake, passed
 
 
 def _tensor(got, what, shape):
@@ -110,13 +110,12 @@ def check_rms_norm(fn, *, hidden=False) -> None:
         answers.append(_tensor(call(fn, x, weight, eps, what=what), what, shape))
         inputs.append((x, weight, eps))
     wants = [rms_norm(x, w, eps) for x, w, eps in inputs]
-    wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if not _close(g, w)]
-    if not wrong:
-        passed("rms_norm", len(cases))
+    failure = first_failure("rms_norm", answers, wants, _close,
+                            lambda: _rms_mistakes(inputs))
+    if failure is None:
         return
-    i = wrong[0]
+    i, hint = failure
     shape, eps, _ = cases[i]
-    hint = matching_mistake(answers, _rms_mistakes(inputs), _close)
     raise CheckFailed(say(f"rms_norm(x of shape {shape}, weight, eps={eps}) differs from the "
                           f"reference by up to {_largest_difference(answers[i], wants[i])}: ",
                           f"rms_norm(形状为 {shape} 的 x, weight, eps={eps}) 与参考实现最多相差 "
@@ -214,11 +213,10 @@ def check_rope(fn, *, hidden=False) -> None:
         answers.append(_tensor(call(fn, x, positions, theta, what=what), what, shape))
         inputs.append((x, positions, theta))
     wants = [apply_rope(x, *rope_cos_sin(p, x.shape[-1], t)) for x, p, t in inputs]
-    wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if not _close(g, w)]
-    if not wrong:
-        passed("rope", len(cases))
+    failure = first_failure("rope", answers, wants, _close)
+    if failure is None:
         return
-    i = wrong[0]
+    i = failure[0]
     x, positions, theta = inputs[i]
     what = say(f"rope(x of shape {tuple(x.shape)}, position_ids {positions.tolist()}, "
                f"theta={theta})",
@@ -345,13 +343,12 @@ def check_causal_attention(fn, *, hidden=False) -> None:
                           + _own_key_hint())
     answers = [_tensor(got, what, q.shape) for got, what, (q, _, _) in zip(raw, shown, inputs)]
     wants = [attention_explicit(q, k, v) for q, k, v in inputs]
-    wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if not _close(g, w)]
-    if not wrong:
-        passed("causal_attention", len(cases))
+    failure = first_failure("causal_attention", answers, wants, _close,
+                            lambda: _attention_mistakes(inputs))
+    if failure is None:
         return
-    i = wrong[0]
+    i, hint = failure
     q, k, v = inputs[i]
-    hint = matching_mistake(answers, _attention_mistakes(inputs), _close)
     raise CheckFailed(say(f"causal_attention(q {tuple(q.shape)}, k/v {tuple(k.shape)}) differs "
                           f"from the reference by up to "
                           f"{_largest_difference(answers[i], wants[i])}: ",
@@ -487,13 +484,12 @@ def check_transformer_block(fn, *, hidden=False) -> None:
         inputs.append((x, block, config, positions))
     with torch.no_grad():
         wants = [block(x, *rope_cos_sin(p, c.head_dim, c.rope_theta)) for x, block, c, p in inputs]
-    wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if not _close(g, w)]
-    if not wrong:
-        passed("transformer_block", len(cases))
+    failure = first_failure("transformer_block", answers, wants, _close,
+                            lambda: _block_mistakes(inputs))
+    if failure is None:
         return
-    i = wrong[0]
+    i, hint = failure
     x, _, config, positions = inputs[i]
-    hint = matching_mistake(answers, _block_mistakes(inputs), _close)
     raise CheckFailed(say(f"transformer_block(x {tuple(x.shape)}, block with {config.n_heads} "
                           f"heads / {config.n_kv_heads} kv heads, norm_eps={config.norm_eps}, "
                           f"position_ids {positions.tolist()}) differs from minillm's block by "

@@ -7,14 +7,15 @@ Every message says both languages side by side (`say`), chosen by the notebook's
 from __future__ import annotations
 
 import math
+import operator
 import weakref
 
 import torch
 
 from ...generation.kv_cache import KVCache
 from ..language import say
-from ._base import (CheckFailed, as_int, call, checker, expect, expect_raises, matching_mistake,
-                    passed, short)
+from ._base import (CheckFailed, as_int, call, checker, expect, expect_raises, first_failure,
+                    matching_mistake, passed, short)
 
 SIZE_CASES = [  # (n_layers, n_kv_heads, head_dim, tokens, bytes_per_value)
     (30, 3, 64, 1, 4),
@@ -75,13 +76,12 @@ def check_kv_cache_bytes(kv_cache_bytes, *, hidden=False) -> None:
             cache.advance(tokens)
             want = cache.nbytes
         wants.append(want)
-    wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if g != w]
-    if not wrong:
-        passed("kv_cache_bytes", len(cases))
+    failure = first_failure("kv_cache_bytes", answers, wants, operator.eq,
+                            lambda: _size_mistakes(cases))
+    if failure is None:
         return
-    i = wrong[0]
+    i, hint = failure
     layers, heads, dim, tokens, nbytes = cases[i]
-    hint = matching_mistake(answers, _size_mistakes(cases), int.__eq__)
     raise CheckFailed(say("kv_cache_bytes{case} returned {got}, expected {want}",
                           "kv_cache_bytes{case} 返回了 {got}，应为 {want}", case=cases[i],
                           got=answers[i], want=wants[i])
@@ -474,11 +474,10 @@ def check_attend_in_blocks(attend_in_blocks, *, hidden=False) -> None:
         weights = torch.softmax(keys.double() @ q.double() / math.sqrt(d), dim=0)
         answers.append(got)
         wants.append(weights @ values.double())
-    wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if not _close(g, w)]
-    if not wrong:
-        passed("attend_in_blocks", len(cases))
+    failure = first_failure("attend_in_blocks", answers, wants, _close)
+    if failure is None:
         return
-    i = wrong[0]
+    i = failure[0]
     d, d_v, sizes, _ = cases[i]
     q, keys, values, _ = _block_case(cases, i)
     scores = keys @ q / math.sqrt(d)

@@ -10,7 +10,7 @@ import torch
 from ...decoding.processors import (RepetitionPenaltyProcessor, TemperatureProcessor,
                                    TopKProcessor, TopPProcessor)
 from ..language import say
-from ._base import CheckFailed, call, checker, expect, matching_mistake, passed, short
+from ._base import CheckFailed, call, checker, expect, first_failure, matching_mistake, short
 
 NEG_INF = float("-inf")
 
@@ -71,11 +71,10 @@ def _check_all(fn, name, cases, reference, mistakes, describe, fallback, scores_
         answers.append(_as_scores(call(fn, *args, what=what, if_raises=if_raises), what,
                                   args[scores_at].shape))
     wants = [reference(*args) for args, _ in cases]
-    wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if not _same_scores(g, w)]
-    if not wrong:
-        passed(name, len(cases))
+    failure = first_failure(name, answers, wants, _same_scores)
+    if failure is None:
         return
-    i = wrong[0]
+    i = failure[0]
     models = [(hint, [model(*args) for args, _ in cases]) for hint, model in mistakes]
     hint = matching_mistake(answers, models, _same_scores)
     raise CheckFailed(say("{what}: {why}", "{what}：{why}", what=describe(*cases[i][0]),
@@ -404,11 +403,10 @@ def check_beam_step(beam_step, *, hidden=False) -> None:
         answers.append(_as_triple(call(beam_step, log_probs, beam_scores, beams, what=what),
                                   what, beams))
     wants = [reference_beam_step(*case) for case in cases]
-    wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if not _same_beams(g, w)]
-    if not wrong:
-        passed("beam_step", len(cases))
+    failure = first_failure("beam_step", answers, wants, _same_beams)
+    if failure is None:
         return
-    i = wrong[0]
+    i = failure[0]
 
     def model(f):
         return [tuple(t.flatten() for t in f(*case)) for case in cases]

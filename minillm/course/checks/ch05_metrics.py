@@ -13,8 +13,8 @@ import random
 from ...measure.metrics import RequestMetrics, predict_latency, throughput
 from ...measure.roofline import Roof
 from ..language import say
-from ._base import (CheckFailed, as_number, call, checker, expect, is_close, matching_mistake,
-                    passed, short)
+from ._base import (CheckFailed, as_number, call, checker, expect, first_failure, is_close,
+                    matching_mistake, passed, short)
 
 # (start, token_times): fixed requests, seconds
 REQUESTS = [
@@ -362,11 +362,10 @@ def check_throughput(throughput_fn, *, hidden=False) -> None:
         answers.append(as_number(call(throughput_fn, reqs, what=what), what))
     wants = [throughput([RequestMetrics(s, tuple(t)) for s, t in reqs]).tokens_per_second
              for reqs in cases]
-    wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if not is_close(g, w)]
-    if not wrong:
-        passed("throughput", len(cases))
+    failure = first_failure("throughput", answers, wants, is_close)
+    if failure is None:
         return
-    i = wrong[0]
+    i = failure[0]
     reqs = cases[i]
     tokens = sum(len(t) for _, t in reqs)
     span = max(t[-1] for _, t in reqs) - min(s for s, _ in reqs)
@@ -476,13 +475,12 @@ def check_roofline_seconds(roofline_seconds, *, hidden=False) -> None:
         what = f"roofline_seconds{case}"
         answers.append(as_number(call(roofline_seconds, *case, what=what), what))
     wants = [_roof_seconds(*case) for case in cases]
-    wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if not is_close(g, w)]
-    if not wrong:
-        passed("roofline_seconds", len(cases))
+    failure = first_failure("roofline_seconds", answers, wants, is_close,
+                            lambda: _roof_mistakes(cases))
+    if failure is None:
         return
-    i = wrong[0]
+    i, hint = failure
     rows, weights, nbytes, peak, bandwidth = cases[i]
-    hint = matching_mistake(answers, _roof_mistakes(cases), is_close)
     raise CheckFailed(say("{call} returned {got:.6g} s, expected {want:.6g} s: {flops:.3g} FLOP "
                           "at {peak:.3g} FLOP/s against {nbytes:.3g} bytes at {bandwidth:.3g} "
                           "bytes/s",

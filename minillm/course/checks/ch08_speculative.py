@@ -12,6 +12,7 @@ Every message says both languages side by side (`say`), chosen by the notebook's
 
 from __future__ import annotations
 
+import operator
 import random
 from dataclasses import dataclass
 
@@ -20,7 +21,8 @@ import torch
 from ...speculative.acceptance import verify_greedy
 from ...speculative.drafts import PromptLookupDraft
 from ..language import say
-from ._base import CheckFailed, as_int, call, checker, expect, matching_mistake, passed, short
+from ._base import (CheckFailed, as_int, call, checker, expect, first_failure, matching_mistake,
+                    passed, short)
 
 # A toy target p and draft q over six tokens (the lesson uses the same pair).
 P = torch.tensor([0.40, 0.25, 0.15, 0.10, 0.06, 0.04], dtype=torch.float64)
@@ -336,11 +338,10 @@ def check_prompt_lookup(prompt_lookup, *, hidden=False) -> None:
         answers.append([as_int(t, say("a token {what} returned", "{what} 返回的一个词元",
                                       what=what)) for t in got])
     wants = [PromptLookupDraft(max_ngram=n, min_ngram=1).lookup(ids, k) for ids, k, n in cases]
-    wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if g != w]
-    if not wrong:
-        passed("prompt_lookup", len(cases))
+    failure = first_failure("prompt_lookup", answers, wants, operator.eq)
+    if failure is None:
         return
-    i = wrong[0]
+    i = failure[0]
 
     def model(**kind):
         return [_lookup_variant(ids, k, n, **kind) for ids, k, n in cases]

@@ -12,8 +12,8 @@ import torch
 from ...distributed.tensor_parallel import shard_mlp, split_evenly
 from ...utils.stats import percentile as reference_percentile
 from ..language import say
-from ._base import (CheckFailed, as_int, call, checker, expect, expect_raises, is_close,
-                    matching_mistake, number_or_none, passed, short)
+from ._base import (CheckFailed, as_int, call, checker, expect, expect_raises, first_failure,
+                    is_close, matching_mistake, number_or_none, passed, short)
 
 # --- 1 · sharing features out among ranks ---------------------------------------------------------
 
@@ -415,11 +415,10 @@ def check_percentile(percentile, *, hidden=False) -> None:
         answers.append(value)
     wants = [reference_percentile(v, q) for v, q in cases]
     same = lambda a, b: is_close(a, b, rel=1e-5, abs_=1e-6)  # noqa: E731 (float32 quantile ok)
-    wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if not same(g, w)]
-    if not wrong:
-        passed("percentile", len(cases))
+    failure = first_failure("percentile", answers, wants, same)
+    if failure is None:
         return
-    i = wrong[0]
+    i = failure[0]
     values, q = cases[i]
     hint = matching_mistake(answers, [
         (say("that is the nearest rank; interpolate linearly between the two values around "

@@ -13,13 +13,14 @@ answers are computed from a model's config, never typed in.
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass
 
 import torch
 
 from ...model.config import ModelConfig
 from ..language import say
-from ._base import CheckFailed, as_number, call, checker, is_close, matching_mistake, passed
+from ._base import CheckFailed, as_number, call, checker, first_failure, is_close, matching_mistake
 
 GB = 1e9
 
@@ -96,11 +97,10 @@ def check_tp_decode_bound(tp_decode_bound, *, hidden=False) -> None:
         what = "tp_decode_bound({}, {}, {}, {})".format(*(_shown(v) for v in case))
         answers.append(as_number(call(tp_decode_bound, *case, what=what), what))
     wants = [tp_decode_bound_reference(*case) for case in tp_cases]
-    wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if not _close(g, w)]
-    if not wrong:
-        passed("tp_decode_bound", len(tp_cases))
+    failure = first_failure("tp_decode_bound", answers, wants, _close)
+    if failure is None:
         return
-    i = wrong[0]
+    i = failure[0]
     hint = matching_mistake(answers, [
         (say("with tensor parallelism each GPU holds and reads only 1/n_gpus of the weights, "
              "and all GPUs read at the same time: divide the weight bytes by n_gpus",
@@ -174,11 +174,10 @@ def check_max_batch(max_batch, *, hidden=False) -> None:
     cases = [(pool, PARAM_CONFIGS[name], tokens, size)
              for pool, name, tokens, size in batch_cases]
     wants = [max_batch_reference(*case) for case in cases]
-    wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if g != w]
-    if not wrong:
-        passed("max_batch", len(cases))
+    failure = first_failure("max_batch", answers, wants, operator.eq)
+    if failure is None:
         return
-    i = wrong[0]
+    i = failure[0]
     hint = matching_mistake(answers, [
         (say("the cache holds n_kv_heads heads per layer, not n_heads: grouped-query "
              "attention shares them",
@@ -235,11 +234,10 @@ def check_speculative_speedup(speculative_speedup, *, hidden=False) -> None:
                           "alpha = 1 时每个草稿词元都被接受：一轮得到 k + 1 个词元"
                           "（闭式公式在这里是 0 / 0）") if alpha == 1 else ""), what))
     wants = [speculative_speedup_reference(*case) for case in spec_cases]
-    wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if not _close(g, w)]
-    if not wrong:
-        passed("speculative_speedup", len(spec_cases))
+    failure = first_failure("speculative_speedup", answers, wants, _close)
+    if failure is None:
         return
-    i = wrong[0]
+    i = failure[0]
     mistakes = [
         (say("a token is kept only if every drafted token before it was accepted: the chance "
              "of reaching the i-th is alpha^i, not alpha (1 + alpha + ... + alpha^k, not 1 + k x "
