@@ -1,4 +1,5 @@
-"""Fixtures shared by the test files: the real model's file and its transformers reference; the
+"""Fixtures shared by the test files: the real model's file and its transformers reference;
+`chinese`, the course's messages in Chinese for one test; `unwritten`, an exercise's stub; the
 `cuda` marker's rule: a test that needs a CUDA GPU is skipped where there is none; and the
 `every_level` marker on the test files of minillm's kernels, their exactness and the engine on
 them, which `make test` runs again at each lower kernel level the machine runs
@@ -20,6 +21,26 @@ def reference(gguf_path):
     import minillm
 
     return minillm.load_reference("smollm2-135m")
+
+
+@pytest.fixture
+def chinese():
+    """The course's messages in Chinese for one test (a checker's hint, a widget's label), English
+    again after it."""
+    from minillm.course import set_language
+
+    set_language("zh")
+    yield
+    set_language("en")
+
+
+@pytest.fixture
+def unwritten():
+    """An exercise's function as the learner finds it: a stub that raises NotImplementedError."""
+    def stub(*args, **kwargs):
+        raise NotImplementedError
+
+    return stub
 
 
 @pytest.fixture

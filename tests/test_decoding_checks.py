@@ -194,12 +194,9 @@ def test_the_hidden_cases_catch_an_answer_that_memorized_the_visible_ones(check,
 
 @pytest.mark.parametrize("hidden", [False, True])
 @pytest.mark.parametrize("check", [c for c, _ in RIGHT], ids=[c.__name__ for c, _ in RIGHT])
-def test_an_unwritten_stub_says_so(check, hidden):
-    def stub(*args):
-        raise NotImplementedError
-
+def test_an_unwritten_stub_says_so(check, hidden, unwritten):
     with pytest.raises(CheckFailed, match="not written yet"):
-        check(stub, hidden=hidden)
+        check(unwritten, hidden=hidden)
 
 
 def test_the_hidden_cases_are_other_inputs_with_the_same_edges():
@@ -231,14 +228,6 @@ def test_the_hidden_top_k_above_the_vocabulary_is_explained_too():
 
 
 # --- the same hints in the Chinese edition ------------------------------------------------------
-
-@pytest.fixture
-def chinese():
-    from minillm.course import set_language
-
-    set_language("zh")
-    yield
-    set_language("en")
 
 
 ZH_HINTS = [  # (check, a wrong answer, words of its Chinese hint, words of its English hint)

@@ -5,7 +5,6 @@ parses and validates, alone, in a batch and as the n samples of one engine reque
 schema features are named."""
 
 import json
-import random
 import re
 
 import jsonschema

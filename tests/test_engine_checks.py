@@ -40,18 +40,15 @@ def test_the_solutions_pass(solutions, capsys):
 
 
 @pytest.mark.parametrize("hidden", [False, True])
-def test_a_stub_says_it_is_not_written_yet(hidden):
+def test_a_stub_says_it_is_not_written_yet(hidden, unwritten):
     class Stub:
         def __init__(self, n):
             raise NotImplementedError
 
-    def stub(*args, **kwargs):
-        raise NotImplementedError
-
     for check in (checks.check_block_allocator, checks.check_admit_waiting,
                   checks.check_plan_running, checks.check_schedule_step):
         with pytest.raises(CheckFailed, match="not written yet"):
-            check(Stub if check is checks.check_block_allocator else stub, hidden=hidden)
+            check(Stub if check is checks.check_block_allocator else unwritten, hidden=hidden)
 
 
 @pytest.mark.parametrize("hidden", [False, True])
@@ -303,14 +300,6 @@ def test_the_hidden_cases_are_other_inputs_with_the_same_edges():
 
 
 # --- the same hints in Chinese (set_language("zh"), as the notebooks in zh/ do) ----------------
-
-@pytest.fixture
-def chinese():
-    from minillm.course import set_language
-
-    set_language("zh")
-    yield
-    set_language("en")
 
 
 ZH_HINTS = [  # (check, a wrong answer, the Chinese words of its hint)

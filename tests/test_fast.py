@@ -14,7 +14,7 @@ from minillm.fast import FastLinear, is_optimized, optimize, time_layouts
 from minillm.generation.kv_cache import KVCache
 from minillm.loading import load_model
 from minillm.model import ModelConfig, registry
-from kernel_machine import layers_use_kernels, needs_kernels
+from kernel_machine import layers_use_kernels
 
 
 def _tiny(arch="llama", tied=True, bias=False, seed=0, max_seq_len=64, **widths):

@@ -56,10 +56,6 @@ def check_decode(fn):
     checks.check_greedy_decode(fn, TinyLM(), Chars())
 
 
-def stub(*args):
-    raise NotImplementedError
-
-
 def test_right_answers_pass(capsys):
     checks.check_kv_cache_bytes(right_bytes)
     checks.check_append_kv(right_append)
@@ -69,9 +65,9 @@ def test_right_answers_pass(capsys):
 
 @pytest.mark.parametrize("check", [checks.check_kv_cache_bytes, checks.check_append_kv,
                                    check_decode])
-def test_stubs_fail_with_a_plain_message(check):
+def test_stubs_fail_with_a_plain_message(check, unwritten):
     with pytest.raises(CheckFailed, match="not written yet"):
-        check(stub)
+        check(unwritten)
 
 
 @pytest.mark.parametrize("kind", [np.int64, float, lambda n: torch.tensor(n)])
@@ -301,9 +297,9 @@ def test_attend_in_blocks_passes_the_right_answer_in_float64_too(capsys):
     assert capsys.readouterr().out.count("✅") == 3
 
 
-def test_attend_in_blocks_stub_fails_with_a_plain_message():
+def test_attend_in_blocks_stub_fails_with_a_plain_message(unwritten):
     with pytest.raises(CheckFailed, match="not written yet"):
-        checks.check_attend_in_blocks(stub)
+        checks.check_attend_in_blocks(unwritten)
 
 
 def test_attend_in_blocks_hints_are_specific():
@@ -341,14 +337,6 @@ def test_attend_in_blocks_reading_twice_or_a_wrong_shape_is_named():
 
 
 # --- the same hints in Chinese (set_language("zh"), as the notebooks in zh/ do) ----------------
-
-@pytest.fixture
-def chinese():
-    from minillm.course import set_language
-
-    set_language("zh")
-    yield
-    set_language("en")
 
 
 def _copies(keys, values, k, v, length):
@@ -438,9 +426,9 @@ def test_each_hint_comes_in_chinese(chinese, name):
     assert "returned" not in message and "expected" not in message, message
 
 
-def test_the_passes_and_the_stub_come_in_chinese(chinese, capsys):
+def test_the_passes_and_the_stub_come_in_chinese(chinese, capsys, unwritten):
     with pytest.raises(CheckFailed, match="还没有写"):
-        check_decode(stub)
+        check_decode(unwritten)
     checks.check_attend_in_blocks(right_blocks)
     assert "✅ attend_in_blocks：全部 6 个用例通过" in capsys.readouterr().out
 

@@ -49,12 +49,9 @@ def test_the_worked_numbers():
 @pytest.mark.parametrize("hidden", [False, True])
 @pytest.mark.parametrize("check", [checks.check_tp_decode_bound, checks.check_max_batch,
                                    checks.check_speculative_speedup])
-def test_stubs_say_not_written_yet(check, hidden):
-    def stub(*args):
-        raise NotImplementedError
-
+def test_stubs_say_not_written_yet(check, hidden, unwritten):
     with pytest.raises(CheckFailed, match="not written yet"):
-        check(stub, hidden=hidden)
+        check(unwritten, hidden=hidden)
 
 
 @pytest.mark.parametrize("hidden", [False, True])
@@ -127,14 +124,6 @@ def test_messages_print_enough_digits_to_tell_answers_apart():
 
 
 # --- the same hints in Chinese (set_language("zh"), as the notebooks in zh/ do) ----------------
-
-@pytest.fixture
-def chinese():
-    from minillm.course import set_language
-
-    set_language("zh")
-    yield
-    set_language("en")
 
 
 def per_sequence(c, t, s, heads, factor=2):

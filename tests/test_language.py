@@ -15,12 +15,6 @@ from browser.chromium import cjk_font_found, required
 from minillm.course import current_language, say, set_language
 
 
-@pytest.fixture
-def chinese():
-    set_language("zh")
-    yield
-    set_language("en")
-
 
 def test_english_by_default_and_one_call_switches():
     assert current_language() == "en"

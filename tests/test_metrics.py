@@ -3,7 +3,6 @@
 import math
 
 import pytest
-import torch
 
 import minillm
 from minillm.generation.loop import timed_stream

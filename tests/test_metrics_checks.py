@@ -234,12 +234,9 @@ def test_roofline_hints_are_specific(hidden):
 @pytest.mark.parametrize("check", [checks.check_request_metrics, checks.check_predict_latency,
                                    checks.check_time_stream, checks.check_throughput,
                                    checks.check_roofline_seconds])
-def test_an_unwritten_stub_says_so(check, hidden):
-    def stub(*args):
-        raise NotImplementedError
-
+def test_an_unwritten_stub_says_so(check, hidden, unwritten):
     with pytest.raises(CheckFailed, match="not written yet"):
-        check(stub, hidden=hidden)
+        check(unwritten, hidden=hidden)
 
 
 # --- the graders' hidden cases (hidden=True) ----------------------------------------------------
@@ -287,14 +284,6 @@ def test_the_hidden_cases_are_other_inputs_with_the_same_edges():
 
 
 # --- the same hints in Chinese (set_language("zh"), as the notebooks in zh/ do) ----------------
-
-@pytest.fixture
-def chinese():
-    from minillm.course import set_language
-
-    set_language("zh")
-    yield
-    set_language("en")
 
 
 ZH_HINTS = [  # (check, a wrong answer, the Chinese words of its hint)

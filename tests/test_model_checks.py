@@ -359,23 +359,12 @@ def test_the_hidden_cases_are_other_inputs_with_the_same_edges():
                                        fn, TinyModel(), [3, 14, 15], **kw)],
                          ids=["rms_norm", "rope", "causal_attention", "transformer_block",
                               "whole_model"])
-def test_an_unwritten_stub_says_so(check, hidden):
-    def stub(*args):
-        raise NotImplementedError
-
+def test_an_unwritten_stub_says_so(check, hidden, unwritten):
     with pytest.raises(CheckFailed, match="not written yet"):
-        check(stub, hidden=hidden)
+        check(unwritten, hidden=hidden)
 
 
 # --- the same hints in Chinese (set_language("zh"), as the notebooks in zh/ do) ----------------
-
-@pytest.fixture
-def chinese():
-    from minillm.course import set_language
-
-    set_language("zh")
-    yield
-    set_language("en")
 
 
 ZH_WORDS = {  # the Chinese words of each hint; the English hint must not show

@@ -55,17 +55,14 @@ def test_correct_answers_pass(capsys):
 
 
 @pytest.mark.parametrize("hidden", [False, True])
-def test_stubs_say_not_written_yet(hidden):
-    def stub(*args):
-        raise NotImplementedError
-
+def test_stubs_say_not_written_yet(hidden, unwritten):
     for check in (checks.check_absmax_int8, checks.check_int4_groups):
         with pytest.raises(CheckFailed, match="not written yet"):
-            check(stub, stub, hidden=hidden)
+            check(unwritten, unwritten, hidden=hidden)
     with pytest.raises(CheckFailed, match="not written yet"):
-        checks.check_quantize_int8(stub, hidden=hidden)
+        checks.check_quantize_int8(unwritten, hidden=hidden)
     with pytest.raises(CheckFailed, match="not written yet"):
-        checks.check_gptq_step(stub, hidden=hidden)
+        checks.check_gptq_step(unwritten, hidden=hidden)
 
 
 @pytest.mark.parametrize("hidden", [False, True])
@@ -329,14 +326,6 @@ def test_gptq_step_hints_fire_only_for_their_mistake():
 
 
 # --- the same hints in Chinese (set_language("zh"), as the notebooks in zh/ do) ----------------
-
-@pytest.fixture
-def chinese():
-    from minillm.course import set_language
-
-    set_language("zh")
-    yield
-    set_language("en")
 
 
 def no_value_error(w, g):

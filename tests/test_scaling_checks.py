@@ -179,23 +179,12 @@ def test_percentile_that_sorts_in_place_is_named():
 @pytest.mark.parametrize("check", [checks.check_split_evenly, checks.check_column_parallel,
                                    checks.check_row_parallel, checks.check_tp_feed_forward,
                                    checks.check_percentile])
-def test_stubs_say_not_written_yet(check, hidden):
-    def stub(*args):
-        raise NotImplementedError
-
+def test_stubs_say_not_written_yet(check, hidden, unwritten):
     with pytest.raises(CheckFailed, match="not written yet"):
-        check(stub, hidden=hidden)
+        check(unwritten, hidden=hidden)
 
 
 # --- the same hints in the Chinese edition ------------------------------------------------------
-
-@pytest.fixture
-def chinese():
-    from minillm.course import set_language
-
-    set_language("zh")
-    yield
-    set_language("en")
 
 
 def _split(kind):

@@ -36,12 +36,9 @@ def test_right_answers_pass(capsys):
 @pytest.mark.parametrize("hidden", [False, True])
 @pytest.mark.parametrize("check", [checks.check_prompt_lookup, checks.check_verify_greedy,
                                    checks.check_accept_step])
-def test_stubs_say_not_written_yet(check, hidden):
-    def stub(*args):
-        raise NotImplementedError
-
+def test_stubs_say_not_written_yet(check, hidden, unwritten):
     with pytest.raises(CheckFailed, match="not written yet"):
-        check(stub, hidden=hidden)
+        check(unwritten, hidden=hidden)
 
 
 def lookup(**kind):
@@ -219,14 +216,6 @@ def test_tokens_that_follow_the_draft_are_named():
 
 
 # --- the same hints in Chinese (set_language("zh"), as the notebooks in zh/ do) ----------------
-
-@pytest.fixture
-def chinese():
-    from minillm.course import set_language
-
-    set_language("zh")
-    yield
-    set_language("en")
 
 
 def test_prompt_lookup_hints_come_in_chinese(chinese):

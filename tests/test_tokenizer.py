@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import minillm
-from minillm.tokenizer import (CHATML_TEMPLATE, GPT2_PATTERN, PreTokenizer, Tokenizer,
+from minillm.tokenizer import (CHATML_TEMPLATE, GPT2_PATTERN, PreTokenizer,
                                chatml, encode_with_merges, learn_merges, merge_pair, pair_counts,
                                train, train_simple)
 from minillm.tokenizer.bytes_unicode import bytes_to_token, bytes_to_unicode, token_to_bytes

@@ -35,16 +35,12 @@ def test_reference_passes(capsys):
     assert capsys.readouterr().out.count("✅") == 4
 
 
-def _stub(*args):
-    raise NotImplementedError
-
-
 @pytest.mark.parametrize("hidden", [False, True])
 @pytest.mark.parametrize("check", [checks.check_pair_counts, checks.check_merge_pair,
                                    checks.check_train_merges, checks.check_encode_with_merges])
-def test_unwritten_stub(check, hidden):
+def test_unwritten_stub(check, hidden, unwritten):
     with pytest.raises(CheckFailed, match="not written yet"):
-        check(_stub, hidden=hidden)
+        check(unwritten, hidden=hidden)
 
 
 # --- pair counts ---------------------------------------------------------------------------
@@ -325,14 +321,6 @@ def test_the_hidden_cases_are_other_inputs_with_the_same_edges():
 
 
 # --- the same hints in Chinese (set_language("zh"), as the notebooks in zh/ do) ----------------
-
-@pytest.fixture
-def chinese():
-    from minillm.course import set_language
-
-    set_language("zh")
-    yield
-    set_language("en")
 
 
 ZH_WORDS = {  # the Chinese words of each hint; the English hint must not show

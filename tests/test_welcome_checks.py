@@ -198,12 +198,9 @@ def test_a_string_is_not_a_number():
 @pytest.mark.parametrize("check", [checks.check_chat_prompt, checks.check_decode_speed,
                                    lambda fn, **kw: checks.check_answer(fn, None, None, **kw)],
                          ids=["chat_prompt", "decode_speed", "answer"])
-def test_stubs_say_not_written_yet(check, hidden):
-    def stub(*args):
-        raise NotImplementedError
-
+def test_stubs_say_not_written_yet(check, hidden, unwritten):
     with pytest.raises(CheckFailed, match="not written yet"):
-        check(stub, hidden=hidden)
+        check(unwritten, hidden=hidden)
 
 
 # --- the graders' hidden cases (hidden=True) ----------------------------------------------------
@@ -253,22 +250,19 @@ def test_the_hidden_cases_catch_an_answer_that_memorized_the_visible_ones(check,
 
 # --- the same hints in Chinese (set_language("zh"), as the notebooks in zh/ do) ----------------
 
-@pytest.fixture
-def chinese():
-    from minillm.course import set_language
-
-    set_language("zh")
-    yield
-    set_language("en")
-
 
 ZH_WORDS = {  # the words of each hint in the Chinese edition; the English words must not show
-    "no generation prompt": "以开启助手的轮次结尾", "no default system": "会先放上它默认的那一条",
-    "default system always": "只有对话里没有系统消息时", "no newline after im_end": "紧跟一个换行符",
-    "prompt included": "你把提示词也一起返回了", "special tokens kept": "文本里还留着",
-    "no chat template": "模型根本没看到对话模板", "no generation prompt": "接着用户的话往下写",
-    "one token more": "超过了 max_new_tokens", "first token counted": "把第一个词元也算进去了",
-    "seconds per token": "每个词元花的秒数", "timed from 0": "从 0 开始计时",
+    ("chat", "no generation prompt"): "以开启助手的轮次结尾",
+    ("chat", "no default system"): "会先放上它默认的那一条",
+    ("chat", "default system always"): "只有对话里没有系统消息时",
+    ("chat", "no newline after im_end"): "紧跟一个换行符",
+    ("answer", "prompt included"): "你把提示词也一起返回了",
+    ("answer", "special tokens kept"): "文本里还留着",
+    ("answer", "no chat template"): "模型根本没看到对话模板",
+    ("answer", "no generation prompt"): "接着用户的话往下写",
+    ("answer", "one token more"): "超过了 max_new_tokens",
+    ("decode", "first token counted"): "把第一个词元也算进去了",
+    ("decode", "seconds per token"): "每个词元花的秒数", ("decode", "timed from 0"): "从 0 开始计时",
 }
 ZH_CASES = ([("chat", n, w, c) for n, (w, c) in CHAT_MISTAKES.items()]
             + [("answer", n, w, c) for n, (w, c) in ANSWER_MISTAKES.items()]
@@ -276,24 +270,22 @@ ZH_CASES = ([("chat", n, w, c) for n, (w, c) in CHAT_MISTAKES.items()]
             + [("decode", n, w, c) for n, (w, c) in DECODE_MISTAKES.items()])
 
 
-@pytest.mark.parametrize("check, name, wrong, english", ZH_CASES, ids=[c[1] for c in ZH_CASES])
+@pytest.mark.parametrize("check, name, wrong, english", ZH_CASES,
+                         ids=[f"{c[0]}-{c[1]}" for c in ZH_CASES])
 def test_each_hint_comes_in_chinese(chinese, reference, check, name, wrong, english):
     run = {"chat": checks.check_chat_prompt, "decode": checks.check_decode_speed,
            "answer": lambda fn: checks.check_answer(fn, *reference)}[check]
     with pytest.raises(CheckFailed) as failure:
         run(wrong)
     message = str(failure.value)
-    assert ZH_WORDS[name] in message, message
+    assert ZH_WORDS[check, name] in message, message
     assert " " not in english or english not in message, message  # code stays as it is
     assert "返回了" in message and "returned" not in message, message
 
 
-def test_the_shared_messages_come_in_chinese(chinese, capsys):
-    def stub(*args):
-        raise NotImplementedError
-
+def test_the_shared_messages_come_in_chinese(chinese, capsys, unwritten):
     with pytest.raises(CheckFailed, match="`.*stub` 还没有写：把 `raise NotImplementedError` 换成"):
-        checks.check_decode_speed(stub)
+        checks.check_decode_speed(unwritten)
     with pytest.raises(CheckFailed, match="请返回一个数"):
         checks.check_decode_speed(lambda t: str(right_speed(t)))
     with pytest.raises(CheckFailed, match="没有可以计时的解码步：应当抛出 ValueError"):

@@ -19,12 +19,6 @@ from minillm.speculative.loop import SpeculativeStats
 from minillm.utils.wording import language, text, use_language
 
 
-@pytest.fixture
-def chinese():
-    set_language("zh")
-    yield
-    set_language("en")
-
 
 def test_english_by_default_and_the_course_switch_moves_the_engine_too():
     assert language() == "en" and text("a", "甲") == "a"

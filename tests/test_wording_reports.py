@@ -19,12 +19,6 @@ from minillm.tools.server import free_port
 from minillm.utils.wording import language
 
 
-@pytest.fixture
-def chinese():
-    set_language("zh")
-    yield
-    set_language("en")
-
 
 def full_report() -> dict:
     """Every branch of the table and the warnings: a rate, an error, full length sent and

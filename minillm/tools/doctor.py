@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import shutil
 import sys
-import time
 from dataclasses import dataclass
 from importlib import metadata
 

@@ -174,8 +174,8 @@ def run_online(engine: Engine, work: list[Work], rate: float, seed: int = 0) -> 
         now = time.perf_counter() - t0
         while pending and pending[0][0] <= now:
             at, w = pending.pop(0)
-            rid = engine.add_request(w.prompt, max_new_tokens=w.max_new_tokens,
-                                     ignore_eos=True, arrival_time=t0 + at)
+            engine.add_request(w.prompt, max_new_tokens=w.max_new_tokens,
+                               ignore_eos=True, arrival_time=t0 + at)
         if not engine.has_unfinished():
             time.sleep(max(0.0, pending[0][0] - (time.perf_counter() - t0)))
             continue
