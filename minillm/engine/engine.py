@@ -194,32 +194,45 @@ class Engine:
     # --- one iteration ----------------------------------------------------------------------------
 
     def step(self) -> list[RequestOutput]:
-        """Schedule, run the scheduled forward passes, pick tokens, finish requests.
-        Returns an output for every request that gained text or ended in this step."""
+        """Schedule, run the scheduled forward passes, sample each request's next token, finish
+        what ended. Returns an output for every request that gained text or ended in this step."""
         with self._lock:
             outputs, self._cancelled = self._cancelled, []
             batch = self.scheduler.schedule()
             if not batch:
                 return outputs
-            start = time.perf_counter()
-            kinds = [self.scheduler.kind(r, n) for r, n in batch.items]
-            self.pool.copy_blocks(batch.copies)  # copy-on-write, before any pass writes
-            logits, computed_rows = self._forward(batch)
-            now = clock(self.device)  # once the device has computed them: the tokens are ready
-            for (request, n), rows in zip(batch.items, logits):
-                if request.needs_prompt_logits:
-                    self._add_prompt_logprobs(request, rows)
-                if not self.scheduler.computed(request, n):
-                    continue  # a prompt chunk with more to come, or a row with no token to give
-                for sample in (request, *self.scheduler.fork(request)):
-                    outputs.append(self._next_token(sample, rows[-1], now))
+            start, kinds = time.perf_counter(), [self.scheduler.kind(r, n) for r, n in batch.items]
+            logits, computed_rows = self._run(batch)
+            outputs += self._sample(batch, logits)
             if self.record:
                 self._record(start, batch.items, kinds, computed_rows)
-            for out in outputs:  # an ended request is reported once, then forgotten
-                request = self.requests.get(out.request_id)
-                if out.finished and request is not None and request.all_finished:
-                    del self.requests[out.request_id]
+            self._forget_ended(outputs)
             return outputs
+
+    def _run(self, batch) -> tuple[list[torch.Tensor], int]:
+        self.pool.copy_blocks(batch.copies)  # copy-on-write, before any pass writes
+        return self._forward(batch)
+
+    def _sample(self, batch, logits: list[torch.Tensor]) -> list[RequestOutput]:
+        """Each request's next token from its rows of logits: the prompt's log-probabilities
+        first where asked for; a request whose prompt just finished forks into its n samples."""
+        now = clock(self.device)  # once the device has computed them: the tokens are ready
+        outputs = []
+        for (request, n), rows in zip(batch.items, logits):
+            if request.needs_prompt_logits:
+                self._add_prompt_logprobs(request, rows)
+            if not self.scheduler.computed(request, n):
+                continue  # a prompt chunk with more to come, or a row with no token to give
+            for sample in (request, *self.scheduler.fork(request)):
+                outputs.append(self._next_token(sample, rows[-1], now))
+        return outputs
+
+    def _forget_ended(self, outputs: list[RequestOutput]) -> None:
+        """An ended request is reported once, then forgotten."""
+        for out in outputs:
+            request = self.requests.get(out.request_id)
+            if out.finished and request is not None and request.all_finished:
+                del self.requests[out.request_id]
 
     def _next_token(self, request: Request, logits: torch.Tensor, now: float) -> RequestOutput:
         """Choose `request`'s next token from its last position's `logits`, record it (and its
