@@ -38,6 +38,7 @@ import torch.nn.functional as F
 from ..layers.kv_contract import KVCacheProtocol, capability
 from ..kernels.activation import silu_mul_unchecked
 from ..kernels.attention import decode_attention_unchecked
+from ..kernels.decode_plan import DecodePlan, StepFacts, choose
 from ..kernels.dispatch import DecodeKernels
 from ..kernels.dispatch import decode_step as decode_plan
 from ..kernels.norm import rms_norm_unchecked
@@ -251,10 +252,29 @@ class FusedDecode:
                           "kernel", RuntimeWarning, stacklevel=3)
         return replace(plan, norm=False)
 
-    def in_one_call(self, plan: DecodeKernels, rows: int, keys, values) -> bool:
-        """Whether this step runs its blocks in one C call (blocks.py)."""
-        return (self.c_blocks and self._c_shape and blocks.planned(plan)
-                and self.block_table().takes(rows) and blocks.cache_fits(keys, values))
+    def facts(self, plan: DecodeKernels, cache, rows: int) -> StepFacts:
+        """What kernels/decode_plan.choose looks at, for a step of `rows` rows over `cache`."""
+        device = self.model.device.type
+        one_call = self.c_blocks and self._c_shape and blocks.planned(plan)  # off the CPU: never
+        return StepFacts(
+            device=device,
+            graph_ready=device == "cuda" and self.graph is not None and self.graph.applies(cache),
+            graph_on=self.cuda_graph, kernels=plan, c_blocks_on=self.c_blocks,
+            blocks_alike=self._c_shape,
+            rows_fit=bool(one_call) and self.block_table().takes(rows),
+            cache_fits=bool(one_call) and blocks.cache_fits(cache.keys, cache.values))
+
+    def plan(self) -> DecodePlan:
+        """The path of this model's usual step, one row over its own KVCache, with the reasons
+        for each faster path not taken (`python -m minillm doctor`, `bench step`)."""
+        from ..utils.devices import model_dtype
+
+        c = self.model.config
+        device = self.model.device
+        dtype = model_dtype(self.model) if device.type != "cpu" else torch.float32
+        x = torch.zeros(1, c.hidden_size, dtype=dtype, device=device)
+        probe = _ProbeCache(c.n_layers, (1, c.n_kv_heads, 2, c.head_dim), dtype, device)
+        return choose(self.facts(_plan(self, x, probe.keys[0]), probe, 1), explain=True)
 
     def block_table(self) -> blocks.BlockTable:
         """What the one C call reads of the layers, written again when they changed."""
@@ -263,9 +283,10 @@ class FusedDecode:
         return self._table
 
     def __call__(self, input_ids: torch.Tensor, cache: KVCacheProtocol) -> torch.Tensor:
-        """Logits (rows, 1, vocab) in float32 for one new token per row."""
+        """Logits (rows, 1, vocab) in float32 for one new token per row, by the path
+        kernels/decode_plan.choose gives this step."""
         if self.cuda_graph and self.graph is not None and self.graph.applies(cache):
-            logits = self.graph(input_ids, cache)
+            logits = self.graph(input_ids, cache)  # choose's first path, without its other facts
             if logits is not None:
                 return logits
         # Each operation is one call of a module-level function: `bench step` times them so.
@@ -275,10 +296,20 @@ class FusedDecode:
         cos, sin = _angles(model, pos, x)
         plan = _plan(self, x, cache.keys[0])
         keys, values = cache.keys, cache.values
-        if self.in_one_call(plan, x.shape[0], keys, values):
+        if choose(self.facts(plan, cache, x.shape[0])).path == "one C call":
             x = blocks.run(self._table, x, keys, values, cos, sin, pos, plan.threads)
         else:
             for i, layer in enumerate(self.layers):
                 x = _block(plan, layer, x, _attention, cos, sin, keys[i], values[i], pos)
         cache.advance(1)
         return _head(model, _norm(model.norm, x, plan.norm))
+
+
+class _ProbeCache:
+    """The shape of a model's own KVCache for `FusedDecode.plan`: per-layer key and value
+    tensors, contiguous, in the activation dtype."""
+
+    def __init__(self, n_layers: int, shape, dtype, device):
+        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
+        self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
+        self.batch_size, self.max_tokens = shape[0], shape[2]

@@ -21,14 +21,20 @@ from .inputs import keep_last, prepare
 
 class DecoderModel(nn.Module):
     """A decoder-only transformer. A family sets `config`, `embed`, `layers`, `norm` and
-    `lm_head` in its __init__ and implements `run_layers`."""
+    `lm_head` in its __init__ and implements `run_layers`.
+
+    `fused_decode` is the decode step a fast model is given (minillm.fast.optimize sets a
+    FusedDecode; None runs every step through the layers): it takes the steps it `applies` to
+    and runs each by the path kernels/decode_plan.py chooses."""
+
+    fused_decode = None
 
     def forward(self, input_ids, cache: KVCacheProtocol | None = None, position_ids=None,
                 attention_mask=None, logits_to_keep: int = 0):
         """Logits (batch, seq, vocab) in float32 for token ids (batch, seq), on any device (they
         are moved to the model's).
 
-        With `cache` (anything that keeps minillm.generation.kv_cache.KVCacheProtocol: a
+        With `cache` (anything that keeps minillm.layers.kv_contract.KVCacheProtocol: a
         KVCache, a RingKVCache, the engine's PagedBatch) each layer appends its new keys and
         values and attends over all of them; the cache advances by seq at the end. `position_ids` default to cache.length + arange(seq); for a left-padded batch
         pass them (e.g. counted from each row's first real token) together with `attention_mask`
@@ -37,7 +43,7 @@ class DecoderModel(nn.Module):
 
         A fast model (minillm.fast) runs a step of one new token per row through its fused
         decode step (minillm/fast/decode.py) instead: the same numbers, less overhead."""
-        fused = self.__dict__.get("fused_decode")
+        fused = self.fused_decode
         if fused is not None and fused.applies(input_ids, cache, position_ids, attention_mask):
             return fused(input_ids, cache)
         input_ids, position_ids, mask = prepare(self.config, input_ids, cache, position_ids,

@@ -169,9 +169,11 @@ def check_generation(new_tokens: int = 10) -> Check:
     except Exception as error:  # the doctor reports, it does not crash
         return Check("generation", False, f"{type(error).__name__}: {error}",
                      "fix the items above first; then run `python -m minillm doctor` again")
+    from ..kernels.decode_plan import plan_of
+
     return Check("generation", True,
                  f"{len(result.token_ids)} tokens in {seconds:.2f} s after a {loaded:.1f} s load: "
-                 f"{result.text!r}")
+                 f"{result.text!r}; each decode step: {plan_of(model)}")
 
 
 def check_kernels(measure: bool = True) -> Check:

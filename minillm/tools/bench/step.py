@@ -35,6 +35,7 @@ import torch
 
 from ... import kernels
 from ...fast import decode
+from ...kernels.decode_plan import choose, plan_of
 from ...measure.bandwidth import read_bandwidth
 from ...model.memory import weight_bytes
 from ...utils.validate import check_int
@@ -132,7 +133,7 @@ def measure(model, steps: int = 200, context: int = 128, progress=None) -> dict:
     table shows (seconds)."""
     from ...generation.kv_cache import KVCache
 
-    fused = model.__dict__.get("fused_decode")
+    fused = model.fused_decode
     if fused is None:
         raise ValueError("this model has no fused decode step (minillm.fast gives one to "
                          "Llama-family models: Llama, Qwen2, Qwen3); `bench step` times that step")
@@ -188,8 +189,8 @@ def _one_call(fused: decode.FusedDecode, token: torch.Tensor, cache) -> bool:
     """Whether `fused`'s step of `token` runs its blocks in one C call (blocks.py; not where
     `fused.c_blocks` is switched off)."""
     x = decode._embed(fused.model, token)
-    return fused.in_one_call(decode._plan(fused, x, cache.keys[0]), x.shape[0], cache.keys,
-                             cache.values)
+    facts = fused.facts(decode._plan(fused, x, cache.keys[0]), cache, x.shape[0])
+    return choose(facts).path == "one C call"
 
 
 def _middle_half(walls: list) -> list:
@@ -276,6 +277,7 @@ def run(model_name: str = "smollm2-135m", weights: str = "fp32", threads: int | 
         if progress:
             progress(f"loading {model_name} ({weights}) on the CPU ...")
         model, _ = minillm.load(model_name, device="cpu", weights=weights)
+        plan = str(plan_of(model))
         figures = measure(model, steps=steps, context=context, progress=progress)
         bandwidth = read_bandwidth("cpu")
         threads = torch.get_num_threads()
@@ -284,14 +286,16 @@ def run(model_name: str = "smollm2-135m", weights: str = "fp32", threads: int | 
     load = round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
     return {"model": str(model_name), "weights": weights, "threads": threads,
             "bandwidth": bandwidth, "figures": figures, "load_average_1min": load,
-            "torch": torch.__version__, "kernels": kernels.dispatch.cpu_kernels("cpu")}
+            "torch": torch.__version__, "kernels": kernels.dispatch.cpu_kernels("cpu"),
+            "decode_path": plan}
 
 
 def report_table(report: dict) -> str:
     title = (f"{report['model']} {report['weights']}, batch 1, {report['threads']} thread(s), "
              f"minillm's kernels {'on' if report['kernels'] else 'off'}, load average "
              f"{report['load_average_1min']}")
-    return table(report["figures"], report["bandwidth"], title)
+    return (table(report["figures"], report["bandwidth"], title)
+            + f"\ndecode path as generate runs it: {report['decode_path']}")
 
 
 def run_cli(args) -> int:
