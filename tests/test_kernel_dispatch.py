@@ -15,6 +15,7 @@ import minillm
 from minillm.fast import FastLinear, optimize
 from minillm.generation.kv_cache import KVCache
 from minillm.kernels import build, dispatch, matmul
+from minillm.kernels.limits import DECODE_BF16, DECODE_F32, DECODE_INT8
 from minillm.model import ModelConfig, registry
 from minillm.quant.linear import Int8Linear, Q41Linear
 from fake_cuda import FakeCuda
@@ -156,6 +157,47 @@ def _counting(monkeypatch, module, *names):
     return calls
 
 
+def _table_calls(monkeypatch):
+    """The rows each call through the format table (matmul.project_rows_unchecked) carries, by
+    the kernel the table sends them to (c/project.c: one row to a gemv, more to a gemm)."""
+    calls, real = [], matmul.project_rows_unchecked
+    names = {DECODE_F32: ("gemv_f32", "gemm_f32"), DECODE_BF16: ("gemv_bf16", "gemm_bf16"),
+             DECODE_INT8: ("gemm_int8", "gemm_int8")}
+
+    def counted(kind, x, *args, **kwargs):
+        calls.append((names[kind][x.shape[0] > 1], x.shape[0]))
+        return real(kind, x, *args, **kwargs)
+
+    monkeypatch.setattr(matmul, "project_rows_unchecked", counted)
+    return calls
+
+
+@layers_use_kernels
+@pytest.mark.parametrize("kind, weight_dtype", [("f32", torch.float32), ("bf16", torch.bfloat16)])
+@pytest.mark.parametrize("rows", [1, 3])
+def test_the_format_table_sends_one_row_to_gemv_and_more_to_gemm(kind, weight_dtype, rows):
+    """c/project.c's table, which the layers' routes and the decode step in one C call share:
+    its result is the named kernel's, to the bit (bf16's one row with the bias added after)."""
+    torch.manual_seed(0)
+    x, bias = torch.randn(rows, 72), torch.randn(40)
+    if kind == "f32":
+        weight = torch.randn(72, 40)
+        got = matmul.rows_f32(x, weight, bias)
+        want = matmul.gemv_f32(x, weight, bias) if rows == 1 else matmul.gemm_f32(x, weight, bias)
+    else:
+        weight = torch.randn(40, 72).to(weight_dtype)
+        got = matmul.rows_bf16(x, weight, bias)
+        want = (matmul.gemv_bf16(x, weight).add_(bias) if rows == 1
+                else matmul.gemm_bf16(x, weight, bias))
+    assert torch.equal(got, want)
+
+
+def test_the_format_table_refuses_a_kind_it_does_not_have():
+    x = torch.randn(1, 8)
+    with pytest.raises(MemoryError):  # -1 from the C, named as the kernel's failure
+        matmul.project_rows_unchecked(99, x, torch.randn(8, 4))
+
+
 @layers_use_kernels
 @pytest.mark.parametrize("rows", [1, 2, 7, 8, 64, 512])
 def test_a_bf16_layer_sends_every_float32_row_count_to_its_kernels(monkeypatch, rows):
@@ -167,7 +209,7 @@ def test_a_bf16_layer_sends_every_float32_row_count_to_its_kernels(monkeypatch, 
         pytest.skip(f"gemm_bf16 takes up to {limit} rows with {build.status().level}")
     layer = FastLinear(torch.randn(40, 72), torch.randn(40), dtype=torch.bfloat16, kernel=True)
     assert layer.route.kernel == "gemv_bf16/gemm_bf16" and layer.few_rows_max == limit
-    calls = _counting(monkeypatch, matmul, "gemv_bf16", "gemm_bf16")
+    calls = _table_calls(monkeypatch)
     x = torch.randn(rows, 72)
     want = torch.addmm(layer.bias, x, layer.matrix(torch.float32))
     torch.testing.assert_close(layer(x), want, atol=1e-4, rtol=1e-5)
@@ -181,7 +223,7 @@ def test_past_bf16_max_rows_a_bf16_layer_widens_its_weight(monkeypatch):
     monkeypatch.setitem(dispatch.BF16_MAX_ROWS, build.status().level, 1)
     layer = FastLinear(torch.randn(40, 72), None, dtype=torch.bfloat16, kernel=True)
     assert layer.few_rows_max == 1
-    calls = _counting(monkeypatch, matmul, "gemv_bf16", "gemm_bf16")
+    calls = _table_calls(monkeypatch)
     x = torch.randn(dispatch.UPCAST_ROWS, 72)
     torch.testing.assert_close(layer(x), x @ layer.matrix(torch.float32))
     layer(x[:1])

@@ -16,6 +16,12 @@
     decode attention  decode_attention (contiguous cache)    any             SDPA
     paged attention   paged_scores, paged_values             decode steps    gather, then SDPA
 
+How a linear layer's rows go to its format's kernels (one row to a gemv, more to a gemm; int8
+INT8_MAX_ROWS rows a call) is the C table of c/project.c, one entry per format: the routes here
+call it (matmul.rows_f32, rows_bf16, gemm_int8) and so does the decode step in one C call
+(decode_blocks.c), so the policy is written once. The row limits above decide which rows reach
+it at all.
+
 The layers ask when they are built and again after every device or dtype change (`.to()`,
 `.cuda()`, `.float()`, `.half()`: nn.Module's `_apply`): FastLinear, Int8Linear and Q41Linear
 (`RoutedLinear`), the fast path's fused decode step (`decode_step`, each step, before it touches
@@ -180,22 +186,6 @@ def f32_max_rows() -> int:
     return F32_MAX_ROWS.get(build.status().level, 0)
 
 
-def _f32_rows(x, weight, bias):
-    """One row streams the weights (gemv_f32); more use each weight for every row (gemm_f32)."""
-    if x.shape[0] == 1:
-        return matmul.gemv_f32(x, weight, bias)
-    return matmul.gemm_f32(x, weight, bias)
-
-
-def _bf16_rows(x, weight, bias):
-    """One row streams the weights (gemv_bf16); more widen a strip of them at a time for
-    gemm_f32's tiles (gemm_bf16)."""
-    if x.shape[0] == 1:
-        y = matmul.gemv_bf16(x, weight)
-        return y if bias is None else y.add_(bias)
-    return matmul.gemm_bf16(x, weight, bias)
-
-
 def _float32_or_none(t) -> bool:
     return t is None or t.dtype is torch.float32
 
@@ -206,10 +196,10 @@ def float_linear(weight: torch.Tensor, layout: str, bias=None, allowed: bool = T
     if not allowed or not _float32_or_none(bias) or not cpu_kernels(weight.device):
         return PYTORCH
     if weight.dtype is torch.float32 and layout == KERNEL_LAYOUTS[torch.float32]:
-        return Route("gemv_f32/gemm_f32", f32_max_rows(), _f32_rows)
+        return Route("gemv_f32/gemm_f32", f32_max_rows(), matmul.rows_f32)
     if weight.dtype is torch.bfloat16 and layout == KERNEL_LAYOUTS[torch.bfloat16]:
         return Route("gemv_bf16/gemm_bf16", BF16_MAX_ROWS.get(build.status().level, 0),
-                     _bf16_rows)
+                     matmul.rows_bf16)
     return PYTORCH
 
 

@@ -8,7 +8,8 @@ import torch
 
 from . import checks
 from .build import function
-from .limits import INT8_MAX_K, INT8_MAX_ROWS, Q4_1_BLOCK_BYTES, Q4_1_BLOCK_WEIGHTS
+from .limits import (DECODE_BF16, DECODE_F32, DECODE_INT8, INT8_MAX_K, Q4_1_BLOCK_BYTES,
+                     Q4_1_BLOCK_WEIGHTS)
 
 
 def _one_row(x: torch.Tensor, k: int) -> tuple[int, ...]:
@@ -83,23 +84,55 @@ def gemm_bf16(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None =
     return out
 
 
+def project_rows_unchecked(kind: int, x: torch.Tensor, weight: torch.Tensor,
+                           bias: torch.Tensor | None = None, scale: torch.Tensor | None = None,
+                           threads: int | None = None) -> torch.Tensor:
+    """x (rows, K) float32 on the CPU times a layer's `weight` in format `kind` (limits.DECODE_*:
+    float32 (K, N), bf16 (N, K), int8 (N, K) with its `scale`), plus `bias`: (rows, N) float32.
+    The rows go to the format's kernels as the C table (c/project.c) says, the table the decode
+    step in one C call multiplies through too. No checks: for a layer whose weights its route
+    checked (minillm.kernels.dispatch), or the C reads out of bounds."""
+    x = x if x.is_contiguous() else x.contiguous()
+    rows, k = x.shape
+    n = weight.shape[1] if kind == DECODE_F32 else weight.shape[0]
+    out = torch.empty(rows, n, dtype=torch.float32)
+    if function("project_rows")(kind, weight.data_ptr(), checks.address(scale),
+                                checks.address(bias), x.data_ptr(), out.data_ptr(), rows, n, k,
+                                torch.get_num_threads() if threads is None else threads) != 0:
+        raise MemoryError(f"the kernel could not allocate its buffers for {rows} rows of {k} "
+                          "values (x's rounded copy, or the float32 strips of a bf16 weight)")
+    return out
+
+
+def rows_f32(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+             threads: int | None = None) -> torch.Tensor:
+    """x, rows of K float32 values, times weight (K, N) float32 (the (in, out) layout), plus
+    `bias`: one row streams the weight (gemv_f32), more share each weight (gemm_f32)."""
+    k, n = checks.matrix("weight", weight, torch.float32, "(in, out)")
+    x = checks.rows("x", x, k, contiguous=False)
+    checks.vector("bias", bias, n)
+    return project_rows_unchecked(DECODE_F32, x, weight, bias, None, checks.threads(threads))
+
+
+def rows_bf16(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+              threads: int | None = None) -> torch.Tensor:
+    """x, rows of K float32 values, times weight (N, K) bfloat16 (the (out, in) layout), plus
+    `bias`: one row streams the weight (gemv_bf16, the bias added after), more widen a strip of
+    it at a time for gemm_f32's tiles (gemm_bf16)."""
+    n, k = checks.matrix("weight", weight, torch.bfloat16, "(out, in)")
+    x = checks.rows("x", x, k, contiguous=False)
+    checks.vector("bias", bias, n)
+    return project_rows_unchecked(DECODE_BF16, x, weight, bias, None, checks.threads(threads))
+
+
 def gemm_int8(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor,
               bias: torch.Tensor | None = None, threads: int | None = None) -> torch.Tensor:
     """x, rows of K float32 values, times the int8 weight (N, K) with one float32 scale per
     output row (N,), plus `bias` (N,): (rows, N) float32. x is rounded to int16 per row and
-    multiplied in integers; K at most INT8_MAX_K."""
+    multiplied in integers, INT8_MAX_ROWS rows a call; K at most INT8_MAX_K."""
     check_int8_weights(qweight, scale, bias)
-    n, k = qweight.shape
-    x = checks.rows("x", x, k, contiguous=False).contiguous()
-    out = torch.empty(x.shape[0], n, dtype=torch.float32)
-    fn, count = function("gemm_int8"), checks.threads(threads)
-    for start in range(0, x.shape[0], INT8_MAX_ROWS):  # the kernel rounds this many rows a call
-        part = x[start:start + INT8_MAX_ROWS]
-        if fn(qweight.data_ptr(), scale.data_ptr(), checks.address(bias), part.data_ptr(),
-              out[start:].data_ptr(), part.shape[0], n, k, count) != 0:
-            raise MemoryError(f"the int8 kernel could not allocate x's rounded copy "
-                              f"({part.shape[0]} x {k})")
-    return out
+    x = checks.rows("x", x, qweight.shape[1], contiguous=False)
+    return project_rows_unchecked(DECODE_INT8, x, qweight, bias, scale, checks.threads(threads))
 
 
 def gemm_int8_unchecked(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor,
@@ -107,18 +140,7 @@ def gemm_int8_unchecked(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Ten
     """`gemm_int8` without its checks, for a layer whose weights `check_int8_weights` passed when
     its route was planned (minillm.kernels.dispatch): x (rows, K) float32 on the CPU, the rest
     as checked, or the C reads out of bounds. A decode step calls this 121 times a token."""
-    x = x if x.is_contiguous() else x.contiguous()
-    rows, (n, k) = x.shape[0], qweight.shape
-    out = torch.empty(rows, n, dtype=torch.float32)
-    fn, bias_at = function("gemm_int8"), checks.address(bias)
-    threads = torch.get_num_threads()
-    for start in range(0, rows, INT8_MAX_ROWS):
-        part = min(INT8_MAX_ROWS, rows - start)
-        if fn(qweight.data_ptr(), scale.data_ptr(), bias_at, x[start].data_ptr(),
-              out[start].data_ptr(), part, n, k, threads) != 0:
-            raise MemoryError(f"the int8 kernel could not allocate x's rounded copy "
-                              f"({part} x {k})")
-    return out
+    return project_rows_unchecked(DECODE_INT8, x, qweight, bias, scale)
 
 
 def check_int8_weights(qweight: torch.Tensor, scale: torch.Tensor,

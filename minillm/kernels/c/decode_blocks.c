@@ -26,34 +26,11 @@ typedef struct {
 _Static_assert(sizeof(block) == DECODE_BLOCK_WORDS * sizeof(int64_t),
                "a block is DECODE_BLOCK_WORDS 64-bit words, as minillm/fast/blocks.py writes it");
 
-/* Y (M, N) = X (M, K) times the projection's weight, as its layer's `few_rows` computes it */
+/* Y (M, N) = X (M, K) times the projection's weight, through the format table (project.c) its
+   layer's `few_rows` goes through too */
 static int project(const projection *p, const float *X, float *Y, int64_t M, int64_t N,
                    int64_t K, int threads) {
-    switch (p->kind) {
-    case DECODE_F32:  /* (in, out) layout */
-        if (M == 1)
-            gemv_f32((const float *)p->weight, p->bias, X, Y, N, K, threads);
-        else
-            gemm_f32((const float *)p->weight, p->bias, X, Y, M, N, K, threads);
-        return 0;
-    case DECODE_BF16:  /* (out, in) layout; one row's bias added after, as PyTorch's add_ */
-        if (M > 1)
-            return gemm_bf16((const uint16_t *)p->weight, p->bias, X, Y, M, N, K, threads);
-        gemv_bf16((const uint16_t *)p->weight, X, Y, N, K, threads);
-        if (p->bias)
-            for (int64_t n = 0; n < N; n++)
-                Y[n] += p->bias[n];
-        return 0;
-    case DECODE_INT8:  /* INT8_MAX_ROWS rows a call, as matmul.gemm_int8_unchecked */
-        for (int64_t m = 0; m < M; m += INT8_MAX_ROWS)
-            if (gemm_int8((const int8_t *)p->weight, p->scale, p->bias, X + m * K, Y + m * N,
-                          M - m < INT8_MAX_ROWS ? M - m : INT8_MAX_ROWS, N, K, threads) != 0)
-                return -1;
-        return 0;
-    case DECODE_Q4_1:
-        return gemm_q4_1((const uint8_t *)p->weight, p->bias, X, Y, M, N, K, threads);
-    }
-    return -1;
+    return project_rows(p->kind, p->weight, p->scale, p->bias, X, Y, M, N, K, threads);
 }
 
 /* x += y, rows of n floats */

@@ -54,6 +54,13 @@ int gemm_q4_1(const uint8_t *W, const float *bias, const float *X, float *Y, int
    Linux lets this process use them), else 0 */
 int gemm_q4_1_amx(void);
 
+/* Y (M, N) = X (M, K) times W (+ bias) in the weight format `kind` (DECODE_F32, DECODE_BF16,
+   DECODE_INT8 with its `scale`, DECODE_Q4_1; scale NULL for the others), each format's rows sent
+   to its kernels as c/project.c's table says. Returns 0, or -1 for an unknown kind or when a
+   kernel could not allocate (Y then incomplete). */
+int project_rows(int64_t kind, const void *W, const float *scale, const float *bias,
+                 const float *X, float *Y, int64_t M, int64_t N, int64_t K, int threads);
+
 /* Y[r] = X[r] / sqrt(mean(X[r]^2) + eps) * w: X, Y (rows, D), w (D) */
 void rms_norm_f32(const float *X, const float *w, float *Y, int64_t rows, int64_t D, float eps);
 
