@@ -121,15 +121,21 @@ def translate(cells: list[Cell], catalog) -> list[Cell]:
                  if c.kind == "markdown" else catalog.code_cell(c.source), c.line) for c in cells]
 
 
-def cells_of(source: Path, edition: str = "en") -> list[Cell]:
-    """A source's cells in one edition: the English as written, the Chinese from its catalog."""
+def cells_of(source: Path, edition: str = "en", untranslated: list | None = None) -> list[Cell]:
+    """A source's cells in one edition: the English as written, the Chinese from its catalog.
+    The English of the messages the catalog does not translate yet (none, empty or fuzzy) is
+    added to `untranslated`, when given."""
     cells = read(source)
     if edition == "en":
         return cells
     if not catalog_of(source).is_file():
         raise ValueError(f"{source.name} has no Chinese catalog ({catalog_of(source).name}): "
                          f"python scripts/translate.py start {source.name.split('_')[0]}")
-    return translate(cells, _catalog().Catalog.read(catalog_of(source)))
+    catalog = _catalog().Catalog.read(catalog_of(source))
+    cells = translate(cells, catalog)
+    if untranslated is not None:
+        untranslated.extend(catalog.missing)
+    return cells
 
 
 def percent(cells: list[Cell]) -> str:
@@ -211,20 +217,28 @@ def all_sources() -> list[Path]:
     return sorted(SOURCES.glob(SOURCE_GLOB))
 
 
-def build_source(source: Path) -> None:
+def build_source(source: Path) -> int:
+    """Both editions' notebooks of one source; returns how many of its Chinese messages stay
+    English in them (not translated yet, or fuzzy)."""
+    untranslated = []
     for edition in editions_of(source):
-        cells = cells_of(source, edition)
+        cells = cells_of(source, edition, untranslated)
         for path, variant in targets(source, edition):
             path.parent.mkdir(parents=True, exist_ok=True)
             nbformat.write(build(cells, variant, edition), path)
+    return len(untranslated)
 
 
 def build_all() -> None:
     sources = all_sources()
-    for source in sources:
-        build_source(source)
+    left = {source.name: build_source(source) for source in sources}
     zh = sum("zh" in editions_of(s) for s in sources)
     print(f"wrote the notebooks of {len(sources)} English sources, {zh} of them in Chinese too")
+    left = {name: n for name, n in left.items() if n}
+    if left:
+        print(f"the Chinese notebooks show English for {sum(left.values())} messages not "
+              f"translated yet or fuzzy ({', '.join(f'{n} in {name}' for name, n in left.items())}"
+              "): python scripts/translate.py status")
 
 
 def main(argv=None):

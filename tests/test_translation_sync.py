@@ -176,6 +176,17 @@ def test_a_changed_english_sentence_is_new_and_update_makes_it_fuzzy(copy, capsy
     assert "贪心解码" in chinese_cell(copy, "一字不差")
 
 
+def test_building_says_how_many_messages_stay_english(copy, capsys):
+    builder.build_all()
+    assert "not translated yet" not in capsys.readouterr().out
+    edit(copy, "Where did the time go?", "Where did the time go, stage by stage?")
+    builder.build_all()
+    out = capsys.readouterr().out
+    assert "English for 1 messages not translated yet or fuzzy (1 in 00_welcome.py)" in out
+    built = nbformat.read(copy.parent.parent / "notebooks" / "zh" / "00_welcome.ipynb", 4)
+    assert any("stage by stage" in c.source for c in built.cells)
+
+
 def test_rewrapping_an_english_paragraph_changes_nothing(copy, capsys):
     edit(copy, "The loop we wrote gives exactly the answer `generate()` gave:",
          "The loop we wrote gives exactly\n# the answer `generate()` gave:")
