@@ -117,7 +117,7 @@ def is_message(text: str) -> bool:
 
 
 def code_messages(source: str) -> list[str]:
-    return [r.message(source) for r in runs(source) if is_message(r.message(source))]
+    return [m for m in (r.message(source) for r in runs(source)) if is_message(m)]
 
 
 # --- a catalog ------------------------------------------------------------------------------------

@@ -101,12 +101,16 @@ def editions_of(source: Path) -> list[str]:
     return ["en"] + (["zh"] if catalog_of(source).is_file() else [])
 
 
-def read(source: Path) -> list[Cell]:
+def rel(path: Path) -> str:
+    """A path as messages name it: from the repository's root when it lies inside."""
     try:
-        where = str(source.relative_to(ROOT))
+        return str(path.relative_to(ROOT))
     except ValueError:
-        where = str(source)
-    return parse(source.read_text(encoding="utf-8"), where)
+        return str(path)
+
+
+def read(source: Path) -> list[Cell]:
+    return parse(source.read_text(encoding="utf-8"), rel(source))
 
 
 def commented(text: str) -> str:

@@ -44,7 +44,7 @@ def load_script(name: str):
 _builder = load_script("notebook")
 catalog = load_script("catalog")
 ROOT, SOURCES, ZH_CATALOGS = _builder.ROOT, _builder.SOURCES, _builder.ZH_CATALOGS
-markdown = _builder.markdown
+markdown, rel = _builder.markdown, _builder.rel
 TRANSLATED = ZH_CATALOGS / "translated.txt"
 CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 LATIN = re.compile(r"[A-Za-z]")
@@ -79,13 +79,6 @@ def chapter_sources(chapter: str) -> list[Path]:
 def zh_source(english: Path) -> Path:
     """The catalog of an English source."""
     return ZH_CATALOGS / (english.stem + ".po")
-
-
-def rel(path: Path) -> str:
-    try:
-        return str(path.relative_to(ROOT))
-    except ValueError:
-        return str(path)
 
 
 def translated_chapters() -> list[str]:

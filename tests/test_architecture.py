@@ -101,8 +101,12 @@ def test_the_package_has_no_import_cycles():
     assert cycles(import_graph()) == []
 
 
+def under(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
 def in_wing(module: str) -> bool:
-    return any(module == w or module.startswith(w + ".") for w in WINGS)
+    return any(under(module, w) for w in WINGS)
 
 
 def test_the_engine_never_imports_the_course_or_tools_wings():
@@ -115,8 +119,6 @@ def test_the_engine_never_imports_the_course_or_tools_wings():
 
 def _reaches(source: str, target: str) -> list[str]:
     """The modules under `source` that import one under `target` (anywhere in their file)."""
-    def under(module, package):
-        return module == package or module.startswith(package + ".")
     return sorted(f"{name} -> {t}" for name, targets in import_graph().items()
                   if under(name, source) for t in targets if under(t, target))
 
