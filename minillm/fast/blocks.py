@@ -18,7 +18,6 @@ import operator
 import torch
 
 from ..kernels import build
-from ..kernels.dispatch import DecodeKernels
 from ..kernels.limits import (DECODE_BF16, DECODE_BLOCK_WORDS, DECODE_F32, DECODE_INT8,
                               DECODE_KINDS, DECODE_Q4_1, Q4_1_BLOCK_BYTES, Q4_1_BLOCK_WEIGHTS)
 
@@ -132,12 +131,6 @@ class BlockTable:
         routes, limits = self._routes()
         return (all(map(operator.is_, routes, self.routes)) and limits == self.limits
                 and self._addresses() == self.addresses)
-
-
-def planned(plan: DecodeKernels) -> bool:
-    """Whether the step's plan sends every small operation to minillm's kernels (else the
-    step stays in Python)."""
-    return plan.norm and plan.attention and plan.rope_cache and plan.silu_mul
 
 
 def cache_fits(keys, values) -> bool:

@@ -255,7 +255,7 @@ class FusedDecode:
     def facts(self, plan: DecodeKernels, cache, rows: int) -> StepFacts:
         """What kernels/decode_plan.choose looks at, for a step of `rows` rows over `cache`."""
         device = self.model.device.type
-        one_call = self.c_blocks and self._c_shape and blocks.planned(plan)  # off the CPU: never
+        one_call = self.c_blocks and self._c_shape and plan.every  # off the CPU: never (no plan)
         return StepFacts(
             device=device,
             graph_ready=device == "cuda" and self.graph is not None and self.graph.applies(cache),
@@ -265,16 +265,14 @@ class FusedDecode:
             cache_fits=bool(one_call) and blocks.cache_fits(cache.keys, cache.values))
 
     def plan(self) -> DecodePlan:
-        """The path of this model's usual step, one row over its own KVCache, with the reasons
-        for each faster path not taken (`python -m minillm doctor`, `bench step`)."""
-        from ..utils.devices import model_dtype
+        """The path of this model's usual step, one row over its own KVCache (as `generate`
+        makes it), with the reasons for each faster path not taken (`python -m minillm doctor`,
+        `bench step`)."""
+        from ..generation.kv_cache import KVCache
 
-        c = self.model.config
-        device = self.model.device
-        dtype = model_dtype(self.model) if device.type != "cpu" else torch.float32
-        x = torch.zeros(1, c.hidden_size, dtype=dtype, device=device)
-        probe = _ProbeCache(c.n_layers, (1, c.n_kv_heads, 2, c.head_dim), dtype, device)
-        return choose(self.facts(_plan(self, x, probe.keys[0]), probe, 1), explain=True)
+        cache = KVCache.for_model(self.model, batch_size=1, max_tokens=2)
+        x = _embed(self.model, torch.zeros((1, 1), dtype=torch.long))
+        return choose(self.facts(_plan(self, x, cache.keys[0]), cache, 1), explain=True)
 
     def block_table(self) -> blocks.BlockTable:
         """What the one C call reads of the layers, written again when they changed."""
@@ -303,13 +301,3 @@ class FusedDecode:
                 x = _block(plan, layer, x, _attention, cos, sin, keys[i], values[i], pos)
         cache.advance(1)
         return _head(model, _norm(model.norm, x, plan.norm))
-
-
-class _ProbeCache:
-    """The shape of a model's own KVCache for `FusedDecode.plan`: per-layer key and value
-    tensors, contiguous, in the activation dtype."""
-
-    def __init__(self, n_layers: int, shape, dtype, device):
-        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
-        self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
-        self.batch_size, self.max_tokens = shape[0], shape[2]

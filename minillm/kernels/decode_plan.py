@@ -51,10 +51,6 @@ class StepFacts:
     cache_fits: bool  # every layer's cache lies as the C reads it
 
 
-def _all_kernels(kernels: DecodeKernels) -> bool:
-    return kernels.norm and kernels.attention and kernels.rope_cache and kernels.silu_mul
-
-
 def choose(facts: StepFacts, explain: bool = False) -> DecodePlan:
     """The path for a step with these facts. `explain` adds the reasons (a step does without)."""
     why = []
@@ -70,15 +66,13 @@ def choose(facts: StepFacts, explain: bool = False) -> DecodePlan:
         why.append(f"no CUDA graph on {facts.device}")
     if facts.device != "cpu":
         return DecodePlan("python", NO_DECODE_KERNELS, tuple(why))
-    one_call = (facts.c_blocks_on and facts.blocks_alike and _all_kernels(facts.kernels)
+    one_call = (facts.c_blocks_on and facts.blocks_alike and facts.kernels.every
                 and facts.rows_fit and facts.cache_fits)
     if one_call:
         return DecodePlan("one C call", facts.kernels, tuple(why))
     if explain:
         why.append(_why_not_one_call(facts))
-    any_kernel = facts.kernels.norm or facts.kernels.attention or facts.kernels.rope_cache \
-        or facts.kernels.silu_mul
-    if any_kernel:
+    if facts.kernels.any:
         return DecodePlan("python + kernels", facts.kernels, tuple(why))
     if explain:
         why.append("minillm's C kernels cannot run this step (not float32 activations, no "
@@ -92,7 +86,7 @@ def _why_not_one_call(facts: StepFacts) -> str:
     if not facts.blocks_alike:
         return "the blocks are not all one shape the C computes (a family's own qk_norm, " \
                "mixed shapes, or a parallel projection)"
-    if not _all_kernels(facts.kernels):
+    if not facts.kernels.every:
         return "not every small operation of the step runs on minillm's kernels"
     if not facts.rows_fit:
         return "more rows than one decode_blocks call takes (dispatch's row limits)"

@@ -284,6 +284,15 @@ class DecodeKernels:
     silu_mul: bool  # SiLU(gate) * up through silu_mul_f32
     threads: int = 1  # the OpenMP threads a kernel that has them runs on (PyTorch's count)
 
+    @property
+    def every(self) -> bool:
+        """Every small operation of the step on minillm's kernels (what one C call needs)."""
+        return self.norm and self.attention and self.rope_cache and self.silu_mul
+
+    @property
+    def any(self) -> bool:
+        return self.norm or self.attention or self.rope_cache or self.silu_mul
+
 
 NO_DECODE_KERNELS = DecodeKernels(False, False, False, False)
 
