@@ -17,7 +17,8 @@
 #     stations on an assembly line; cutting the batch into micro-batches keeps every station
 #     busy at once (section 4).
 # - **expert parallelism (专家并行)**: in a mixture-of-experts model, whole experts live on
-#   different devices, and each token travels to the devices of its experts (section 8);
+#   different devices, and each token travels to the devices of its experts (section 8 and
+#   lesson 09b);
 # - **data parallelism (数据并行)**: whole copies of the model, each serving its own requests.
 #
 # Large deployments combine them: tensor parallelism inside a machine, pipeline parallelism
@@ -382,7 +383,8 @@ print("server stopped")
 #
 # **Mixture of experts (混合专家, MoE).** The feed-forward becomes many "experts"; a small router
 # sends each token to its top k. The model holds all experts' parameters but computes only k of
-# them per token (Mixtral: 8 experts, 2 per token).
+# them per token (Mixtral: 8 experts, 2 per token). Lesson 09b cuts SmolLM2 into experts and runs
+# them on two processes; here is the idea in miniature.
 
 # %%
 class TinyMoE(torch.nn.Module):

@@ -1,11 +1,13 @@
 """Fixtures shared by the test files: the real model's file and its transformers reference;
-`chinese`, the course's messages in Chinese for one test; `unwritten`, an exercise's stub; the
+`tiny_folder`, a tiny random Llama or Qwen2 checkpoint for the parallel runs; `chinese`, the
+course's messages in Chinese for one test; `unwritten`, an exercise's stub; the
 `cuda` marker's rule: a test that needs a CUDA GPU is skipped where there is none; and the
 `every_level` marker on the test files of minillm's kernels, their exactness and the engine on
 them, which `make test` runs again at each lower kernel level the machine runs
 (scripts/test_levels.py)."""
 
 import pytest
+import torch
 
 
 @pytest.fixture(scope="session")
@@ -21,6 +23,28 @@ def reference(gguf_path):
     import minillm
 
     return minillm.load_reference("smollm2-135m")
+
+
+@pytest.fixture(scope="module", params=["llama-tied", "qwen2-untied"])
+def tiny_folder(request, tmp_path_factory):
+    """A tiny random model with 3 key/value heads, so two ranks split the heads unevenly."""
+    import transformers as tf
+
+    torch.manual_seed(0)
+    kind = request.param.split("-")[0]
+    common = dict(vocab_size=64, hidden_size=48, intermediate_size=40, num_hidden_layers=3,
+                  num_attention_heads=6, num_key_value_heads=3, max_position_embeddings=64,
+                  tie_word_embeddings=request.param.endswith("-tied"), initializer_range=0.3,
+                  eos_token_id=[2])
+    model = (tf.LlamaForCausalLM(tf.LlamaConfig(**common)) if kind == "llama"
+             else tf.Qwen2ForCausalLM(tf.Qwen2Config(**common)))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.normal_(std=0.3)
+    folder = tmp_path_factory.mktemp(request.param)
+    model.save_pretrained(folder)
+    return folder
 
 
 @pytest.fixture

@@ -27,28 +27,6 @@ def test_split_evenly_refuses_impossible_splits(total, parts):
         split_evenly(total, parts)
 
 
-@pytest.fixture(scope="module", params=["llama-tied", "qwen2-untied"])
-def tiny_folder(request, tmp_path_factory):
-    """A tiny random model with 3 key/value heads, so two ranks split the heads unevenly."""
-    import transformers as tf
-
-    torch.manual_seed(0)
-    kind = request.param.split("-")[0]
-    common = dict(vocab_size=64, hidden_size=48, intermediate_size=40, num_hidden_layers=3,
-                  num_attention_heads=6, num_key_value_heads=3, max_position_embeddings=64,
-                  tie_word_embeddings=request.param.endswith("-tied"), initializer_range=0.3,
-                  eos_token_id=[2])
-    model = (tf.LlamaForCausalLM(tf.LlamaConfig(**common)) if kind == "llama"
-             else tf.Qwen2ForCausalLM(tf.Qwen2Config(**common)))
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("bias"):
-                p.normal_(std=0.3)
-    folder = tmp_path_factory.mktemp(request.param)
-    model.save_pretrained(folder)
-    return folder
-
-
 PROMPT = [5, 17, 3, 40, 22, 9, 31]
 
 

@@ -28,7 +28,7 @@ GROUPS = {
     "quantization": ["07_quantization", "07b_kv_quantization"],
     "interview": ["10_interview_qa", "10b_interview_engine", "10c_interview_serving",
                   "10d_interview_frontier"],
-    "text and processes": ["01_tokenization", "09_scaling_out"],
+    "text and processes": ["01_tokenization", "09_scaling_out", "09b_mixture_of_experts"],
 }
 NOT_RUN = {
 }
