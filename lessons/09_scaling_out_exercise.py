@@ -5,12 +5,15 @@
 # build the pieces of minillm's tensor-parallel model on one process, with plain tensors: how
 # features are shared out among ranks, a linear layer split both ways, and the feed-forward
 # block split the way Megatron-LM does it; each checker shows that the pieces recombine exactly.
-# Last, the percentile a load test reports.
+# Then the percentile a load test reports, and, from lesson 09b, a mixture-of-experts router with
+# a capacity and the capacity factor to give it.
 #
 # Write each function in its cell, run it, then run the check cell below it. Check your work from
 # a terminal with `pytest --nbval-lax exercises/09_scaling_out.ipynb`.
 
 # %%
+import math
+
 import torch
 
 import torch.nn.functional as F
@@ -167,3 +170,71 @@ def percentile(values, q):
 
 # %% [check]
 checks.check_percentile(percentile)
+
+# %% [markdown]
+# ## 6 · Top-k routing with a capacity (lesson 09b)
+#
+# An MoE router scores every expert for every token (`scores`, tokens x experts). Write
+# `route_with_capacity(scores, k, capacity)` returning `(experts, kept)`, two tokens x k tables:
+#
+# - `experts[t]`: token t's k highest-scoring experts, best first (`scores.topk(k, dim=-1)`);
+# - `kept[t][j]`: False where expert `experts[t][j]` was already full. Each expert takes at most
+#   `capacity` tokens, and serves **every token's first choice before any second choice**; among
+#   equal choices, earlier tokens first.
+#
+# ```
+# scores = [[1, 2, 0], [3, 0, 0], [0, 3, 0]], k = 2, capacity = 1
+# experts = [[1, 0], [0, 1], [1, 0]]
+# kept    = [[True, False], [True, False], [False, False]]
+# ```
+#
+# Token 0's first choice (expert 1) is served before token 2's; token 1's first choice (expert 0)
+# before token 0's second.
+
+# %% [task]
+def route_with_capacity(scores, k, capacity):
+    # YOUR CODE HERE
+    raise NotImplementedError
+# ==== solution ====
+def route_with_capacity(scores, k, capacity):
+    experts = scores.topk(k, dim=-1).indices
+    taken, kept = {}, torch.zeros_like(experts, dtype=torch.bool)
+    for j in range(k):  # first choices first
+        for t in range(len(scores)):
+            e = experts[t, j].item()
+            taken[e] = taken.get(e, 0) + 1
+            kept[t, j] = taken[e] <= capacity
+    return experts, kept
+
+# %% [check]
+checks.check_route_with_capacity(route_with_capacity)
+
+# %% [markdown]
+# ## 7 · Choose the capacity factor
+#
+# A capacity is the capacity factor times an expert's fair share: ceil(factor x tokens x k /
+# experts). A small factor drops tokens; a large one reserves slots (memory, and padded compute)
+# that stay empty. Write `choose_capacity_factor(scores, k, factors, max_dropped)`: the smallest of
+# `factors` whose capacity drops at most `max_dropped` of the tokens x k assignments, measured
+# with your `route_with_capacity`; None when none does.
+
+# %% [task]
+def choose_capacity_factor(scores, k, factors, max_dropped):
+    # YOUR CODE HERE
+    raise NotImplementedError
+# ==== solution ====
+def choose_capacity_factor(scores, k, factors, max_dropped):
+    tokens, n_experts = scores.shape
+    for factor in sorted(factors):
+        capacity = math.ceil(factor * tokens * k / n_experts)
+        _, kept = route_with_capacity(scores, k, capacity)
+        if 1 - kept.float().mean().item() <= max_dropped:
+            return factor
+    return None
+
+# %% [check]
+checks.check_choose_capacity_factor(choose_capacity_factor)
+
+# %% [markdown]
+# `minillm.distributed.moe.route` is the same rule, vectorized; lesson 09b measures what the drops
+# cost SmolLM2's perplexity.

@@ -97,7 +97,8 @@ def test_each_way_of_measuring_has_its_chinese(script):
 
 def test_the_exercise_sizes_are_those_of_the_solution_notebooks(script, data):
     """Exercises are this change's to keep in step: tasks and solution lines as measured now. A
-    chapter's second lesson (NNb_name) has no exercise of its own: its chapter's covers it."""
+    chapter's second lesson (NNb_name) has no exercise of its own: its chapter's covers it, with
+    2 to 5 tasks for each lesson that has tasks (09's covers 09b: 5 + 2)."""
     for name, c in data["chapters"].items():
         solution = ROOT / "solutions" / f"{name}.ipynb"
         if not solution.exists():
@@ -106,7 +107,9 @@ def test_the_exercise_sizes_are_those_of_the_solution_notebooks(script, data):
         size = script.exercise_size(solution)
         assert {k: c[k] for k in size} == size, \
             f"{name}: run scripts/measure_notebooks.py --exercises (or --sizes)"
-        assert 2 <= c["tasks"] <= 5, f"{name} has {c['tasks']} exercise tasks; each has 2 to 5"
+        lessons = _lessons_with_tasks(name)
+        assert 2 <= c["tasks"] <= 5 * lessons, \
+            f"{name} has {c['tasks']} exercise tasks for {lessons} lesson(s); 2 to 5 each"
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
@@ -155,3 +158,11 @@ def test_chinese_text_counts_characters_not_clauses(script):
     assert script.text_size("prefill (预填充) and the KV cache (KV 缓存)") == \
         {"words": 6, "cjk_chars": 5}
     assert script.text_size("大模型生成为什么是自回归的？") == {"words": 0, "cjk_chars": 13}
+
+
+
+def _lessons_with_tasks(chapter: str) -> int:
+    """How many lessons a chapter's exercise has tasks for: its first lesson, and each second
+    lesson that a task's heading names, as "(lesson 09b)"."""
+    source = next((ROOT / "lessons").glob(f"{chapter[:2]}_*_exercise.py"))
+    return 1 + len(set(re.findall(r"\(lesson (\d\d[a-z])\)", source.read_text(encoding="utf-8"))))

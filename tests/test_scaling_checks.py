@@ -314,3 +314,102 @@ def test_the_hidden_cases_come_in_chinese(chinese, capsys):
         checks.check_split_evenly(refuses_only_too_many, hidden=True)
     checks.check_percentile(percentile, hidden=True)
     assert "✅ percentile：全部 13 个用例通过" in capsys.readouterr().out
+
+
+# --- 6 and 7 · top-k routing with a capacity, and the capacity factor (lesson 09b) ------------
+
+def route_with_capacity(scores, k, capacity):
+    from minillm.distributed.moe import route
+
+    routing = route(scores, k, capacity)
+    return routing.experts, routing.kept
+
+
+def route_as_lists(scores, k, capacity):
+    experts, kept = route_with_capacity(scores, k, capacity)
+    return experts.tolist(), kept.numpy()
+
+
+def choose_capacity_factor(scores, k, factors, max_dropped):
+    from minillm.distributed.moe import capacity_of, route
+
+    for factor in sorted(factors):
+        capacity = capacity_of(scores.shape[0], k, scores.shape[1], factor)
+        if route(scores, k, capacity).dropped <= max_dropped:
+            return factor
+    return None
+
+
+def _routing(kind):
+    return lambda s, k, c: checks._routing_variant(s, k, c, kind)
+
+
+def _factor(kind):
+    return lambda s, k, factors, most: checks._factor_variant(s, k, most, kind)
+
+
+@pytest.mark.parametrize("hidden", [False, True])
+def test_routing_answers_pass_as_tensors_lists_or_arrays(hidden, capsys):
+    checks.check_route_with_capacity(route_with_capacity, hidden=hidden)
+    checks.check_route_with_capacity(route_as_lists, hidden=hidden)
+    checks.check_choose_capacity_factor(choose_capacity_factor, hidden=hidden)
+    assert capsys.readouterr().out.count("✅") == 3
+
+
+def test_the_cases_do_drop_tokens_and_the_factors_differ():
+    """The cases exercise what they check: some assignments are dropped, and the factor chosen
+    is not the same for every case (nor always None)."""
+    for hidden in (False, True):
+        kept = [k for s, kk, c in checks._routing_cases(hidden)
+                for k in sum(checks._routing_variant(s, kk, c, "reference")[1], [])]
+        assert 0 < kept.count(False) < len(kept) / 2
+        chosen = {checks._factor_variant(s, k, m, "reference")
+                  for s, k, m in checks._factor_cases(hidden)}
+        assert len(chosen - {None}) >= 3
+
+
+@pytest.mark.parametrize("hidden", [False, True])
+def test_routing_hints_are_specific(hidden):
+    assert_hints_are_specific(lambda f: checks.check_route_with_capacity(f, hidden=hidden), {
+        "lowest": (_routing("lowest"), "k largest scores"),
+        "no capacity": (_routing("no capacity"), "at most `capacity` tokens"),
+        "token-major": (_routing("token-major"), "first choice before any second"),
+        "off by one": (_routing("off by one"), "not c + 1"),
+    })
+    assert_hints_are_specific(lambda f: checks.check_choose_capacity_factor(f, hidden=hidden), {
+        "largest": (_factor("largest"), "the smallest factor"),
+        "floor": (_factor("floor"), "round the capacity up"),
+        "strict": (_factor("strict"), "includes equality"),
+    })
+
+
+def test_a_routing_answer_of_the_wrong_shape_is_named():
+    with pytest.raises(CheckFailed, match="return two things"):
+        checks.check_route_with_capacity(lambda s, k, c: s.topk(k).indices)
+    with pytest.raises(CheckFailed, match="kept should be 4 rows of 2"):
+        checks.check_route_with_capacity(lambda s, k, c: (s.topk(k).indices, [True] * 4))
+    with pytest.raises(CheckFailed, match="return one of the factors, or None"):
+        checks.check_choose_capacity_factor(lambda s, k, f, m: "1.25")
+
+
+@pytest.mark.parametrize("hidden", [False, True])
+@pytest.mark.parametrize("check", [checks.check_route_with_capacity,
+                                   checks.check_choose_capacity_factor])
+def test_routing_stubs_say_not_written_yet(check, hidden, unwritten):
+    with pytest.raises(CheckFailed, match="not written yet"):
+        check(unwritten, hidden=hidden)
+
+
+@pytest.mark.parametrize("check, right", [
+    (checks.check_route_with_capacity, route_with_capacity),
+    (checks.check_choose_capacity_factor, choose_capacity_factor),
+])
+def test_the_hidden_routing_cases_catch_memorizing(check, right):
+    assert_hidden_cases_catch_memorizing(check, right)
+
+
+def test_the_routing_hints_come_in_chinese(chinese):
+    with pytest.raises(CheckFailed, match="先满足所有词元的第一选择"):
+        checks.check_route_with_capacity(_routing("token-major"))
+    with pytest.raises(CheckFailed, match="容量要向上取整"):
+        checks.check_choose_capacity_factor(_factor("floor"))

@@ -1,6 +1,8 @@
 """Checkers for exercises/09_scaling_out.ipynb: sharing features out among ranks, splitting a
-linear layer both ways for tensor parallelism, the tensor-parallel feed-forward block, and a load
-test's percentiles, compared with `minillm.distributed.tensor_parallel` and `minillm.utils.stats`.
+linear layer both ways for tensor parallelism, the tensor-parallel feed-forward block, a load
+test's percentiles, and (lesson 09b) top-k routing with a capacity and the choice of a capacity
+factor, compared with `minillm.distributed.tensor_parallel`, `minillm.utils.stats` and
+`minillm.distributed.moe`.
 Every message says both languages side by side (`say`)."""
 
 from __future__ import annotations
@@ -9,11 +11,13 @@ import random
 
 import torch
 
+from ...distributed.moe import capacity_of, route
 from ...distributed.tensor_parallel import shard_mlp, split_evenly
 from ...utils.stats import percentile as reference_percentile
 from ..language import say
-from ._base import (CheckFailed, as_int, call, checker, expect, expect_raises, first_failure,
-                    is_close, matching_mistake, number_or_none, passed, short)
+from ._base import (CheckFailed, _is_array, _is_tensor, as_int, call, checker, expect,
+                    expect_raises, first_failure, is_close, matching_mistake, number_or_none,
+                    passed, short)
 
 # --- 1 · sharing features out among ranks ---------------------------------------------------------
 
@@ -442,3 +446,177 @@ def check_percentile(percentile, *, hidden=False) -> None:
                          say(": sort, find position (n - 1) x q / 100, and interpolate between "
                              "the values on either side",
                              "：先排序，找到位置 (n - 1) x q / 100，再在它两侧的值之间插值")))
+
+
+# --- 6 · top-k routing with a capacity (09b) ------------------------------------------------------
+
+def _routing_cases(hidden=False):
+    """(scores, k, capacity): a few by hand, then random scores with a skew toward some experts
+    (as a real router's), so that capacity turns some tokens away."""
+    by_hand = ([([[3.0, 2.0, 0.0]] * 4, 2, 3), ([[1.0, 2.0, 0.0], [3.0, 0.0, 0.0],
+                                                 [0.0, 3.0, 0.0]], 2, 1)] if not hidden else
+               [([[0.0, 1.0, 2.0]] * 3, 1, 2), ([[2.0, 1.0], [1.0, 2.0], [2.0, 1.0]], 2, 2)])
+    cases = [(torch.tensor(s), k, c) for s, k, c in by_hand]
+    seed = torch.Generator().manual_seed(91 if hidden else 9)
+    shapes = (((40, 8, 2, 8), (64, 16, 4, 12), (9, 4, 1, 3), (30, 6, 3, 40), (128, 16, 2, 20))
+              if hidden else ((32, 8, 2, 8), (50, 16, 4, 10), (12, 4, 1, 2), (20, 5, 3, 20),
+                              (100, 16, 2, 12)))
+    for tokens, experts, k, capacity in shapes:
+        skew = torch.linspace(0.0, 1.5, experts)[torch.randperm(experts, generator=seed)]
+        cases.append((torch.randn(tokens, experts, generator=seed) + skew, k, capacity))
+    return cases
+
+
+def _routing_variant(scores, k, capacity, kind):
+    experts = scores.topk(k, -1, largest=kind != "lowest").indices
+    if kind == "no capacity":
+        return experts.tolist(), [[True] * k for _ in range(len(scores))]
+    order = experts.flatten() if kind == "token-major" else experts.T.flatten()
+    seen, kept = {}, []
+    for e in order.tolist():
+        seen[e] = seen.get(e, 0) + 1
+        kept.append(seen[e] <= capacity + (kind == "off by one"))
+    kept = torch.tensor(kept).reshape(len(scores), k) if kind == "token-major" else \
+        torch.tensor(kept).reshape(k, len(scores)).T
+    return experts.tolist(), kept.tolist()
+
+
+def _as_table(got, rows, cols, what, name, kind):
+    if _is_tensor(got) or _is_array(got):
+        got = got.tolist()
+    expect(isinstance(got, (list, tuple)) and len(got) == rows
+           and all(isinstance(r, (list, tuple)) and len(r) == cols for r in got),
+           say("{what}: {name} should be {rows} rows of {cols} ({kind}), got {got}",
+               "{what}：{name} 应该是 {rows} 行、每行 {cols} 个（{kind}），得到的是 {got}",
+               what=what, name=name, rows=rows, cols=cols, kind=kind, got=short(got)))
+    return [[(bool(v) if kind == "bool" else as_int(v, what)) for v in r] for r in got]
+
+
+ROUTING_MISTAKES = [  # (the variant, its hint in English and Chinese)
+    ("lowest", ("take the k largest scores: topk(k, dim=-1) (largest first)",
+                "要取得分最高的 k 个：topk(k, dim=-1)（从大到小）")),
+    ("no capacity", ("an expert takes at most `capacity` tokens: mark the later ones kept=False",
+                     "每个专家最多接收 `capacity` 个词元：排在后面的要标成 kept=False")),
+    ("token-major", ("serve every token's first choice before any second choice: walk the "
+                     "choices column by column (experts.T), not token by token",
+                     "先满足所有词元的第一选择，再轮到第二选择：按列（experts.T）而不是按词元逐行"
+                     "排队")),
+    ("off by one", ("an expert with capacity c keeps its first c tokens, not c + 1: places 0 to "
+                    "c - 1", "容量为 c 的专家只留下前 c 个词元，而不是 c + 1 个：位置 0 到 c - 1")),
+]
+
+
+@checker
+def check_route_with_capacity(route_with_capacity, *, hidden=False) -> None:
+    """`route_with_capacity(scores, k, capacity)` -> (experts, kept), as
+    minillm.distributed.moe.route: top k per token, first choices served before second ones,
+    earlier tokens first, at most `capacity` tokens an expert."""
+    cases = _routing_cases(hidden)
+    answers = []
+    for scores, k, capacity in cases:
+        what = (f"route_with_capacity(<{scores.shape[0]} x {scores.shape[1]} scores>, {k}, "
+                f"{capacity})")
+        got = call(route_with_capacity, scores.clone(), k, capacity, what=what)
+        expect(isinstance(got, (tuple, list)) and len(got) == 2,
+               say("{what} returned {got}; return two things: (experts, kept)",
+                   "{what} 返回了 {got}；要返回两样东西：(experts, kept)",
+                   what=what, got=short(got)))
+        tokens = scores.shape[0]
+        answers.append((_as_table(got[0], tokens, k, what, "experts", "int"),
+                        _as_table(got[1], tokens, k, what, "kept", "bool")))
+    wants = [_routing_variant(s, k, c, "reference") for s, k, c in cases]
+    failure = first_failure("route_with_capacity", answers, wants, mistakes=lambda: [
+        (say(*words), [_routing_variant(*case, kind) for case in cases])
+        for kind, words in ROUTING_MISTAKES])
+    if failure is None:
+        return
+    i, hint = failure
+    scores, k, capacity = cases[i]
+    part = "experts" if answers[i][0] != wants[i][0] else "kept"
+    raise CheckFailed(say("route_with_capacity(<{t} x {e} scores>, {k}, {c}): {part} is wrong "
+                          "(expected {want}, got {got})",
+                          "route_with_capacity(<{t} x {e} 个得分>, {k}, {c})：{part} 不对"
+                          "（应为 {want}，得到 {got}）",
+                          t=scores.shape[0], e=scores.shape[1], k=k, c=capacity, part=part,
+                          want=short(wants[i][part == "kept"]),
+                          got=short(answers[i][part == "kept"]))
+                      + (say(": {hint}", "：{hint}", hint=hint) if hint else ""))
+
+
+def _factor_cases(hidden=False):
+    """(scores, k, max_dropped): skewed random scores, each with the limits 0 (where `<=`
+    decides), 1 %, and just above what factors 1.25 and 1.5 drop (where rounding the capacity
+    decides; 1e-6 above, so that any way of computing the share passes, as shares of different
+    drop counts differ by at least 1 / (tokens x k))."""
+    seed = torch.Generator().manual_seed(77 if hidden else 7)
+    shapes = (((99, 8, 2), (170, 16, 4), (66, 4, 1), (310, 16, 2)) if hidden else
+              ((100, 8, 3), (250, 16, 4), (90, 4, 1), (210, 16, 2)))  # fair shares not whole
+    cases = []
+    for tokens, experts, k in shapes:
+        skew = torch.linspace(0.0, 1.2, experts)[torch.randperm(experts, generator=seed)]
+        scores = torch.randn(tokens, experts, generator=seed) + skew
+        near = [route(scores, k, capacity_of(tokens, k, experts, f)).dropped + 1e-6
+                for f in (1.25, 1.5)]
+        cases += [(scores, k, most) for most in [0.0, 0.01] + near]
+    return cases
+
+
+FACTORS = (1.0, 1.25, 1.5, 2.0, 3.0)
+
+
+def _factor_variant(scores, k, max_dropped, kind):
+    tokens, experts = scores.shape
+    fits = []
+    for factor in FACTORS:
+        capacity = (int(factor * tokens * k / experts) if kind == "floor"
+                    else capacity_of(tokens, k, experts, factor))
+        dropped = route(scores, k, capacity).dropped
+        if (dropped < max_dropped) if kind == "strict" else (dropped <= max_dropped):
+            fits.append(factor)
+    if not fits:
+        return None
+    return max(fits) if kind == "largest" else min(fits)
+
+
+FACTOR_MISTAKES = [
+    ("largest", ("the smallest factor that drops little enough: a larger one wastes memory and "
+                 "padded compute on empty slots",
+                 "要选丢得足够少的最小系数：更大的系数会把显存和计算浪费在空槽位上")),
+    ("floor", ("round the capacity up: ceil(factor x tokens x k / experts)",
+               "容量要向上取整：ceil(factor x tokens x k / experts)")),
+    ("strict", ("'at most max_dropped' includes equality: dropped <= max_dropped",
+                "“最多 max_dropped”包括相等：dropped <= max_dropped")),
+]
+
+
+@checker
+def check_choose_capacity_factor(choose_capacity_factor, *, hidden=False) -> None:
+    """`choose_capacity_factor(scores, k, factors, max_dropped)`: the smallest factor whose
+    capacity, ceil(factor x tokens x k / experts), drops at most `max_dropped` of the assignments
+    (None when none does)."""
+    cases = _factor_cases(hidden)
+    answers = []
+    for scores, k, most in cases:
+        what = (f"choose_capacity_factor(<{scores.shape[0]} x {scores.shape[1]} scores>, {k}, "
+                f"{FACTORS}, {most:g})")
+        got = call(choose_capacity_factor, scores.clone(), k, FACTORS, most, what=what)
+        value = None if got is None else number_or_none(got)
+        expect(got is None or value is not None,
+               say("{what} returned {got}; return one of the factors, or None",
+                   "{what} 返回了 {got}；请返回其中一个系数，或 None", what=what, got=short(got)))
+        answers.append(value)
+    wants = [_factor_variant(s, k, m, "reference") for s, k, m in cases]
+    failure = first_failure("choose_capacity_factor", answers, wants, mistakes=lambda: [
+        (say(*words), [_factor_variant(*case, kind) for case in cases])
+        for kind, words in FACTOR_MISTAKES])
+    if failure is None:
+        return
+    i, hint = failure
+    scores, k, most = cases[i]
+    raise CheckFailed(say("choose_capacity_factor(<{t} x {e} scores>, {k}, {factors}, {most}) "
+                          "returned {got}, expected {want}",
+                          "choose_capacity_factor(<{t} x {e} 个得分>, {k}, {factors}, {most}) "
+                          "返回了 {got}，应为 {want}",
+                          t=scores.shape[0], e=scores.shape[1], k=k, factors=FACTORS, most=most,
+                          got=answers[i], want=wants[i])
+                      + (say(": {hint}", "：{hint}", hint=hint) if hint else ""))
