@@ -707,6 +707,7 @@ plt.show()
 # - `minillm.load(name, weights="int8")` is the int8 row through minillm's kernel on chapter
 #   05's fast path. Quantize *or* optimize a model, not both.
 # - The KV cache can be stored in fewer bits too: appendix 07b measures it.
+# - FP8 and FP4 weights (MXFP4, NVFP4) and W4A8, measured as perplexity: appendix 07c.
 #
 # The full table on this machine: `.venv/bin/python scripts/bench_quantization.py` (2,048
 # held-out tokens; `--small` for a quick run). Exercises: `exercises/07_quantization.ipynb`.

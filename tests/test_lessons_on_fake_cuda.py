@@ -25,7 +25,7 @@ GROUPS = {
     "decoding": ["00_welcome", "02_forward_pass", "03_kv_cache", "03b_long_context",
                  "04_decoding"],
     "serving": ["05_metrics", "05b_fast_engine", "06_batching", "08_speculative"],
-    "quantization": ["07_quantization", "07b_kv_quantization"],
+    "quantization": ["07_quantization", "07b_kv_quantization", "07c_fp8_fp4"],
     "interview": ["10_interview_qa", "10b_interview_engine", "10c_interview_serving",
                   "10d_interview_frontier"],
     "text and processes": ["01_tokenization", "09_scaling_out", "09b_mixture_of_experts"],
