@@ -1,9 +1,10 @@
 # %% [markdown]
 # # Exercises 07 · Quantization
 #
-# Four tasks from the lesson: absmax int8 quantization of a tensor and its inverse; int8 with one
-# scale per output channel, what minillm's `Int8Linear` stores; group-wise int4 with a scale
-# and a minimum, the idea of GGUF's Q4_1; and one step of GPTQ. Write each function in its cell, run the cell, then run
+# Five tasks from the lessons: absmax int8 quantization of a tensor and its inverse; int8 with
+# one scale per output channel, what minillm's `Int8Linear` stores; group-wise int4 with a scale
+# and a minimum, the idea of GGUF's Q4_1; one step of GPTQ; and, from appendix 07c, FP8 with one
+# scale per block. Write each function in its cell, run the cell, then run
 # the check cell below it. The checkers compare your numbers with `minillm.quant`'s on random
 # tensors and say in plain words what is wrong.
 #
@@ -205,3 +206,53 @@ try:
         print(f"{name:>16}: output error {output_error(w, rounded, h):.2f}")
 except NotImplementedError:
     print("write gptq_step first")
+
+# %% [markdown]
+# ## 5 · FP8 with one scale per block (lesson 07c)
+#
+# DeepSeek-V3 stores its weights in FP8 e4m3 with one scale per block of 128 x 128 weights.
+# Write `fp8_blocks(w, block)` that returns `w` (rows, columns) as such a weight gives it back:
+# for each block of `block` x `block` weights (the last blocks of a row or a column may be
+# smaller),
+#
+# - `s = max|block| / 448` (448 is e4m3's largest number; a block of zeros keeps s = 1),
+# - the block becomes `(block / s).to(torch.float8_e4m3fn).float() * s`.
+#
+# Return a float32 tensor of `w`'s shape.
+
+# %% [task]
+def fp8_blocks(w, block):
+    # YOUR CODE HERE
+    raise NotImplementedError
+# ==== solution ====
+def fp8_blocks(w, block):
+    out = torch.empty_like(w)
+    for i in range(0, w.shape[0], block):
+        for j in range(0, w.shape[1], block):
+            tile = w[i:i + block, j:j + block]
+            s = tile.abs().max() / 448
+            if s == 0:
+                s = torch.tensor(1.0)
+            out[i:i + block, j:j + block] = (tile / s).to(torch.float8_e4m3fn).float() * s
+    return out
+
+# %% [check]
+checks.check_fp8_blocks(fp8_blocks)
+
+# %% [markdown]
+# An outlier now spoils only its own block: on a weight with one large number, the error with
+# one scale for the whole tensor against one per block of 32:
+
+# %%
+from minillm.quant.float_formats import SCHEMES, fake_quantize  # noqa: E402
+
+w = torch.randn(256, 256) * torch.rand(256, 1)
+w[3, 17] = 20_000.0  # far past the rest: one scale pushes them below e4m3's smallest
+try:
+    for name, rounded in [("one scale", fake_quantize(w, SCHEMES["fp8 e4m3, per tensor"])),
+                          ("your blocks of 32", fp8_blocks(w, 32))]:
+        small = w.abs() < 0.05  # the numbers an outlier's scale pushes toward zero
+        print(f"{name}: error on the small numbers "
+              f"{((rounded - w)[small].norm() / w[small].norm()).item():.2%}")
+except NotImplementedError:
+    print("write fp8_blocks first")

@@ -468,3 +468,67 @@ def test_the_hidden_cases_speak_chinese(chinese, capsys):
         checks.check_quantize_int8(lambda w: per_channel(w, zero_guard=False), hidden=True)
     with pytest.raises(CheckFailed, match="16 不能整除 24"):
         checks.check_int4_groups(no_value_error, dq_groups, hidden=True)
+
+
+# --- 5 · FP8 with one scale per block (lesson 07c) ---------------------------------------------
+
+def fp8_blocks(w, block):
+    out = torch.empty_like(w)
+    for i in range(0, w.shape[0], block):
+        for j in range(0, w.shape[1], block):
+            tile = w[i:i + block, j:j + block]
+            s = tile.abs().max() / 448
+            s = s if s != 0 else torch.tensor(1.0)
+            out[i:i + block, j:j + block] = (tile / s).to(torch.float8_e4m3fn).float() * s
+    return out
+
+
+def fp8_blocks_by_reciprocal(w, block):
+    """The same rounding with the scale applied as a product: a rare value may land on the
+    neighbouring FP8 number, which the checker accepts."""
+    out = torch.empty_like(w)
+    for i in range(0, w.shape[0], block):
+        for j in range(0, w.shape[1], block):
+            tile = w[i:i + block, j:j + block]
+            top = tile.abs().max()
+            inv = 448 / top if top != 0 else torch.tensor(1.0)
+            out[i:i + block, j:j + block] = (tile * inv).to(torch.float8_e4m3fn).float() / inv
+    return out
+
+
+@pytest.mark.parametrize("hidden", [False, True])
+def test_fp8_blocks_passes_right_answers_computed_either_way(hidden, capsys):
+    checks.check_fp8_blocks(fp8_blocks, hidden=hidden)
+    checks.check_fp8_blocks(fp8_blocks_by_reciprocal, hidden=hidden)
+    assert capsys.readouterr().out.count("✅") == 2
+
+
+@pytest.mark.parametrize("hidden", [False, True])
+def test_fp8_blocks_hints_are_specific(hidden):
+    assert_hints_are_specific(lambda f: checks.check_fp8_blocks(f, hidden=hidden), {
+        kind: (lambda w, block, kind=kind: checks._fp8_block_variant(w, block, kind),
+               words[0].split(":")[0])
+        for kind, words in checks.FP8_BLOCK_MISTAKES})
+
+
+def test_fp8_blocks_without_a_hint_says_the_rule_and_a_wrong_shape_is_named():
+    with pytest.raises(CheckFailed, match=r"s = max\|block\| / 448"):
+        checks.check_fp8_blocks(lambda w, block: fp8_blocks(w, block) * 1.01)
+    with pytest.raises(CheckFailed, match="has shape"):
+        checks.check_fp8_blocks(lambda w, block: fp8_blocks(w, block)[:1])
+
+
+@pytest.mark.parametrize("hidden", [False, True])
+def test_fp8_blocks_stub_says_not_written_yet(hidden, unwritten):
+    with pytest.raises(CheckFailed, match="not written yet"):
+        checks.check_fp8_blocks(unwritten, hidden=hidden)
+
+
+def test_fp8_blocks_hidden_cases_catch_memorizing():
+    assert_hidden_cases_catch_memorizing(checks.check_fp8_blocks, fp8_blocks)
+
+
+def test_fp8_blocks_hints_come_in_chinese(chinese):
+    with pytest.raises(CheckFailed, match="每个 block x block 的块要有自己的缩放因子"):
+        checks.check_fp8_blocks(lambda w, block: checks._fp8_block_variant(w, block,
+                                                                           "per tensor"))

@@ -1,9 +1,9 @@
 """Checkers for exercises/07_quantization.ipynb: absmax int8 for a whole tensor and its inverse,
 int8 with one scale per output channel (what minillm's Int8Linear stores,
 `minillm.quant.int8.quantize_int8`), and group-wise int4 with a scale and a minimum (GGUF Q4_1's
-idea, `minillm.quant.basics.zeropoint_quantize`), and one step of GPTQ (`minillm.quant.gptq`),
-each compared with minillm on random tensors. Every message says both languages side by side
-(`say`)."""
+idea, `minillm.quant.basics.zeropoint_quantize`), one step of GPTQ (`minillm.quant.gptq`), and
+FP8 with one scale per block (lesson 07c, `minillm.quant.float_formats`), each compared with
+minillm on random tensors. Every message says both languages side by side (`say`)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from ...quant.basics import zeropoint_quantize
 from ...quant.gptq import hessian, inverse_cholesky
 from ...quant.grid import fit, snap
 from ...quant.int8 import dequantize_int8, quantize_int8
-from ._base import (CheckFailed, call, checker, expect, expect_raises, matching_mistake,
-                    number_or_none, passed, short)
+from ...quant.float_formats import Scheme, fake_quantize
+from ._base import (CheckFailed, call, checker, expect, expect_raises, first_failure,
+                    matching_mistake, number_or_none, passed, short)
 from ..language import say
 
 
@@ -594,3 +595,106 @@ def check_gptq_step(gptq_step, *, hidden=False) -> None:
         f"{wrong_columns} 列上不同" + (f"：{hint}" if hint else
         "；第 i 列之前的列不变，第 i 列舍入到网格上，之后的每一列 j 移动 -error * u[i, j]，"
         "其中 error = (w[:, i] - rounded) / u[i, i]")))
+
+
+# --- 5 · FP8 with one scale per block (lesson 07c) ---------------------------------------------
+
+def _fp8_block_cases(hidden=False):
+    """(w, block): weights of several scales and shapes, some not a multiple of the block, one
+    with a block of zeros and one with an outlier."""
+    seeds = (71, 72, 73, 74, 75) if hidden else (61, 62, 63, 64, 65)
+    shapes = (((64, 48), 32), ((100, 70), 64), ((16, 256), 128), ((40, 40), 16), ((3, 5), 2)) \
+        if hidden else (((64, 64), 32), ((96, 80), 32), ((256, 256), 128), ((50, 30), 16),
+                        ((4, 6), 4))
+    cases = []
+    for seed, (shape, block) in zip(seeds, shapes):
+        w = _rand(*shape, seed=seed) * torch.rand(shape[0], 1,
+                                                  generator=torch.Generator().manual_seed(seed))
+        cases.append((w, block))
+    cases[0][0][:cases[0][1], :cases[0][1]] = 0.0  # a block of zeros stays zeros
+    cases[1][0][5, 7] = 30.0                       # an outlier: its own block's scale only
+    return cases
+
+
+def _fp8_block_variant(w, block, kind):
+    if kind == "e5m2":
+        return fake_quantize(w, Scheme("e5m2", (block, block)))
+    tile = {"per tensor": (None, None), "per row": (1, None)}.get(kind, (block, block))
+    if kind in ("no rescale", "int8 range", "no abs"):
+        rows, cols = w.shape
+        out = torch.empty_like(w)
+        for i in range(0, rows, block):
+            for j in range(0, cols, block):
+                t = w[i:i + block, j:j + block]
+                top = t.max() if kind == "no abs" else t.abs().max()
+                s = top / (127 if kind == "int8 range" else 448)
+                s = s if s != 0 else torch.tensor(1.0)
+                q = (t / s).to(torch.float8_e4m3fn).float()
+                out[i:i + block, j:j + block] = q if kind == "no rescale" else q * s
+        return out
+    return fake_quantize(w, Scheme("e4m3", tile))
+
+
+def _same_fp8(got, want) -> bool:
+    """Equal to float32 rounding, but for a rare value that a differently computed scale rounds to
+    the neighbouring FP8 number (one step, 1/8 of the value at most)."""
+    if not isinstance(got, torch.Tensor) or got.shape != want.shape:
+        return False
+    got = got.float()
+    if not torch.isfinite(got).all():
+        return False
+    off = ~torch.isclose(got, want, rtol=1e-5, atol=0.0)
+    return (off.float().mean().item() < 0.01
+            and bool(((got - want).abs() <= 0.13 * want.abs() + 1e-30)[off].all()))
+
+
+FP8_BLOCK_MISTAKES = [
+    ("per tensor", ("one scale for the whole tensor: give each block of block x block weights "
+                    "its own scale, max|block| / 448",
+                    "整个张量只用了一个缩放因子：每个 block x block 的块要有自己的缩放因子，"
+                    "max|块| / 448")),
+    ("per row", ("one scale per row: the scale belongs to a block of block x block weights, "
+                 "rows and columns",
+                 "这是每行一个缩放因子：缩放因子属于一个 block x block 的块，行和列都要切")),
+    ("e5m2", ("that is e5m2: round to torch.float8_e4m3fn (largest 448)",
+              "这是 e5m2：要舍入到 torch.float8_e4m3fn（最大值 448）")),
+    ("int8 range", ("the scale maps max|block| to 448, e4m3's largest, not to 127",
+                    "缩放因子要把 max|块| 映射到 e4m3 的最大值 448，而不是 127")),
+    ("no rescale", ("multiply the rounded numbers by the scale again: the result is the weight, "
+                    "not its scaled FP8 code",
+                    "舍入之后要再乘回缩放因子：返回的是权重本身，而不是缩放后的 FP8 编码")),
+    ("no abs", ("the scale comes from the largest |value|: a block whose largest value is "
+                "negative needs abs()",
+                "缩放因子来自最大的 |值|：最大的值是负数的块需要先取 abs()")),
+]
+
+
+@checker
+def check_fp8_blocks(fp8_blocks, *, hidden=False) -> None:
+    """`fp8_blocks(w, block)`: `w` rounded to FP8 e4m3 with one scale per block of block x block
+    weights (the last blocks smaller), scaled back to float32: DeepSeek-V3's weight scaling, as
+    minillm.quant.float_formats.fake_quantize with Scheme("e4m3", (block, block))."""
+    cases = _fp8_block_cases(hidden)
+    answers = []
+    for w, block in cases:
+        what = f"fp8_blocks(<{w.shape[0]} x {w.shape[1]} weight>, {block})"
+        got = call(fp8_blocks, w.clone(), block, what=what)
+        answers.append(_tensor(got, what, w.shape))
+    wants = [_fp8_block_variant(w, block, "reference") for w, block in cases]
+    failure = first_failure("fp8_blocks", answers, wants, _same_fp8, mistakes=lambda: [
+        (say(*words), [_fp8_block_variant(w, block, kind) for w, block in cases])
+        for kind, words in FP8_BLOCK_MISTAKES])
+    if failure is None:
+        return
+    i, hint = failure
+    w, block = cases[i]
+    differ = (~torch.isclose(answers[i].float(), wants[i], rtol=1e-5, atol=0.0)).float().mean()
+    raise CheckFailed(say("fp8_blocks(<{r} x {c} weight>, {block}): {share:.0%} of the numbers "
+                          "differ from the expected",
+                          "fp8_blocks(<{r} x {c} 权重>, {block})：有 {share:.0%} 的数与期望值"
+                          "不同", r=w.shape[0], c=w.shape[1], block=block, share=differ.item())
+                      + (say(": {hint}", "：{hint}", hint=hint) if hint else
+                         say("; each block: s = max|block| / 448, then "
+                             "(block / s).to(torch.float8_e4m3fn).float() * s",
+                             "；每个块：s = max|块| / 448，然后 "
+                             "(块 / s).to(torch.float8_e4m3fn).float() * s")))
