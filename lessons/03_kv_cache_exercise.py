@@ -1,9 +1,10 @@
 # %% [markdown]
 # # Exercises 03 · The KV cache, the decode loop and the online softmax
 #
-# Four tasks: how big a KV cache is, how a cache stores a new token's keys and values, the
-# generation loop itself (prefill, then decode one token at a time), and attention over keys
-# that arrive in blocks, with the online softmax of FlashAttention (lesson 03b). Write each
+# Six tasks: how big a KV cache is, how a cache stores a new token's keys and values, the
+# generation loop itself (prefill, then decode one token at a time), attention over keys that
+# arrive in blocks, with the online softmax of FlashAttention, and, from lesson 03b, partial
+# attentions merged as Flash-Decoding does and a sliding window that keeps its sinks. Write each
 # function in its cell, run the cell, then run the check cell below it. A check says in plain
 # words what is wrong.
 #
@@ -174,3 +175,84 @@ try:
     print(f"largest difference from the whole attention: {(mine - whole[0, 0]).abs().max():.1e}")
 except NotImplementedError:
     print("write attend_in_blocks above first")
+
+# %% [markdown]
+# ## 5 · Two partial attentions merged: split-KV (lesson 03b)
+#
+# At batch 1 with a long cache, one decode step has one query per head: too little work for a
+# GPU's many cores. **Flash-Decoding** splits the cache into parts, lets each core run your
+# `attend_in_blocks` loop over its own part, and merges the partial results. Each part ends with
+# its own `(m, l, o)` (the running values of task 4, before the division).
+#
+# Write `merge_partials(a, b)` that merges two of them, `a = (m1, l1, o1)` and `b = (m2, l2, o2)`,
+# into the `(m, l, o)` of all their keys: `m = max(m1, m2)`, and each part's `l` and `o`
+# multiplied by e^(m_part − m) before they are added. Return the sums, not `o / l`: a third
+# part may still come.
+
+# %% [task]
+def merge_partials(a, b):
+    # YOUR CODE HERE
+    raise NotImplementedError
+# ==== solution ====
+def merge_partials(a, b):
+    (m1, l1, o1), (m2, l2, o2) = a, b
+    m = max(m1, m2)
+    r1, r2 = math.exp(m1 - m), math.exp(m2 - m)
+    return m, l1 * r1 + l2 * r2, o1 * r1 + o2 * r2
+
+# %% [check]
+checks.check_merge_partials(merge_partials)
+
+# %% [markdown]
+# The same 300 keys as above, cut into 4 parts as 4 cores would take them, each part's
+# `(m, l, o)` computed alone, then merged in any order:
+
+# %%
+def partial(q, k, v):
+    s = k @ q / math.sqrt(q.shape[0])
+    m = s.max().item()
+    p = torch.exp(s - m)
+    return m, p.sum(), p @ v
+
+
+try:
+    parts = [partial(q, keys[i:i + 75], values[i:i + 75]) for i in range(0, 300, 75)]
+    merged = merge_partials(merge_partials(parts[3], parts[1]), merge_partials(parts[0],
+                                                                                parts[2]))
+    print(f"largest difference from the whole attention: "
+          f"{(merged[2] / merged[1] - whole[0, 0]).abs().max():.1e}")
+except NotImplementedError:
+    print("write merge_partials above first")
+
+# %% [markdown]
+# ## 6 · A window that keeps its sinks (lesson 03b)
+#
+# A sliding window of W keys forgets the first tokens, on which a trained model parks much of its
+# attention (attention sinks). StreamingLLM keeps them: write `sink_window_mask(n, window, sinks)`,
+# an (n, n) tensor of booleans for n tokens, True where query i may see key j:
+#
+# - never a key after the query (j <= i);
+# - the first `sinks` tokens, once they are in the past;
+# - and the last `window - sinks` keys up to the query itself (i − j < window − sinks),
+#
+# so that no query sees more than `window` keys.
+#
+# ```
+# sink_window_mask(6, 4, 2)        query 5 sees keys 0, 1 (the sinks) and 4, 5
+# ```
+
+# %% [task]
+def sink_window_mask(n, window, sinks):
+    # YOUR CODE HERE
+    raise NotImplementedError
+# ==== solution ====
+def sink_window_mask(n, window, sinks):
+    i = torch.arange(n)[:, None]
+    j = torch.arange(n)[None, :]
+    return (j <= i) & ((j < sinks) | (i - j < window - sinks))
+
+# %% [check]
+checks.check_sink_window_mask(sink_window_mask)
+
+# %% [markdown]
+# Lesson 03b measures what the sinks win back on SmolLM2: most of what a plain window loses.

@@ -2,6 +2,8 @@
 message that says what is wrong (and only they get it). The decode-loop checker runs on the small
 stand-in model."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -444,3 +446,83 @@ def test_the_hidden_cases_pass_every_right_answer():
     checks.check_append_kv(right_append, hidden=True)
     checks.check_greedy_decode(right_decode, TinyLM(), Chars(), hidden=True)
     checks.check_attend_in_blocks(right_blocks, hidden=True)
+
+
+# --- 5 and 6 · partial attentions merged, a window with sinks (lesson 03b) ---------------------
+
+def merge_partials(a, b):
+    (m1, l1, o1), (m2, l2, o2) = a, b
+    m = max(m1, m2)
+    return m, l1 * math.exp(m1 - m) + l2 * math.exp(m2 - m), \
+        o1 * math.exp(m1 - m) + o2 * math.exp(m2 - m)
+
+
+def merge_partials_as_tensors(a, b):
+    """The same merge with tensors and torch.maximum: 0-d tensors come back for m and l."""
+    (m1, l1, o1), (m2, l2, o2) = [(torch.tensor(m), torch.as_tensor(l), o) for m, l, o in (a, b)]
+    m = torch.maximum(m1, m2)
+    return m, l1 * torch.exp(m1 - m) + l2 * torch.exp(m2 - m), \
+        o1 * torch.exp(m1 - m) + o2 * torch.exp(m2 - m)
+
+
+def sink_window_mask(n, window, sinks):
+    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+    return (j <= i) & ((j < sinks) | (i - j < window - sinks))
+
+
+def sink_window_from_the_lesson(n, window, sinks):
+    from minillm.generation.sliding_window import causal_mask, sliding_window_mask
+
+    first = torch.arange(n)[None, :] < sinks
+    return sliding_window_mask(n, n, window - sinks) | (causal_mask(n, n) & first)
+
+
+@pytest.mark.parametrize("hidden", [False, True])
+def test_the_03b_answers_pass_in_every_form(hidden, capsys):
+    checks.check_merge_partials(merge_partials, hidden=hidden)
+    checks.check_merge_partials(merge_partials_as_tensors, hidden=hidden)
+    checks.check_sink_window_mask(sink_window_mask, hidden=hidden)
+    checks.check_sink_window_mask(sink_window_from_the_lesson, hidden=hidden)
+    checks.check_sink_window_mask(lambda *a: sink_window_mask(*a).int().tolist(), hidden=hidden)
+    assert capsys.readouterr().out.count("✅") == 5
+
+
+@pytest.mark.parametrize("hidden", [False, True])
+def test_the_03b_hints_are_specific(hidden):
+    assert_hints_are_specific(lambda f: checks.check_merge_partials(f, hidden=hidden), {
+        kind: (lambda a, b, kind=kind: checks._merge_variant(a, b, kind), words[0][:30])
+        for kind, words in checks.MERGE_MISTAKES})
+    assert_hints_are_specific(lambda f: checks.check_sink_window_mask(f, hidden=hidden), {
+        kind: (lambda *case, kind=kind: checks._sink_variant(*case, kind), words[0][:30])
+        for kind, words in checks.SINK_MISTAKES})
+
+
+def test_the_03b_answers_of_the_wrong_kind_are_named():
+    with pytest.raises(CheckFailed, match=r"return three things: \(m, l, o\)"):
+        checks.check_merge_partials(lambda a, b: merge_partials(a, b)[2])
+    with pytest.raises(CheckFailed, match=r"l = l1 e\^\(m1 - m\)"):
+        checks.check_merge_partials(lambda a, b: (lambda m, l, o: (m, 2 * l, o))(
+            *merge_partials(a, b)))
+    with pytest.raises(CheckFailed, match=r"return an \(10, 10\) mask of booleans"):
+        checks.check_sink_window_mask(lambda n, w, s: sink_window_mask(n, w, s)[:-1])
+
+
+@pytest.mark.parametrize("hidden", [False, True])
+@pytest.mark.parametrize("check", [checks.check_merge_partials, checks.check_sink_window_mask])
+def test_the_03b_stubs_say_not_written_yet(check, hidden, unwritten):
+    with pytest.raises(CheckFailed, match="not written yet"):
+        check(unwritten, hidden=hidden)
+
+
+@pytest.mark.parametrize("check, right", [(checks.check_merge_partials, merge_partials),
+                                          (checks.check_sink_window_mask, sink_window_mask)])
+def test_the_03b_hidden_cases_catch_memorizing(check, right):
+    assert_hidden_cases_catch_memorizing(check, right)
+
+
+def test_the_03b_hints_come_in_chinese(chinese):
+    with pytest.raises(CheckFailed, match="相加之前先乘以"):
+        checks.check_merge_partials(lambda a, b: checks._merge_variant(a, b, "no rescale"))
+    with pytest.raises(CheckFailed, match="对汇点同样要满足 j <= i"):
+        checks.check_sink_window_mask(
+            lambda *case: checks._sink_variant(*case, "sinks see the future"))

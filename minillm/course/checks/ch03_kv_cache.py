@@ -1,5 +1,6 @@
 """Checkers for exercises/03_kv_cache.ipynb: the cache's size, the cache update, the decode loop,
-and attention over blocks of keys with the online softmax (lesson 03b).
+attention over blocks of keys with the online softmax, and (lesson 03b) two partial attentions
+merged as Flash-Decoding does and a sliding window that keeps its attention sinks.
 
 Every message says both languages side by side (`say`), chosen by the notebook's set_language.
 """
@@ -501,4 +502,188 @@ def check_attend_in_blocks(attend_in_blocks, *, hidden=False) -> None:
                           "返回了 [{shown}{more}]，应为 [{expected}{more}]",
                           sizes="/".join(map(str, sizes)), d=d, d_v=d_v, shown=shown,
                           expected=expected, more=more)
+                      + (say(": {hint}", "：{hint}", hint=hint) if hint else ""))
+
+
+# --- 5 · two partial attentions merged: split-KV, as Flash-Decoding does (lesson 03b) ---------
+
+MERGE_CASES = [  # (d, d_v, keys in the first part, in the second, score scale)
+    (8, 8, 5, 7, 1.0), (16, 4, 9, 3, 1.0), (4, 6, 1, 1, 1.0), (8, 8, 6, 6, 40.0),
+    (32, 16, 20, 2, 1.0)]
+HIDDEN_MERGE_CASES = [(6, 6, 4, 8, 1.0), (12, 3, 2, 10, 1.0), (8, 8, 7, 7, 60.0),
+                      (16, 16, 1, 15, 1.0), (4, 4, 3, 3, 1.0)]
+
+
+def _partial(q, keys, values):
+    """(m, l, o) of one part of the keys: its largest score, the sum of e^(s - m), and the sum
+    of e^(s - m) times the values."""
+    s = keys @ q / math.sqrt(q.shape[0])
+    m = s.max().item()
+    p = torch.exp(s - m)
+    return m, p.sum().item(), p @ values
+
+
+def _merge_case(cases, index):
+    d, d_v, first, second, loud = cases[index]
+    gen = torch.Generator().manual_seed(300 + index + (50 if cases is HIDDEN_MERGE_CASES else 0))
+    q = torch.randn(d, generator=gen, dtype=torch.float64) * loud
+    keys = torch.randn(first + second, d, generator=gen, dtype=torch.float64)
+    values = torch.randn(first + second, d_v, generator=gen, dtype=torch.float64)
+    if index % 2:  # the second part holds the largest score in half the cases
+        keys = keys.flip(0)
+    parts = _partial(q, keys[:first], values[:first]), _partial(q, keys[first:], values[first:])
+    weights = torch.softmax(keys @ q / math.sqrt(d), dim=0)
+    return parts, weights @ values
+
+
+def _merge_variant(a, b, kind):
+    (m1, l1, o1), (m2, l2, o2) = a, b
+    m = min(m1, m2) if kind == "min" else max(m1, m2)
+    r1, r2 = math.exp(m1 - m), math.exp(m2 - m)
+    if kind == "no rescale":
+        r1 = r2 = 1.0
+    l = l1 * r1 + l2 * r2 if kind != "l unscaled" else l1 + l2
+    o = o1 * r1 + o2 * r2 if kind != "o unscaled" else o1 + o2
+    if kind == "normalized":
+        return m, 1.0, o / l
+    return m, l, o
+
+
+MERGE_MISTAKES = [
+    ("no rescale", ("each part's l and o were summed against its own maximum: multiply them by "
+                    "e^(m_part - m) before adding, with m = max(m1, m2)",
+                    "每一部分的 l 和 o 都是相对它自己的最大值求和的：相加之前先乘以 "
+                    "e^(m_part - m)，其中 m = max(m1, m2)")),
+    ("l unscaled", ("o was rescaled but l was not: both sums need e^(m_part - m)",
+                    "o 重新缩放了，l 却没有：两个和都要乘以 e^(m_part - m)")),
+    ("o unscaled", ("l was rescaled but o was not: both sums need e^(m_part - m)",
+                    "l 重新缩放了，o 却没有：两个和都要乘以 e^(m_part - m)")),
+    ("min", ("the merged m is the larger of the two maxima, so that every e^(m_part - m) is at "
+             "most 1", "合并后的 m 取两个最大值中较大的那个，这样每个 e^(m_part - m) 都不超过 1")),
+    ("normalized", ("return the merged sums (m, l, o), not o / l: a third part may still come, "
+                    "and dividing is done once, at the end",
+                    "返回合并后的 (m, l, o)，而不是 o / l：后面可能还有第三部分要合并，"
+                    "除法只在最后做一次")),
+]
+
+
+def _as_partial(got, what):
+    expect(isinstance(got, (tuple, list)) and len(got) == 3,
+           say("{what} returned {got}; return three things: (m, l, o)",
+               "{what} 返回了 {got}；要返回三样东西：(m, l, o)", what=what, got=short(got)))
+    m, l, o = got
+    as_float = [float(v.item() if isinstance(v, torch.Tensor) else v) for v in (m, l)]
+    return as_float[0], as_float[1], _as_vector(o, what)
+
+
+def _same_partial(a, b) -> bool:
+    return (math.isclose(a[0], b[0], rel_tol=1e-6, abs_tol=1e-9)
+            and math.isclose(a[1], b[1], rel_tol=1e-5, abs_tol=1e-9) and _close(a[2], b[2]))
+
+
+@checker
+def check_merge_partials(merge_partials, *, hidden=False) -> None:
+    """`merge_partials(a, b)`: two partial attentions (m, l, o), each over one part of the keys,
+    merged into the (m, l, o) of all of them; o / l is then the attention over every key."""
+    cases = HIDDEN_MERGE_CASES if hidden else MERGE_CASES
+    answers, wants = [], []
+    for index, (d, d_v, first, second, _) in enumerate(cases):
+        (a, b), whole = _merge_case(cases, index)
+        what = say("merge_partials(a over {first} keys, b over {second} keys)",
+                   "merge_partials(a 覆盖 {first} 个键，b 覆盖 {second} 个键)",
+                   first=first, second=second)
+        answers.append(_as_partial(call(merge_partials, a, b, what=what), what))
+        wants.append(_merge_variant(a, b, "reference"))
+        torch.testing.assert_close(wants[-1][2] / wants[-1][1], whole)  # the rule itself
+    failure = first_failure("merge_partials", answers, wants, _same_partial, mistakes=lambda: [
+        (say(*words), [_merge_variant(*_merge_case(cases, j)[0], kind)
+                       for j in range(len(cases))]) for kind, words in MERGE_MISTAKES])
+    if failure is None:
+        return
+    i, hint = failure
+    got, want = answers[i], wants[i]
+    raise CheckFailed(say("merge_partials, case {n}: got m = {gm:.4g}, l = {gl:.4g}; expected "
+                          "m = {wm:.4g}, l = {wl:.4g}",
+                          "merge_partials 第 {n} 个用例：得到 m = {gm:.4g}，l = {gl:.4g}；应为 "
+                          "m = {wm:.4g}，l = {wl:.4g}", n=i + 1, gm=got[0], gl=got[1],
+                          wm=want[0], wl=want[1])
+                      + (say(": {hint}", "：{hint}", hint=hint) if hint else
+                         say("; m = max(m1, m2), l = l1 e^(m1 - m) + l2 e^(m2 - m), o likewise",
+                             "；m = max(m1, m2)，l = l1 e^(m1 - m) + l2 e^(m2 - m)，o 同理")))
+
+
+# --- 6 · a sliding window that keeps its sinks (lesson 03b) ------------------------------------
+
+SINK_CASES = [(10, 4, 2), (8, 3, 1), (12, 6, 4), (6, 5, 2), (9, 4, 0)]  # (tokens, window, sinks)
+HIDDEN_SINK_CASES = [(11, 5, 3), (7, 2, 1), (14, 8, 4), (5, 4, 1), (10, 3, 0)]
+
+
+def _sink_variant(n, window, sinks, kind):
+    i = torch.arange(n)[:, None]
+    j = torch.arange(n)[None, :]
+    recent = (i - j <= window - sinks) if kind == "off by one" else (i - j < window - sinks)
+    if kind == "window plus sinks":
+        recent = i - j < window
+    first = j < sinks
+    if kind == "no sinks":
+        first = torch.zeros_like(first)
+    causal = j <= i
+    if kind == "sinks see the future":
+        return (causal & recent) | first
+    return causal & (recent | first)
+
+
+SINK_MISTAKES = [
+    ("sinks see the future", ("a query sees a sink only once the sink is in the past: "
+                              "j <= i holds for the sinks too",
+                              "查询只能看到已经出现过的汇点：对汇点同样要满足 j <= i")),
+    ("window plus sinks", ("the window counts its sinks: keep the last window - sinks keys, "
+                           "so that no query sees more than `window` keys",
+                           "窗口要把汇点算在内：只保留最近的 window - sinks 个键，"
+                           "这样每个查询看到的键都不超过 `window` 个")),
+    ("off by one", ("the last window - sinks keys are i - j < window - sinks, not <=",
+                    "最近的 window - sinks 个键是 i - j < window - sinks，而不是 <=")),
+    ("no sinks", ("that is the plain window: the first `sinks` tokens stay visible to every "
+                  "later query", "这就是普通的窗口：前 `sinks` 个词元要一直对后面的查询可见")),
+]
+
+
+def _as_mask(got, n, what):
+    if isinstance(got, torch.Tensor):
+        got = got.detach().cpu()
+    else:
+        try:
+            got = torch.as_tensor(got)
+        except (TypeError, ValueError, RuntimeError):
+            got = None
+    expect(got is not None and tuple(got.shape) == (n, n),
+           say("{what} returned {got}; return an ({n}, {n}) mask of booleans",
+               "{what} 返回了 {got}；请返回一个 ({n}, {n}) 的布尔掩码", what=what, n=n,
+               got=short(got)))
+    return got.bool()
+
+
+@checker
+def check_sink_window_mask(sink_window_mask, *, hidden=False) -> None:
+    """`sink_window_mask(n, window, sinks)`: (n, n) booleans, query i sees key j when j <= i
+    and (j < sinks or i - j < window - sinks): StreamingLLM's window, `window` keys at most."""
+    cases = HIDDEN_SINK_CASES if hidden else SINK_CASES
+    answers = []
+    for n, window, sinks in cases:
+        what = f"sink_window_mask({n}, {window}, {sinks})"
+        answers.append(_as_mask(call(sink_window_mask, n, window, sinks, what=what), n, what))
+    wants = [_sink_variant(*case, "reference") for case in cases]
+    failure = first_failure("sink_window_mask", answers, wants, torch.equal, mistakes=lambda: [
+        (say(*words), [_sink_variant(*case, kind) for case in cases])
+        for kind, words in SINK_MISTAKES])
+    if failure is None:
+        return
+    i, hint = failure
+    n, window, sinks = cases[i]
+    row, col = (answers[i] != wants[i]).nonzero()[0].tolist()
+    raise CheckFailed(say("sink_window_mask({n}, {window}, {sinks}): query {row} and key {col} "
+                          "should be {want}",
+                          "sink_window_mask({n}, {window}, {sinks})：查询 {row} 与键 {col} "
+                          "应为 {want}", n=n, window=window, sinks=sinks, row=row, col=col,
+                          want=bool(wants[i][row, col]))
                       + (say(": {hint}", "：{hint}", hint=hint) if hint else ""))
