@@ -10,7 +10,11 @@
 # - a long prompt's prefill builds n² attention scores, unless it computes them tile by tile as
 #   FlashAttention does (section 2);
 # - the cache's bytes per token depend on the attention design (section 3), and a sliding window
-#   caps how many tokens it keeps, at a cost that depends on which tokens it keeps (section 4).
+#   caps how many tokens it keeps, at a cost that depends on which tokens it keeps (section 4);
+# - one decode step over a long cache can be split across many cores (Flash-Decoding), and a
+#   context too long for one GPU across many GPUs (context parallelism) (section 5);
+# - a cache that is not needed now can wait in CPU memory or on disk, and be loaded back instead
+#   of computed again (section 6).
 
 # %%
 import math
@@ -485,6 +489,146 @@ for name, window, ratio in [("Gemma 2 style, 1:1", 4096, 1), ("Gemma 3 style, 5:
 # 128k tokens.
 
 # %% [markdown]
+# ## 5 · Splitting the work: Flash-Decoding and context parallelism
+#
+# FlashAttention (section 2) parallelizes over the queries: each tile of queries is one GPU
+# thread block. A decode step has one query per head, so at batch 1 SmolLM2 offers 9 query
+# heads, and even a 70B model 64: far fewer than an H100's 132 streaming multiprocessors, most of
+# which would sit idle while one of them walks a cache of 100k tokens. **Flash-Decoding** also
+# splits the *keys*: each part of the cache goes to its own thread block, which runs the online
+# softmax over it and keeps its running maximum m, sum l and output o; a last small step merges
+# the parts, rescaling each to the largest m. The result is the same attention, whatever the
+# number of parts. On the cache of section 4's text:
+
+# %%
+from minillm.model.flash_attention import split_kv_attention  # noqa: E402
+
+show_source(split_kv_attention, start="partial = []", stop="return")
+text_cache = KVCache.for_model(model, batch_size=1, max_tokens=n_eval)
+with torch.inference_mode():
+    model(eval_ids, cache=text_cache)
+keys, values = text_cache.read(0)  # layer 0's cached keys and values of the whole text
+query = torch.randn(1, c.n_heads, 1, c.head_dim, device=device)  # one decode step's queries
+whole = F.scaled_dot_product_attention(query, keys.repeat_interleave(c.n_heads // c.n_kv_heads, 1),
+                                       values.repeat_interleave(c.n_heads // c.n_kv_heads, 1))
+for parts in (1, 4, 16, 64):
+    split = split_kv_attention(query, keys, values, parts)
+    print(f"{n_eval} cached tokens in {parts:>2} parts: largest difference from one pass "
+          f"{(split - whole).abs().max():.1e}; {c.n_heads * parts:>3} pieces of work")
+    assert torch.allclose(split, whole, atol=1e-5)
+
+# %% [markdown]
+# The differences are float32 rounding: adding in another order. Exercise 03 has you write the
+# merge.
+#
+# **Context parallelism** splits a *prompt* too long for one GPU: each of N GPUs holds n/N of
+# the tokens, their queries, keys and values. Queries need every earlier key, so in **ring
+# attention** each GPU passes its block of keys and values to the next GPU N − 1 times, while it
+# computes attention against the block it holds (the online softmax merges the blocks as they
+# come, as above). The transfer hides behind the computation when a block takes longer to
+# compute than to send. The arithmetic for Llama 3 70B (80 layers, 8 key/value heads of 128,
+# 16-bit cache) prefilling a million tokens on 8 GPUs:
+
+# %%
+LLAMA70 = dict(layers=80, kv_heads=8, head_dim=128, q_heads=64, params=70.6e9)
+tokens, gpus, flops, link = 1_000_000, 8, 0.5 * 989e12, 450e9  # 50% of an H100's bf16; NVLink
+kv_per_token = 2 * LLAMA70["layers"] * LLAMA70["kv_heads"] * LLAMA70["head_dim"] * 2
+attention_flops = (2 * 2 * tokens ** 2 / 2 * LLAMA70["q_heads"] * LLAMA70["head_dim"]
+                   * LLAMA70["layers"])  # q kᵀ and p v, causal: half the pairs
+block = tokens / gpus * kv_per_token / LLAMA70["layers"]  # one layer's block, passed per step
+compute = attention_flops / gpus / LLAMA70["layers"] / gpus  # one block's work on one GPU
+print(f"cache: {kv_per_token / 1e3:.0f} kB a token, {tokens * kv_per_token / 1e9:.0f} GB for "
+      f"the prompt, {tokens * kv_per_token / gpus / 1e9:.0f} GB a GPU")
+print(f"attention: {attention_flops / flops / 3600:.1f} GPU-hours; on {gpus} GPUs each ring "
+      f"step sends {block / 1e9:.2f} GB ({1e3 * block / link:.1f} ms) against "
+      f"{1e3 * compute / flops:.0f} ms of computing")
+assert block / link < compute / flops  # the transfer hides behind the computation
+
+# %% [markdown]
+# A million-token cache does not fit one 80 GB GPU, and its attention alone takes most of an hour
+# of one GPU's time; split eight ways, each step's transfer takes a fraction of its computation. Ring
+# attention's catch is causal masking: the GPU holding the first tokens has little to compute,
+# so implementations deal the tokens out in a zig-zag order to balance the work.
+#
+# ## 6 · Offloading the cache: load it back or compute it again
+#
+# A cache that is not needed this second (a chat whose user is typing, a shared document
+# prefix) can leave the GPU for CPU memory, a local disk, or another machine, and come back
+# when the conversation does. **LMCache** (beside vLLM) and **Mooncake** (Kimi's serving
+# system, whose KV cache pool spans its machines' memory and SSDs) do this. Bringing it back
+# pays only if loading is faster than the prefill that would make it again. Here, the text's
+# cache written to a file and read back, against computing it again:
+
+# %%
+import tempfile  # noqa: E402
+import time  # noqa: E402
+
+from minillm.utils.columns import Label  # noqa: E402  (pads by screen columns)
+
+
+def prefill_cache():
+    cache = KVCache.for_model(model, batch_size=1, max_tokens=n_eval + 1)
+    with torch.inference_mode():
+        model(eval_ids, cache=cache)
+    return cache
+
+
+with tempfile.TemporaryDirectory() as folder:
+    path = os.path.join(folder, "prefix.pt")
+    torch.save({"keys": [k.cpu() for k in text_cache.keys],
+                "values": [v.cpu() for v in text_cache.values]}, path)
+    size = os.path.getsize(path)
+    seconds = {"recompute": [], "load": []}
+    for _ in range(3):  # interleaved, the best of three each
+        start = time.perf_counter()
+        prefill_cache()
+        seconds["recompute"].append(time.perf_counter() - start)
+        start = time.perf_counter()
+        saved = torch.load(path)
+        loaded = KVCache.for_model(model, batch_size=1, max_tokens=n_eval + 1)
+        for layer in range(c.n_layers):
+            loaded.keys[layer][:, :, :n_eval] = saved["keys"][layer].to(device)
+            loaded.values[layer][:, :, :n_eval] = saved["values"][layer].to(device)
+        loaded.advance(n_eval)
+        seconds["load"].append(time.perf_counter() - start)
+best = {way: min(times) for way, times in seconds.items()}
+shown = {"recompute": Label("compute again"), "load": Label("load from the file")}
+for way, t in best.items():
+    print(f"{shown[way]:>18}: {1e3 * t:7.1f} ms for {n_eval} tokens ({size / 1e6:.1f} MB of "
+          f"cache)")
+assert best["load"] < best["recompute"]  # on this CPU, by a wide margin
+next_token = torch.tensor([[tokenizer.eos_token_id]], device=device)
+with torch.inference_mode():
+    fresh, restored = model(next_token, cache=prefill_cache()), model(next_token, cache=loaded)
+print(f"the next step on the loaded cache equals the one on a fresh prefill: "
+      f"{torch.equal(fresh, restored)}")
+assert torch.equal(fresh, restored)
+
+# %% [markdown]
+# The file was probably read from the operating system's memory, as a second read is: a cold
+# SSD adds its own time. The comparison on a GPU is the ratio of two speeds: a token's cache
+# bytes over the link against its prefill compute, about 2 x parameters FLOPs:
+
+# %%
+SMOL = dict(layers=c.n_layers, kv_heads=c.n_kv_heads, head_dim=c.head_dim, params=135e6)
+links = {"PCIe 5 x16 (CPU memory)": 55e9, "NVMe SSD": 7e9, "100 Gb/s network": 12.5e9}
+for name, m in (("SmolLM2-135M", SMOL), ("Llama 3 70B", LLAMA70)):
+    kv = 2 * m["layers"] * m["kv_heads"] * m["head_dim"] * 2  # bytes a token, 16-bit
+    again = 2 * m["params"] / flops  # seconds a token on the H100 above
+    loads = ", ".join(f"{where} {1e6 * kv / speed:.2f}" for where, speed in links.items())
+    print(f"{name}: {kv / 1e3:.0f} kB a token; compute again {1e6 * again:.2f} µs, load: {loads}"
+          f" µs")
+smol_kv, big_kv = (2 * m["layers"] * m["kv_heads"] * m["head_dim"] * 2 for m in (SMOL, LLAMA70))
+assert smol_kv / 7e9 > 2 * SMOL["params"] / flops  # a small model recomputes faster than NVMe
+assert big_kv / 7e9 < 2 * LLAMA70["params"] / flops  # a large one loads faster from anywhere
+
+# %% [markdown]
+# A large model with grouped keys and values (or MLA's small latent) stores few bytes per token
+# for a lot of computation, so loading wins even from an SSD; a tiny model on a fast GPU
+# computes its prefix again sooner than it reads it back from disk. This CPU has the opposite
+# balance to a GPU's: its compute is slow, so here loading wins for SmolLM2 too.
+
+# %% [markdown]
 # ## Summary
 #
 # - A cached decode step is the weights plus attention over the cache; the second grows with
@@ -497,6 +641,12 @@ for name, window, ratio in [("Gemma 2 style, 1:1", 4096, 1), ("Gemma 3 style, 5:
 # - A sliding window (a ring buffer) caps the tokens kept. Keeping the first 4 tokens beside it
 #   (attention sinks, StreamingLLM) wins back most of what a plain window costs a
 #   full-attention model; mixing windowed and global layers keeps part of both.
+# - Flash-Decoding splits a decode step's keys across cores and merges the parts exactly; ring
+#   attention splits a long prompt across GPUs and hides the passing of key/value blocks behind
+#   the computation.
+# - An offloaded cache comes back faster than a prefill makes it when a token's cache bytes
+#   cross the link faster than its 2 x parameters FLOPs compute: true for large models.
 #
-# Exercise 03's last task builds the online softmax for one query. Chapter 04 comes next.
+# Exercise 03's last tasks build the online softmax for one query, the merge of partial results
+# and a window that keeps its sinks. Chapter 04 comes next.
 

@@ -1,12 +1,14 @@
-"""The tiled attention with the online softmax (minillm/model/flash_attention.py) against the
-explicit attention, and the memory it never allocates (minillm/measure/memory_peak.py)."""
+"""The tiled attention with the online softmax (minillm/model/flash_attention.py) and the split-KV
+decode step against the explicit attention, and the memory it never allocates
+(minillm/measure/memory_peak.py)."""
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from minillm.measure.memory_peak import peak_bytes
 from minillm.layers.attention import attention_explicit
-from minillm.model.flash_attention import flash_attention, online_softmax
+from minillm.model.flash_attention import flash_attention, online_softmax, split_kv_attention
 
 
 def _qkv(batch, heads, kv_heads, queries, keys, dim=16, seed=0, dtype=torch.float32):
@@ -94,3 +96,31 @@ def test_bad_shapes_are_refused():
         flash_attention(q, k, v)
     with pytest.raises(ValueError, match="batch, heads"):
         flash_attention(q[0], k, v)
+
+
+@pytest.mark.parametrize("heads, kv_heads, keys, parts", [(9, 3, 1000, 7), (4, 4, 33, 33),
+                                                        (8, 2, 5, 1), (6, 1, 64, 16)])
+def test_split_kv_attention_equals_one_pass_whatever_the_parts(heads, kv_heads, keys, parts):
+    gen = torch.Generator().manual_seed(keys)
+    q = torch.randn(2, heads, 1, 16, generator=gen)
+    k, v = (torch.randn(2, kv_heads, keys, 16, generator=gen) for _ in range(2))
+    group = heads // kv_heads
+    whole = F.scaled_dot_product_attention(q, k.repeat_interleave(group, 1),
+                                           v.repeat_interleave(group, 1))
+    torch.testing.assert_close(split_kv_attention(q, k, v, parts), whole, atol=1e-6, rtol=1e-5)
+
+
+def test_split_kv_attention_keeps_large_scores_finite():
+    q = torch.full((1, 2, 1, 8), 40.0)
+    k, v = torch.randn(1, 2, 50, 8) * 30, torch.randn(1, 2, 50, 8)
+    assert torch.isfinite(split_kv_attention(q, k, v, 5)).all()
+
+
+@pytest.mark.parametrize("q_shape, parts, words", [((1, 4, 2, 8), 2, "one decode step"),
+                                                   ((1, 3, 1, 8), 2, "heads divisible"),
+                                                   ((1, 4, 1, 8), 0, "1 to 10 parts"),
+                                                   ((1, 4, 1, 8), 11, "1 to 10 parts")])
+def test_split_kv_attention_refuses_what_it_cannot_split(q_shape, parts, words):
+    with pytest.raises(ValueError, match=words):
+        split_kv_attention(torch.zeros(q_shape), torch.zeros(1, 2, 10, 8),
+                           torch.zeros(1, 2, 10, 8), parts)

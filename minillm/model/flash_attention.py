@@ -87,6 +87,34 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return out.reshape(b, h, s, d).to(dtype)
 
 
+def split_kv_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                       parts: int) -> torch.Tensor:
+    """One decode step's attention, softmax(q kᵀ / √d) v for the last token's queries q (batch,
+    heads, 1, head_dim) over the whole cache k, v (batch, kv_heads, keys, head_dim), computed as
+    Flash-Decoding does: the keys cut into `parts` parts, each part's running (m, l, o) made
+    alone (on a GPU, by its own thread block), then the partial results merged."""
+    if q.dim() != 4 or q.shape[2] != 1 or k.shape != v.shape or k.dim() != 4:
+        raise ValueError(f"q must be (batch, heads, 1, head_dim), one decode step, and k, v "
+                         f"(batch, kv_heads, keys, head_dim); got q {tuple(q.shape)}, k "
+                         f"{tuple(k.shape)}, v {tuple(v.shape)}")
+    b, h, _, d = q.shape
+    n_kv, t = k.shape[1], k.shape[2]
+    if h % n_kv or not 1 <= parts <= t:
+        raise ValueError(f"need heads divisible by kv_heads ({h}, {n_kv}) and 1 to {t} parts, "
+                         f"got {parts}")
+    q = q.reshape(b, n_kv, h // n_kv, d).float() / math.sqrt(d)  # a group's heads share k, v
+    partial = []
+    for chunk_k, chunk_v in zip(k.float().chunk(parts, dim=2), v.float().chunk(parts, dim=2)):
+        scores = q @ chunk_k.transpose(-2, -1)
+        m = scores.amax(-1)
+        p = torch.exp(scores - m[..., None])
+        partial.append((m, p.sum(-1), p @ chunk_v))
+    m = torch.stack([m for m, _, _ in partial]).amax(0)  # the merge: rescale to the largest m
+    l = sum(l_part * torch.exp(m_part - m) for m_part, l_part, _ in partial)
+    o = sum(o_part * torch.exp(m_part - m)[..., None] for m_part, _, o_part in partial)
+    return (o / l[..., None]).reshape(b, h, 1, d).to(v.dtype)
+
+
 def _check_block(block_size) -> None:
     if not isinstance(block_size, int) or isinstance(block_size, bool) or block_size < 1:
         raise ValueError(f"block_size must be an int >= 1, got {block_size!r}")
