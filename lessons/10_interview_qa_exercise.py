@@ -3,7 +3,8 @@
 #
 # Three numbers an interviewer expects you to work out in a minute, with a formula and no
 # computer: how fast a large model can decode, how many requests its KV cache holds, and what
-# speculative decoding buys. Write each as a small function, predict its answer first, then run
+# speculative decoding buys; then, from lesson 10d, the goodput a load test reports. Write each
+# as a small function, predict its answer first, then run
 # the check cell below it: the checker tries your function on several cases and says in plain
 # words what is wrong.
 #
@@ -125,3 +126,41 @@ try:
               f"{best}, {gains[best]:.2f}x")
 except NotImplementedError:
     print("write speculative_speedup above first")
+
+# %% [markdown]
+# ## 4 · Goodput under an SLO (lesson 10d, Q37)
+#
+# A load test records, for each request, when it started and its TTFT, TPOT and latency
+# (`checks.Served`, in seconds). Throughput counts every request finished per second; **goodput**
+# counts only those that met the service-level objective: TTFT within `ttft_slo` **and** TPOT
+# within `tpot_slo` ("within" includes the limit). Write `goodput(requests, ttft_slo, tpot_slo)`:
+# those requests per second of the test's span, from the first start to the last finish
+# (`start + latency`).
+
+# %% [task]
+def goodput(requests, ttft_slo, tpot_slo):
+    # YOUR CODE HERE
+    raise NotImplementedError
+# ==== solution ====
+def goodput(requests, ttft_slo, tpot_slo):
+    met = sum(r.ttft <= ttft_slo and r.tpot <= tpot_slo for r in requests)
+    span = max(r.start + r.latency for r in requests) - min(r.start for r in requests)
+    return met / span
+
+# %% [check]
+checks.check_goodput(goodput)
+
+# %% [markdown]
+# Why an engine is tuned for goodput, not throughput: three requests that all finish, one of
+# them far too slowly to start.
+
+# %%
+test = [checks.Served(start=0.0, ttft=0.3, tpot=0.02, latency=1.1),
+        checks.Served(start=0.5, ttft=2.5, tpot=0.02, latency=3.3),
+        checks.Served(start=1.0, ttft=0.4, tpot=0.03, latency=1.6)]
+span = max(r.start + r.latency for r in test) - min(r.start for r in test)
+try:
+    print(f"throughput {len(test) / span:.2f} requests/s, goodput (TTFT within 1 s, TPOT within "
+          f"50 ms) {goodput(test, 1.0, 0.05):.2f} requests/s")
+except NotImplementedError:
+    print("write goodput above first")

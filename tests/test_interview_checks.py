@@ -221,3 +221,52 @@ def test_the_hidden_hints_come_in_chinese(chinese):
             lambda p, c, t, s: math.ceil(p / per_sequence(c, t, s, c.n_kv_heads)), hidden=True)
     message = str(failure.value)
     assert "Mistral-7B 的配置" in message and "向下取整" in message, message
+
+
+# --- 4 · goodput under an SLO (lesson 10d) -------------------------------------------------------
+
+def goodput(requests, ttft_slo, tpot_slo):
+    met = sum(r.ttft <= ttft_slo and r.tpot <= tpot_slo for r in requests)
+    return met / (max(r.start + r.latency for r in requests) - min(r.start for r in requests))
+
+
+def goodput_with_numpy(requests, ttft_slo, tpot_slo):
+    import numpy as np
+
+    rows = np.array([(r.start, r.ttft, r.tpot, r.latency) for r in requests])
+    met = ((rows[:, 1] <= ttft_slo) & (rows[:, 2] <= tpot_slo)).sum()
+    return np.float32(met / ((rows[:, 0] + rows[:, 3]).max() - rows[:, 0].min()))
+
+
+@pytest.mark.parametrize("hidden", [False, True])
+def test_goodput_passes_right_answers(hidden, capsys):
+    checks.check_goodput(goodput, hidden=hidden)
+    checks.check_goodput(goodput_with_numpy, hidden=hidden)
+    assert capsys.readouterr().out.count("✅") == 2
+
+
+@pytest.mark.parametrize("hidden", [False, True])
+def test_goodput_hints_are_specific(hidden):
+    assert_hints_are_specific(lambda f: checks.check_goodput(f, hidden=hidden), {
+        kind: (lambda r, t, p, kind=kind: checks._goodput_variant(r, t, p, kind), words[0][:25])
+        for kind, words in checks.GOODPUT_MISTAKES})
+
+
+def test_goodput_without_a_named_mistake_says_the_rule():
+    with pytest.raises(CheckFailed, match=r"divide by max\(start \+ latency\) - min\(start\)"):
+        checks.check_goodput(lambda r, t, p: 2 * goodput(r, t, p))
+
+
+@pytest.mark.parametrize("hidden", [False, True])
+def test_goodput_stub_says_not_written_yet(hidden, unwritten):
+    with pytest.raises(CheckFailed, match="not written yet"):
+        checks.check_goodput(unwritten, hidden=hidden)
+
+
+def test_goodput_hidden_cases_catch_memorizing():
+    assert_hidden_cases_catch_memorizing(checks.check_goodput, goodput)
+
+
+def test_goodput_hints_come_in_chinese(chinese):
+    with pytest.raises(CheckFailed, match="请求要同时满足两个上限才算数"):
+        checks.check_goodput(lambda r, t, p: checks._goodput_variant(r, t, p, "or"))

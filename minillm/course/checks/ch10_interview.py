@@ -3,7 +3,8 @@
 The exercise asks three estimates an interviewer expects at a whiteboard, each checked against
 its formula on several cases: the batch-1 decode bound of a model split by tensor parallelism,
 the largest batch a KV pool holds, and the expected speed-up of speculative decoding
-(`minillm.speculative.expected_tokens_per_pass`). GB here is 10^9 bytes, as GPU makers count.
+(`minillm.speculative.expected_tokens_per_pass`); then (lesson 10d) the goodput of a load test
+under an SLO. GB here is 10^9 bytes, as GPU makers count.
 
 The quiz (`build_quiz`, `Quiz`, `quiz_widget`) asks one question at a time, multiple-choice or
 numeric (checked with a relative tolerance), reveals the answer and keeps a score. Its numeric
@@ -14,7 +15,9 @@ from __future__ import annotations
 
 import math
 import operator
+import random
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -265,6 +268,97 @@ def check_speculative_speedup(speculative_speedup, *, hidden=False) -> None:
                           "{want}: {hint}",
                           "speculative_speedup({alpha}, {k}, {cost}) 返回了 {got}，应为 {want}："
                           "{hint}", alpha=alpha, k=k, cost=cost, got=_shown(answers[i]),
+                          want=_shown(wants[i]), hint=hint))
+
+
+# --- 4 · goodput under an SLO (lesson 10d, Q37) --------------------------------------------------
+
+class Served(NamedTuple):
+    """One served request, as a load test records it (seconds)."""
+
+    start: float
+    ttft: float
+    tpot: float
+    latency: float
+
+
+def _served(seed, n, ttft_slo, tpot_slo, on_the_line=False):
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        ttft = ttft_slo * rng.uniform(0.3, 1.6)
+        tpot = tpot_slo * rng.uniform(0.4, 1.5)
+        if on_the_line and i % 4 == 0:  # exactly at the limit: "within" includes it
+            ttft, tpot = ttft_slo, min(tpot, tpot_slo)
+        start = 1.0 + 0.5 * i + rng.uniform(0, 0.3)
+        out.append(Served(start, ttft, tpot, ttft + 40 * tpot))
+    return out
+
+
+GOODPUT_CASES = [(1, 8, 1.0, 0.05, True), (2, 20, 0.5, 0.02, False), (3, 1, 1.0, 0.05, False),
+                 (4, 12, 2.0, 0.1, True)]
+HIDDEN_GOODPUT_CASES = [(11, 10, 0.8, 0.04, True), (12, 3, 1.0, 0.05, False),
+                        (13, 25, 0.3, 0.03, True), (14, 6, 1.5, 0.06, False)]
+
+
+def _goodput_variant(requests, ttft_slo, tpot_slo, kind):
+    ok = [(r.ttft <= ttft_slo or r.tpot <= tpot_slo) if kind == "or" else
+          (r.ttft < ttft_slo and r.tpot < tpot_slo) if kind == "strict" else
+          (r.ttft <= ttft_slo and r.tpot <= tpot_slo) for r in requests]
+    met = len(requests) if kind == "throughput" else sum(ok)
+    first = 0.0 if kind == "from zero" else min(r.start for r in requests)
+    span = max(r.start + r.latency for r in requests) - first
+    if kind == "share":
+        return met / len(requests)
+    if kind == "summed latency":
+        return met / sum(r.latency for r in requests)
+    return met / span
+
+
+GOODPUT_MISTAKES = [
+    ("or", ("a request counts only if it meets both limits: TTFT and TPOT",
+            "请求要同时满足两个上限才算数：TTFT 和 TPOT 都要")),
+    ("strict", ("'within' includes the limit itself: ttft <= ttft_slo",
+                "“不超过”包括正好等于上限：ttft <= ttft_slo")),
+    ("throughput", ("that is the throughput: count only the requests within the SLO",
+                    "这是吞吐量：只数满足 SLO 的请求")),
+    ("share", ("goodput is a rate: requests within the SLO per second, not their share",
+               "有效吞吐量是速率：每秒满足 SLO 的请求数，而不是它们所占的比例")),
+    ("summed latency", ("divide by the wall-clock span, first start to last finish: requests "
+                        "run at the same time",
+                        "要除以墙钟时间跨度，从第一个开始到最后一个结束：请求是同时在跑的")),
+    ("from zero", ("the span starts when the first request does, not at time 0",
+                   "时间跨度从第一个请求开始时算起，而不是从 0 时刻")),
+]
+
+
+@checker
+def check_goodput(goodput, *, hidden=False) -> None:
+    """`goodput(requests, ttft_slo, tpot_slo)`: the requests (`Served`) whose TTFT and TPOT are
+    both within their limits, per second of the span from the first start to the last finish."""
+    cases = [(_served(seed, n, t, p, line), t, p)
+             for seed, n, t, p, line in (HIDDEN_GOODPUT_CASES if hidden else GOODPUT_CASES)]
+    answers = []
+    for requests, ttft_slo, tpot_slo in cases:
+        what = f"goodput(<{len(requests)} requests>, {ttft_slo}, {tpot_slo})"
+        answers.append(as_number(call(goodput, list(requests), ttft_slo, tpot_slo, what=what),
+                                 what))
+    wants = [_goodput_variant(*case, "reference") for case in cases]
+    failure = first_failure("goodput", answers, wants, _close, mistakes=lambda: [
+        (say(*words), [_goodput_variant(*case, kind) for case in cases])
+        for kind, words in GOODPUT_MISTAKES])
+    if failure is None:
+        return
+    i, hint = failure
+    requests, ttft_slo, tpot_slo = cases[i]
+    hint = hint or say("count the requests with ttft <= ttft_slo and tpot <= tpot_slo, divide by "
+                       "max(start + latency) - min(start)",
+                       "数出 ttft <= ttft_slo 且 tpot <= tpot_slo 的请求，除以 "
+                       "max(start + latency) - min(start)")
+    raise CheckFailed(say("goodput(<{n} requests>, {t}, {p}) returned {got}, expected {want}: "
+                          "{hint}",
+                          "goodput(<{n} 个请求>, {t}, {p}) 返回了 {got}，应为 {want}：{hint}",
+                          n=len(requests), t=ttft_slo, p=tpot_slo, got=_shown(answers[i]),
                           want=_shown(wants[i]), hint=hint))
 
 
