@@ -209,8 +209,10 @@ print(f"at {1000 * decode_per_token:.1f} ms a step: {weight_bytes / decode_per_t
 # | 06 | [batching and paged attention](06_batching.ipynb) | continuous batching, a paged KV cache |
 # | 07 | [quantization (量化)](07_quantization.ipynb) | int8 and int4 weights |
 # | 07b | [appendix: the KV cache in 8 bits](07b_kv_quantization.ipynb) (optional) | int8 and fp8 keys and values |
+# | 07c | [appendix: FP8 and FP4 weights](07c_fp8_fp4.ipynb) (optional) | MXFP4, NVFP4, W4A8, measured |
 # | 08 | [speculative decoding (推测解码)](08_speculative.ipynb) | draft and verify |
 # | 09 | [scaling out](09_scaling_out.ipynb) | tensor parallelism, serving |
+# | 09b | [mixture of experts](09b_mixture_of_experts.ipynb) | routing, capacity, expert parallelism |
 # | 10 | [interview questions (面试题)](10_interview_qa.ipynb) | every answer shown on the real model |
 # | 10b | [interview questions: the engine](10b_interview_engine.ipynb) | questions 12–24 |
 # | 10c | [interview questions: serving at scale](10c_interview_serving.ipynb) | questions 25–32, and a quiz |
