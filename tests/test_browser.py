@@ -7,6 +7,7 @@ Screenshots go to test-artifacts/browser/ (printed in the output)."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -16,8 +17,8 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from browser.chromium import CJK_FONT, chromium_or_skip, cjk_font_found, required
 from browser.fonts import cjk_glyphs, drawn_fonts
 from browser.jupyter import (CHROMIUM_FLAGS, KERNEL_IDLE, ROOT, api, current_notebook,
-                             element_screenshot, error_outputs, jupyterlab, open_notebook, run_all,
-                             run_new_cell, screenshot, settle, shutdown_kernels)
+                             element_screenshot, error_outputs, jupyterlab, open_notebook, plain_lab,
+                             run_all, run_new_cell, screenshot, settle, shutdown_kernels)
 from browser.lessons import LESSON_CHECKS
 from browser.widgets import output_area, slider
 
@@ -203,6 +204,35 @@ def test_widgets_respond_in_jupyterlab(browser, lab, notebook, capsys):
         page.close()
         shutdown_kernels(base, token)
     assert (ROOT / notebook).read_bytes() == original, f"the browser run saved into {notebook}"
+
+
+@pytest.mark.parametrize("cell, said", [
+    ("raise ValueError('the third cell')", "ValueError: the third cell"),
+    ("import os; os._exit(1)", "the kernel was"),
+])
+def test_a_run_all_that_stops_early_fails_at_once_saying_why(browser, tmp_path, cell, said):
+    """A cell that raises stops run-all and a dead kernel never runs the rest: the wait for
+    every cell must end there, not at its 20-minute limit."""
+    cells = ["x = 1", "y = 2", cell, "z = 3"]
+    notebook = {"nbformat": 4, "nbformat_minor": 5, "cells": [
+        {"cell_type": "code", "id": f"c{i}", "metadata": {}, "source": source, "outputs": [],
+         "execution_count": None} for i, source in enumerate(cells)],
+        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                    "language": "python"}}}
+    served = tmp_path / "served"
+    served.mkdir()
+    (served / "stops.ipynb").write_text(json.dumps(notebook))
+    with jupyterlab(tmp_path, lambda args: plain_lab(
+            [*args, f"--ServerApp.root_dir={served}"])) as (base, token):
+        page, _ = _watched_page(browser)
+        try:
+            open_notebook(page, base, token, "stops.ipynb")
+            start = time.monotonic()
+            with pytest.raises(AssertionError, match=said):
+                run_all(page)
+            assert time.monotonic() - start < 60
+        finally:
+            page.close()
 
 
 def test_make_course_serves_the_welcome_notebook_and_its_first_cells_run(browser, tmp_path, capsys):

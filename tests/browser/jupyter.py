@@ -16,6 +16,8 @@ import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update",
@@ -134,11 +136,37 @@ KERNEL_IDLE = """() => {
   return !!k && k.status === 'idle';
 }"""
 
-ALL_RAN = """() => {
+# Run-all has ended: every code cell ran, or a cell raised (JupyterLab skips the cells after it),
+# or the kernel died or restarted (the cells after it never run). Anything else is still going.
+RUN_STATE = """() => {
+  const w = window.jupyterapp.shell.currentWidget, ctx = w.sessionContext;
+  const kernel = ctx.session && ctx.session.kernel;
+  if (ctx.minillmTrouble) return 'the kernel was ' + ctx.minillmTrouble;
+  if (!kernel || kernel.status !== 'idle') return false;
+  const cells = w.content.widgets.filter(c => c.model.type === 'code');
+  if (cells.some(c => c.model.outputs.toJSON().some(o => o.output_type === 'error'))) return 'error';
+  return cells.every(c => c.model.executionCount !== null) ? 'ran' : false;
+}"""
+
+# Kernel trouble is remembered from the moment the notebook opened: a restart is over in a second.
+WATCH_KERNEL = """() => {
+  const ctx = window.jupyterapp.shell.currentWidget.sessionContext;
+  if (ctx.minillmWatched) return;
+  ctx.minillmWatched = true;
+  ctx.statusChanged.connect((_, status) => {
+    if (['restarting', 'autorestarting', 'dead'].includes(status)) ctx.minillmTrouble = status;
+  });
+}"""
+
+# Where a run stands: the first code cell that has not run, and the kernel's status.
+PROGRESS = """() => {
   const w = window.jupyterapp.shell.currentWidget;
   const cells = w.content.widgets.filter(c => c.model.type === 'code');
-  return cells.every(c => c.model.executionCount !== null) &&
-         w.sessionContext.session.kernel.status === 'idle';
+  const waiting = cells.findIndex(c => c.model.executionCount === null);
+  const kernel = w.sessionContext.session && w.sessionContext.session.kernel;
+  return {cells: cells.length, ran: cells.filter(c => c.model.executionCount !== null).length,
+          waiting: waiting < 0 ? null : cells[waiting].model.sharedModel.getSource().slice(0, 300),
+          kernel: kernel ? kernel.status : 'none'};
 }"""
 
 ERROR_OUTPUTS = """() => {
@@ -158,11 +186,12 @@ def open_notebook(page, base: str, token: str, path: str, timeout_ms: int = 120_
     page.goto(f"{base}/lab/tree/{path}?token={token}")
     page.wait_for_function("() => !!window.jupyterapp", timeout=timeout_ms)
     page.wait_for_function(KERNEL_IDLE, timeout=timeout_ms)
+    page.evaluate(WATCH_KERNEL)
 
 
 def run_all(page, timeout_ms: int = RUN_ALL_LIMIT_MS) -> None:
     page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
-    page.wait_for_function(ALL_RAN, timeout=timeout_ms, polling=1000)
+    wait_until_ran(page, timeout_ms)
 
 
 def run_new_cell(page, code: str) -> None:
@@ -175,7 +204,21 @@ def run_new_cell(page, code: str) -> None:
       notebook.activeCell.model.sharedModel.setSource(code);
       await app.commands.execute('notebook:run-cell');
     }""", code)
-    page.wait_for_function(ALL_RAN, timeout=RUN_ALL_LIMIT_MS, polling=1000)
+    wait_until_ran(page, RUN_ALL_LIMIT_MS)
+
+
+def wait_until_ran(page, timeout_ms: int) -> None:
+    """Return when every code cell has run; fail as soon as a cell raises or the kernel dies,
+    saying where, and on a timeout say which cell it was still waiting for."""
+    try:
+        state = page.wait_for_function(RUN_STATE, timeout=timeout_ms, polling=1000).json_value()
+    except PlaywrightTimeout:
+        raise AssertionError(f"the notebook had not run after {timeout_ms / 1000:.0f} s: "
+                             f"{page.evaluate(PROGRESS)}") from None
+    if state == "error":
+        raise AssertionError(f"a cell raised: {error_outputs(page)}")
+    if state != "ran":
+        raise AssertionError(f"{state} before every cell ran: {page.evaluate(PROGRESS)}")
 
 
 def error_outputs(page) -> list[str]:
