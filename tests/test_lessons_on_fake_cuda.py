@@ -1,5 +1,5 @@
-"""The lessons on a (fake) GPU, CUDA's and Apple's (MPS): each lesson notebook runs top to
-bottom (CI sizes) in a kernel whose first cell starts the fake device harness
+"""The lessons on a (fake) GPU, CUDA's and Apple's (MPS): each lesson's Chinese notebook runs top
+to bottom (CI sizes) in a kernel whose first cell starts the fake device harness
 (tests/fake_cuda.py: FakeCuda or FakeMps), so `minillm.pick_device("auto")` is cuda (or mps),
 every tensor a lesson puts there computes on the CPU, and a cell that mixes a GPU tensor with a
 CPU one (or hands one to NumPy or matplotlib, or, on mps, asks for float64) fails as it would
@@ -8,7 +8,11 @@ on that GPU.
 Every lesson runs here on fake CUDA (NOT_RUN would name one that cannot, with the reason); on
 fake MPS the decoding and serving groups run on demand. Each group on each device is one class,
 one pytest-xdist scope (`make test` runs `--dist loadscope`), so the groups share the two
-workers."""
+workers.
+
+The Chinese edition runs here and the English one under nbval on the CPU (`make test` leaves
+notebooks/zh out of nbval): the two editions' code is the same but for its strings, so each
+edition runs once, and the code of both runs on both devices."""
 
 import os
 import sys
@@ -51,6 +55,9 @@ def test_every_lesson_is_run_or_says_why_not():
     run = [name for names in GROUPS.values() for name in names]
     assert sorted(run + list(NOT_RUN)) == LESSONS
     assert ON_CPU <= set(run)
+    untranslated = [name for name in LESSONS
+                    if not (ROOT / "notebooks" / "zh" / f"{name}.ipynb").exists()]
+    assert untranslated == [], "the fake-device runs use the Chinese edition of every lesson"
 
 
 def stdout_of(cell) -> str:
@@ -101,7 +108,8 @@ def _execute_with_harness(path: Path, device: str, cell_timeout_s: float):
 
 
 def check_lesson(name: str, monkeypatch, device: str) -> None:
-    picked, ops = run_on_fake_device(ROOT / "notebooks" / f"{name}.ipynb", monkeypatch, device)
+    picked, ops = run_on_fake_device(ROOT / "notebooks" / "zh" / f"{name}.ipynb", monkeypatch,
+                                     device)
     assert picked == device, f"{name}: pick_device('auto') gave {picked} under the harness"
     if name not in ON_CPU:
         assert ops > 0, f"{name} ran nothing on the {device} device"
