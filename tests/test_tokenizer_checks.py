@@ -359,7 +359,7 @@ def test_the_checkers_own_messages_come_in_chinese(chinese, capsys):
         checks.check_pair_counts(lambda ids: list(zip(ids, ids[1:])))
     with pytest.raises(CheckFailed, match=r"每个键都必须是由两个 id 组成的元组"):
         checks.check_pair_counts(lambda ids: {str(p): 1 for p in zip(ids, ids[1:])})
-    with pytest.raises(CheckFailed, match="应当返回一个列表"):
+    with pytest.raises(CheckFailed, match="应当返回由 id 组成的列表"):
         checks.check_merge_pair(lambda ids, pair, new_id: tuple(merge_pair(ids, pair, new_id)))
     with pytest.raises(CheckFailed, match="每次合并都必须是由两个 id 组成的一对"):
         checks.check_train_merges(lambda w, k: [p[0] for p in checks._reference_merges(w, k)])

@@ -366,3 +366,14 @@ def first_failure(name: str, answers: list, wants: list, same=operator.eq, mista
         return None
     hint = matching_mistake(answers, mistakes(), same) if mistakes is not None else None
     return wrong[0], hint
+
+
+def first_variant_failure(name: str, answers: list, cases: list, variant, mistakes,
+                          same=operator.eq) -> tuple[list, tuple[int, str | None] | None]:
+    """`first_failure` for a check whose right answer and typical mistakes come from one
+    function: `variant(*case, "reference")` is right, and each (kind, (english, chinese)) in
+    `mistakes` is a mistake, `variant(*case, kind)`, with its hint. Returns (the right answers,
+    what `first_failure` returns)."""
+    wants = [variant(*case, "reference") for case in cases]
+    return wants, first_failure(name, answers, wants, same, mistakes=lambda: [
+        (say(*words), [variant(*case, kind) for case in cases]) for kind, words in mistakes])

@@ -205,6 +205,17 @@ def _merge_mistakes(cases):
     ]
 
 
+def _id_list(got, what: str) -> list[int]:
+    """The learner's answer as a list of ints, or a failure saying what it was instead."""
+    if not isinstance(got, list):
+        raise CheckFailed(say(f"{what} should return a list of ids, but returned "
+                              f"{type(got).__name__}: {short(got)}",
+                              f"{what} 应当返回由 id 组成的列表，却返回了 "
+                              f"{type(got).__name__}：{short(got)}"))
+    return [as_int(x, say(f"an id in the list {what} returned", f"{what} 返回的列表里的一个 id"))
+            for x in got]
+
+
 @checker
 def check_merge_pair(fn, *, hidden=False) -> None:
     """`fn(ids, pair, new_id)` must return a new list where every occurrence of `pair`, found
@@ -214,14 +225,7 @@ def check_merge_pair(fn, *, hidden=False) -> None:
     answers = []
     for ids, pair, new_id in cases:
         what = f"{_name(fn)}({short(ids, 80)}, {pair}, {new_id})"
-        got = call(fn, ids, pair, new_id, what=what)
-        if not isinstance(got, list):
-            raise CheckFailed(say(f"{what} should return a list, but returned "
-                                  f"{type(got).__name__}: {short(got)}",
-                                  f"{what} 应当返回一个列表，却返回了 "
-                                  f"{type(got).__name__}：{short(got)}"))
-        answers.append([as_int(x, say(f"an id in the list {what} returned",
-                                      f"{what} 返回的列表里的一个 id")) for x in got])
+        answers.append(_id_list(call(fn, ids, pair, new_id, what=what), what))
     wants = [merge_pair(ids, pair, new_id) for ids, pair, new_id in cases]
     failure = first_failure("merge_pair", answers, wants, operator.eq,
                             lambda: _merge_mistakes(cases))
@@ -492,14 +496,7 @@ def check_encode_with_merges(fn, *, hidden=False) -> None:
     answers = []
     for text, merges in cases:
         what = f"{_name(fn)}({text!r}, {short(merges, 60)})"
-        got = call(fn, text, merges, what=what)
-        if not isinstance(got, list):
-            raise CheckFailed(say(f"{what} should return a list of ids, but returned "
-                                  f"{type(got).__name__}: {short(got)}",
-                                  f"{what} 应当返回由 id 组成的列表，却返回了 "
-                                  f"{type(got).__name__}：{short(got)}"))
-        answers.append([as_int(x, say(f"an id in the list {what} returned",
-                                      f"{what} 返回的列表里的一个 id")) for x in got])
+        answers.append(_id_list(call(fn, text, merges, what=what), what))
     wants = [encode_with_merges(t, m) for t, m in cases]
     failure = first_failure("encode_with_merges", answers, wants, operator.eq,
                             lambda: _encode_mistakes(cases))

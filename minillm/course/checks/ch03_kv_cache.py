@@ -16,7 +16,7 @@ import torch
 from ...generation.kv_cache import KVCache
 from ..language import say
 from ._base import (CheckFailed, as_int, call, checker, expect, expect_raises, first_failure,
-                    matching_mistake, passed, short)
+                    first_variant_failure, matching_mistake, passed, short)
 
 SIZE_CASES = [  # (n_layers, n_kv_heads, head_dim, tokens, bytes_per_value)
     (30, 3, 64, 1, 4),
@@ -672,10 +672,8 @@ def check_sink_window_mask(sink_window_mask, *, hidden=False) -> None:
     for n, window, sinks in cases:
         what = f"sink_window_mask({n}, {window}, {sinks})"
         answers.append(_as_mask(call(sink_window_mask, n, window, sinks, what=what), n, what))
-    wants = [_sink_variant(*case, "reference") for case in cases]
-    failure = first_failure("sink_window_mask", answers, wants, torch.equal, mistakes=lambda: [
-        (say(*words), [_sink_variant(*case, kind) for case in cases])
-        for kind, words in SINK_MISTAKES])
+    wants, failure = first_variant_failure("sink_window_mask", answers, cases, _sink_variant,
+                                          SINK_MISTAKES, torch.equal)
     if failure is None:
         return
     i, hint = failure

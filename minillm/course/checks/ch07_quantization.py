@@ -14,8 +14,8 @@ from ...quant.gptq import hessian, inverse_cholesky
 from ...quant.grid import fit, snap
 from ...quant.int8 import dequantize_int8, quantize_int8
 from ...quant.float_formats import Scheme, fake_quantize
-from ._base import (CheckFailed, call, checker, expect, expect_raises, first_failure,
-                    matching_mistake, number_or_none, passed, short)
+from ._base import (CheckFailed, call, checker, expect, expect_raises,
+                    first_variant_failure, matching_mistake, number_or_none, passed, short)
 from ..language import say
 
 
@@ -680,10 +680,8 @@ def check_fp8_blocks(fp8_blocks, *, hidden=False) -> None:
         what = f"fp8_blocks(<{w.shape[0]} x {w.shape[1]} weight>, {block})"
         got = call(fp8_blocks, w.clone(), block, what=what)
         answers.append(_tensor(got, what, w.shape))
-    wants = [_fp8_block_variant(w, block, "reference") for w, block in cases]
-    failure = first_failure("fp8_blocks", answers, wants, _same_fp8, mistakes=lambda: [
-        (say(*words), [_fp8_block_variant(w, block, kind) for w, block in cases])
-        for kind, words in FP8_BLOCK_MISTAKES])
+    wants, failure = first_variant_failure("fp8_blocks", answers, cases, _fp8_block_variant,
+                                          FP8_BLOCK_MISTAKES, _same_fp8)
     if failure is None:
         return
     i, hint = failure

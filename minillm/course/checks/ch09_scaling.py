@@ -16,8 +16,8 @@ from ...distributed.tensor_parallel import shard_mlp, split_evenly
 from ...utils.stats import percentile as reference_percentile
 from ..language import say
 from ._base import (CheckFailed, _is_array, _is_tensor, as_int, call, checker, expect,
-                    expect_raises, first_failure, is_close, matching_mistake, number_or_none,
-                    passed, short)
+                    expect_raises, first_failure, first_variant_failure, is_close,
+                    matching_mistake, number_or_none, passed, short)
 
 # --- 1 · sharing features out among ranks ---------------------------------------------------------
 
@@ -145,16 +145,22 @@ def _parts(got, world, what):
     return list(got)
 
 
+def _split_cases(name, fn, shapes, seed):
+    """Each case of a tensor-parallel split: (x, weight, world size, the call as text, the
+    parts `fn(x, weight, world_size)` returned, the whole x @ weight.T)."""
+    for n, shape in enumerate(shapes):
+        x, w, world = _case(shape, seed + n)
+        what = f"{name}(x {tuple(x.shape)}, weight {tuple(w.shape)}, {world})"
+        yield x, w, world, what, _parts(call(fn, x, w, world, what=what), world, what), x @ w.T
+
+
 @checker
 def check_column_parallel(column_parallel_parts, *, hidden=False) -> None:
     """`column_parallel_parts(x, weight, world_size)`: rank r's output features,
     x @ weight[rows_r].T, with rows_r = split_evenly(out_features, world_size)[r]."""
     shapes = HIDDEN_SHAPES if hidden else SHAPES
-    for n, shape in enumerate(shapes):
-        x, w, world = _case(shape, (200 if hidden else 0) + n)
-        what = f"column_parallel_parts(x {tuple(x.shape)}, weight {tuple(w.shape)}, {world})"
-        parts = _parts(call(column_parallel_parts, x, w, world, what=what), world, what)
-        full = x @ w.T
+    for x, w, world, what, parts, full in _split_cases(
+            "column_parallel_parts", column_parallel_parts, shapes, 200 if hidden else 0):
         for r, (part, rows) in enumerate(zip(parts, split_evenly(w.shape[0], world))):
             want = x @ w[rows.start:rows.stop].T
             if part.shape == full.shape and world > 1:
@@ -195,11 +201,8 @@ def check_row_parallel(row_parallel_parts, *, hidden=False) -> None:
     """`row_parallel_parts(x, weight, world_size)`: rank r's partial sum,
     x[..., cols_r] @ weight[:, cols_r].T, with cols_r = split_evenly(in_features, world_size)[r]."""
     shapes = HIDDEN_SHAPES if hidden else SHAPES
-    for n, shape in enumerate(shapes):
-        x, w, world = _case(shape, (300 if hidden else 100) + n)
-        what = f"row_parallel_parts(x {tuple(x.shape)}, weight {tuple(w.shape)}, {world})"
-        parts = _parts(call(row_parallel_parts, x, w, world, what=what), world, what)
-        full = x @ w.T
+    for x, w, world, what, parts, full in _split_cases(
+            "row_parallel_parts", row_parallel_parts, shapes, 300 if hidden else 100):
         for r, (part, cols) in enumerate(zip(parts, split_evenly(w.shape[1], world))):
             want = x[..., cols.start:cols.stop] @ w[:, cols.start:cols.stop].T
             if part.shape != full.shape:
@@ -524,10 +527,8 @@ def check_route_with_capacity(route_with_capacity, *, hidden=False) -> None:
         tokens = scores.shape[0]
         answers.append((_as_table(got[0], tokens, k, what, "experts", "int"),
                         _as_table(got[1], tokens, k, what, "kept", "bool")))
-    wants = [_routing_variant(s, k, c, "reference") for s, k, c in cases]
-    failure = first_failure("route_with_capacity", answers, wants, mistakes=lambda: [
-        (say(*words), [_routing_variant(*case, kind) for case in cases])
-        for kind, words in ROUTING_MISTAKES])
+    wants, failure = first_variant_failure("route_with_capacity", answers, cases,
+                                           _routing_variant, ROUTING_MISTAKES)
     if failure is None:
         return
     i, hint = failure
@@ -605,10 +606,8 @@ def check_choose_capacity_factor(choose_capacity_factor, *, hidden=False) -> Non
                say("{what} returned {got}; return one of the factors, or None",
                    "{what} 返回了 {got}；请返回其中一个系数，或 None", what=what, got=short(got)))
         answers.append(value)
-    wants = [_factor_variant(s, k, m, "reference") for s, k, m in cases]
-    failure = first_failure("choose_capacity_factor", answers, wants, mistakes=lambda: [
-        (say(*words), [_factor_variant(*case, kind) for case in cases])
-        for kind, words in FACTOR_MISTAKES])
+    wants, failure = first_variant_failure("choose_capacity_factor", answers, cases,
+                                           _factor_variant, FACTOR_MISTAKES)
     if failure is None:
         return
     i, hint = failure

@@ -23,7 +23,8 @@ import torch
 
 from ...model.config import ModelConfig
 from ..language import say
-from ._base import CheckFailed, as_number, call, checker, first_failure, is_close, matching_mistake
+from ._base import (CheckFailed, as_number, call, checker, first_failure, first_variant_failure,
+                    is_close, matching_mistake)
 
 GB = 1e9
 
@@ -100,11 +101,7 @@ def check_tp_decode_bound(tp_decode_bound, *, hidden=False) -> None:
         what = "tp_decode_bound({}, {}, {}, {})".format(*(_shown(v) for v in case))
         answers.append(as_number(call(tp_decode_bound, *case, what=what), what))
     wants = [tp_decode_bound_reference(*case) for case in tp_cases]
-    failure = first_failure("tp_decode_bound", answers, wants, _close)
-    if failure is None:
-        return
-    i = failure[0]
-    hint = matching_mistake(answers, [
+    failure = first_failure("tp_decode_bound", answers, wants, _close, mistakes=lambda: [
         (say("with tensor parallelism each GPU holds and reads only 1/n_gpus of the weights, "
              "and all GPUs read at the same time: divide the weight bytes by n_gpus",
              "张量并行（tensor parallelism）下每块 GPU 只存、只读 1/n_gpus 的权重，而且所有 GPU "
@@ -120,7 +117,10 @@ def check_tp_decode_bound(tp_decode_bound, *, hidden=False) -> None:
              "model", "按给定的 bytes_per_param 计算（fp8 为 1，int4 为 0.5），不要对每个模型都按 "
              "2 字节算"),
          [tp_decode_bound_reference(n, 2, g, b) for n, s, g, b in tp_cases]),
-    ], _close)
+    ])
+    if failure is None:
+        return
+    i, hint = failure
     case = tp_cases[i]
     hint = hint or say("every step each GPU reads its share of the weights, n_params x "
                        "bytes_per_param / n_gpus bytes, at `bandwidth` bytes a second",
@@ -177,11 +177,7 @@ def check_max_batch(max_batch, *, hidden=False) -> None:
     cases = [(pool, PARAM_CONFIGS[name], tokens, size)
              for pool, name, tokens, size in batch_cases]
     wants = [max_batch_reference(*case) for case in cases]
-    failure = first_failure("max_batch", answers, wants, operator.eq)
-    if failure is None:
-        return
-    i = failure[0]
-    hint = matching_mistake(answers, [
+    failure = first_failure("max_batch", answers, wants, operator.eq, mistakes=lambda: [
         (say("the cache holds n_kv_heads heads per layer, not n_heads: grouped-query "
              "attention shares them",
              "缓存每层存的是 n_kv_heads 个头，不是 n_heads 个："
@@ -193,7 +189,10 @@ def check_max_batch(max_batch, *, hidden=False) -> None:
         (say("round down: a sequence that does not fit whole cannot run",
              "向下取整：放不下一整条的序列没法运行"),
          [math.ceil(p / _per_sequence(c, t, s)) for p, c, t, s in cases]),
-    ], int.__eq__)
+    ])
+    if failure is None:
+        return
+    i, hint = failure
     pool, name, tokens, size = batch_cases[i]
     hint = hint or say("one sequence takes 2 x n_layers x n_kv_heads x head_dim x tokens x "
                        "bytes_per_value bytes; how many fit whole?",
@@ -343,10 +342,8 @@ def check_goodput(goodput, *, hidden=False) -> None:
         what = f"goodput(<{len(requests)} requests>, {ttft_slo}, {tpot_slo})"
         answers.append(as_number(call(goodput, list(requests), ttft_slo, tpot_slo, what=what),
                                  what))
-    wants = [_goodput_variant(*case, "reference") for case in cases]
-    failure = first_failure("goodput", answers, wants, _close, mistakes=lambda: [
-        (say(*words), [_goodput_variant(*case, kind) for case in cases])
-        for kind, words in GOODPUT_MISTAKES])
+    wants, failure = first_variant_failure("goodput", answers, cases, _goodput_variant,
+                                          GOODPUT_MISTAKES, _close)
     if failure is None:
         return
     i, hint = failure
