@@ -221,6 +221,117 @@ else:
 # one, is small. On a GPU, where each tiny kernel costs a launch, compiling (and CUDA graphs,
 # `mode="reduce-overhead"`) matters far more.
 #
+# ## 4 · The host's share of a step: async scheduling, and graph batch sizes
+#
+# A serving engine's step is more than the model's forward pass. Before it, the scheduler picks
+# the requests and the host builds the batch's inputs (token ids, positions, block tables);
+# after it, the host samples each row's token and finishes the requests that ended. On a GPU
+# the forward pass runs on the device while the host waits, so a step costs host + device time.
+# **Async scheduling** (异步调度; vLLM V1's `--async-scheduling`, SGLang's overlap scheduler)
+# prepares step n+1 on the host while the GPU runs step n: the step then costs the larger of
+# the two, not their sum. The cell serves a batch of requests of different lengths on minillm's
+# engine and times each part of every step.
+
+# %%
+from collections import defaultdict  # noqa: E402
+
+from minillm.decoding import GenerationConfig  # noqa: E402
+from minillm.engine import Engine  # noqa: E402
+
+spent = defaultdict(float)
+
+
+def timed(name, fn):
+    """`fn`, adding its seconds (the device synchronized at both ends) to spent[name]."""
+    def run(*args, **kwargs):
+        with Timer(device) as t:
+            result = fn(*args, **kwargs)
+        spent[name] += t.seconds
+        return result
+    return run
+
+
+def timed_step(step):
+    """The engine's step, noting (host seconds, forward seconds) of each step it records."""
+    def run():
+        forward, recorded = spent["forward"], len(engine.steps)
+        with Timer(device) as t:
+            outputs = step()
+        if len(engine.steps) > recorded:
+            per_step.append((t.seconds - (spent["forward"] - forward), spent["forward"] - forward))
+        return outputs
+    return run
+
+
+SEQS = 8 if CI else 16
+questions = ["Why is the sky blue?", "What is a prime number?", "How do plants grow?",
+             "What is the capital of France?", "Why do we sleep?", "How does a bike stay up?",
+             "What is rain made of?", "Why is the sea salty?"]
+prompts = [tokenizer.apply_chat_template([{"role": "user", "content": questions[i % 8]}],
+                                         add_generation_prompt=True) for i in range(SEQS)]
+# different lengths, so requests end at different steps and the batch shrinks as they do
+configs = [GenerationConfig(max_new_tokens=N_NEW // 4 + (i * N_NEW) // SEQS) for i in range(SEQS)]
+engine = Engine(fast, tokenizer, max_num_seqs=SEQS, record=True)
+per_step = []
+engine.scheduler.schedule = timed("schedule", engine.scheduler.schedule)
+engine.step = timed_step(engine.step)
+fast.forward = timed("forward", fast.forward)  # the model's own pass, inside each step
+try:
+    served = engine.generate(prompts, configs)
+finally:
+    del fast.forward, engine.step  # the model and the engine as they were
+decode = [times for times, step in zip(per_step, engine.steps)
+          if all(kind == "decode" for _, _, kind in step.items)]
+host, forward = (sum(column) / len(decode) for column in zip(*decode))
+print(f"{SEQS} requests, {sum(len(o.token_ids) for o in served)} tokens in "
+      f"{len(engine.steps)} steps, {len(decode)} of them decode only; a decode step: the "
+      f"forward pass {1000 * forward:.1f} ms, the host {1000 * host:.2f} ms (scheduling "
+      f"{1000 * spent['schedule'] / len(engine.steps):.2f} ms of it, on average)")
+print(f"the host's share of a decode step: {host / (host + forward):.1%}; overlapped with the "
+      f"forward pass, a step would take max(host, forward) = {1000 * max(host, forward):.1f} ms "
+      f"instead of {1000 * (host + forward):.1f} ms")
+assert len(per_step) == len(engine.steps) and 0 < host < host + forward
+
+# %% [markdown]
+# On this CPU the forward pass runs on the same cores as the host's work, so nothing overlaps
+# here: the share is what async scheduling would hide if the forward pass ran on a GPU. There it
+# matters more than the share suggests: a GPU runs a small model's forward pass far faster
+# than a CPU, while the host's Python takes as long as here, so the host's share grows. Async
+# scheduling has a price: step n+1 is planned before step n's tokens are known, so a request that
+# ends at step n still holds its slot in step n+1 (one wasted row), and anything that needs the
+# new token to plan (a grammar, a stop string checked on the host) must wait or be handled on
+# the device.
+#
+# A CUDA graph has the same rule as async scheduling: everything is decided before the step
+# runs, including its shape. A graph is captured for one batch size, so engines capture a list
+# of sizes and pad each step up to the next one: vLLM's default list starts 1, 2, 4, 8 and then
+# goes up in steps of 8; a batch of 13 replays the graph of 16 with 3 empty rows. Fewer sizes
+# mean fewer graphs to capture (each takes capture time and some memory); more sizes mean less
+# padding. The step records of the run above say how many requests each step ran:
+
+# %%
+sizes_run = [len(step.items) for step in engine.steps]
+lists = {"every size": list(range(1, SEQS + 1)),
+         "powers of two (vLLM's list begins so)": [2 ** i for i in range(SEQS.bit_length())
+                                                   if 2 ** i <= SEQS],
+         "batch 1 and the largest": [1, SEQS]}
+
+
+def padded(batch, capture_sizes):
+    return min(size for size in capture_sizes if size >= batch)
+
+
+print(f"batch sizes the {len(sizes_run)} steps ran: {sorted(set(sizes_run))}")
+padding = {}
+for name, capture_sizes in lists.items():
+    rows = sum(padded(b, capture_sizes) for b in sizes_run)
+    padding[name] = rows / sum(sizes_run) - 1
+    print(f"{name:>38}: {len(capture_sizes):>2} graphs, {padding[name]:.0%} of the rows run "
+          f"are padding")
+assert padding["every size"] == 0 <= padding["powers of two (vLLM's list begins so)"] \
+    <= padding["batch 1 and the largest"]
+
+# %% [markdown]
 # ## Summary
 #
 # - `minillm.fast.optimize` keeps the network chapter 02 built and changes only what its linear
@@ -231,3 +342,7 @@ else:
 # - On a GPU, a small model's decode step is set by its kernel launches more than by its bytes.
 # - A compiler fuses the small element-wise operations between the big products; at batch 1 on
 #   a CPU the products, which read the weights, keep most of the time.
+# - A serving step is host work (scheduling, inputs, sampling) plus the forward pass; async
+#   scheduling overlaps the host's work for the next step with the device's pass, so a step
+#   costs the larger of the two. CUDA graphs are captured per batch size, and a step pads up to
+#   the next captured size: fewer graphs, more padding.
