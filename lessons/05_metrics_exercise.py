@@ -3,7 +3,8 @@
 #
 # The lesson timed every token of a generation. Here you build the measuring part of minillm
 # yourself: the metrics of one request, the latency formula, a timer for a token stream, the
-# throughput of many requests, and the least time of a forward pass under the roofline. Each
+# throughput of many requests, and the least time of a forward pass under the roofline. Then,
+# from lesson 05b, the CUDA graph a serving step replays and the list of batch sizes to capture. Each
 # request is a `start` time and a list `token_times`: the moment (in seconds, one clock) each
 # new token was ready.
 #
@@ -175,3 +176,92 @@ try:
               f"{rows / seconds:9,.0f} tokens/s")
 except NotImplementedError:
     print("write roofline_seconds above first")
+
+# %% [markdown]
+# ## 6 · The graph a step replays (lesson 05b)
+#
+# A serving engine captures one CUDA graph per batch size in a list (`capture_sizes`) and pads
+# each decode step up to the next captured size. Write `graph_batch_size(batch, capture_sizes)`:
+# the captured size a step of `batch` requests replays, the smallest one that holds it, or
+# `None` when the batch is larger than every captured size (the step then runs without a graph).
+# The list need not be sorted; do not change it.
+
+# %% [task]
+def graph_batch_size(batch, capture_sizes):
+    # YOUR CODE HERE
+    raise NotImplementedError
+# ==== solution ====
+def graph_batch_size(batch, capture_sizes):
+    fitting = [size for size in capture_sizes if size >= batch]
+    return min(fitting) if fitting else None
+
+# %% [check]
+checks.check_graph_batch_size(graph_batch_size)
+
+# %% [markdown]
+# ## 7 · Which sizes to capture (lesson 05b)
+#
+# Each graph costs capture time at start-up and some memory, so an engine limits how many it
+# keeps; each padded row is work thrown away. Write
+# `choose_capture_sizes(batch_sizes, candidates, max_graphs)`:
+#
+# - `batch_sizes`: the batch size of every step a workload ran (a size the engine ran often
+#   appears often);
+# - `candidates`: a dict, name -> list of capture sizes;
+# - return the name of the list that pads the fewest rows over all the steps, among the lists
+#   of at most `max_graphs` sizes whose largest size holds the largest batch (every step gets a
+#   graph); on equal padding, the list with fewer graphs, then the one listed first. Return
+#   `None` when no list qualifies.
+#
+# Your `graph_batch_size` gives each step's padded size.
+
+# %% [task]
+def choose_capture_sizes(batch_sizes, candidates, max_graphs):
+    # YOUR CODE HERE
+    raise NotImplementedError
+# ==== solution ====
+def choose_capture_sizes(batch_sizes, candidates, max_graphs):
+    best = None
+    for name, sizes in candidates.items():
+        if len(sizes) > max_graphs or max(sizes) < max(batch_sizes):
+            continue
+        padding = sum(graph_batch_size(b, sizes) - b for b in batch_sizes)
+        if best is None or (padding, len(sizes)) < best[:2]:
+            best = (padding, len(sizes), name)
+    return None if best is None else best[2]
+
+# %% [check]
+checks.check_choose_capture_sizes(choose_capture_sizes)
+
+# %% [markdown]
+# Your function on a measured run: minillm's engine serves 16 requests of different lengths on
+# SmolLM2 (8 under CI) and records the batch size of every step; your choice at each limit on
+# graphs is compared with minillm's `choose_capture_sizes`.
+
+# %%
+from minillm.decoding import GenerationConfig  # noqa: E402
+from minillm.engine import Engine  # noqa: E402
+from minillm.engine import capture_sizes as reference  # noqa: E402
+
+SEQS = 8 if os.environ.get("CI") else 16
+model, tokenizer = minillm.load("smollm2-135m")
+engine = Engine(model, tokenizer, max_num_seqs=SEQS, record=True)
+prompts = [f"Question {i}: name a colour and say why you like it." for i in range(SEQS)]
+engine.generate(prompts, [GenerationConfig(max_new_tokens=4 + 3 * i) for i in range(SEQS)])
+steps = [len(step.items) for step in engine.steps]
+lists = {"every size": list(range(1, SEQS + 1)),
+         "powers of two": [2 ** i for i in range(SEQS.bit_length()) if 2 ** i <= SEQS],
+         "1, then steps of 4": [1] + list(range(4, SEQS + 1, 4)),
+         f"1 and {SEQS}": [1, SEQS]}
+print(f"{len(steps)} steps of batch sizes {sorted(set(steps))}")
+try:
+    for most in sorted({2, 3, 5, SEQS}):
+        mine, theirs = choose_capture_sizes(steps, lists, most), \
+            reference.choose_capture_sizes(steps, lists, most)
+        rows = reference.padded_rows(steps, lists[mine]) if mine else 0
+        print(f"at most {most:>2} graphs: you chose {mine!r} ({rows} padded rows); "
+              f"minillm chose {theirs!r}")
+        assert mine == theirs
+except NotImplementedError:
+    print("write graph_batch_size and choose_capture_sizes above first")
+

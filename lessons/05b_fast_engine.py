@@ -310,24 +310,20 @@ assert len(per_step) == len(engine.steps) and 0 < host < host + forward
 # padding. The step records of the run above say how many requests each step ran:
 
 # %%
+from minillm.engine.capture_sizes import graph_batch_size, padded_rows  # noqa: E402
+
+show_source(graph_batch_size)
 sizes_run = [len(step.items) for step in engine.steps]
 lists = {"every size": list(range(1, SEQS + 1)),
          "powers of two (vLLM's list begins so)": [2 ** i for i in range(SEQS.bit_length())
                                                    if 2 ** i <= SEQS],
          "batch 1 and the largest": [1, SEQS]}
-
-
-def padded(batch, capture_sizes):
-    return min(size for size in capture_sizes if size >= batch)
-
-
 print(f"batch sizes the {len(sizes_run)} steps ran: {sorted(set(sizes_run))}")
 padding = {}
 for name, capture_sizes in lists.items():
-    rows = sum(padded(b, capture_sizes) for b in sizes_run)
-    padding[name] = rows / sum(sizes_run) - 1
-    print(f"{name:>38}: {len(capture_sizes):>2} graphs, {padding[name]:.0%} of the rows run "
-          f"are padding")
+    padding[name] = padded_rows(sizes_run, capture_sizes) / sum(sizes_run)
+    print(f"{name:>38}: {len(capture_sizes):>2} graphs, {padding[name]:.0%} more rows run than "
+          f"the requests need")
 assert padding["every size"] == 0 <= padding["powers of two (vLLM's list begins so)"] \
     <= padding["batch 1 and the largest"]
 

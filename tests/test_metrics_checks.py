@@ -351,3 +351,102 @@ def test_the_chinese_edition_passes_right_answers_in_chinese(chinese, capsys):
     checks.check_request_metrics(metrics, hidden=True)
     checks.check_roofline_seconds(right_roofline, hidden=True)
     assert capsys.readouterr().out.count("个用例通过") == 4
+
+
+# --- lesson 05b's tasks: a CUDA graph's batch size, and choosing the sizes to capture ---------
+
+def right_graph_batch_size(batch, capture_sizes):
+    fitting = [size for size in capture_sizes if size >= batch]
+    return min(fitting) if fitting else None
+
+
+def right_choose(batch_sizes, candidates, max_graphs):
+    best = None
+    for name, sizes in candidates.items():
+        if len(sizes) > max_graphs or max(sizes) < max(batch_sizes):
+            continue
+        padding = sum(right_graph_batch_size(b, sizes) - b for b in batch_sizes)
+        if best is None or (padding, len(sizes)) < best[:2]:
+            best = (padding, len(sizes), name)
+    return best and best[2]
+
+
+GRAPH_WRONG = {
+    "round down": (lambda b, s: max([x for x in s if x <= b], default=None), "pad up, not down"),
+    "first listed": (lambda b, s: next((x for x in s if x >= b), None), "need not be sorted"),
+    "strictly larger": (lambda b, s: min([x for x in s if x > b], default=None), ">=, not >"),
+    "largest": (lambda b, s: max(s) if max(s) >= b else None, "not the largest"),
+    "batch itself": (lambda b, s: right_graph_batch_size(b, s) or b, "return None"),
+}
+
+
+def choose_without(rule):
+    def choose(batch_sizes, candidates, max_graphs):
+        rows = sorted(set(batch_sizes)) if rule == "distinct" else batch_sizes
+        ranked = []
+        for order, (name, sizes) in enumerate(candidates.items()):
+            if (rule != "limit" and len(sizes) > max_graphs) or \
+                    (rule != "cover" and max(sizes) < max(batch_sizes)):
+                continue
+            padding = sum(min([s for s in sizes if s >= b], default=b) - b for b in rows)
+            ranked.append(((len(sizes), order) if rule == "padding" else
+                           (padding, -len(sizes) if rule == "ties" else len(sizes), order), name))
+        return min(ranked)[1] if ranked else None
+    return choose
+
+
+CHOOSE_WRONG = {
+    "no limit": (choose_without("limit"), "more than max_graphs"),
+    "no cover": (choose_without("cover"), "every step a graph"),
+    "distinct sizes": (choose_without("distinct"), "not once per batch size"),
+    "fewest graphs": (choose_without("padding"), "only breaks ties"),
+    "ties to more graphs": (choose_without("ties"), "on equal padding"),
+}
+
+
+@pytest.mark.parametrize("hidden", [False, True])
+def test_the_05b_tasks_pass_right_answers(hidden, capsys):
+    checks.check_graph_batch_size(right_graph_batch_size, hidden=hidden)
+    checks.check_choose_capture_sizes(right_choose, hidden=hidden)
+    assert capsys.readouterr().out.count("✅") == 2
+
+
+@pytest.mark.parametrize("hidden", [False, True])
+@pytest.mark.parametrize("check, wrong", [(checks.check_graph_batch_size, GRAPH_WRONG),
+                                          (checks.check_choose_capture_sizes, CHOOSE_WRONG)],
+                         ids=["graph_batch_size", "choose_capture_sizes"])
+def test_the_05b_hints_are_specific(check, wrong, hidden):
+    assert_hints_are_specific(functools.partial(check, hidden=hidden), wrong)
+
+
+@pytest.mark.parametrize("hidden", [False, True])
+@pytest.mark.parametrize("check", [checks.check_graph_batch_size,
+                                   checks.check_choose_capture_sizes])
+def test_the_05b_stubs_say_so(check, hidden, unwritten):
+    with pytest.raises(CheckFailed, match="not written yet"):
+        check(unwritten, hidden=hidden)
+
+
+def test_an_answer_that_is_no_captured_size_is_named():
+    with pytest.raises(CheckFailed, match="return one of the captured sizes"):
+        checks.check_graph_batch_size(lambda b, s: str(b))
+    with pytest.raises(CheckFailed, match="return the name of one of the lists"):
+        checks.check_choose_capture_sizes(lambda b, c, m: c[next(iter(c))])
+
+
+@pytest.mark.parametrize("check, right", [
+    (checks.check_graph_batch_size, right_graph_batch_size),
+    (checks.check_choose_capture_sizes, right_choose),
+], ids=["graph_batch_size", "choose_capture_sizes"])
+def test_the_05b_hidden_cases_catch_memorizing(check, right):
+    assert_hidden_cases_catch_memorizing(check, right)
+
+
+@pytest.mark.parametrize("check, wrong, words", [
+    (checks.check_graph_batch_size, GRAPH_WRONG["round down"][0], "要向上补齐"),
+    (checks.check_choose_capture_sizes, CHOOSE_WRONG["distinct sizes"][0], "常跑的大小分量更重"),
+])
+def test_the_05b_hints_come_in_chinese(chinese, check, wrong, words):
+    with pytest.raises(CheckFailed) as failure:
+        check(wrong)
+    assert words in str(failure.value) and "expected" not in str(failure.value)

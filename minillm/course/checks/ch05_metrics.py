@@ -1,6 +1,8 @@
 """Checkers for exercises/05_metrics.ipynb: one request's metrics, the latency formula, timing a
 token stream and the throughput of many requests, each compared with `minillm.measure.metrics`;
-and a forward pass's least time under the roofline, compared with `minillm.measure.roofline`.
+a forward pass's least time under the roofline, compared with `minillm.measure.roofline`; and,
+for lesson 05b, a CUDA graph's batch size and the choice of the sizes to capture, compared with
+`minillm.engine.capture_sizes`.
 
 Every message says both languages side by side (`say`), chosen by the notebook's set_language.
 """
@@ -10,11 +12,12 @@ from __future__ import annotations
 import math
 import random
 
+from ...engine import capture_sizes
 from ...measure.metrics import RequestMetrics, predict_latency, throughput
 from ...measure.roofline import Roof
 from ..language import say
-from ._base import (CheckFailed, as_number, call, checker, expect, first_failure, is_close,
-                    matching_mistake, passed, short)
+from ._base import (CheckFailed, as_number, call, checker, expect, first_failure,
+                    first_variant_failure, is_close, is_int, matching_mistake, passed, short)
 
 # (start, token_times): fixed requests, seconds
 REQUESTS = [
@@ -490,3 +493,169 @@ def check_roofline_seconds(roofline_seconds, *, hidden=False) -> None:
                           want=wants[i], flops=2 * weights * rows, peak=peak,
                           nbytes=weights * nbytes, bandwidth=bandwidth)
                       + (say("; {hint}", "；{hint}", hint=hint) if hint else ""))
+
+
+# --- 6 · a CUDA graph's batch size (lesson 05b) -------------------------------------------------
+
+VLLM_START = [1, 2, 4, 8, 16, 24, 32]  # how vLLM's default capture list begins
+GRAPH_CASES = [  # (batch, capture sizes)
+    (1, [1, 2, 4, 8]), (3, [1, 2, 4, 8]), (8, [1, 2, 4, 8]), (9, [1, 2, 4, 8]),
+    (5, [16, 1, 8, 4]), (13, VLLM_START), (2, [2]), (40, VLLM_START),
+]
+HIDDEN_GRAPH_CASES = [
+    (2, [1, 2, 4]), (7, [8, 1, 4, 2]), (24, VLLM_START), (33, [32, 16, 8]),
+    (1, [4, 2]), (17, VLLM_START), (6, [6, 3]), (100, [64]),
+]
+
+
+def _graph_variant(batch, sizes, kind):
+    if kind == "reference":
+        return capture_sizes.graph_batch_size(batch, sizes)
+    if kind == "first listed":
+        return next((s for s in sizes if s >= batch), None)
+    fitting = [s for s in sizes if (s > batch if kind == "strictly larger" else s >= batch)]
+    if kind == "round down":
+        below = [s for s in sizes if s <= batch]
+        return max(below) if below else None
+    if kind == "largest":
+        return max(sizes) if fitting else None
+    if kind == "batch itself" and not fitting:
+        return batch
+    return min(fitting) if fitting else None
+
+
+GRAPH_MISTAKES = [  # (the variant, its hint in English and Chinese)
+    ("round down", ("pad up, not down: a graph of fewer rows cannot hold the batch; take the "
+                    "smallest captured size >= batch",
+                    "要向上补齐，不是向下：行数更少的图放不下这个批；取 >= batch 的最小捕获大小")),
+    ("first listed", ("the list need not be sorted: take the smallest size >= batch, not the "
+                      "first one listed", "列表不一定有序：取 >= batch 的最小大小，而不是列出的"
+                      "第一个")),
+    ("strictly larger", ("a batch that equals a captured size replays that graph: >=, not >",
+                         "批大小正好等于某个捕获大小时就用那张图：是 >=，不是 >")),
+    ("largest", ("the smallest size that holds the batch, not the largest: every extra row is "
+                 "wasted work", "取能放下这个批的最小大小，而不是最大的：多出来的每一行都是白算")),
+    ("batch itself", ("a batch larger than every captured size has no graph to replay: return "
+                      "None (the step runs without one)",
+                      "比所有捕获大小都大的批没有图可以重放：返回 None（这一步不用图运行）")),
+]
+
+
+@checker
+def check_graph_batch_size(graph_batch_size, *, hidden=False) -> None:
+    """`graph_batch_size(batch, capture_sizes)`: the smallest captured size >= batch, or None
+    when the batch is larger than all, as minillm.engine.capture_sizes gives."""
+    cases = HIDDEN_GRAPH_CASES if hidden else GRAPH_CASES
+    answers = []
+    for batch, sizes in cases:
+        what = f"graph_batch_size({batch}, {sizes})"
+        got = call(graph_batch_size, batch, list(sizes), what=what)
+        expect(got is None or is_int(got),
+               say("{what} returned {got}; return one of the captured sizes (an int), or None",
+                   "{what} 返回了 {got}；请返回其中一个捕获大小（整数），或 None", what=what,
+                   got=short(got)))
+        answers.append(None if got is None else int(got))
+    wants, failure = first_variant_failure("graph_batch_size", answers, cases, _graph_variant,
+                                           GRAPH_MISTAKES)
+    if failure is None:
+        return
+    i, hint = failure
+    raise CheckFailed(say("graph_batch_size({batch}, {sizes}) returned {got}, expected {want}",
+                          "graph_batch_size({batch}, {sizes}) 返回了 {got}，应为 {want}",
+                          batch=cases[i][0], sizes=cases[i][1], got=answers[i], want=wants[i])
+                      + (say(": {hint}", "：{hint}", hint=hint) if hint else
+                         say("; the smallest size >= batch, or None when there is none",
+                             "；取 >= batch 的最小大小，没有时返回 None")))
+
+
+# --- 7 · choosing the capture sizes (lesson 05b) ------------------------------------------------
+
+def _lists(largest):
+    return {"every size": list(range(1, largest + 1)),
+            "powers of two": [2 ** i for i in range(largest.bit_length()) if 2 ** i <= largest],
+            f"1 and {largest}": [1, largest],
+            "up to 8": [1, 2, 4, 8]}
+
+
+CHOOSE_CASES = [  # (the batch size of each step, the candidate lists, the most graphs)
+    ([16] * 3 + [12] * 5 + [5] * 4 + [1] * 2, _lists(16), 5),
+    ([16] * 3 + [12] * 5 + [5] * 4 + [1] * 2, _lists(16), 2),
+    ([4, 4, 2], {"1, 2, 4, 8": [1, 2, 4, 8], "2 and 4": [2, 4]}, 8),
+    ([5] * 10 + [2, 3], {"5 and 8": [5, 8], "3 and 6": [3, 6]}, 2),
+    ([16, 9, 3], _lists(16), 1),
+]
+HIDDEN_CHOOSE_CASES = [
+    ([32] * 2 + [20] * 6 + [9] * 3 + [2] * 4, _lists(32), 6),
+    ([32] * 2 + [20] * 6 + [9] * 3 + [2] * 4, _lists(32), 2),
+    ([8, 8, 4], {"1, 2, 4, 8, 16": [1, 2, 4, 8, 16], "4 and 8": [4, 8]}, 8),
+    ([7] * 12 + [3, 4], {"7 and 12": [7, 12], "4 and 8": [4, 8]}, 2),
+    ([32, 17], _lists(32), 1),
+]
+
+
+def _choose_variant(steps, candidates, most, kind):
+    if kind == "reference":
+        return capture_sizes.choose_capture_sizes(steps, candidates, most)
+    largest = max(steps)
+    counted = sorted(set(steps)) if kind == "distinct sizes" else steps
+    qualified = []
+    for order, (name, sizes) in enumerate(candidates.items()):
+        if (kind != "no limit" and len(sizes) > most) or \
+                (kind != "no cover" and max(sizes) < largest):
+            continue
+        padding = sum(min((s for s in sizes if s >= b), default=b) - b for b in counted)
+        graphs = -len(sizes) if kind == "ties to more graphs" else len(sizes)
+        qualified.append(((graphs, order) if kind == "fewest graphs" else
+                          (padding, graphs, order), name))
+    return min(qualified)[1] if qualified else None
+
+
+CHOOSE_MISTAKES = [
+    ("no limit", ("a list of more than max_graphs sizes is out, however little it pads",
+                  "超过 max_graphs 个大小的列表不能选，不管它补得多少")),
+    ("no cover", ("a list must give every step a graph: its largest size must hold the largest "
+                  "batch (an eager step pads nothing, but runs without a graph)",
+                  "列表必须让每一步都有图可用：它的最大大小要放得下最大的批（不用图的步骤虽然不补"
+                  "零，却没有图）")),
+    ("distinct sizes", ("count the padding of every step, not once per batch size: a size the "
+                        "engine ran often weighs more",
+                        "要数每一步的补齐，而不是每个批大小只数一次：引擎常跑的大小分量更重")),
+    ("fewest graphs", ("among the lists that qualify, the fewest padded rows wins; fewer graphs "
+                       "only breaks ties", "符合条件的列表里，补齐行数最少的胜出；图更少只用来"
+                       "打破平局")),
+    ("ties to more graphs", ("on equal padding take the list with fewer graphs: each graph costs "
+                             "capture time and memory", "补齐一样多时选图更少的列表：每张图都要"
+                             "花捕获时间和内存")),
+]
+
+
+@checker
+def check_choose_capture_sizes(choose_capture_sizes, *, hidden=False) -> None:
+    """`choose_capture_sizes(batch_sizes, candidates, max_graphs)`: the name of the list that pads
+    the fewest rows over the steps, among those of at most max_graphs sizes that hold the largest
+    step (ties: fewer graphs, then the first listed), or None."""
+    cases = HIDDEN_CHOOSE_CASES if hidden else CHOOSE_CASES
+    answers = []
+    for steps, candidates, most in cases:
+        what = f"choose_capture_sizes(<{len(steps)} steps>, {list(candidates)}, {most})"
+        got = call(choose_capture_sizes, list(steps),
+                   {name: list(sizes) for name, sizes in candidates.items()}, most, what=what)
+        expect(got is None or (isinstance(got, str) and got in candidates),
+               say("{what} returned {got}; return the name of one of the lists, or None",
+                   "{what} 返回了 {got}；请返回其中一个列表的名字，或 None", what=what,
+                   got=short(got)))
+        answers.append(got)
+    wants, failure = first_variant_failure("choose_capture_sizes", answers, cases,
+                                           _choose_variant, CHOOSE_MISTAKES)
+    if failure is None:
+        return
+    i, hint = failure
+    steps, candidates, most = cases[i]
+    raise CheckFailed(say("for steps of batch sizes {steps}, lists {lists} and at most {most} "
+                          "graphs you chose {got!r}, expected {want!r}",
+                          "步骤的批大小为 {steps}、候选列表为 {lists}、最多 {most} 张图时，你选了 "
+                          "{got!r}，应为 {want!r}", steps=short(steps, 80), lists=candidates,
+                          most=most, got=answers[i], want=wants[i])
+                      + (say(": {hint}", "：{hint}", hint=hint) if hint else
+                         say("; count each step's rows padded up to the list's next size",
+                             "；把每一步补齐到列表中下一个大小，数出补了多少行")))
