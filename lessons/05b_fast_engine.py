@@ -227,10 +227,10 @@ else:
 # the requests and the host builds the batch's inputs (token ids, positions, block tables);
 # after it, the host samples each row's token and finishes the requests that ended. On a GPU
 # the forward pass runs on the device while the host waits, so a step costs host + device time.
-# **Async scheduling** (异步调度; vLLM V1's `--async-scheduling`, SGLang's overlap scheduler)
-# prepares step n+1 on the host while the GPU runs step n: the step then costs the larger of
-# the two, not their sum. The cell serves a batch of requests of different lengths on minillm's
-# engine and times each part of every step.
+# **Async scheduling** (异步调度) prepares step n+1 on the host while the GPU runs step n: the
+# step then costs the larger of the two, not their sum (vLLM V1's `--async-scheduling`,
+# SGLang's overlap scheduler). The cell serves a batch of requests of different lengths on
+# minillm's engine and times each part of every step.
 
 # %%
 from collections import defaultdict  # noqa: E402

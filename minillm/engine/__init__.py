@@ -19,6 +19,10 @@
     interference.py   a long prompt arriving into running decodes, chunked or not
     disaggregation.py prefill/decode disaggregation: a prefill engine hands KV blocks to a
                       decode engine, each on its own clock
+    routing.py        replicas behind a router: round robin against prefix-aware routing,
+                      each replica with its own radix cache (chapter 09)
+    capture_sizes.py  CUDA graphs by batch size: the graph a step replays, the rows padding
+                      adds, the capture list to keep under a limit on graphs (lesson 05b)
 """
 
 from .block_manager import Block, BlockManager, block_hash

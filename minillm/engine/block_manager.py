@@ -141,12 +141,14 @@ class BlockManager:
 
     # --- prefix caching ---------------------------------------------------------------------------
 
-    def match_prefix(self, token_ids: list[int]) -> list[int]:
+    def match_prefix(self, token_ids: list[int], salt: int | None = None) -> list[int]:
         """Ids of the cached blocks that hold the start of `token_ids`, longest run first to last.
-        At least one token is always left to compute (its logits give the next token)."""
+        At least one token is always left to compute (its logits give the next token). `salt`
+        names what else the keys and values depend on (a LoRA adapter): the first block's
+        parent, so blocks computed under another salt never match."""
         if not self.enable_prefix_caching:
             return []
-        bs, found, parent = self.block_size, [], None
+        bs, found, parent = self.block_size, [], salt
         for i in range((len(token_ids) - 1) // bs):
             tokens = tuple(token_ids[i * bs:(i + 1) * bs])
             h = block_hash(parent, tokens)

@@ -23,6 +23,7 @@ while one loop calls `step()` (`wait_for_work` lets that loop sleep while there 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 import time
@@ -78,7 +79,7 @@ class Engine:
     def __init__(self, model, tokenizer, *, scheduler="continuous",
                  num_blocks: int = 256, block_size: int = 16, max_num_seqs: int = 16,
                  max_num_batched_tokens: int = 512, enable_prefix_caching: bool = True,
-                 record: bool = False, kv_cache_format: str | None = None):
+                 record: bool = False, kv_cache_format: str | None = None, lora=None):
         policy = SCHEDULERS.get(scheduler) if isinstance(scheduler, str) else scheduler
         if not (isinstance(policy, type) and issubclass(policy, Scheduler)):
             raise ValueError(f"scheduler must be {' or '.join(map(repr, SCHEDULERS))} or a "
@@ -94,6 +95,7 @@ class Engine:
         self.scheduler = policy(self.blocks, max_num_seqs, max_num_batched_tokens,
                                 self.max_seq_len)
         self.kind = scheduler if isinstance(scheduler, str) else policy.__name__
+        self.lora = lora  # a MultiLoRA installed on `model`: each request may name an adapter
         self.requests: dict[object, Request] = {}  # live requests; forgotten once ended
         self.record = record
         self.steps: list[StepRecord] = []
@@ -110,7 +112,7 @@ class Engine:
     def add_request(self, prompt, config: GenerationConfig | None = None, *, request_id=None,
                     arrival_time: float | None = None, n: int = 1, logprobs: int | None = None,
                     prompt_logprobs: int | None = None, logits_processor=None,
-                    **fields) -> object:
+                    adapter: str | None = None, **fields) -> object:
         """Queue one prompt (text or token ids) with its own settings; returns its id.
 
         n                 samples of this prompt, 1 to max_num_seqs: the prompt is prefilled
@@ -120,6 +122,8 @@ class Engine:
         prompt_logprobs   the same for every prompt token (RequestOutput.prompt_logprobs)
         logits_processor  a function of (input_ids, scores) run before the config's processors,
                           e.g. a minillm.decoding.JSONConstraint; the n samples share it
+        adapter           the name of a LoRA adapter of the engine's `lora` to run the request
+                          with (None: the base model); its cached blocks are its adapter's own
 
         The prompt and its options are checked at the front door every runner shares
         (minillm.generation.request.make_request). A setting that is invalid, or a request that
@@ -131,6 +135,10 @@ class Engine:
                   allowed=f"an int from 1 to max_num_seqs ({self.max_num_seqs})")
         check_int("logprobs", logprobs, 0, vocab, allow_none=True)
         check_int("prompt_logprobs", prompt_logprobs, 0, vocab, allow_none=True)
+        if adapter is not None and self.lora is None:
+            raise ValueError(f"adapter {adapter!r} asked for, but this engine serves no LoRA "
+                             "adapters: pass Engine(..., lora=MultiLoRA(model, adapters))")
+        adapter_id = -1 if self.lora is None else self.lora.index(adapter)
         checked = make_request(self.model, self.tokenizer, prompt, config,
                                runner="Engine.add_request", logits_processor=logits_processor,
                                **fields)
@@ -154,6 +162,8 @@ class Engine:
             request = Request(request_id, ids, config, checked.processors, generator,
                               self.tokenizer, checked.eos_ids, arrival_time, n=n,
                               logprobs=logprobs, prompt_logprobs=prompt_logprobs)
+            if adapter_id >= 0:
+                request.adapter, request.cache_salt = adapter_id, hash(("lora", adapter_id))
             self.requests[request_id] = request
             self.scheduler.add(request)
             self._work.notify_all()
@@ -270,13 +280,18 @@ class Engine:
                 rows = [r.tokens[r.num_computed:r.num_computed + items[i][1]]
                         for i, r in zip(group, reqs)]
                 every = any(r.needs_prompt_logits for r in reqs)
-                logits = paged_forward(self.model, self.pool, [r.block_table for r in reqs],
-                                       [r.num_computed for r in reqs], rows,
-                                       all_positions=every)
+                with self._adapters([r.adapter for r in reqs]):
+                    logits = paged_forward(self.model, self.pool, [r.block_table for r in reqs],
+                                           [r.num_computed for r in reqs], rows,
+                                           all_positions=every)
                 for i, row, logit in zip(group, rows, logits):
                     out[i] = logit[-len(row):] if every else logit[None]
                 computed += len(group) * max(len(r) for r in rows)
         return out, computed
+
+    def _adapters(self, ids: list[int]):
+        """Each row's LoRA adapter for the passes inside (nothing to set without adapters)."""
+        return self.lora.rows(ids) if self.lora is not None else contextlib.nullcontext()
 
     def _choose(self, request: Request, logits: torch.Tensor) -> int:
         scores = logits[None].float()

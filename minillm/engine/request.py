@@ -80,6 +80,8 @@ class Request:
                  logprobs: int | None = None, prompt_logprobs: int | None = None):
         self.id = request_id
         self.prompt_ids = list(prompt_ids)
+        self.adapter = -1  # the LoRA adapter its rows use (-1: none), set by the engine
+        self.cache_salt: int | None = None  # what its cached blocks depend on beside the tokens
         self.config = config
         self.processors = processors
         self.generator = generator
@@ -185,6 +187,7 @@ class Request:
             child.num_computed = self.num_computed
             child.block_table = list(self.block_table)
             child.block_hashes = list(self.block_hashes)
+            child.adapter, child.cache_salt = self.adapter, self.cache_salt
             child.status, child.admitted = self.status, True
             child.num_cached_tokens = self.num_cached_tokens
             child.scheduled_time = self.scheduled_time

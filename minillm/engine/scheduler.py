@@ -167,7 +167,7 @@ class Scheduler(ABC):
         request.num_computed += n
         bs, table = self.blocks.block_size, request.block_table
         for k in range(len(request.block_hashes), request.num_computed // bs):
-            parent = request.block_hashes[-1] if request.block_hashes else None
+            parent = request.block_hashes[-1] if request.block_hashes else request.cache_salt
             tokens = request.tokens[k * bs:(k + 1) * bs]
             request.block_hashes.append(self.blocks.register(table[k], parent, tokens))
         return request.remaining == 0
@@ -240,7 +240,8 @@ class ContinuousScheduler(Scheduler):
         while (self.waiting and budget > 0
                and self.num_seqs() + self.waiting[0].num_seqs <= self.max_num_seqs):
             request = self.waiting[0]
-            hits = [] if request.needs_prompt_logits else bm.match_prefix(request.tokens)
+            hits = ([] if request.needs_prompt_logits
+                    else bm.match_prefix(request.tokens, request.cache_salt))
             cached = len(hits) * bm.block_size
             n = min(request.num_tokens - cached, budget)
             revived = sum(1 for b in hits if bm.blocks[b].ref_count == 0)  # taken off the free list
