@@ -86,14 +86,25 @@ def test_cached_blocks_belong_to_their_adapter(served):
     assert other.token_ids == want.token_ids
 
 
-def test_installing_on_a_fast_model_says_its_fused_step_is_off():
+def test_installing_on_a_fast_model_says_its_fused_step_is_off_and_remove_restores_it():
     model, _ = tiny_model()
     fast = optimize(model)
-    if fast.fused_decode is None:
+    step = fast.fused_decode
+    if step is None:
         pytest.skip("this model got no fused decode step here")
     with pytest.warns(RuntimeWarning, match="fused decode step skips the adapters"):
-        MultiLoRA(fast, {"a": random_adapter(fast, ("o_proj",), rank=2, seed=0)})
+        lora = MultiLoRA(fast, {"a": random_adapter(fast, ("o_proj",), rank=2, seed=0)})
     assert fast.fused_decode is None
+    lora.remove()
+    assert fast.fused_decode is step
+
+
+def test_remove_puts_the_model_back(served):
+    model, tokenizer, _, plain, lora = served
+    lora.remove()
+    assert not any(isinstance(m, LoRALinear) for m in model.modules())
+    x = torch.tensor([[1, 2, 3]])
+    torch.testing.assert_close(model(x), plain(x))
 
 
 def test_bad_adapters_say_what_is_wrong(served):

@@ -75,7 +75,7 @@ class MultiLoRA:
         if not adapters:
             raise ValueError("adapters is empty: give at least one {name: {layer: (A, B)}}")
         check_number("scale", scale)
-        self.model, self.names = model, list(adapters)
+        self.model, self.names, self._fused = model, list(adapters), None
         ranks = {A.shape[0] for adapter in adapters.values() for A, _ in adapter.values()}
         if len(ranks) != 1:
             raise ValueError(f"the adapters have ranks {sorted(ranks)}; serve one rank together")
@@ -89,15 +89,27 @@ class MultiLoRA:
             parts = [_checked(adapter, layer, rank, base) for adapter in adapters.values()]
             A, B = (torch.stack(p).to(_device(base)) for p in zip(*parts))
             wrapped = LoRALinear(base, A, B, scale)
-            parent_name, _, child = layer.rpartition(".")
-            setattr(modules[parent_name] if parent_name else model, child, wrapped)
+            self._swap(layer, wrapped)
             self.layers.append(wrapped)
         if getattr(model, "fused_decode", None) is not None:
             # The fused decode step holds the layers it was built with, not these wrappers.
-            model.fused_decode = None
+            self._fused, model.fused_decode = model.fused_decode, None
             warnings.warn("LoRA adapters installed: this model's batch-1 decode runs the "
                           "layers one by one (minillm's fused decode step skips the adapters)",
                           RuntimeWarning, stacklevel=2)
+
+    def _swap(self, layer: str, module: nn.Module) -> None:
+        parent, _, child = layer.rpartition(".")
+        setattr(self.model.get_submodule(parent) if parent else self.model, child, module)
+
+    def remove(self) -> None:
+        """Put the model's own layers (and its fused decode step) back."""
+        names = {id(m): n for n, m in self.model.named_modules()}
+        for wrapped in self.layers:
+            self._swap(names[id(wrapped)], wrapped.base)
+        if self._fused is not None:
+            self.model.fused_decode = self._fused
+        self.layers = []
 
     def index(self, adapter: str | None) -> int:
         """The adapter's row id: -1 for None (the base model)."""
