@@ -355,7 +355,8 @@ assert high > low and high_good < high and high_met < low_met
 #
 # The proof on layer 5's gate projection and its inputs from Q33: two random adapters of rank 8,
 # one batch of three requests (adapter 0, adapter 1, none), each row checked against its adapter
-# merged into the weights.
+# merged into the weights. Lesson 09 §5 serves two adapters on minillm's engine, in one batch
+# against one batch per adapter, and times both.
 
 # %%
 RANK = 8
@@ -382,68 +383,6 @@ print(f"an adapter here: {A[0].numel() + B[0].numel():,} parameters beside {gate
 print(f"one batch against each row alone: largest difference {gap:.1e}; an adapter moves the "
       f"outputs by up to {effect:.2f}")
 assert gap < 1e-4 < effect
-
-# %% [markdown]
-# Served by minillm's engine: two random adapters of rank 8 on every q and v projection (where
-# the LoRA paper put them), `MultiLoRA` installed beside SmolLM2's layers, and requests for
-# both adapters in one continuous batch, against the way merged weights must serve them: one
-# batch per adapter, one after the other. The engine salts each request's cached blocks with its
-# adapter, so the same prompt under two adapters never shares keys and values.
-
-# %%
-from minillm.engine import Engine  # noqa: E402
-from minillm.engine.lora import MultiLoRA, random_adapter  # noqa: E402
-
-adapters = {name: random_adapter(model, ("q_proj", "v_proj"), rank=8, seed=seed, size=0.1)
-            for seed, name in enumerate(["support", "legal"])}
-lora = MultiLoRA(model, adapters)
-PER, NEW = (2, 8) if CI else (4, 24)  # requests per adapter, new tokens each
-asks = [tokenizer.apply_chat_template([{"role": "user", "content": text}],
-                                      add_generation_prompt=True)
-        for text in ["Write a short note to a customer.", "Explain a refund in one sentence.",
-                     "Say hello to a new user.", "Describe a contract in plain words."]]
-work = [(ask, name) for name in adapters for ask in asks[:PER]]
-
-
-def serve(batches):
-    """Run each batch of (prompt, adapter) requests to the end, one batch after the other."""
-    tokens = {}
-    for batch in batches:
-        engine = Engine(model, tokenizer, max_num_seqs=len(batch), lora=lora)
-        ids = {engine.add_request(ask, adapter=name, max_new_tokens=NEW, ignore_eos=True):
-               (ask, name) for ask, name in batch}
-        tokens.update({ids[rid]: out.token_ids for rid, out in engine.run().items()})
-    return tokens
-
-
-one_batch = serve([work])
-by_adapter = serve([[w for w in work if w[1] == name] for name in adapters])
-timing = compare(lambda: serve([work]),
-                 lambda: serve([[w for w in work if w[1] == name] for name in adapters]),
-                 REPEATS, device=device)
-lora.remove()
-same = sum(one_batch[w] == by_adapter[w] for w in work)
-print(f"{len(work)} requests, {len(adapters)} adapters: one batch against one batch per adapter, "
-      f"time ratio {timing.spread_text()}; {load_average()}")
-print(f"the same tokens either way for {same} of {len(work)} requests")
-differ = [ask for ask in asks[:PER] if one_batch[(ask, "support")] != one_batch[(ask, "legal")]]
-print(f"the two adapters answer {len(differ)} of the {PER} prompts differently, for example:")
-for name in adapters:
-    print(f"{name:>8}: {tokenizer.decode(one_batch[(differ[0] if differ else asks[0], name)])!r}")
-verdict = timing.above(1.0)
-print("verdict:", {True: "one mixed batch was faster every time", None: TOO_NOISY,
-                   False: "one batch per adapter was faster every time"}[verdict])
-# batches of other sizes may sum in another order: a near-tie could flip one greedy token
-assert same >= len(work) - 1 and differ
-
-# %% [markdown]
-# One batch runs each decode step once for all the requests; one batch per adapter runs the
-# steps once per adapter, each with fewer rows. Where a decode step is bound by reading the
-# weights, a step of twice the rows costs little more than one, so the mixed batch takes far
-# less time than the batches one after the other (the ratio above); with many adapters and few
-# requests each, the gap grows with the number of adapters. The adapters' own multiplies are
-# small (rank 8 against 576 features), which is why one copy of the base weights can serve
-# them all.
 
 # %% [markdown]
 # ## Q39 · 为什么缓存 K 和 V，而不缓存 Q？ Why are K and V cached, and Q is not?
