@@ -624,9 +624,9 @@ for name, (peak, read) in published.items():
 # The source text says latency grows more slowly than model size: MPT-30B is about 2.5× slower
 # than MPT-7B (4.3× the parameters). We test it with SmolLM2's own family: the same Llama
 # architecture at the published shapes of SmolLM2-360M and -1.7B, with random weights (speed does
-# not depend on the values). To spare memory we build each shape with one and with three layers:
-# the full model's step is the one-layer step plus (layers − 1) × half their difference. Each
-# shape is timed in turns with the 135M shape, three times, and a verdict needs all three.
+# not depend on the values). To spare memory we build each shape with one and with five layers:
+# the full model's step is the one-layer step plus (layers − 1) × a quarter of their difference.
+# Each shape is timed in turns with the 135M shape, three times, and a verdict needs all three.
 
 # %%
 from minillm.model import LlamaModel, ModelConfig
@@ -647,9 +647,9 @@ def shape_config(hidden, layers, heads, kv, ffn):
 
 
 def shape_steps(hidden, heads, kv, ffn):
-    """Decode-step functions of the shape built with one layer and with three (random weights)."""
+    """Decode-step functions of the shape built with one layer and with five (random weights)."""
     steps = []
-    for layers in (1, 3):
+    for layers in (1, 5):
         torch.manual_seed(0)
         config = shape_config(hidden, layers, heads, kv, ffn)
         engine = fast_engine.optimize(LlamaModel(config).to(device).eval().requires_grad_(False))
@@ -668,10 +668,10 @@ def shape_steps(hidden, heads, kv, ffn):
 
 
 def model_step_seconds(steps, layers):
-    """The whole model's decode step: the one-layer step plus (layers - 1) x half the difference
-    between the three-layer and the one-layer step."""
-    one, three = (best_time(step, device, 5, warmup=1) for step in steps)
-    return one + (layers - 1) * max(three - one, 0.0) / 2
+    """The whole model's decode step: the one-layer step plus (layers - 1) x a quarter of the
+    difference between the five-layer and the one-layer step."""
+    one, five = (best_time(step, device, 7, warmup=1) for step in steps)
+    return one + (layers - 1) * max(five - one, 0.0) / 4
 
 
 def parameters(hidden, layers, heads, kv, ffn):
