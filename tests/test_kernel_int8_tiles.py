@@ -30,6 +30,8 @@ def _weights(n, k, gen, bias):
     (40, 200, 20),  # K not a multiple of 64 (or 32): the vector tiles alone
     (32, 40, 7),  # fewer rows than AMX takes, K shorter than a vector
     (5, 64, 100),  # fewer weight rows than a tile of 32
+    (70, 1536, 3),  # a decode step's few rows (VNNI's byte tiles), weight rows past the 4s
+    (8, 64, 2),
 ])
 @pytest.mark.parametrize("bias", [False, True])
 def test_many_rows_give_the_bits_of_each_row_alone(n, k, m, bias):

@@ -11,6 +11,8 @@
                                              CUDA graph at batch 1 (model.fused_decode.cuda_graph)
     blocks.py                                on a CPU, the step's blocks in one C call
                                              (model.fused_decode.c_blocks)
+    huge_pages.py                            on Linux, the weights the kernels stream in 2 MB
+                                             pages (MINILLM_HUGE_PAGES=0: left in place)
     (minillm/kernels/                        the C kernels they call, and dispatch.py: which one)
 
 Nothing else changes: the copy is the same class (LlamaModel, Qwen3Model, ...), runs the same
@@ -37,6 +39,7 @@ from .layout import best_layout, time_layouts
 from .decode import FusedDecode
 from .graph import GraphedDecode
 from .graph import switched_on as graph_switched_on
+from .huge_pages import switched_on as huge_pages_switched_on, to_huge_pages
 from ..kernels import dispatch
 from .linear import FastLinear, HeadEmbedding
 
@@ -113,6 +116,7 @@ def optimize_in_place(model, weights=None, *, layout: str = "auto", kernel="auto
                 and fast.lm_head.weight.dtype == fast.embed.weight.dtype:
             fast.embed = HeadEmbedding(fast.lm_head)  # one table, as in the readable model
     fast.weight_format = fmt
+    fast.huge_page_bytes = to_huge_pages(fast) if huge_pages_switched_on() else 0
     fast.layout = next((m.layout for m in fast.modules() if isinstance(m, FastLinear)), None)
     if FusedDecode.supports(fast):
         fused = fast.fused_decode = FusedDecode(fast)

@@ -13,7 +13,7 @@
    The work is cut into tiles of up to 4 rows of x by 4 weight rows, whose 16 sums stay in
    registers: each weight vector widened serves the tile's rows of x, each vector of x its 4
    weight rows. A decode step (1 to 3 rows) is one tile per 4 weight rows, streaming the weights
-   with a prefetch; more rows keep 4 weight rows in L1 while a block of x's rows (sized for L2)
+   with a prefetch (on VNNI, tiles of bytes: tile_bytes below); more rows keep 4 weight rows in L1 while a block of x's rows (sized for L2)
    passes by, and a prompt's many rows go to AMX's tiles where the CPU has them (below). The
    sums are integers, so a row's result is the same whatever tile computed it, and
    the same float32 step (an FMA, as the compiler fused the one-row code's) turns every sum into
@@ -48,8 +48,8 @@ static inline int32_t dot_int8_int16(const int8_t *w, const int16_t *x, int64_t 
 }
 
 /* R rows of x (K apart, R <= 4) times four consecutive weight rows (K apart): sums[r] holds
-   row r's four sums. `fetch`: prefetch the next four weight rows (a decode step reads the
-   weights from memory once). */
+   row r's four sums. `fetch`: ask for the weights ahead (a decode step reads them from memory
+   once). */
 static inline __attribute__((always_inline)) void tile(const int8_t *w, const int16_t *x,
                                                        int64_t K, int R, int fetch,
                                                        __m128i sums[4]) {
@@ -59,11 +59,9 @@ static inline __attribute__((always_inline)) void tile(const int8_t *w, const in
         acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = izero();
     int64_t k = 0;
     for (; k + IW <= K; k += IW) {
-        if (fetch) {
-            _mm_prefetch((const char *)(w3 + K + k), _MM_HINT_T0);
-            _mm_prefetch((const char *)(w3 + 2 * K + k), _MM_HINT_T0);
-            _mm_prefetch((const char *)(w3 + 3 * K + k), _MM_HINT_T0);
-            _mm_prefetch((const char *)(w3 + 4 * K + k), _MM_HINT_T0);
+        if (fetch) {  /* the four rows lie one after another: 4 IW bytes of them a step */
+            fetch_ahead(w + 4 * k);
+            fetch_ahead(w + 4 * k + 64);
         }
         vi v0 = wide8(w + k), v1 = wide8(w1 + k), v2 = wide8(w2 + k), v3 = wide8(w3 + k);
         for (int r = 0; r < R; r++) {
@@ -89,6 +87,44 @@ static inline __attribute__((always_inline)) void tile(const int8_t *w, const in
         }
     }
 }
+
+#ifdef __AVX512VNNI__
+/* A decode step's rows with VNNI's vpdpbusd, which multiplies 64 unsigned bytes by 64 signed
+   ones (the weights, as stored) into int32 sums of 4 products in one instruction: half the work
+   of widening the weights to int16. x's int16 values go in as two byte planes of u = x + 2^15
+   (u = 2^8 hi + lo, hi and lo 0..255), and a row's sum of x times w is
+   2^8 (hi . w) + (lo . w) - 2^15 (sum of w), with the sum of w a third vpdpbusd against ones.
+   In int32 that wraps, and the true sum fits (q_max above): the same integer as the int16
+   tiles', bit for bit. K a multiple of 64. */
+static inline __attribute__((always_inline)) __m128i tile_bytes(const int8_t *w, const uint8_t *hi,
+                                                                const uint8_t *lo, int64_t K) {
+    const __m512i ones = _mm512_set1_epi8(1);
+    __m512i high[4], low[4], total[4];
+    for (int r = 0; r < 4; r++)
+        high[r] = low[r] = total[r] = _mm512_setzero_si512();
+    for (int64_t k = 0; k < K; k += 64) {
+        fetch_ahead(w + 4 * k);  /* the four rows lie one after another: four lines a step */
+        fetch_ahead(w + 4 * k + 64);
+        fetch_ahead(w + 4 * k + 128);
+        fetch_ahead(w + 4 * k + 192);
+        __m512i h = _mm512_loadu_si512((const void *)(hi + k));
+        __m512i l = _mm512_loadu_si512((const void *)(lo + k));
+        __m512i v[4] = {_mm512_loadu_si512((const void *)(w + k)),
+                        _mm512_loadu_si512((const void *)(w + K + k)),
+                        _mm512_loadu_si512((const void *)(w + 2 * K + k)),
+                        _mm512_loadu_si512((const void *)(w + 3 * K + k))};
+        for (int r = 0; r < 4; r++) {
+            high[r] = _mm512_dpbusd_epi32(high[r], h, v[r]);
+            low[r] = _mm512_dpbusd_epi32(low[r], l, v[r]);
+            total[r] = _mm512_dpbusd_epi32(total[r], ones, v[r]);
+        }
+    }
+    for (int r = 0; r < 4; r++)
+        high[r] = _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32(high[r], 8), low[r]),
+                                   _mm512_slli_epi32(total[r], 15));
+    return isum4(high[0], high[1], high[2], high[3]);
+}
+#endif
 
 /* the outputs of four weight rows from n for row m: sum * (s_x * scale) + bias, fused */
 static inline void put4(float *y, __m128i sums, float sx, const float *scale, const float *bias) {
@@ -232,6 +268,38 @@ static int amx_rows(const int8_t *W, const float *scale, const float *bias, cons
 int gemm_int8_amx(void) { return 0; }
 #endif
 
+#ifdef __AVX512VNNI__
+/* a decode step's M < 4 rows (xq, sx) times every weight row, four at a time on tile_bytes */
+static int decode_rows(const int8_t *W, const float *scale, const float *bias, const int16_t *xq,
+                       const float *sx, float *Y, int64_t M, int64_t N, int64_t K, int threads) {
+    uint8_t *planes = (uint8_t *)malloc((size_t)(2 * M * K));  /* row m: hi, then lo */
+    if (!planes)
+        return -1;
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t k = 0; k < K; k++) {
+            uint16_t u = (uint16_t)(xq[m * K + k] + (1 << 15));
+            planes[2 * m * K + k] = (uint8_t)(u >> 8);
+            planes[(2 * m + 1) * K + k] = (uint8_t)(u & 0xFF);
+        }
+    int64_t quads = N / 4;
+    #pragma omp parallel for schedule(static) num_threads(threads) \
+        if (threads > 1 && M * N * K > (1 << 16))
+    for (int64_t p = 0; p < quads + N % 4; p++) {
+        int64_t n = p < quads ? 4 * p : 4 * quads + (p - quads);
+        const float *b = bias ? bias + n : NULL;
+        for (int64_t m = 0; m < M; m++) {
+            if (p < quads)
+                put4(Y + m * N + n, tile_bytes(W + n * K, planes + 2 * m * K,
+                                               planes + (2 * m + 1) * K, K), sx[m], scale + n, b);
+            else
+                Y[m * N + n] = put1(dot_int8_int16(W + n * K, xq + m * K, K), sx[m], scale[n], b);
+        }
+    }
+    free(planes);
+    return 0;
+}
+#endif
+
 /* x's largest |value| */
 static float largest(const float *x, int64_t K) {
     int64_t k = 0;
@@ -285,6 +353,13 @@ int gemm_int8(const int8_t *W, const float *scale, const float *bias, const floa
             return -1;
         }
         first = N - N % 32;
+    }
+#endif
+#ifdef __AVX512VNNI__
+    if (M < 4 && K % 64 == 0) {
+        int status = decode_rows(W, scale, bias, xq, sx, Y, M, N, K, threads);
+        free(xq);
+        return status;
     }
 #endif
     int64_t quads = (N - first) / 4, block = X_BLOCK_BYTES / (2 * K) / 4 * 4;

@@ -125,8 +125,8 @@ static inline __attribute__((always_inline)) void q4_1_rows(
                                 : _mm256_castps128_ps256(_mm_loadu_ps(xs + 2 * b));
         for (int r = 0; r < R; r++) {
             const uint8_t *g = row + r * row_bytes + Q4_1_BLOCK_BYTES * b;
-            _mm_prefetch((const char *)(g + 4 * row_bytes), _MM_HINT_T0);  /* the next four rows */
-            _mm_prefetch((const char *)(g + 4 * row_bytes + 64), _MM_HINT_T0);
+            fetch_ahead(g);
+            fetch_ahead(g + 64);
             __m512i lo = whole ? _mm512_loadu_si512((const void *)g)
                                : _mm512_maskz_loadu_epi8(0xFFFFFFFFFFULL, g);
             __m512i hi = whole ? _mm512_zextsi128_si512(_mm_loadu_si128((const __m128i *)(g + 64)))

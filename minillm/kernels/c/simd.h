@@ -14,6 +14,18 @@ static inline float vsum8(__m256 a) {
     return _mm_cvtss_f32(_mm_hadd_ps(s, s));
 }
 
+/* A decode step reads every weight once, in order. The CPU's own prefetcher stops at each 4 KB
+   page and starts again, so on its own it keeps too few reads in flight to reach the memory's
+   bandwidth: a kernel streaming weights asks, for each 64 bytes it reads, for the line
+   AHEAD_BYTES further on, into L2 (T1: what the L1 holds stays). scripts/bench_gemm_int8.py
+   --rows 1 measures it. */
+#define AHEAD_BYTES (16 * 1024)
+/* always_inline: as a plain inline function GCC finds it has no effect (a prefetch changes
+   nothing a program can see) and drops the calls before it would have inlined them */
+static inline __attribute__((always_inline)) void fetch_ahead(const void *p) {
+    _mm_prefetch((const char *)p + AHEAD_BYTES, _MM_HINT_T1);
+}
+
 /* ---- float32 vectors: vf, VW floats ------------------------------------------------------- */
 #ifdef __AVX512F__
 #define VW 16
