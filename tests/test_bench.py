@@ -171,7 +171,9 @@ def test_every_name_the_bench_package_offers_resolves():
 
 
 FAKE_LLAMA_CPP = {
-    "__init__.py": "from .llama import Llama\n__version__ = 'fake'\n",
+    "__init__.py": "from .llama import Llama\n__version__ = 'fake'\n\n"
+                   "def llama_print_system_info():\n"
+                   "    return b'CPU : SSE3 = 1 | AVX = 1 | AVX2 = 1 | AVX512 = 0 | '\n",
     "llama_cpp.py": "class Params:\n    use_extra_bufts = True\n\n"
                     "def llama_model_default_params():\n    return Params()\n",
     "llama.py": "import os, signal\nfrom . import llama_cpp\n\n"
@@ -211,15 +213,34 @@ def test_llama_cpp_that_crashes_on_its_first_token_runs_without_its_extra_paths(
     assert llama_cpp_crashes(fake_llama_cpp, 64, 1) == 0
     notes = []
     llama_cpp_engine(fake_llama_cpp, 64, notes).decode([1, 2, 3], 4, threads=1)
-    assert notes == []
+    assert len(notes) == 1 and notes.pop().endswith("built with SSE3, AVX, AVX2")
     monkeypatch.setenv("FAKE_CRASH", "1")
     assert llama_cpp_crashes(fake_llama_cpp, 64, 1) == signal.SIGSEGV
     engine = llama_cpp_engine(fake_llama_cpp, 64, notes)
     assert len(engine.decode([1, 2, 3], 4, threads=1).token_times) == 4  # did not die here
     engine.decode([1, 2, 3], 4, threads=1)
-    assert len(notes) == 1 and "crashed decoding its first token here" in notes[0] \
-        and "use_extra_bufts=False" in notes[0] and "signal 11" in notes[0] and "at 1 thread(s)" in notes[0]
+    assert len(notes) == 2 and "built with" in notes[0]
+    assert "crashed decoding its first token here" in notes[1] \
+        and "use_extra_bufts=False" in notes[1] and "signal 11" in notes[1] and "at 1 thread(s)" in notes[1]
     import llama_cpp.llama
 
     assert llama_cpp.llama.llama_cpp.llama_model_default_params().use_extra_bufts, \
         "the defaults are put back once the Llama is made"
+
+
+def test_another_llama_cpp_is_timed_from_its_folder_and_a_wrong_folder_is_refused(
+        fake_llama_cpp, tmp_path):
+    """--llama-cpp DIR: a llama-cpp-python built for another level, installed with pip install
+    --target DIR; the note says which one ran and what its build uses."""
+    from minillm.tools.bench.run import llama_cpp_engine, run
+
+    notes = []
+    folder = fake_llama_cpp.parent
+    engine = llama_cpp_engine(fake_llama_cpp, 64, notes, where=str(folder))
+    assert len(engine.decode([1, 2, 3], 3, threads=1).token_times) == 3
+    assert notes == [f"llama.cpp fake from {folder}, built with SSE3, AVX, AVX2"]
+    with pytest.raises(ValueError, match="no llama_cpp package in that folder.*pip install "
+                                         "--target"):
+        run(formats=("fp32",), llama_cpp_dir=str(tmp_path / "nowhere"),
+            progress=lambda message: None)
+

@@ -53,6 +53,10 @@ def build_parser(parser):
                         help="the instruction-set level minillm's CPU kernels build for "
                              "(MINILLM_KERNEL_LEVEL): avx2, avx512, avx512-vnni, amx, or native "
                              "(the default: the highest this CPU runs)")
+    parser.add_argument("--llama-cpp", default=None, metavar="DIR",
+                        help="time the llama-cpp-python installed in DIR (pip install --target "
+                             "DIR), e.g. one built for the same level as --level, instead of "
+                             "this environment's")
     parser.add_argument("--budget", type=float, default=120.0,
                         help="start no new repetition after this many seconds (default 120)")
     parser.add_argument("--no-transformers", action="store_true",

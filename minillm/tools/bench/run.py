@@ -28,6 +28,7 @@ import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -108,15 +109,23 @@ def transformers_engine(model, dtype: str) -> Engine:
     return Engine("transformers", dtype, run, bytes_per_token(model))
 
 
-def llama_cpp_engine(path, context: int, notes: list | None = None) -> Engine | None:
-    """llama.cpp's Python binding on the same GGUF file (its own Q4_1 kernels), when installed.
-    One `Llama` per thread count, made on first use. Where llama.cpp dies on its first token
-    with its default weight paths (a build for this CPU whose AMX or repacked-weight path
-    crashes), it runs with them off (llama-server's --no-repack) and a note says so."""
+def llama_cpp_engine(path, context: int, notes: list | None = None,
+                     where: str | None = None) -> Engine | None:
+    """llama.cpp's Python binding on the same GGUF file (its own Q4_1 kernels), when installed
+    (`where`: the folder of another installation, first on the import path). One `Llama` per
+    thread count, made on first use. Where llama.cpp dies on its first token with its default
+    weight paths (a build for this CPU whose AMX or repacked-weight path crashes), it runs with
+    them off (llama-server's --no-repack) and a note says so. A note says what its build uses."""
+    if where is not None:
+        sys.path.insert(0, str(Path(where).resolve()))
     try:
         import llama_cpp
     except ImportError:
+        if where is not None:
+            raise ValueError(f"--llama-cpp {where}: its llama_cpp does not import here")
         return None
+    if notes is not None:
+        notes.append(llama_cpp_build(llama_cpp))
     instances = {}
 
     def run(ids, n, threads=None):
@@ -145,6 +154,19 @@ def llama_cpp_engine(path, context: int, notes: list | None = None) -> Engine | 
     return Engine("llama.cpp", "Q4_1", run, os.path.getsize(path))
 
 
+def llama_cpp_build(llama_cpp) -> str:
+    """A line: where llama_cpp was imported from and the instruction sets its build uses."""
+    where = Path(llama_cpp.__file__).parent.parent
+    try:
+        info = llama_cpp.llama_print_system_info().decode(errors="replace")
+    except (AttributeError, OSError):
+        info = ""
+    used = [part.split("=")[0].split(":")[-1].strip() for part in info.replace("|", "\n").splitlines()
+            if part.strip().endswith("= 1")]
+    return (f"llama.cpp {getattr(llama_cpp, '__version__', '?')} from {where}, built with "
+            f"{', '.join(used) or 'instruction sets it does not report'}")
+
+
 LLAMA_CPP_PROBE = ("import sys\nfrom llama_cpp import Llama\n"
                    "context, threads = int(sys.argv[2]), int(sys.argv[3])\n"
                    "llm = Llama(model_path=sys.argv[1], n_ctx=context, n_threads=threads,\n"
@@ -158,7 +180,8 @@ def llama_cpp_crashes(path, context: int, threads: int) -> int:
     benchmark)."""
     try:
         done = subprocess.run([sys.executable, "-c", LLAMA_CPP_PROBE, str(path), str(context),
-                               str(threads)], capture_output=True, timeout=600)
+                               str(threads)], capture_output=True, timeout=600,
+                              env=os.environ | {"PYTHONPATH": os.pathsep.join(sys.path)})
     except subprocess.TimeoutExpired:
         return 0
     return -done.returncode if done.returncode < 0 else 0
@@ -255,7 +278,8 @@ def _check(formats, tokens, prompt_tokens, repeats, threads) -> tuple:
 
 def run(formats=("fp32", "bf16", "int8", "q4_1"), tokens: int = 64, prompt_tokens: int = 512,
         repeats: int = 3, device="auto", threads=None, budget_s: float = 150.0,
-        with_transformers: bool = True, with_llama_cpp: bool = True, progress=print) -> dict:
+        with_transformers: bool = True, with_llama_cpp: bool = True, progress=print,
+        llama_cpp_dir: str | None = None) -> dict:
     """Run the benchmark; return the report (what the JSON line holds). `threads` is a list of
     thread counts (default: PyTorch's own choice); every engine runs at each."""
     import minillm
@@ -265,6 +289,10 @@ def run(formats=("fp32", "bf16", "int8", "q4_1"), tokens: int = 64, prompt_token
     threads = _check(formats, tokens, prompt_tokens, repeats, threads)
     device = pick_device(device)
     notes = []
+    if llama_cpp_dir is not None and not (Path(llama_cpp_dir) / "llama_cpp").is_dir():
+        raise ValueError(f"--llama-cpp {llama_cpp_dir}: no llama_cpp package in that folder "
+                         f"(make one with: pip install --target {llama_cpp_dir} "
+                         f"llama-cpp-python==0.3.36)")
     if device.type != "cpu" and "q4_1" in formats:
         formats = tuple(f for f in formats if f != "q4_1")
         notes.append(f"q4_1 has no row: the GGUF file's 4-bit blocks run on minillm's CPU kernel "
@@ -288,7 +316,7 @@ def run(formats=("fp32", "bf16", "int8", "q4_1"), tokens: int = 64, prompt_token
         engines.append(minillm_engine(fast, tokenizer, fmt))
     if with_llama_cpp and device.type == "cpu":
         engine = llama_cpp_engine(minillm.model_file("smollm2-135m"), prompt_tokens + tokens + 8,
-                                  notes)
+                                  notes, where=llama_cpp_dir)
         if engine is not None:
             engines.append(engine)
         else:
@@ -414,7 +442,8 @@ def run_cli(args) -> int:
                      tokens=args.tokens, prompt_tokens=args.prompt_tokens,
                      repeats=args.repeats, device=args.device, threads=args.threads,
                      budget_s=args.budget, with_transformers=not args.no_transformers,
-                     progress=lambda msg: print(msg, file=sys.stderr, flush=True))
+                     progress=lambda msg: print(msg, file=sys.stderr, flush=True),
+                     llama_cpp_dir=getattr(args, "llama_cpp", None))
     except ValueError as error:
         print(f"minillm bench: {error}", file=sys.stderr)
         return 2
