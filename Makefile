@@ -110,7 +110,7 @@ browser:
 # Then the kernels' tests again at each lower instruction-set level the machine runs
 # (MINILLM_KERNEL_LEVEL; scripts/test_levels.py).
 test: setup $(EVAL_INSTALLED) $(GRADING_INSTALLED)
-	OMP_NUM_THREADS=1 $(PY) -m pytest --nbval-lax tests notebooks solutions --ignore=notebooks/zh $(PYTEST_ARGS)
+	OMP_NUM_THREADS=1 $(PY) -m pytest --nbval-lax tests notebooks solutions --ignore=notebooks/zh --ignore=solutions/zh $(PYTEST_ARGS)
 	OMP_NUM_THREADS=1 $(PY) scripts/test_levels.py $(LEVEL_PYTEST_ARGS)
 
 # The exercises as two nbgrader courses, grading/en and grading/zh (docs/instructor.md).

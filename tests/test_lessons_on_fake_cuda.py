@@ -150,8 +150,8 @@ def test_a_cell_that_hangs_times_out_and_the_notebook_runs_again_in_a_fresh_kern
         f"import pathlib, time\nmarker = pathlib.Path({str(hung_once)!r})\n"
         "if not marker.exists():\n    marker.touch()\n    time.sleep(3600)")])
     nbformat.write(nb, tmp_path / "lesson.ipynb")
-    with pytest.warns(UserWarning, match="a cell passed 30 s .*running it again"):
-        picked, _ = run_on_fake_device(tmp_path / "lesson.ipynb", monkeypatch, cell_timeout_s=30)
+    with pytest.warns(UserWarning, match="a cell passed 10 s .*running it again"):
+        picked, _ = run_on_fake_device(tmp_path / "lesson.ipynb", monkeypatch, cell_timeout_s=10)
     assert picked == "cuda" and hung_once.exists()
 
 
