@@ -129,6 +129,7 @@ def test_the_level_option_takes_the_kernel_levels_and_the_report_names_the_level
 
     from minillm.kernels import build
     from minillm.tools.bench.options import KERNEL_LEVELS
+    from minillm.fast import huge_pages
     from minillm.tools.bench.run import _machine
 
     assert KERNEL_LEVELS == (*build.LEVELS, build.NATIVE)
@@ -140,6 +141,9 @@ def test_the_level_option_takes_the_kernel_levels_and_the_report_names_the_level
     assert "invalid choice: 'avx9'" in capsys.readouterr().err
     machine = _machine(torch.device("cpu"))
     assert machine["kernel_levels_here"] == build.levels_here()
+    assert machine["weight_pages"] in ("asked for 2 MB pages (madvise)",
+                                       *(f"4 KB pages ({why})" for why in (
+                                           "MINILLM_HUGE_PAGES=0", huge_pages.why_not())))
     if build.cannot_build() is None and not os.environ.get("MINILLM_NO_KERNEL"):
         assert machine["kernels"] == f"built, {build.status().label}"
 

@@ -73,6 +73,7 @@ def test_moved_weights_give_the_same_logits_and_keep_their_shapes_of_sharing(
 def test_the_switch_leaves_the_weights_in_place(every_size, monkeypatch):
     monkeypatch.setenv(huge_pages.SWITCH, "0")
     assert not huge_pages.switched_on()
+    assert huge_pages.describe() == "4 KB pages (MINILLM_HUGE_PAGES=0)"
     assert optimize(_tiny(), "int8").huge_page_bytes == 0
 
 
@@ -82,9 +83,20 @@ def test_a_system_without_huge_pages_says_so_once(every_size, monkeypatch, tmp_p
     monkeypatch.setattr(huge_pages, "SETTING", setting)
     monkeypatch.setattr(huge_pages, "_SAID", [])
     monkeypatch.setattr(sys, "platform", "linux")
-    assert "never" in huge_pages.why_not()
+    assert "never" in huge_pages.why_not() and huge_pages.describe().startswith("4 KB pages")
     fast = optimize(_tiny(), "int8")
     assert fast.huge_page_bytes == 0
     assert huge_pages.to_huge_pages(fast) == 0
     err = capsys.readouterr().err
     assert err.count("4 KB pages") == 1 and "says never" in err
+
+
+def test_bench_step_says_where_the_weights_lie(monkeypatch):
+    from minillm.tools.bench.step import huge_pages_of
+
+    model = _tiny()
+    model.huge_page_bytes = 134_676_480
+    assert huge_pages_of(model) == "135 MB asked for 2 MB pages"
+    model.huge_page_bytes = 0
+    monkeypatch.setenv(huge_pages.SWITCH, "0")
+    assert huge_pages_of(model) == "4 KB pages (MINILLM_HUGE_PAGES=0)"

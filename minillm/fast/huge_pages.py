@@ -47,6 +47,14 @@ def why_not() -> str | None:
     return None
 
 
+def describe() -> str:
+    """Where a fast model's streamed weights go here, in words."""
+    if not switched_on():
+        return f"4 KB pages ({SWITCH}=0)"
+    reason = why_not()
+    return "asked for 2 MB pages (madvise)" if reason is None else f"4 KB pages ({reason})"
+
+
 def _storages(model: nn.Module) -> dict[int, list[torch.Tensor]]:
     """The storages of at least SMALLEST bytes that the layers' kernels stream (their
     `_operands`: weights, scales), each with every tensor of the model on it (a tied embedding

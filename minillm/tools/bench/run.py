@@ -32,6 +32,7 @@ from pathlib import Path
 
 import torch
 
+from ...fast import huge_pages
 from ...kernels import build, dispatch
 from ...utils.devices import FLOAT_DTYPES, synchronize
 from ...measure.metrics import RequestMetrics
@@ -222,6 +223,8 @@ def _machine(device: torch.device) -> dict:
     info["kernels"] = f"built, {build.status().label}" if why_not is None else \
         f"not used: {why_not}"
     info["kernel_levels_here"] = build.levels_here()
+    if device.type == "cpu":
+        info["weight_pages"] = huge_pages.describe()
     return info
 
 
@@ -424,7 +427,8 @@ def table(report: dict) -> str:
                  f"tokens; median (min-max) of interleaved repetitions ({reps})")
     bw = ", ".join(f"{b:.1f} GB/s at {t} thread(s)" for t, b in report["bandwidth_gb_s"].items())
     lines.append(f"minillm's kernels: {m.get('kernels', '?')} (levels this machine runs: "
-                 f"{', '.join(m.get('kernel_levels_here', [])) or 'none'})")
+                 f"{', '.join(m.get('kernel_levels_here', [])) or 'none'})"
+                 + (f"; weights in {m['weight_pages']}" if "weight_pages" in m else ""))
     lines.append(f"read bandwidth {bw}; {m['device']}, load average "
                  f"{m.get('load_average_1min', '?')} on {m['cpu_count']} CPUs; "
                  f"{report['seconds']:.0f} s")

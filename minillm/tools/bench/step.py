@@ -287,7 +287,15 @@ def run(model_name: str = "smollm2-135m", weights: str = "fp32", threads: int | 
     return {"model": str(model_name), "weights": weights, "threads": threads,
             "bandwidth": bandwidth, "figures": figures, "load_average_1min": load,
             "torch": torch.__version__, "kernels": kernels.dispatch.cpu_kernels("cpu"),
-            "decode_path": plan}
+            "decode_path": plan, "weight_pages": huge_pages_of(model)}
+
+
+def huge_pages_of(model) -> str:
+    """Where the model's streamed weights lie: how many MB went into 2 MB pages, or why none."""
+    from ...fast import huge_pages
+
+    moved = getattr(model, "huge_page_bytes", 0)
+    return f"{moved / 1e6:.0f} MB asked for 2 MB pages" if moved else huge_pages.describe()
 
 
 def report_table(report: dict) -> str:
@@ -295,7 +303,8 @@ def report_table(report: dict) -> str:
              f"minillm's kernels {'on' if report['kernels'] else 'off'}, load average "
              f"{report['load_average_1min']}")
     return (table(report["figures"], report["bandwidth"], title)
-            + f"\ndecode path as generate runs it: {report['decode_path']}")
+            + f"\ndecode path as generate runs it: {report['decode_path']}"
+            + (f"; weights: {report['weight_pages']}" if "weight_pages" in report else ""))
 
 
 def run_cli(args) -> int:
