@@ -1,10 +1,13 @@
 """Test-wide settings: Jupyter, IPython and matplotlib write into a temporary folder, not $HOME,
-and transformers never reaches for a model hub."""
+removed when the test process ends, and transformers never reaches for a model hub."""
 
+import atexit
 import os
+import shutil
 import tempfile
 
 _home = tempfile.mkdtemp(prefix="minillm-test-home-")
+atexit.register(shutil.rmtree, _home, ignore_errors=True)  # each test process its own, gone after
 for variable, sub in [("JUPYTER_CONFIG_DIR", "jupyter-config"), ("JUPYTER_DATA_DIR", "jupyter-data"),
                       ("JUPYTER_RUNTIME_DIR", "jupyter-runtime"), ("IPYTHONDIR", "ipython"),
                       ("MPLCONFIGDIR", "matplotlib")]:
