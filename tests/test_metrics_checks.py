@@ -12,6 +12,8 @@ import torch
 
 from minillm.course.checks import ch05_metrics as checks
 from minillm.course.checks._base import CheckFailed
+from minillm.engine.capture_sizes import choose_capture_sizes as right_choose
+from minillm.engine.capture_sizes import graph_batch_size as right_graph_batch_size
 
 from memorizing import assert_hidden_cases_catch_memorizing
 from test_tokenizer_checks import assert_hints_are_specific
@@ -42,22 +44,6 @@ def right_throughput(reqs):
 
 def right_roofline(rows, n_weights, bytes_per_weight, peak_flops, bandwidth):
     return max(2 * n_weights * rows / peak_flops, n_weights * bytes_per_weight / bandwidth)
-
-
-def right_graph_batch_size(batch, capture_sizes):
-    fitting = [size for size in capture_sizes if size >= batch]
-    return min(fitting) if fitting else None
-
-
-def right_choose(batch_sizes, candidates, max_graphs):
-    best = None
-    for name, sizes in candidates.items():
-        if len(sizes) > max_graphs or max(sizes) < max(batch_sizes):
-            continue
-        padding = sum(right_graph_batch_size(b, sizes) - b for b in batch_sizes)
-        if best is None or (padding, len(sizes)) < best[:2]:
-            best = (padding, len(sizes), name)
-    return best and best[2]
 
 
 def test_right_answers_pass(capsys):
