@@ -91,6 +91,27 @@ def test_a_system_without_huge_pages_says_so_once(every_size, monkeypatch, tmp_p
     assert err.count("4 KB pages") == 1 and "says never" in err
 
 
+@linux_with_thp
+def test_a_region_the_system_refuses_leaves_the_weights_in_place_and_says_so_once(
+        every_size, monkeypatch, capsys):
+    def refuse(*args, **kwargs):
+        raise OSError(12, "Cannot allocate memory")
+
+    model = _tiny()
+    monkeypatch.setenv(huge_pages.SWITCH, "0")
+    in_place = optimize(model, "int8")
+    monkeypatch.delenv(huge_pages.SWITCH)
+    monkeypatch.setattr(huge_pages, "_SAID", [])
+    monkeypatch.setattr(huge_pages.mmap, "mmap", refuse)
+    fast = optimize(model, "int8")
+    assert fast.huge_page_bytes == 0
+    assert huge_pages.to_huge_pages(fast) == 0
+    ids = torch.tensor([[3, 7, 79, 0, 12]])
+    assert torch.equal(fast(ids), in_place(ids))
+    err = capsys.readouterr().err
+    assert err.count("4 KB pages") == 1 and "Cannot allocate memory" in err
+
+
 def test_bench_step_says_where_the_weights_lie(monkeypatch):
     from minillm.tools.bench.step import huge_pages_of
 

@@ -102,12 +102,16 @@ def to_huge_pages(model: nn.Module) -> int:
              for key, tensors in groups.items()}
     # private: anonymous shared memory is shmem, which Linux backs with huge pages only where
     # shmem_enabled says so
-    region = mmap.mmap(-1, sum(sizes.values()) + HUGE_PAGE,
-                       flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    view = ctypes.c_char.from_buffer(region)
-    start = -ctypes.addressof(view) % HUGE_PAGE
-    del view  # the address is all it was for; the region goes with its last tensor
-    region.madvise(mmap.MADV_HUGEPAGE, start, len(region) - start)
+    try:
+        region = mmap.mmap(-1, sum(sizes.values()) + HUGE_PAGE,
+                           flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        view = ctypes.c_char.from_buffer(region)
+        start = -ctypes.addressof(view) % HUGE_PAGE
+        del view  # the address is all it was for; the region goes with its last tensor
+        region.madvise(mmap.MADV_HUGEPAGE, start, len(region) - start)
+    except OSError as error:  # no memory for a second copy, or a kernel that refuses the advice
+        _say_once(f"no region for them: {error}")
+        return 0
     moved, offset = {}, start
     with torch.no_grad():
         for key, tensors in groups.items():
