@@ -52,8 +52,10 @@ from .limits import MAX_HEAD_DIM
 
 SWITCH = "MINILLM_NO_KERNEL"
 
-# Rows up to which gemm_f32 beats PyTorch's multiply (scripts/bench_gemm_f32.py): with AVX-512,
-# every count measured up to a 2,048-token prompt; with AVX2 (4-row tiles), up to 8 rows.
+# Rows up to which gemm_f32 takes a float32 layer (scripts/bench_gemm_f32.py against PyTorch's
+# multiply): with AVX-512 every count (on the AMD EPYC faster at every count up to a 2,048-token
+# prompt; on the Sapphire Rapids faster up to 32 rows, about 0.9x MKL's from 64, as
+# docs/benchmarks.md shows); with AVX2 (4-row tiles), up to 8 rows.
 F32_MAX_ROWS = {"AVX-512": 1 << 20, "AVX2": 8}
 # Rows up to which gemv_bf16 (one row) and gemm_bf16 (more) take a bf16 layer's float32 rows.
 # With AVX-512, against PyTorch's paths before it (scripts/bench_prefill_kernels.py): faster from

@@ -1,5 +1,6 @@
 /* Float32 weights in the (in, out) layout times one row (gemv_f32) or several (gemm_f32). */
 #include <stdlib.h>
+#include <string.h>
 
 #include "minillm_kernels.h"
 #include "gemm_tile.h"
@@ -63,14 +64,22 @@ void gemv_f32(const float *W, const float *bias, const float *x, float *y, int64
    Y, whose sums stay in registers while the tile's strip of W goes by, one row of W
    (GEMM_COLS floats) per step: each weight loaded is used GEMM_ROWS times, so for a
    decode batch of 8-16 rows the multiply is bound by arithmetic, not by reading W.
-   With AVX-512 it also beats PyTorch's multiply (MKL's) on this project's CPU at every size
-   measured, from 2 rows to a 2,048-token prompt, and by most on thin products and two threads
-   (scripts/bench_gemm_f32.py); with AVX2 it wins up to 8 rows (minillm/kernels/dispatch.py
-   sends it no more). The strip is read down its column a row of W at a time, a jump of N
-   floats; with few rows of X the arithmetic is too short to hide those jumps, so the strip is
-   taken GEMM_SPAN rows of W at a time, the next strip's span after it, and the sums go back to
-   Y between spans (Y is small: it stays in cache). */
+   With AVX-512 it is the only float32 multiply minillm uses on a CPU (docs/benchmarks.md has
+   it against PyTorch's by row count; with AVX2 it takes up to 8 rows, dispatch.py). A strip
+   of W is read down its column, a jump of N floats per row of W. With few rows of X the
+   arithmetic is too short to hide those jumps, so the strip is taken GEMM_SPAN rows of W at a
+   time, the next strip's span after it, and the sums go back to Y between spans (Y is small:
+   it stays in cache). */
 #define GEMM_SPAN 16
+/* From this many rows of X each strip of W is first copied into a panel (K rows of GEMM_COLS
+   floats, one run of memory, in L2): the tiles then read it in order instead of jumping N
+   floats at each k, which the prefetcher does not follow across a prompt's many tiles. */
+#define GEMM_PANEL_ROWS 9
+
+static void copy_strip(const float *W, int64_t N, int64_t K, int64_t width, float *panel) {
+    for (int64_t k = 0; k < K; k++)
+        memcpy(panel + k * GEMM_COLS, W + k * N, (size_t)width * sizeof(float));
+}
 
 void gemm_f32(const float *W, const float *bias, const float *X, float *Y, int64_t M, int64_t N,
               int64_t K, int threads) {
@@ -81,11 +90,21 @@ void gemm_f32(const float *W, const float *bias, const float *X, float *Y, int64
     #pragma omp parallel for schedule(static) num_threads(threads) if (parts > 1)
     for (int64_t p = 0; p < parts; p++) {
         int64_t t1 = (p + 1) * per < tiles ? (p + 1) * per : tiles;
+        /* without the memory for a panel, the strips are read where they lie: the same sums */
+        float *panel = M >= GEMM_PANEL_ROWS
+            ? (float *)malloc((size_t)(K * GEMM_COLS) * sizeof(float)) : NULL;
         for (int64_t k0 = 0; k0 < K; k0 += span)
             for (int64_t t = p * per; t < t1; t++) {
                 int64_t n = t * GEMM_COLS, width = N - n < GEMM_COLS ? N - n : GEMM_COLS;
                 int64_t k1 = k0 + span < K ? k0 + span : K;
-                gemm_strip(W + n, N, X, K, bias ? bias + n : NULL, Y + n, N, M, width, k0, k1);
+                const float *strip = W + n;
+                int64_t ldw = N;
+                if (panel) {
+                    copy_strip(strip, N, K, width, panel);
+                    strip = panel, ldw = GEMM_COLS;
+                }
+                gemm_strip(strip, ldw, X, K, bias ? bias + n : NULL, Y + n, N, M, width, k0, k1);
             }
+        free(panel);
     }
 }
