@@ -216,9 +216,8 @@ else:
     eager_t, compiled_t = (sorted(s)[len(s) // 2] / 500 for s in (timed.a, timed.b))
     print(f"eager {1e6 * eager_t:.0f} us, compiled {1e6 * compiled_t:.0f} us per call; compiled "
           f"over eager: {timed.spread_text()}; {load_average()}")
-    faster = timed.above(1.0)
-    if faster is None and timed.near(1.0):  # every repetition within 15% of eager's time
-        faster = "even"
+    # every repetition within 15% of eager's time is the finding, whichever side each fell on
+    faster = "even" if timed.near(1.0) else timed.above(1.0)
     print("verdict:", {False: "the compiled block is faster here", True: "the compiled block is "
                        "slower here", "even": "the compiled block is about as fast as the eager "
                        "one here (within 15%)", None: TOO_NOISY}[faster])
