@@ -26,6 +26,8 @@ ARTIFACTS = ROOT / "test-artifacts" / "browser"
 # A lesson's run-all takes about a minute at CI size on a quiet machine; with both cores busy
 # (two test workers, each with its kernel and the browser) it has taken ten.
 RUN_ALL_LIMIT_MS = 1_200_000
+# A run-all that started makes the kernel busy within a second or two, even with both cores busy.
+RUN_START_LIMIT_MS = 30_000
 
 
 def free_port() -> int:
@@ -148,6 +150,21 @@ RUN_STATE = """() => {
   return cells.every(c => c.model.executionCount !== null) ? 'ran' : false;
 }"""
 
+# A run has started: the kernel left idle, a cell has run, or the kernel is in trouble.
+RUN_STARTED = """() => {
+  const w = window.jupyterapp.shell.currentWidget, ctx = w.sessionContext;
+  const kernel = ctx.session && ctx.session.kernel;
+  if (ctx.minillmTrouble || !kernel || kernel.status !== 'idle') return true;
+  return w.content.widgets.some(c => c.model.type === 'code' && c.model.executionCount !== null);
+}"""
+
+# The notebook on show is ready for commands: its file loaded, every cell drawn, one active.
+NOTEBOOK_READY = """() => {
+  const w = window.jupyterapp.shell.currentWidget, notebook = w && w.content;
+  return !!(notebook && notebook.model && w.context && w.context.isReady && notebook.activeCell
+            && notebook.widgets.length === notebook.model.cells.length);
+}"""
+
 # Kernel trouble is remembered from the moment the notebook opened: a restart is over in a second.
 WATCH_KERNEL = """() => {
   const ctx = window.jupyterapp.shell.currentWidget.sessionContext;
@@ -186,11 +203,25 @@ def open_notebook(page, base: str, token: str, path: str, timeout_ms: int = 120_
     page.goto(f"{base}/lab/tree/{path}?token={token}")
     page.wait_for_function("() => !!window.jupyterapp", timeout=timeout_ms)
     page.wait_for_function(KERNEL_IDLE, timeout=timeout_ms)
+    page.wait_for_function(NOTEBOOK_READY, timeout=timeout_ms)
     page.evaluate(WATCH_KERNEL)
 
 
-def run_all(page, timeout_ms: int = RUN_ALL_LIMIT_MS) -> None:
-    page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+def run_all(page, timeout_ms: int = RUN_ALL_LIMIT_MS, tries: int = 3) -> None:
+    """Run every cell and wait for the end. JupyterLab's run-all does nothing, and says nothing,
+    while the notebook has no active cell yet; so the command is given again when no cell has
+    started after RUN_START_LIMIT_MS (a run that started makes the kernel busy or numbers a
+    cell, and is never started twice)."""
+    for _ in range(tries):
+        page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+        try:
+            page.wait_for_function(RUN_STARTED, timeout=RUN_START_LIMIT_MS, polling=200)
+            break
+        except PlaywrightTimeout:
+            continue
+    else:
+        raise AssertionError(f"run-all started no cell in {tries} tries of "
+                             f"{RUN_START_LIMIT_MS / 1000:.0f} s: {page.evaluate(PROGRESS)}")
     wait_until_ran(page, timeout_ms)
 
 
