@@ -16,8 +16,8 @@
    with a prefetch (on VNNI, tiles of bytes: tile_bytes below); more rows keep 4 weight rows in
    L1 while a block of x's rows (sized for L2) passes by, and a prompt's many rows go to AMX's
    tiles where the CPU has them (below). The sums are integers, so a row's result is the same
-   whatever tile computed it, and the same float32 step (an FMA, as the compiler fused the one-row code's) turns every sum into
-   its output. */
+   whatever tile computed it, and the same float32 step (an FMA, as the compiler fused the
+   one-row code's) turns every sum into its output. */
 #include <math.h>
 #include <stdlib.h>
 
