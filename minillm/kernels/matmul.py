@@ -49,8 +49,10 @@ def gemm_f32(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = 
     checks.vector("bias", bias, n)
     m = x.shape[0]
     out = torch.empty(m, n, dtype=torch.float32) if out is None else checks.output(out, (m, n))
-    function("gemm_f32")(weight.data_ptr(), checks.address(bias), x.data_ptr(), out.data_ptr(),
-                         m, n, k, checks.threads(threads))
+    if function("gemm_f32")(weight.data_ptr(), checks.address(bias), x.data_ptr(),
+                            out.data_ptr(), m, n, k, checks.threads(threads)) != 0:
+        raise MemoryError(f"the float32 kernel could not allocate its panel for a strip of the "
+                          f"weight ({k} rows of floats)")
     return out
 
 
@@ -100,7 +102,7 @@ def project_rows_unchecked(kind: int, x: torch.Tensor, weight: torch.Tensor,
                                 checks.address(bias), x.data_ptr(), out.data_ptr(), rows, n, k,
                                 torch.get_num_threads() if threads is None else threads) != 0:
         raise MemoryError(f"the kernel could not allocate its buffers for {rows} rows of {k} "
-                          "values (x's rounded copy, or the float32 strips of a bf16 weight)")
+                          "values (x's rounded copy, or a float32 panel of the weight)")
     return out
 
 

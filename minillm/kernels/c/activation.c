@@ -23,29 +23,26 @@
 #define C2 0.0416664853692054748535156f
 #define C1 0.166666671633720397949219f
 
+/* the names at one width: P the intrinsics' prefix, S the integer register's suffix */
+#define VQ_NAMES(P, S)                                                                    \
+    static inline vq vround(vf x) { return P##_cvtps_epi32(x); } /* nearest, ties even */ \
+    static inline vf vfloat(vq q) { return P##_cvtepi32_ps(q); }                          \
+    static inline vf vpow2i(vq q) {                                                       \
+        vq biased = P##_add_epi32(q, P##_set1_epi32(0x7f));                               \
+        return P##_cast##S##_ps(P##_slli_epi32(biased, 23));                              \
+    }                                                                                     \
+    static inline vq vhalf(vq q) { return P##_srai_epi32(q, 1); }                         \
+    static inline vq vsubq(vq a, vq b) { return P##_sub_epi32(a, b); }                    \
+    static inline vf vdiv(vf a, vf b) { return P##_div_ps(a, b); }
 #ifdef __AVX512F__
 typedef __m512i vq;
-static inline vq vround(vf x) { return _mm512_cvtps_epi32(x); }  /* to nearest, ties even */
-static inline vf vfloat(vq q) { return _mm512_cvtepi32_ps(q); }
-static inline vf vpow2i(vq q) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(q, _mm512_set1_epi32(0x7f)), 23));
-}
-static inline vq vhalf(vq q) { return _mm512_srai_epi32(q, 1); }
-static inline vq vsubq(vq a, vq b) { return _mm512_sub_epi32(a, b); }
-static inline vf vdiv(vf a, vf b) { return _mm512_div_ps(a, b); }
+VQ_NAMES(_mm512, si512)
 static inline vf vwhere_lt(vf a, vf b, vf then, vf other) {
     return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_LT_OQ), other, then);
 }
 #else
 typedef __m256i vq;
-static inline vq vround(vf x) { return _mm256_cvtps_epi32(x); }  /* to nearest, ties even */
-static inline vf vfloat(vq q) { return _mm256_cvtepi32_ps(q); }
-static inline vf vpow2i(vq q) {
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(q, _mm256_set1_epi32(0x7f)), 23));
-}
-static inline vq vhalf(vq q) { return _mm256_srai_epi32(q, 1); }
-static inline vq vsubq(vq a, vq b) { return _mm256_sub_epi32(a, b); }
-static inline vf vdiv(vf a, vf b) { return _mm256_div_ps(a, b); }
+VQ_NAMES(_mm256, si256)
 static inline vf vwhere_lt(vf a, vf b, vf then, vf other) {
     return _mm256_blendv_ps(other, then, _mm256_cmp_ps(a, b, _CMP_LT_OQ));
 }

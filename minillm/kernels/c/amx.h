@@ -1,11 +1,16 @@
-/* What the AMX kernels share: Linux's permission to use the tiles, and the tile configuration. */
+/* What the AMX kernels share: Linux's permission to use the tiles, the tile configuration, and
+   the driver that packs the weights a slice at a time and runs the tiles over them (amx_run). */
 #ifndef MINILLM_AMX_H
 #define MINILLM_AMX_H
 
 #include <stdint.h>
-#include <string.h>
+#include <stdlib.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
@@ -38,14 +43,57 @@ static inline int64_t amx_groups_per_slice(int64_t groups, int64_t group_bytes, 
     return (groups + slices - 1) / slices;
 }
 
-/* every tile register 16 rows of 64 bytes */
-static inline void amx_configure(void) {
-    struct tile_config config;
-    memset(&config, 0, sizeof config);
-    config.palette = 1;
-    for (int t = 0; t < 8; t++)
-        config.colsb[t] = 64, config.rows[t] = 16;
-    _tile_loadconfig(&config);
+/* every tile register 16 rows of 64 bytes (the bf16 and int8 multiplies) */
+static const struct tile_config AMX_16_ROWS_OF_64 = {
+    .palette = 1,
+    .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
+    .rows = {16, 16, 16, 16, 16, 16, 16, 16},
+};
+
+/* One multiply on the tiles, in its format's terms: x's rows 0 .. M, laid out for the tiles
+   and padded to a whole tile (16 rows), times weight rows 0 .. 32 groups. */
+struct amx_job {
+    const void *operands;  /* what pack and tile read and write: the format's own struct */
+    int64_t M, groups;
+    int64_t half_bytes;  /* 16 weight rows once packed */
+    const struct tile_config *config;
+    /* weight rows 16 half .. 16 half + 16 in the tiles' layout, into `out` (half_bytes) */
+    void (*pack)(const void *operands, int64_t half, char *out);
+    /* x's rows m .. m + rows (rows <= 16) times group g's 32 packed weight rows (its two
+       halves, half_bytes apart, at `packed`), into their place in the output */
+    void (*tile)(const void *operands, int64_t m, int64_t rows, int64_t g, const char *packed);
+};
+
+/* The driver every AMX multiply shares: each thread packs a slice of weight groups (sized for
+   L2) into its own space, then every tile of x's rows passes over it. 0, or -1 when it cannot
+   allocate the threads' space (nothing written). */
+static inline int amx_run(const struct amx_job *job, int threads) {
+    int64_t slice = amx_groups_per_slice(job->groups, 2 * job->half_bytes, threads);
+    size_t per_thread = ((size_t)(2 * slice * job->half_bytes) + 63) / 64 * 64;
+    char *space = (char *)aligned_alloc(64, (size_t)threads * per_thread);
+    if (!space)
+        return -1;
+    #pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+        _tile_loadconfig(job->config);
+        char *mine = space;
+#ifdef _OPENMP
+        mine += (size_t)omp_get_thread_num() * per_thread;
+#endif
+        #pragma omp for schedule(static)
+        for (int64_t g0 = 0; g0 < job->groups; g0 += slice) {
+            int64_t count = job->groups - g0 < slice ? job->groups - g0 : slice;
+            for (int64_t h = 0; h < 2 * count; h++)
+                job->pack(job->operands, 2 * g0 + h, mine + h * job->half_bytes);
+            for (int64_t m = 0; m < job->M; m += 16)
+                for (int64_t g = 0; g < count; g++)
+                    job->tile(job->operands, m, job->M - m < 16 ? job->M - m : 16, g0 + g,
+                              mine + 2 * g * job->half_bytes);
+        }
+        _tile_release();
+    }
+    free(space);
+    return 0;
 }
 
 #endif

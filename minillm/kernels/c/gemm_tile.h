@@ -6,6 +6,8 @@
 #ifndef MINILLM_GEMM_TILE_H
 #define MINILLM_GEMM_TILE_H
 
+#include <stdlib.h>
+
 #include "simd.h"
 
 #ifdef __AVX512F__
@@ -81,6 +83,40 @@ static void gemm_strip(const float *W, int64_t ldw, const float *X, int64_t ldx,
                 Y[r * ldy + c] = total;
             }
     }
+}
+
+/* A strip of W reaching its panel: columns n .. n + width (<= GEMM_COLS) of W's N, every k,
+   laid out as K rows of GEMM_COLS floats */
+typedef void (*panel_fill)(const void *W, int64_t n, int64_t N, int64_t K, int64_t width,
+                           float *panel);
+
+/* Y = X W (+ bias) for M rows (Y's rows ldy apart): W's N columns in strips of GEMM_COLS, each
+   thread taking its share of strips, each strip filled into the thread's panel (K * GEMM_COLS
+   floats, in L2) and multiplied by gemm_strip from there. 0, or -1 (Y incomplete) when a thread
+   cannot allocate its panel. */
+static int gemm_panels(const void *W, panel_fill fill, const float *bias, const float *X,
+                       float *Y, int64_t ldy, int64_t M, int64_t N, int64_t K, int threads) {
+    int64_t tiles = (N + GEMM_COLS - 1) / GEMM_COLS;
+    int64_t parts = threads > 1 && tiles > 1 ? threads : 1, per = (tiles + parts - 1) / parts;
+    int failed = 0;
+    #pragma omp parallel for schedule(static) num_threads(threads) if (parts > 1)
+    for (int64_t p = 0; p < parts; p++) {
+        float *panel = (float *)malloc((size_t)(K * GEMM_COLS) * sizeof(float));
+        if (!panel) {
+            #pragma omp atomic write
+            failed = 1;
+            continue;
+        }
+        int64_t t1 = (p + 1) * per < tiles ? (p + 1) * per : tiles;
+        for (int64_t t = p * per; t < t1; t++) {
+            int64_t n = t * GEMM_COLS, width = N - n < GEMM_COLS ? N - n : GEMM_COLS;
+            fill(W, n, N, K, width, panel);
+            gemm_strip(panel, GEMM_COLS, X, K, bias ? bias + n : NULL, Y + n, ldy, M, width, 0,
+                       K);
+        }
+        free(panel);
+    }
+    return failed ? -1 : 0;
 }
 
 #endif

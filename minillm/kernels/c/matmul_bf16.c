@@ -54,11 +54,14 @@ static inline float bf16_float(uint16_t h) {
 /* panel[k][j] = W[j][k] widened, for the strip's `width` rows of W; a few k at a time, so
    that the panel's lines being written stay in the L1 cache */
 #define WIDEN_SPAN 16
-static void widen_strip(const uint16_t *W, int64_t K, int64_t width, float *panel) {
+static void widen_strip(const void *W, int64_t n, int64_t N, int64_t K, int64_t width,
+                        float *panel) {
+    (void)N;
+    const uint16_t *strip = (const uint16_t *)W + n * K;
     for (int64_t k0 = 0; k0 < K; k0 += WIDEN_SPAN) {
         int64_t k1 = k0 + WIDEN_SPAN < K ? k0 + WIDEN_SPAN : K;
         for (int64_t j = 0; j < width; j++) {
-            const uint16_t *row = W + j * K;
+            const uint16_t *row = strip + j * K;
             for (int64_t k = k0; k < k1; k++)
                 panel[k * GEMM_COLS + j] = bf16_float(row[k]);
         }
@@ -124,21 +127,33 @@ static void split_x(const float *X, int64_t M, int64_t Mpad, int64_t K, uint16_t
     memset(hi + count, 0, pad), memset(mid + count, 0, pad), memset(lo + count, 0, pad);
 }
 
-/* weight rows n .. n + 16 (K apart) in AMX's B layout, K / 32 tiles of 1 KB: tile c's row g
-   holds the 16 rows' values 32 c + 2 g, + 1, one 32-bit word each */
-static void pack_w_bf16(const uint16_t *w, int64_t K, uint16_t *out) {
-    const uint32_t *words = (const uint32_t *)w;
+/* what amx_run's pack and tile read: the weights, x's three planes, the output */
+struct bf16_operands {
+    const uint16_t *W, *hi, *mid, *lo;
+    const float *bias;
+    float *Y;
+    int64_t N, K;
+};
+
+/* weight rows 16 half .. + 16 (K apart) in AMX's B layout, K / 32 tiles of 1 KB: tile c's row
+   g holds the 16 rows' values 32 c + 2 g, + 1, one 32-bit word each */
+static void pack_w_bf16(const void *operands, int64_t half, char *out) {
+    const struct bf16_operands *o = operands;
+    const uint32_t *words = (const uint32_t *)(o->W + 16 * half * o->K);
     uint32_t *packed = (uint32_t *)out;
-    int64_t pairs = K / 2;
+    int64_t pairs = o->K / 2;
     for (int64_t g = 0; g < pairs; g++)
         for (int64_t n = 0; n < 16; n++)
             packed[16 * g + n] = words[n * pairs + g];
 }
 
-/* x's rows m .. m + 16 (three planes, K apart) times packed weight rows n .. n + 32, into Y */
-static void amx_bf16_tile(const uint16_t *hi, const uint16_t *mid, const uint16_t *lo,
-                          const uint16_t *wp, int64_t K, int64_t rows, const float *bias,
-                          float *Y, int64_t N) {
+/* x's rows m .. m + rows (three planes, K apart) times packed weight rows 32 g .. + 32, into Y */
+static void amx_bf16_tile(const void *operands, int64_t m, int64_t rows, int64_t g,
+                          const char *packed) {
+    const struct bf16_operands *o = operands;
+    const int64_t K = o->K, N = o->N, n = 32 * g;
+    const uint16_t *hi = o->hi + m * K, *mid = o->mid + m * K, *lo = o->lo + m * K;
+    const uint16_t *wp = (const uint16_t *)packed;
     float part[2][16][16];
     _tile_zero(5);
     _tile_zero(6);
@@ -158,51 +173,29 @@ static void amx_bf16_tile(const uint16_t *hi, const uint16_t *mid, const uint16_
     _tile_stored(5, part[0], 64);
     _tile_stored(6, part[1], 64);
     for (int64_t r = 0; r < rows; r++)
-        for (int half = 0; half < 2; half++) {
-            __m512 sum = _mm512_loadu_ps(part[half][r]);
-            if (bias)
-                sum = _mm512_add_ps(sum, _mm512_loadu_ps(bias + 16 * half));
-            _mm512_storeu_ps(Y + r * N + 16 * half, sum);
+        for (int side = 0; side < 2; side++) {
+            __m512 sum = _mm512_loadu_ps(part[side][r]);
+            if (o->bias)
+                sum = _mm512_add_ps(sum, _mm512_loadu_ps(o->bias + n + 16 * side));
+            _mm512_storeu_ps(o->Y + (m + r) * N + n + 16 * side, sum);
         }
 }
 
 /* rows 0 .. M of X times weight rows 0 .. N - N % 32 on the tiles; -1 if it cannot allocate */
 static int amx_bf16_rows(const uint16_t *W, const float *bias, const float *X, float *Y,
                          int64_t M, int64_t N, int64_t K, int threads) {
-    int64_t blocks = N / 32, slice = amx_groups_per_slice(blocks, 64 * K, threads);
     int64_t Mpad = (M + 15) / 16 * 16;
     uint16_t *planes = (uint16_t *)malloc((size_t)(3 * Mpad * K) * sizeof(uint16_t));
-    uint16_t *packed = (uint16_t *)malloc((size_t)(threads * slice * 32 * K) * sizeof(uint16_t));
-    if (!planes || !packed) {
-        free(planes), free(packed);
+    if (!planes)
         return -1;
-    }
     uint16_t *hi = planes, *mid = planes + Mpad * K, *lo = planes + 2 * Mpad * K;
     split_x(X, M, Mpad, K, hi, mid, lo);
-    #pragma omp parallel num_threads(threads) if (threads > 1)
-    {
-        amx_configure();
-        uint16_t *mine = packed;
-#ifdef _OPENMP
-        mine += (int64_t)omp_get_thread_num() * slice * 32 * K;
-#endif
-        #pragma omp for schedule(static)
-        for (int64_t b0 = 0; b0 < blocks; b0 += slice) {
-            int64_t count = blocks - b0 < slice ? blocks - b0 : slice;
-            for (int64_t j = 0; j < 2 * count; j++)
-                pack_w_bf16(W + (32 * b0 + 16 * j) * K, K, mine + 16 * j * K);
-            for (int64_t m = 0; m < M; m += 16)
-                for (int64_t b = 0; b < count; b++) {
-                    int64_t n = 32 * (b0 + b);
-                    amx_bf16_tile(hi + m * K, mid + m * K, lo + m * K, mine + 32 * b * K, K,
-                                  M - m < 16 ? M - m : 16, bias ? bias + n : NULL,
-                                  Y + m * N + n, N);
-                }
-        }
-        _tile_release();
-    }
-    free(planes), free(packed);
-    return 0;
+    struct bf16_operands operands = {W, hi, mid, lo, bias, Y, N, K};
+    struct amx_job job = {&operands, M, N / 32, 32 * K, &AMX_16_ROWS_OF_64, pack_w_bf16,
+                          amx_bf16_tile};
+    int status = amx_run(&job, threads);
+    free(planes);
+    return status;
 }
 #else
 int gemm_bf16_amx(void) { return 0; }
@@ -222,25 +215,5 @@ int gemm_bf16(const uint16_t *W, const float *bias, const float *X, float *Y, in
         bias = bias ? bias + first : NULL;
     }
 #endif
-    int64_t tiles = (N + GEMM_COLS - 1) / GEMM_COLS;
-    int64_t parts = threads > 1 && tiles > 1 ? threads : 1, per = (tiles + parts - 1) / parts;
-    int failed = 0;
-    #pragma omp parallel for schedule(static) num_threads(threads) if (parts > 1)
-    for (int64_t p = 0; p < parts; p++) {
-        float *panel = (float *)malloc((size_t)(K * GEMM_COLS) * sizeof(float));
-        if (!panel) {
-            #pragma omp atomic write
-            failed = 1;
-            continue;
-        }
-        int64_t t1 = (p + 1) * per < tiles ? (p + 1) * per : tiles;
-        for (int64_t t = p * per; t < t1; t++) {
-            int64_t n = t * GEMM_COLS, width = N - n < GEMM_COLS ? N - n : GEMM_COLS;
-            widen_strip(W + n * K, K, width, panel);
-            gemm_strip(panel, GEMM_COLS, X, K, bias ? bias + n : NULL, Y + n, ldy, M, width, 0,
-                       K);
-        }
-        free(panel);
-    }
-    return failed ? -1 : 0;
+    return gemm_panels(W, widen_strip, bias, X, Y, ldy, M, N, K, threads);
 }

@@ -76,13 +76,17 @@ void gemv_f32(const float *W, const float *bias, const float *x, float *y, int64
    floats at each k, which the prefetcher does not follow across a prompt's many tiles. */
 #define GEMM_PANEL_ROWS 9
 
-static void copy_strip(const float *W, int64_t N, int64_t K, int64_t width, float *panel) {
+static void copy_strip(const void *W, int64_t n, int64_t N, int64_t K, int64_t width,
+                       float *panel) {
+    const float *strip = (const float *)W + n;
     for (int64_t k = 0; k < K; k++)
-        memcpy(panel + k * GEMM_COLS, W + k * N, (size_t)width * sizeof(float));
+        memcpy(panel + k * GEMM_COLS, strip + k * N, (size_t)width * sizeof(float));
 }
 
-void gemm_f32(const float *W, const float *bias, const float *X, float *Y, int64_t M, int64_t N,
-              int64_t K, int threads) {
+int gemm_f32(const float *W, const float *bias, const float *X, float *Y, int64_t M, int64_t N,
+             int64_t K, int threads) {
+    if (M >= GEMM_PANEL_ROWS)
+        return gemm_panels(W, copy_strip, bias, X, Y, N, M, N, K, threads);
     int64_t tiles = (N + GEMM_COLS - 1) / GEMM_COLS;
     int64_t parts = threads > 1 && tiles > 1 ? threads : 1, per = (tiles + parts - 1) / parts;
     /* spans pay on one thread; threads sharing the columns were measured faster without them */
@@ -90,21 +94,12 @@ void gemm_f32(const float *W, const float *bias, const float *X, float *Y, int64
     #pragma omp parallel for schedule(static) num_threads(threads) if (parts > 1)
     for (int64_t p = 0; p < parts; p++) {
         int64_t t1 = (p + 1) * per < tiles ? (p + 1) * per : tiles;
-        /* without the memory for a panel, the strips are read where they lie: the same sums */
-        float *panel = M >= GEMM_PANEL_ROWS
-            ? (float *)malloc((size_t)(K * GEMM_COLS) * sizeof(float)) : NULL;
         for (int64_t k0 = 0; k0 < K; k0 += span)
             for (int64_t t = p * per; t < t1; t++) {
                 int64_t n = t * GEMM_COLS, width = N - n < GEMM_COLS ? N - n : GEMM_COLS;
                 int64_t k1 = k0 + span < K ? k0 + span : K;
-                const float *strip = W + n;
-                int64_t ldw = N;
-                if (panel) {
-                    copy_strip(strip, N, K, width, panel);
-                    strip = panel, ldw = GEMM_COLS;
-                }
-                gemm_strip(strip, ldw, X, K, bias ? bias + n : NULL, Y + n, N, M, width, k0, k1);
+                gemm_strip(W + n, N, X, K, bias ? bias + n : NULL, Y + n, N, M, width, k0, k1);
             }
-        free(panel);
     }
+    return 0;
 }

@@ -20,6 +20,7 @@
    one-row code's) turns every sum into its output. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -179,21 +180,36 @@ int gemm_int8_amx(void) {
     return amx_granted();
 }
 
-/* weight rows n .. n + 16 (K apart) in AMX's B layout, K / 64 tiles of 1 KB: tile c's row g
-   holds the 16 rows' values 64 c + 4 g .. + 4, one 32-bit word each */
-static void pack_w(const int8_t *w, int64_t K, int8_t *out) {
+/* what amx_run's pack and tile read: the weights, x's two byte planes, the scales, the output */
+struct int8_operands {
+    const int8_t *W, *hi;
+    const uint8_t *lo;
+    const float *sx, *scale, *bias;
+    float *Y;
+    int64_t N, K;
+};
+
+/* weight rows 16 half .. + 16 (K apart) in AMX's B layout, K / 64 tiles of 1 KB: tile c's row
+   g holds the 16 rows' values 64 c + 4 g .. + 4, one 32-bit word each */
+static void pack_w(const void *operands, int64_t half, char *out) {
+    const struct int8_operands *o = operands;
+    const int8_t *w = o->W + 16 * half * o->K;
     const __m512i rows = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6,
                                                              5, 4, 3, 2, 1, 0),
-                                            _mm512_set1_epi32((int)K));
-    for (int64_t k = 0; k < K; k += 4)
+                                            _mm512_set1_epi32((int)o->K));
+    for (int64_t k = 0; k < o->K; k += 4)
         _mm512_storeu_si512((void *)(out + 16 * k),
                             _mm512_i32gather_epi32(rows, (const void *)(w + k), 1));
 }
 
-/* x's rows m .. m + 16 (hi, lo: K apart) times packed weight rows n .. n + 32: into Y, scaled */
-static void amx_tile(const int8_t *hi, const uint8_t *lo, const int8_t *wp, int64_t K,
-                     int64_t rows, const float *sx, const float *scale, const float *bias,
-                     float *Y, int64_t N) {
+/* x's rows m .. m + rows (hi, lo: K apart) times packed weight rows 32 g .. + 32: into Y,
+   scaled */
+static void amx_tile(const void *operands, int64_t m, int64_t rows, int64_t g,
+                     const char *packed) {
+    const struct int8_operands *o = operands;
+    const int64_t K = o->K, N = o->N, n = 32 * g;
+    const int8_t *hi = o->hi + m * K, *wp = (const int8_t *)packed;
+    const uint8_t *lo = o->lo + m * K;
     int32_t part[4][16][16];
     _tile_zero(4);
     _tile_zero(5);
@@ -214,55 +230,33 @@ static void amx_tile(const int8_t *hi, const uint8_t *lo, const int8_t *wp, int6
     _tile_stored(6, part[2], 64);
     _tile_stored(7, part[3], 64);
     for (int64_t r = 0; r < rows; r++)
-        for (int half = 0; half < 2; half++) {
-            __m512i h = _mm512_loadu_si512((const void *)part[2 * half][r]);
-            __m512i l = _mm512_loadu_si512((const void *)part[2 * half + 1][r]);
+        for (int side = 0; side < 2; side++) {
+            __m512i h = _mm512_loadu_si512((const void *)part[2 * side][r]);
+            __m512i l = _mm512_loadu_si512((const void *)part[2 * side + 1][r]);
             __m512 sum = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(h, 8), l));
-            __m512 s = _mm512_mul_ps(_mm512_set1_ps(sx[r]), _mm512_loadu_ps(scale + 16 * half));
-            __m512 add = bias ? _mm512_loadu_ps(bias + 16 * half) : _mm512_setzero_ps();
-            _mm512_storeu_ps(Y + r * N + 16 * half, _mm512_fmadd_ps(sum, s, add));
+            __m512 s = _mm512_mul_ps(_mm512_set1_ps(o->sx[m + r]),
+                                     _mm512_loadu_ps(o->scale + n + 16 * side));
+            __m512 add = o->bias ? _mm512_loadu_ps(o->bias + n + 16 * side) : _mm512_setzero_ps();
+            _mm512_storeu_ps(o->Y + (m + r) * N + n + 16 * side, _mm512_fmadd_ps(sum, s, add));
         }
 }
 
-/* rows 0 .. M of x times weight rows 0 .. N - N % 32 on the tiles */
+/* rows 0 .. M of x times weight rows 0 .. N - N % 32 on the tiles; -1 if it cannot allocate */
 static int amx_rows(const int8_t *W, const float *scale, const float *bias, const int16_t *xq,
                     const float *sx, float *Y, int64_t M, int64_t N, int64_t K, int threads) {
-    int64_t blocks = N / 32, slice = amx_groups_per_slice(blocks, 32 * K, threads);
     int8_t *planes = (int8_t *)malloc((size_t)(2 * (M + 16) * K));
-    int8_t *packed = (int8_t *)malloc((size_t)(threads * slice * 32 * K));
-    if (!planes || !packed) {
-        free(planes), free(packed);
+    if (!planes)
         return -1;
-    }
     int8_t *hi = planes;
     uint8_t *lo = (uint8_t *)planes + (M + 16) * K;
     for (int64_t i = 0; i < M * K; i++)
         hi[i] = (int8_t)(xq[i] >> 8), lo[i] = (uint8_t)(xq[i] & 0xFF);
     memset(hi + M * K, 0, (size_t)(16 * K)), memset(lo + M * K, 0, (size_t)(16 * K));
-    #pragma omp parallel num_threads(threads) if (threads > 1)
-    {
-        amx_configure();
-        int8_t *mine = packed;
-#ifdef _OPENMP
-        mine += (int64_t)omp_get_thread_num() * slice * 32 * K;
-#endif
-        #pragma omp for schedule(static)
-        for (int64_t b0 = 0; b0 < blocks; b0 += slice) {
-            int64_t count = blocks - b0 < slice ? blocks - b0 : slice;
-            for (int64_t j = 0; j < 2 * count; j++)
-                pack_w(W + (32 * b0 + 16 * j) * K, K, mine + 16 * j * K);
-            for (int64_t m = 0; m < M; m += 16)
-                for (int64_t b = 0; b < count; b++) {
-                    int64_t n = 32 * (b0 + b);
-                    amx_tile(hi + m * K, lo + m * K, mine + 32 * b * K, K,
-                             M - m < 16 ? M - m : 16, sx + m, scale + n, bias ? bias + n : NULL,
-                             Y + m * N + n, N);
-                }
-        }
-        _tile_release();
-    }
-    free(planes), free(packed);
-    return 0;
+    struct int8_operands operands = {W, hi, lo, sx, scale, bias, Y, N, K};
+    struct amx_job job = {&operands, M, N / 32, 16 * K, &AMX_16_ROWS_OF_64, pack_w, amx_tile};
+    int status = amx_run(&job, threads);
+    free(planes);
+    return status;
 }
 #else
 int gemm_int8_amx(void) { return 0; }

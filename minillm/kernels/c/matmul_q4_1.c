@@ -66,7 +66,8 @@ static inline __m256i q4_1_nibbles(const uint8_t *blk) {
 /* an odd last block, one row: its d * dx part into acc8, its m * sx into mins */
 static inline void q4_1_last_block(const uint8_t *blk, const int8_t *xq, const float *xs,
                                    __m256 *acc8, float *mins) {
-    __m256i pairs = _mm256_maddubs_epi16(q4_1_nibbles(blk), _mm256_loadu_si256((const __m256i *)xq));
+    __m256i pairs = _mm256_maddubs_epi16(q4_1_nibbles(blk),
+                                         _mm256_loadu_si256((const __m256i *)xq));
     __m256i dot = _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
     *acc8 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(half_at(blk) * xs[0]), *acc8);
     *mins = fmaf(half_at(blk + 2), xs[1], *mins);
@@ -131,7 +132,8 @@ static inline __attribute__((always_inline)) void q4_1_rows(
                                : _mm512_maskz_loadu_epi8(0xFFFFFFFFFFULL, g);
             __m512i hi = whole ? _mm512_zextsi128_si512(_mm_loadu_si128((const __m128i *)(g + 64)))
                                : _mm512_setzero_si512();
-            __m256 dm = _mm256_cvtph_ps(_mm512_castsi512_si128(_mm512_permutexvar_epi8(scales_at, lo)));
+            __m256 dm = _mm256_cvtph_ps(
+                _mm512_castsi512_si128(_mm512_permutexvar_epi8(scales_at, lo)));
             __m256 products = _mm256_mul_ps(dm, x_scales);  /* d0 dx0, m0 sx0, d1 dx1, ... */
             __m512 wide = _mm512_castps256_ps512(products);
             acc[r] = q4_1_pair(_mm512_permutex2var_epi8(lo, pair_at0, hi), x0,
@@ -388,10 +390,6 @@ static int gemm_q4_1_tiles(const uint8_t *W, const float *bias, const int8_t *xq
    at least AMX_FROM_ROWS rows. */
 #include "amx.h"
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 /* a packed weight row: a block's 32 values as bytes, its d and its m */
 #define Q4_1_PACKED_BLOCK (32 + 2 * 4)
 
@@ -401,24 +399,31 @@ int gemm_q4_1_amx(void) {
 
 /* tile 0: 16 rows of x, one block (32 bytes); tiles 1, 4: a block of 16 weight rows (8 rows of
    4 values by 16 weight rows); tiles 2, 3: 16 x 16 int32 sums */
-static void q4_1_amx_configure(void) {
-    struct tile_config config;
-    memset(&config, 0, sizeof config);
-    config.palette = 1;
-    config.colsb[0] = 32, config.rows[0] = 16;
-    config.colsb[1] = 64, config.rows[1] = 8;
-    config.colsb[4] = 64, config.rows[4] = 8;
-    config.colsb[2] = 64, config.rows[2] = 16;
-    config.colsb[3] = 64, config.rows[3] = 16;
-    _tile_loadconfig(&config);
-}
+static const struct tile_config Q4_1_TILES = {
+    .palette = 1,
+    .colsb = {32, 64, 64, 64, 64},
+    .rows = {16, 8, 16, 16, 8},
+};
 
-/* weight rows n .. n + 16 (row_bytes apart) in AMX's layout: block b's tile (512 bytes) at
-   q + 512 b, its row g the 16 rows' values 4 g .. 4 g + 4; d and m at dm + 32 b (16 d, 16 m) */
-static void pack_q4_1(const uint8_t *W, int64_t row_bytes, int64_t blocks, uint8_t *q,
-                      float *dm) {
+/* what amx_run's pack and tile read: the weights' blocks, x's rounded rows, the output */
+struct q4_1_operands {
+    const uint8_t *W;
+    const int8_t *xq;
+    const float *xs, *bias;
+    float *Y;
+    int64_t N, K, blocks, row_bytes;
+};
+
+/* weight rows 16 half .. + 16 (row_bytes apart) in AMX's layout: block b's tile (512 bytes) at
+   q = out + 512 b, its row g the 16 rows' values 4 g .. 4 g + 4; then, after every block's
+   tile, d and m at dm + 32 b (16 d, 16 m) */
+static void pack_q4_1(const void *operands, int64_t half, char *out) {
+    const struct q4_1_operands *o = operands;
+    const int64_t blocks = o->blocks;
+    uint8_t *q = (uint8_t *)out;
+    float *dm = (float *)(out + 512 * blocks);
     for (int r = 0; r < 16; r++) {
-        const uint8_t *row = W + r * row_bytes;
+        const uint8_t *row = o->W + (16 * half + r) * o->row_bytes;
         for (int64_t b = 0; b < blocks; b++) {
             const uint8_t *blk = row + Q4_1_BLOCK_BYTES * b;
             uint8_t v[32];
@@ -431,11 +436,19 @@ static void pack_q4_1(const uint8_t *W, int64_t row_bytes, int64_t blocks, uint8
     }
 }
 
-/* x's rows m .. m + rows (xq: K apart, padded to 16 rows) times packed weight rows n .. n + 32
-   (two groups of 16: q0, dm0 and q1, dm1), into Y */
-static void q4_1_amx_tile(const int8_t *xq, const float *xs, int64_t K, int64_t blocks,
-                          int64_t rows, const uint8_t *q0, const float *dm0, const uint8_t *q1,
-                          const float *dm1, const float *bias, float *Y, int64_t N) {
+/* x's rows m .. m + rows (xq: K apart, padded to 16 rows) times packed weight rows
+   32 g .. + 32 (two halves of 16 as pack_q4_1 lays them out: q0, dm0 and q1, dm1), into Y */
+static void q4_1_amx_tile(const void *operands, int64_t m, int64_t rows, int64_t g,
+                          const char *packed) {
+    const struct q4_1_operands *o = operands;
+    const int64_t K = o->K, blocks = o->blocks, n = 32 * g;
+    const char *second = packed + 16 * blocks * Q4_1_PACKED_BLOCK;
+    const uint8_t *q0 = (const uint8_t *)packed, *q1 = (const uint8_t *)second;
+    const float *dm0 = (const float *)(packed + 512 * blocks);
+    const float *dm1 = (const float *)(second + 512 * blocks);
+    const int8_t *xq = o->xq + m * K;
+    const float *xs = o->xs + m * 2 * blocks, *bias = o->bias ? o->bias + n : NULL;
+    float *Y = o->Y + m * o->N + n;
     int32_t part[2][16][16];
     __m512 acc[16][2];
     for (int r = 0; r < 16; r++)
@@ -470,8 +483,8 @@ static void q4_1_amx_tile(const int8_t *xq, const float *xs, int64_t K, int64_t 
         if (bias)
             y0 = _mm512_add_ps(y0, _mm512_loadu_ps(bias)),
             y1 = _mm512_add_ps(y1, _mm512_loadu_ps(bias + 16));
-        _mm512_storeu_ps(Y + r * N, y0);
-        _mm512_storeu_ps(Y + r * N + 16, y1);
+        _mm512_storeu_ps(Y + r * o->N, y0);
+        _mm512_storeu_ps(Y + r * o->N + 16, y1);
     }
 }
 
@@ -479,43 +492,11 @@ static void q4_1_amx_tile(const int8_t *xq, const float *xs, int64_t K, int64_t 
    the tiles; -1 if it cannot allocate */
 static int q4_1_amx_rows(const uint8_t *W, const float *bias, const int8_t *xq, const float *xs,
                          float *Y, int64_t M, int64_t N, int64_t K, int threads) {
-    int64_t blocks = K / 32, row_bytes = blocks * Q4_1_BLOCK_BYTES;
-    int64_t groups = N / 32;
-    int64_t slice = amx_groups_per_slice(groups, 32 * blocks * Q4_1_PACKED_BLOCK, threads);
-    size_t q_bytes = (size_t)(2 * slice * 512 * blocks);  /* a slice's tiles, then its d, m */
-    size_t per_thread = q_bytes + (size_t)(2 * slice * 32 * blocks) * sizeof(float);
-    char *space = (char *)aligned_alloc(64, ((size_t)threads * per_thread + 63) / 64 * 64);
-    if (!space)
-        return -1;
-    #pragma omp parallel num_threads(threads) if (threads > 1)
-    {
-        q4_1_amx_configure();
-        char *mine = space;
-#ifdef _OPENMP
-        mine += (size_t)omp_get_thread_num() * per_thread;
-#endif
-        uint8_t *q = (uint8_t *)mine;
-        float *dm = (float *)(mine + q_bytes);
-        #pragma omp for schedule(static)
-        for (int64_t g0 = 0; g0 < groups; g0 += slice) {
-            int64_t count = groups - g0 < slice ? groups - g0 : slice;
-            for (int64_t j = 0; j < 2 * count; j++)  /* 16 weight rows at a time */
-                pack_q4_1(W + (32 * g0 + 16 * j) * row_bytes, row_bytes, blocks,
-                          q + 512 * blocks * j, dm + 32 * blocks * j);
-            for (int64_t m = 0; m < M; m += 16)
-                for (int64_t g = 0; g < count; g++) {
-                    int64_t n = 32 * (g0 + g);
-                    q4_1_amx_tile(xq + m * K, xs + m * 2 * blocks, K, blocks,
-                                  M - m < 16 ? M - m : 16,
-                                  q + 512 * blocks * 2 * g, dm + 32 * blocks * 2 * g,
-                                  q + 512 * blocks * (2 * g + 1), dm + 32 * blocks * (2 * g + 1),
-                                  bias ? bias + n : NULL, Y + m * N + n, N);
-                }
-        }
-        _tile_release();
-    }
-    free(space);
-    return 0;
+    int64_t blocks = K / 32;
+    struct q4_1_operands operands = {W, xq, xs, bias, Y, N, K, blocks, blocks * Q4_1_BLOCK_BYTES};
+    struct amx_job job = {&operands, M, N / 32, 16 * blocks * Q4_1_PACKED_BLOCK, &Q4_1_TILES,
+                          pack_q4_1, q4_1_amx_tile};
+    return amx_run(&job, threads);
 }
 #else
 int gemm_q4_1_amx(void) { return 0; }

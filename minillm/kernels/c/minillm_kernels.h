@@ -18,9 +18,10 @@
 void gemv_f32(const float *W, const float *bias, const float *x, float *y, int64_t N, int64_t K,
               int threads);
 
-/* Y = X W (+ bias): X (M, K), W float32 (K, N), Y (M, N), any M >= 1 */
-void gemm_f32(const float *W, const float *bias, const float *X, float *Y, int64_t M, int64_t N,
-              int64_t K, int threads);
+/* Y = X W (+ bias): X (M, K), W float32 (K, N), Y (M, N), any M >= 1. Returns 0, or -1 (Y
+   incomplete) when it cannot allocate the panel it copies each strip of W into (from 9 rows). */
+int gemm_f32(const float *W, const float *bias, const float *X, float *Y, int64_t M, int64_t N,
+             int64_t K, int threads);
 
 /* y = W x: W bfloat16 (N, K) (the (out, in) layout, as uint16), x (K), y (N) */
 void gemv_bf16(const uint16_t *W, const float *x, float *y, int64_t N, int64_t K, int threads);

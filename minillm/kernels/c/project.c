@@ -13,10 +13,9 @@ typedef int (*rows_kernel)(const void *W, const float *scale, const float *bias,
 static int f32_rows(const void *W, const float *scale, const float *bias, const float *X,
                     float *Y, int64_t M, int64_t N, int64_t K, int threads) {
     (void)scale;
-    if (M == 1)
-        gemv_f32((const float *)W, bias, X, Y, N, K, threads);
-    else
-        gemm_f32((const float *)W, bias, X, Y, M, N, K, threads);
+    if (M > 1)
+        return gemm_f32((const float *)W, bias, X, Y, M, N, K, threads);
+    gemv_f32((const float *)W, bias, X, Y, N, K, threads);
     return 0;
 }
 

@@ -27,27 +27,24 @@ static inline __attribute__((always_inline)) void fetch_ahead(const void *p) {
 }
 
 /* ---- float32 vectors: vf, VW floats ------------------------------------------------------- */
+/* the names at one width: P the intrinsics' prefix (_mm512_loadu_ps, _mm256_loadu_ps, ...) */
+#define VF_NAMES(P)                                                           \
+    static inline vf vload(const float *p) { return P##_loadu_ps(p); }        \
+    static inline vf vfma(vf a, vf b, vf c) { return P##_fmadd_ps(a, b, c); } \
+    static inline vf vadd(vf a, vf b) { return P##_add_ps(a, b); }            \
+    static inline vf vzero(void) { return P##_setzero_ps(); }                 \
+    static inline vf vset1(float v) { return P##_set1_ps(v); }                \
+    static inline vf vmul(vf a, vf b) { return P##_mul_ps(a, b); }            \
+    static inline void vstore(float *p, vf a) { P##_storeu_ps(p, a); }
 #ifdef __AVX512F__
 #define VW 16
 typedef __m512 vf;
-static inline vf vload(const float *p) { return _mm512_loadu_ps(p); }
-static inline vf vfma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
-static inline vf vadd(vf a, vf b) { return _mm512_add_ps(a, b); }
-static inline vf vzero(void) { return _mm512_setzero_ps(); }
-static inline vf vset1(float v) { return _mm512_set1_ps(v); }
-static inline vf vmul(vf a, vf b) { return _mm512_mul_ps(a, b); }
-static inline void vstore(float *p, vf a) { _mm512_storeu_ps(p, a); }
+VF_NAMES(_mm512)
 static inline float vsum(vf a) { return _mm512_reduce_add_ps(a); }
 #else
 #define VW 8
 typedef __m256 vf;
-static inline vf vload(const float *p) { return _mm256_loadu_ps(p); }
-static inline vf vfma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
-static inline vf vadd(vf a, vf b) { return _mm256_add_ps(a, b); }
-static inline vf vzero(void) { return _mm256_setzero_ps(); }
-static inline vf vset1(float v) { return _mm256_set1_ps(v); }
-static inline vf vmul(vf a, vf b) { return _mm256_mul_ps(a, b); }
-static inline void vstore(float *p, vf a) { _mm256_storeu_ps(p, a); }
+VF_NAMES(_mm256)
 static inline float vsum(vf a) { return vsum8(a); }
 #endif
 
