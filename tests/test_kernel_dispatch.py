@@ -4,6 +4,7 @@ or moved after `optimize` keeps its logits (no kernel reads a layout or a dtype 
 for, and no CUDA tensor reaches C); a GPU generation never builds the library; and with the
 kernels switched off the fast path gives the same greedy tokens."""
 
+import os
 import re
 from pathlib import Path
 
@@ -51,6 +52,30 @@ def test_the_row_limits_and_the_switch_live_in_dispatch_alone():
                  "MINILLM_NO_KERNEL"):
         assert name in text
 
+
+
+@pytest.mark.parametrize("vendor, mkl, beside_mkl", [("GenuineIntel", True, True),
+                                                     ("GenuineIntel", False, False),
+                                                     ("AuthenticAMD", True, False),
+                                                     ("", True, False)])
+def test_float32_prompts_go_to_mkl_on_an_intel_cpu_alone(monkeypatch, vendor, mkl, beside_mkl):
+    """On an Intel CPU whose PyTorch multiplies with MKL, a prompt's float32 rows beyond
+    F32_MAX_ROWS_BESIDE_MKL go to PyTorch; elsewhere gemm_f32 keeps its level's limit."""
+    monkeypatch.setattr(build, "status", lambda: build.Status(True, "AVX-512", "AVX-512", "",
+                                                              "avx512"))
+    monkeypatch.setattr(build, "cpu_vendor", lambda: vendor)
+    monkeypatch.setattr(torch.backends.mkl, "is_available", lambda: mkl)
+    want = dispatch.F32_MAX_ROWS_BESIDE_MKL if beside_mkl else dispatch.F32_MAX_ROWS["AVX-512"]
+    assert dispatch.f32_max_rows() == want
+    assert dispatch.F32_MAX_ROWS_BESIDE_MKL < dispatch.F32_MAX_ROWS["AVX-512"]
+
+
+def test_the_cpu_vendor_is_read_from_the_system():
+    if not os.path.exists("/proc/cpuinfo"):
+        pytest.skip("no /proc/cpuinfo here")
+    with open("/proc/cpuinfo") as f:
+        named = {line.split(":", 1)[1].strip() for line in f if line.startswith("vendor_id")}
+    assert build.cpu_vendor() in named
 
 def _config(bias=False):
     return ModelConfig(arch="llama", vocab_size=96, hidden_size=64, n_layers=2, n_heads=4,

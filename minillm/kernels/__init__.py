@@ -12,9 +12,10 @@ arithmetic.
     c/minillm_kernels.h    every kernel's signature, declared once (signatures.py reads it)
     c/matmul_f32.c         gemv_f32, gemm_f32: float32 weights, (in, out) layout
     c/matmul_bf16.c        gemv_bf16, gemm_bf16: bf16 weights, (out, in) layout
-    c/gemm_tile.h          the register tile gemm_f32 and gemm_bf16 share
+    c/gemm_tile.h          the register tile and the panel loop gemm_f32 and gemm_bf16 share
     c/amx.h                what the AMX paths share (a prompt's rows of bf16, int8 and Q4_1):
-                           Linux's permission to use the tiles, their configuration
+                           Linux's permission to use the tiles, their configuration, and the
+                           driver that packs the weights a slice at a time and runs the tiles
     c/matmul_int8.c        gemm_int8: int8 weights with a scale per output row
     c/matmul_q4_1.c        gemm_q4_1: the GGUF file's own Q4_1 blocks
     c/norm.c, attention.c  rms_norm_f32; decode_attention (contiguous cache), paged_scores and

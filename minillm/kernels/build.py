@@ -107,6 +107,25 @@ def cpu_flags() -> frozenset[str]:
     return frozenset()
 
 
+def cpu_vendor() -> str:
+    """The CPU's maker as the system names it ("GenuineIntel", "AuthenticAMD"), or "" where it
+    does not say."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    if platform.system() == "Darwin":
+        try:
+            return subprocess.run(["sysctl", "-n", "machdep.cpu.vendor"], capture_output=True,
+                                  text=True, timeout=10).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+    return ""
+
+
 def _levels_of(flags: frozenset[str]) -> list[Target]:
     """The targets a CPU with `flags` (and PyTorch's capability here) runs, lowest first."""
     avx2 = ("-mavx2", "-mfma", "-mf16c")

@@ -1,7 +1,8 @@
 """Which kernel runs an operation: minillm's C kernels or PyTorch's. Decided here and nowhere else.
 
     operation         minillm's kernel (float32 rows, CPU)   up to           else (PyTorch's)
-    float32 linear    gemv_f32, gemm_f32 ((in, out) layout)  F32_MAX_ROWS    F.linear
+    float32 linear    gemv_f32, gemm_f32 ((in, out) layout)  f32_max_rows()  F.linear
+                                                             (32 on Intel)
     bf16 linear       gemv_bf16, gemm_bf16 ((out, in);       BF16_MAX_ROWS   bf16 matmul; from
                       a prompt: AMX's bf16 tiles)                            UPCAST_ROWS widened
     int8 linear       gemm_int8 (a prompt: AMX's tiles)      int8_max_rows() _weight_int8pack_mm;
@@ -57,6 +58,10 @@ SWITCH = "MINILLM_NO_KERNEL"
 # prompt; on the Sapphire Rapids faster up to 32 rows, about 0.9x MKL's from 64, as
 # docs/benchmarks.md shows); with AVX2 (4-row tiles), up to 8 rows.
 F32_MAX_ROWS = {"AVX-512": 1 << 20, "AVX2": 8}
+# On an Intel CPU PyTorch's float32 multiply is MKL's, built for it: on the Sapphire Rapids it is
+# faster than gemm_f32 from 48 rows (0.88-0.94x at 48, 64 and 512 rows) and a 512-token prefill
+# through it beats transformers' (docs/benchmarks.md). There PyTorch takes rows beyond these.
+F32_MAX_ROWS_BESIDE_MKL = 32
 # Rows up to which gemv_bf16 (one row) and gemm_bf16 (more) take a bf16 layer's float32 rows.
 # With AVX-512, against PyTorch's paths before it (scripts/bench_prefill_kernels.py): faster from
 # 8 rows to a 512-token prompt, the whole prefill included; at 2-4 rows slower than PyTorch's bf16
@@ -184,8 +189,12 @@ PYTORCH = Route("", 0, None)
 
 
 def f32_max_rows() -> int:
-    """Rows gemm_f32 takes from a float32 layer here (0 where the kernels are not built)."""
-    return F32_MAX_ROWS.get(build.status().level, 0)
+    """Rows gemm_f32 takes from a float32 layer here (0 where the kernels are not built): fewer
+    on an Intel CPU, where PyTorch multiplies a prompt's many rows with MKL."""
+    rows = F32_MAX_ROWS.get(build.status().level, 0)
+    if build.cpu_vendor() == "GenuineIntel" and torch.backends.mkl.is_available():
+        return min(rows, F32_MAX_ROWS_BESIDE_MKL)
+    return rows
 
 
 def _float32_or_none(t) -> bool:
