@@ -29,26 +29,30 @@ __all__ = ["KVCache", "KVCacheBase", "KVCacheProtocol", "LayerSlots", "capabilit
 
 class LayerSlots(KVCacheBase):
     """Keys and values in `slots` positions per layer, (batch, kv_heads, slots, head_dim) each,
-    and `length`, the tokens seen: what KVCache and sliding_window.RingKVCache share."""
+    stored in `dtype`, and `length`, the tokens seen: what KVCache, sliding_window.RingKVCache
+    and quantized_kv_cache.QuantizedKVCache share."""
 
     def __init__(self, n_layers: int, batch_size: int, n_kv_heads: int, head_dim: int,
                  slots: int, dtype: torch.dtype = torch.float32, device="cpu"):
-        for field, value in [("n_layers", n_layers), ("batch_size", batch_size),
-                             ("n_kv_heads", n_kv_heads), ("head_dim", head_dim)]:
-            check_int(f"{type(self).__name__} {field}", value, 1, allowed="a positive int")
+        self._check_sizes(n_layers=n_layers, batch_size=batch_size, n_kv_heads=n_kv_heads,
+                          head_dim=head_dim)
         shape = (batch_size, n_kv_heads, slots, head_dim)
         self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
         self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
         self.length = 0
 
+    def _check_sizes(self, **sizes) -> None:
+        for field, value in sizes.items():
+            check_int(f"{type(self).__name__} {field}", value, 1, allowed="a positive int")
+
     @classmethod
-    def for_model(cls, model, batch_size: int, slots: int):
+    def for_model(cls, model, batch_size: int, slots: int, *options):
         """A cache shaped for `model` (anything with a minillm `config`), on its device, in the
-        dtype of its activations."""
+        dtype of its activations; `options` are the cache's own arguments after the slots."""
         from ..utils.devices import model_device, model_dtype
 
         c = model.config
-        return cls(c.n_layers, batch_size, c.n_kv_heads, c.head_dim, slots,
+        return cls(c.n_layers, batch_size, c.n_kv_heads, c.head_dim, slots, *options,
                    dtype=model_dtype(model), device=model_device(model))
 
     @property
@@ -58,6 +62,10 @@ class LayerSlots(KVCacheBase):
     @property
     def batch_size(self) -> int:
         return self.keys[0].shape[0]
+
+    def advance(self, new_tokens: int) -> None:
+        """Count `new_tokens` as stored; the model calls this once per forward pass."""
+        self.length += new_tokens
 
     def reorder(self, rows: torch.Tensor) -> None:
         """Keep batch rows in the order `rows` gives (beam search follows its surviving beams)."""
@@ -105,10 +113,6 @@ class KVCache(LayerSlots):
     def read(self, layer: int):
         """All keys and values of `layer` stored so far."""
         return self.keys[layer][:, :, :self.length], self.values[layer][:, :, :self.length]
-
-    def advance(self, new_tokens: int) -> None:
-        """Count `new_tokens` as stored; the model calls this once per forward pass."""
-        self.length += new_tokens
 
     def crop(self, length: int) -> None:
         """Forget every token after the first `length` (speculative decoding rolls back so)."""

@@ -1,12 +1,13 @@
 """A KV cache that stores keys and values in 8 bits (int8, or fp8-e4m3 emulated), with per-token
 or per-head scales (generation.kv_quant).
 
-It keeps the KV-cache contract (generation.kv_cache): `append` takes the new keys and values in
-the activation dtype, stores them quantized, and returns every key and value so far turned back
-into that dtype, the new ones included, so attention sees exactly what the cache holds. It is
-not `contiguous` (its tensors are not the activation dtype), so the fast path's fused decode
-step and the C attention kernels, which read float32 caches, are not used: every step takes the
-general attention path (said once, on the first such cache). It can `crop` and `reorder`.
+Its slots are a KVCache's (generation.kv_cache.LayerSlots) in 8 bits, as the engine's
+QuantizedKVPool is a PagedKVPool in 8 bits. It keeps the KV-cache contract: `append` takes the new
+keys and values in the activation dtype, stores them quantized, and returns every key and value so
+far turned back into that dtype, the new ones included, so attention sees exactly what the cache
+holds. It is not `contiguous` (its tensors are not the activation dtype), so the fast path's fused
+decode step and the C attention kernels, which read float32 caches, are not used: every step takes
+the general attention path (said once, on the first such cache). It can `crop` and `reorder`.
 """
 
 from __future__ import annotations
@@ -14,9 +15,8 @@ from __future__ import annotations
 import torch
 
 from ..utils.notices import say_once
-from ..utils.validate import check_int
 from ..utils.wording import text
-from ..layers.kv_contract import KVCacheBase
+from .kv_cache import LayerSlots
 from .kv_quant import HeadRanges, kv_format
 
 GENERAL_PATH = ("a quantized KV cache ({fmt}) is read by dequantizing it in append: the fused "
@@ -27,7 +27,7 @@ GENERAL_PATH_ZH = ("量化的 KV 缓存（{fmt}）在 append 里反量化后再�
                    "KVCache 慢）")
 
 
-class QuantizedKVCache(KVCacheBase):
+class QuantizedKVCache(LayerSlots):
     """Keys and values of `batch_size` rows of up to `max_tokens` tokens, in `fmt` ("int8" or
     "fp8_e4m3"). Scales per token, or per head when `ranges` (a kv_quant.HeadRanges) is given.
     `dtype` is the activation dtype `append` takes and returns."""
@@ -35,16 +35,13 @@ class QuantizedKVCache(KVCacheBase):
     def __init__(self, n_layers: int, batch_size: int, n_kv_heads: int, head_dim: int,
                  max_tokens: int, fmt="int8", ranges: HeadRanges | None = None,
                  dtype: torch.dtype = torch.float32, device="cpu"):
-        for field, value in [("n_layers", n_layers), ("batch_size", batch_size),
-                             ("n_kv_heads", n_kv_heads), ("head_dim", head_dim),
-                             ("max_tokens", max_tokens)]:
-            check_int(f"QuantizedKVCache {field}", value, 1, allowed="a positive int")
+        # every size is checked before the format, which gives the slots' storage dtype
+        self._check_sizes(n_layers=n_layers, batch_size=batch_size, n_kv_heads=n_kv_heads,
+                          head_dim=head_dim, max_tokens=max_tokens)
         self.format = kv_format(fmt)
-        self.dtype, self.max_tokens, self.length = dtype, max_tokens, 0
-        shape = (batch_size, n_kv_heads, max_tokens, head_dim)
-        store = self.format.storage
-        self.keys = [torch.zeros(shape, dtype=store, device=device) for _ in range(n_layers)]
-        self.values = [torch.zeros(shape, dtype=store, device=device) for _ in range(n_layers)]
+        super().__init__(n_layers, batch_size, n_kv_heads, head_dim, max_tokens,
+                         self.format.storage, device)
+        self.dtype, self.max_tokens = dtype, max_tokens
         if ranges is None:  # one scale per (row, head, token)
             scale_shape = (batch_size, n_kv_heads, max_tokens, 1)
             self.key_scales = [torch.ones(scale_shape, device=device) for _ in range(n_layers)]
@@ -61,19 +58,7 @@ class QuantizedKVCache(KVCacheBase):
     def for_model(cls, model, batch_size: int, max_tokens: int, fmt="int8",
                   ranges: HeadRanges | None = None) -> "QuantizedKVCache":
         """A cache shaped for `model`, on its device, taking its activation dtype."""
-        from ..utils.devices import model_device, model_dtype
-
-        c = model.config
-        return cls(c.n_layers, batch_size, c.n_kv_heads, c.head_dim, max_tokens, fmt, ranges,
-                   dtype=model_dtype(model), device=model_device(model))
-
-    @property
-    def n_layers(self) -> int:
-        return len(self.keys)
-
-    @property
-    def batch_size(self) -> int:
-        return self.keys[0].shape[0]
+        return super().for_model(model, batch_size, max_tokens, fmt, ranges)
 
     def _store(self, tensors, scales, layer: int, x: torch.Tensor, end: int) -> None:
         if self.per_token:
@@ -97,9 +82,6 @@ class QuantizedKVCache(KVCacheBase):
         return (self._read(self.keys, self.key_scales, layer, end),
                 self._read(self.values, self.value_scales, layer, end))
 
-    def advance(self, new_tokens: int) -> None:
-        self.length += new_tokens
-
     def crop(self, length: int) -> None:
         """Forget every token after the first `length`."""
         if not 0 <= length <= self.length:
@@ -108,8 +90,7 @@ class QuantizedKVCache(KVCacheBase):
 
     def reorder(self, rows: torch.Tensor) -> None:
         """Keep batch rows in the order `rows` gives: values and per-token scales alike."""
-        self.keys = [t.index_select(0, rows) for t in self.keys]
-        self.values = [t.index_select(0, rows) for t in self.values]
+        super().reorder(rows)
         if self.per_token:
             self.key_scales = [t.index_select(0, rows) for t in self.key_scales]
             self.value_scales = [t.index_select(0, rows) for t in self.value_scales]

@@ -65,9 +65,6 @@ class RingKVCache(LayerSlots):
         held = min(end, self.window)
         return self.keys[layer][:, :, :held], self.values[layer][:, :, :held]
 
-    def advance(self, new_tokens: int) -> None:
-        self.length += new_tokens
-
     @property
     def nbytes(self) -> int:
         """Bytes held by the keys and values of the tokens in the window."""

@@ -93,6 +93,12 @@ def version_line() -> str:
             f"Python {platform.python_version()}")
 
 
+def _add_command(commands, name: str, add_options, run, **words) -> None:
+    """The subcommand `name` of `commands`, described by `words` (help, description), its
+    options added by `add_options` and run by `run`."""
+    add_options(commands.add_parser(name, **words)).set_defaults(run=run)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m minillm",
                                      description="minillm: the course's inference engine")
@@ -129,32 +135,32 @@ def build_parser() -> argparse.ArgumentParser:
                     "`bench [latency options]` and `bench --url URL [serve options]`, still run, "
                     "with a note.")
     kinds = bench.add_subparsers(dest="bench", required=True, metavar="{latency,step,serve}")
-    latency = kinds.add_parser(
-        "latency", help="time minillm against transformers in this process (TTFT, TPOT, "
-                        "tokens/s, prefill, bandwidth bound)",
+    _add_command(
+        kinds, "latency", latency_options, _bench_latency,
+        help="time minillm against transformers in this process (TTFT, TPOT, tokens/s, "
+             "prefill, bandwidth bound)",
         description="minillm's fast engine against transformers' generate() on the same "
                     "weights, in this process (chapter 05).")
-    latency_options(latency).set_defaults(run=_bench_latency)
-    step = kinds.add_parser(
-        "step", help="where one batch-1 decode step's time goes: each operation's ms per token, "
-                     "and the GB/s of each matrix multiply",
+    _add_command(
+        kinds, "step", step_options, _bench_step,
+        help="where one batch-1 decode step's time goes: each operation's ms per token, and "
+             "the GB/s of each matrix multiply",
         description="Time the fast path's fused decode step (the one `bench latency` runs) "
                     "operation by operation on the CPU: norms, projections, RoPE, the cache "
                     "write, attention, SiLU*mul, residual adds, the LM head and the Python "
                     "between them.")
-    step_options(step).set_defaults(run=_bench_step)
-    serve = kinds.add_parser(
-        "serve", help="load-test an OpenAI-compatible server (TTFT, TPOT, latency "
-                      "p50/p90/p99, throughput)",
+    _add_command(
+        kinds, "serve", load_test_options, _bench_serve,
+        help="load-test an OpenAI-compatible server (TTFT, TPOT, latency p50/p90/p99, "
+             "throughput)",
         description="Send a seeded workload to an OpenAI-compatible server (vLLM, SGLang, "
                     "Text Generation Inference, llama.cpp's server, minillm serve) and report "
                     "TTFT, TPOT and latency percentiles and throughput (chapter 09).")
-    load_test_options(serve).set_defaults(run=_bench_serve)
     from .server.options import add_arguments as serve_options
 
-    serve = commands.add_parser("serve", help="serve the model over HTTP with the OpenAI API "
-                                "(127.0.0.1 unless told otherwise)")
-    serve_options(serve).set_defaults(run=_serve)
+    _add_command(commands, "serve", serve_options, _serve,
+                 help="serve the model over HTTP with the OpenAI API (127.0.0.1 unless told "
+                      "otherwise)")
     return parser
 
 

@@ -17,6 +17,7 @@ tensor it returned, and failing in plain words.
   on every case tried, so a hint fires for the mistake it names and for no other.
 - `first_failure` is how most checks end: every answer right prints the pass; else it gives the
   first wrong case and the hint of the mistake that matches, for the check to word its failure.
+  `end_check` (`end_variant_check`) goes on to raise it, worded by the check's `explain`.
 
 Every message is written in English and Chinese side by side with `say` (minillm.course.language)
 and made when the check runs, so it comes in the language the notebook set.
@@ -377,3 +378,28 @@ def first_variant_failure(name: str, answers: list, cases: list, variant, mistak
     wants = [variant(*case, "reference") for case in cases]
     return wants, first_failure(name, answers, wants, same, mistakes=lambda: [
         (say(*words), [variant(*case, kind) for case in cases]) for kind, words in mistakes])
+
+
+def end_check(name: str, answers: list, wants: list, cases: list, explain, same=operator.eq,
+              mistakes=None) -> None:
+    """`first_failure`, ended: the pass printed, or a CheckFailed whose message is
+    `explain(case, got, want, hint)` for the first wrong case (hint: the matching mistake's, or
+    None)."""
+    failure = first_failure(name, answers, wants, same, mistakes)
+    if failure is not None:
+        i, hint = failure
+        raise CheckFailed(explain(cases[i], answers[i], wants[i], hint))
+
+
+def end_variant_check(name: str, answers: list, cases: list, variant, mistakes, explain,
+                      same=operator.eq) -> None:
+    """`first_variant_failure`, ended as `end_check` ends `first_failure`."""
+    wants, failure = first_variant_failure(name, answers, cases, variant, mistakes, same)
+    if failure is not None:
+        i, hint = failure
+        raise CheckFailed(explain(cases[i], answers[i], wants[i], hint))
+
+
+def with_hint(message: str, hint: str | None, otherwise: str = "") -> str:
+    """`message`, then ": hint" when a mistake matched, else `otherwise`."""
+    return message + (say(": {hint}", "：{hint}", hint=hint) if hint else otherwise)

@@ -10,14 +10,13 @@ set_language.
 
 from __future__ import annotations
 
-import operator
 import random
 from collections.abc import Mapping
 
 from ...tokenizer.bpe import encode_with_merges, merge_pair, pair_counts
 from ...tokenizer.train import learn_merges
 from ..language import say
-from ._base import CheckFailed, as_int, call, checker, expect, first_failure, function_name, short
+from ._base import CheckFailed, as_int, call, checker, end_check, expect, function_name, short
 
 
 def _name(fn) -> str:
@@ -106,13 +105,12 @@ def check_pair_counts(fn, *, hidden=False) -> None:
         what = f"{_name(fn)}({short(ids, 80)})"
         answers.append(_plain_counts(call(fn, ids, what=what), what))
     wants = [pair_counts(ids) for ids in cases]
-    failure = first_failure("pair_counts", answers, wants, operator.eq,
-                            lambda: _pair_mistakes(cases))
-    if failure is None:
-        return
-    i, hint = failure
+    end_check("pair_counts", answers, wants, cases, _pair_failure,
+              mistakes=lambda: _pair_mistakes(cases))
+
+
+def _pair_failure(ids, got, want, hint) -> str:
     if hint is None:
-        got, want = answers[i], wants[i]
         extra, missing = set(got) - set(want), set(want) - set(got)
         if extra:
             hint = say(f"The pair {sorted(extra)[0]} is not side by side anywhere in the list.",
@@ -124,10 +122,9 @@ def check_pair_counts(fn, *, hidden=False) -> None:
             bad = next(k for k in want if got[k] != want[k])
             hint = say(f"The pair {bad} occurs {want[bad]} times, you counted {got[bad]}.",
                        f"{bad} 这一对出现了 {want[bad]} 次，你数出的是 {got[bad]} 次。")
-    raise CheckFailed(say(f"For ids={cases[i]}, expected {wants[i]} but got "
-                          f"{short(answers[i])}. ",
-                          f"ids={cases[i]} 时，应为 {wants[i]}，却得到 {short(answers[i])}。")
-                      + hint)
+    return (say(f"For ids={ids}, expected {want} but got {short(got)}. ",
+                f"ids={ids} 时，应为 {want}，却得到 {short(got)}。")
+            + hint)
 
 
 # --- 2. merging one pair -------------------------------------------------------------------
@@ -227,22 +224,22 @@ def check_merge_pair(fn, *, hidden=False) -> None:
         what = f"{_name(fn)}({short(ids, 80)}, {pair}, {new_id})"
         answers.append(_id_list(call(fn, ids, pair, new_id, what=what), what))
     wants = [merge_pair(ids, pair, new_id) for ids, pair, new_id in cases]
-    failure = first_failure("merge_pair", answers, wants, operator.eq,
-                            lambda: _merge_mistakes(cases))
-    if failure is None:
-        return
-    i, hint = failure
-    ids, pair, new_id = cases[i]
+    end_check("merge_pair", answers, wants, cases, _merge_failure,
+              mistakes=lambda: _merge_mistakes(cases))
+
+
+def _merge_failure(case, got, want, hint) -> str:
+    ids, pair, new_id = case
     if hint is None:
         hint = say("Compare ids, not their text: walk the list with an index i, and where "
                    "(ids[i], ids[i + 1]) == pair append new_id and jump to i + 2, else append "
                    "ids[i] and go to i + 1.",
                    "比较的是 id，而不是它们的文本：用下标 i 遍历列表，若 (ids[i], ids[i + 1]) "
                    "== pair，就追加 new_id 并跳到 i + 2，否则追加 ids[i] 并前进到 i + 1。")
-    raise CheckFailed(say(f"For ids={ids}, pair={pair}, new_id={new_id}, expected {wants[i]} but "
-                          f"got {short(answers[i])}. {hint}",
-                          f"ids={ids}、pair={pair}、new_id={new_id} 时，应为 {wants[i]}，"
-                          f"却得到 {short(answers[i])}。{hint}"))
+    return say(f"For ids={ids}, pair={pair}, new_id={new_id}, expected {want} but got "
+               f"{short(got)}. {hint}",
+               f"ids={ids}、pair={pair}、new_id={new_id} 时，应为 {want}，却得到 {short(got)}。"
+               f"{hint}")
 
 
 # --- 3. training: learning the merges ------------------------------------------------------
@@ -373,13 +370,12 @@ def check_train_merges(fn, *, hidden=False) -> None:
                                 for x in pair))
         answers.append(merges)
     wants = [_reference_merges(w, k) for w, k in cases]
-    failure = first_failure("train_merges", answers, wants, operator.eq,
-                            lambda: _train_mistakes(cases))
-    if failure is None:
-        return
-    i, hint = failure
-    words, k = cases[i]
-    got, want = answers[i], wants[i]
+    end_check("train_merges", answers, wants, cases, _train_failure,
+              mistakes=lambda: _train_mistakes(cases))
+
+
+def _train_failure(case, got, want, hint) -> str:
+    words, k = case
     if hint is None and len(got) > len(want) and got[:len(want)] == want:
         hint = say("Stop when no adjacent pair is left, even before num_merges merges.",
                    "没有相邻对剩下时就要停下，哪怕还不到 num_merges 次合并。")
@@ -393,10 +389,10 @@ def check_train_merges(fn, *, hidden=False) -> None:
                    f"前 {j} 次合并一致；第 {j} 次合并应为 "
                    f"{want[j] if j < len(want) else '无（停下）'}。每一步：统计每个词的相邻对"
                    "（乘以这个词的次数），取次数最多的一对，在每个词里把它合并成 id 256 + step。")
-    raise CheckFailed(say(f"For word_counts={short(words, 80)} and num_merges={k}, expected "
-                          f"{want} but got {short(got)}. {hint}",
-                          f"word_counts={short(words, 80)}、num_merges={k} 时，应为 {want}，"
-                          f"却得到 {short(got)}。{hint}"))
+    return say(f"For word_counts={short(words, 80)} and num_merges={k}, expected {want} but got "
+               f"{short(got)}. {hint}",
+               f"word_counts={short(words, 80)}、num_merges={k} 时，应为 {want}，"
+               f"却得到 {short(got)}。{hint}")
 
 
 # --- 4. encoding with a list of merges -----------------------------------------------------
@@ -498,18 +494,17 @@ def check_encode_with_merges(fn, *, hidden=False) -> None:
         what = f"{_name(fn)}({text!r}, {short(merges, 60)})"
         answers.append(_id_list(call(fn, text, merges, what=what), what))
     wants = [encode_with_merges(t, m) for t, m in cases]
-    failure = first_failure("encode_with_merges", answers, wants, operator.eq,
-                            lambda: _encode_mistakes(cases))
-    if failure is None:
-        return
-    i, hint = failure
-    text, merges = cases[i]
-    raise CheckFailed(say(f"For text={text!r} and merges={short(merges, 80)}, expected "
-                          f"{wants[i]} but got {short(answers[i])}. ",
-                          f"text={text!r}、merges={short(merges, 80)} 时，应为 {wants[i]}，"
-                          f"却得到 {short(answers[i])}。")
-                      + (hint or say("Keep merging until no adjacent pair has a merge, always "
-                                     "taking the merge learned earliest (the smallest index) "
-                                     "among the pairs present.",
-                                     "一直合并下去，直到没有相邻对还有对应的合并规则；每次都在"
-                                     "当前出现的各对中取最早学到的那条规则（下标最小）。")))
+    end_check("encode_with_merges", answers, wants, cases, _encode_failure,
+              mistakes=lambda: _encode_mistakes(cases))
+
+
+def _encode_failure(case, got, want, hint) -> str:
+    text, merges = case
+    return (say(f"For text={text!r} and merges={short(merges, 80)}, expected {want} but got "
+                f"{short(got)}. ",
+                f"text={text!r}、merges={short(merges, 80)} 时，应为 {want}，"
+                f"却得到 {short(got)}。")
+            + (hint or say("Keep merging until no adjacent pair has a merge, always taking the "
+                           "merge learned earliest (the smallest index) among the pairs present.",
+                           "一直合并下去，直到没有相邻对还有对应的合并规则；每次都在"
+                           "当前出现的各对中取最早学到的那条规则（下标最小）。")))

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from ...model import (LlamaBlock, ModelConfig, apply_rope, attention_explicit, rms_norm,
                      rope_cos_sin)
 from ..language import say
-from ._base import CheckFailed, call, checker, expect, first_failure, matching_mistake, passed
+from ._base import CheckFailed, call, checker, end_check, expect, passed
 
 
 def _tensor(got, what, shape):
@@ -43,6 +43,12 @@ def _rand(*shape, seed):
 
 def _largest_difference(got, want) -> str:
     return f"{(got - want).abs().max().item():.3g}"
+
+
+def _differs(what: str, got, want, hint: str) -> str:
+    """The failure of the call `what` whose answer `got` is not the reference's `want`."""
+    return say(f"{what} differs from the reference by up to {_largest_difference(got, want)}: ",
+               f"{what} 与参考实现最多相差 {_largest_difference(got, want)}：") + hint
 
 
 # ---- 1: RMSNorm ----
@@ -105,24 +111,25 @@ def check_rms_norm(fn, *, hidden=False) -> None:
     inputs, answers = [], []
     for i, (shape, eps, scale) in enumerate(cases):
         x, weight = _rms_inputs(200 + i if hidden else i, shape, scale)
-        what = say(f"rms_norm(x of shape {shape}, weight, eps={eps})",
-                   f"rms_norm(形状为 {shape} 的 x, weight, eps={eps})")
+        what = _rms_call(shape, eps)
         answers.append(_tensor(call(fn, x, weight, eps, what=what), what, shape))
         inputs.append((x, weight, eps))
     wants = [rms_norm(x, w, eps) for x, w, eps in inputs]
-    failure = first_failure("rms_norm", answers, wants, _close,
-                            lambda: _rms_mistakes(inputs))
-    if failure is None:
-        return
-    i, hint = failure
-    shape, eps, _ = cases[i]
-    raise CheckFailed(say(f"rms_norm(x of shape {shape}, weight, eps={eps}) differs from the "
-                          f"reference by up to {_largest_difference(answers[i], wants[i])}: ",
-                          f"rms_norm(形状为 {shape} 的 x, weight, eps={eps}) 与参考实现最多相差 "
-                          f"{_largest_difference(answers[i], wants[i])}：")
-                      + (hint or say("compute x / sqrt(mean of x² over the last axis + eps), "
-                                     "then multiply by weight",
-                                     "先算 x / sqrt(x² 在最后一个轴上的平均 + eps)，再乘以 weight")))
+    end_check("rms_norm", answers, wants, cases, _rms_failure, _close,
+              lambda: _rms_mistakes(inputs))
+
+
+def _rms_call(shape, eps) -> str:
+    return say(f"rms_norm(x of shape {shape}, weight, eps={eps})",
+               f"rms_norm(形状为 {shape} 的 x, weight, eps={eps})")
+
+
+def _rms_failure(case, got, want, hint) -> str:
+    shape, eps, _ = case
+    return _differs(_rms_call(shape, eps), got, want,
+                    hint or say("compute x / sqrt(mean of x² over the last axis + eps), then "
+                                "multiply by weight",
+                                "先算 x / sqrt(x² 在最后一个轴上的平均 + eps)，再乘以 weight"))
 
 
 # ---- 2: RoPE ----
@@ -207,34 +214,32 @@ def check_rope(fn, *, hidden=False) -> None:
     for i, (shape, theta, kind) in enumerate(cases):
         b, h, s, d = shape
         x, positions = _rand(*shape, seed=(220 if hidden else 20) + i), _positions(b, s, kind)
-        what = say(f"rope(x of shape {shape}, position_ids {positions.tolist()}, "
-                   f"theta={theta})",
-                   f"rope(形状为 {shape} 的 x, position_ids {positions.tolist()}, theta={theta})")
+        what = _rope_call(x, positions, theta)
         answers.append(_tensor(call(fn, x, positions, theta, what=what), what, shape))
         inputs.append((x, positions, theta))
     wants = [apply_rope(x, *rope_cos_sin(p, x.shape[-1], t)) for x, p, t in inputs]
-    failure = first_failure("rope", answers, wants, _close)
-    if failure is None:
-        return
-    i = failure[0]
-    x, positions, theta = inputs[i]
-    what = say(f"rope(x of shape {tuple(x.shape)}, position_ids {positions.tolist()}, "
+    end_check("rope", answers, wants, inputs, _rope_failure, _close,
+              lambda: _rope_mistakes(inputs))
+
+
+def _rope_call(x, positions, theta) -> str:
+    return say(f"rope(x of shape {tuple(x.shape)}, position_ids {positions.tolist()}, "
                f"theta={theta})",
                f"rope(形状为 {tuple(x.shape)} 的 x, position_ids {positions.tolist()}, "
                f"theta={theta})")
-    hint = matching_mistake(answers, _rope_mistakes(inputs), _close)
-    if hint is None and not torch.allclose(answers[i].norm(dim=-1), x.norm(dim=-1), atol=1e-4):
+
+
+def _rope_failure(case, got, want, hint) -> str:
+    x, positions, theta = case
+    if hint is None and not torch.allclose(got.norm(dim=-1), x.norm(dim=-1), atol=1e-4):
         hint = say("a rotation keeps each head vector's length, but yours changed it: each pair "
                    "(x1[i], x2[i]) must become (x1·cos − x2·sin, x2·cos + x1·sin) with the same "
                    "angle in both",
                    "旋转不会改变每个头向量的长度，你的结果却改变了它：每一对 (x1[i], x2[i]) 都必须"
                    "变成 (x1·cos − x2·sin, x2·cos + x1·sin)，两处用同一个角度")
-    raise CheckFailed(say(f"{what} differs from the reference by up to "
-                          f"{_largest_difference(answers[i], wants[i])}: ",
-                          f"{what} 与参考实现最多相差 "
-                          f"{_largest_difference(answers[i], wants[i])}：")
-                      + (hint or say("the angle of pair i is position / theta^(2i/d)",
-                                     "第 i 对的角度是 position / theta^(2i/d)")))
+    return _differs(_rope_call(x, positions, theta), got, want,
+                    hint or say("the angle of pair i is position / theta^(2i/d)",
+                                "第 i 对的角度是 position / theta^(2i/d)"))
 
 
 # ---- 3: causal attention with grouped-query heads ----
@@ -326,39 +331,36 @@ def check_causal_attention(fn, *, hidden=False) -> None:
     for i, (b, h, kv, s, d) in enumerate(cases):
         q, k, v = (_rand(b, n, s, d, seed=first_seed + 3 * i + j)
                    for j, n in enumerate((h, kv, kv)))
-        shown.append(f"causal_attention(q {tuple(q.shape)}, k/v {tuple(k.shape)})")
+        shown.append(_attention_call(q, k))
         raw.append(call(fn, q, k, v, what=shown[-1]))
         inputs.append((q, k, v))
     if _masks_own_key(raw, inputs):  # before _tensor, which would stop at query 0's NaN
         i = next(i for i, (q, _, _) in enumerate(inputs) if q.shape[2] > 1)
         got, want = raw[i].detach().float(), attention_explicit(*inputs[i])
         if bool(torch.isfinite(got).all()):
-            raise CheckFailed(say(f"{shown[i]} differs from the reference by up to "
-                                  f"{_largest_difference(got, want)}: ",
-                                  f"{shown[i]} 与参考实现最多相差 "
-                                  f"{_largest_difference(got, want)}：") + _own_key_hint())
+            raise CheckFailed(_differs(shown[i], got, want, _own_key_hint()))
         raise CheckFailed(say(f"{shown[i]} returned NaN for query 0 and differs from the "
                               "reference at the later queries: ",
                               f"{shown[i]} 在查询 0 上返回了 NaN，之后的查询也与参考实现不同：")
                           + _own_key_hint())
     answers = [_tensor(got, what, q.shape) for got, what, (q, _, _) in zip(raw, shown, inputs)]
     wants = [attention_explicit(q, k, v) for q, k, v in inputs]
-    failure = first_failure("causal_attention", answers, wants, _close,
-                            lambda: _attention_mistakes(inputs))
-    if failure is None:
-        return
-    i, hint = failure
-    q, k, v = inputs[i]
-    raise CheckFailed(say(f"causal_attention(q {tuple(q.shape)}, k/v {tuple(k.shape)}) differs "
-                          f"from the reference by up to "
-                          f"{_largest_difference(answers[i], wants[i])}: ",
-                          f"causal_attention(q {tuple(q.shape)}, k/v {tuple(k.shape)}) 与参考实现"
-                          f"最多相差 {_largest_difference(answers[i], wants[i])}：")
-                      + (hint or say("repeat each key/value head for its group of query heads, "
-                                     "scores = q kᵀ / √d, -inf above the diagonal, softmax over "
-                                     "the keys, then weights @ v",
-                                     "把每个键/值头复制给它那一组查询头，得分 = q kᵀ / √d，"
-                                     "对角线以上设为 -inf，沿键的方向做 softmax，再算 权重 @ v")))
+    end_check("causal_attention", answers, wants, inputs, _attention_failure, _close,
+              lambda: _attention_mistakes(inputs))
+
+
+def _attention_call(q, k) -> str:
+    return f"causal_attention(q {tuple(q.shape)}, k/v {tuple(k.shape)})"
+
+
+def _attention_failure(case, got, want, hint) -> str:
+    q, k, _ = case
+    return _differs(_attention_call(q, k), got, want,
+                    hint or say("repeat each key/value head for its group of query heads, "
+                                "scores = q kᵀ / √d, -inf above the diagonal, softmax over the "
+                                "keys, then weights @ v",
+                                "把每个键/值头复制给它那一组查询头，得分 = q kᵀ / √d，"
+                                "对角线以上设为 -inf，沿键的方向做 softmax，再算 权重 @ v"))
 
 
 # ---- 4: one transformer block ----
@@ -472,38 +474,37 @@ def check_transformer_block(fn, *, hidden=False) -> None:
         block = random_block(config, seed=first_seed + i)
         x = _rand(b, s, config.hidden_size, seed=first_seed + 40 + i) * scale
         positions = _positions(b, s, kind)
-        what = say(f"transformer_block(x {tuple(x.shape)}, block with {config.n_heads} heads / "
-                   f"{config.n_kv_heads} kv heads, norm_eps={config.norm_eps}, position_ids "
-                   f"{positions.tolist()})",
-                   f"transformer_block(x {tuple(x.shape)}, 有 {config.n_heads} 个头 / "
-                   f"{config.n_kv_heads} 个键值头的块, norm_eps={config.norm_eps}, position_ids "
-                   f"{positions.tolist()})")
+        what = _block_call(x, config, positions)
         with torch.no_grad():
             answers.append(_tensor(call(fn, x, block, config, positions, what=what), what,
                                    x.shape))
         inputs.append((x, block, config, positions))
     with torch.no_grad():
         wants = [block(x, *rope_cos_sin(p, c.head_dim, c.rope_theta)) for x, block, c, p in inputs]
-    failure = first_failure("transformer_block", answers, wants, _close,
-                            lambda: _block_mistakes(inputs))
-    if failure is None:
-        return
-    i, hint = failure
-    x, _, config, positions = inputs[i]
-    raise CheckFailed(say(f"transformer_block(x {tuple(x.shape)}, block with {config.n_heads} "
-                          f"heads / {config.n_kv_heads} kv heads, norm_eps={config.norm_eps}, "
-                          f"position_ids {positions.tolist()}) differs from minillm's block by "
-                          f"up to {_largest_difference(answers[i], wants[i])}: ",
-                          f"transformer_block(x {tuple(x.shape)}, 有 {config.n_heads} 个头 / "
-                          f"{config.n_kv_heads} 个键值头的块, norm_eps={config.norm_eps}, "
-                          f"position_ids {positions.tolist()}) 与 minillm 的块最多相差 "
-                          f"{_largest_difference(answers[i], wants[i])}：")
-                      + (hint or say("norm before each part (with config.norm_eps), RoPE on q and "
-                                     "k at position_ids, o_proj after attention, SiLU on the "
-                                     "gate, and each part adds its result to its input",
-                                     "每个部分之前先归一化（用 config.norm_eps），按 position_ids "
-                                     "对 q 和 k 做 RoPE，注意力之后接 o_proj，SiLU 作用在门控上，"
-                                     "每个部分都把结果加到它的输入上")))
+    end_check("transformer_block", answers, wants, inputs, _block_failure, _close,
+              lambda: _block_mistakes(inputs))
+
+
+def _block_call(x, config, positions) -> str:
+    return say(f"transformer_block(x {tuple(x.shape)}, block with {config.n_heads} heads / "
+               f"{config.n_kv_heads} kv heads, norm_eps={config.norm_eps}, position_ids "
+               f"{positions.tolist()})",
+               f"transformer_block(x {tuple(x.shape)}, 有 {config.n_heads} 个头 / "
+               f"{config.n_kv_heads} 个键值头的块, norm_eps={config.norm_eps}, position_ids "
+               f"{positions.tolist()})")
+
+
+def _block_failure(case, got, want, hint) -> str:
+    x, _, config, positions = case
+    what = _block_call(x, config, positions)
+    return (say(f"{what} differs from minillm's block by up to {_largest_difference(got, want)}: ",
+                f"{what} 与 minillm 的块最多相差 {_largest_difference(got, want)}：")
+            + (hint or say("norm before each part (with config.norm_eps), RoPE on q and k at "
+                           "position_ids, o_proj after attention, SiLU on the gate, and each "
+                           "part adds its result to its input",
+                           "每个部分之前先归一化（用 config.norm_eps），按 position_ids "
+                           "对 q 和 k 做 RoPE，注意力之后接 o_proj，SiLU 作用在门控上，"
+                           "每个部分都把结果加到它的输入上")))
 
 
 @checker

@@ -8,15 +8,14 @@ Every message says both languages side by side (`say`), chosen by the notebook's
 from __future__ import annotations
 
 import math
-import operator
 import weakref
 
 import torch
 
 from ...generation.kv_cache import KVCache
 from ..language import say
-from ._base import (CheckFailed, as_int, call, checker, expect, expect_raises, first_failure,
-                    first_variant_failure, matching_mistake, passed, short)
+from ._base import (CheckFailed, as_int, call, checker, end_check, end_variant_check, expect,
+                    expect_raises, first_failure, matching_mistake, passed, short, with_hint)
 
 SIZE_CASES = [  # (n_layers, n_kv_heads, head_dim, tokens, bytes_per_value)
     (30, 3, 64, 1, 4),
@@ -77,21 +76,20 @@ def check_kv_cache_bytes(kv_cache_bytes, *, hidden=False) -> None:
             cache.advance(tokens)
             want = cache.nbytes
         wants.append(want)
-    failure = first_failure("kv_cache_bytes", answers, wants, operator.eq,
-                            lambda: _size_mistakes(cases))
-    if failure is None:
-        return
-    i, hint = failure
-    layers, heads, dim, tokens, nbytes = cases[i]
-    raise CheckFailed(say("kv_cache_bytes{case} returned {got}, expected {want}",
-                          "kv_cache_bytes{case} 返回了 {got}，应为 {want}", case=cases[i],
-                          got=answers[i], want=wants[i])
-                      + (say(": {hint}", "：{hint}", hint=hint) if hint else
-                         say(" = 2 x {layers} layers x {heads} kv heads x {dim} head_dim x "
-                             "{tokens} tokens x {nbytes} bytes",
-                             " = 2 x {layers} 层 x {heads} 个 kv 头 x {dim}（head_dim）x "
-                             "{tokens} 个词元 x {nbytes} 字节", layers=layers, heads=heads,
-                             dim=dim, tokens=tokens, nbytes=nbytes)))
+    end_check("kv_cache_bytes", answers, wants, cases, _size_failure,
+              mistakes=lambda: _size_mistakes(cases))
+
+
+def _size_failure(case, got, want, hint) -> str:
+    layers, heads, dim, tokens, nbytes = case
+    return with_hint(say("kv_cache_bytes{case} returned {got}, expected {want}",
+                         "kv_cache_bytes{case} 返回了 {got}，应为 {want}", case=case, got=got,
+                         want=want),
+                     hint, say(" = 2 x {layers} layers x {heads} kv heads x {dim} head_dim x "
+                               "{tokens} tokens x {nbytes} bytes",
+                               " = 2 x {layers} 层 x {heads} 个 kv 头 x {dim}（head_dim）x "
+                               "{tokens} 个词元 x {nbytes} 字节", layers=layers, heads=heads,
+                               dim=dim, tokens=tokens, nbytes=nbytes))
 
 
 APPEND_CASES = [  # (batch, kv_heads, max_tokens, head_dim, tokens already held, new tokens)
@@ -496,13 +494,14 @@ def check_attend_in_blocks(attend_in_blocks, *, hidden=False) -> None:
     shown = ", ".join(f"{x:.4f}" for x in answers[i][:4].tolist())
     expected = ", ".join(f"{x:.4f}" for x in wants[i][:4].tolist())
     more = ", ..." if d_v > 4 else ""
-    raise CheckFailed(say("attend_in_blocks on blocks of {sizes} keys (d={d}, d_v={d_v}) "
-                          "returned [{shown}{more}], expected [{expected}{more}]",
-                          "attend_in_blocks 在各含 {sizes} 个键的块上（d={d}，d_v={d_v}）"
-                          "返回了 [{shown}{more}]，应为 [{expected}{more}]",
-                          sizes="/".join(map(str, sizes)), d=d, d_v=d_v, shown=shown,
-                          expected=expected, more=more)
-                      + (say(": {hint}", "：{hint}", hint=hint) if hint else ""))
+    raise CheckFailed(with_hint(
+        say("attend_in_blocks on blocks of {sizes} keys (d={d}, d_v={d_v}) returned "
+            "[{shown}{more}], expected [{expected}{more}]",
+            "attend_in_blocks 在各含 {sizes} 个键的块上（d={d}，d_v={d_v}）"
+            "返回了 [{shown}{more}]，应为 [{expected}{more}]",
+            sizes="/".join(map(str, sizes)), d=d, d_v=d_v, shown=shown, expected=expected,
+            more=more),
+        hint))
 
 
 # --- 5 · two partial attentions merged: split-KV, as Flash-Decoding does (lesson 03b) ---------
@@ -602,14 +601,13 @@ def check_merge_partials(merge_partials, *, hidden=False) -> None:
         return
     i, hint = failure
     got, want = answers[i], wants[i]
-    raise CheckFailed(say("merge_partials, case {n}: got m = {gm:.4g}, l = {gl:.4g}; expected "
-                          "m = {wm:.4g}, l = {wl:.4g}",
-                          "merge_partials 第 {n} 个用例：得到 m = {gm:.4g}，l = {gl:.4g}；应为 "
-                          "m = {wm:.4g}，l = {wl:.4g}", n=i + 1, gm=got[0], gl=got[1],
-                          wm=want[0], wl=want[1])
-                      + (say(": {hint}", "：{hint}", hint=hint) if hint else
-                         say("; m = max(m1, m2), l = l1 e^(m1 - m) + l2 e^(m2 - m), o likewise",
-                             "；m = max(m1, m2)，l = l1 e^(m1 - m) + l2 e^(m2 - m)，o 同理")))
+    raise CheckFailed(with_hint(
+        say("merge_partials, case {n}: got m = {gm:.4g}, l = {gl:.4g}; expected m = {wm:.4g}, "
+            "l = {wl:.4g}",
+            "merge_partials 第 {n} 个用例：得到 m = {gm:.4g}，l = {gl:.4g}；应为 m = {wm:.4g}，"
+            "l = {wl:.4g}", n=i + 1, gm=got[0], gl=got[1], wm=want[0], wl=want[1]),
+        hint, say("; m = max(m1, m2), l = l1 e^(m1 - m) + l2 e^(m2 - m), o likewise",
+                  "；m = max(m1, m2)，l = l1 e^(m1 - m) + l2 e^(m2 - m)，o 同理")))
 
 
 # --- 6 · a sliding window that keeps its sinks (lesson 03b) ------------------------------------
@@ -672,16 +670,15 @@ def check_sink_window_mask(sink_window_mask, *, hidden=False) -> None:
     for n, window, sinks in cases:
         what = f"sink_window_mask({n}, {window}, {sinks})"
         answers.append(_as_mask(call(sink_window_mask, n, window, sinks, what=what), n, what))
-    wants, failure = first_variant_failure("sink_window_mask", answers, cases, _sink_variant,
-                                          SINK_MISTAKES, torch.equal)
-    if failure is None:
-        return
-    i, hint = failure
-    n, window, sinks = cases[i]
-    row, col = (answers[i] != wants[i]).nonzero()[0].tolist()
-    raise CheckFailed(say("sink_window_mask({n}, {window}, {sinks}): query {row} and key {col} "
-                          "should be {want}",
-                          "sink_window_mask({n}, {window}, {sinks})：查询 {row} 与键 {col} "
-                          "应为 {want}", n=n, window=window, sinks=sinks, row=row, col=col,
-                          want=bool(wants[i][row, col]))
-                      + (say(": {hint}", "：{hint}", hint=hint) if hint else ""))
+    end_variant_check("sink_window_mask", answers, cases, _sink_variant, SINK_MISTAKES,
+                      _sink_failure, torch.equal)
+
+
+def _sink_failure(case, got, want, hint) -> str:
+    n, window, sinks = case
+    row, col = (got != want).nonzero()[0].tolist()
+    return with_hint(say("sink_window_mask({n}, {window}, {sinks}): query {row} and key {col} "
+                         "should be {want}",
+                         "sink_window_mask({n}, {window}, {sinks})：查询 {row} 与键 {col} "
+                         "应为 {want}", n=n, window=window, sinks=sinks, row=row, col=col,
+                         want=bool(want[row, col])), hint)

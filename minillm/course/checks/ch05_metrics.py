@@ -16,8 +16,8 @@ from ...engine import capture_sizes
 from ...measure.metrics import RequestMetrics, predict_latency, throughput
 from ...measure.roofline import Roof
 from ..language import say
-from ._base import (CheckFailed, as_number, call, checker, expect, first_failure,
-                    first_variant_failure, is_close, is_int, matching_mistake, passed, short)
+from ._base import (CheckFailed, as_number, call, checker, end_check, end_variant_check, expect,
+                    first_failure, is_close, is_int, matching_mistake, passed, short, with_hint)
 
 # (start, token_times): fixed requests, seconds
 REQUESTS = [
@@ -142,11 +142,12 @@ def check_request_metrics(request_metrics, *, hidden=False) -> None:
         if hint is None and key == "tpot" and len(times) == 1:
             hint = say("with a single token there is no gap: return float('nan')",
                        "只有一个词元时没有间隔：应返回 float('nan')")
-        raise CheckFailed(say("{call}['{key}'] is {got!r}, expected {want!r}",
-                              "{call}['{key}'] 是 {got!r}，应为 {want!r}",
-                              call=f"request_metrics({start}, {short(times, 60)})", key=key,
-                              got=answers[key][i], want=wants[i][key])
-                          + (say(": {hint}", "：{hint}", hint=hint) if hint else ""))
+        raise CheckFailed(with_hint(
+            say("{call}['{key}'] is {got!r}, expected {want!r}",
+                "{call}['{key}'] 是 {got!r}，应为 {want!r}",
+                call=f"request_metrics({start}, {short(times, 60)})", key=key,
+                got=answers[key][i], want=wants[i][key]),
+            hint))
     passed("request_metrics", len(requests))
 
 
@@ -170,27 +171,25 @@ def check_predict_latency(predict, *, hidden=False) -> None:
         what = f"predict_latency({ttft:.4g}, {tpot:.4g}, {n})"
         answers.append(as_number(call(predict, ttft, tpot, n, what=what), what))
     wants = [predict_latency(ttft, tpot, n) for ttft, tpot, n, _ in cases]
-    wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if not is_close(g, w)]
-    if wrong:
-        i = wrong[0]
-        ttft, tpot, n, measured = cases[i]
-        mistakes = [
-            (say("the first token is already in the TTFT, so only n_tokens - 1 gaps follow",
-                 "第一个词元已经算在 TTFT 里了，后面只跟着 n_tokens - 1 个间隔"),
-             [a + b * k for a, b, k, _ in cases]),
-            (say("TTFT comes once, not per token: TTFT + TPOT x (n_tokens - 1)",
-                 "TTFT 只算一次，不是每个词元都算：TTFT + TPOT x (n_tokens - 1)"),
-             [(a + b) * (k - 1) for a, b, k, _ in cases]),
-        ]
-        hint = matching_mistake(answers, mistakes, is_close)
-        seen = say(" (the measured latency of that request was {m:.4g})",
-                   "（这个请求实测的延迟是 {m:.4g}）", m=measured) if measured else ""
-        raise CheckFailed(say("{call} returned {got:.10g}, expected {want:.10g}{seen}",
-                              "{call} 返回了 {got:.10g}，应为 {want:.10g}{seen}",
-                              call=f"predict_latency({ttft!r}, {tpot!r}, {n})", got=answers[i],
-                              want=wants[i], seen=seen)
-                          + (say(": {hint}", "：{hint}", hint=hint) if hint else ""))
-    passed("predict_latency", len(cases))
+    end_check("predict_latency", answers, wants, cases, _latency_failure, is_close, lambda: [
+        (say("the first token is already in the TTFT, so only n_tokens - 1 gaps follow",
+             "第一个词元已经算在 TTFT 里了，后面只跟着 n_tokens - 1 个间隔"),
+         [a + b * k for a, b, k, _ in cases]),
+        (say("TTFT comes once, not per token: TTFT + TPOT x (n_tokens - 1)",
+             "TTFT 只算一次，不是每个词元都算：TTFT + TPOT x (n_tokens - 1)"),
+         [(a + b) * (k - 1) for a, b, k, _ in cases]),
+    ])
+
+
+def _latency_failure(case, got, want, hint) -> str:
+    ttft, tpot, n, measured = case
+    seen = say(" (the measured latency of that request was {m:.4g})",
+               "（这个请求实测的延迟是 {m:.4g}）", m=measured) if measured else ""
+    return with_hint(say("{call} returned {got:.10g}, expected {want:.10g}{seen}",
+                         "{call} 返回了 {got:.10g}，应为 {want:.10g}{seen}",
+                         call=f"predict_latency({ttft!r}, {tpot!r}, {n})", got=got, want=want,
+                         seen=seen),
+                     hint)
 
 
 # --- 3 · timing a token stream -------------------------------------------------------------------
@@ -478,21 +477,20 @@ def check_roofline_seconds(roofline_seconds, *, hidden=False) -> None:
         what = f"roofline_seconds{case}"
         answers.append(as_number(call(roofline_seconds, *case, what=what), what))
     wants = [_roof_seconds(*case) for case in cases]
-    failure = first_failure("roofline_seconds", answers, wants, is_close,
-                            lambda: _roof_mistakes(cases))
-    if failure is None:
-        return
-    i, hint = failure
-    rows, weights, nbytes, peak, bandwidth = cases[i]
-    raise CheckFailed(say("{call} returned {got:.6g} s, expected {want:.6g} s: {flops:.3g} FLOP "
-                          "at {peak:.3g} FLOP/s against {nbytes:.3g} bytes at {bandwidth:.3g} "
-                          "bytes/s",
-                          "{call} 返回了 {got:.6g} s，应为 {want:.6g} s：以 {peak:.3g} FLOP/s "
-                          "算 {flops:.3g} FLOP，对比以 {bandwidth:.3g} bytes/s 读 {nbytes:.3g} "
-                          "字节", call=f"roofline_seconds{cases[i]}", got=answers[i],
-                          want=wants[i], flops=2 * weights * rows, peak=peak,
-                          nbytes=weights * nbytes, bandwidth=bandwidth)
-                      + (say("; {hint}", "；{hint}", hint=hint) if hint else ""))
+    end_check("roofline_seconds", answers, wants, cases, _roof_failure, is_close,
+              lambda: _roof_mistakes(cases))
+
+
+def _roof_failure(case, got, want, hint) -> str:
+    rows, weights, nbytes, peak, bandwidth = case
+    return (say("{call} returned {got:.6g} s, expected {want:.6g} s: {flops:.3g} FLOP at "
+                "{peak:.3g} FLOP/s against {nbytes:.3g} bytes at {bandwidth:.3g} bytes/s",
+                "{call} 返回了 {got:.6g} s，应为 {want:.6g} s：以 {peak:.3g} FLOP/s "
+                "算 {flops:.3g} FLOP，对比以 {bandwidth:.3g} bytes/s 读 {nbytes:.3g} "
+                "字节", call=f"roofline_seconds{case}", got=got, want=want,
+                flops=2 * weights * rows, peak=peak, nbytes=weights * nbytes,
+                bandwidth=bandwidth)
+            + (say("; {hint}", "；{hint}", hint=hint) if hint else ""))
 
 
 # --- 6 · a CUDA graph's batch size (lesson 05b) -------------------------------------------------
@@ -555,17 +553,17 @@ def check_graph_batch_size(graph_batch_size, *, hidden=False) -> None:
                    "{what} 返回了 {got}；请返回其中一个捕获大小（整数），或 None", what=what,
                    got=short(got)))
         answers.append(None if got is None else int(got))
-    wants, failure = first_variant_failure("graph_batch_size", answers, cases, _graph_variant,
-                                           GRAPH_MISTAKES)
-    if failure is None:
-        return
-    i, hint = failure
-    raise CheckFailed(say("graph_batch_size({batch}, {sizes}) returned {got}, expected {want}",
-                          "graph_batch_size({batch}, {sizes}) 返回了 {got}，应为 {want}",
-                          batch=cases[i][0], sizes=cases[i][1], got=answers[i], want=wants[i])
-                      + (say(": {hint}", "：{hint}", hint=hint) if hint else
-                         say("; the smallest size >= batch, or None when there is none",
-                             "；取 >= batch 的最小大小，没有时返回 None")))
+    end_variant_check("graph_batch_size", answers, cases, _graph_variant, GRAPH_MISTAKES,
+                      _graph_failure)
+
+
+def _graph_failure(case, got, want, hint) -> str:
+    batch, sizes = case
+    return with_hint(say("graph_batch_size({batch}, {sizes}) returned {got}, expected {want}",
+                         "graph_batch_size({batch}, {sizes}) 返回了 {got}，应为 {want}",
+                         batch=batch, sizes=sizes, got=got, want=want),
+                     hint, say("; the smallest size >= batch, or None when there is none",
+                               "；取 >= batch 的最小大小，没有时返回 None"))
 
 
 # --- 7 · choosing the capture sizes (lesson 05b) ------------------------------------------------
@@ -645,17 +643,16 @@ def check_choose_capture_sizes(choose_capture_sizes, *, hidden=False) -> None:
                    "{what} 返回了 {got}；请返回其中一个列表的名字，或 None", what=what,
                    got=short(got)))
         answers.append(got)
-    wants, failure = first_variant_failure("choose_capture_sizes", answers, cases,
-                                           _choose_variant, CHOOSE_MISTAKES)
-    if failure is None:
-        return
-    i, hint = failure
-    steps, candidates, most = cases[i]
-    raise CheckFailed(say("for steps of batch sizes {steps}, lists {lists} and at most {most} "
-                          "graphs you chose {got!r}, expected {want!r}",
-                          "步骤的批大小为 {steps}、候选列表为 {lists}、最多 {most} 张图时，你选了 "
-                          "{got!r}，应为 {want!r}", steps=short(steps, 80), lists=candidates,
-                          most=most, got=answers[i], want=wants[i])
-                      + (say(": {hint}", "：{hint}", hint=hint) if hint else
-                         say("; count each step's rows padded up to the list's next size",
-                             "；把每一步补齐到列表中下一个大小，数出补了多少行")))
+    end_variant_check("choose_capture_sizes", answers, cases, _choose_variant, CHOOSE_MISTAKES,
+                      _choose_failure)
+
+
+def _choose_failure(case, got, want, hint) -> str:
+    steps, candidates, most = case
+    return with_hint(say("for steps of batch sizes {steps}, lists {lists} and at most {most} "
+                         "graphs you chose {got!r}, expected {want!r}",
+                         "步骤的批大小为 {steps}、候选列表为 {lists}、最多 {most} 张图时，你选了 "
+                         "{got!r}，应为 {want!r}", steps=short(steps, 80), lists=candidates,
+                         most=most, got=got, want=want),
+                     hint, say("; count each step's rows padded up to the list's next size",
+                               "；把每一步补齐到列表中下一个大小，数出补了多少行"))

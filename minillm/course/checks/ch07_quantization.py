@@ -14,8 +14,8 @@ from ...quant.gptq import hessian, inverse_cholesky
 from ...quant.grid import fit, snap
 from ...quant.int8 import dequantize_int8, quantize_int8
 from ...quant.float_formats import Scheme, fake_quantize
-from ._base import (CheckFailed, call, checker, expect, expect_raises,
-                    first_variant_failure, matching_mistake, number_or_none, passed, short)
+from ._base import (CheckFailed, call, checker, end_variant_check, expect, expect_raises,
+                    matching_mistake, number_or_none, passed, short, with_hint)
 from ..language import say
 
 
@@ -680,19 +680,18 @@ def check_fp8_blocks(fp8_blocks, *, hidden=False) -> None:
         what = f"fp8_blocks(<{w.shape[0]} x {w.shape[1]} weight>, {block})"
         got = call(fp8_blocks, w.clone(), block, what=what)
         answers.append(_tensor(got, what, w.shape))
-    wants, failure = first_variant_failure("fp8_blocks", answers, cases, _fp8_block_variant,
-                                          FP8_BLOCK_MISTAKES, _same_fp8)
-    if failure is None:
-        return
-    i, hint = failure
-    w, block = cases[i]
-    differ = (~torch.isclose(answers[i].float(), wants[i], rtol=1e-5, atol=0.0)).float().mean()
-    raise CheckFailed(say("fp8_blocks(<{r} x {c} weight>, {block}): {share:.0%} of the numbers "
-                          "differ from the expected",
-                          "fp8_blocks(<{r} x {c} 权重>, {block})：有 {share:.0%} 的数与期望值"
-                          "不同", r=w.shape[0], c=w.shape[1], block=block, share=differ.item())
-                      + (say(": {hint}", "：{hint}", hint=hint) if hint else
-                         say("; each block: s = max|block| / 448, then "
-                             "(block / s).to(torch.float8_e4m3fn).float() * s",
-                             "；每个块：s = max|块| / 448，然后 "
-                             "(块 / s).to(torch.float8_e4m3fn).float() * s")))
+    end_variant_check("fp8_blocks", answers, cases, _fp8_block_variant, FP8_BLOCK_MISTAKES,
+                      _fp8_block_failure, _same_fp8)
+
+
+def _fp8_block_failure(case, got, want, hint) -> str:
+    w, block = case
+    differ = (~torch.isclose(got.float(), want, rtol=1e-5, atol=0.0)).float().mean()
+    return with_hint(say("fp8_blocks(<{r} x {c} weight>, {block}): {share:.0%} of the numbers "
+                         "differ from the expected",
+                         "fp8_blocks(<{r} x {c} 权重>, {block})：有 {share:.0%} 的数与期望值"
+                         "不同", r=w.shape[0], c=w.shape[1], block=block, share=differ.item()),
+                     hint, say("; each block: s = max|block| / 448, then "
+                               "(block / s).to(torch.float8_e4m3fn).float() * s",
+                               "；每个块：s = max|块| / 448，然后 "
+                               "(块 / s).to(torch.float8_e4m3fn).float() * s"))

@@ -12,7 +12,6 @@ Every message says both languages side by side (`say`), chosen by the notebook's
 
 from __future__ import annotations
 
-import operator
 import random
 from dataclasses import dataclass
 
@@ -21,8 +20,8 @@ import torch
 from ...speculative.acceptance import verify_greedy
 from ...speculative.drafts import PromptLookupDraft
 from ..language import say
-from ._base import (CheckFailed, as_int, call, checker, expect, first_failure, matching_mistake,
-                    passed, short)
+from ._base import (CheckFailed, as_int, call, checker, end_check, expect, first_failure, passed,
+                    short, with_hint)
 
 # A toy target p and draft q over six tokens (the lesson uses the same pair).
 P = torch.tensor([0.40, 0.25, 0.15, 0.10, 0.06, 0.04], dtype=torch.float64)
@@ -338,15 +337,11 @@ def check_prompt_lookup(prompt_lookup, *, hidden=False) -> None:
         answers.append([as_int(t, say("a token {what} returned", "{what} 返回的一个词元",
                                       what=what)) for t in got])
     wants = [PromptLookupDraft(max_ngram=n, min_ngram=1).lookup(ids, k) for ids, k, n in cases]
-    failure = first_failure("prompt_lookup", answers, wants, operator.eq)
-    if failure is None:
-        return
-    i = failure[0]
 
     def model(**kind):
         return [_lookup_variant(ids, k, n, **kind) for ids, k, n in cases]
 
-    hint = matching_mistake(answers, [
+    failure = first_failure("prompt_lookup", answers, wants, mistakes=lambda: [
         (say("you took the first occurrence; take the most recent one before the end (search "
              "backwards from len(ids) - n - 1): recent text is the better guess",
              "你取的是第一次出现的位置；应取结尾之前最近的那一次（从 len(ids) - n - 1 "
@@ -357,7 +352,10 @@ def check_prompt_lookup(prompt_lookup, *, hidden=False) -> None:
              "先试最长的 n-gram（n = max_ngram，再依次减小）：匹配得越长，证据越强"),
          model(longest_first=False)),
         (say("return at most k tokens", "最多返回 k 个词元"), model(cap=False)),
-    ], list.__eq__)
+    ])
+    if failure is None:
+        return
+    i, hint = failure
     if hint is None and not any(answers):
         hint = _empty_everywhere(prompt_lookup, cases, wants)
     ids, k, n = cases[i]
@@ -478,16 +476,11 @@ def check_verify_greedy(verify, *, hidden=False) -> None:
                         as_int(got[1], say("n_accepted from {what}", "{what} 返回的 n_accepted",
                                            what=what))))
     wants = [verify_greedy(scores, draft) for scores, draft in cases]
-    wrong = [i for i, (g, w) in enumerate(zip(answers, wants)) if g != tuple(w)]
-    if not wrong:
-        passed("verify_greedy", len(cases))
-        return
-    i = wrong[0]
 
     def model(**kind):
         return [_verify_variant(scores, draft, **kind) for scores, draft in cases]
 
-    hint = matching_mistake(answers, [
+    end_check("verify_greedy", answers, wants, cases, _verify_failure, _same_outcome, lambda: [
         (say("when every drafted token passes, add the bonus token: the target's argmax after "
              "the last one, target_scores[n]. It comes free with the same forward pass",
              "所有草稿词元都通过时，要再加上额外词元：目标模型在最后一个之后的 argmax，即 "
@@ -504,13 +497,20 @@ def check_verify_greedy(verify, *, hidden=False) -> None:
              "one of them",
              "n_accepted 数的是通过检查的草稿词元；目标模型换上的那个词元不算在内"),
          model(count_replacement=True)),
-    ], lambda a, b: tuple(a) == tuple(b))
-    scores, draft = cases[i]
-    raise CheckFailed(say("verify_greedy(target_scores of shape {shape}, {draft}) returned "
-                          "{got}, expected {want} (the target's argmax at each position: "
-                          "{best})",
-                          "verify_greedy(形状为 {shape} 的 target_scores, {draft}) 返回了 {got}，"
-                          "应为 {want}（目标模型在各位置的 argmax：{best}）",
-                          shape=tuple(scores.shape), draft=draft, got=answers[i],
-                          want=tuple(wants[i]), best=scores.argmax(-1).tolist())
-                      + (say(": {hint}", "：{hint}", hint=hint) if hint else ""))
+    ])
+
+
+def _same_outcome(got, want) -> bool:
+    """Whether two (new_tokens, n_accepted) pairs are equal, a tuple or a list alike."""
+    return tuple(got) == tuple(want)
+
+
+def _verify_failure(case, got, want, hint) -> str:
+    scores, draft = case
+    return with_hint(say("verify_greedy(target_scores of shape {shape}, {draft}) returned {got}, "
+                         "expected {want} (the target's argmax at each position: {best})",
+                         "verify_greedy(形状为 {shape} 的 target_scores, {draft}) 返回了 {got}，"
+                         "应为 {want}（目标模型在各位置的 argmax：{best}）",
+                         shape=tuple(scores.shape), draft=draft, got=got, want=tuple(want),
+                         best=scores.argmax(-1).tolist()),
+                     hint)

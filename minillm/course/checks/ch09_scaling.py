@@ -15,9 +15,9 @@ from ...distributed.moe import capacity_of, route
 from ...distributed.tensor_parallel import shard_mlp, split_evenly
 from ...utils.stats import percentile as reference_percentile
 from ..language import say
-from ._base import (CheckFailed, _is_array, _is_tensor, as_int, call, checker, expect,
-                    expect_raises, first_failure, first_variant_failure, is_close,
-                    matching_mistake, number_or_none, passed, short)
+from ._base import (CheckFailed, _is_array, _is_tensor, as_int, call, checker, end_check,
+                    end_variant_check, expect, expect_raises, is_close, matching_mistake,
+                    number_or_none, passed, short, with_hint)
 
 # --- 1 · sharing features out among ranks ---------------------------------------------------------
 
@@ -98,12 +98,12 @@ def check_split_evenly(split, *, hidden=False) -> None:
              [_split_variant(t, p, "last ranks") for t, p in splits]),
         ], list.__eq__)
         total, parts = splits[i]
-        raise CheckFailed(say("split_evenly({total}, {parts}) returned {got}, expected {want}",
-                              "split_evenly({total}, {parts}) 返回了 {got}，应为 {want}",
-                              total=total, parts=parts,
-                              got=[range(a, b) for a, b in answers[i]],
-                              want=split_evenly(total, parts))
-                          + (say(": {hint}", "：{hint}", hint=hint) if hint else ""))
+        raise CheckFailed(with_hint(
+            say("split_evenly({total}, {parts}) returned {got}, expected {want}",
+                "split_evenly({total}, {parts}) 返回了 {got}，应为 {want}",
+                total=total, parts=parts, got=[range(a, b) for a, b in answers[i]],
+                want=split_evenly(total, parts)),
+            hint))
     for total, parts in ((2, 5), (6, -1)) if hidden else ((3, 4), (5, 0)):
         expect_raises(split, total, parts, error=ValueError,
                       why=say("{total} items cannot go to {parts} ranks (1 to {total} can share "
@@ -364,12 +364,13 @@ def check_tp_feed_forward(tp_feed_forward_parts, *, hidden=False) -> None:
         if not torch.allclose(part.to(want.dtype), want, atol=1e-9):
             rows = split_evenly(ffn, world)[r]
             a, b = rows.start, rows.stop
-            raise CheckFailed(say("{what}: rank {r}'s part differs from down[:, {a}:{b}] "
-                                  "applied to silu(gate[{a}:{b}] x) * up[{a}:{b}] x",
-                                  "{what}：进程 {r} 的那一份与把 down[:, {a}:{b}] 作用在 "
-                                  "silu(gate[{a}:{b}] x) * up[{a}:{b}] x 上的结果不同",
-                                  what=what, r=r, a=a, b=b)
-                              + (say(": {hint}", "：{hint}", hint=hint) if hint else ""))
+            raise CheckFailed(with_hint(
+                say("{what}: rank {r}'s part differs from down[:, {a}:{b}] applied to "
+                    "silu(gate[{a}:{b}] x) * up[{a}:{b}] x",
+                    "{what}：进程 {r} 的那一份与把 down[:, {a}:{b}] 作用在 "
+                    "silu(gate[{a}:{b}] x) * up[{a}:{b}] x 上的结果不同",
+                    what=what, r=r, a=a, b=b),
+                hint))
     raise CheckFailed(say("{what}: the parts, added up, do not give mlp(x)",
                           "{what}：把各份加起来，得不到 mlp(x)", what=what))
 
@@ -422,12 +423,7 @@ def check_percentile(percentile, *, hidden=False) -> None:
         answers.append(value)
     wants = [reference_percentile(v, q) for v, q in cases]
     same = lambda a, b: is_close(a, b, rel=1e-5, abs_=1e-6)  # noqa: E731 (float32 quantile ok)
-    failure = first_failure("percentile", answers, wants, same)
-    if failure is None:
-        return
-    i = failure[0]
-    values, q = cases[i]
-    hint = matching_mistake(answers, [
+    end_check("percentile", answers, wants, cases, _percentile_failure, same, lambda: [
         (say("that is the nearest rank; interpolate linearly between the two values around "
              "position (n - 1) x q / 100",
              "这是“最近秩”法；应在位置 (n - 1) x q / 100 两侧的两个值之间做线性插值"),
@@ -439,16 +435,19 @@ def check_percentile(percentile, *, hidden=False) -> None:
         (say("sort the values first (sorted(values) makes a sorted copy)",
              "先把数值排序（sorted(values) 会返回一份排好序的副本）"),
          [_percentile_variant(v, q, "unsorted") for v, q in cases]),
-    ], same)
+    ])
+
+
+def _percentile_failure(case, got, want, hint) -> str:
+    values, q = case
     shown = values if len(values) <= 4 else say("<{n} latencies>", "<{n} 个延迟值>",
                                                 n=len(values))
-    raise CheckFailed(say("percentile({shown}, {q}) returned {got!r}, expected {want!r}",
-                          "percentile({shown}, {q}) 返回了 {got!r}，应为 {want!r}",
-                          shown=shown, q=q, got=answers[i], want=wants[i])
-                      + (say(": {hint}", "：{hint}", hint=hint) if hint else
-                         say(": sort, find position (n - 1) x q / 100, and interpolate between "
-                             "the values on either side",
-                             "：先排序，找到位置 (n - 1) x q / 100，再在它两侧的值之间插值")))
+    return with_hint(say("percentile({shown}, {q}) returned {got!r}, expected {want!r}",
+                         "percentile({shown}, {q}) 返回了 {got!r}，应为 {want!r}",
+                         shown=shown, q=q, got=got, want=want),
+                     hint, say(": sort, find position (n - 1) x q / 100, and interpolate "
+                               "between the values on either side",
+                               "：先排序，找到位置 (n - 1) x q / 100，再在它两侧的值之间插值"))
 
 
 # --- 6 · top-k routing with a capacity (09b) ------------------------------------------------------
@@ -527,21 +526,20 @@ def check_route_with_capacity(route_with_capacity, *, hidden=False) -> None:
         tokens = scores.shape[0]
         answers.append((_as_table(got[0], tokens, k, what, "experts", "int"),
                         _as_table(got[1], tokens, k, what, "kept", "bool")))
-    wants, failure = first_variant_failure("route_with_capacity", answers, cases,
-                                           _routing_variant, ROUTING_MISTAKES)
-    if failure is None:
-        return
-    i, hint = failure
-    scores, k, capacity = cases[i]
-    part = "experts" if answers[i][0] != wants[i][0] else "kept"
-    raise CheckFailed(say("route_with_capacity(<{t} x {e} scores>, {k}, {c}): {part} is wrong "
-                          "(expected {want}, got {got})",
-                          "route_with_capacity(<{t} x {e} 个得分>, {k}, {c})：{part} 不对"
-                          "（应为 {want}，得到 {got}）",
-                          t=scores.shape[0], e=scores.shape[1], k=k, c=capacity, part=part,
-                          want=short(wants[i][part == "kept"]),
-                          got=short(answers[i][part == "kept"]))
-                      + (say(": {hint}", "：{hint}", hint=hint) if hint else ""))
+    end_variant_check("route_with_capacity", answers, cases, _routing_variant, ROUTING_MISTAKES,
+                      _routing_failure)
+
+
+def _routing_failure(case, got, want, hint) -> str:
+    scores, k, capacity = case
+    part = "experts" if got[0] != want[0] else "kept"
+    return with_hint(say("route_with_capacity(<{t} x {e} scores>, {k}, {c}): {part} is wrong "
+                         "(expected {want}, got {got})",
+                         "route_with_capacity(<{t} x {e} 个得分>, {k}, {c})：{part} 不对"
+                         "（应为 {want}，得到 {got}）",
+                         t=scores.shape[0], e=scores.shape[1], k=k, c=capacity, part=part,
+                         want=short(want[part == "kept"]), got=short(got[part == "kept"])),
+                     hint)
 
 
 def _factor_cases(hidden=False):
@@ -606,16 +604,16 @@ def check_choose_capacity_factor(choose_capacity_factor, *, hidden=False) -> Non
                say("{what} returned {got}; return one of the factors, or None",
                    "{what} 返回了 {got}；请返回其中一个系数，或 None", what=what, got=short(got)))
         answers.append(value)
-    wants, failure = first_variant_failure("choose_capacity_factor", answers, cases,
-                                           _factor_variant, FACTOR_MISTAKES)
-    if failure is None:
-        return
-    i, hint = failure
-    scores, k, most = cases[i]
-    raise CheckFailed(say("choose_capacity_factor(<{t} x {e} scores>, {k}, {factors}, {most}) "
-                          "returned {got}, expected {want}",
-                          "choose_capacity_factor(<{t} x {e} 个得分>, {k}, {factors}, {most}) "
-                          "返回了 {got}，应为 {want}",
-                          t=scores.shape[0], e=scores.shape[1], k=k, factors=FACTORS, most=most,
-                          got=answers[i], want=wants[i])
-                      + (say(": {hint}", "：{hint}", hint=hint) if hint else ""))
+    end_variant_check("choose_capacity_factor", answers, cases, _factor_variant,
+                      FACTOR_MISTAKES, _factor_failure)
+
+
+def _factor_failure(case, got, want, hint) -> str:
+    scores, k, most = case
+    return with_hint(say("choose_capacity_factor(<{t} x {e} scores>, {k}, {factors}, {most}) "
+                         "returned {got}, expected {want}",
+                         "choose_capacity_factor(<{t} x {e} 个得分>, {k}, {factors}, {most}) "
+                         "返回了 {got}，应为 {want}",
+                         t=scores.shape[0], e=scores.shape[1], k=k, factors=FACTORS, most=most,
+                         got=got, want=want),
+                     hint)

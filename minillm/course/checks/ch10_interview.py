@@ -14,7 +14,6 @@ answers are computed from a model's config, never typed in.
 from __future__ import annotations
 
 import math
-import operator
 import random
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -23,8 +22,8 @@ import torch
 
 from ...model.config import ModelConfig
 from ..language import say
-from ._base import (CheckFailed, as_number, call, checker, first_failure, first_variant_failure,
-                    is_close, matching_mistake)
+from ._base import (CheckFailed, as_number, call, checker, end_check, end_variant_check,
+                    is_close)
 
 GB = 1e9
 
@@ -75,6 +74,12 @@ def _close(got, want) -> bool:
     return is_close(got, want, rel=1e-6)
 
 
+def _wrong(what: str, got, want, hint: str) -> str:
+    """The failure of the call `what`, which returned `got` instead of `want` (both as shown)."""
+    return say("{what} returned {got}, expected {want}: {hint}",
+               "{what} 返回了 {got}，应为 {want}：{hint}", what=what, got=got, want=want, hint=hint)
+
+
 # --- 1 · the decode bound of a tensor-parallel model ---------------------------------------------
 
 TP_CASES = [  # (parameters, bytes per parameter, GPUs, bandwidth of one GPU in bytes/s)
@@ -98,10 +103,10 @@ def check_tp_decode_bound(tp_decode_bound, *, hidden=False) -> None:
     tp_cases = HIDDEN_TP_CASES if hidden else TP_CASES
     answers = []
     for case in tp_cases:
-        what = "tp_decode_bound({}, {}, {}, {})".format(*(_shown(v) for v in case))
+        what = _tp_call(case)
         answers.append(as_number(call(tp_decode_bound, *case, what=what), what))
     wants = [tp_decode_bound_reference(*case) for case in tp_cases]
-    failure = first_failure("tp_decode_bound", answers, wants, _close, mistakes=lambda: [
+    end_check("tp_decode_bound", answers, wants, tp_cases, _tp_failure, _close, lambda: [
         (say("with tensor parallelism each GPU holds and reads only 1/n_gpus of the weights, "
              "and all GPUs read at the same time: divide the weight bytes by n_gpus",
              "张量并行（tensor parallelism）下每块 GPU 只存、只读 1/n_gpus 的权重，而且所有 GPU "
@@ -118,19 +123,19 @@ def check_tp_decode_bound(tp_decode_bound, *, hidden=False) -> None:
              "2 字节算"),
          [tp_decode_bound_reference(n, 2, g, b) for n, s, g, b in tp_cases]),
     ])
-    if failure is None:
-        return
-    i, hint = failure
-    case = tp_cases[i]
-    hint = hint or say("every step each GPU reads its share of the weights, n_params x "
-                       "bytes_per_param / n_gpus bytes, at `bandwidth` bytes a second",
-                       "每一步每块 GPU 都要读自己那份权重，共 n_params x bytes_per_param / "
-                       "n_gpus 字节，读取速度是每秒 `bandwidth` 字节")
-    raise CheckFailed(say("{what} returned {got}, expected {want} tokens/s: {hint}",
-                          "{what} 返回了 {got}，应为 {want} 词元/秒：{hint}",
-                          what="tp_decode_bound({}, {}, {}, {})".format(
-                              *(_shown(v) for v in case)),
-                          got=_shown(answers[i]), want=_shown(wants[i]), hint=hint))
+
+
+def _tp_call(case) -> str:
+    return "tp_decode_bound({}, {}, {}, {})".format(*(_shown(v) for v in case))
+
+
+def _tp_failure(case, got, want, hint) -> str:
+    return _wrong(_tp_call(case), _shown(got),
+                  say("{want} tokens/s", "{want} 词元/秒", want=_shown(want)),
+                  hint or say("every step each GPU reads its share of the weights, n_params x "
+                              "bytes_per_param / n_gpus bytes, at `bandwidth` bytes a second",
+                              "每一步每块 GPU 都要读自己那份权重，共 n_params x bytes_per_param / "
+                              "n_gpus 字节，读取速度是每秒 `bandwidth` 字节"))
 
 
 # --- 2 · the largest batch a KV pool holds -------------------------------------------------------
@@ -162,9 +167,7 @@ def check_max_batch(max_batch, *, hidden=False) -> None:
     batch_cases = HIDDEN_BATCH_CASES if hidden else BATCH_CASES
     answers = []
     for pool, name, tokens, size in batch_cases:
-        what = say("max_batch({pool}, {name}'s config, {tokens}, {size})",
-                   "max_batch({pool}, {name} 的配置, {tokens}, {size})",
-                   pool=_shown(pool), name=name, tokens=tokens, size=size)
+        what = _batch_call(pool, name, tokens, size)
         got = call(max_batch, pool, PARAM_CONFIGS[name], tokens, size, what=what)
         value = as_number(got, what)
         if value != int(value):
@@ -177,7 +180,7 @@ def check_max_batch(max_batch, *, hidden=False) -> None:
     cases = [(pool, PARAM_CONFIGS[name], tokens, size)
              for pool, name, tokens, size in batch_cases]
     wants = [max_batch_reference(*case) for case in cases]
-    failure = first_failure("max_batch", answers, wants, operator.eq, mistakes=lambda: [
+    end_check("max_batch", answers, wants, batch_cases, _batch_failure, mistakes=lambda: [
         (say("the cache holds n_kv_heads heads per layer, not n_heads: grouped-query "
              "attention shares them",
              "缓存每层存的是 n_kv_heads 个头，不是 n_heads 个："
@@ -190,19 +193,20 @@ def check_max_batch(max_batch, *, hidden=False) -> None:
              "向下取整：放不下一整条的序列没法运行"),
          [math.ceil(p / _per_sequence(c, t, s)) for p, c, t, s in cases]),
     ])
-    if failure is None:
-        return
-    i, hint = failure
-    pool, name, tokens, size = batch_cases[i]
-    hint = hint or say("one sequence takes 2 x n_layers x n_kv_heads x head_dim x tokens x "
-                       "bytes_per_value bytes; how many fit whole?",
-                       "一条序列占 2 x n_layers x n_kv_heads x head_dim x tokens x "
-                       "bytes_per_value 字节；能放下几条完整的序列？")
-    raise CheckFailed(say("max_batch({pool}, {name}'s config, {tokens}, {size}) returned {got}, "
-                          "expected {want}: {hint}",
-                          "max_batch({pool}, {name} 的配置, {tokens}, {size}) 返回了 {got}，"
-                          "应为 {want}：{hint}", pool=_shown(pool), name=name, tokens=tokens,
-                          size=size, got=answers[i], want=wants[i], hint=hint))
+
+
+def _batch_call(pool, name, tokens, size) -> str:
+    return say("max_batch({pool}, {name}'s config, {tokens}, {size})",
+               "max_batch({pool}, {name} 的配置, {tokens}, {size})",
+               pool=_shown(pool), name=name, tokens=tokens, size=size)
+
+
+def _batch_failure(case, got, want, hint) -> str:
+    return _wrong(_batch_call(*case), got, want,
+                  hint or say("one sequence takes 2 x n_layers x n_kv_heads x head_dim x tokens "
+                              "x bytes_per_value bytes; how many fit whole?",
+                              "一条序列占 2 x n_layers x n_kv_heads x head_dim x tokens x "
+                              "bytes_per_value 字节；能放下几条完整的序列？"))
 
 
 # --- 3 · the speed-up of speculative decoding ----------------------------------------------------
@@ -236,11 +240,12 @@ def check_speculative_speedup(speculative_speedup, *, hidden=False) -> None:
                           "alpha = 1 时每个草稿词元都被接受：一轮得到 k + 1 个词元"
                           "（闭式公式在这里是 0 / 0）") if alpha == 1 else ""), what))
     wants = [speculative_speedup_reference(*case) for case in spec_cases]
-    failure = first_failure("speculative_speedup", answers, wants, _close)
-    if failure is None:
-        return
-    i = failure[0]
-    mistakes = [
+    end_check("speculative_speedup", answers, wants, spec_cases, _speedup_failure, _close,
+              lambda: _speedup_mistakes(spec_cases))
+
+
+def _speedup_mistakes(spec_cases):
+    return [
         (say("a token is kept only if every drafted token before it was accepted: the chance "
              "of reaching the i-th is alpha^i, not alpha (1 + alpha + ... + alpha^k, not 1 + k x "
              "alpha)",
@@ -257,17 +262,15 @@ def check_speculative_speedup(speculative_speedup, *, hidden=False) -> None:
              "草稿的 k 步也要花时间：除以 1 + k x draft_cost 个目标模型步"),
          [speculative_speedup_reference(a, k, 0) for a, k, c in spec_cases]),
     ]
-    hint = matching_mistake(answers, mistakes, _close)
-    alpha, k, cost = spec_cases[i]
-    hint = hint or say("(1 + alpha + ... + alpha^k) tokens a round, over 1 + k x draft_cost "
-                       "target steps",
-                       "每轮 (1 + alpha + ... + alpha^k) 个词元，除以 1 + k x draft_cost 个"
-                       "目标模型步")
-    raise CheckFailed(say("speculative_speedup({alpha}, {k}, {cost}) returned {got}, expected "
-                          "{want}: {hint}",
-                          "speculative_speedup({alpha}, {k}, {cost}) 返回了 {got}，应为 {want}："
-                          "{hint}", alpha=alpha, k=k, cost=cost, got=_shown(answers[i]),
-                          want=_shown(wants[i]), hint=hint))
+
+
+def _speedup_failure(case, got, want, hint) -> str:
+    alpha, k, cost = case
+    return _wrong(f"speculative_speedup({alpha}, {k}, {cost})", _shown(got), _shown(want),
+                  hint or say("(1 + alpha + ... + alpha^k) tokens a round, over 1 + k x "
+                              "draft_cost target steps",
+                              "每轮 (1 + alpha + ... + alpha^k) 个词元，除以 1 + k x draft_cost 个"
+                              "目标模型步"))
 
 
 # --- 4 · goodput under an SLO (lesson 10d, Q37) --------------------------------------------------
@@ -342,21 +345,18 @@ def check_goodput(goodput, *, hidden=False) -> None:
         what = f"goodput(<{len(requests)} requests>, {ttft_slo}, {tpot_slo})"
         answers.append(as_number(call(goodput, list(requests), ttft_slo, tpot_slo, what=what),
                                  what))
-    wants, failure = first_variant_failure("goodput", answers, cases, _goodput_variant,
-                                          GOODPUT_MISTAKES, _close)
-    if failure is None:
-        return
-    i, hint = failure
-    requests, ttft_slo, tpot_slo = cases[i]
-    hint = hint or say("count the requests with ttft <= ttft_slo and tpot <= tpot_slo, divide by "
-                       "max(start + latency) - min(start)",
-                       "数出 ttft <= ttft_slo 且 tpot <= tpot_slo 的请求，除以 "
-                       "max(start + latency) - min(start)")
-    raise CheckFailed(say("goodput(<{n} requests>, {t}, {p}) returned {got}, expected {want}: "
-                          "{hint}",
-                          "goodput(<{n} 个请求>, {t}, {p}) 返回了 {got}，应为 {want}：{hint}",
-                          n=len(requests), t=ttft_slo, p=tpot_slo, got=_shown(answers[i]),
-                          want=_shown(wants[i]), hint=hint))
+    end_variant_check("goodput", answers, cases, _goodput_variant, GOODPUT_MISTAKES,
+                      _goodput_failure, _close)
+
+
+def _goodput_failure(case, got, want, hint) -> str:
+    requests, ttft_slo, tpot_slo = case
+    return _wrong(say("goodput(<{n} requests>, {t}, {p})", "goodput(<{n} 个请求>, {t}, {p})",
+                      n=len(requests), t=ttft_slo, p=tpot_slo), _shown(got), _shown(want),
+                  hint or say("count the requests with ttft <= ttft_slo and tpot <= tpot_slo, "
+                              "divide by max(start + latency) - min(start)",
+                              "数出 ttft <= ttft_slo 且 tpot <= tpot_slo 的请求，除以 "
+                              "max(start + latency) - min(start)"))
 
 
 # --- the self-check quiz -------------------------------------------------------------------------
