@@ -76,6 +76,7 @@ def test_the_cpu_vendor_is_read_from_the_system():
     with open("/proc/cpuinfo") as f:
         named = {line.split(":", 1)[1].strip() for line in f if line.startswith("vendor_id")}
     assert build.cpu_vendor() in named
+    assert build.cpu_field("no such field") is None
 
 def _config(bias=False):
     return ModelConfig(arch="llama", vocab_size=96, hidden_size=64, n_layers=2, n_heads=4,

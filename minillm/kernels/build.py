@@ -86,44 +86,45 @@ class Status:
         return f"built, {self.label}" if self.built else f"not built: {self.reason}"
 
 
-def cpu_flags() -> frozenset[str]:
-    """The instruction sets this CPU reports, lower case without underscores ("avx2",
-    "avx512f", "avx512vnni"); empty where the system does not say."""
+def cpu_field(name: str) -> str | None:
+    """The first CPU's `name` line of /proc/cpuinfo ("flags", "vendor_id", "model name"), or
+    None where the system has no such file or line."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("flags"):
-                    return frozenset(w.replace("_", "") for w in line.split(":", 1)[1].split())
+                if line.startswith(name):
+                    return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    if platform.system() == "Darwin":  # an Intel Mac
-        try:
-            out = subprocess.run(["sysctl", "-n", "machdep.cpu.features",
-                                  "machdep.cpu.leaf7_features"], capture_output=True, text=True,
-                                 timeout=10).stdout
-        except (OSError, subprocess.SubprocessError):
-            return frozenset()
-        return frozenset(w.lower().replace("_", "").replace(".", "") for w in out.split())
-    return frozenset()
+    return None
+
+
+def _sysctl(*names: str) -> str:
+    """macOS's answer for `names` (an Intel Mac's CPU), "" where there is none."""
+    if platform.system() != "Darwin":
+        return ""
+    try:
+        return subprocess.run(["sysctl", "-n", *names], capture_output=True, text=True,
+                              timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def cpu_flags() -> frozenset[str]:
+    """The instruction sets this CPU reports, lower case without underscores ("avx2",
+    "avx512f", "avx512vnni"); empty where the system does not say."""
+    flags = cpu_field("flags")
+    if flags is not None:
+        return frozenset(w.replace("_", "") for w in flags.split())
+    out = _sysctl("machdep.cpu.features", "machdep.cpu.leaf7_features")
+    return frozenset(w.lower().replace("_", "").replace(".", "") for w in out.split())
 
 
 def cpu_vendor() -> str:
     """The CPU's maker as the system names it ("GenuineIntel", "AuthenticAMD"), or "" where it
     does not say."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("vendor_id"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    if platform.system() == "Darwin":
-        try:
-            return subprocess.run(["sysctl", "-n", "machdep.cpu.vendor"], capture_output=True,
-                                  text=True, timeout=10).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return ""
-    return ""
+    vendor = cpu_field("vendor_id")
+    return vendor if vendor is not None else _sysctl("machdep.cpu.vendor").strip()
 
 
 def _levels_of(flags: frozenset[str]) -> list[Target]:

@@ -229,14 +229,7 @@ def _machine(device: torch.device) -> dict:
 
 
 def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "?"
+    return build.cpu_field("model name") or platform.processor() or "?"
 
 
 def _versions() -> dict:
