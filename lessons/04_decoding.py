@@ -385,7 +385,7 @@ repetition_explorer(model, tokenizer, max_new_tokens=N)
 # run; the effect shows already), on three seeds each:
 
 # %%
-PENALTIES, SEEDS = [1.0, 1.2, 1.8], range(3)
+PENALTIES, SEEDS = [1.0, 1.2, 1.8], range(2 if CI else 3)
 typical_length = 40 if CI else 80
 typical = {}  # penalty -> one Generation per seed
 for penalty, seed in tqdm([(p, s) for p in PENALTIES for s in SEEDS], desc="penalty x seed"):
