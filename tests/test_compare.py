@@ -1,5 +1,7 @@
 """measure.compare: both sides interleaved, a verdict only when every repetition agrees."""
 
+import os
+
 import pytest
 
 from minillm.measure import TOO_NOISY, Comparison, compare, load_average
@@ -78,6 +80,11 @@ def _loop(n):
 
 
 def _spin():
+    # another program at the lowest priority: it takes every cycle the scheduler has spare, but
+    # leaves this process its share when the other test worker is busy too (at full priority,
+    # a spinner beside a busy worker left the timed process 28% of its wall time, where
+    # comparison.CPU_SHARE rightly reads the run as work done elsewhere)
+    os.nice(19)
     while True:
         pass
 
