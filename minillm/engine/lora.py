@@ -11,13 +11,17 @@ own adapter's A and B, gathered by index (Punica's BGMV does that gather on a GP
 `MultiLoRA(model, adapters)` wraps the named linear layers in `LoRALinear`; `rows(ids)` says,
 for the forward passes inside it, which adapter each row of the batch uses (-1: none). The
 engine takes one (`Engine(..., lora=)`) and each request names its adapter
-(`add_request(..., adapter=)`).
+(`add_request(..., adapter=)`). `save_adapter` writes an adapter to a safetensors file in
+minillm's layer names, `load_adapter` reads it back and `fit_adapter` fits it to a model, the
+fast path's fused layers included (what `minillm serve --lora NAME=PATH` serves).
 """
 
 from __future__ import annotations
 
+import itertools
 import warnings
 from contextlib import contextmanager
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -83,9 +87,7 @@ class MultiLoRA:
         modules = dict(model.named_modules())
         self.layers: list[LoRALinear] = []
         for layer in sorted(set().union(*adapters.values())):
-            if layer not in modules:
-                raise ValueError(f"the model has no layer {layer!r}")
-            base = modules[layer]
+            base = _target(modules, layer)
             parts = [_checked(adapter, layer, rank, base) for adapter in adapters.values()]
             A, B = (torch.stack(p).to(_device(base)) for p in zip(*parts))
             wrapped = LoRALinear(base, A, B, scale)
@@ -133,6 +135,145 @@ class MultiLoRA:
                 layer.row_adapters = None
 
 
+# An adapter file: a safetensors file holding, for each layer, `<layer>.lora_A.weight` (rank, in)
+# and `<layer>.lora_B.weight` (out, rank), in minillm's layer names (PEFT's tensor suffixes; PEFT's
+# layer names are Hugging Face's, "base_model.model.model.layers.0.self_attn.q_proj"). B carries
+# the adapter's scale (PEFT's lora_alpha / r): MultiLoRA's own scale multiplies on top.
+ADAPTER_FORMAT = "minillm-lora-v1"
+_PARTS = (".lora_A.weight", ".lora_B.weight")
+# The layers minillm's fast path fuses (Attention.fuse, GatedMLP.fuse): the parts' outputs one
+# after the other in the fused layer's, and how wide each part is, read from the parent module.
+FUSED = {"qkv_proj": (("q_proj", "k_proj", "v_proj"),
+                      lambda attn: (attn.q_width, attn.kv_width, attn.kv_width)),
+         "gate_up_proj": (("gate_proj", "up_proj"),
+                          lambda mlp: (mlp.intermediate_size, mlp.intermediate_size))}
+
+
+def save_adapter(path, adapter: dict) -> Path:
+    """Write `adapter` ({layer name: (A, B)}) to the safetensors file `path`, float32."""
+    from safetensors.torch import save_file
+
+    if not adapter:
+        raise ValueError("the adapter is empty: give {layer name: (A, B)}")
+    tensors = {}
+    for layer, (A, B) in adapter.items():
+        tensors[layer + _PARTS[0]] = A.detach().float().cpu().contiguous()
+        tensors[layer + _PARTS[1]] = B.detach().float().cpu().contiguous()
+    save_file(tensors, str(path), metadata={"format": ADAPTER_FORMAT})
+    return Path(path)
+
+
+def load_adapter(path) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """The adapter {layer name: (A, B)} that save_adapter wrote to `path` (fit_adapter checks it
+    against a model); FileNotFoundError or ValueError naming the file and what is wrong."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+    try:
+        tensors = load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as error:
+        raise ValueError(f"{path}: not a safetensors file ({error})") from None
+    pieces: dict[str, dict] = {}
+    for key, tensor in tensors.items():
+        part = next((p for p in _PARTS if key.endswith(p)), None)
+        if part is None:
+            raise ValueError(f"{path}: the tensor {key!r} is not part of a LoRA adapter (an "
+                             f"adapter file holds <layer>{_PARTS[0]} and <layer>{_PARTS[1]})")
+        pieces.setdefault(key[:-len(part)], {})[part] = tensor
+    if not pieces:
+        raise ValueError(f"{path}: holds no tensors")
+    adapter = {}
+    for layer, found in sorted(pieces.items()):
+        missing = [p for p in _PARTS if p not in found]
+        if missing:
+            raise ValueError(f"{path}: {layer}{missing[0]} is missing")
+        adapter[layer] = (found[_PARTS[0]], found[_PARTS[1]])
+    return adapter
+
+
+def fit_adapter(model, adapter: dict, rank: int | None = None) -> dict:
+    """`adapter` in the layers `model` has, each of one rank: the same products, ready for
+    MultiLoRA. A layer the model has fused (the fast path's q_proj, k_proj, v_proj in qkv_proj;
+    gate_proj, up_proj in gate_up_proj) moves into the fused layer: its A stacks the parts' A
+    (their ranks add up) and its B holds each part's B in that part's rows and columns, zeros
+    elsewhere. Then every layer is padded with zeros to the largest rank, or to `rank`.
+    ValueError, saying what, for a layer the model lacks or a shape the layer cannot take."""
+    if not adapter:
+        raise ValueError("the adapter is empty: give {layer name: (A, B)}")
+    modules = dict(model.named_modules())
+    kept, parts = {}, {}
+    for layer, (A, B) in adapter.items():
+        if layer.startswith("base_model.model."):
+            raise ValueError(f"{layer!r} is a Hugging Face (PEFT) layer name; minillm reads "
+                             "adapters in its own layer names, as save_adapter writes them")
+        A, B = A.float(), B.float()
+        if A.dim() != 2 or B.dim() != 2 or A.shape[0] != B.shape[1]:
+            raise ValueError(f"{layer}: A of shape {tuple(A.shape)} and B of shape "
+                             f"{tuple(B.shape)} are not a LoRA pair: (rank, in) and (out, rank)")
+        parent, _, leaf = layer.rpartition(".")
+        fused = next((f"{parent}.{name}" for name, (names, _) in FUSED.items()
+                      if leaf in names), None)
+        if layer not in modules and fused in modules:
+            parts.setdefault(fused, {})[leaf] = (A, B)
+        else:
+            kept[layer] = (A, B)
+    for fused, found in parts.items():
+        if fused in kept:
+            raise ValueError(f"the adapter holds {fused} and its parts {sorted(found)}: give one")
+        kept[fused] = _fused(modules, fused, found)
+    width = rank or max(A.shape[0] for A, _ in kept.values())
+    fitted = {}
+    for layer, (A, B) in kept.items():
+        if A.shape[0] > width:
+            raise ValueError(f"{layer}: rank {A.shape[0]} is above the rank {width} asked for")
+        pad = width - A.shape[0]
+        padded = (torch.cat([A, A.new_zeros(pad, A.shape[1])]),
+                  torch.cat([B, B.new_zeros(B.shape[0], pad)], dim=1))
+        fitted[layer] = _checked({layer: padded}, layer, width, _target(modules, layer))
+    return fitted
+
+
+def _fused(modules: dict, layer: str, found: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """One (A, B) for the fused `layer` from its parts' {part name: (A, B)}, each a LoRA pair."""
+    parent, _, name = layer.rpartition(".")
+    names, widths_of = FUSED[name]
+    try:
+        widths = widths_of(modules[parent])
+    except AttributeError:  # a family whose own layer is fused: no parts to move
+        raise ValueError(f"the model has no layer {parent}.{sorted(found)[0]}") from None
+    d_in = _target(modules, layer).in_features
+    for part, width in zip(names, widths):
+        a, b = found.get(part, (None, None))
+        if a is not None and (a.shape[1] != d_in or b.shape[0] != width):
+            raise ValueError(f"{parent}.{part}: A has shape {tuple(a.shape)} and B "
+                             f"{tuple(b.shape)}; the layer needs (rank, {d_in}) and "
+                             f"({width}, rank)")
+    A = torch.cat([found[n][0] for n in names if n in found])
+    B = A.new_zeros(sum(widths), A.shape[0])
+    row = col = 0
+    for part, width in zip(names, widths):
+        if part in found:
+            rank = found[part][1].shape[1]
+            B[row:row + width, col:col + rank] = found[part][1]
+            col += rank
+        row += width
+    return A, B
+
+
+def _target(modules: dict, layer: str):
+    """The linear layer named `layer` among the model's `modules`."""
+    if layer not in modules:
+        raise ValueError(f"the model has no layer {layer!r}")
+    base = modules[layer]
+    if not hasattr(base, "in_features") or not hasattr(base, "out_features"):
+        raise ValueError(f"the model's layer {layer!r} is a {type(base).__name__}, not a linear "
+                         "layer")
+    return base
+
+
 def _checked(adapter: dict, layer: str, rank: int, base) -> tuple[torch.Tensor, torch.Tensor]:
     """The adapter's (A, B) for `layer` as float32, zeros where it leaves the layer alone."""
     if layer not in adapter:
@@ -145,4 +286,5 @@ def _checked(adapter: dict, layer: str, rank: int, base) -> tuple[torch.Tensor, 
 
 
 def _device(module) -> torch.device:
-    return next(module.parameters()).device
+    """Where the layer's weights are: parameters, or buffers for a quantized layer."""
+    return next(itertools.chain(module.parameters(), module.buffers())).device

@@ -3,9 +3,13 @@
     GET  /health                 "ok" while the engine thread runs, and its counters
     GET  /metrics                Prometheus text, vLLM's names: running, waiting, KV cache, tokens,
                                  TTFT, TPOT, latency, queue time, preemptions, prefix cache
-    GET  /v1/models              the one model this server serves, its context length and weights
+    GET  /v1/models              the model served, its context length and weights, and each LoRA
+                                 adapter the engine serves beside it (`parent`: the model)
     POST /v1/completions         continue a prompt          (stream: true -> server-sent events)
     POST /v1/chat/completions    answer a conversation      (stream: true -> server-sent events)
+
+A request's `model` names the model or one of the engine's LoRA adapters (vLLM's
+`--lora-modules`): the adapter's name runs the request with that adapter, any other name is a 404.
 
 A streamed answer is a series of `data: {json}` events, one per engine step that made text ready,
 then `data: [DONE]`: the shape OpenAI's client libraries and load tools read. Every body and
@@ -122,14 +126,22 @@ def _validation_message(errors) -> tuple[str, str | None]:
 def create_app(engine, model_name: str = "minillm", *, default_max_tokens: int = 256,
                max_body_bytes: int = MAX_BODY_BYTES, api_key: str | None = None,
                grammar_backend: str = "minillm") -> FastAPI:
-    """The app serving `engine` (a minillm.engine.Engine) as `model_name`; with `api_key`, the
-    /v1 routes need it as a bearer token; `grammar_backend` computes response_format's token
-    masks (minillm.decoding.grammar_backend: "minillm" or "llguidance", which must be installed).
+    """The app serving `engine` (a minillm.engine.Engine) as `model_name`, and each LoRA adapter
+    of the engine's `lora` under its own name; with `api_key`, the /v1 routes need it as a bearer
+    token; `grammar_backend` computes response_format's token masks
+    (minillm.decoding.grammar_backend: "minillm" or "llguidance", which must be installed).
     The engine thread starts with the app (uvicorn's lifespan) and stops with it."""
     if check_grammar_backend(grammar_backend) == "llguidance":
         from ...decoding.llguidance_constraint import import_llguidance
 
         import_llguidance()  # missing: the ImportError that names the extra, before serving
+    lora = getattr(engine, "lora", None)
+    adapters = list(lora.names) if lora is not None else []
+    if model_name in adapters:
+        raise ValueError(f"a LoRA adapter is named {model_name!r}, as the model is: give one of "
+                         "them another name (--lora NAME=PATH, --served-model-name)")
+    served = repr(model_name) + (f" and its LoRA adapters {', '.join(map(repr, adapters))}"
+                                 if adapters else "")
     loop = EngineLoop(engine, model_name=model_name)
 
     @asynccontextmanager
@@ -198,28 +210,32 @@ def create_app(engine, model_name: str = "minillm", *, default_max_tokens: int =
     async def models():
         card = ModelCard(id=model_name, created=started, max_model_len=context,
                          weights=engine.weights)
-        return ModelList(data=[card]).json_body()
+        return ModelList(data=[card] + [card.model_copy(update={"id": name, "parent": model_name})
+                                        for name in adapters]).json_body()
 
     logged_ignored: set[str] = set()
 
     def check_model(body):
         """The model's name, n, and the fields the server ignores (logged once per name);
-        returns the headers that name them."""
+        returns the name to answer as, the LoRA adapter it runs (None: the model alone) and the
+        headers that name the ignored fields."""
         ignored = body.ignored_fields() if hasattr(body, "ignored_fields") else []
         for name in sorted(set(ignored) - logged_ignored):
             log.warning("minillm serve: ignoring the request field %r, which this server does "
                         "not know (said once; each answer names them in %s)", name,
                         IGNORED_HEADER)
             logged_ignored.add(name)
-        if body.model is not None and body.model != model_name:
+        adapter = body.model if body.model in adapters else None
+        if body.model is not None and body.model != model_name and adapter is None:
             raise APIError(404, f"the model {body.model!r} does not exist here; this server "
-                                f"serves {model_name!r} (see /v1/models)", "model",
+                                f"serves {served} (see /v1/models)", "model",
                            "not_found_error", "model_not_found")
         if getattr(body, "n", 1) > engine.max_num_seqs:
             raise APIError(400, f"n={body.n} is above this server's limit of "
                                 f"{engine.max_num_seqs} samples per request (its "
                                 "--max-num-seqs: the n samples run in one batch)", "n")
-        return {IGNORED_HEADER: ", ".join(ignored)} if ignored else {}
+        headers = {IGNORED_HEADER: ", ".join(ignored)} if ignored else {}
+        return adapter or model_name, adapter, headers
 
     def processors(body, ids, config, constraint=None):
         """min_tokens as a processor of this request, before response_format's constraint."""
@@ -268,14 +284,15 @@ def create_app(engine, model_name: str = "minillm", *, default_max_tokens: int =
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request):
-        headers = check_model(body)
+        name, adapter, headers = check_model(body)
         scoring_only = body.echo and body.max_tokens == 0  # generate one token, show none
         length = 1 if scoring_only else body.max_tokens
         prepared = [await prepare(body, p, length, 16) for p in body.prompts()]
         started = []
         try:  # every prompt is checked before any reaches the engine
             for ids, config in prepared:
-                started.append(await start_completion(body, ids, config, scoring_only))
+                started.append(await start_completion(body, ids, config, scoring_only, name,
+                                                      adapter))
             if len(started) == 1:
                 return await _respond(request, body, *started[0], headers)
             wholes = []
@@ -290,19 +307,19 @@ def create_app(engine, model_name: str = "minillm", *, default_max_tokens: int =
                 for answer, _ in started:
                     loop.abort(answer.rid)
 
-    async def start_completion(body, ids, config, scoring_only):
+    async def start_completion(body, ids, config, scoring_only, name, adapter):
         prompt_logprobs = body.logprobs if body.echo else None
         rid, queue = await loop.submit(ids, config, "cmpl", n=body.n, logprobs=body.logprobs,
-                                       prompt_logprobs=prompt_logprobs,
+                                       prompt_logprobs=prompt_logprobs, adapter=adapter,
                                        logits_processor=processors(body, ids, config))
-        answer = CompletionAnswer(rid, now(), model_name, body.n, ids, token_text,
+        answer = CompletionAnswer(rid, now(), name, body.n, ids, token_text,
                                   body.logprobs is not None, not scoring_only, echo=body.echo,
                                   prompt_text=tokenizer.decode(ids) if body.echo else "")
         return answer, queue
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, request: Request):
-        headers = check_model(body)
+        name, adapter, headers = check_model(body)
         body.check()
         if not hasattr(tokenizer, "apply_chat_template"):
             raise APIError(400, f"{model_name} has no chat template: use /v1/completions")
@@ -315,9 +332,10 @@ def create_app(engine, model_name: str = "minillm", *, default_max_tokens: int =
         constraint = await response_constraint(body, config)
         top = (body.top_logprobs or 0) if body.logprobs else None
         rid, queue = await loop.submit(ids, config, "chatcmpl", n=body.n, logprobs=top,
+                                       adapter=adapter,
                                        logits_processor=processors(body, ids, config,
                                                                    constraint))
-        answer = ChatAnswer(rid, now(), model_name, body.n, ids, token_text, body.logprobs)
+        answer = ChatAnswer(rid, now(), name, body.n, ids, token_text, body.logprobs)
         return await _respond(request, body, answer, queue, headers)
 
     async def _respond(request, body, answer, queue, headers):

@@ -2,6 +2,7 @@
 
     python -m minillm serve --port 8000                  # SmolLM2 on http://127.0.0.1:8000
     python -m minillm serve --weights int8               # int8 weights (fp32, bf16, int8, q4_1)
+    python -m minillm serve --lora sql=sql.safetensors   # and a LoRA adapter, as model "sql"
 
     with ServerThread(engine) as server:                 # in this process, on a free port
         httpx.get(server.url + "/health")
@@ -22,7 +23,7 @@ import sys
 import threading
 import time
 
-from .options import API_KEY_ENV, LOOPBACK, SERVE_WEIGHTS
+from .options import API_KEY_ENV, LOOPBACK, SERVE_WEIGHTS, parse_lora
 
 
 def free_port(host: str = LOOPBACK) -> int:
@@ -33,14 +34,20 @@ def free_port(host: str = LOOPBACK) -> int:
 
 def make_engine(model: str = "smollm2-135m", *, tiny: bool = False, device: str = "cpu",
                 weights: str = "fp32", max_num_seqs: int = 16, num_blocks: int = 512,
-                block_size: int = 16, max_num_batched_tokens: int = 512):
+                block_size: int = 16, max_num_batched_tokens: int = 512,
+                lora: dict | None = None):
     """Load a model with its `weights` in one of SERVE_WEIGHTS (as `minillm.load(...,
     weights=...)` loads it) and wrap it in the chapter 06 engine. `tiny`: a random 2-layer Llama
-    with a letter tokenizer (for tests: it starts in a moment and its answers are nonsense)."""
+    with a letter tokenizer (for tests: it starts in a moment and its answers are nonsense).
+    `lora`: {name: path} of LoRA adapter files (minillm.engine.lora.save_adapter's) that the
+    engine serves beside the model; each is checked against the model before any is installed."""
     from ...engine import Engine
 
     if weights not in SERVE_WEIGHTS:
         raise ValueError(f"weights must be one of {', '.join(SERVE_WEIGHTS)}, got {weights!r}")
+    for name, path in (lora or {}).items():  # before a long load, not after it
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"LoRA adapter {name!r}: no file {path}")
     if tiny:
         from ...model.toy import tiny_model
 
@@ -62,7 +69,36 @@ def make_engine(model: str = "smollm2-135m", *, tiny: bool = False, device: str 
             raise ValueError(f"{model} has no tokenizer minillm can read: the server needs one "
                              "to turn text into tokens and back")
     return Engine(m, tok, num_blocks=num_blocks, block_size=block_size,
-                  max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
+                  max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                  lora=install_adapters(m, lora) if lora else None)
+
+
+def install_adapters(model, files: dict):
+    """A MultiLoRA of the adapter files {name: path}, installed on `model` once every one of
+    them has been read and fitted to it (minillm.engine.lora.fit_adapter: the fast path's fused
+    layers, one rank for all, zeros padding the smaller); ValueError naming the adapter else."""
+    import warnings
+
+    from ...engine.lora import MultiLoRA, fit_adapter, load_adapter
+    from ...utils.notices import say_once
+
+    fitted = {}
+    for name, path in files.items():
+        try:
+            adapter = load_adapter(path)  # its errors name the file
+        except (ValueError, FileNotFoundError) as error:
+            raise type(error)(f"LoRA adapter {name!r}: {error}") from None
+        try:
+            fitted[name] = fit_adapter(model, adapter)
+        except ValueError as error:
+            raise ValueError(f"LoRA adapter {name!r}: {path}: {error}") from None
+    rank = max(next(iter(a.values()))[0].shape[0] for a in fitted.values())
+    with warnings.catch_warnings(record=True) as said:  # the fused decode step left out
+        warnings.simplefilter("always", RuntimeWarning)
+        lora = MultiLoRA(model, {name: fit_adapter(model, a, rank) for name, a in fitted.items()})
+    for warning in said:
+        say_once(str(warning.message))  # one line like the engine's other start-up notices
+    return lora
 
 
 def check_device(device: str) -> None:
@@ -205,7 +241,8 @@ def serve_cli(args) -> int:
         engine = make_engine(args.model, tiny=args.tiny, device=args.device,
                              weights=args.weights, max_num_seqs=args.max_num_seqs,
                              num_blocks=args.num_blocks, block_size=args.block_size,
-                             max_num_batched_tokens=args.max_num_batched_tokens)
+                             max_num_batched_tokens=args.max_num_batched_tokens,
+                             lora=parse_lora(args.lora))
     except (ValueError, TypeError, FileNotFoundError) as error:
         print(f"minillm serve: {error}", file=sys.stderr)
         return 2
@@ -220,8 +257,9 @@ def serve_cli(args) -> int:
     if args.host not in (LOOPBACK, "localhost", "::1"):
         print(f"minillm serve: listening on {args.host}: other machines can reach this server",
               file=sys.stderr)
-    print(f"minillm serve: {name} ({engine.weights} weights) on http://{args.host}:{args.port}",
-          file=sys.stderr, flush=True)
+    adapters = f", LoRA adapters {', '.join(engine.lora.names)}" if engine.lora else ""
+    print(f"minillm serve: {name} ({engine.weights} weights{adapters}) on "
+          f"http://{args.host}:{args.port}", file=sys.stderr, flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning",
                 timeout_graceful_shutdown=5)
     return 0

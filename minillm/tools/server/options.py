@@ -44,7 +44,29 @@ def add_arguments(parser):
                              "minillm (its own grammar, in Python; default) or llguidance "
                              "(the same grammar in a Rust engine: pip install "
                              "'minillm-course[grammar]')")
+    parser.add_argument("--lora", "--lora-modules", dest="lora", action="extend", nargs="+",
+                        metavar="NAME=PATH", default=None,
+                        help="serve a LoRA adapter beside the model: clients send NAME as "
+                             "'model'; PATH is a file minillm.engine.lora.save_adapter wrote. "
+                             "Repeat it for more (vLLM's spelling: --lora-modules A=PATH "
+                             "B=PATH)")
     parser.add_argument("--api-key", default=None,
                         help=f"require 'Authorization: Bearer KEY' on the /v1 routes (default: "
                              f"${API_KEY_ENV}, else none); /health and /metrics stay open")
     return parser
+
+
+def parse_lora(values) -> dict[str, str]:
+    """--lora's NAME=PATH values as {name: path}, in the order given; ValueError for a value
+    without a name or a path, or a name given twice."""
+    adapters: dict[str, str] = {}
+    for value in values or ():
+        name, equals, path = value.partition("=")
+        name, path = name.strip(), path.strip()
+        if not equals or not name or not path:
+            raise ValueError(f"--lora takes NAME=PATH (the name clients send as 'model', the "
+                             f"adapter's file), got {value!r}")
+        if name in adapters:
+            raise ValueError(f"--lora: the name {name!r} is given twice")
+        adapters[name] = path
+    return adapters

@@ -63,6 +63,7 @@ class ModelCard(Shape):
     owned_by: str = "minillm"
     max_model_len: int  # the context window, in tokens (vLLM's name)
     weights: str  # how the weights are stored: fp32, bf16, int8 or q4_1 (minillm's own field)
+    parent: str | None = None  # a LoRA adapter's model (vLLM's field); None for the model
 
 
 class ModelList(Shape):

@@ -104,7 +104,7 @@ class EngineLoop:
     async def submit(self, prompt, config, prefix: str = "cmpl", **options
                      ) -> tuple[str, asyncio.Queue]:
         """Queue a request (`options`: add_request's n, logprobs, prompt_logprobs,
-        logits_processor); returns its id and the queue its outputs will arrive on.
+        logits_processor, adapter); returns its id and the queue its outputs will arrive on.
         A request the engine refuses raises APIError(400) with the engine's reason."""
         if not self.alive:
             raise APIError(503, "the engine loop is not running", type="server_error")
