@@ -18,7 +18,9 @@
 # 5. acceptance rates (接受率) and speed-ups on three tasks;
 # 6. when it does not help;
 # 7. drafts built into the target (Medusa, EAGLE, multi-token prediction): what an acceptance
-#    rate buys at what draft cost.
+#    rate buys at what draft cost;
+# 8. draft trees: several guesses per position in one pass, suffix drafts, and the
+#    multi-draft rule that keeps sampling exact.
 
 # %%
 import os
@@ -551,6 +553,182 @@ for a in (0.85, 0.90):
 # raise the chance that one of them is accepted. On a model as small as SmolLM2 the LM head is
 # a large share of every step (the cell above measured it), so a head-based draft costs more
 # here than on a 70B model, where one layer of 80 and the head are a small share of a step.
+
+# %% [markdown]
+# ## 8 · Several guesses per position: draft trees
+#
+# A chain draft offers one guess per position, and a miss at position i wastes every guess
+# after it. The published speed-ups of section 7 came with **draft trees (草稿树)**: several
+# candidates per position, each with its own continuation. Every path from the root (the last
+# token of the context) is one candidate continuation, and paths share their common prefixes.
+# The target still checks them all in **one** pass:
+#
+# - the input is the root and then every node, parents before their children;
+# - a node's position is the root's plus its depth: siblings share a position, since each is
+#   a guess at the same next token;
+# - the **tree attention mask (树形注意力掩码)** lets each node see the cache, the root, its
+#   ancestors and itself, and nothing on another branch.
+#
+# So each node's logits are what a chain pass over its own path would give. A tree of three
+# paths, [10, 11, 12], [10, 13] and [14], with nothing cached (x: may attend):
+
+# %%
+from minillm.speculative import DraftTree, tree_forward, verify_tree_greedy
+
+show_source(DraftTree.attention_mask)
+demo = DraftTree.from_paths([[10, 11, 12], [10, 13], [14]])
+print("nodes   ", demo.tokens, "\nparents ", demo.parents, "\ndepths  ", demo.depths())
+print("        root " + " ".join(f"{t:>2}" for t in demo.tokens))
+for name, row in zip(["root"] + demo.tokens, demo.attention_mask(0)[0, 0].tolist()):
+    print(f"{name:>7} " + "   ".join("x" if seen else "." for seen in row))
+
+# %% [markdown]
+# The check that the mask is right: one tree pass on SmolLM2, after section 3's text, against
+# a separate pass over each node's own path. Same logits, up to the rounding of a pass of
+# another shape:
+
+# %%
+from minillm.speculative import SuffixDraft
+
+context_ids = ids_t[0].tolist()
+tree = DraftTree.from_paths([[int(full[-1])], context_ids[5:8],
+                             context_ids[5:7] + [context_ids[20]], [context_ids[30]]])
+cache = KVCache.for_model(model, 1, len(context_ids) + len(tree))
+with torch.inference_mode():
+    model(ids_t[:, :-1], cache=cache)
+    tree_logits = tree_forward(model, cache, context_ids[-1], tree)
+    alone = [model(torch.tensor([context_ids + [tree.tokens[n] for n in tree.path(i)]],
+                                device=device))[0, -1].float() for i in range(len(tree))]
+gap = max((tree_logits[i + 1] - a).abs().max().item() for i, a in enumerate(alone))
+same_top = all(tree_logits[i + 1].argmax() == a.argmax() for i, a in enumerate(alone))
+print(f"{len(tree)} nodes in one pass: largest logit difference from their own passes "
+      f"{gap:.1e}, same top token at every node: {same_top}")
+assert same_top and gap < 1e-2
+
+# %% [markdown]
+# **Greedy verification of a tree** walks down from the root: take the target's argmax there;
+# if a child holds it, accept that child and go on from it; otherwise emit the argmax and stop.
+# The accepted nodes are scattered through the pass, so their keys and values are moved to sit
+# right after the context (`keep_path`) before the rest of the tree is cropped away.
+#
+# **Suffix drafts (后缀草稿).** Prompt lookup copies what followed the *most recent* occurrence of the
+# context's last n-gram. **SuffixDecoding** (Oliaro et al., 2024) keeps a suffix tree of the
+# prompt and of earlier outputs and proposes from *every* occurrence of the longest matching
+# suffix, as a tree weighted by how often each continuation occurred. minillm's `SuffixDraft`
+# does the same with a scan instead of a suffix tree, keeping the `budget` most frequent
+# prefixes:
+
+# %%
+from minillm.speculative import tree_speculative_generate
+
+show_source(SuffixDraft.tree)
+
+# %% [markdown]
+# The three tasks of section 5, greedy: plain decoding, prompt lookup as a chain (k = 4) and a
+# suffix tree of up to 4, 8 or 16 nodes. Tokens per target pass are counts; the times are one
+# run each:
+
+# %%
+budgets = [8] if CI else [4, 8, 16]
+
+
+def run_name(key):
+    """'plain', 'chain' or a tree's budget, as the table names it."""
+    return {"plain": "plain", "chain": "prompt lookup, k = 4"}.get(key) \
+        or f"suffix tree, {key} nodes"
+
+
+tree_rows = {}
+print(load_average())
+for task in tqdm(TASKS):
+    ids_task = task_prompt(tokenizer, task)
+    with Timer(device) as clock:
+        plain_task = minillm.generate(model, tokenizer, ids_task, max_new_tokens=new_tokens)
+    runs = {"plain": (plain_task, clock.seconds)}
+    with Timer(device) as clock:
+        chain = speculative_generate(model, tokenizer, ids_task, PromptLookupDraft(), k=4,
+                                     max_new_tokens=new_tokens)
+    runs["chain"] = (chain, clock.seconds)
+    for budget in budgets:
+        with Timer(device) as clock:
+            grown = tree_speculative_generate(model, tokenizer, ids_task, SuffixDraft(),
+                                              budget=budget, max_new_tokens=new_tokens)
+        runs[budget] = (grown, clock.seconds)
+    tree_rows[task] = runs
+    for key, (out, seconds) in runs.items():
+        per_pass = out.stats.tokens_per_pass if key != "plain" else 1.0
+        same = agree(model, ids_task, out.token_ids, plain_task.token_ids)
+        print(f"{task:>9} {Label(run_name(key)):>22}: {per_pass:4.2f} tokens/pass, "
+              f"{seconds:5.2f} s, same tokens as plain: {same}")
+assert all(agree(model, task_prompt(tokenizer, task), out.token_ids,
+                 runs["plain"][0].token_ids)
+           for task, runs in tree_rows.items() for out, _ in runs.values())
+edit_tree = tree_rows["edit"][budgets[-1]][0].stats.tokens_per_pass
+edit_chain = tree_rows["edit"]["chain"][0].stats.tokens_per_pass
+print(f"edit: the tree of {budgets[-1]} nodes made {edit_tree:.2f} tokens per pass, the chain "
+      f"{edit_chain:.2f}: " + ("more per pass" if edit_tree > edit_chain else "no more per pass"))
+
+# %% [markdown]
+# Every run gives the plain tokens. Where the text repeats itself with variations (the edit
+# task), the tree keeps the variants the chain cannot, and each pass yields more tokens. Where
+# there is nothing to copy (chat), neither drafts anything useful. Whether more tokens per pass
+# is also more speed depends on section 1's curve: every node is one more row in the verify
+# pass. On a CPU a pass of 17 tokens costs several decode steps; on a GPU the flat part of the
+# curve reaches past 64 rows, which is why EAGLE and Medusa verify trees of about 60 nodes
+# there, and why serving engines shrink the tree, or drop it, when a large batch already fills
+# the arithmetic (section 6).
+#
+# **Sampling with several candidates: the multi-draft rule (多草稿接受规则).** At one position the
+# candidates x₁, ..., x_m are tried in turn (SpecInfer, Miao et al., 2024). Candidate i is
+# accepted with probability min(1, r(xᵢ) / q(xᵢ)), where r starts as the target's p; on a
+# rejection r becomes the residual normalise(max(0, r − q)), and the next candidate is tried
+# against it. When all are rejected, the token is drawn from the last residual. Each step is
+# section 2's rule applied to the r it starts from, so each keeps that distribution, and the
+# token comes out distributed as p. For a deterministic draft (prompt lookup, a suffix tree) q
+# is all on the candidate itself: accept with probability r(xᵢ), else remove xᵢ from r and
+# renormalise.
+
+# %%
+from minillm.speculative import acceptance_with_candidates, choose_child
+
+show_source(choose_child)
+
+# %% [markdown]
+# On section 2's toy pair, with 1, 2 and 3 candidates drawn independently from q:
+
+# %%
+trials = 4_000 if CI else 20_000
+g = torch.Generator().manual_seed(1)
+for m in (1, 2, 3):
+    drawn = torch.multinomial(Q, trials * m, replacement=True, generator=g).view(trials, m)
+    picks = [choose_child(P, row.tolist(), Q, g) for row in drawn]
+    counts = torch.bincount(torch.tensor([token for token, _ in picks]), minlength=len(P))
+    accepted_share = sum(index is not None for _, index in picks) / trials
+    p_value = chi_square_p_value(counts.double(), P)
+    exact = acceptance_with_candidates(P, Q, m)
+    print(f"m = {m}: accepted {accepted_share:.3f} (exactly {exact:.3f}), chi-square p-value "
+          f"against p {p_value:.3f}")
+    assert p_value > 1e-3
+
+# %% [markdown]
+# More candidates, more acceptances, and the output still follows p. On the real model, with
+# section 6's first-24-layers draft at temperature 1, the exact acceptance probability averaged
+# over section 3's text:
+
+# %%
+p_text, q_text = torch.softmax(target_logits, -1), torch.softmax(draft_logits, -1)
+by_m = {m: sum(acceptance_with_candidates(p, q, m) for p, q in zip(p_text, q_text)) / len(p_text)
+        for m in (1, 2, 4, 8)}
+for m, a in by_m.items():
+    print(f"m = {m} candidates per position: accepted {100 * a:4.1f}% of the time")
+assert all(by_m[a] <= by_m[b] + 1e-9 for a, b in zip(by_m, list(by_m)[1:]))
+
+# %% [markdown]
+# Each extra candidate takes some of what the last one left, so the gain shrinks as m grows.
+# That is the shape EAGLE-2 exploits: it spends the tree's nodes where the draft is unsure
+# (several candidates) and grows deep where it is sure (one candidate). Medusa's typical
+# acceptance (section 7) accepts more per pass than this rule, and pays with the target's
+# distribution; the multi-draft rule keeps it exactly.
 
 # %% [markdown]
 # ## Closing note

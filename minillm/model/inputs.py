@@ -22,7 +22,9 @@ def prepare(config, input_ids, cache: KVCacheProtocol | None = None, position_id
 
     `position_ids` default to cache.length + arange(seq). `mask` is None for the plain causal case
     (the attention function applies it itself), else booleans (batch, 1, seq, keys) combining the
-    causal mask with `attention_mask` (1 = real token, 0 = left padding)."""
+    causal mask with `attention_mask` (1 = real token, 0 = left padding). A 4-d boolean
+    `attention_mask` (batch, 1, seq, keys) is taken as the whole mask (a draft tree's: each
+    token sees the cache and its own ancestors)."""
     if not isinstance(input_ids, torch.Tensor):
         raise TypeError(f"input_ids must be a torch.LongTensor of shape (batch, seq), "
                         f"got {type(input_ids).__name__}")
@@ -61,8 +63,15 @@ def prepare(config, input_ids, cache: KVCacheProtocol | None = None, position_id
         position_ids = position_ids.to(input_ids.device)
 
     mask = None
-    if attention_mask is not None:
-        keys = start + seq
+    keys = start + seq
+    if attention_mask is not None and attention_mask.dim() == 4:
+        if tuple(attention_mask.shape) != (batch, 1, seq, keys) or \
+                attention_mask.dtype != torch.bool:
+            raise ValueError(f"a 4-d attention_mask is the whole mask: booleans shaped (batch, 1, "
+                             f"new tokens, cached + new tokens) = {(batch, 1, seq, keys)}, got "
+                             f"{attention_mask.dtype} {tuple(attention_mask.shape)}")
+        mask = attention_mask.to(input_ids.device)
+    elif attention_mask is not None:
         if tuple(attention_mask.shape) != (batch, keys):
             raise ValueError(f"attention_mask must have shape (batch, cached + new tokens) = "
                              f"{(batch, keys)}, got {tuple(attention_mask.shape)}")

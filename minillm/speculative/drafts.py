@@ -160,3 +160,63 @@ def first_layers(model: nn.Module, n_layers: int) -> nn.Module:
     short.layers = nn.ModuleList(list(model.layers)[:n_layers])
     short.config = dataclasses.replace(model.config, n_layers=n_layers)
     return short
+
+
+class SuffixDraft(Draft):
+    """Propose a tree of continuations from EVERY earlier occurrence of the context's longest
+    repeated suffix (up to max_match tokens), each continuation counted: what SuffixDecoding
+    (Oliaro et al., 2024) reads from a suffix tree over the prompt and earlier outputs, found
+    here by a scan. Prompt lookup follows the most recent occurrence only; where a phrase recurs
+    with different continuations, the tree keeps several, the most frequent first. Deterministic
+    (no model), so the tree's tokens are checked as one-hot drafts."""
+
+    def __init__(self, max_match: int = 8, min_match: int = 1, depth: int = 8):
+        check_int("max_match", max_match, 1)
+        check_int("min_match", min_match, 1)
+        check_int("depth", depth, 1)
+        if min_match > max_match:
+            raise ValueError(f"min_match ({min_match}) must be <= max_match ({max_match})")
+        self.max_match, self.min_match, self.depth = max_match, min_match, depth
+
+    def __repr__(self):
+        return (f"SuffixDraft(max_match={self.max_match}, min_match={self.min_match}, "
+                f"depth={self.depth})")
+
+    def continuations(self, ids: list[int]) -> list[list[int]]:
+        """What followed each earlier occurrence of the longest repeated suffix, latest first
+        (up to `depth` tokens each); [] when no suffix of min_match tokens recurs."""
+        ids = list(ids)
+        for n in range(min(self.max_match, len(ids) - 1), self.min_match - 1, -1):
+            suffix = ids[-n:]
+            found = [ids[s + n:s + n + self.depth] for s in range(len(ids) - n - 1, -1, -1)
+                     if ids[s:s + n] == suffix]
+            if found:
+                return found
+        return []
+
+    def tree(self, ids: list[int], budget: int):
+        """A DraftTree of at most `budget` nodes: the continuations' prefixes that occur most
+        often (ties: the shorter, then the most recent). A prefix occurs at least as often as
+        any longer one, so every kept node's parent is kept too."""
+        from .tree import DraftTree
+
+        check_int("budget (nodes per tree)", budget, 0)
+        seen = {}  # prefix -> (occurrences, the rank of its most recent occurrence)
+        for rank, path in enumerate(self.continuations(ids)):
+            for end in range(1, len(path) + 1):
+                count, first = seen.get(tuple(path[:end]), (0, rank))
+                seen[tuple(path[:end])] = (count + 1, first)
+        best = sorted(seen, key=lambda p: (-seen[p][0], len(p), seen[p][1]))[:budget]
+        return DraftTree.from_paths(best)
+
+    def propose(self, ids, k, process=None, do_sample=False, generator=None):
+        """As a chain: the tree's most frequent path, up to k tokens."""
+        tree = self.tree(ids, k * self.depth) if k > 0 else None
+        chain, node = [], -1
+        while tree is not None and len(chain) < k:
+            children = tree.children(node)
+            if not children:
+                break
+            node = children[0]
+            chain.append(tree.tokens[node])
+        return chain, None
