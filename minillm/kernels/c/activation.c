@@ -26,7 +26,6 @@
 /* the names at one width: P the intrinsics' prefix, S the integer register's suffix */
 #define VQ_NAMES(P, S)                                                                    \
     static inline vq vround(vf x) { return P##_cvtps_epi32(x); } /* nearest, ties even */ \
-    static inline vf vfloat(vq q) { return P##_cvtepi32_ps(q); }                          \
     static inline vf vpow2i(vq q) {                                                       \
         vq biased = P##_add_epi32(q, P##_set1_epi32(0x7f));                               \
         return P##_cast##S##_ps(P##_slli_epi32(biased, 23));                              \

@@ -99,29 +99,25 @@ static inline __attribute__((always_inline)) void tile(const int8_t *w, const in
    tiles', bit for bit. K a multiple of 64. */
 static inline __attribute__((always_inline)) __m128i tile_bytes(const int8_t *w, const uint8_t *hi,
                                                                 const uint8_t *lo, int64_t K) {
-    const __m512i ones = _mm512_set1_epi8(1);
-    __m512i high[4], low[4], total[4];
+    const vi ones = _mm512_set1_epi8(1);
+    vi high[4], low[4], total[4];
     for (int r = 0; r < 4; r++)
-        high[r] = low[r] = total[r] = _mm512_setzero_si512();
+        high[r] = low[r] = total[r] = izero();
     for (int64_t k = 0; k < K; k += 64) {
         fetch_ahead(w + 4 * k);  /* the four rows lie one after another: four lines a step */
         fetch_ahead(w + 4 * k + 64);
         fetch_ahead(w + 4 * k + 128);
         fetch_ahead(w + 4 * k + 192);
-        __m512i h = _mm512_loadu_si512((const void *)(hi + k));
-        __m512i l = _mm512_loadu_si512((const void *)(lo + k));
-        __m512i v[4] = {_mm512_loadu_si512((const void *)(w + k)),
-                        _mm512_loadu_si512((const void *)(w + K + k)),
-                        _mm512_loadu_si512((const void *)(w + 2 * K + k)),
-                        _mm512_loadu_si512((const void *)(w + 3 * K + k))};
+        vi h = iload(hi + k), l = iload(lo + k);
+        vi v[4] = {iload(w + k), iload(w + K + k), iload(w + 2 * K + k), iload(w + 3 * K + k)};
         for (int r = 0; r < 4; r++) {
-            high[r] = _mm512_dpbusd_epi32(high[r], h, v[r]);
-            low[r] = _mm512_dpbusd_epi32(low[r], l, v[r]);
-            total[r] = _mm512_dpbusd_epi32(total[r], ones, v[r]);
+            high[r] = dot_bytes(high[r], h, v[r]);
+            low[r] = dot_bytes(low[r], l, v[r]);
+            total[r] = dot_bytes(total[r], ones, v[r]);
         }
     }
     for (int r = 0; r < 4; r++)
-        high[r] = _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32(high[r], 8), low[r]),
+        high[r] = _mm512_sub_epi32(iadd(_mm512_slli_epi32(high[r], 8), low[r]),
                                    _mm512_slli_epi32(total[r], 15));
     return isum4(high[0], high[1], high[2], high[3]);
 }
@@ -231,13 +227,11 @@ static void amx_tile(const void *operands, int64_t m, int64_t rows, int64_t g,
     _tile_stored(7, part[3], 64);
     for (int64_t r = 0; r < rows; r++)
         for (int side = 0; side < 2; side++) {
-            __m512i h = _mm512_loadu_si512((const void *)part[2 * side][r]);
-            __m512i l = _mm512_loadu_si512((const void *)part[2 * side + 1][r]);
-            __m512 sum = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(h, 8), l));
-            __m512 s = _mm512_mul_ps(_mm512_set1_ps(o->sx[m + r]),
-                                     _mm512_loadu_ps(o->scale + n + 16 * side));
-            __m512 add = o->bias ? _mm512_loadu_ps(o->bias + n + 16 * side) : _mm512_setzero_ps();
-            _mm512_storeu_ps(o->Y + (m + r) * N + n + 16 * side, _mm512_fmadd_ps(sum, s, add));
+            vi h = iload(part[2 * side][r]), l = iload(part[2 * side + 1][r]);
+            vf sum = vfloat(iadd(_mm512_slli_epi32(h, 8), l));
+            vf s = vmul(vset1(o->sx[m + r]), vload(o->scale + n + 16 * side));
+            vf add = o->bias ? vload(o->bias + n + 16 * side) : vzero();
+            vstore(o->Y + (m + r) * N + n + 16 * side, vfma(sum, s, add));
         }
 }
 
@@ -299,9 +293,9 @@ static float largest(const float *x, int64_t K) {
     int64_t k = 0;
     float big = 0.0f;
 #ifdef __AVX512F__
-    __m512 most = _mm512_setzero_ps();
+    vf most = vzero();
     for (; k + 16 <= K; k += 16)
-        most = _mm512_max_ps(most, _mm512_abs_ps(_mm512_loadu_ps(x + k)));
+        most = _mm512_max_ps(most, _mm512_abs_ps(vload(x + k)));
     big = _mm512_reduce_max_ps(most);
 #endif
     for (; k < K; k++)
@@ -313,10 +307,10 @@ static float largest(const float *x, int64_t K) {
 static void round_to_int16(const float *x, float inv, int16_t *q, int64_t K) {
     int64_t k = 0;
 #ifdef __AVX512F__
-    __m512 scale = _mm512_set1_ps(inv);
+    vf scale = vset1(inv);
     for (; k + 16 <= K; k += 16)
-        _mm256_storeu_si256((__m256i *)(q + k), _mm512_cvtsepi32_epi16(
-            _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + k), scale))));
+        _mm256_storeu_si256((__m256i *)(q + k),
+                            _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(vmul(vload(x + k), scale))));
 #endif
     for (; k < K; k++)
         q[k] = (int16_t)lrintf(x[k] * inv);

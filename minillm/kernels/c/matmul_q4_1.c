@@ -29,14 +29,14 @@ static void round_x(const float *x, int64_t blocks, int8_t *xq, float *xs) {
         for (int j = 0; j < 32; j++)
             sum += v[j];
 #ifdef __AVX512F__
-        __m512 v0 = _mm512_loadu_ps(v), v1 = _mm512_loadu_ps(v + 16);
+        vf v0 = vload(v), v1 = vload(v + 16);
         float big = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-        __m512 inv = _mm512_set1_ps(big > 0.0f ? 127.0f / big : 0.0f);
+        vf inv = vset1(big > 0.0f ? 127.0f / big : 0.0f);
         /* rounded to nearest even, as lrintf */
         _mm_storeu_si128((__m128i *)(xq + 32 * b),
-                         _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v0, inv))));
+                         _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(vmul(v0, inv))));
         _mm_storeu_si128((__m128i *)(xq + 32 * b + 16),
-                         _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v1, inv))));
+                         _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(vmul(v1, inv))));
 #else
         float big = 0.0f;
         for (int j = 0; j < 32; j++)
@@ -66,12 +66,28 @@ static inline __m256i q4_1_nibbles(const uint8_t *blk) {
 /* an odd last block, one row: its d * dx part into acc8, its m * sx into mins */
 static inline void q4_1_last_block(const uint8_t *blk, const int8_t *xq, const float *xs,
                                    __m256 *acc8, float *mins) {
-    __m256i pairs = _mm256_maddubs_epi16(q4_1_nibbles(blk),
-                                         _mm256_loadu_si256((const __m256i *)xq));
-    __m256i dot = _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
-    *acc8 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(half_at(blk) * xs[0]), *acc8);
+    __m256i dot = dot_bytes8(_mm256_setzero_si256(), q4_1_nibbles(blk),
+                             _mm256_loadu_si256((const __m256i *)xq));
+    *acc8 = vfma8(vfloat8(dot), vset8(half_at(blk) * xs[0]), *acc8);
     *mins = fmaf(half_at(blk + 2), xs[1], *mins);
 }
+
+#ifdef __AVX512BW__
+/* two blocks' 64 weights as bytes, in x's order */
+static inline vi q4_1_pair_nibbles(const uint8_t *b0, const uint8_t *b1) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(q4_1_nibbles(b0)), q4_1_nibbles(b1), 1);
+}
+
+/* lanes 0..7 a, 8..15 b */
+static inline vf halves(float a, float b) {
+    return _mm512_mask_blend_ps(0xFF00, vset1(a), vset1(b));
+}
+
+/* acc + (w . x, 4 bytes a lane) * scale */
+static inline vf dot_fma(vi w, vi x, vf scale, vf acc) {
+    return vfma(vfloat(dot_bytes(izero(), w, x)), scale, acc);
+}
+#endif
 
 #if defined(__AVX512VBMI__) && defined(__AVX512VL__) && defined(__AVX512BW__)
 /* Four blocks (two pairs) a step from one 80-byte load: a byte permute (VBMI) spreads each
@@ -94,54 +110,43 @@ static const int32_t SPREAD[2][16] = {{0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2,
 
 /* one pair of blocks (w: its weights as spread above), one row: into acc; and its
    m0 * sx0 + m1 * sx1 (fused as the one-row code's compiler fuses it), into mins */
-static inline __m512 q4_1_pair(__m512i w, __m512i x, __m512 scale, __m512 acc) {
+static inline vf q4_1_pair(vi w, vi x, vf scale, vf acc) {
     w = _mm512_and_si512(_mm512_mask_srli_epi16(w, 0xFF00FF00, w, 4), _mm512_set1_epi8(0x0F));
-#ifdef __AVX512VNNI__
-    __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, x);
-#else
-    __m512i dot = _mm512_madd_epi16(_mm512_maddubs_epi16(w, x), _mm512_set1_epi16(1));
-#endif
-    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc);
+    return dot_fma(w, x, scale, acc);
 }
 
 /* R consecutive rows (R <= 4) times one row of x: y[r] */
 static inline __attribute__((always_inline)) void q4_1_rows(
     const uint8_t *row, int64_t row_bytes, int R, const int8_t *xq, const float *xs,
     int64_t blocks, float *y) {
-    const __m512i pair_at0 = _mm512_loadu_si512((const void *)PAIR_AT[0]);
-    const __m512i pair_at1 = _mm512_loadu_si512((const void *)PAIR_AT[1]);
-    const __m512i scales_at = _mm512_loadu_si512((const void *)SCALES_AT);
-    const __m512i spread0 = _mm512_loadu_si512((const void *)SPREAD[0]);
-    const __m512i spread1 = _mm512_loadu_si512((const void *)SPREAD[1]);
-    __m512 acc[4];
+    const vi pair_at0 = iload(PAIR_AT[0]), pair_at1 = iload(PAIR_AT[1]);
+    const vi scales_at = iload(SCALES_AT), spread0 = iload(SPREAD[0]), spread1 = iload(SPREAD[1]);
+    vf acc[4];
     float mins[4];
     for (int r = 0; r < R; r++)
-        acc[r] = _mm512_setzero_ps(), mins[r] = 0.0f;
+        acc[r] = vzero(), mins[r] = 0.0f;
     int64_t b = 0;
     for (; b < blocks - 1; b += 4) {  /* 4 blocks, or a last pair (a masked load of 40 bytes) */
         int whole = b + 4 <= blocks;
-        __m512i x0 = _mm512_loadu_si512((const void *)(xq + 32 * b));
-        __m512i x1 = whole ? _mm512_loadu_si512((const void *)(xq + 32 * b + 64)) : x0;
-        __m256 x_scales = whole ? _mm256_loadu_ps(xs + 2 * b)
+        vi x0 = iload(xq + 32 * b), x1 = whole ? iload(xq + 32 * b + 64) : x0;
+        __m256 x_scales = whole ? vload8(xs + 2 * b)
                                 : _mm256_castps128_ps256(_mm_loadu_ps(xs + 2 * b));
         for (int r = 0; r < R; r++) {
             const uint8_t *g = row + r * row_bytes + Q4_1_BLOCK_BYTES * b;
             fetch_ahead(g);
             fetch_ahead(g + 64);
-            __m512i lo = whole ? _mm512_loadu_si512((const void *)g)
-                               : _mm512_maskz_loadu_epi8(0xFFFFFFFFFFULL, g);
-            __m512i hi = whole ? _mm512_zextsi128_si512(_mm_loadu_si128((const __m128i *)(g + 64)))
-                               : _mm512_setzero_si512();
+            vi lo = whole ? iload(g) : _mm512_maskz_loadu_epi8(0xFFFFFFFFFFULL, g);
+            vi hi = whole ? _mm512_zextsi128_si512(_mm_loadu_si128((const __m128i *)(g + 64)))
+                          : izero();
             __m256 dm = _mm256_cvtph_ps(
                 _mm512_castsi512_si128(_mm512_permutexvar_epi8(scales_at, lo)));
-            __m256 products = _mm256_mul_ps(dm, x_scales);  /* d0 dx0, m0 sx0, d1 dx1, ... */
-            __m512 wide = _mm512_castps256_ps512(products);
+            __m256 products = vmul8(dm, x_scales);  /* d0 dx0, m0 sx0, d1 dx1, ... */
+            vf wide = _mm512_castps256_ps512(products);
             acc[r] = q4_1_pair(_mm512_permutex2var_epi8(lo, pair_at0, hi), x0,
                                _mm512_permutexvar_ps(spread0, wide), acc[r]);
             /* lane 1: m0 * sx0 + (m1 * sx1), lane 5: m2 * sx2 + (m3 * sx3) */
             float fused[8];
-            _mm256_storeu_ps(fused, _mm256_fmadd_ps(dm, x_scales,
-                                                    _mm256_permute_ps(products, 0xFF)));
+            vstore8(fused, vfma8(dm, x_scales, _mm256_permute_ps(products, 0xFF)));
             mins[r] += fused[1];
             if (whole) {
                 acc[r] = q4_1_pair(_mm512_permutex2var_epi8(lo, pair_at1, hi), x1,
@@ -153,11 +158,11 @@ static inline __attribute__((always_inline)) void q4_1_rows(
             b -= 2;
     }
     for (int r = 0; r < R; r++) {
-        __m256 acc8 = _mm256_setzero_ps();
+        __m256 acc8 = vzero8();
         if (b < blocks)
             q4_1_last_block(row + r * row_bytes + Q4_1_BLOCK_BYTES * b, xq + 32 * b,
                             xs + 2 * b, &acc8, &mins[r]);
-        y[r] = _mm512_reduce_add_ps(acc[r]) + vsum8(acc8) + mins[r];
+        y[r] = vsum(acc[r]) + vsum8(acc8) + mins[r];
     }
 }
 #else
@@ -165,27 +170,18 @@ static float dot_q4_1(const uint8_t *row, const int8_t *xq, const float *xs, int
     float mins = 0.0f;
     int64_t b = 0;
 #ifdef __AVX512BW__
-    __m512 acc = _mm512_setzero_ps();
+    vf acc = vzero();
     for (; b + 2 <= blocks; b += 2) {  /* two blocks a step: 64 weights in one register */
         const uint8_t *b0 = row + Q4_1_BLOCK_BYTES * b, *b1 = b0 + Q4_1_BLOCK_BYTES;
-        __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(q4_1_nibbles(b0)),
-                                       q4_1_nibbles(b1), 1);
-        __m512i x = _mm512_loadu_si512((const void *)(xq + 32 * b));
-#ifdef __AVX512VNNI__
-        __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, x);
-#else
-        __m512i dot = _mm512_madd_epi16(_mm512_maddubs_epi16(w, x), _mm512_set1_epi16(1));
-#endif
-        __m512 scale = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(half_at(b0) * xs[2 * b]),
-                                            _mm512_set1_ps(half_at(b1) * xs[2 * b + 2]));
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc);
+        vf scale = halves(half_at(b0) * xs[2 * b], half_at(b1) * xs[2 * b + 2]);
+        acc = dot_fma(q4_1_pair_nibbles(b0, b1), iload(xq + 32 * b), scale, acc);
         mins += fmaf(half_at(b0 + 2), xs[2 * b + 1], half_at(b1 + 2) * xs[2 * b + 3]);
     }
-    float total = _mm512_reduce_add_ps(acc);
+    float total = vsum(acc);
 #else
     float total = 0.0f;
 #endif
-    __m256 acc8 = _mm256_setzero_ps();
+    __m256 acc8 = vzero8();
     for (; b < blocks; b++)  /* one block a step: 32 weights */
         q4_1_last_block(row + Q4_1_BLOCK_BYTES * b, xq + 32 * b, xs + 2 * b, &acc8, &mins);
     return total + vsum8(acc8) + mins;
@@ -206,9 +202,9 @@ static float dot_q4_1(const uint8_t *row, const int8_t *xq, const float *xs, int
 #define Q4_1_TILE_MIN_ROWS 4  /* from this many rows of x the tiles run */
 
 typedef struct {
-    __m512i *w;  /* [pair][row of the quad]: 64 weights as bytes, x's order */
-    __m512 *d;   /* [pair][row]: lanes 0..7 the first block's d, 8..15 the second's */
-    float *m;    /* [row][block] */
+    vi *w;  /* [pair][row of the quad]: 64 weights as bytes, x's order */
+    vf *d;  /* [pair][row]: lanes 0..7 the first block's d, 8..15 the second's */
+    float *m;  /* [row][block] */
 } q4_1_quad;
 
 static void unpack_quad(const uint8_t *W, int64_t row_bytes, int64_t blocks, q4_1_quad *q) {
@@ -216,10 +212,8 @@ static void unpack_quad(const uint8_t *W, int64_t row_bytes, int64_t blocks, q4_
         const uint8_t *row = W + r * row_bytes;
         for (int64_t p = 0; p < blocks / 2; p++) {
             const uint8_t *b0 = row + Q4_1_BLOCK_BYTES * 2 * p, *b1 = b0 + Q4_1_BLOCK_BYTES;
-            q->w[4 * p + r] = _mm512_inserti64x4(_mm512_castsi256_si512(q4_1_nibbles(b0)),
-                                                 q4_1_nibbles(b1), 1);
-            q->d[4 * p + r] = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(half_at(b0)),
-                                                   _mm512_set1_ps(half_at(b1)));
+            q->w[4 * p + r] = q4_1_pair_nibbles(b0, b1);
+            q->d[4 * p + r] = halves(half_at(b0), half_at(b1));
         }
         for (int64_t b = 0; b < blocks; b++)
             q->m[r * blocks + b] = half_at(row + Q4_1_BLOCK_BYTES * b + 2);
@@ -229,30 +223,22 @@ static void unpack_quad(const uint8_t *W, int64_t row_bytes, int64_t blocks, q4_
 /* the quad's sums of (q * d) (x rounded) over whole pairs, for XR rows of x: acc[r][c] */
 static inline __attribute__((always_inline)) void q4_1_tile(
     const q4_1_quad *q, int64_t pairs, const int8_t *xq, const float *xs, int64_t K,
-    int64_t blocks, const int XR, __m512 acc[4][Q4_1_TILE_X]) {
-    const __m512i spread = _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0);
+    int64_t blocks, const int XR, vf acc[4][Q4_1_TILE_X]) {
+    const vi spread = _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0);
     for (int r = 0; r < 4; r++)
         for (int c = 0; c < XR; c++)
-            acc[r][c] = _mm512_setzero_ps();
+            acc[r][c] = vzero();
     for (int64_t p = 0; p < pairs; p++) {
-        __m512i w[4];
-        __m512 d[4];
+        vi w[4];
+        vf d[4];
         for (int r = 0; r < 4; r++)
             w[r] = q->w[4 * p + r], d[r] = q->d[4 * p + r];
         for (int c = 0; c < XR; c++) {
-            __m512i x = _mm512_loadu_si512((const void *)(xq + c * K + 64 * p));
-            __m512 dx = _mm512_permutexvar_ps(
+            vi x = iload(xq + c * K + 64 * p);
+            vf dx = _mm512_permutexvar_ps(
                 spread, _mm512_castps128_ps512(_mm_loadu_ps(xs + c * 2 * blocks + 4 * p)));
-            for (int r = 0; r < 4; r++) {
-#ifdef __AVX512VNNI__
-                __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[r], x);
-#else
-                __m512i dot = _mm512_madd_epi16(_mm512_maddubs_epi16(w[r], x),
-                                                _mm512_set1_epi16(1));
-#endif
-                acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(d[r], dx),
-                                            acc[r][c]);
-            }
+            for (int r = 0; r < 4; r++)
+                acc[r][c] = dot_fma(w[r], x, vmul(d[r], dx), acc[r][c]);
         }
     }
 }
@@ -267,22 +253,20 @@ static void q4_1_quad_rows(const uint8_t *W, int64_t row_bytes, const q4_1_quad 
     float mins[4][Q4_1_MINS_X];
     for (int r = 0; r < 4; r++) {  /* the one-row code's mins, a row of x a lane */
         const float *m = q->m + r * blocks;
-        __m512 total = _mm512_setzero_ps();
+        vf total = vzero();
         for (int64_t p = 0; p < pairs; p++)
-            total = _mm512_add_ps(total, _mm512_fmadd_ps(
-                _mm512_set1_ps(m[2 * p]), _mm512_loadu_ps(sxt + 2 * p * Mpad + m0),
-                _mm512_mul_ps(_mm512_set1_ps(m[2 * p + 1]),
-                              _mm512_loadu_ps(sxt + (2 * p + 1) * Mpad + m0))));
+            total = vadd(total, vfma(vset1(m[2 * p]), vload(sxt + 2 * p * Mpad + m0),
+                                     vmul(vset1(m[2 * p + 1]),
+                                          vload(sxt + (2 * p + 1) * Mpad + m0))));
         if (blocks % 2)
-            total = _mm512_fmadd_ps(_mm512_set1_ps(m[blocks - 1]),
-                                    _mm512_loadu_ps(sxt + (blocks - 1) * Mpad + m0), total);
-        _mm512_storeu_ps(mins[r], total);
+            total = vfma(vset1(m[blocks - 1]), vload(sxt + (blocks - 1) * Mpad + m0), total);
+        vstore(mins[r], total);
     }
     for (int64_t c0 = 0; c0 < rows; c0 += Q4_1_TILE_X) {
         int XR = rows - c0 < Q4_1_TILE_X ? (int)(rows - c0) : Q4_1_TILE_X;
         const int8_t *x = xq + (m0 + c0) * K;
         const float *s = xs + (m0 + c0) * 2 * blocks;
-        __m512 acc[4][Q4_1_TILE_X];
+        vf acc[4][Q4_1_TILE_X];
         switch (XR) {
         case 1: q4_1_tile(q, pairs, x, s, K, blocks, 1, acc); break;
         case 2: q4_1_tile(q, pairs, x, s, K, blocks, 2, acc); break;
@@ -291,13 +275,13 @@ static void q4_1_quad_rows(const uint8_t *W, int64_t row_bytes, const q4_1_quad 
         }
         for (int c = 0; c < XR; c++)
             for (int r = 0; r < 4; r++) {
-                __m256 acc8 = _mm256_setzero_ps();
+                __m256 acc8 = vzero8();
                 float unused = 0.0f;
                 if (blocks % 2)
                     q4_1_last_block(W + r * row_bytes + Q4_1_BLOCK_BYTES * (blocks - 1),
                                     x + c * K + 32 * (blocks - 1),
                                     s + c * 2 * blocks + 2 * (blocks - 1), &acc8, &unused);
-                float y = _mm512_reduce_add_ps(acc[r][c]) + vsum8(acc8) + mins[r][c0 + c];
+                float y = vsum(acc[r][c]) + vsum8(acc8) + mins[r][c0 + c];
                 Y[(m0 + c0 + c) * N + n + r] = y + (bias ? bias[n + r] : 0.0f);
             }
     }
@@ -354,7 +338,7 @@ static int gemm_q4_1_tiles(const uint8_t *W, const float *bias, const int8_t *xq
             failed = 1;
             continue;
         }
-        q4_1_quad q = {(__m512i *)space, (__m512 *)(space + vectors),
+        q4_1_quad q = {(vi *)space, (vf *)(space + vectors),
                        (float *)(space + 2 * vectors)};
         int64_t end = (part + 1) * per < items ? (part + 1) * per : items;
         for (int64_t p = part * per; p < end; p++) {
@@ -450,9 +434,9 @@ static void q4_1_amx_tile(const void *operands, int64_t m, int64_t rows, int64_t
     const float *xs = o->xs + m * 2 * blocks, *bias = o->bias ? o->bias + n : NULL;
     float *Y = o->Y + m * o->N + n;
     int32_t part[2][16][16];
-    __m512 acc[16][2];
+    vf acc[16][2];
     for (int r = 0; r < 16; r++)
-        acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+        acc[r][0] = acc[r][1] = vzero();
     for (int64_t b = 0; b < blocks; b++) {
         _tile_zero(2);
         _tile_zero(3);
@@ -463,28 +447,25 @@ static void q4_1_amx_tile(const void *operands, int64_t m, int64_t rows, int64_t
         _tile_dpbsud(3, 0, 4);
         _tile_stored(2, part[0], 64);
         _tile_stored(3, part[1], 64);
-        const __m512 d0 = _mm512_loadu_ps(dm0 + 32 * b), d1 = _mm512_loadu_ps(dm1 + 32 * b);
+        const vf d0 = vload(dm0 + 32 * b), d1 = vload(dm1 + 32 * b);
         for (int64_t r = 0; r < rows; r++) {
-            __m512 dx = _mm512_set1_ps(xs[r * 2 * blocks + 2 * b]);
-            acc[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_loadu_si512(part[0][r])),
-                                        _mm512_mul_ps(d0, dx), acc[r][0]);
-            acc[r][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_loadu_si512(part[1][r])),
-                                        _mm512_mul_ps(d1, dx), acc[r][1]);
+            vf dx = vset1(xs[r * 2 * blocks + 2 * b]);
+            acc[r][0] = vfma(vfloat(iload(part[0][r])), vmul(d0, dx), acc[r][0]);
+            acc[r][1] = vfma(vfloat(iload(part[1][r])), vmul(d1, dx), acc[r][1]);
         }
     }
     for (int64_t r = 0; r < rows; r++) {
-        __m512 mins0 = _mm512_setzero_ps(), mins1 = _mm512_setzero_ps();
+        vf mins0 = vzero(), mins1 = vzero();
         for (int64_t b = 0; b < blocks; b++) {
-            __m512 sx = _mm512_set1_ps(xs[r * 2 * blocks + 2 * b + 1]);
-            mins0 = _mm512_fmadd_ps(_mm512_loadu_ps(dm0 + 32 * b + 16), sx, mins0);
-            mins1 = _mm512_fmadd_ps(_mm512_loadu_ps(dm1 + 32 * b + 16), sx, mins1);
+            vf sx = vset1(xs[r * 2 * blocks + 2 * b + 1]);
+            mins0 = vfma(vload(dm0 + 32 * b + 16), sx, mins0);
+            mins1 = vfma(vload(dm1 + 32 * b + 16), sx, mins1);
         }
-        __m512 y0 = _mm512_add_ps(acc[r][0], mins0), y1 = _mm512_add_ps(acc[r][1], mins1);
+        vf y0 = vadd(acc[r][0], mins0), y1 = vadd(acc[r][1], mins1);
         if (bias)
-            y0 = _mm512_add_ps(y0, _mm512_loadu_ps(bias)),
-            y1 = _mm512_add_ps(y1, _mm512_loadu_ps(bias + 16));
-        _mm512_storeu_ps(Y + r * o->N, y0);
-        _mm512_storeu_ps(Y + r * o->N + 16, y1);
+            y0 = vadd(y0, vload(bias)), y1 = vadd(y1, vload(bias + 16));
+        vstore(Y + r * o->N, y0);
+        vstore(Y + r * o->N + 16, y1);
     }
 }
 

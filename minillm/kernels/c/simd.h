@@ -27,26 +27,30 @@ static inline __attribute__((always_inline)) void fetch_ahead(const void *p) {
 }
 
 /* ---- float32 vectors: vf, VW floats ------------------------------------------------------- */
-/* the names at one width: P the intrinsics' prefix (_mm512_loadu_ps, _mm256_loadu_ps, ...) */
-#define VF_NAMES(P)                                                           \
-    static inline vf vload(const float *p) { return P##_loadu_ps(p); }        \
-    static inline vf vfma(vf a, vf b, vf c) { return P##_fmadd_ps(a, b, c); } \
-    static inline vf vadd(vf a, vf b) { return P##_add_ps(a, b); }            \
-    static inline vf vzero(void) { return P##_setzero_ps(); }                 \
-    static inline vf vset1(float v) { return P##_set1_ps(v); }                \
-    static inline vf vmul(vf a, vf b) { return P##_mul_ps(a, b); }            \
-    static inline void vstore(float *p, vf a) { P##_storeu_ps(p, a); }
+/* the names at one width: T the vector, I its int32 twin, P the intrinsics' prefix
+   (_mm512_loadu_ps, _mm256_loadu_ps, ...), S what ends each name (vload, and vload8 for the names
+   of 8 floats, which every width has), SET1 the broadcast's (vset1, vset8) */
+#define VF_NAMES(T, I, P, S, SET1)                                                \
+    static inline T vload##S(const float *p) { return P##_loadu_ps(p); }          \
+    static inline T vfma##S(T a, T b, T c) { return P##_fmadd_ps(a, b, c); }      \
+    static inline T vadd##S(T a, T b) { return P##_add_ps(a, b); }                \
+    static inline T vzero##S(void) { return P##_setzero_ps(); }                   \
+    static inline T SET1(float v) { return P##_set1_ps(v); }                      \
+    static inline T vmul##S(T a, T b) { return P##_mul_ps(a, b); }                \
+    static inline void vstore##S(float *p, T a) { P##_storeu_ps(p, a); }          \
+    static inline T vfloat##S(I q) { return P##_cvtepi32_ps(q); } /* int32 lanes as floats */
 #ifdef __AVX512F__
 #define VW 16
 typedef __m512 vf;
-VF_NAMES(_mm512)
+VF_NAMES(vf, __m512i, _mm512, , vset1)
 static inline float vsum(vf a) { return _mm512_reduce_add_ps(a); }
 #else
 #define VW 8
 typedef __m256 vf;
-VF_NAMES(_mm256)
+VF_NAMES(vf, __m256i, _mm256, , vset1)
 static inline float vsum(vf a) { return vsum8(a); }
 #endif
+VF_NAMES(__m256, __m256i, _mm256, 8, vset8)
 
 /* the dot product of a and b's first D - D % VW values, in one vector's lanes */
 static inline vf dot_vf(const float *a, const float *b, int64_t D) {
@@ -64,14 +68,26 @@ static inline float dot_tail(const float *a, const float *b, int64_t D) {
     return total;
 }
 
-/* ---- int16 pairs into int32: vi, IW int16 values -------------------------------------------- */
+/* ---- integers into int32 lanes: vi, IW int16 values (2 IW bytes) -------------------------- */
+/* u's unsigned bytes times s's signed bytes, four products a lane, into acc's int32 lanes:
+   VNNI's vpdpbusd, else vpmaddubsw, whose sums of two products saturate at int16 (the same while
+   they fit, as with Q4_1's 4-bit u). dot_bytes8: 8 lanes at every width, dot_bytes: a vi's. */
+static inline __m256i dot_bytes8(__m256i acc, __m256i u, __m256i s) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpbusd_epi32(acc, u, s);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s),
+                                                   _mm256_set1_epi16(1)));
+#endif
+}
+
 #ifdef __AVX512BW__
 #define IW 32
 typedef __m512i vi;
 static inline vi wide8(const int8_t *p) {
     return _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)p));
 }
-static inline vi ld16(const int16_t *p) { return _mm512_loadu_si512((const void *)p); }
+static inline vi iload(const void *p) { return _mm512_loadu_si512(p); }
 static inline vi izero(void) { return _mm512_setzero_si512(); }
 static inline int32_t isum(vi a) { return _mm512_reduce_add_epi32(a); }
 static inline vi iadd(vi a, vi b) { return _mm512_add_epi32(a, b); }
@@ -80,9 +96,14 @@ static inline __m256i ihalves(vi a) {
 }
 #ifdef __AVX512VNNI__
 static inline vi dot16(vi acc, vi w, vi x) { return _mm512_dpwssd_epi32(acc, w, x); }
+static inline vi dot_bytes(vi acc, vi u, vi s) { return _mm512_dpbusd_epi32(acc, u, s); }
 #else
 static inline vi dot16(vi acc, vi w, vi x) {
     return _mm512_add_epi32(acc, _mm512_madd_epi16(w, x));
+}
+static inline vi dot_bytes(vi acc, vi u, vi s) {
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(u, s),
+                                                   _mm512_set1_epi16(1)));
 }
 #endif
 #else
@@ -91,7 +112,7 @@ typedef __m256i vi;
 static inline vi wide8(const int8_t *p) {
     return _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)p));
 }
-static inline vi ld16(const int16_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
+static inline vi iload(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 static inline vi izero(void) { return _mm256_setzero_si256(); }
 static inline vi iadd(vi a, vi b) { return _mm256_add_epi32(a, b); }
 static inline int32_t isum(vi a) {
@@ -102,7 +123,9 @@ static inline int32_t isum(vi a) {
 static inline vi dot16(vi acc, vi w, vi x) {
     return _mm256_add_epi32(acc, _mm256_madd_epi16(w, x));
 }
+static inline vi dot_bytes(vi acc, vi u, vi s) { return dot_bytes8(acc, u, s); }
 #endif
+static inline vi ld16(const int16_t *p) { return iload(p); }
 
 /* the sums of four registers' lanes: [a, b, c, d] */
 static inline __m128i isum4(vi a, vi b, vi c, vi d) {
