@@ -13,12 +13,10 @@ from __future__ import annotations
 import torch
 
 from ..generation.kv_cache import KVCache
-from ..generation.loop import start
-from ..measure.metrics import TokenClock
 from ..utils.devices import Timer
 from ..utils.validate import check_int
 from .drafts import SuffixDraft
-from .loop import RUNNER, SpeculativeDecoder, SpeculativeGeneration, SpeculativeStats
+from .loop import SpeculativeDecoder, SpeculativeGeneration, SpeculativeStats, run_one
 from .tree import DraftTree, keep_path, tree_forward, verify_tree_greedy, verify_tree_sampled
 
 
@@ -92,10 +90,5 @@ def tree_speculative_generate(target, tokenizer, prompt, draft=None, *, budget: 
     SuffixDraft, the default). Greedy: exactly the target's greedy tokens; sampling: the
     target's distribution (the multi-draft rule). `.stats.proposed` counts tree nodes."""
     draft = SuffixDraft() if draft is None else draft
-    clock = TokenClock()
-    setup = start(target, tokenizer, prompt, config, runner=RUNNER, **fields)
-    decoder = TreeDecoder(target, draft, budget, setup.request)
-    stats = decoder.run(setup.prompts[0], setup.sequences[0],
-                        on_tokens=lambda s: clock.tick([s]))
-    (result,) = setup.results(clock)
-    return SpeculativeGeneration(**vars(result), stats=stats)
+    return run_one(target, tokenizer, prompt, config, fields,
+                   lambda request: TreeDecoder(target, draft, budget, request))
