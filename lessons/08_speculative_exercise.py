@@ -1,11 +1,12 @@
 # %% [markdown]
 # # Exercises 08 · Speculative decoding
 #
-# Three pieces of minillm's speculative decoder (推测解码): a draft that needs no second model
-# (prompt lookup), the greedy check of the drafted tokens, and the acceptance rule (接受规则) of
-# speculative sampling for one drafted token. Write each function in its cell, run the cell, then
-# run the check cell below it. Each checker compares your function with `minillm.speculative`;
-# the last one calls yours thousands of times on a toy target `p` and draft `q` and tests
+# Four pieces of minillm's speculative decoder (推测解码): a draft that needs no second model
+# (prompt lookup), the greedy check of the drafted tokens, the acceptance rule (接受规则) of
+# speculative sampling for one drafted token, and the attention mask that checks a whole draft
+# tree in one pass. Write each function in its cell, run the cell, then run the check cell
+# below it. Each checker compares your function with `minillm.speculative`; the acceptance
+# rule's calls yours thousands of times on a toy target `p` and draft `q` and tests
 # (chi-square) that the tokens it emits follow `p`, not `q`.
 #
 # Check your work from a terminal too: `pytest --nbval-lax exercises/08_speculative.ipynb`.
@@ -127,3 +128,54 @@ checks.check_accept_step(accept_step)
 from minillm.speculative import accept_or_resample
 
 show_source(accept_or_resample)
+
+# %% [markdown]
+# ## 4 · A draft tree's attention mask
+#
+# A draft tree (草稿树) offers several guesses per position; the target checks them all in one
+# pass over the root (the context's last token) and the tree's n nodes. `parents[i]` is node
+# i's parent: -1 for the root, else an earlier node. `cached` tokens are already in the KV cache.
+# Write `tree_mask(parents, cached)` that returns the attention mask as a `torch.bool` tensor of
+# shape (n + 1, cached + n + 1):
+#
+# - row 0 is the root, row i + 1 is node i; column j < `cached` is cached token j, column
+#   `cached` the root, column `cached` + 1 + i node i;
+# - every row sees every cached token and the root;
+# - node i's row also sees node i itself and each of its ancestors (its parent, its parent's
+#   parent, ... up to the root), and nothing else: never a node on another branch.
+#
+# ```
+# tree_mask([-1, 0, -1], cached=1)      x: True, .: False
+#   root     x x . . .
+#   node 0   x x x . .
+#   node 1   x x x x .       (its parent is node 0)
+#   node 2   x x . . x       (another branch: it does not see nodes 0 and 1)
+# ```
+
+# %% [task]
+def tree_mask(parents, cached):
+    # YOUR CODE HERE
+    raise NotImplementedError
+# ==== solution ====
+def tree_mask(parents, cached):
+    n = len(parents)
+    mask = torch.zeros(n + 1, cached + n + 1, dtype=torch.bool)
+    mask[:, :cached + 1] = True
+    for i in range(n):
+        node = i
+        while node != -1:
+            mask[i + 1, cached + 1 + node] = True
+            node = parents[node]
+    return mask
+
+# %% [check]
+checks.check_tree_mask(tree_mask)
+
+# %% [markdown]
+# The lesson's `DraftTree.attention_mask` builds the same mask from a tree's paths; it goes to
+# the model as a 4-d `attention_mask`, with each node's position set by its depth:
+
+# %%
+from minillm.speculative import DraftTree
+
+show_source(DraftTree.attention_mask)

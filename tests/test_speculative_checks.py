@@ -10,6 +10,7 @@ from minillm.course.checks import ch08_speculative as checks
 from minillm.course.checks._base import CheckFailed
 from minillm.speculative.acceptance import verify_greedy
 from minillm.speculative.drafts import PromptLookupDraft
+from minillm.speculative.tree import DraftTree
 
 from memorizing import assert_hidden_cases_catch_memorizing
 from test_tokenizer_checks import assert_hints_are_specific
@@ -26,16 +27,21 @@ def accept_step(p, q, draft_token, generator, rand=None, multinomial=None):
     return int(draw(residual)), False
 
 
+def tree_mask(parents, cached):
+    return DraftTree(list(range(len(parents))), parents).attention_mask(cached)[0, 0]
+
+
 def test_right_answers_pass(capsys):
     checks.check_prompt_lookup(lambda ids, k, n: PromptLookupDraft(n, 1).lookup(ids, k))
     checks.check_verify_greedy(verify_greedy)
     checks.check_accept_step(accept_step)
-    assert capsys.readouterr().out.count("✅") == 3
+    checks.check_tree_mask(tree_mask)
+    assert capsys.readouterr().out.count("✅") == 4
 
 
 @pytest.mark.parametrize("hidden", [False, True])
 @pytest.mark.parametrize("check", [checks.check_prompt_lookup, checks.check_verify_greedy,
-                                   checks.check_accept_step])
+                                   checks.check_accept_step, checks.check_tree_mask])
 def test_stubs_say_not_written_yet(check, hidden, unwritten):
     with pytest.raises(CheckFailed, match="not written yet"):
         check(unwritten, hidden=hidden)
@@ -95,6 +101,46 @@ def test_verify_greedy_hints_are_specific(hidden):
         "goes on": (verify(go_on=True), "stop at the first mismatch"),
         "counts the replacement": (verify(count_replacement=True), "is not one of them"),
     })
+
+
+def tree_variant(kind):
+    return lambda parents, cached: torch.tensor(checks._tree_variant(parents, cached, kind))
+
+
+TREE_HINTS = {"causal": "a plain causal mask", "parent_only": "ALL its ancestors",
+              "no_self": "each node sees itself too", "no_root": "every row sees the root",
+              "no_cache": "the `cached` tokens already in the KV cache"}
+
+
+@pytest.mark.parametrize("hidden", [False, True])
+def test_tree_mask_hints_are_specific(hidden):
+    assert_hints_are_specific(lambda f: checks.check_tree_mask(f, hidden=hidden), {
+        kind: (tree_variant(kind), words) for kind, words in TREE_HINTS.items()})
+
+
+def test_the_tree_mask_reference_is_the_package_mask():
+    for parents, cached in checks._tree_cases(random.Random(11), checks.TREE_CASES):
+        assert checks._tree_variant(parents, cached, "reference") == \
+            tree_mask(parents, cached).tolist()
+
+
+@pytest.mark.parametrize("wrong, words", [
+    (lambda parents, cached: tree_mask(parents, cached).int(), r"return booleans \(torch.bool\)"),
+    (lambda parents, cached: tree_mask(parents, cached)[1:], "return a torch tensor of shape"),
+    (lambda parents, cached: tree_mask(parents, cached).tolist(), "return a torch tensor"),
+], ids=["ints", "no root row", "a list"])
+def test_a_tree_mask_of_the_wrong_kind_is_told_what_to_return(wrong, words):
+    with pytest.raises(CheckFailed, match=words):
+        checks.check_tree_mask(wrong)
+
+
+def test_tree_mask_hints_come_in_chinese(chinese):
+    assert_hints_are_specific(checks.check_tree_mask, {
+        "causal": (tree_variant("causal"), "普通的因果掩码"),
+        "no_root": (tree_variant("no_root"), "每一行都要看见根"),
+    })
+    with pytest.raises(CheckFailed, match="请返回布尔值"):
+        checks.check_tree_mask(lambda parents, cached: tree_mask(parents, cached).int())
 
 
 def test_verify_greedy_accepts_tensors_of_tokens(capsys):
@@ -304,8 +350,9 @@ def test_the_hidden_cases_pass_every_right_answer(capsys):
                                hidden=True)
     checks.check_verify_greedy(verify_greedy, hidden=True)
     checks.check_accept_step(accept_step, hidden=True)
+    checks.check_tree_mask(tree_mask, hidden=True)
     out = capsys.readouterr().out
-    assert out.count("✅") == 3, out
+    assert out.count("✅") == 4, out
     assert str(checks.HIDDEN_ACCEPT_CASE.p.tolist()) in out, out
 
 
@@ -319,6 +366,7 @@ def test_the_hidden_cases_are_other_cases():
 @pytest.mark.parametrize("check, right", [
     (checks.check_prompt_lookup, lambda ids, k, n: PromptLookupDraft(n, 1).lookup(ids, k)),
     (checks.check_verify_greedy, verify_greedy),
+    (checks.check_tree_mask, tree_mask),
 ])
 def test_the_hidden_cases_catch_an_answer_that_memorized_the_visible_ones(check, right):
     assert_hidden_cases_catch_memorizing(check, right)

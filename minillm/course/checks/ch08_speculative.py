@@ -5,7 +5,9 @@
 - `verify_greedy(target_scores, draft_tokens)`: greedy verification with its bonus token, compared
   with `minillm.speculative.acceptance.verify_greedy`;
 - `accept_step(p, q, draft_token, generator)`: the sampled acceptance rule, tested by its
-  statistics (the tokens follow p) and by its use of the generator it is given.
+  statistics (the tokens follow p) and by its use of the generator it is given;
+- `tree_mask(parents, cached)`: a draft tree's attention mask, compared with
+  `minillm.speculative.DraftTree.attention_mask`.
 
 Every message says both languages side by side (`say`), chosen by the notebook's set_language.
 """
@@ -20,8 +22,8 @@ import torch
 from ...speculative.acceptance import verify_greedy
 from ...speculative.drafts import PromptLookupDraft
 from ..language import say
-from ._base import (CheckFailed, as_int, call, checker, end_check, expect, first_failure, passed,
-                    short, with_hint)
+from ._base import (CheckFailed, as_int, call, checker, end_check, end_variant_check, expect,
+                    first_failure, passed, short, with_hint)
 
 # A toy target p and draft q over six tokens (the lesson uses the same pair).
 P = torch.tensor([0.40, 0.25, 0.15, 0.10, 0.06, 0.04], dtype=torch.float64)
@@ -514,3 +516,101 @@ def _verify_failure(case, got, want, hint) -> str:
                          shape=tuple(scores.shape), draft=draft, got=got, want=tuple(want),
                          best=scores.argmax(-1).tolist()),
                      hint)
+
+
+# --- the tree attention mask ------------------------------------------------------------------
+
+TREE_CASES = [([], 0), ([-1], 2), ([-1, 0, 1], 0), ([-1, 0, 1, 0, -1], 2), ([-1, -1, -1], 1),
+              ([-1, 0, 0, 1, 2, 3], 3)]  # (parents, cached)
+HIDDEN_TREE_CASES = [([-1, -1], 0), ([-1, 0, 0, 2], 1), ([-1, 0, -1, 2, 3, 1], 4)]
+
+
+def _tree_cases(rng: random.Random, hand):
+    cases = list(hand)
+    for _ in range(12):
+        parents = []
+        for i in range(rng.randint(1, 9)):
+            parents.append(rng.randint(-1, i - 1))
+        cases.append((parents, rng.randint(0, 5)))
+    return cases
+
+
+def _tree_variant(parents, cached, kind):
+    """The mask (rows: the root, then each node) as lists of bools; `kind` a mistake or
+    "reference"."""
+    n = len(parents)
+    rows = []
+    for row in range(n + 1):
+        seen = [kind != "no_cache"] * cached + [True] + [False] * n  # the cache, the root
+        node = row - 1
+        if kind == "causal":
+            seen[cached + 1:cached + 1 + row] = [True] * row
+        elif node >= 0:
+            seen[cached] = kind != "no_root"
+            seen[cached + 1 + node] = kind != "no_self"
+            up = parents[node]
+            while up != -1:
+                seen[cached + 1 + up] = True
+                up = -1 if kind == "parent_only" else parents[up]
+        rows.append(seen)
+    return rows
+
+
+TREE_MISTAKES = [
+    ("causal", ("a plain causal mask lets each node see every node before it, other branches "
+                "included: a node sees only the root, its own ancestors and itself",
+                "普通的因果掩码会让每个节点看见它前面的所有节点，包括别的分支上的：一个节点只能看见根、"
+                "它自己的祖先和它自己")),
+    ("parent_only", ("a node sees ALL its ancestors, back to the root, not only its parent: "
+                     "follow parents[...] until -1",
+                     "一个节点要看见它的全部祖先，一直到根，而不只是它的父节点：沿着 parents[...] "
+                     "一直往上走到 -1")),
+    ("no_self", ("each node sees itself too: a token attends to its own key, as under any "
+                 "causal mask",
+                 "每个节点也要看见它自己：和任何因果掩码一样，一个词元要关注它自己的键")),
+    ("no_root", ("every row sees the root (column `cached`): the context's last token, fed "
+                 "first in the same pass",
+                 "每一行都要看见根（第 `cached` 列）：上下文的最后一个词元，在同一次传播里最先送入")),
+    ("no_cache", ("every row sees the `cached` tokens already in the KV cache (the first "
+                  "`cached` columns)",
+                  "每一行都要看见 KV 缓存里已有的 `cached` 个词元（前 `cached` 列）")),
+]
+
+
+def _grid(rows) -> str:
+    return " / ".join("".join("x" if seen else "." for seen in row) for row in rows)
+
+
+def _tree_failure(case, got, want, hint) -> str:
+    parents, cached = case
+    return with_hint(say("tree_mask(parents={parents}, cached={cached}) returned {got}, expected "
+                         "{want} (rows: the root, then each node; x: may attend)",
+                         "tree_mask(parents={parents}, cached={cached}) 返回了 {got}，应为 "
+                         "{want}（各行依次是根和每个节点；x：可以关注）",
+                         parents=parents, cached=cached, got=_grid(got), want=_grid(want)),
+                     hint)
+
+
+@checker
+def check_tree_mask(tree_mask, *, hidden=False) -> None:
+    """`tree_mask(parents, cached)` -> (n + 1, cached + n + 1) booleans: the root's row, then
+    each node's; every row sees the cache and the root, a node also its ancestors and itself."""
+    cases = (_tree_cases(random.Random(21), HIDDEN_TREE_CASES) if hidden
+             else _tree_cases(random.Random(11), TREE_CASES))
+    answers = []
+    for parents, cached in cases:
+        what = f"tree_mask({parents}, {cached})"
+        got = call(tree_mask, list(parents), cached, what=what)
+        shape = (len(parents) + 1, cached + len(parents) + 1)
+        expect(isinstance(got, torch.Tensor) and tuple(got.shape) == shape,
+               say("{what} returned {got}; return a torch tensor of shape {shape}: a row for the "
+                   "root and one per node, a column per cached token, the root and each node",
+                   "{what} 返回了 {got}；请返回形状为 {shape} 的 torch 张量：根一行，每个节点一行；"
+                   "每个缓存词元、根和每个节点各一列",
+                   what=what, got=short(got), shape=shape))
+        expect(got.dtype == torch.bool,
+               say("{what} returned a {dtype} tensor; return booleans (torch.bool): True where "
+                   "the row may attend", "{what} 返回的是 {dtype} 张量；请返回布尔值"
+                   "（torch.bool）：可以关注的地方为 True", what=what, dtype=got.dtype))
+        answers.append(got.tolist())
+    end_variant_check("tree_mask", answers, cases, _tree_variant, TREE_MISTAKES, _tree_failure)
