@@ -31,7 +31,7 @@ from minillm.utils.columns import Label  # pads by screen columns: a Chinese cha
 from minillm.utils.devices import Timer
 
 CI = bool(os.environ.get("CI"))
-N = 24 if CI else 60  # new tokens per comparison run
+N = 16 if CI else 60  # new tokens per comparison run
 N_LOOP = 60  # section 1's texts: long enough for greedy decoding to fall into a loop
 torch.manual_seed(0)
 model, tokenizer = minillm.load("smollm2-135m")  # on a GPU when there is one (device="auto")
