@@ -671,7 +671,8 @@ print(f"edit: the tree of {budgets[-1]} nodes made {edit_tree:.2f} tokens per pa
 # %% [markdown]
 # Every run gives the plain tokens. Where the text repeats itself with variations (the edit
 # task), the tree keeps the variants the chain cannot, and each pass yields more tokens. Where
-# there is nothing to copy (chat), neither drafts anything useful. Whether more tokens per pass
+# there is nothing to copy (chat), neither drafts anything useful, and the passes over guesses
+# the target rejects cost time: both run slower than plain decoding. Whether more tokens per pass
 # is also more speed depends on section 1's curve: every node is one more row in the verify
 # pass. On a CPU a pass of 17 tokens costs several decode steps; on a GPU the flat part of the
 # curve reaches past 64 rows, which is why EAGLE and Medusa verify trees of about 60 nodes
@@ -720,7 +721,7 @@ p_text, q_text = torch.softmax(target_logits, -1), torch.softmax(draft_logits, -
 by_m = {m: sum(acceptance_with_candidates(p, q, m) for p, q in zip(p_text, q_text)) / len(p_text)
         for m in (1, 2, 4, 8)}
 for m, a in by_m.items():
-    print(f"m = {m} candidates per position: accepted {100 * a:4.1f}% of the time")
+    print(f"m = {m}: accepted {100 * a:4.1f}% of the time")
 assert all(by_m[a] <= by_m[b] + 1e-9 for a, b in zip(by_m, list(by_m)[1:]))
 
 # %% [markdown]
