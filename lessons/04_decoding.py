@@ -646,7 +646,7 @@ print(f"the longest valid answer: {len(longest.encode())} bytes, so at most as m
 ask = tokenizer.apply_chat_template(
     [{"role": "user", "content": "Describe Paris as JSON with city, country, capital and "
                                  "population_millions."}], add_generation_prompt=True)
-answers = tqdm(range(3 if CI else 5), desc="JSON answers", unit="answer")
+answers = tqdm(range(2 if CI else 5), desc="JSON answers", unit="answer")
 for seed in answers:
     writing = minillm.generation.loop.stream(
         model, tokenizer, ask, max_new_tokens=len(longest.encode()), do_sample=True,

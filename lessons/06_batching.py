@@ -42,7 +42,7 @@ from minillm.utils.columns import Label  # pads by screen columns: a Chinese cha
 from minillm.utils.devices import Timer
 
 CI = bool(os.environ.get("CI"))
-REPEATS = 2  # interleaved repetitions behind each verdict (each side timed twice)
+REPEATS = 1 if CI else 2  # interleaved repetitions behind each verdict (each side timed twice)
 torch.manual_seed(0)
 device = minillm.pick_device("auto")
 print(minillm.use_free_cores())  # one thread fewer for each core other programs keep busy
