@@ -114,16 +114,18 @@ def test_rejected_drafts_are_rolled_back(tiny):
         stats = decoder.run(prompt, sequence)
         assert sequence.token_ids == want
         assert stats.accepted < stats.proposed  # rejections did happen
-        ids = prompt + sequence.token_ids
-        assert decoder.cache.length == len(ids) - 1
-        fresh = KVCache.for_model(tiny, 1, len(ids))
-        with torch.inference_mode():
-            tiny(torch.tensor([ids[:-1]]), cache=fresh)
-        for layer in range(tiny.config.n_layers):
-            got_k, got_v = decoder.cache.read(layer)
-            want_k, want_v = fresh.read(layer)
-            torch.testing.assert_close(got_k, want_k, rtol=1e-9, atol=1e-9)
-            torch.testing.assert_close(got_v, want_v, rtol=1e-9, atol=1e-9)
+        assert_holds_a_fresh_prefill(tiny, decoder.cache, prompt + sequence.token_ids)
+
+
+def assert_holds_a_fresh_prefill(model, cache, ids):
+    """`cache` holds exactly what a fresh prefill of `ids` but the last token puts there."""
+    assert cache.length == len(ids) - 1
+    fresh = KVCache.for_model(model, 1, len(ids))
+    with torch.inference_mode():
+        model(torch.tensor([ids[:-1]]), cache=fresh)
+    for layer in range(model.config.n_layers):
+        for got, want in zip(cache.read(layer), fresh.read(layer)):
+            torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9)
 
 
 def test_model_draft_rolls_its_own_cache_back(tiny):

@@ -13,7 +13,7 @@ from minillm.speculative import (DraftTree, PromptLookupDraft, SuffixDraft, Tree
                                  acceptance_with_candidates, choose_child, keep_path,
                                  tree_forward, tree_speculative_generate, verify_tree_greedy,
                                  verify_tree_sampled)
-from test_speculative import Digits, tiny_llama, tiny_prompts
+from test_speculative import Digits, assert_holds_a_fresh_prefill, tiny_llama, tiny_prompts
 
 
 @pytest.fixture(scope="module")
@@ -121,14 +121,7 @@ def test_the_cache_ends_as_a_fresh_prefill_of_the_sequence(tiny):
     sequence = Sequence(prompt, tokenizer, [], 20)
     stats = decoder.run(prompt, sequence)
     assert stats.accepted < stats.proposed  # some branches were dropped
-    ids = prompt + sequence.token_ids
-    assert decoder.cache.length == len(ids) - 1
-    fresh = KVCache.for_model(tiny, 1, len(ids))
-    with torch.inference_mode():
-        tiny(torch.tensor([ids[:-1]]), cache=fresh)
-    for layer in range(tiny.config.n_layers):
-        for got, want in zip(decoder.cache.read(layer), fresh.read(layer)):
-            torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9)
+    assert_holds_a_fresh_prefill(tiny, decoder.cache, prompt + sequence.token_ids)
 
 
 def test_greedy_verification_walks_the_matching_branch():
