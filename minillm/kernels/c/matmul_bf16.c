@@ -17,17 +17,17 @@ void gemv_bf16(const uint16_t *W, const float *x, float *y, int64_t N, int64_t K
     #pragma omp parallel for schedule(static) num_threads(threads) if (N * K > (1 << 16))
     for (int64_t n = 0; n < N; n++) {
         const uint16_t *row = W + n * K;
-        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+        __m256 a0 = vzero8(), a1 = vzero8();
         int64_t k = 0;
         for (; k + 16 <= K; k += 16) {
             __m256i w0 = _mm256_slli_epi32(
                 _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(row + k))), 16);
             __m256i w1 = _mm256_slli_epi32(
                 _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(row + k + 8))), 16);
-            a0 = _mm256_fmadd_ps(_mm256_castsi256_ps(w0), _mm256_loadu_ps(x + k), a0);
-            a1 = _mm256_fmadd_ps(_mm256_castsi256_ps(w1), _mm256_loadu_ps(x + k + 8), a1);
+            a0 = vfma8(_mm256_castsi256_ps(w0), vload8(x + k), a0);
+            a1 = vfma8(_mm256_castsi256_ps(w1), vload8(x + k + 8), a1);
         }
-        float total = vsum8(_mm256_add_ps(a0, a1));
+        float total = vsum8(vadd8(a0, a1));
         for (; k < K; k++) {
             uint32_t bits = (uint32_t)row[k] << 16;
             float w;
@@ -99,7 +99,7 @@ static void split_x(const float *X, int64_t M, int64_t Mpad, int64_t K, uint16_t
     const __m512i top = _mm512_set1_epi32((int)0xFFFF0000u);
     int64_t k = 0, count = M * K;
     for (; k + 16 <= count; k += 16) {
-        __m512 x = _mm512_loadu_ps(X + k);
+        vf x = vload(X + k);
         __m512 h = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(x), top));
         __m512 r = _mm512_sub_ps(x, h);
         __m512 m = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(r), top));
@@ -174,10 +174,10 @@ static void amx_bf16_tile(const void *operands, int64_t m, int64_t rows, int64_t
     _tile_stored(6, part[1], 64);
     for (int64_t r = 0; r < rows; r++)
         for (int side = 0; side < 2; side++) {
-            __m512 sum = _mm512_loadu_ps(part[side][r]);
+            vf sum = vload(part[side][r]);
             if (o->bias)
-                sum = _mm512_add_ps(sum, _mm512_loadu_ps(o->bias + n + 16 * side));
-            _mm512_storeu_ps(o->Y + (m + r) * N + n + 16 * side, sum);
+                sum = vadd(sum, vload(o->bias + n + 16 * side));
+            vstore(o->Y + (m + r) * N + n + 16 * side, sum);
         }
 }
 
