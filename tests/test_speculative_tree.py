@@ -124,6 +124,29 @@ def test_the_cache_ends_as_a_fresh_prefill_of_the_sequence(tiny):
     assert_holds_a_fresh_prefill(tiny, decoder.cache, prompt + sequence.token_ids)
 
 
+class StarDraft(SuffixDraft):
+    """Proposes `budget` one-token guesses, every one a child of the root: the widest tree."""
+
+    def tree(self, ids, budget):
+        return DraftTree(list(range(1, budget + 1)), [-1] * budget)
+
+
+def test_a_request_that_ends_at_the_context_window_fits_every_tree(tiny):
+    # the request ends at max_seq_len (128): its last rounds have fewer free positions than the
+    # 16 nodes the draft proposes, and the tree is cut to fit them (a parent before its children)
+    prompt = tiny_prompts()[1] * 10
+    max_new = tiny.config.max_seq_len - len(prompt)
+    want = generate(tiny, Digits(), prompt, max_new_tokens=max_new).token_ids
+    decoder = TreeDecoder(tiny, StarDraft(), budget=16)
+    sequence = Sequence(prompt, Digits(), [], max_new)
+    stats = decoder.run(prompt, sequence)
+    assert sequence.token_ids == want
+    free = [tiny.config.max_seq_len - len(prompt) - sum(a + 1 for a in stats.accepted_per_pass[:i])
+            for i in range(stats.passes)]  # positions left before each round
+    assert all(p <= f for p, f in zip(stats.proposed_per_pass, free))
+    assert sum(p == f < 16 for p, f in zip(stats.proposed_per_pass, free)) >= 5
+
+
 def test_greedy_verification_walks_the_matching_branch():
     tree = DraftTree.from_paths([[1, 2], [3, 4, 5]])  # nodes: 1, 2, 3, 4, 5
     scores = torch.zeros(6, 8)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 
 import torch
 import torch.nn as nn
@@ -31,6 +32,19 @@ import torch.nn as nn
 from ..utils.devices import model_device
 from ..generation.kv_cache import KVCache
 from ..utils.validate import check_int
+
+
+def earlier_occurrences(ids: list[int], longest: int, shortest: int):
+    """The longest suffix of `ids` (longest down to shortest tokens) that occurred earlier in
+    `ids`: (its length n, an iterator over where it started, most recent first). (0, nothing)
+    when no suffix of `shortest` tokens recurs. Lazy, so prompt lookup stops at the first."""
+    for n in range(min(longest, len(ids) - 1), shortest - 1, -1):
+        suffix = ids[-n:]
+        starts = (s for s in range(len(ids) - n - 1, -1, -1) if ids[s:s + n] == suffix)
+        first = next(starts, None)
+        if first is not None:
+            return n, itertools.chain([first], starts)
+    return 0, iter(())
 
 
 class Draft:
@@ -65,12 +79,9 @@ class PromptLookupDraft(Draft):
         """Up to k tokens that followed the latest n-gram's most recent earlier occurrence."""
         if k < 1:
             return []
-        for n in range(min(self.max_ngram, len(ids) - 1), self.min_ngram - 1, -1):
-            suffix = ids[-n:]
-            for start in range(len(ids) - n - 1, -1, -1):  # most recent earlier match first
-                if ids[start:start + n] == suffix:
-                    return list(ids[start + n:start + n + k])
-        return []
+        n, starts = earlier_occurrences(ids, self.max_ngram, self.min_ngram)
+        start = next(starts, None)
+        return [] if start is None else list(ids[start + n:start + n + k])
 
     def propose(self, ids, k, process=None, do_sample=False, generator=None):
         return self.lookup(list(ids), k), None
@@ -186,13 +197,8 @@ class SuffixDraft(Draft):
         """What followed each earlier occurrence of the longest repeated suffix, latest first
         (up to `depth` tokens each); [] when no suffix of min_match tokens recurs."""
         ids = list(ids)
-        for n in range(min(self.max_match, len(ids) - 1), self.min_match - 1, -1):
-            suffix = ids[-n:]
-            found = [ids[s + n:s + n + self.depth] for s in range(len(ids) - n - 1, -1, -1)
-                     if ids[s:s + n] == suffix]
-            if found:
-                return found
-        return []
+        n, starts = earlier_occurrences(ids, self.max_match, self.min_match)
+        return [ids[s + n:s + n + self.depth] for s in starts]
 
     def tree(self, ids: list[int], budget: int):
         """A DraftTree of at most `budget` nodes: the continuations' prefixes that occur most

@@ -118,6 +118,22 @@ class SpeculativeDecoder:
         self.stats.target_seconds += t.seconds
         return logits[0].float()
 
+    def _record(self, sequence, ids: list[int], new: list[int], proposed: int,
+                accepted: int) -> None:
+        """A round's end: count it, and add its new tokens to `sequence` and `ids` until the
+        sequence is done."""
+        stats = self.stats
+        stats.passes += 1
+        stats.proposed += proposed
+        stats.accepted += accepted
+        stats.accepted_per_pass.append(accepted)
+        stats.proposed_per_pass.append(proposed)
+        for token in new:
+            sequence.add(token)
+            ids.append(token)
+            if sequence.done:
+                break
+
     def run(self, prompt_ids: list[int], sequence, on_tokens=None) -> SpeculativeStats:
         """Generate into `sequence` (a minillm.generation.stopping.Sequence) until it finishes.
         `on_tokens(sequence)` is called after each round (for timing or streaming)."""
@@ -153,16 +169,7 @@ class SpeculativeDecoder:
                                                      self.generator)
                 else:
                     new, n_accepted = verify_greedy(scores, drafted)
-                stats.passes += 1
-                stats.proposed += len(drafted)
-                stats.accepted += n_accepted
-                stats.accepted_per_pass.append(n_accepted)
-                stats.proposed_per_pass.append(len(drafted))
-                for token in new:
-                    sequence.add(token)
-                    ids.append(token)
-                    if sequence.done:
-                        break
+                self._record(sequence, ids, new, len(drafted), n_accepted)
                 # roll back: keep the accepted drafts, forget the rejected ones
                 self.cache.crop(min(before + 1 + n_accepted, len(ids) - 1))
                 if on_tokens is not None:

@@ -20,10 +20,13 @@ from .loop import SpeculativeDecoder, SpeculativeGeneration, SpeculativeStats, r
 from .tree import DraftTree, keep_path, tree_forward, verify_tree_greedy, verify_tree_sampled
 
 
-def _no_deeper(tree: DraftTree, depth: int) -> DraftTree:
+def _fitting(tree: DraftTree, depth: int, nodes: int) -> DraftTree:
+    """The nodes no deeper than `depth`, the first `nodes` of them (a parent comes before its
+    children, so they form a tree)."""
     depths = tree.depths()
-    return DraftTree.from_paths([[tree.tokens[n] for n in tree.path(i)]
+    kept = DraftTree.from_paths([[tree.tokens[n] for n in tree.path(i)]
                                  for i in range(len(tree)) if depths[i] <= depth])
+    return DraftTree(kept.tokens[:nodes], kept.parents[:nodes])
 
 
 class TreeDecoder(SpeculativeDecoder):
@@ -48,8 +51,10 @@ class TreeDecoder(SpeculativeDecoder):
                 self._forward(ids[:-1])
             while not sequence.done:
                 room = max_new - len(sequence.token_ids) - 1
+                # the pass adds the last token and every node to a cache of len(ids) - 1
+                window = self.target.config.max_seq_len - len(ids)
                 with Timer(self.device) as t:
-                    tree = _no_deeper(self.draft.tree(ids, self.k), room) if room > 0 \
+                    tree = _fitting(self.draft.tree(ids, self.k), room, window) if room > 0 \
                         else DraftTree()
                 stats.draft_seconds += t.seconds
                 before = self.cache.length
@@ -66,16 +71,7 @@ class TreeDecoder(SpeculativeDecoder):
                                                      self.generator)
                 else:
                     new, nodes = verify_tree_greedy(scores, tree)
-                stats.passes += 1
-                stats.proposed += len(tree)
-                stats.accepted += len(nodes)
-                stats.accepted_per_pass.append(len(nodes))
-                stats.proposed_per_pass.append(len(tree))
-                for token in new:
-                    sequence.add(token)
-                    ids.append(token)
-                    if sequence.done:
-                        break
+                self._record(sequence, ids, new, len(tree), len(nodes))
                 keep_path(self.cache, before, nodes)
                 self.cache.crop(min(self.cache.length, len(ids) - 1))
                 if on_tokens is not None:
