@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from .layers.rope import SCALINGS
 from .model import build_model, registry
 
 
@@ -49,7 +50,7 @@ def _source(name_or_path) -> tuple[str, Path]:
 
 
 def load_model(name_or_path, dtype=torch.float32, device="auto", *, fast: bool = True,
-               weights=None) -> torch.nn.Module:
+               weights=None, rope_scaling=None) -> torch.nn.Module:
     """minillm's model alone (no tokenizer): see `load`."""
     kind, path = _source(name_or_path)
     if kind == "gguf":
@@ -64,6 +65,8 @@ def load_model(name_or_path, dtype=torch.float32, device="auto", *, fast: bool =
         raise ValueError("weights= chooses the fast path's weight format; it needs fast=True")
     if weights == "q4_1":
         device = _q4_1_device(device)
+    if rope_scaling is not None:
+        config = config.with_rope_scaling(*_rope_scaling(rope_scaling))
     model = build_model(config, tensors, dtype=dtype, device=device)
     if weights == "q4_1":
         _use_q4_1_blocks(model, kind, path)
@@ -76,6 +79,14 @@ def load_model(name_or_path, dtype=torch.float32, device="auto", *, fast: bool =
     elif weights is not None:
         registry.require(config, "fast")
     return model
+
+
+def _rope_scaling(value) -> tuple:
+    if not (isinstance(value, (tuple, list)) and len(value) == 2 and isinstance(value[0], str)):
+        raise TypeError(f"rope_scaling must be (kind, factor), kind one of "
+                        f"{', '.join(map(repr, SCALINGS))}: for example ('yarn', 4); "
+                        f"got {value!r}")
+    return tuple(value)
 
 
 def _q4_1_device(device):
@@ -115,7 +126,7 @@ def _use_q4_1_blocks(model, kind: str, path) -> None:
 
 
 def load(name_or_path="smollm2-135m", dtype=torch.float32, device="auto", *, fast: bool = True,
-         weights=None):
+         weights=None, rope_scaling=None):
     """Load a model with minillm's own code. Returns `(model, tokenizer)`.
 
     `name_or_path` is a known model name ("smollm2-135m"), a .gguf file, or a local Hugging Face
@@ -131,10 +142,14 @@ def load(name_or_path="smollm2-135m", dtype=torch.float32, device="auto", *, fas
     gives the readable model the lessons open up: q_proj, k_proj, v_proj, ... as chapter 02
     draws them.
 
+    `rope_scaling=(kind, factor)` reads `factor` times the trained context: kind "pi" (position
+    interpolation), "ntk" (NTK-aware) or "yarn" (minillm.layers.rope.RopeScaling).
+
     The tokenizer is minillm's own (`minillm.load_tokenizer`). A folder without tokenizer files
     gives `(model, None)`; so does a folder whose tokenizer minillm cannot read (with a warning)."""
     kind, path = _source(name_or_path)
-    model = load_model(path, dtype=dtype, device=device, fast=fast, weights=weights)
+    model = load_model(path, dtype=dtype, device=device, fast=fast, weights=weights,
+                       rope_scaling=rope_scaling)
     from .tokenizer import load_tokenizer
 
     if kind == "gguf":

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 
-from .registry import architecture
+from ..layers.rope import RopeScaling
+from .registry import architecture, require
 
 
 @dataclass(frozen=True)
@@ -21,7 +22,9 @@ class ModelConfig:
     intermediate_size   width of the feed-forward layer's hidden part
     rope_theta          base of the rotary position embedding (unused by gpt2)
     norm_eps            epsilon of RMSNorm / LayerNorm
-    max_seq_len         the context window: the most positions the model was trained for
+    max_seq_len         the context window: the most positions the model was trained for (or,
+                        with rope_scaling, reads)
+    rope_scaling        None (plain RoPE) or a minillm.layers.rope.RopeScaling
     tie_embeddings      the LM head reuses the token embedding matrix
     eos_token_ids       the ids that end generation (may be empty)
     bos_token_id        the beginning-of-sequence id, or None
@@ -47,6 +50,7 @@ class ModelConfig:
     attention_bias: bool = False
     attention_out_bias: bool = False
     mlp_bias: bool = False
+    rope_scaling: RopeScaling | None = None
 
     def __post_init__(self):
         architecture(self.arch)  # ValueError naming the architectures minillm runs
@@ -64,6 +68,22 @@ class ModelConfig:
             raise ValueError("gpt2 has as many key/value heads as query heads, got "
                              f"n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}")
         object.__setattr__(self, "eos_token_ids", tuple(int(i) for i in self.eos_token_ids))
+        if isinstance(self.rope_scaling, dict):  # from JSON
+            object.__setattr__(self, "rope_scaling", RopeScaling(**self.rope_scaling))
+        if self.rope_scaling is not None:
+            if not isinstance(self.rope_scaling, RopeScaling):
+                raise TypeError(f"rope_scaling must be None or a RopeScaling, got "
+                                f"{type(self.rope_scaling).__name__}")
+            require(self, "rope_scaling")
+
+    def with_rope_scaling(self, kind: str, factor: float) -> "ModelConfig":
+        """This config reading `factor` times its trained context with RoPE scaling `kind`
+        ("pi", "ntk" or "yarn"): max_seq_len grows by the factor."""
+        if self.rope_scaling is not None:
+            raise ValueError(f"this model already scales RoPE ({self.rope_scaling.kind} x"
+                             f"{self.rope_scaling.factor:g}); scale the original instead")
+        scaling = RopeScaling(kind, factor, self.max_seq_len)
+        return replace(self, rope_scaling=scaling, max_seq_len=int(self.max_seq_len * factor))
 
     @property
     def n_groups(self) -> int:

@@ -17,6 +17,7 @@ import torch.nn as nn
 
 from ..layers.kv_contract import KVCacheProtocol
 from ..layers import Attention, GatedMLP, LMHead, RMSNorm, RotaryEmbedding
+from ..layers.rope import RopeScaling
 from .base import DecoderModel
 from .config import ModelConfig
 
@@ -48,7 +49,8 @@ class LlamaModel(DecoderModel):
         super().__init__()
         self.config = config
         self.embed = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.rotary = RotaryEmbedding(config.head_dim, config.rope_theta, config.max_seq_len)
+        self.rotary = RotaryEmbedding(config.head_dim, config.rope_theta, config.max_seq_len,
+                                      config.rope_scaling)
         self.layers = nn.ModuleList(self.block_class(config, i) for i in range(config.n_layers))
         self.norm = RMSNorm(config.hidden_size, config.norm_eps)
         self.lm_head = LMHead(config, self.embed)
@@ -67,14 +69,24 @@ MODEL = LlamaModel
 
 # --- checkpoints: Hugging Face folders ------------------------------------------------------------
 
-def rope_theta_from_hf(cfg: dict, folder) -> float:
+HF_ROPE_TYPES = {"linear": "pi", "yarn": "yarn"}  # transformers' rope_type -> RopeScaling.kind
+
+
+def rope_from_hf(cfg: dict, folder) -> tuple[float, RopeScaling | None]:
+    """(rope_theta, RopeScaling or None) from a config.json's rope_parameters or rope_scaling."""
     params = cfg.get("rope_parameters") or {}
-    scaling = cfg.get("rope_scaling") or {}
-    kind = params.get("rope_type") or scaling.get("rope_type") or scaling.get("type") or "default"
-    if kind != "default":
+    scaling = {**(cfg.get("rope_scaling") or {}), **params}
+    kind = scaling.get("rope_type") or scaling.get("type") or "default"
+    theta = float(params.get("rope_theta", cfg.get("rope_theta", 10000.0)))
+    if kind == "default":
+        return theta, None
+    if kind not in HF_ROPE_TYPES:
         raise ValueError(f"{folder}: rope scaling {kind!r} is not supported by minillm "
-                         "(only plain RoPE)")
-    return float(params.get("rope_theta", cfg.get("rope_theta", 10000.0)))
+                         f"(plain RoPE, {', '.join(map(repr, HF_ROPE_TYPES))})")
+    trained = scaling.get("original_max_position_embeddings") or cfg["max_position_embeddings"]
+    return theta, RopeScaling(HF_ROPE_TYPES[kind], float(scaling["factor"]), int(trained),
+                              float(scaling.get("beta_fast") or 32),
+                              float(scaling.get("beta_slow") or 1))
 
 
 def config_from_hf(cfg: dict, arch: str, folder, eos: tuple = ()) -> ModelConfig:
@@ -84,12 +96,13 @@ def config_from_hf(cfg: dict, arch: str, folder, eos: tuple = ()) -> ModelConfig
         raise ValueError(f"{folder}: sliding-window attention is not supported")
     hidden, heads = cfg["hidden_size"], cfg["num_attention_heads"]
     qkv_bias = arch == "qwen2" or bool(cfg.get("attention_bias", False))
+    theta, scaling = rope_from_hf(cfg, folder)
     return ModelConfig(
         arch=arch, vocab_size=cfg["vocab_size"], hidden_size=hidden,
         n_layers=cfg["num_hidden_layers"], n_heads=heads,
         n_kv_heads=cfg.get("num_key_value_heads") or heads,
         head_dim=cfg.get("head_dim") or hidden // heads,
-        intermediate_size=cfg["intermediate_size"], rope_theta=rope_theta_from_hf(cfg, folder),
+        intermediate_size=cfg["intermediate_size"], rope_theta=theta, rope_scaling=scaling,
         norm_eps=cfg.get("rms_norm_eps", 1e-6), max_seq_len=cfg["max_position_embeddings"],
         tie_embeddings=cfg.get("tie_word_embeddings", False), eos_token_ids=eos,
         bos_token_id=cfg.get("bos_token_id"), attention_bias=qkv_bias,

@@ -21,6 +21,7 @@ FEATURES = {
     "fast": "the fast path (minillm.fast.optimize)",
     "tensor_parallel": "tensor parallelism (minillm.distributed)",
     "pipeline_parallel": "pipeline parallelism (minillm.distributed)",
+    "rope_scaling": "RoPE scaling (load(rope_scaling=))",
 }
 
 
