@@ -143,7 +143,8 @@ def load(name_or_path="smollm2-135m", dtype=torch.float32, device="auto", *, fas
     draws them.
 
     `rope_scaling=(kind, factor)` reads `factor` times the trained context: kind "pi" (position
-    interpolation), "ntk" (NTK-aware) or "yarn" (minillm.layers.rope.RopeScaling).
+    interpolation), "ntk" (NTK-aware), "yarn", or "none" (the trained angles, read further:
+    minillm.layers.rope.RopeScaling).
 
     The tokenizer is minillm's own (`minillm.load_tokenizer`). A folder without tokenizer files
     gives `(model, None)`; so does a folder whose tokenizer minillm cannot read (with a warning)."""

@@ -104,10 +104,9 @@ def _state(kind, element):
 
 
 def _act(kind, element):
-    if kind == "slider":
+    if kind == "slider":  # one step: each step runs the widget's observer once more
         element.focus()
-        for _ in range(3):
-            element.press("ArrowRight")
+        element.press("ArrowRight")
     elif kind == "dropdown":
         options = element.eval_on_selector_all("option", "os => os.map(o => o.value)")
         current = element.input_value()

@@ -45,6 +45,12 @@ def test_ntk_aware_keeps_the_fastest_pair_and_divides_the_slowest(factor):
     assert ((ntk < plain) | (ntk == plain)).all()
 
 
+def test_none_reads_further_with_the_trained_angles():
+    plain = rope_frequencies(64, 100000.0)
+    assert all(torch.equal(torch.as_tensor(a), torch.as_tensor(b)) for a, b in
+               zip(plain, rope_frequencies(64, 100000.0, RopeScaling("none", 4.0, 8192))))
+
+
 def test_yarn_keeps_the_fast_pairs_and_interpolates_the_slow_ones():
     plain, _ = rope_frequencies(64, 100000.0)
     yarn, magnitude = rope_frequencies(64, 100000.0, RopeScaling("yarn", 4.0, 8192))
@@ -113,15 +119,19 @@ def test_the_fast_path_decodes_with_the_scaled_angles(plain_folder):
     assert (got - want).abs().max().item() <= 1e-4
 
 
-def test_past_the_window_is_refused_without_scaling(plain_folder):
+def test_past_the_window_is_refused_without_scaling_and_read_as_trained_with_none(plain_folder):
     _, folder = plain_folder
     model = load_model(folder, device="cpu", fast=False)
+    ids = _ids(1, 2 * TRAINED)
     with pytest.raises(ValueError, match=f"context window of {TRAINED}"):
-        model(_ids(1, TRAINED + 1))
+        model(ids[:, :TRAINED + 1])
+    further = load_model(folder, device="cpu", fast=False, rope_scaling=("none", 2.0))
+    with torch.inference_mode():
+        torch.testing.assert_close(further(ids)[:, :TRAINED], model(ids[:, :TRAINED]))
 
 
 @pytest.mark.parametrize("args, error, words", [
-    (("rope", 2.0, 64), ValueError, "must be one of ('pi', 'ntk', 'yarn')"),
+    (("rope", 2.0, 64), ValueError, "must be one of ('none', 'pi', 'ntk', 'yarn')"),
     (("yarn", 0.5, 64), ValueError, "a number >= 1"),
     (("yarn", "2", 64), ValueError, "a number >= 1"),
     (("yarn", 2.0, 0), ValueError, "positive int"),
@@ -157,3 +167,28 @@ def test_transformers_rope_types_minillm_does_not_run_are_named(tmp_path, key):
     (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match="'llama3' is not supported.*'linear', 'yarn'"):
         load_model(tmp_path, device="cpu")
+
+
+# --- scripts/rope_scaling.py ------------------------------------------------------------------
+
+def test_the_scripts_losses_are_each_next_tokens_cross_entropy(plain_folder):
+    from script_modules import script
+
+    model = load_model(plain_folder[1], device="cpu", fast=False)
+    ids = _ids(1, 40)[0].tolist()
+    with torch.inference_mode():
+        want = torch.nn.functional.cross_entropy(model(torch.tensor([ids]))[0, :-1],
+                                                 torch.tensor(ids[1:]), reduction="none")
+    got = script("rope_scaling").next_token_nll(model, ids, chunk=7)  # 39 = 5 chunks of 7 + 4
+    assert got.shape == (39,)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("argv", [["--kinds", "none,rope"], ["--factors", "1"],
+                                  ["--factors", "2,0"]])
+def test_the_script_names_what_it_takes(argv, capsys):
+    from script_modules import script
+
+    with pytest.raises(SystemExit):
+        script("rope_scaling").main(argv)
+    assert "--kinds takes none, pi, ntk, yarn" in capsys.readouterr().err

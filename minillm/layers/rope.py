@@ -6,7 +6,8 @@ them for every position of the context window, computed once, and looks them up.
 
 Past the trained length the slow pairs reach angles training never showed. `RopeScaling` changes
 the frequencies to read a longer context: position interpolation ("pi"), NTK-aware ("ntk") and
-YaRN ("yarn", as transformers computes it, whose `rope_scaling` "linear" and "yarn" it reads).
+YaRN ("yarn", as transformers computes it, whose `rope_scaling` "linear" and "yarn" it reads);
+"none" reads further with the trained angles, for comparison.
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-SCALINGS = ("pi", "ntk", "yarn")
+SCALINGS = ("none", "pi", "ntk", "yarn")
 
 
 @dataclass(frozen=True)
 class RopeScaling:
-    """Read `factor` times the `trained` context length: kind "pi" divides every frequency by
-    the factor; "ntk" enlarges theta by factor^(d/(d-2)) (the slowest pair is divided by the
+    """Read `factor` times the `trained` context length: kind "none" keeps the trained
+    frequencies (the angles past the trained length are new: what happens without scaling); "pi"
+    divides every frequency by the factor; "ntk" enlarges theta by factor^(d/(d-2)) (the slowest pair is divided by the
     factor, the fastest barely moves); "yarn" keeps the pairs that turn more than `fast` times
     within the trained length, divides those that turn less than `slow` times, ramps linearly
     (by pair) between, and multiplies cos and sin by 0.1 ln(factor) + 1."""
@@ -56,7 +58,7 @@ def rope_frequencies(head_dim: int, theta: float, scaling: RopeScaling | None = 
     if scaling is not None and scaling.kind == "ntk":
         theta = theta * scaling.factor ** (head_dim / (head_dim - 2))
     inv_freq = 1.0 / (theta ** exponents)  # (head_dim/2,) angle per position, per pair
-    if scaling is None or scaling.kind == "ntk":
+    if scaling is None or scaling.kind in ("none", "ntk"):
         return inv_freq, 1.0
     if scaling.kind == "pi":
         return inv_freq / scaling.factor, 1.0
