@@ -257,7 +257,8 @@ import json
 from minillm.tokenizer.samples import DATA
 
 recorded = json.loads((DATA / "rope_scaling.json").read_text(encoding="utf-8"))
-print(f"{recorded['command']} on {recorded['machine']}, {recorded['load before']}")
+print(f"{recorded['command']}: {recorded['machine']}, {recorded['cpus']} CPUs, "
+      f"load average {recorded['load before']:.1f}")
 print(f"{'RoPE':>5} {Label('factor'):>6} {Label('tokens'):>7} {Label('inside 8,192'):>13} "
       f"{Label('past 8,192'):>11}")
 past = {}

@@ -63,10 +63,16 @@ def measure(kind: str, factor: int, ids: list[int]) -> dict:
             "seconds": round(seconds, 1)}
 
 
+def command(factors: list[int], kinds: list[str], start: int) -> str:
+    """The command that measures these figures again (where they are written does not matter)."""
+    return (f"python scripts/rope_scaling.py --factors {','.join(map(str, factors))} "
+            f"--kinds {','.join(kinds)} --start {start}")
+
+
 def machine() -> str:
     from minillm.kernels.build import cpu_field
 
-    return f"{cpu_field('model name') or platform.machine()}, {os.cpu_count()} CPUs"
+    return cpu_field("model name") or platform.machine()
 
 
 def table(rows: list[dict]) -> str:
@@ -97,7 +103,6 @@ def main(argv=None):
     import torch
 
     import minillm
-    from minillm.measure import load_average
     from minillm.tokenizer.samples import corpus
 
     tokenizer = minillm.load_tokenizer("smollm2-135m")
@@ -108,17 +113,18 @@ def main(argv=None):
                  f"the longest run reads {need:,}")
     runs = [("none", 1)] + [(kind, f) for f in factors for kind in kinds]
     rows = []
-    before = load_average()
+    before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     for kind, factor in runs:
         rows.append(measure(kind, factor, ids))
         print(f"{kind} x{factor}: {rows[-1]}", flush=True)
-    result = {"command": "python scripts/rope_scaling.py " + " ".join(argv or sys.argv[1:]),
-              "machine": machine(),
+    result = {"command": command(factors, kinds, args.start),
+              "machine": machine(), "cpus": os.cpu_count(),
               "threads": torch.get_num_threads(), "torch": torch.__version__,
-              "load before": before, "load after": load_average(),
+              "load before": before,
+              "load after": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
               "corpus start": args.start, "rows": rows}
     print(table(rows))
-    print(f"{before} before, {result['load after']} after")
+    print(f"load average {before} before, {result['load after']} after, on {os.cpu_count()} CPUs")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(result, f, indent=1)
