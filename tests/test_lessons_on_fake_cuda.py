@@ -67,11 +67,12 @@ def stdout_of(cell) -> str:
                    if o.get("output_type") == "stream" and o.get("name") == "stdout")
 
 
-# No cell of these lessons takes a minute at CI sizes, even without kernels on a busy machine;
-# a cell past this has lost a message between nbclient and the kernel: seen twice in many
-# whole runs, the kernel idle and nbclient still waiting for the cell's reply, which matches
-# ipykernel 7's shell socket leaving a request unread (ipython/ipykernel issue 1554, open).
-CELL_TIMEOUT_S = 600
+# No cell of these lessons takes a minute at CI sizes, even without kernels on a busy machine
+# (the longest, 04's first comparison, about 30 s); a cell past this has lost a message between
+# nbclient and the kernel: seen three times in many whole runs, the kernel idle and nbclient
+# still waiting for the cell's reply, which matches ipykernel 7's shell socket leaving a request
+# unread (ipython/ipykernel issue 1554, open). Each wait costs the whole run this much.
+CELL_TIMEOUT_S = 180
 
 
 def run_on_fake_device(path: Path, monkeypatch, device: str = "cuda",
