@@ -78,7 +78,7 @@ import weakref
 
 import torch
 from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_map
 
 CUDA = torch.device("cuda", 0)
@@ -927,12 +927,15 @@ class FakeCudaGraph:
             raise RuntimeError("replay() of a CUDA graph while it is being captured")
         _COUNT[0] += 1
         self.replays += 1
-        for func, args, kwargs, outs, fresh in self._ops:
-            again = func(*args, **kwargs)
-            if fresh:
-                new = [t for t in _tensors(again) if isinstance(t, torch.Tensor)]
-                for i in fresh:
-                    outs[i].copy_(new[i])
+        # The recorded operations read and write plain CPU tensors, which the harness's modes
+        # would pass through unchanged: run them without the modes (a quarter of a decode step).
+        with torch._C.DisableTorchFunction(), _disable_current_modes():
+            for func, args, kwargs, outs, fresh in self._ops:
+                again = func(*args, **kwargs)
+                if fresh:
+                    new = [t for t in _tensors(again) if isinstance(t, torch.Tensor)]
+                    for i in fresh:
+                        outs[i].copy_(new[i])
 
     def reset(self) -> None:
         self._ops, self._made, self._saved = [], set(), {}

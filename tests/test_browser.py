@@ -1,7 +1,9 @@
 """The course as a learner meets it: JupyterLab in a real browser (the machine's Chromium or
 Chrome, driven by playwright; tests/browser/chromium.py finds it, CHROMIUM=path chooses it). A
 widget that computes correctly can still show nothing; only a browser tells. Without a browser
-these tests are skipped with one line saying how to enable them (CI requires them).
+these tests are skipped with one line saying how to enable them (CI requires them). A lesson
+whose widgets are tested here runs whole here, at the same sizes, and not again under nbval
+(conftest.py).
 
 Screenshots go to test-artifacts/browser/ (printed in the output)."""
 
