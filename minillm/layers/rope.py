@@ -23,12 +23,13 @@ SCALINGS = ("none", "pi", "ntk", "yarn")
 
 @dataclass(frozen=True)
 class RopeScaling:
-    """Read `factor` times the `trained` context length: kind "none" keeps the trained
-    frequencies (the angles past the trained length are new: what happens without scaling); "pi"
-    divides every frequency by the factor; "ntk" enlarges theta by factor^(d/(d-2)) (the slowest pair is divided by the
-    factor, the fastest barely moves); "yarn" keeps the pairs that turn more than `fast` times
-    within the trained length, divides those that turn less than `slow` times, ramps linearly
-    (by pair) between, and multiplies cos and sin by 0.1 ln(factor) + 1."""
+    """Read `factor` times the `trained` context length. Kind "none" keeps the trained
+    frequencies (the angles past the trained length are new: what happens without scaling);
+    "pi" divides every frequency by the factor; "ntk" enlarges theta by factor^(d/(d-2)) (the
+    slowest pair is divided by the factor, the fastest barely moves); "yarn" keeps the pairs
+    that turn more than `fast` times within the trained length, divides those that turn less
+    than `slow` times, ramps linearly (by pair) between, and multiplies cos and sin by
+    0.1 ln(factor) + 1."""
 
     kind: str
     factor: float

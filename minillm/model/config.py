@@ -78,7 +78,7 @@ class ModelConfig:
 
     def with_rope_scaling(self, kind: str, factor: float) -> "ModelConfig":
         """This config reading `factor` times its trained context with RoPE scaling `kind`
-        ("pi", "ntk" or "yarn"): max_seq_len grows by the factor."""
+        ("none", "pi", "ntk" or "yarn"): max_seq_len grows by the factor."""
         if self.rope_scaling is not None:
             raise ValueError(f"this model already scales RoPE ({self.rope_scaling.kind} x"
                              f"{self.rope_scaling.factor:g}); scale the original instead")

@@ -20,17 +20,17 @@ static inline vf hsum_keys(const vf *v) {
     vf a[8], b[4], c[2];
     for (int i = 0; i < 8; i++)
         a[i] = vadd(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44),
-                             _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xEE));
+                    _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xEE));
     for (int i = 0; i < 4; i++)
         b[i] = vadd(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0x88),
-                             _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0xDD));
+                    _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0xDD));
     for (int i = 0; i < 2; i++)
         c[i] = vadd(_mm512_unpacklo_ps(b[2 * i], b[2 * i + 1]),
-                             _mm512_unpackhi_ps(b[2 * i], b[2 * i + 1]));
+                    _mm512_unpackhi_ps(b[2 * i], b[2 * i + 1]));
     return vadd(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(c[0]),
-                                                              _mm512_castps_pd(c[1]))),
-                         _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(c[0]),
-                                                              _mm512_castps_pd(c[1]))));
+                                                     _mm512_castps_pd(c[1]))),
+                _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(c[0]),
+                                                     _mm512_castps_pd(c[1]))));
 }
 #define KEY_LANE(j) ((((j) & 3) << 2) | ((j) >> 2))
 #else
@@ -40,7 +40,7 @@ static inline vf hsum_keys(const vf *v) {
     __m256 s45 = _mm256_hadd_ps(v[4], v[5]), s67 = _mm256_hadd_ps(v[6], v[7]);
     __m256 lo = _mm256_hadd_ps(s01, s23), hi = _mm256_hadd_ps(s45, s67);
     return vadd(_mm256_permute2f128_ps(lo, hi, 0x20),
-                         _mm256_permute2f128_ps(lo, hi, 0x31));
+                _mm256_permute2f128_ps(lo, hi, 0x31));
 }
 #define KEY_LANE(j) (j)
 #endif
