@@ -10,7 +10,7 @@ switches them off."""
 
 from __future__ import annotations
 
-import ast
+import importlib.util
 import os
 import subprocess
 import sys
@@ -38,21 +38,22 @@ def levels_to_test() -> tuple[list[str], str]:
 def every_level_files() -> list[str]:
     """The test files tests/conftest.py marks every_level (its EVERY_LEVEL). Naming them, not
     tests/, spares each run the import of every other test module (about 10 s a worker)."""
-    tree = ast.parse((ROOT / "tests" / "conftest.py").read_text(encoding="utf-8"))
-    names = next(ast.literal_eval(node.value) for node in tree.body
-                 if isinstance(node, ast.Assign)
-                 and any(getattr(t, "id", None) == "EVERY_LEVEL" for t in node.targets))
-    return [f"tests/{name}" for name in sorted(names)]
+    spec = importlib.util.spec_from_file_location("minillm_tests_conftest",
+                                                  ROOT / "tests" / "conftest.py")
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
+    return [f"tests/{name}" for name in sorted(conftest.EVERY_LEVEL)]
 
 
 def main(pytest_args: list[str]) -> int:
     levels, said = levels_to_test()
     print(said, flush=True)
+    files = every_level_files()
     for level in levels:
         print(f"\n--- the every_level tests at MINILLM_KERNEL_LEVEL={level} ---", flush=True)
         env = {**os.environ, "MINILLM_KERNEL_LEVEL": level}
         done = subprocess.run([sys.executable, "-m", "pytest", "-m", "every_level",
-                               *every_level_files(), *pytest_args], cwd=ROOT, env=env)
+                               *files, *pytest_args], cwd=ROOT, env=env)
         if done.returncode != 0:
             print(f"the every_level tests failed at MINILLM_KERNEL_LEVEL={level}", flush=True)
             return done.returncode

@@ -928,7 +928,7 @@ class FakeCudaGraph:
         _COUNT[0] += 1
         self.replays += 1
         # The recorded operations read and write plain CPU tensors, which the harness's modes
-        # would pass through unchanged: run them without the modes (a quarter of a decode step).
+        # would pass through unchanged, at a cost per operation: run them without the modes.
         with torch._C.DisableTorchFunction(), _disable_current_modes():
             for func, args, kwargs, outs, fresh in self._ops:
                 again = func(*args, **kwargs)

@@ -11,8 +11,9 @@ one pytest-xdist scope (`make test` runs `--dist loadscope`), so the groups shar
 workers.
 
 The Chinese edition runs here and the English one on the CPU, under nbval or, for a lesson with
-widgets, in tests/test_browser.py (`make test` leaves notebooks/zh out of nbval): the two editions' code is the same but for its strings, so each
-edition runs once, and the code of both runs on both devices."""
+widgets, in tests/test_browser.py (`make test` leaves notebooks/zh out of nbval): the two
+editions' code is the same but for its strings, so each edition runs once, and the code of both
+runs on both devices."""
 
 import os
 import sys
