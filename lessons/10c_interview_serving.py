@@ -432,8 +432,8 @@ from minillm.speculative import residual_distribution
 
 with torch.inference_mode():
     story_ids = torch.tensor([story + plain.token_ids[:1]], device=device)  # "... there lived a"
-    p_t = torch.softmax(model(story_ids)[0, -1].double().cpu(), -1)
-    q_d = torch.softmax(first_layers(model, 28)(story_ids)[0, -1].double().cpu(), -1)
+    p_t = torch.softmax(model(story_ids)[0, -1].cpu().double(), -1)
+    q_d = torch.softmax(first_layers(model, 28)(story_ids)[0, -1].cpu().double(), -1)
 entropy = float(-(p_t * p_t.clamp_min(1e-30).log()).sum())
 threshold = min(0.09, 0.3 * math.exp(-entropy))
 above = p_t >= threshold
