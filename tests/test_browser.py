@@ -18,9 +18,10 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from browser.chromium import CJK_FONT, chromium_or_skip, cjk_font_found, required
 from browser.fonts import cjk_glyphs, drawn_fonts
-from browser.jupyter import (CHROMIUM_FLAGS, KERNEL_IDLE, ROOT, api, current_notebook,
-                             element_screenshot, error_outputs, jupyterlab, open_notebook, plain_lab,
-                             run_all, run_new_cell, screenshot, settle, shutdown_kernels)
+from browser.jupyter import (CHROMIUM_FLAGS, KERNEL_ANSWERED, KERNEL_IDLE, ROOT, api,
+                             current_notebook, element_screenshot, error_outputs, jupyterlab,
+                             open_notebook, plain_lab, run_all, run_new_cell, screenshot, settle,
+                             shutdown_kernels)
 from browser.lessons import LESSON_CHECKS
 from browser.widgets import output_area, slider
 
@@ -207,14 +208,8 @@ def test_widgets_respond_in_jupyterlab(browser, lab, notebook, capsys):
     assert (ROOT / notebook).read_bytes() == original, f"the browser run saved into {notebook}"
 
 
-@pytest.mark.parametrize("cell, said", [
-    ("raise ValueError('the third cell')", "ValueError: the third cell"),
-    ("import os; os._exit(1)", "the kernel was"),
-])
-def test_a_run_all_that_stops_early_fails_at_once_saying_why(browser, tmp_path, cell, said):
-    """A cell that raises stops run-all and a dead kernel never runs the rest: the wait for
-    every cell must end there, not at its 20-minute limit."""
-    cells = ["x = 1", "y = 2", cell, "z = 3"]
+def _lab_serving(tmp_path, cells: list[str]):
+    """A JupyterLab of its own that serves one notebook, served.ipynb, of these code cells."""
     notebook = {"nbformat": 4, "nbformat_minor": 5, "cells": [
         {"cell_type": "code", "id": f"c{i}", "metadata": {}, "source": source, "outputs": [],
          "execution_count": None} for i, source in enumerate(cells)],
@@ -222,12 +217,42 @@ def test_a_run_all_that_stops_early_fails_at_once_saying_why(browser, tmp_path, 
                                     "language": "python"}}}
     served = tmp_path / "served"
     served.mkdir()
-    (served / "stops.ipynb").write_text(json.dumps(notebook))
-    with jupyterlab(tmp_path, lambda args: plain_lab(
-            [*args, f"--ServerApp.root_dir={served}"])) as (base, token):
+    (served / "served.ipynb").write_text(json.dumps(notebook))
+    return jupyterlab(tmp_path, lambda args: plain_lab([*args, f"--ServerApp.root_dir={served}"]))
+
+
+def test_settle_waits_for_a_request_the_kernel_has_not_yet_received(browser, tmp_path):
+    """The kernel still shows idle just after the page has sent it a request (a widget's change,
+    say): settle must wait for the request's answer, not for idle."""
+    with _lab_serving(tmp_path, ["x = 1"]) as (base, token):
         page, _ = _watched_page(browser)
         try:
-            open_notebook(page, base, token, "stops.ipynb")
+            open_notebook(page, base, token, "served.ipynb")
+            send_then_look = """() => {
+              const k = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
+              k.requestExecute({code: 'import time; time.sleep(1.5)'});
+              return [k.status, (%s)()];
+            }""" % KERNEL_ANSWERED
+            start = time.monotonic()
+            assert page.evaluate(send_then_look) == ["idle", "idle"]  # idle, yet not answered
+            settle(page, 60)
+            assert time.monotonic() - start >= 1.5
+            assert page.evaluate(KERNEL_ANSWERED) == "answered"
+        finally:
+            page.close()
+
+
+@pytest.mark.parametrize("cell, said", [
+    ("raise ValueError('the third cell')", "ValueError: the third cell"),
+    ("import os; os._exit(1)", "the kernel was"),
+])
+def test_a_run_all_that_stops_early_fails_at_once_saying_why(browser, tmp_path, cell, said):
+    """A cell that raises stops run-all and a dead kernel never runs the rest: the wait for
+    every cell must end there, not at its 20-minute limit."""
+    with _lab_serving(tmp_path, ["x = 1", "y = 2", cell, "z = 3"]) as (base, token):
+        page, _ = _watched_page(browser)
+        try:
+            open_notebook(page, base, token, "served.ipynb")
             start = time.monotonic()
             with pytest.raises(AssertionError, match=said):
                 run_all(page)

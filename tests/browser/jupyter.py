@@ -138,6 +138,30 @@ KERNEL_IDLE = """() => {
   return !!k && k.status === 'idle';
 }"""
 
+# The kernel has answered every request the page sent it: it is idle, and each shell message the
+# page sent (a cell, a widget's comm message) has had its idle status back. Idle alone is not
+# enough: a change the page has sent but the kernel has not yet received leaves it idle. The
+# page's kernel connection reports every message it sends or receives (`anyMessage`); the
+# requests still unanswered are kept on the kernel object, from the first call on.
+KERNEL_ANSWERED = """() => {
+  const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+  const k = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;
+  if (!k) return 'no kernel';
+  if (!k.minillmUnanswered) {
+    const unanswered = k.minillmUnanswered = new Set();
+    k.anyMessage.connect((_, {msg, direction}) => {
+      if (direction === 'send' && msg.channel === 'shell') unanswered.add(msg.header.msg_id);
+      else if (direction === 'recv' && msg.header.msg_type === 'status'
+               && msg.content.execution_state === 'idle' && msg.parent_header)
+        unanswered.delete(msg.parent_header.msg_id);
+    });
+  }
+  return k.status === 'idle' && k.minillmUnanswered.size === 0 ? 'answered' : k.status;
+}"""
+# How long the kernel stays answered before a change counts as finished: long enough for the
+# page to send what an answer sets off (a widget's own reply to an update).
+SETTLED_S = 0.3
+
 # Run-all has ended: every code cell ran, or a cell raised (JupyterLab skips the cells after it),
 # or the kernel died or restarted (the cells after it never run). Anything else is still going.
 RUN_STATE = """() => {
@@ -205,6 +229,7 @@ def open_notebook(page, base: str, token: str, path: str, timeout_ms: int = 120_
     page.wait_for_function(KERNEL_IDLE, timeout=timeout_ms)
     page.wait_for_function(NOTEBOOK_READY, timeout=timeout_ms)
     page.evaluate(WATCH_KERNEL)
+    page.evaluate(KERNEL_ANSWERED)  # from now on, the requests the page sends are followed
 
 
 def run_all(page, timeout_ms: int = RUN_ALL_LIMIT_MS, tries: int = 3) -> None:
@@ -262,16 +287,18 @@ def current_notebook(page):
 
 
 def settle(page, timeout_s: float) -> None:
-    """Wait until the kernel has been idle for a whole second: whatever a control's change set off
-    (an observer, a button's callback, a queued request) has finished and reached the page."""
-    idle_since, deadline = None, time.monotonic() + timeout_s
+    """Wait until the kernel has answered everything the page sent it and stayed so for
+    SETTLED_S: whatever a control's change set off (an observer, a button's callback, a message
+    ipywidgets held back while another was in flight) has finished and reached the page."""
+    settled_since, deadline = None, time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        page.wait_for_timeout(100)
-        if not page.evaluate(KERNEL_IDLE):
-            idle_since = None
-        elif idle_since is None:
-            idle_since = time.monotonic()
-        elif time.monotonic() - idle_since >= 1.0:
+        page.wait_for_timeout(50)
+        state = page.evaluate(KERNEL_ANSWERED)
+        if state != "answered":
+            settled_since = None
+        elif settled_since is None:
+            settled_since = time.monotonic()
+        elif time.monotonic() - settled_since >= SETTLED_S:
             return
     raise AssertionError(f"the kernel was still busy after {timeout_s:.0f} s")
 
