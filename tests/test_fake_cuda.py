@@ -354,3 +354,22 @@ def test_a_fake_cuda_graph_replays_its_operations_on_the_tensors_they_read():
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             assert (x + 1).device.type == "cuda"
+
+
+def test_the_harness_tree_map_gives_pytrees_result_on_what_operations_take_and_return():
+    from collections import namedtuple
+    from torch.utils._pytree import tree_map as pytree_map
+
+    from fake_cuda import tree_map
+
+    Pair = namedtuple("Pair", "first second")
+    values = torch.max(torch.tensor([[1.0, 3.0], [2.0, 0.0]]), dim=1)
+    nested = (torch.ones(2), [torch.zeros(1), None, (3, "a")], {"k": torch.ones(1)},
+              Pair(torch.ones(1), 2), values)
+
+    def double(x):
+        return x * 2 if isinstance(x, torch.Tensor) else x
+
+    ours, theirs = tree_map(double, nested), pytree_map(double, nested)
+    assert type(ours[3]) is Pair and type(ours[4]) is type(values)
+    assert repr(ours) == repr(theirs)
