@@ -5,10 +5,10 @@ every tensor a lesson puts there computes on the CPU, and a cell that mixes a GP
 CPU one (or hands one to NumPy or matplotlib, or, on mps, asks for float64) fails as it would
 on that GPU.
 
-Every lesson runs here on fake CUDA (NOT_RUN would name one that cannot, with the reason); on
-fake MPS the decoding and serving groups run on demand. Each group on each device is one class,
-one pytest-xdist scope (`make test` runs `--dist loadscope`), so the groups share the two
-workers.
+Every lesson runs here on fake CUDA (NOT_RUN would name one that cannot, with the reason), and
+on fake MPS the lighter half of them (MPS_EVERY_RUN), the rest with MINILLM_MPS_LESSONS=1. Each
+group on each device is one class, one pytest-xdist scope (`make test` runs `--dist
+loadscope`), so the groups share the two workers.
 
 The Chinese edition runs here and the English one on the CPU, under nbval or, for a lesson with
 widgets, in tests/test_browser.py (`make test` leaves notebooks/zh out of nbval): the two
@@ -211,25 +211,59 @@ class TestTextAndProcessesLessons:
         check_lesson(name, monkeypatch, "cuda")
 
 
-# The lessons on fake MPS double the lessons' share of `make test` (about 7 minutes on 2 cores),
-# so they run on demand. (One such run, 02_forward_pass, once hung with its kernel idle: the lost
-# message above, which now times out and runs again.) tests/test_fake_cuda.py and
-# tests/test_package_on_fake_cuda.py keep the package on fake MPS in every run.
-ON_MPS = pytest.mark.skipif(not os.environ.get("MINILLM_MPS_LESSONS"),
-                            reason="the lessons on fake MPS run with MINILLM_MPS_LESSONS=1")
+# On fake MPS `make test` runs the lighter half of the lessons: all of them would add about 7
+# minutes to its 30 on 2 cores. These ten took 10-42 s each there (the other nine 52-185 s); they
+# include both float8 lessons (07b, 07c), which MPS refuses on an older torch. The rest run with
+# MINILLM_MPS_LESSONS=1. tests/test_fake_cuda.py and tests/test_package_on_fake_cuda.py keep the
+# package on fake MPS in every run.
+MPS_EVERY_RUN = {"00_welcome", "01_tokenization", "02_forward_pass", "03_kv_cache",
+                 "03b_long_context", "05b_fast_engine", "07b_kv_quantization", "07c_fp8_fp4",
+                 "09b_mixture_of_experts", "10d_interview_frontier"}
+ON_DEMAND = pytest.mark.skipif(not os.environ.get("MINILLM_MPS_LESSONS"),
+                               reason="the heavier half of the lessons on fake MPS runs with "
+                                      "MINILLM_MPS_LESSONS=1")
 
 
-@ON_MPS
+def on_mps(group: str) -> list:
+    return [pytest.param(name, marks=() if name in MPS_EVERY_RUN else ON_DEMAND)
+            for name in GROUPS[group]]
+
+
+def test_the_lessons_on_mps_in_every_run_are_half_of_them():
+    assert MPS_EVERY_RUN <= set(LESSONS)
+    assert len(MPS_EVERY_RUN) == (len(LESSONS) + 1) // 2
+
+
 @pytest.mark.slow
 class TestDecodingLessonsOnMps:
-    @pytest.mark.parametrize("name", GROUPS["decoding"])
+    @pytest.mark.parametrize("name", on_mps("decoding"))
     def test_lesson_runs_on_mps(self, name, monkeypatch):
         check_lesson(name, monkeypatch, "mps")
 
 
-@ON_MPS
 @pytest.mark.slow
 class TestServingLessonsOnMps:
-    @pytest.mark.parametrize("name", GROUPS["serving"])
+    @pytest.mark.parametrize("name", on_mps("serving"))
+    def test_lesson_runs_on_mps(self, name, monkeypatch):
+        check_lesson(name, monkeypatch, "mps")
+
+
+@pytest.mark.slow
+class TestQuantizationLessonsOnMps:
+    @pytest.mark.parametrize("name", on_mps("quantization"))
+    def test_lesson_runs_on_mps(self, name, monkeypatch):
+        check_lesson(name, monkeypatch, "mps")
+
+
+@pytest.mark.slow
+class TestInterviewLessonsOnMps:
+    @pytest.mark.parametrize("name", on_mps("interview"))
+    def test_lesson_runs_on_mps(self, name, monkeypatch):
+        check_lesson(name, monkeypatch, "mps")
+
+
+@pytest.mark.slow
+class TestTextAndProcessesLessonsOnMps:
+    @pytest.mark.parametrize("name", on_mps("text and processes"))
     def test_lesson_runs_on_mps(self, name, monkeypatch):
         check_lesson(name, monkeypatch, "mps")
