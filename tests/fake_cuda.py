@@ -231,18 +231,19 @@ def _wrap(x):
 
 
 def tree_map(fn, x):
-    """`fn` on each leaf of what an operation takes or returns (tensors and other values in
-    tuples, lists, dicts and torch's named tuples): torch.utils._pytree.tree_map's result, for
-    what operations take, at about a seventh of its cost (paid on every operation)."""
+    """`fn` on each leaf of what an operation takes and returns (tensors and other values in
+    tuples, lists, dicts, named tuples and torch.return_types): torch.utils._pytree.tree_map's
+    result on these, at a fraction of its cost, which the harness pays on every operation."""
     kind = type(x)
     if kind is tuple or kind is list:
         return kind([tree_map(fn, v) for v in x])
     if kind is dict:
         return {k: tree_map(fn, v) for k, v in x.items()}
-    if isinstance(x, tuple):  # torch.return_types (a structseq) or a namedtuple
-        values = [tree_map(fn, v) for v in x]
-        return kind(*values) if hasattr(kind, "_fields") else kind(values)
-    return fn(x)
+    if hasattr(kind, "_fields"):  # a namedtuple
+        return kind(*[tree_map(fn, v) for v in x])
+    if hasattr(kind, "n_fields"):  # a structseq: torch.return_types
+        return kind([tree_map(fn, v) for v in x])
+    return fn(x)  # a leaf; a torch.Size too (pytree gives it back as a plain tuple)
 
 
 # ---- ATen level: every operation ------------------------------------------------------------

@@ -4,7 +4,8 @@ real model, SmolLM2-135M-Instruct (both loaded from the same GGUF file, fp32).
 Cases: 5 prompts x num_beams 1..4, then repetition_penalty and no_repeat_ngram_size with greedy and
 with 3 beams, and a seeded sampling run twice. Two prompts use the chat template, so that some
 beams end on EOS within the 12 new tokens; with 2 to 4 beams these two run at length_penalty 0.5,
-1.0 and 2.0 (the penalty weighs hypotheses of different lengths, which they give)."""
+1.0 and 2.0 (the penalty weighs hypotheses of different lengths, which they give), the plain
+prompts at 1.0."""
 
 import pytest
 import torch
@@ -69,7 +70,7 @@ def check(smollm2, reference, prompt, **fields):
 
 @pytest.mark.parametrize("num_beams", [1, 2, 3, 4])
 def test_greedy_and_beam_search_match_transformers(smollm2, reference, prompts, num_beams):
-    reasons = set()
+    reasons, uneven = set(), set()
     for k, prompt in enumerate(prompts):
         # The length penalty weighs hypotheses of different lengths: the chat prompts give them
         # (beams that end on EOS beside beams that run to the limit).
@@ -80,7 +81,11 @@ def test_greedy_and_beam_search_match_transformers(smollm2, reference, prompts, 
                 fields["length_penalty"] = length_penalty
             out = check(smollm2, reference, prompt, **fields)
             reasons.add(out.finish_reason)
+            if len({len(r.token_ids) for r in out.sequences or [out]}) > 1:
+                uneven.add(length_penalty)
     assert reasons == {"eos", "length"}, "the cases should include beams ending both ways"
+    if num_beams > 1:  # returned side by side, hypotheses of different lengths, penalty not 1
+        assert uneven - {1.0}, "no length penalty returned hypotheses of different lengths"
 
 
 @pytest.mark.parametrize("fields", [dict(repetition_penalty=1.8),

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 import minillm
 from minillm.utils.devices import Timer, describe, model_device, pick_device, synchronize
 from fake_cuda import (CUDA, DEVICE_NAME, MPS, FakeCuda, FakeCudaGenerator, FakeMps, cuda_ops,
-                       is_fake_cuda, mps_synchronizations)
+                       is_fake_cuda, mps_synchronizations, tree_map)
 
 MIXED = "Expected all tensors to be on the same device"
 
@@ -358,18 +358,18 @@ def test_a_fake_cuda_graph_replays_its_operations_on_the_tensors_they_read():
 
 def test_the_harness_tree_map_gives_pytrees_result_on_what_operations_take_and_return():
     from collections import namedtuple
-    from torch.utils._pytree import tree_map as pytree_map
 
-    from fake_cuda import tree_map
+    from torch.utils._pytree import tree_map as pytree_map
 
     Pair = namedtuple("Pair", "first second")
     values = torch.max(torch.tensor([[1.0, 3.0], [2.0, 0.0]]), dim=1)
     nested = (torch.ones(2), [torch.zeros(1), None, (3, "a")], {"k": torch.ones(1)},
-              Pair(torch.ones(1), 2), values)
+              Pair(torch.ones(1), 2), values, torch.Size([2, 3]))
 
     def double(x):
         return x * 2 if isinstance(x, torch.Tensor) else x
 
     ours, theirs = tree_map(double, nested), pytree_map(double, nested)
     assert type(ours[3]) is Pair and type(ours[4]) is type(values)
-    assert repr(ours) == repr(theirs)
+    assert repr(ours[:5]) == repr(theirs[:5])
+    assert type(ours[5]) is torch.Size and ours[5] == theirs[5]  # kept whole: a shape stays one

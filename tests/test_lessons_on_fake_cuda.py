@@ -13,7 +13,7 @@ loadscope`), so the groups share the two workers.
 The Chinese edition runs here and the English one on the CPU, under nbval or, for a lesson with
 widgets, in tests/test_browser.py (`make test` leaves notebooks/zh out of nbval): the two
 editions' code is the same but for its strings, so each edition runs once, and the code of both
-runs on both devices."""
+runs on the CPU, on fake CUDA and (half of it in every run) on fake MPS."""
 
 import os
 import sys
@@ -211,11 +211,11 @@ class TestTextAndProcessesLessons:
         check_lesson(name, monkeypatch, "cuda")
 
 
-# On fake MPS `make test` runs the lighter half of the lessons: all of them would add about 7
-# minutes to its 30 on 2 cores. These ten took 10-42 s each there (the other nine 52-185 s); they
-# include both float8 lessons (07b, 07c), which MPS refuses on an older torch. The rest run with
-# MINILLM_MPS_LESSONS=1. tests/test_fake_cuda.py and tests/test_package_on_fake_cuda.py keep the
-# package on fake MPS in every run.
+# On fake MPS `make test` runs the lighter half of the lessons, the ten quickest there (all of
+# them would not fit its 30 minutes on 2 cores), both float8 lessons (07b, 07c) among them: MPS
+# refuses float8 on an older torch. The rest run with MINILLM_MPS_LESSONS=1.
+# tests/test_fake_cuda.py and tests/test_package_on_fake_cuda.py keep the package on fake MPS in
+# every run.
 MPS_EVERY_RUN = {"00_welcome", "01_tokenization", "02_forward_pass", "03_kv_cache",
                  "03b_long_context", "05b_fast_engine", "07b_kv_quantization", "07c_fp8_fp4",
                  "09b_mixture_of_experts", "10d_interview_frontier"}

@@ -138,25 +138,34 @@ KERNEL_IDLE = """() => {
   return !!k && k.status === 'idle';
 }"""
 
-# The kernel has answered every request the page sent it: it is idle, and each shell message the
-# page sent (a cell, a widget's comm message) has had its idle status back. Idle alone is not
-# enough: a change the page has sent but the kernel has not yet received leaves it idle. The
-# page's kernel connection reports every message it sends or receives (`anyMessage`); the
-# requests still unanswered are kept on the kernel object, from the first call on.
+# The kernel has answered every request the page sent it: each shell message the page sent (a
+# cell, a widget's comm message) has had its idle status back, and the kernel connection has
+# handled what came (its status reads idle only after that). Idle alone is not enough: a change
+# the page has sent but the kernel has not yet received leaves it idle. The connection reports
+# every message it sends or receives (`anyMessage`); the requests still unanswered are kept on
+# the kernel object from the first call on (that call says 'not watched' yet), and forgotten
+# when the kernel restarts or dies, which drops them.
 KERNEL_ANSWERED = """() => {
   const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
   const k = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;
   if (!k) return 'no kernel';
   if (!k.minillmUnanswered) {
-    const unanswered = k.minillmUnanswered = new Set();
+    const unanswered = k.minillmUnanswered = new Map();
     k.anyMessage.connect((_, {msg, direction}) => {
-      if (direction === 'send' && msg.channel === 'shell') unanswered.add(msg.header.msg_id);
+      if (direction === 'send' && msg.channel === 'shell')
+        unanswered.set(msg.header.msg_id, msg.header.msg_type);
       else if (direction === 'recv' && msg.header.msg_type === 'status'
                && msg.content.execution_state === 'idle' && msg.parent_header)
         unanswered.delete(msg.parent_header.msg_id);
     });
+    k.statusChanged.connect((_, status) => {
+      if (['restarting', 'autorestarting', 'dead'].includes(status)) unanswered.clear();
+    });
+    return 'not watched';
   }
-  return k.status === 'idle' && k.minillmUnanswered.size === 0 ? 'answered' : k.status;
+  const waiting = [...k.minillmUnanswered.values()];
+  if (waiting.length) return `${k.status}, ${waiting.length} unanswered (${waiting.join(', ')})`;
+  return k.status === 'idle' ? 'answered' : k.status;
 }"""
 # How long the kernel stays answered before a change counts as finished: long enough for the
 # page to send what an answer sets off (a widget's own reply to an update).
@@ -290,7 +299,7 @@ def settle(page, timeout_s: float) -> None:
     """Wait until the kernel has answered everything the page sent it and stayed so for
     SETTLED_S: whatever a control's change set off (an observer, a button's callback, a message
     ipywidgets held back while another was in flight) has finished and reached the page."""
-    settled_since, deadline = None, time.monotonic() + timeout_s
+    settled_since, deadline, state = None, time.monotonic() + timeout_s, None
     while time.monotonic() < deadline:
         page.wait_for_timeout(50)
         state = page.evaluate(KERNEL_ANSWERED)
@@ -300,7 +309,7 @@ def settle(page, timeout_s: float) -> None:
             settled_since = time.monotonic()
         elif time.monotonic() - settled_since >= SETTLED_S:
             return
-    raise AssertionError(f"the kernel was still busy after {timeout_s:.0f} s")
+    raise AssertionError(f"the kernel had not answered the page after {timeout_s:.0f} s: {state}")
 
 
 def screenshot(page, name: str) -> Path:
