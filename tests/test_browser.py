@@ -229,16 +229,16 @@ def test_settle_waits_for_a_request_the_kernel_has_not_yet_received(browser, tmp
         page, problems = _watched_page(browser)
         try:
             open_notebook(page, base, token, "served.ipynb")
+            settle(page, 60)  # what JupyterLab sends the kernel on opening has its answer
             send_late_then_look = """() => {
               const k = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
               const socket = k._ws, send = socket.send.bind(socket);
               socket.send = data => { socket.send = send; setTimeout(() => send(data), 1500); };
               k.requestExecute({code: 'import time; time.sleep(0.5)'});
-              return [k.status, (%s)()];
+              return (%s)();
             }""" % KERNEL_ANSWERED
             start = time.monotonic()
-            status, state = page.evaluate(send_late_then_look)
-            assert (status, state) == ("idle", "idle, 1 unanswered (execute_request)")
+            assert page.evaluate(send_late_then_look).endswith("1 unanswered (execute_request)")
             settle(page, 60)
             assert time.monotonic() - start >= 2.0
             assert problems == []
