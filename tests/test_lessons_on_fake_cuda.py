@@ -172,45 +172,6 @@ def test_a_cell_that_times_out_twice_fails_the_run(tmp_path, monkeypatch):
     assert len(tries) == 2
 
 
-@pytest.mark.slow
-class TestDecodingLessons:
-    @pytest.mark.parametrize("name", GROUPS["decoding"])
-    def test_lesson_runs_on_cuda(self, name, monkeypatch):
-        check_lesson(name, monkeypatch, "cuda")
-
-
-@pytest.mark.slow
-class TestServingLessons:
-    @pytest.mark.parametrize("name", GROUPS["serving"])
-    def test_lesson_runs_on_cuda(self, name, monkeypatch):
-        check_lesson(name, monkeypatch, "cuda")
-
-
-@pytest.mark.slow
-class TestQuantizationLessons:
-    @pytest.mark.parametrize("name", GROUPS["quantization"])
-    def test_lesson_runs_on_cuda(self, name, monkeypatch):
-        check_lesson(name, monkeypatch, "cuda")
-
-
-@pytest.mark.slow
-class TestInterviewLessons:
-    @pytest.mark.parametrize("name", GROUPS["interview"])
-    def test_lesson_runs_on_cuda(self, name, monkeypatch):
-        check_lesson(name, monkeypatch, "cuda")
-
-
-@pytest.mark.slow
-class TestTextAndProcessesLessons:
-    """01 has no model to put on a device (only the absence of device errors is checked); 09's
-    tensor- and pipeline-parallel runs are CPU processes (gloo) outside the harness, the rest of
-    it runs on the fake device."""
-
-    @pytest.mark.parametrize("name", GROUPS["text and processes"])
-    def test_lesson_runs_on_cuda(self, name, monkeypatch):
-        check_lesson(name, monkeypatch, "cuda")
-
-
 # On fake MPS `make test` runs the lighter half of the lessons, the ten quickest there (all of
 # them would not fit its 30 minutes on 2 cores), both float8 lessons (07b, 07c) among them: MPS
 # refuses float8 on an older torch. The rest run with MINILLM_MPS_LESSONS=1.
@@ -234,36 +195,18 @@ def test_the_lessons_on_mps_in_every_run_are_half_of_them():
     assert len(MPS_EVERY_RUN) == (len(LESSONS) + 1) // 2
 
 
-@pytest.mark.slow
-class TestDecodingLessonsOnMps:
-    @pytest.mark.parametrize("name", on_mps("decoding"))
-    def test_lesson_runs_on_mps(self, name, monkeypatch):
-        check_lesson(name, monkeypatch, "mps")
+def _lessons_class(group: str, device: str, names: list) -> type:
+    """One group's lessons on one device, as a class: one pytest-xdist scope."""
+    @pytest.mark.parametrize("name", names)
+    def test(self, name, monkeypatch):
+        check_lesson(name, monkeypatch, device)
+
+    test.__name__ = f"test_lesson_runs_on_{device}"
+    title = "Test" + group.title().replace(" ", "") + "Lessons" + ("OnMps" * (device == "mps"))
+    return pytest.mark.slow(type(title, (), {test.__name__: test}))
 
 
-@pytest.mark.slow
-class TestServingLessonsOnMps:
-    @pytest.mark.parametrize("name", on_mps("serving"))
-    def test_lesson_runs_on_mps(self, name, monkeypatch):
-        check_lesson(name, monkeypatch, "mps")
-
-
-@pytest.mark.slow
-class TestQuantizationLessonsOnMps:
-    @pytest.mark.parametrize("name", on_mps("quantization"))
-    def test_lesson_runs_on_mps(self, name, monkeypatch):
-        check_lesson(name, monkeypatch, "mps")
-
-
-@pytest.mark.slow
-class TestInterviewLessonsOnMps:
-    @pytest.mark.parametrize("name", on_mps("interview"))
-    def test_lesson_runs_on_mps(self, name, monkeypatch):
-        check_lesson(name, monkeypatch, "mps")
-
-
-@pytest.mark.slow
-class TestTextAndProcessesLessonsOnMps:
-    @pytest.mark.parametrize("name", on_mps("text and processes"))
-    def test_lesson_runs_on_mps(self, name, monkeypatch):
-        check_lesson(name, monkeypatch, "mps")
+for _group in GROUPS:
+    for _cls in (_lessons_class(_group, "cuda", GROUPS[_group]),
+                 _lessons_class(_group, "mps", on_mps(_group))):
+        globals()[_cls.__name__] = _cls
