@@ -474,9 +474,12 @@ assert all(achieved < 1.25 * roof.attainable(i) for i, achieved in measured_poin
 # activations in float32 and multiplies with small C kernels of its own (`minillm/kernels/`,
 # compiled on first use) that read the narrow weights once and multiply them in registers: bf16
 # widened to float32, int8 as integers against x rounded to int16 (defined below). Only the
-# bytes read change. On a GPU neither int8 kernel runs: each call builds a float copy of the
-# weight (1 byte read, then the copy written and read back), so the bound below counts the
-# bytes each format really moves. Chapter 07 tells the int8 story in full.
+# bytes read change. (A CPU with AMX's bf16 tiles, such as Intel's Sapphire Rapids, multiplies
+# bf16 in hardware: there the rows of a prompt, and its attention, are rounded to bf16 for the
+# products, as transformers' bf16 does; a decode step's one row stays float32.) On a GPU
+# neither int8 kernel runs: each call builds a float copy of the weight (1 byte read, then the
+# copy written and read back), so the bound below counts the bytes each format really moves.
+# Chapter 07 tells the int8 story in full.
 
 # %%
 fast16 = fast_engine.optimize(model, "bf16")

@@ -408,6 +408,63 @@ def test_blockwise_causal_attention_equals_the_masked_whole(length):
     torch.testing.assert_close(causal_attention(q, k, v, chunk=16), whole, atol=1e-6, rtol=0)
 
 
+@pytest.mark.parametrize("length", [5, 16, 40])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_grouped_key_value_heads_are_read_as_they_are(length, dtype):
+    """Fewer key/value heads than query heads (each serving a group of 3): the same bits as the
+    heads repeated, block by block."""
+    from minillm.layers import causal_attention
+    from minillm.layers.attention import repeat_kv
+
+    gen = torch.Generator().manual_seed(length)
+    q = torch.randn(1, 6, length, 8, generator=gen).to(dtype)
+    k, v = (torch.randn(1, 2, length, 8, generator=gen).to(dtype) for _ in range(2))
+    want = causal_attention(q, repeat_kv(k, 3), repeat_kv(v, 3), chunk=16)
+    assert torch.equal(causal_attention(q, k, v, chunk=16), want)
+
+
+def test_a_fast_prompt_runs_its_activation_through_the_decode_kernel():
+    """Where the kernels run, a fast model's SiLU·mul takes a prompt's rows to the C the decode
+    step calls (one pass, the rows split between threads), the same bits as PyTorch's; the
+    readable model keeps PyTorch's operations."""
+    from minillm.kernels import activation, dispatch
+
+    model = _tiny()
+    fast = optimize(model)
+    on = dispatch.cpu_kernels("cpu")
+    assert {layer.mlp.silu_mul for layer in fast.layers} == \
+        {activation.silu_mul_unchecked if on else None}
+    assert {layer.mlp.silu_mul for layer in model.layers} == {None}
+    ids = torch.randint(0, 80, (2, 30), generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        torch.testing.assert_close(fast(ids), model(ids), atol=1e-4, rtol=0)
+
+
+def test_a_prompt_attends_in_bf16_where_its_projections_multiply_in_bf16():
+    """A fast bf16 model on a CPU with bf16 tiles rounds x to bf16 for its projections' products,
+    and its whole-prompt attention takes q, k and v rounded to bf16 too, as transformers' bf16
+    does; its result comes back in float32, laid out so that the output projection reads it
+    without another copy. Elsewhere (float32 weights, no tiles) attention stays float32, and a
+    decode step (a mask, or cached keys) ignores the setting."""
+    from minillm.kernels import dispatch
+    from minillm.layers.attention import attention
+
+    model = _tiny()  # 6 query heads, 2 key/value heads
+    for weights in ("fp32", "bf16"):
+        fast = optimize(model, weights)
+        want = torch.bfloat16 if weights == "bf16" and dispatch.bf16_arithmetic("cpu") else None
+        assert {layer.attn.prompt_dtype for layer in fast.layers} == {want}
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 6, 20, 16, generator=gen)
+    k, v = (torch.randn(1, 2, 20, 16, generator=gen) for _ in range(2))
+    got = attention(q, k, v, prompt_dtype=torch.bfloat16)
+    rounded = attention(q.bfloat16(), k.bfloat16(), v.bfloat16()).float()
+    assert got.dtype is torch.float32 and torch.equal(got, rounded)
+    assert got.transpose(1, 2).is_contiguous()
+    one = q[:, :, -1:]  # a decode step over cached keys: float32 as before
+    assert torch.equal(attention(one, k, v, prompt_dtype=torch.bfloat16), attention(one, k, v))
+
+
 def test_a_prompt_longer_than_one_attention_block_matches_the_plain_model():
     model = _tiny(max_seq_len=160)
     fast = optimize(model)

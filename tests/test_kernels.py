@@ -154,44 +154,65 @@ def test_gemm_f32_refuses_what_it_cannot_read():
         kernels.gemm_f32(x, w, out=torch.empty(4, 3))
 
 
+def _bf16_tiles_take(rows: int, n: int, k: int) -> bool:
+    """Whether gemm_bf16 multiplies these rows on AMX's bf16 tiles here (x rounded to bf16)."""
+    return bool(build.function("gemm_bf16_amx")()) and rows >= 2 and k % 32 == 0 and n >= 32
+
+
 @pytest.mark.parametrize("n,k", [(576, 576), (1536, 576), (576, 1536), (49, 33), (5, 17),
                                  (100, 8)])
 @pytest.mark.parametrize("rows", [1, 2, 7, 8, 9, 17, 64])
 @pytest.mark.parametrize("threads", [1, 2, 3])
-def test_gemm_bf16_is_the_widened_weight_times_x_in_float32(n, k, rows, threads):
-    """Strips of the (out, in) bf16 weight widened to float32 for gemm_f32's tiles: the float64
-    product of the widened weight and x within float32's rounding of sums of k products (x is
-    never rounded to bf16), every row as gemv_bf16 gives it alone; strips and rows that do not
-    fill a tile, columns fewer than a vector, columns split between threads."""
+def test_gemm_bf16_is_the_widened_weight_times_x(n, k, rows, threads):
+    """The float64 product of the widened weight and x, within float32's rounding of sums of k
+    products: x as it is on the float32 strips (every row then as gemv_bf16 gives it alone),
+    x rounded to bf16 on AMX's tiles (where this CPU has them); strips and rows that do not fill
+    a tile, columns fewer than a vector, columns split between threads."""
     gen = torch.Generator().manual_seed(n * k + rows)
     w = torch.randn(n, k, generator=gen).to(torch.bfloat16)
     x, b = torch.randn(rows, k, generator=gen), torch.randn(n, generator=gen)
-    want = x.double() @ w.double().t()
+    tiles = _bf16_tiles_take(rows, n, k)
+    want = (x.to(torch.bfloat16) if tiles else x).double() @ w.double().t()
     got = kernels.gemm_bf16(x, w, threads=threads)
     torch.testing.assert_close(got.double(), want, atol=2e-5 * k ** 0.5, rtol=1e-5)
     torch.testing.assert_close(kernels.gemm_bf16(x, w, b, threads=threads).double(),
                                want + b.double(), atol=2e-5 * k ** 0.5, rtol=1e-5)
-    for r in range(rows):
-        torch.testing.assert_close(got[r], kernels.gemv_bf16(x[r], w), atol=1e-5 * k ** 0.5,
-                                   rtol=1e-5)  # the one-row kernel: another order of the sums
+    if not tiles:
+        for r in range(rows):
+            torch.testing.assert_close(got[r], kernels.gemv_bf16(x[r], w),
+                                       atol=1e-5 * k ** 0.5, rtol=1e-5)  # another order of sums
     assert torch.equal(kernels.gemm_bf16(x, w, threads=1), got)  # threads split columns only
 
 
-@pytest.mark.parametrize("n, k, rows", [(70, 576, 40), (32, 64, 16), (64, 96, 31)])
-def test_gemm_bf16_on_amx_tiles_keeps_x_in_float32(n, k, rows):
-    """From 16 rows the bf16 tiles (where the CPU has them) multiply x cut into three bf16 parts,
-    hi + mid + lo = x exactly: an identity weight gives x back bit for bit, signs, tiny and huge
-    values included (no part of x is rounded to bf16), and weight rows past the last 32 (the
-    float32 strips) and a bias are where they belong."""
+@pytest.mark.parametrize("n, k, rows", [(70, 576, 40), (32, 64, 2), (32, 64, 16), (64, 96, 31),
+                                        (96, 64, 15), (96, 64, 33), (40, 64, 48)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_gemm_bf16_on_amx_tiles_rounds_x_to_bf16(n, k, rows, threads):
+    """From 2 rows the bf16 tiles (where the CPU has them) multiply x rounded to bf16 to nearest,
+    ties to even, as PyTorch rounds it: an identity weight gives x.to(bfloat16) back bit for bit,
+    tiny, huge and halfway values included; so do the weight rows past the last 32 (float32
+    strips, fed the same rounded x), with a bias where it belongs; tiles of x split between 16
+    and 32 rows and cut short; a NaN stays in its row."""
+    if not build.function("gemm_bf16_amx")():
+        pytest.skip("this CPU has no AMX bf16 tiles (or Linux does not let the process use them)")
     gen = torch.Generator().manual_seed(n + k + rows)
     x = torch.randn(rows, k, generator=gen) * torch.logspace(-20, 20, k)
+    x[0, :4] = torch.tensor([1 + 2 ** -8, 1 + 3 * 2 ** -8, -(1 + 2 ** -8), 1 + 2 ** -8 + 2 ** -20])
+    rounded = x.to(torch.bfloat16).float()
+    assert rounded[0, :4].tolist() == [1.0, 1 + 2 ** -6, -1.0, 1 + 2 ** -7]  # ties to even
     eye = torch.eye(n, k, dtype=torch.bfloat16)
-    assert torch.equal(kernels.gemm_bf16(x, eye), x[:, :n])
+    cols = min(n, k)
+    got = kernels.gemm_bf16(x, eye, threads=threads)
+    assert torch.equal(got[:, :cols], rounded[:, :cols]) and not got[:, cols:].any()
     b = torch.randn(n, generator=gen)
-    assert torch.equal(kernels.gemm_bf16(x, eye, b), x[:, :n] + b)
+    got = kernels.gemm_bf16(x, eye, b, threads=threads)
+    assert torch.equal(got[:, :cols], rounded[:, :cols] + b[:cols])
+    x[-1, 1] = float("nan")
+    got = kernels.gemm_bf16(x, eye, threads=threads)
+    assert got[-1, :cols].isnan().all() and not got[:-1].isnan().any()
 
 
-def test_a_cpu_with_amx_bf16_multiplies_a_prompt_on_its_tiles():
+def test_a_cpu_with_amx_bf16_multiplies_several_rows_on_its_tiles():
     """Built with AMX's bf16 tiles where the CPU reports them; then the kernel must get the tiles
     from Linux (a machine that should use them fails here instead of quietly taking the
     float32 strips)."""

@@ -1,8 +1,9 @@
-"""minillm.kernels' small decode operations: RoPE with the cache write (rope_write_cache) and
-SiLU·mul (silu_mul) against the PyTorch operations the fused step runs without them, to the bit
-(greedy tokens must not depend on whether the kernels are built: test_kernel_dispatch.py), their
-refusals, and the fused decode step's once-per-step check of the norms' weights. The logits of
-the whole step against the readable model are in test_fast.py."""
+"""minillm.kernels' small operations: RoPE with the cache write (rope_write_cache) and SiLU·mul
+(silu_mul) against the PyTorch operations the fused step runs without them, to the bit (greedy
+tokens must not depend on whether the kernels are built: test_kernel_dispatch.py), their
+refusals, the rows of a fast model's prompt split between threads (SiLU·mul), and the fused
+decode step's once-per-step check of the norms' weights. The logits of the whole step
+against the readable model are in test_fast.py."""
 
 import pytest
 import torch
@@ -75,6 +76,19 @@ def test_silu_mul_matches_torch_to_the_bit(rows, f, scale):
     gate_up = scale * torch.randn(rows, 2 * f, generator=gen)  # 120: past exp's range
     want = F.silu(gate_up[:, :f]) * gate_up[:, f:]
     assert torch.equal(kernels.silu_mul(gate_up), want)
+
+
+@needs_kernels
+@pytest.mark.parametrize("threads", [2, 3])
+def test_a_prompts_rows_split_between_threads_give_the_same_bits(threads):
+    """A fast model's prompt runs SiLU·mul on all its rows at once, the rows split between
+    PyTorch's threads: each row's result is the one a single thread gives, PyTorch's."""
+    gen = torch.Generator().manual_seed(threads)
+    gate_up = 8 * torch.randn(300, 2 * 1536, generator=gen)
+    alone = kernels.silu_mul(gate_up)
+    torch.set_num_threads(threads)  # the fixture sets one thread back after the test
+    assert torch.equal(kernels.silu_mul(gate_up), alone)
+    assert torch.equal(alone, F.silu(gate_up[:, :1536]) * gate_up[:, 1536:])
 
 
 @needs_kernels

@@ -35,12 +35,13 @@ import torch.nn as nn
 
 from ..utils.devices import FLOAT_DTYPES
 from ..layers.linear import LMHead, replace_module
+from ..layers.mlp import GatedMLP
 from .layout import best_layout, time_layouts
 from .decode import FusedDecode
 from .graph import GraphedDecode
 from .graph import switched_on as graph_switched_on
 from .huge_pages import switched_on as huge_pages_switched_on, to_huge_pages
-from ..kernels import dispatch
+from ..kernels import activation, dispatch
 from .linear import FastLinear, HeadEmbedding
 
 __all__ = ["optimize", "is_optimized", "FastLinear", "best_layout", "time_layouts",
@@ -116,12 +117,26 @@ def optimize_in_place(model, weights=None, *, layout: str = "auto", kernel="auto
                 and fast.lm_head.weight.dtype == fast.embed.weight.dtype:
             fast.embed = HeadEmbedding(fast.lm_head)  # one table, as in the readable model
     fast.weight_format = fmt
+    _prompt_kernels(fast)
     fast.huge_page_bytes = to_huge_pages(fast) if huge_pages_switched_on() else 0
     fast.layout = next((m.layout for m in fast.modules() if isinstance(m, FastLinear)), None)
     if FusedDecode.supports(fast):
         fused = fast.fused_decode = FusedDecode(fast)
         fused.graph, fused.cuda_graph = GraphedDecode(fused), graph_switched_on()
     return fast.eval().requires_grad_(False)
+
+
+def _prompt_kernels(fast) -> None:
+    """What a prompt's layers take from minillm's kernels besides the projections, where the
+    activations are float32 on a CPU that runs them: SiLU(gate) * up in one pass, the decode
+    step's kernel (the same bits as PyTorch's operations; its RMSNorm is not, and a last bit
+    moved there moves Q4_1's rounding of x by whole steps). (A prompt's attention follows its
+    projections' products: `Attention.prompt_dtype`.)"""
+    if fast.dtype is not torch.float32 or not dispatch.cpu_kernels(fast.device):
+        return
+    for module in fast.modules():
+        if isinstance(module, GatedMLP):
+            module.silu_mul = activation.silu_mul_unchecked
 
 
 def _check(model, weights, layout, kernel) -> str:

@@ -65,6 +65,10 @@ class FastLinear(dispatch.RoutedLinear, nn.Module):
         self._b = self.bias
         self._same_dtype_as = w.dtype
         self.replan()
+        # what several rows' products take x as, where it is not x's dtype: bf16 weights on a
+        # CPU with bf16 tiles round it to bf16 (gemm_bf16); a prompt's attention follows
+        self.products_dtype = torch.bfloat16 if self.route.kernel == "gemv_bf16/gemm_bf16" \
+            and dispatch.bf16_arithmetic(w.device) else None
 
     def _plan(self):
         route = dispatch.float_linear(self.weight, self.layout, self.bias, self.kernels_allowed)

@@ -1,4 +1,5 @@
-"""The wrapper of a decode step's SiLU(gate) * up in one call (c/activation.c)."""
+"""The wrapper of SiLU(gate) * up in one call (c/activation.c): a decode step's, and a fast
+model's prompt's (its rows split between PyTorch's threads)."""
 
 from __future__ import annotations
 
@@ -24,5 +25,6 @@ def silu_mul_unchecked(gate_up: torch.Tensor) -> torch.Tensor:
     reads out of bounds."""
     rows, f = gate_up.shape[0], gate_up.shape[1] // 2
     out = torch.empty(rows, f, dtype=torch.float32)
-    function("silu_mul_f32")(gate_up.data_ptr(), out.data_ptr(), rows, f)
+    function("silu_mul_f32")(gate_up.data_ptr(), out.data_ptr(), rows, f,
+                             torch.get_num_threads())
     return out

@@ -4,7 +4,8 @@
     float32 linear    gemv_f32, gemm_f32 ((in, out) layout)  f32_max_rows()  F.linear
                                                              (32 on Intel)
     bf16 linear       gemv_bf16, gemm_bf16 ((out, in);       BF16_MAX_ROWS   bf16 matmul; from
-                      a prompt: AMX's bf16 tiles)                            UPCAST_ROWS widened
+                      2 rows: AMX's bf16 tiles, x                            UPCAST_ROWS widened
+                      rounded to bf16)
     int8 linear       gemm_int8 (a prompt: AMX's tiles)      int8_max_rows() _weight_int8pack_mm;
                                                              (any with AMX)  a prefill dequantizes
     Q4_1 linear       gemm_q4_1 (a prompt: AMX's tiles)      Q4_1_MAX_ROWS   dequantize (x
@@ -13,7 +14,10 @@
     decode RMSNorm    rms_norm_f32                           any             F.rms_norm
     decode RoPE and   rope_write_cache (contiguous cache)    any             apply_rope, copies
     cache write
-    decode SiLU*mul   silu_mul_f32                           any             F.silu, mul_
+    SiLU*mul (a fast  silu_mul_f32                           any             F.silu, mul_
+    model's)
+    prompt attention  (PyTorch's SDPA; a fast bf16 model's   -               SDPA in float32
+    (causal)          in bf16 with AMX: bf16_arithmetic)
     decode attention  decode_attention (contiguous cache)    any             SDPA
     paged attention   paged_scores, paged_values             decode steps    gather, then SDPA
 
@@ -64,9 +68,10 @@ F32_MAX_ROWS = {"AVX-512": 1 << 20, "AVX2": 8}
 F32_MAX_ROWS_BESIDE_MKL = 32
 # Rows up to which gemv_bf16 (one row) and gemm_bf16 (more) take a bf16 layer's float32 rows.
 # With AVX-512, against PyTorch's paths before it (scripts/bench_prefill_kernels.py): faster from
-# 8 rows to a 512-token prompt, the whole prefill included; at 2-4 rows slower than PyTorch's bf16
-# matmul where the CPU has bf16 arithmetic (AMX), which rounds x and its products to bf16: taken
-# for float32 sums all the same. With AVX2 no row count was clearly faster: one row.
+# 8 rows to a 512-token prompt, the whole prefill included; at 2-4 rows, without AMX, slower than
+# PyTorch's bf16 matmul, taken for float32 sums all the same. With AMX, gemm_bf16 rounds x to
+# bf16 on the tiles from 2 rows, as PyTorch's matmul does. With AVX2 no row count was clearly
+# faster: one row.
 BF16_MAX_ROWS = {"AVX-512": 1 << 20, "AVX2": 1}
 # Rows up to which int8 weights go through their kernel without AMX (decode steps, batched); a
 # prefill rebuilds the float weight once for the call and multiplies with PyTorch, faster there.
@@ -212,6 +217,12 @@ def float_linear(weight: torch.Tensor, layout: str, bias=None, allowed: bool = T
         return Route("gemv_bf16/gemm_bf16", BF16_MAX_ROWS.get(build.status().level, 0),
                      matmul.rows_bf16)
     return PYTORCH
+
+
+def bf16_arithmetic(device) -> bool:
+    """Whether a prompt's bf16 products here round x to bf16: minillm's kernels on a CPU whose
+    tiles multiply bf16 (gemm_bf16 from AMX_FROM_ROWS rows), as transformers' bf16 does."""
+    return cpu_kernels(device) and bool(build.function("gemm_bf16_amx")())
 
 
 def int8_max_rows() -> int:

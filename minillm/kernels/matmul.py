@@ -73,7 +73,10 @@ def gemv_bf16(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = 
 def gemm_bf16(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
               threads: int | None = None) -> torch.Tensor:
     """x, rows of K float32 values, times weight (N, K) bfloat16 (the (out, in) layout), plus
-    `bias` (N,): (rows, N) float32. One strip of the weight at a time is widened to float32 and
+    `bias` (N,): (rows, N) float32. Where the CPU has AMX's bf16 tiles (`gemm_bf16_amx`), K is a
+    multiple of 32 and there are 2 rows or more, x is rounded to bf16 (nearest even, as
+    `x.to(torch.bfloat16)`) and the tiles add the exact products in float32, as transformers'
+    bf16 multiplies. Elsewhere one strip of the weight at a time is widened to float32 and
     multiplied by gemm_f32's tiles: the sums of widening the weight and multiplying in float32."""
     n, k = checks.matrix("weight", weight, torch.bfloat16, "(out, in)")
     x = checks.rows("x", x, k, contiguous=False).contiguous()
@@ -81,8 +84,8 @@ def gemm_bf16(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None =
     out = torch.empty(x.shape[0], n, dtype=torch.float32)
     if function("gemm_bf16")(weight.data_ptr(), checks.address(bias), x.data_ptr(),
                              out.data_ptr(), x.shape[0], n, k, checks.threads(threads)) != 0:
-        raise MemoryError(f"the bf16 kernel could not allocate its float32 strips of the weight "
-                          f"(rows of {k} floats)")
+        raise MemoryError(f"the bf16 kernel could not allocate its buffers for {x.shape[0]} "
+                          f"rows of {k} values (x rounded, or float32 strips of the weight)")
     return out
 
 
@@ -119,8 +122,8 @@ def rows_f32(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = 
 def rows_bf16(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
               threads: int | None = None) -> torch.Tensor:
     """x, rows of K float32 values, times weight (N, K) bfloat16 (the (out, in) layout), plus
-    `bias`: one row streams the weight (gemv_bf16, the bias added after), more widen a strip of
-    it at a time for gemm_f32's tiles (gemm_bf16)."""
+    `bias`: one row streams the weight (gemv_bf16, the bias added after), more go to gemm_bf16
+    (on AMX's tiles with x rounded to bf16, or strips of the weight widened for gemm_f32's)."""
     n, k = checks.matrix("weight", weight, torch.bfloat16, "(out, in)")
     x = checks.rows("x", x, k, contiguous=False)
     checks.vector("bias", bias, n)

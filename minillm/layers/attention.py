@@ -53,19 +53,29 @@ def attention_explicit(q, k, v, mask=None):
     return weights @ v
 
 
-def attention(q, k, v, mask=None):
+def attention(q, k, v, mask=None, prompt_dtype=None):
     """The same result as `attention_explicit`, with the fused kernel.
+
+    `prompt_dtype` (a fast model's, `Attention.prompt_dtype`): the plain causal prefill on a CPU
+    takes q, k and v rounded to it (bf16, as transformers' bf16 computes attention), and gives
+    its result back in q's dtype. Every other call ignores it.
 
     Whenever a mask is in play (a decode step, a chunk after cached tokens, a padded batch), each
     key/value head's group of query heads is folded into the query axis, so the keys and values
-    are read as they are, never repeated or copied. Only the plain causal prefill repeats them
-    (and on a CPU runs a block of queries at a time: `causal_attention`)."""
+    are read as they are, never repeated or copied. The plain causal prefill repeats them on a
+    GPU; on a CPU it runs a block of queries at a time (`causal_attention`)."""
     n_groups = q.shape[1] // k.shape[1]
     b, h, s, d = q.shape
     if mask is None and s == k.shape[2]:
+        if prompt_dtype not in (None, q.dtype) and q.device.type == "cpu":
+            low = attention(q.to(prompt_dtype), k.to(prompt_dtype), v.to(prompt_dtype))
+            # back in q's dtype with the heads innermost, as the output projection reads them:
+            # the caller's transpose(1, 2).reshape is then a view, not another copy
+            out = torch.empty(b, s, h, d, dtype=q.dtype, device=q.device)
+            return out.copy_(low.transpose(1, 2)).transpose(1, 2)
+        if q.device.type == "cpu":  # bf16's blocks larger: faster there (docs/benchmarks.md)
+            return causal_attention(q, k, v, 128 if q.dtype is torch.bfloat16 else 64)
         k, v = repeat_kv(k, n_groups), repeat_kv(v, n_groups)
-        if q.device.type == "cpu":
-            return causal_attention(q, k, v)
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
     if mask is None and s > 1:
         mask = causal_mask(s, k.shape[2], q.device)
@@ -102,20 +112,29 @@ def _causal_blocks(length: int, chunk: int, dtype, device) -> tuple:
     return tuple(blocks)
 
 
+# PyTorch's SDPA reads fewer key/value heads than query heads itself from 2.5 (enable_gqa)
+SDPA_TAKES_GROUPS = tuple(int(p) for p in torch.__version__.split(".")[:2]) >= (2, 5)
+
+
 def causal_attention(q, k, v, chunk: int = 64):
-    """Causal self-attention of a whole prompt, q, k, v (b, heads, s, head_dim), a block of
-    `chunk` queries at a time. Each block reads only the keys up to its last position: PyTorch's
-    CPU kernel splits the keys into blocks of 512, so for prompts up to that length it computes
-    the whole masked upper triangle; skipping it halves the work."""
-    s = q.shape[2]
+    """Causal self-attention of a whole prompt, q (b, heads, s, head_dim) and k, v (b, kv_heads,
+    s, head_dim), kv_heads dividing heads, a block of `chunk` queries at a time. Each block
+    reads only the keys up to its last position: PyTorch's CPU kernel splits the keys into
+    blocks of 512, so for prompts up to that length it computes the whole masked upper
+    triangle; skipping it halves the work. Each group of query heads reads its key/value head
+    as it is (before PyTorch 2.5, from a repeated copy)."""
+    s, n_groups = q.shape[2], q.shape[1] // k.shape[1]
+    if n_groups > 1 and not SDPA_TAKES_GROUPS:
+        k, v = repeat_kv(k, n_groups), repeat_kv(v, n_groups)
+    groups = {"enable_gqa": True} if q.shape[1] != k.shape[1] else {}
     if s <= chunk:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, **groups)
     out = torch.empty_like(q)
     out[:, :, :chunk] = F.scaled_dot_product_attention(q[:, :, :chunk], k[:, :, :chunk],
-                                                       v[:, :, :chunk], is_causal=True)
+                                                       v[:, :, :chunk], is_causal=True, **groups)
     for start, end, mask in _causal_blocks(s, chunk, q.dtype, q.device):
-        out[:, :, start:end] = F.scaled_dot_product_attention(q[:, :, start:end], k[:, :, :end],
-                                                              v[:, :, :end], attn_mask=mask)
+        out[:, :, start:end] = F.scaled_dot_product_attention(
+            q[:, :, start:end], k[:, :, :end], v[:, :, :end], attn_mask=mask, **groups)
     return out
 
 
@@ -160,6 +179,15 @@ class Attention(nn.Module):
     def is_fused(self) -> bool:
         return "qkv_proj" in self._modules
 
+    @property
+    def prompt_dtype(self):
+        """The dtype a whole prompt's attention computes in where it is not q's: the one its
+        q/k/v projection's products take (`products_dtype`: a fast bf16 layer on a CPU with bf16
+        tiles rounds x to bf16, as transformers' bf16 does, and so does its attention); None
+        for q's own."""
+        projection = self._modules.get("qkv_proj") or self._modules.get("q_proj")
+        return getattr(projection, "products_dtype", None)
+
     def fuse(self, make_linear=None) -> None:
         """Replace q_proj, k_proj and v_proj by one `qkv_proj` holding the three matrices stacked
         (one multiplication instead of three; the same numbers). `make_linear(weight, bias)`
@@ -196,5 +224,5 @@ class Attention(nn.Module):
         else:
             if cache is not None:  # store this step's keys and values, attend over all so far
                 k, v = cache.append(self.layer_idx, k, v)
-            out = attention(q, k, v, mask)  # (b, n_heads, s, head_dim)
+            out = attention(q, k, v, mask, self.prompt_dtype)  # (b, n_heads, s, head_dim)
         return self.o_proj(out.transpose(1, 2).reshape(b, s, self.q_width))

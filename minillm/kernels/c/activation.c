@@ -65,10 +65,11 @@ static inline vf vexp_u10(vf d) {
     return vwhere_lt(vset1(100.0f), d, vset1(INFINITY), u);
 }
 
-void silu_mul_f32(const float *GU, float *Y, int64_t B, int64_t F) {
+void silu_mul_f32(const float *GU, float *Y, int64_t B, int64_t F, int threads) {
     /* PyTorch's loop: SLEEF's exp over chunks of two vectors, then the C library's expf for
-       what is left of the row */
+       what is left of the row; a prompt's many rows split between `threads` */
     int64_t vectors = F - F % (2 * VW);
+    #pragma omp parallel for schedule(static) num_threads(threads) if (B * F > (1 << 15))
     for (int64_t b = 0; b < B; b++) {
         const float *gate = GU + b * 2 * F, *up = gate + F;
         float *y = Y + b * F;

@@ -59,15 +59,17 @@ struct amx_job {
     const struct tile_config *config;
     /* weight rows 16 half .. 16 half + 16 in the tiles' layout, into `out` (half_bytes) */
     void (*pack)(const void *operands, int64_t half, char *out);
-    /* x's rows m .. m + rows (rows <= 16) times group g's 32 packed weight rows (its two
+    /* x's rows m .. m + rows (rows <= rows_per_tile) times group g's 32 packed weight rows (its two
        halves, half_bytes apart, at `packed`), into their place in the output */
     void (*tile)(const void *operands, int64_t m, int64_t rows, int64_t g, const char *packed);
+    int64_t rows_per_tile;  /* x's rows each call of tile takes at most: 16, or 32 */
 };
 
 /* The driver every AMX multiply shares: each thread packs a slice of weight groups (sized for
    L2) into its own space, then every tile of x's rows passes over it. 0, or -1 when it cannot
    allocate the threads' space (nothing written). */
 static inline int amx_run(const struct amx_job *job, int threads) {
+    const int64_t step = job->rows_per_tile;
     int64_t slice = amx_groups_per_slice(job->groups, 2 * job->half_bytes, threads);
     size_t per_thread = ((size_t)(2 * slice * job->half_bytes) + 63) / 64 * 64;
     char *space = (char *)aligned_alloc(64, (size_t)threads * per_thread);
@@ -85,9 +87,9 @@ static inline int amx_run(const struct amx_job *job, int threads) {
             int64_t count = job->groups - g0 < slice ? job->groups - g0 : slice;
             for (int64_t h = 0; h < 2 * count; h++)
                 job->pack(job->operands, 2 * g0 + h, mine + h * job->half_bytes);
-            for (int64_t m = 0; m < job->M; m += 16)
+            for (int64_t m = 0; m < job->M; m += step)
                 for (int64_t g = 0; g < count; g++)
-                    job->tile(job->operands, m, job->M - m < 16 ? job->M - m : 16, g0 + g,
+                    job->tile(job->operands, m, job->M - m < step ? job->M - m : step, g0 + g,
                               mine + 2 * g * job->half_bytes);
         }
         _tile_release();

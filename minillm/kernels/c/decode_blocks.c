@@ -78,7 +78,7 @@ int decode_blocks(float *X, const int64_t *blocks, const int64_t *keys, const in
         if (project(&b->gate_up, h, y, B, 2 * F, D, threads) != 0)
             goto failed;
         fetch_start(&b->down);
-        silu_mul_f32(y, act, B, F);
+        silu_mul_f32(y, act, B, F, threads);
         if (project(&b->down, act, y, B, D, F, threads) != 0)
             goto failed;
         if (l + 1 < L)

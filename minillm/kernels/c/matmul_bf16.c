@@ -69,132 +69,195 @@ static void widen_strip(const void *W, int64_t n, int64_t N, int64_t K, int64_t 
 }
 
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__)
-/* A prompt's many rows on AMX's bf16 tiles (Sapphire Rapids and later), which multiply pairs of
-   bf16 values and add them into float32 sums (TDPBF16PS), 512 a cycle. x stays float32 in
-   effect: each x is cut into three bf16 numbers, x = hi + mid + lo exactly (hi its top 8
-   significant bits, mid the next 8, lo the last 8, each by truncation), and the tiles add
-   w * hi + w * mid + w * lo. A bf16 times a bf16 is exact in float32, so the sums are those
-   of the widened weight times x in float32, in another order of the sums (x's below 2^-110,
-   where lo would be a subnormal, which the tiles read as zero, lose their last bits).
-   x's three planes (16 rows by 32 values a tile) are the first operand; the weights the second,
+/* Several rows on AMX's bf16 tiles (Sapphire Rapids and later), which multiply pairs of bf16
+   values and add them into float32 sums (TDPBF16PS). As transformers' bf16 and llama.cpp's bf16
+   multiplies do, x is rounded to bf16 (to nearest, ties to even, as PyTorch's .to(bfloat16)
+   rounds) for the products: a bf16 times a bf16 is exact in float32, so each output is the sum,
+   in float32, of the weights times x rounded (bf16 subnormals, below 2^-126, count as zero on
+   the tiles). One row (gemv_bf16: batch-1 decode) keeps x in float32, and so do the panels
+   below on a CPU without the tiles: there the weights' bytes, not the arithmetic, set the
+   time.
+   x's bf16 rows (16 rows by 32 values a tile) are the first operand; the weights the second,
    copied a slice at a time into AMX's layout (2 consecutive values of a weight row per 32-bit
    word, 16 weight rows a 64-byte row). Used where Linux lets the process use the tiles, K is a
-   multiple of 32, and there are at least AMX_FROM_ROWS rows. */
+   multiple of 32, and there are at least BF16_AMX_FROM_ROWS rows: from two, since a tile of 16
+   rows costs what two rows do. */
 #include "amx.h"
+
+#define BF16_AMX_FROM_ROWS 2
 
 int gemm_bf16_amx(void) {
     return amx_granted();
 }
 
-/* a float32 whose last 16 bits are zero, as a bf16 */
-static inline uint16_t bf16_bits(float f) {
-    uint32_t bits;
-    memcpy(&bits, &f, 4);
-    return (uint16_t)(bits >> 16);
+/* x's rows as bf16, M x K, rounded to nearest even (a NaN stays a NaN); rows M .. Mpad zero.
+   The rows split between `threads`; K is a multiple of 32. */
+static void round_x(const float *X, int64_t M, int64_t Mpad, int64_t K, uint16_t *out,
+                    int threads) {
+    const __m512i half = _mm512_set1_epi32(0x7FFF), one = _mm512_set1_epi32(1);
+    const __m512i quiet_nan = _mm512_set1_epi32(0x7FC0);
+    #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t k = m * K; k < (m + 1) * K; k += 16) {
+            vf x = vload(X + k);
+            __m512i bits = _mm512_castps_si512(x);
+            __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), one);
+            __m512i top = _mm512_srli_epi32(
+                _mm512_add_epi32(bits, _mm512_add_epi32(half, odd)), 16);
+            top = _mm512_mask_mov_epi32(top, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), quiet_nan);
+            _mm256_storeu_si256((__m256i *)(out + k), _mm512_cvtepi32_epi16(top));
+        }
+    memset(out + M * K, 0, (size_t)((Mpad - M) * K) * sizeof(uint16_t));
 }
 
-/* x's rows as three bf16 planes (hi, mid, lo), each M x K; rows M .. Mpad zero */
-static void split_x(const float *X, int64_t M, int64_t Mpad, int64_t K, uint16_t *hi,
-                    uint16_t *mid, uint16_t *lo) {
-    const __m512i top = _mm512_set1_epi32((int)0xFFFF0000u);
-    int64_t k = 0, count = M * K;
-    for (; k + 16 <= count; k += 16) {
-        vf x = vload(X + k);
-        __m512 h = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(x), top));
-        __m512 r = _mm512_sub_ps(x, h);
-        __m512 m = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(r), top));
-        __m512 l = _mm512_sub_ps(r, m);
-        _mm256_storeu_si256((__m256i *)(hi + k),
-                            _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(h), 16)));
-        _mm256_storeu_si256((__m256i *)(mid + k),
-                            _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(m), 16)));
-        _mm256_storeu_si256((__m256i *)(lo + k),
-                            _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(l), 16)));
-    }
-    for (; k < count; k++) {
-        uint32_t bits;
-        float h, m, r;
-        memcpy(&bits, X + k, 4);
-        bits &= 0xFFFF0000u;
-        memcpy(&h, &bits, 4);
-        r = X[k] - h;
-        memcpy(&bits, &r, 4);
-        bits &= 0xFFFF0000u;
-        memcpy(&m, &bits, 4);
-        hi[k] = bf16_bits(h), mid[k] = bf16_bits(m), lo[k] = bf16_bits(r - m);
-    }
-    size_t pad = (size_t)((Mpad - M) * K) * sizeof(uint16_t);
-    memset(hi + count, 0, pad), memset(mid + count, 0, pad), memset(lo + count, 0, pad);
-}
-
-/* what amx_run's pack and tile read: the weights, x's three planes, the output */
+/* what amx_run's pack and tile read: the weights, x's bf16 rows, the output */
 struct bf16_operands {
-    const uint16_t *W, *hi, *mid, *lo;
+    const uint16_t *W, *x;
     const float *bias;
     float *Y;
     int64_t N, K;
 };
 
+/* 16 vectors of 16 words, rows to columns: r[c] becomes what column c was */
+static inline void transpose_16x16(__m512i r[16]) {
+    __m512i t[16];
+    for (int i = 0; i < 16; i += 2) {  /* per 128-bit lane: (a0 b0 a1 b1), (a2 b2 a3 b3) */
+        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    __m512i u[16];  /* u[4 q + j]'s lane L: rows 4 q .. 4 q + 4 of column 4 L + j */
+    for (int q = 0; q < 4; q++) {
+        __m512i *a = t + 4 * q;
+        u[4 * q] = _mm512_unpacklo_epi64(a[0], a[2]);
+        u[4 * q + 1] = _mm512_unpackhi_epi64(a[0], a[2]);
+        u[4 * q + 2] = _mm512_unpacklo_epi64(a[1], a[3]);
+        u[4 * q + 3] = _mm512_unpackhi_epi64(a[1], a[3]);
+    }
+    for (int j = 0; j < 4; j++) {  /* the 128-bit lanes, 4 by 4 */
+        __m512i w0 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x44);
+        __m512i w1 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xEE);
+        __m512i w2 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x44);
+        __m512i w3 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xEE);
+        r[j] = _mm512_shuffle_i32x4(w0, w2, 0x88);
+        r[4 + j] = _mm512_shuffle_i32x4(w0, w2, 0xDD);
+        r[8 + j] = _mm512_shuffle_i32x4(w1, w3, 0x88);
+        r[12 + j] = _mm512_shuffle_i32x4(w1, w3, 0xDD);
+    }
+}
+
 /* weight rows 16 half .. + 16 (K apart) in AMX's B layout, K / 32 tiles of 1 KB: tile c's row
-   g holds the 16 rows' values 32 c + 2 g, + 1, one 32-bit word each */
+   g holds the 16 rows' values 32 c + 2 g, + 1, one 32-bit word each (the 16 rows' words
+   transposed, 16 pairs at a time; K / 2 is a multiple of 16) */
 static void pack_w_bf16(const void *operands, int64_t half, char *out) {
     const struct bf16_operands *o = operands;
     const uint32_t *words = (const uint32_t *)(o->W + 16 * half * o->K);
     uint32_t *packed = (uint32_t *)out;
     int64_t pairs = o->K / 2;
-    for (int64_t g = 0; g < pairs; g++)
-        for (int64_t n = 0; n < 16; n++)
-            packed[16 * g + n] = words[n * pairs + g];
+    for (int64_t g = 0; g < pairs; g += 16) {
+        __m512i r[16];
+        for (int n = 0; n < 16; n++)
+            r[n] = _mm512_loadu_si512(words + n * pairs + g);
+        transpose_16x16(r);
+        for (int c = 0; c < 16; c++)
+            _mm512_storeu_si512(packed + 16 * (g + c), r[c]);
+    }
 }
 
-/* x's rows m .. m + rows (three planes, K apart) times packed weight rows 32 g .. + 32, into Y */
+/* x's rows m .. m + rows (bf16, K apart; up to 32: two tiles of x against the two of weights,
+   four sums, so that each tile loaded serves two products) times packed weight rows
+   32 g .. + 32, into Y: each sum tile starts at the bias and is stored straight into Y, or
+   where x's last tile is part of one (rows past M), through `part` */
 static void amx_bf16_tile(const void *operands, int64_t m, int64_t rows, int64_t g,
                           const char *packed) {
     const struct bf16_operands *o = operands;
-    const int64_t K = o->K, N = o->N, n = 32 * g;
-    const uint16_t *hi = o->hi + m * K, *mid = o->mid + m * K, *lo = o->lo + m * K;
+    const int64_t K = o->K, N = o->N;
+    const uint16_t *x = o->x + m * K;
     const uint16_t *wp = (const uint16_t *)packed;
-    float part[2][16][16];
-    _tile_zero(5);
-    _tile_zero(6);
-    for (int64_t k = 0; k < K; k += 32) {
-        _tile_loadd(0, hi + k, 2 * K);
-        _tile_loadd(1, mid + k, 2 * K);
-        _tile_loadd(2, lo + k, 2 * K);
-        _tile_loadd(3, wp + 16 * k, 64);
-        _tile_loadd(4, wp + 16 * K + 16 * k, 64);
-        _tile_dpbf16ps(5, 0, 3);
-        _tile_dpbf16ps(6, 0, 4);
-        _tile_dpbf16ps(5, 1, 3);
-        _tile_dpbf16ps(6, 1, 4);
-        _tile_dpbf16ps(5, 2, 3);
-        _tile_dpbf16ps(6, 2, 4);
+    float *y = o->Y + m * N + 32 * g;
+    float bias_rows[2][16][16], part[16][16];
+    if (o->bias) {
+        for (int side = 0; side < 2; side++)
+            for (int r = 0; r < 16; r++)
+                vstore(bias_rows[side][r], vload(o->bias + 32 * g + 16 * side));
+        _tile_loadd(4, bias_rows[0], 64);
+        _tile_loadd(5, bias_rows[1], 64);
+        _tile_loadd(6, bias_rows[0], 64);
+        _tile_loadd(7, bias_rows[1], 64);
+    } else {
+        _tile_zero(4);
+        _tile_zero(5);
+        _tile_zero(6);
+        _tile_zero(7);
     }
-    _tile_stored(5, part[0], 64);
-    _tile_stored(6, part[1], 64);
-    for (int64_t r = 0; r < rows; r++)
-        for (int side = 0; side < 2; side++) {
-            vf sum = vload(part[side][r]);
-            if (o->bias)
-                sum = vadd(sum, vload(o->bias + n + 16 * side));
-            vstore(o->Y + (m + r) * N + n + 16 * side, sum);
+    if (rows <= 16) {
+        for (int64_t k = 0; k < K; k += 32) {
+            _tile_loadd(0, x + k, 2 * K);
+            _tile_loadd(2, wp + 16 * k, 64);
+            _tile_loadd(3, wp + 16 * K + 16 * k, 64);
+            _tile_dpbf16ps(4, 0, 2);
+            _tile_dpbf16ps(5, 0, 3);
         }
+    } else {
+        for (int64_t k = 0; k < K; k += 32) {
+            _tile_loadd(0, x + k, 2 * K);
+            _tile_loadd(1, x + 16 * K + k, 2 * K);
+            _tile_loadd(2, wp + 16 * k, 64);
+            _tile_loadd(3, wp + 16 * K + 16 * k, 64);
+            _tile_dpbf16ps(4, 0, 2);
+            _tile_dpbf16ps(5, 0, 3);
+            _tile_dpbf16ps(6, 1, 2);
+            _tile_dpbf16ps(7, 1, 3);
+        }
+    }
+    int64_t first = rows < 16 ? rows : 16, second = rows - first;
+    if (first == 16) {
+        _tile_stored(4, y, 4 * N);
+        _tile_stored(5, y + 16, 4 * N);
+    } else {
+        _tile_stored(4, part, 64);
+        for (int64_t r = 0; r < first; r++)
+            vstore(y + r * N, vload(part[r]));
+        _tile_stored(5, part, 64);
+        for (int64_t r = 0; r < first; r++)
+            vstore(y + r * N + 16, vload(part[r]));
+    }
+    if (second == 16) {
+        _tile_stored(6, y + 16 * N, 4 * N);
+        _tile_stored(7, y + 16 * N + 16, 4 * N);
+    } else if (second > 0) {
+        _tile_stored(6, part, 64);
+        for (int64_t r = 0; r < second; r++)
+            vstore(y + (16 + r) * N, vload(part[r]));
+        _tile_stored(7, part, 64);
+        for (int64_t r = 0; r < second; r++)
+            vstore(y + (16 + r) * N + 16, vload(part[r]));
+    }
 }
 
-/* rows 0 .. M of X times weight rows 0 .. N - N % 32 on the tiles; -1 if it cannot allocate */
+/* rows 0 .. M of X times weight rows 0 .. N - N % 32 on the tiles, and the weight rows past
+   them (fewer than 32) on float32 strips with the same x rounded to bf16; -1 if it cannot
+   allocate (nothing written) */
 static int amx_bf16_rows(const uint16_t *W, const float *bias, const float *X, float *Y,
                          int64_t M, int64_t N, int64_t K, int threads) {
-    int64_t Mpad = (M + 15) / 16 * 16;
-    uint16_t *planes = (uint16_t *)malloc((size_t)(3 * Mpad * K) * sizeof(uint16_t));
-    if (!planes)
+    int64_t Mpad = (M + 15) / 16 * 16, first = N - N % 32;
+    uint16_t *x = (uint16_t *)malloc((size_t)(Mpad * K) * sizeof(uint16_t));
+    float *rounded = first < N ? (float *)malloc((size_t)(M * K) * sizeof(float)) : NULL;
+    if (!x || (first < N && !rounded)) {
+        free(x), free(rounded);
         return -1;
-    uint16_t *hi = planes, *mid = planes + Mpad * K, *lo = planes + 2 * Mpad * K;
-    split_x(X, M, Mpad, K, hi, mid, lo);
-    struct bf16_operands operands = {W, hi, mid, lo, bias, Y, N, K};
+    }
+    round_x(X, M, Mpad, K, x, threads);
+    struct bf16_operands operands = {W, x, bias, Y, N, K};
     struct amx_job job = {&operands, M, N / 32, 32 * K, &AMX_16_ROWS_OF_64, pack_w_bf16,
-                          amx_bf16_tile};
+                          amx_bf16_tile, 32};
     int status = amx_run(&job, threads);
-    free(planes);
+    if (status == 0 && rounded) {
+        for (int64_t i = 0; i < M * K; i++)
+            rounded[i] = bf16_float(x[i]);
+        status = gemm_panels(W + first * K, widen_strip, bias ? bias + first : NULL, rounded,
+                             Y + first, N, M, N - first, K, threads);
+    }
+    free(x), free(rounded);
     return status;
 }
 #else
@@ -203,17 +266,9 @@ int gemm_bf16_amx(void) { return 0; }
 
 int gemm_bf16(const uint16_t *W, const float *bias, const float *X, float *Y, int64_t M,
               int64_t N, int64_t K, int threads) {
-    int64_t ldy = N;  /* Y's row length; the strips below may start past AMX's columns */
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__)
-    if (M >= AMX_FROM_ROWS && K % 32 == 0 && N >= 32 && gemm_bf16_amx()) {
-        if (amx_bf16_rows(W, bias, X, Y, M, N, K, threads) != 0)
-            return -1;
-        int64_t first = N - N % 32;
-        if (first == N)
-            return 0;
-        W += first * K, Y += first, N -= first;
-        bias = bias ? bias + first : NULL;
-    }
+    if (M >= BF16_AMX_FROM_ROWS && K % 32 == 0 && N >= 32 && gemm_bf16_amx())
+        return amx_bf16_rows(W, bias, X, Y, M, N, K, threads);
 #endif
-    return gemm_panels(W, widen_strip, bias, X, Y, ldy, M, N, K, threads);
+    return gemm_panels(W, widen_strip, bias, X, Y, N, M, N, K, threads);
 }

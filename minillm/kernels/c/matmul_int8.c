@@ -247,7 +247,8 @@ static int amx_rows(const int8_t *W, const float *scale, const float *bias, cons
         hi[i] = (int8_t)(xq[i] >> 8), lo[i] = (uint8_t)(xq[i] & 0xFF);
     memset(hi + M * K, 0, (size_t)(16 * K)), memset(lo + M * K, 0, (size_t)(16 * K));
     struct int8_operands operands = {W, hi, lo, sx, scale, bias, Y, N, K};
-    struct amx_job job = {&operands, M, N / 32, 16 * K, &AMX_16_ROWS_OF_64, pack_w, amx_tile};
+    struct amx_job job = {&operands, M, N / 32, 16 * K, &AMX_16_ROWS_OF_64, pack_w, amx_tile,
+                          16};
     int status = amx_run(&job, threads);
     free(planes);
     return status;

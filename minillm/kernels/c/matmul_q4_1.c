@@ -476,7 +476,7 @@ static int q4_1_amx_rows(const uint8_t *W, const float *bias, const int8_t *xq, 
     int64_t blocks = K / 32;
     struct q4_1_operands operands = {W, xq, xs, bias, Y, N, K, blocks, blocks * Q4_1_BLOCK_BYTES};
     struct amx_job job = {&operands, M, N / 32, 16 * blocks * Q4_1_PACKED_BLOCK, &Q4_1_TILES,
-                          pack_q4_1, q4_1_amx_tile};
+                          pack_q4_1, q4_1_amx_tile, 16};
     return amx_run(&job, threads);
 }
 #else

@@ -27,12 +27,13 @@ int gemm_f32(const float *W, const float *bias, const float *X, float *Y, int64_
 void gemv_bf16(const uint16_t *W, const float *x, float *y, int64_t N, int64_t K, int threads);
 
 /* Y = X W^T (+ bias): X (M, K) float32, W bfloat16 (N, K) (as uint16), Y (M, N), any M >= 1.
-   Returns 0, or -1 (Y incomplete) when it cannot allocate its float32 strips of W. */
+   On AMX's bf16 tiles (see gemm_bf16_amx) x is rounded to bf16 for the products, else it is
+   multiplied as float32. Returns 0, or -1 (Y incomplete) when it cannot allocate its buffers. */
 int gemm_bf16(const uint16_t *W, const float *bias, const float *X, float *Y, int64_t M,
               int64_t N, int64_t K, int threads);
 
-/* 1 where gemm_bf16 multiplies a prompt's many rows on AMX's bf16 tiles (built with AMX, and
-   Linux lets this process use them), else 0 */
+/* 1 where gemm_bf16 multiplies two rows or more on AMX's bf16 tiles, x rounded to bf16 (built
+   with AMX, and Linux lets this process use them; K a multiple of 32), else 0 */
 int gemm_bf16_amx(void);
 
 /* Y = X (scale * W)^T (+ bias): W int8 (N, K), scale (N), X (M, K), Y (M, N);
@@ -74,7 +75,7 @@ void rope_write_cache(const float *QKV, const float *cos, const float *sin, floa
                       int64_t D);
 
 /* Y (B, F) = SiLU(GU[:, :F]) * GU[:, F:], GU (B, 2 F) */
-void silu_mul_f32(const float *GU, float *Y, int64_t B, int64_t F);
+void silu_mul_f32(const float *GU, float *Y, int64_t B, int64_t F, int threads);
 
 /* softmax(q k^T * scale) v for one new query per row over a contiguous KV cache:
    Q (B, NKV * G, D), query head h * G + g in key/value head h's group; K, V (B, NKV, T, D), the
