@@ -423,21 +423,30 @@ def test_grouped_key_value_heads_are_read_as_they_are(length, dtype):
     assert torch.equal(causal_attention(q, k, v, chunk=16), want)
 
 
-def test_a_fast_prompt_runs_its_activation_through_the_decode_kernel():
+@layers_use_kernels
+def test_a_fast_prompt_runs_its_activation_through_the_decode_kernel(monkeypatch):
     """Where the kernels run, a fast model's SiLU·mul takes a prompt's rows to the C the decode
-    step calls (one pass, the rows split between threads), the same bits as PyTorch's; the
-    readable model keeps PyTorch's operations."""
+    step calls (one pass, the rows split between threads), PyTorch's bits: the logits are those
+    of the same model without the kernel, to the bit. MINILLM_NO_KERNEL, read at each call,
+    sends the rows to PyTorch; the readable model never has the hook."""
     from minillm.kernels import activation, dispatch
 
+    calls = []
+    kernel = activation.silu_mul_unchecked
+    monkeypatch.setattr(activation, "silu_mul_unchecked",
+                        lambda gate_up: calls.append(gate_up.shape) or kernel(gate_up))
     model = _tiny()
     fast = optimize(model)
-    on = dispatch.cpu_kernels("cpu")
-    assert {layer.mlp.silu_mul for layer in fast.layers} == \
-        {activation.silu_mul_unchecked if on else None}
     assert {layer.mlp.silu_mul for layer in model.layers} == {None}
     ids = torch.randint(0, 80, (2, 30), generator=torch.Generator().manual_seed(1))
     with torch.inference_mode():
-        torch.testing.assert_close(fast(ids), model(ids), atol=1e-4, rtol=0)
+        got = fast(ids)
+        assert calls == [(60, 80)] * 3  # 2 x 30 rows of gate and up (40 each), every layer
+        with dispatch.without_kernels():
+            assert torch.equal(fast(ids), got) and len(calls) == 3
+        for layer in fast.layers:
+            layer.mlp.silu_mul = None
+        assert torch.equal(fast(ids), got) and len(calls) == 3
 
 
 def test_a_prompt_attends_in_bf16_where_its_projections_multiply_in_bf16():
@@ -449,7 +458,7 @@ def test_a_prompt_attends_in_bf16_where_its_projections_multiply_in_bf16():
     from minillm.kernels import dispatch
     from minillm.layers.attention import attention
 
-    model = _tiny()  # 6 query heads, 2 key/value heads
+    model = _tiny(hidden_size=64)  # 6 query heads, 2 key/value heads; 64 inputs, as the tiles take
     for weights in ("fp32", "bf16"):
         fast = optimize(model, weights)
         want = torch.bfloat16 if weights == "bf16" and dispatch.bf16_arithmetic("cpu") else None
@@ -463,6 +472,32 @@ def test_a_prompt_attends_in_bf16_where_its_projections_multiply_in_bf16():
     assert got.transpose(1, 2).is_contiguous()
     one = q[:, :, -1:]  # a decode step over cached keys: float32 as before
     assert torch.equal(attention(one, k, v, prompt_dtype=torch.bfloat16), attention(one, k, v))
+    alone = (t[:, :, :1] for t in (q, k, v))  # a prompt of one token: as its one row, float32
+    assert torch.equal(attention(*alone, prompt_dtype=torch.bfloat16),
+                       attention(*(t[:, :, :1] for t in (q, k, v))))
+
+
+def test_the_attention_layer_passes_its_projections_products_dtype_on(monkeypatch):
+    """Wherever the machine: a layer whose q/k/v projection says its products take bf16 hands
+    that to `attention`, and its prompt's logits move by bf16's rounding, no more."""
+    import importlib
+
+    attention_module = importlib.import_module("minillm.layers.attention")  # not the function
+
+    fast = optimize(_tiny())
+    ids = torch.randint(0, 80, (1, 20), generator=torch.Generator().manual_seed(2))
+    with torch.inference_mode():
+        before = fast(ids)
+        seen = []
+        plain = attention_module.attention
+        monkeypatch.setattr(attention_module, "attention",  # the layers' calls: 5 arguments
+                            lambda *a, **kw: len(a) == 5 and seen.append(a[4]) or plain(*a, **kw))
+        for layer in fast.layers:
+            layer.attn.qkv_proj.products_dtype = torch.bfloat16
+        after = fast(ids)
+    assert seen == [torch.bfloat16] * 3
+    assert not torch.equal(after, before)
+    torch.testing.assert_close(after, before, atol=0.1, rtol=0)  # logits up to about 5 here
 
 
 def test_a_prompt_longer_than_one_attention_block_matches_the_plain_model():

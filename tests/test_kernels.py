@@ -212,6 +212,21 @@ def test_gemm_bf16_on_amx_tiles_rounds_x_to_bf16(n, k, rows, threads):
     assert got[-1, :cols].isnan().all() and not got[:-1].isnan().any()
 
 
+@pytest.mark.parametrize("bits", [0x7F800001, 0x7FFFFFFF, 0xFFC00001])
+def test_gemm_bf16_on_amx_tiles_keeps_every_nan_a_nan(bits):
+    """Rounding a float's bits to bf16 by adding half a step would turn a NaN whose payload is in
+    the low bits into an infinity (0x7F800001) or carry it into the sign (0x7FFFFFFF: -0.0); the
+    tiles' x keeps each a NaN, as x.to(torch.bfloat16) does (a weight of ones tells a NaN from an
+    infinity, and from a zero)."""
+    if not build.function("gemm_bf16_amx")():
+        pytest.skip("this CPU has no AMX bf16 tiles (or Linux does not let the process use them)")
+    x = torch.zeros(4, 64)
+    x[1, 3] = torch.tensor([bits], dtype=torch.int64).to(torch.int32).view(torch.float32)[0]
+    assert x[1, 3].isnan() and x.to(torch.bfloat16)[1, 3].isnan()
+    got = kernels.gemm_bf16(x, torch.ones(32, 64, dtype=torch.bfloat16))
+    assert got[1].isnan().all() and torch.equal(got[[0, 2, 3]], torch.zeros(3, 32))
+
+
 def test_a_cpu_with_amx_bf16_multiplies_several_rows_on_its_tiles():
     """Built with AMX's bf16 tiles where the CPU reports them; then the kernel must get the tiles
     from Linux (a machine that should use them fails here instead of quietly taking the

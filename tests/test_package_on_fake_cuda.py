@@ -257,18 +257,17 @@ def _logits(model) -> torch.Tensor:
         return model(torch.tensor([PROMPT])).float().cpu()
 
 
-def _off_the_bf16_tiles(folder, weights, fast) -> torch.Tensor:
-    """The logits `fast` gives on the CPU, or, where its bf16 layers round a prompt's x to bf16
-    on the CPU's bf16 tiles (`products_dtype`), those of the same weights with float32 products
-    (minillm's kernels off: PyTorch widens the bf16 weights for the prompt's rows), as a device
-    without those tiles multiplies them."""
+def _off_the_bf16_tiles(folder, weights, fast):
+    """`fast` itself, or, where its bf16 layers round a prompt's x to bf16 on the CPU's bf16
+    tiles (`products_dtype`), the same weights multiplied as a device without those tiles does:
+    minillm's kernels off, PyTorch widens the bf16 weights for a prompt's rows."""
     from minillm.fast import optimize
     from minillm.kernels import dispatch
 
     if not any(getattr(m, "products_dtype", None) for m in fast.modules()):
-        return _logits(fast)
+        return fast
     with dispatch.without_kernels():
-        return _logits(optimize(load(folder, "cpu", "readable"), weights))
+        return optimize(load(folder, "cpu", "readable"), weights)
 
 
 @pytest.mark.parametrize("weights", ["fp32", "bf16", "int8"])
@@ -281,18 +280,23 @@ def test_a_fast_model_moved_to_mps_and_back_keeps_its_logits(folder, weights):
     from minillm.fast import optimize
 
     fast = optimize(load(folder, "cpu", "readable"), weights)
-    before, off_the_tiles = _logits(fast), _off_the_bf16_tiles(folder, weights, fast)
+    off_the_tiles = _off_the_bf16_tiles(folder, weights, fast)
+    before, want = _logits(fast), _logits(off_the_tiles)
+
+    def tokens(model):
+        return minillm.generate(model, TOK, PROMPT, max_new_tokens=4, ignore_eos=True).token_ids
+
+    on_cpu, off_tiles = tokens(fast), tokens(off_the_tiles)
     with FakeMps():
         fast.to("mps")
         assert model_device(fast) == MPS
-        torch.testing.assert_close(_logits(fast), off_the_tiles,
+        torch.testing.assert_close(_logits(fast), want,
                                    atol=0.01 if weights == "int8" else 1e-5, rtol=0)
-        tokens = minillm.generate(fast, TOK, PROMPT, max_new_tokens=4, ignore_eos=True)
+        assert tokens(fast) == off_tiles
         fast.cpu()
     assert model_device(fast).type == "cpu"
     torch.testing.assert_close(_logits(fast), before, atol=1e-5, rtol=0)
-    assert minillm.generate(fast, TOK, PROMPT, max_new_tokens=4,
-                            ignore_eos=True).token_ids == tokens.token_ids
+    assert tokens(fast) == on_cpu
 
 
 @pytest.mark.parametrize("weights", ["fp32", "bf16"])
@@ -304,7 +308,7 @@ def test_a_fast_model_cast_on_mps_keeps_its_logits(folder, weights):
 
     want = _logits(load(folder, "cpu", "readable"))
     fast = optimize(load(folder, "cpu", "readable"), weights)
-    before = _off_the_bf16_tiles(folder, weights, fast)
+    before = _logits(_off_the_bf16_tiles(folder, weights, fast))
     with FakeMps():
         fast.to("mps").float()
         assert model_device(fast) == MPS and fast.dtype == torch.float32

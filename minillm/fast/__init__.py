@@ -17,8 +17,10 @@
 
 Nothing else changes: the copy is the same class (LlamaModel, Qwen3Model, ...), runs the same
 blocks and attention (minillm.layers), keeps the same forward contract, and gives the same
-tokens. What the fused copy saves is work per step: 4 matrix multiplications per layer instead
-of 7, each in the fastest layout, and the LM head read in its fastest layout too.
+tokens (in float32; in bf16 on AMX's tiles, a prompt's products round x to bf16). What the fused
+copy saves is work per step: 4 matrix multiplications per layer instead of 7, each in the
+fastest layout, and the LM head read in its fastest layout too; a prompt's SiLU(gate) * up runs
+through the decode step's kernel (`GatedMLP.silu_mul`, the same bits).
 
     >>> model, tokenizer = minillm.load("smollm2-135m", fast=False)   # the readable model
     >>> fast = minillm.fast.optimize(model)                          # float32
@@ -77,7 +79,10 @@ def optimize(model, weights=None, *, layout: str = "auto", kernel="auto"):
              each token reads, "int8" quarters them (minillm.quant.Int8Linear), "q4_1" runs a
              GGUF file's own 4-bit blocks (a model from minillm.load(..., weights="q4_1"),
              whose linear layers hold them; the LM head goes int8). On a CPU the
-             activations stay in the model's dtype (float32): only the stored weights narrow.
+             activations stay in the model's dtype (float32): only the stored weights narrow
+             (except where AMX's bf16 tiles multiply a bf16 layer's several rows: there x is
+             rounded to bf16 for the products, and a prompt's attention computes in bf16,
+             as transformers' bf16 does).
              On a GPU a float format casts the whole model (its arithmetic is fast in bf16).
     layout   "auto" (time both and keep the faster), "in_out" (x @ W) or "out_in" (F.linear).
     kernel   float32 or bf16 weights on a CPU: "auto" multiplies a decode step's rows with
@@ -136,7 +141,15 @@ def _prompt_kernels(fast) -> None:
         return
     for module in fast.modules():
         if isinstance(module, GatedMLP):
-            module.silu_mul = activation.silu_mul_unchecked
+            module.silu_mul = _silu_mul_where_kernels_run
+
+
+def _silu_mul_where_kernels_run(gate_up: torch.Tensor):
+    """`GatedMLP.silu_mul` of a fast model: the C kernel's SiLU(gate) * up of (rows, 2 F) rows,
+    or None (PyTorch's operations) where the kernels do not run now: MINILLM_NO_KERNEL set (read
+    at each call, as the decode step reads it), or a machine that cannot build them."""
+    return activation.silu_mul_unchecked(gate_up) if dispatch.cpu_kernels(gate_up.device) \
+        else None
 
 
 def _check(model, weights, layout, kernel) -> str:

@@ -8,10 +8,11 @@ time to read the matrices. Three choices make that read fast, and this layer mak
    `x @ W`, or (out, in) for `F.linear`. Where minillm's kernels may run, the layout is the one
    its kernel for the dtype reads.
 2. Storage dtype. The weights may be narrower than the activations: bfloat16 weights with
-   float32 activations on a CPU without fast bf16 arithmetic. Then one row is multiplied by
-   minillm's bf16 kernel (which widens each weight in registers), more rows by its multi-row
-   kernel (a strip of the weight widened at a time); where that kernel does not take them, a few
-   rows by PyTorch's bf16 matmul, and many (a prefill) by widening the weights for the call. Float32 weights
+   float32 activations on a CPU. Then one row is multiplied by minillm's bf16 kernel (which
+   widens each weight in registers), more rows by its multi-row kernel (on AMX's bf16 tiles with
+   x rounded to bf16, as transformers' bf16 does: `products_dtype`; without the tiles a strip of
+   the weight widened at a time); where that kernel does not take them, a few rows by PyTorch's
+   bf16 matmul, and many (a prefill) by widening the weights for the call. Float32 weights
    multiply with minillm's float32 kernels: one row streams the (in, out) matrix in memory
    order; more rows go through a tiled kernel that uses each weight it loads for every row.
    Which kernel, and up to how many rows, is minillm.kernels.dispatch's answer (`route`), asked
@@ -65,10 +66,15 @@ class FastLinear(dispatch.RoutedLinear, nn.Module):
         self._b = self.bias
         self._same_dtype_as = w.dtype
         self.replan()
+
+    def replan(self) -> None:
+        super().replan()
         # what several rows' products take x as, where it is not x's dtype: bf16 weights on a
-        # CPU with bf16 tiles round it to bf16 (gemm_bf16); a prompt's attention follows
-        self.products_dtype = torch.bfloat16 if self.route.kernel == "gemv_bf16/gemm_bf16" \
-            and dispatch.bf16_arithmetic(w.device) else None
+        # CPU with bf16 tiles round it to bf16 (gemm_bf16's tiles: K a multiple of 32, 32 or
+        # more outputs); a prompt's attention follows (Attention.prompt_dtype)
+        tiles = self.route.kernel == "gemv_bf16/gemm_bf16" and self.in_features % 32 == 0 \
+            and self.out_features >= 32 and dispatch.bf16_arithmetic(self.weight.device)
+        self.products_dtype = torch.bfloat16 if tiles else None
 
     def _plan(self):
         route = dispatch.float_linear(self.weight, self.layout, self.bias, self.kernels_allowed)

@@ -21,8 +21,8 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
 
 def silu_mul_unchecked(gate_up: torch.Tensor) -> torch.Tensor:
     """`silu_mul` without its checks, for the fused decode step, which makes them once per step
-    (`FusedDecode.kernels_fit`): gate_up (rows, 2 F) contiguous float32 on the CPU, or the C
-    reads out of bounds."""
+    (`FusedDecode.kernels_fit`), and a fast model's prompt (`GatedMLP.silu_mul`, after its own
+    checks): gate_up (rows, 2 F) contiguous float32 on the CPU, or the C reads out of bounds."""
     rows, f = gate_up.shape[0], gate_up.shape[1] // 2
     out = torch.empty(rows, f, dtype=torch.float32)
     function("silu_mul_f32")(gate_up.data_ptr(), out.data_ptr(), rows, f,

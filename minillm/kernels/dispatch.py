@@ -221,7 +221,8 @@ def float_linear(weight: torch.Tensor, layout: str, bias=None, allowed: bool = T
 
 def bf16_arithmetic(device) -> bool:
     """Whether a prompt's bf16 products here round x to bf16: minillm's kernels on a CPU whose
-    tiles multiply bf16 (gemm_bf16 from AMX_FROM_ROWS rows), as transformers' bf16 does."""
+    tiles multiply bf16 (gemm_bf16 from BF16_AMX_FROM_ROWS rows, 2; K a multiple of 32 and 32
+    outputs or more), as transformers' bf16 does."""
     return cpu_kernels(device) and bool(build.function("gemm_bf16_amx")())
 
 

@@ -74,7 +74,7 @@ def gemm_bf16(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None =
               threads: int | None = None) -> torch.Tensor:
     """x, rows of K float32 values, times weight (N, K) bfloat16 (the (out, in) layout), plus
     `bias` (N,): (rows, N) float32. Where the CPU has AMX's bf16 tiles (`gemm_bf16_amx`), K is a
-    multiple of 32 and there are 2 rows or more, x is rounded to bf16 (nearest even, as
+    multiple of 32, N at least 32 and there are 2 rows or more, x is rounded to bf16 (nearest even, as
     `x.to(torch.bfloat16)`) and the tiles add the exact products in float32, as transformers'
     bf16 multiplies. Elsewhere one strip of the weight at a time is widened to float32 and
     multiplied by gemm_f32's tiles: the sums of widening the weight and multiplying in float32."""

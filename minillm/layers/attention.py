@@ -56,9 +56,11 @@ def attention_explicit(q, k, v, mask=None):
 def attention(q, k, v, mask=None, prompt_dtype=None):
     """The same result as `attention_explicit`, with the fused kernel.
 
-    `prompt_dtype` (a fast model's, `Attention.prompt_dtype`): the plain causal prefill on a CPU
-    takes q, k and v rounded to it (bf16, as transformers' bf16 computes attention), and gives
-    its result back in q's dtype. Every other call ignores it.
+    `prompt_dtype` (a fast model's, `Attention.prompt_dtype`): the plain causal prefill of 2
+    tokens or more on a CPU (a whole prompt's first pass, as `generate` runs it) takes q, k and
+    v rounded to it (bf16, as transformers' bf16 computes attention), and gives its result back
+    in q's dtype. Every other call ignores it: a pass with a mask or after cached tokens (the
+    engine's, a chunk of a long prompt) and a decode step attend in q's dtype.
 
     Whenever a mask is in play (a decode step, a chunk after cached tokens, a padded batch), each
     key/value head's group of query heads is folded into the query axis, so the keys and values
@@ -67,7 +69,7 @@ def attention(q, k, v, mask=None, prompt_dtype=None):
     n_groups = q.shape[1] // k.shape[1]
     b, h, s, d = q.shape
     if mask is None and s == k.shape[2]:
-        if prompt_dtype not in (None, q.dtype) and q.device.type == "cpu":
+        if prompt_dtype not in (None, q.dtype) and q.device.type == "cpu" and s > 1:
             low = attention(q.to(prompt_dtype), k.to(prompt_dtype), v.to(prompt_dtype))
             # back in q's dtype with the heads innermost, as the output projection reads them:
             # the caller's transpose(1, 2).reshape is then a view, not another copy
@@ -112,8 +114,9 @@ def _causal_blocks(length: int, chunk: int, dtype, device) -> tuple:
     return tuple(blocks)
 
 
-# PyTorch's SDPA reads fewer key/value heads than query heads itself from 2.5 (enable_gqa)
-SDPA_TAKES_GROUPS = tuple(int(p) for p in torch.__version__.split(".")[:2]) >= (2, 5)
+# PyTorch's SDPA reads fewer key/value heads than query heads itself (enable_gqa, from 2.5);
+# its CPU flash kernel takes them from 2.9 (before, such a call falls back to the math kernel)
+SDPA_TAKES_GROUPS = tuple(int(p) for p in torch.__version__.split(".")[:2]) >= (2, 9)
 
 
 def causal_attention(q, k, v, chunk: int = 64):
@@ -122,7 +125,7 @@ def causal_attention(q, k, v, chunk: int = 64):
     reads only the keys up to its last position: PyTorch's CPU kernel splits the keys into
     blocks of 512, so for prompts up to that length it computes the whole masked upper
     triangle; skipping it halves the work. Each group of query heads reads its key/value head
-    as it is (before PyTorch 2.5, from a repeated copy)."""
+    as it is (before PyTorch 2.9, from a repeated copy)."""
     s, n_groups = q.shape[2], q.shape[1] // k.shape[1]
     if n_groups > 1 and not SDPA_TAKES_GROUPS:
         k, v = repeat_kv(k, n_groups), repeat_kv(v, n_groups)

@@ -31,8 +31,9 @@ class GatedMLP(nn.Module):
         self.gate_up_proj = fuse_linears((self.gate_proj, self.up_proj), make_linear)
         del self.gate_proj, self.up_proj
 
-    # SiLU(gate) * up of the fused projection's float32 rows on a CPU in one pass, the same bits
-    # (minillm.fast sets minillm.kernels.activation.silu_mul_unchecked here); None: PyTorch's
+    # SiLU(gate) * up of the fused projection's float32 rows on a CPU in one pass, the same bits:
+    # minillm.fast sets a function here that gives (rows, F), or None where its kernel does not
+    # run now; None here: PyTorch's operations
     silu_mul = None
 
     def forward(self, x):
@@ -41,7 +42,8 @@ class GatedMLP(nn.Module):
             if self.silu_mul is not None and gate_up.dtype is torch.float32 and gate_up.is_cpu \
                     and gate_up.is_contiguous():
                 rows = self.silu_mul(gate_up.reshape(-1, 2 * f))
-                return self.down_proj(rows.reshape(*gate_up.shape[:-1], f))
+                if rows is not None:
+                    return self.down_proj(rows.reshape(*gate_up.shape[:-1], f))
             return self.down_proj(F.silu(gate_up[..., :f]).mul_(gate_up[..., f:]))
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 

@@ -14,7 +14,8 @@
 
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
-/* rows of x from which a prompt goes to the tiles (16 rows is one tile) */
+/* rows of x from which an int8 or Q4_1 prompt goes to the tiles (16 rows is one tile; bf16's
+   threshold is matmul_bf16.c's BF16_AMX_FROM_ROWS) */
 #define AMX_FROM_ROWS 16
 
 struct tile_config {
@@ -62,14 +63,14 @@ struct amx_job {
     /* x's rows m .. m + rows (rows <= rows_per_tile) times group g's 32 packed weight rows (its two
        halves, half_bytes apart, at `packed`), into their place in the output */
     void (*tile)(const void *operands, int64_t m, int64_t rows, int64_t g, const char *packed);
-    int64_t rows_per_tile;  /* x's rows each call of tile takes at most: 16, or 32 */
+    int64_t rows_per_tile;  /* x's rows each call of tile takes at most: 32, else 16 */
 };
 
 /* The driver every AMX multiply shares: each thread packs a slice of weight groups (sized for
    L2) into its own space, then every tile of x's rows passes over it. 0, or -1 when it cannot
    allocate the threads' space (nothing written). */
 static inline int amx_run(const struct amx_job *job, int threads) {
-    const int64_t step = job->rows_per_tile;
+    const int64_t step = job->rows_per_tile == 32 ? 32 : 16;
     int64_t slice = amx_groups_per_slice(job->groups, 2 * job->half_bytes, threads);
     size_t per_thread = ((size_t)(2 * slice * job->half_bytes) + 63) / 64 * 64;
     char *space = (char *)aligned_alloc(64, (size_t)threads * per_thread);

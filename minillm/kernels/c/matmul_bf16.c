@@ -42,8 +42,9 @@ void gemv_bf16(const uint16_t *W, const float *x, float *y, int64_t N, int64_t K
    layout), Y (M, N). gemm_f32's tiles (gemm_tile.h) on a float32 copy of one strip of
    GEMM_COLS rows of W at a time, widened and laid out (in, out) in a panel of K * GEMM_COLS
    floats that stays in the L2 cache while every row of X goes by it: the widening is paid once
-   per weight and call, the multiply is float32's. x stays float32, so the sums are those of
-   widening W and multiplying in float32, in k's order. */
+   per weight and call, the multiply is float32's: the sums of widening W and multiplying by
+   the X given in float32, in k's order (without AMX's bf16 tiles X is x itself; with them, the
+   weight rows past the tiles' last 32 get x rounded to bf16, as the tiles do). */
 static inline float bf16_float(uint16_t h) {
     uint32_t bits = (uint32_t)h << 16;
     float w;

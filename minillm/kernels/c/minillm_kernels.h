@@ -33,7 +33,7 @@ int gemm_bf16(const uint16_t *W, const float *bias, const float *X, float *Y, in
               int64_t N, int64_t K, int threads);
 
 /* 1 where gemm_bf16 multiplies two rows or more on AMX's bf16 tiles, x rounded to bf16 (built
-   with AMX, and Linux lets this process use them; K a multiple of 32), else 0 */
+   with AMX, and Linux lets this process use them; K a multiple of 32, N at least 32), else 0 */
 int gemm_bf16_amx(void);
 
 /* Y = X (scale * W)^T (+ bias): W int8 (N, K), scale (N), X (M, K), Y (M, N);
