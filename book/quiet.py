@@ -57,8 +57,10 @@ class Quiet:
 
     @property
     def share(self) -> float:
-        """The share of the machine's cores other programs took (0 to 1)."""
-        return max(0.0, self.others_seconds) / max(self.wall * self.cores, 1e-9)
+        """The share of the machine's cores other programs took (0 to 1: over a short watch the
+        kernel's CPU clocks, counted in ticks, can add up to a little more than the wall time
+        allows)."""
+        return min(1.0, max(0.0, self.others_seconds) / max(self.wall * self.cores, 1e-9))
 
     @property
     def quiet(self) -> bool:

@@ -410,9 +410,10 @@ print("CPU instruction set PyTorch uses here:", torch.backends.cpu.get_cpu_capab
 # The ratios change from machine to machine. The **dequantize** paths build a full-size float
 # weight every call, so they lose to fp32 at batch 1: the "slow int8". The **dynamic** and
 # **kernel** paths read a quarter of the bytes and win at batch 1; with 128 rows the multiply is
-# compute-bound and fp32 wins back on most CPUs (not on one with integer matrix units, Intel's
-# AMX: docs/benchmarks.md), so the fast path rebuilds the float weight for a prefill there.
-# fp16/bf16 are converted on the fly on a CPU without 16-bit arithmetic.
+# compute-bound. There fp32 wins back on a CPU whose integer dot products are no wider than its
+# float multiply-adds (AVX2), and loses where they are wider: AVX-512's (VNNI) and Intel's AMX
+# tiles (docs/benchmarks.md). So the fast path rebuilds the float weight for an int8 prefill on
+# AVX2 only. fp16/bf16 are converted on the fly on a CPU without 16-bit arithmetic.
 #
 # The dynamic path also rounds every activation to 8 bits. Decoding the held-out text token by
 # token, as a decode step sees it, shows what that costs:

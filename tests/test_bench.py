@@ -86,6 +86,10 @@ def test_table_shows_the_ratios_and_the_spread():
     assert "1.43x" in text and "1.04x" in text and "minillm fp32" in text and "54%" in text
     assert "40.0 (39-44)" in text and "2.00x" in text and "0.80x" in text
     assert text.endswith("llama.cpp note")
+    assert "transformers: " not in text
+    report["machine"]["pytorch_cpu"] = "PyTorch's CPU capability AVX2, MKL_ENABLE_INSTRUCTIONS=AVX2"
+    assert "\ntransformers: PyTorch's CPU capability AVX2, MKL_ENABLE_INSTRUCTIONS=AVX2\n" \
+        in table(report)
 
 
 def test_options_scale_down_under_ci(monkeypatch):
@@ -146,6 +150,19 @@ def test_the_level_option_takes_the_kernel_levels_and_the_report_names_the_level
                                            "MINILLM_HUGE_PAGES=0", huge_pages.why_not())))
     if build.cannot_build() is None and not os.environ.get("MINILLM_NO_KERNEL"):
         assert machine["kernels"] == f"built, {build.status().label}"
+    assert machine["pytorch_cpu"].startswith(
+        f"PyTorch's CPU capability {torch.backends.cpu.get_cpu_capability()}, ")
+
+
+def test_the_report_says_at_which_level_transformers_multiplied(monkeypatch):
+    """A forced level compares at one level only if PyTorch's kernels and MKL's were lowered
+    too: the report says which they ran at."""
+    from minillm.tools.bench.run import pytorch_cpu_level
+
+    monkeypatch.delenv("MKL_ENABLE_INSTRUCTIONS", raising=False)
+    assert pytorch_cpu_level().endswith(", MKL at the CPU's own level")
+    monkeypatch.setenv("MKL_ENABLE_INSTRUCTIONS", "AVX2")
+    assert pytorch_cpu_level().endswith(", MKL_ENABLE_INSTRUCTIONS=AVX2")
 
 
 @pytest.mark.slow

@@ -143,6 +143,10 @@ def test_the_watch_counts_what_others_took_from_the_machine(monkeypatch):
                               "load_average_max": 1.5, "quiet": False}
     assert "other programs took 50% of the 2 cores" in found.sentence()
     assert 0 <= quiet.probe(0.2).share <= 1
+    # a busy machine's clocks, read 0.2 s apart, once gave 0.42 s of others' time on 2 cores
+    ticks_past_the_wall = quiet.Quiet(others_seconds=0.42, wall=0.206, cores=2, load_start=5.7,
+                                      load_max=5.7)
+    assert ticks_past_the_wall.share == 1.0 and not ticks_past_the_wall.quiet
 
 
 def test_a_busy_machine_records_no_copy_and_the_book_stops(tmp_path, monkeypatch, capsys):

@@ -1,5 +1,5 @@
 """gemm_int8 at many rows (a prompt): tiles of rows of x by weight rows, on AMX's tiles where the
-CPU and Linux allow them, else the vector tiles. A row's result must be the bits the decode
+CPU and Linux allow them, else (from 16 rows) groups of weight rows on the vector units. A row's result must be the bits the decode
 kernel gives that row alone (the sums are integers; one float step turns each into its output),
 whatever the shapes: K not a multiple of the vector width or of AMX's 64, rows of x not a
 multiple of the tile's 16 (or 4), weight rows not a multiple of 32 (or 4), and any thread count."""
@@ -30,6 +30,7 @@ def _weights(n, k, gen, bias):
     (40, 200, 20),  # K not a multiple of 64 (or 32): the vector tiles alone
     (32, 40, 7),  # fewer rows than AMX takes, K shorter than a vector
     (5, 64, 100),  # fewer weight rows than a tile of 32
+    (20, 75, 33),  # an odd K: the last value of a row is packed beside a zero
     (70, 1536, 3),  # a decode step's few rows (VNNI's byte tiles), weight rows past the 4s
     (8, 64, 2),
 ])
@@ -80,10 +81,8 @@ def test_a_prompt_through_an_int8_layer_gives_the_rows_of_its_decode_steps():
 
 def test_a_cpu_with_amx_multiplies_a_prompt_on_its_tiles():
     """Built with AMX where the CPU reports it; then the kernel must get the tiles from Linux
-    (a machine that should use them fails here instead of quietly taking the vector tiles)."""
+    (a machine that should use them fails here instead of quietly taking the vector units).
+    Without them, groups of weight rows on the vector units take a prompt."""
     uses = build.function("gemm_int8_amx")()
-    if "-mamx-int8" in build.target().flags:
-        assert uses == 1
-        assert dispatch.int8_max_rows() == dispatch.INT8_AMX_MAX_ROWS
-    else:
-        assert uses == 0 and dispatch.int8_max_rows() == dispatch.QUANT_MAX_ROWS
+    assert uses == ("-mamx-int8" in build.target().flags)
+    assert dispatch.int8_max_rows() == dispatch.INT8_PROMPT_MAX_ROWS

@@ -1,8 +1,10 @@
-"""gemm_q4_1 at many rows (a prompt) on AMX's int8 tiles, where the CPU and Linux allow them: each
-(row of x, weight row, block) an exact integer dot product, turned into floats block after block.
-The integers are the decode kernel's, the floats are added in another order: a row's result is
-the decode kernel's within float32 rounding, the same bits for any thread count, and PyTorch's
-form of the kernel's arithmetic (Q41Linear.forward_rounded) rounds x exactly as the kernel does."""
+"""gemm_q4_1 at many rows (a prompt, from 16) on AMX's int8 tiles, where the CPU and Linux allow
+them, else on the vector units in the tiles' order: each (row of x, weight row, block) an exact
+integer dot product, turned into floats block after block. The integers are the decode kernel's,
+the floats are added in another order: a row's result is the decode kernel's within float32
+rounding, the same bits for any thread count and at every kernel level, and PyTorch's form of
+the kernel's arithmetic (Q41Linear.forward_rounded) rounds x exactly as the kernel does.
+tests/test_kernel_levels_agree.py holds the levels to the same bits."""
 
 import numpy as np
 import pytest
@@ -33,7 +35,8 @@ def _exact(x, w):
     (70, 18, 17),  # weight rows past the 32s, one row past the 16s
     (33, 3, 45),  # odd everything
     (32, 1, 16),  # one block
-    (5, 2, 100),  # fewer weight rows than a tile of 32: the vector tiles alone
+    (5, 2, 100),  # fewer weight rows than a tile of 32: the vector units alone
+    (40, 5, 16),  # a group of 16 weight rows and half of one past the tiles' 32
 ])
 @pytest.mark.parametrize("bias", [False, True])
 def test_many_rows_give_each_rows_numbers_within_float_rounding(n, blocks, rows, bias):
@@ -71,3 +74,4 @@ def test_pytorch_rounds_x_as_the_kernel_does_next_to_a_half():
     layer = Q41Linear(_q4_1_blocks(8, 32, gen))
     torch.testing.assert_close(layer.forward_rounded(row), kernels.gemm_q4_1(row, layer.blocks),
                                rtol=1e-6, atol=1e-6)
+

@@ -71,12 +71,14 @@ def test_q4_1_rows_are_the_same_alone_or_four_at_a_time(n, blocks):
 
 @pytest.mark.parametrize("n", [4, 5, 9, 1])
 @pytest.mark.parametrize("blocks", [1, 2, 3, 7, 18, 48])
-@pytest.mark.parametrize("rows", [4, 5, 16, 17, 37])
-def test_q4_1_prompt_rows_are_the_numbers_the_one_row_code_gives(n, blocks, rows):
-    """From a few rows of x the Q4_1 kernel runs register tiles (4 weight rows by up to 4 rows
-    of x, the m * sx terms 16 rows of x a vector): every number is the one the one-row code
-    gives that row of x alone, bit for bit, whatever the rows' count, the weight rows left past
-    the last four, an odd last block, or the threads."""
+@pytest.mark.parametrize("rows", [4, 5, 9, 15])
+def test_q4_1_few_rows_are_the_numbers_the_one_row_code_gives(n, blocks, rows):
+    """From 4 rows of x to 15 (a speculative decode's verification, a small batch) the Q4_1
+    kernel runs register tiles (4 weight rows by up to 4 rows of x, the m * sx terms 16 rows of
+    x a vector): every number is the one the one-row code gives that row of x alone, bit for
+    bit, whatever the rows' count, the weight rows left past the last four, an odd last block,
+    or the threads. From 16 rows a prompt takes the tiles' arithmetic
+    (test_kernel_q4_1_tiles.py)."""
     gen = torch.Generator().manual_seed(n * blocks + rows)
     k = 32 * blocks
     w = _q4_1_blocks(n, k, gen)

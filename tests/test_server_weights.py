@@ -184,8 +184,8 @@ def test_a_pass_past_the_kernels_rows_rebuilds_the_float_weight_and_is_named_onc
     """int8: past QUANT_MAX_ROWS, decode steps and prompt chunks alike. q4_1: a prompt chunk's
     rows go through gemm_q4_1 (Q4_1_MAX_ROWS; the int8 LM head takes its last row alone), and
     only decode steps of more requests than the int8 LM head's kernel takes rebuild a weight."""
-    # int8 as where gemm_int8 has no AMX (else it takes every pass: the test below)
-    monkeypatch.setattr(dispatch, "INT8_AMX_MAX_ROWS", dispatch.QUANT_MAX_ROWS)
+    # int8 as if gemm_int8 took only a decode step's rows (it takes every pass: the test below)
+    monkeypatch.setattr(dispatch, "INT8_PROMPT_MAX_ROWS", dispatch.QUANT_MAX_ROWS)
     model, tok = quantized(fmt)
     limit = dispatch.QUANT_MAX_ROWS
     assert kernel_rows(model)[1] == limit
@@ -209,12 +209,10 @@ def test_a_pass_past_the_kernels_rows_rebuilds_the_float_weight_and_is_named_onc
 
 
 @layers_use_kernels
-def test_where_gemm_int8_has_amx_every_int8_pass_goes_through_it_and_nothing_is_said(
+def test_every_int8_pass_goes_through_gemm_int8_and_nothing_is_said(
         monkeypatch):
-    if dispatch.int8_max_rows() == dispatch.QUANT_MAX_ROWS:
-        pytest.skip("gemm_int8 has no AMX tiles here (the test above covers this machine)")
     model, tok = quantized("int8")
-    assert kernel_rows(model) == (["gemm_int8"], dispatch.INT8_AMX_MAX_ROWS)
+    assert kernel_rows(model) == (["gemm_int8"], dispatch.INT8_PROMPT_MAX_ROWS)
     assert batched_fallback(model, 64, 512) is None
     calls = record_passes(monkeypatch)
     engine_for(model, tok, budget=64).generate(["a" * 40], max_new_tokens=2, ignore_eos=True)

@@ -6,11 +6,11 @@
     bf16 linear       gemv_bf16, gemm_bf16 ((out, in);       BF16_MAX_ROWS   bf16 matmul; from
                       2 rows: AMX's bf16 tiles, x                            UPCAST_ROWS widened
                       rounded to bf16)
-    int8 linear       gemm_int8 (a prompt: AMX's tiles)      int8_max_rows() _weight_int8pack_mm;
-                                                             (any with AMX)  a prefill dequantizes
-    Q4_1 linear       gemm_q4_1 (a prompt: AMX's tiles)      Q4_1_MAX_ROWS   dequantize (x
-                                                                             rounded as the
-                                                                             kernel rounds it)
+    int8 linear       gemm_int8 (a prompt: AMX's tiles,      int8_max_rows() _weight_int8pack_mm
+                      else groups of weight rows)            (any)
+    Q4_1 linear       gemm_q4_1 (a prompt: AMX's tiles,      Q4_1_MAX_ROWS   dequantize (x
+                      else groups of weight rows in the                      rounded as the
+                      tiles' order)                                          kernel rounds it)
     decode RMSNorm    rms_norm_f32                           any             F.rms_norm
     decode RoPE and   rope_write_cache (contiguous cache)    any             apply_rope, copies
     cache write
@@ -73,19 +73,21 @@ F32_MAX_ROWS_BESIDE_MKL = 32
 # bf16 on the tiles from 2 rows, as PyTorch's matmul does. With AVX2 no row count was clearly
 # faster: one row.
 BF16_MAX_ROWS = {"AVX-512": 1 << 20, "AVX2": 1}
-# Rows up to which int8 weights go through their kernel without AMX (decode steps, batched); a
-# prefill rebuilds the float weight once for the call and multiplies with PyTorch, faster there.
+# Rows up to which an int8 layer that no kernel takes uses PyTorch's weight-only int8 kernel
+# (decode steps, batched); more rebuild the float weight once for the call and multiply with
+# PyTorch, faster there (int8_pytorch_path).
 QUANT_MAX_ROWS = 16
-# Rows up to which int8 weights go through gemm_int8: where it multiplies many rows on AMX's
-# tiles, every count (scripts/bench_gemm_int8.py, SmolLM2's int8 layers: the kernel 4.5-30x
-# faster than PyTorch's path at each count from 1 row to a 512-token prompt); else
-# QUANT_MAX_ROWS.
-INT8_AMX_MAX_ROWS = 1 << 20
+# Rows up to which int8 weights go through gemm_int8, which multiplies a prompt's many rows on
+# AMX's tiles or on groups of weight rows: every count (scripts/bench_gemm_int8.py, SmolLM2's
+# int8 layers: on AMX the kernel 4.5-30x faster than PyTorch's path at each count from 1 row to
+# a 512-token prompt; without AMX, docs/benchmarks.md, faster than rebuilding the float weight
+# for PyTorch's multiply at each level, AVX2's measured against MKL held to AVX2).
+INT8_PROMPT_MAX_ROWS = 1 << 20
 # Rows up to which Q4_1 weights go through gemm_q4_1, a prompt's included (from 16 rows on AMX's
-# int8 tiles where the CPU has them): with AVX-512 (tiles of 4 weight rows by 4 rows of x) faster than rebuilding the float weight at every SmolLM2 shape
-# from 16 to 512 rows; with AVX2 (one row of x at a time) faster up to 64 rows, about even at
-# 128, slower from 256 (scripts/bench_prefill_kernels.py, ATEN_CPU_CAPABILITY=avx2 for AVX2).
-Q4_1_MAX_ROWS = {"AVX-512": 1 << 20, "AVX2": 64}
+# int8 tiles where the CPU has them, else groups of weight rows on the vector units): faster
+# than rebuilding the float weight for PyTorch's multiply at each level (docs/benchmarks.md;
+# AVX2's measured against MKL held to AVX2).
+Q4_1_MAX_ROWS = {"AVX-512": 1 << 20, "AVX2": 1 << 20}
 # Rows from which bf16/fp16 weights times float32 rows on a CPU are widened to float32 for the
 # call: at many rows the multiply is compute-bound, and PyTorch's float32 kernels are far faster
 # there than its bf16/fp16 ones on a CPU without bf16 arithmetic.
@@ -227,9 +229,9 @@ def bf16_arithmetic(device) -> bool:
 
 
 def int8_max_rows() -> int:
-    """Rows gemm_int8 takes from an int8 layer here: every count where it has AMX's tiles for a
-    prompt's many rows, else QUANT_MAX_ROWS (the kernels built: ask `cpu_kernels` first)."""
-    return INT8_AMX_MAX_ROWS if build.function("gemm_int8_amx")() else QUANT_MAX_ROWS
+    """Rows gemm_int8 takes from an int8 layer here (the kernels built: ask `cpu_kernels`
+    first)."""
+    return INT8_PROMPT_MAX_ROWS
 
 
 def int8_linear(qweight: torch.Tensor, scale: torch.Tensor, bias, path: str) -> Route:

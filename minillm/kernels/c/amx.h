@@ -3,6 +3,7 @@
 #ifndef MINILLM_AMX_H
 #define MINILLM_AMX_H
 
+#include <immintrin.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
@@ -15,7 +16,8 @@
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
 /* rows of x from which an int8 or Q4_1 prompt goes to the tiles (16 rows is one tile; bf16's
-   threshold is matmul_bf16.c's BF16_AMX_FROM_ROWS) */
+   threshold is matmul_bf16.c's BF16_AMX_FROM_ROWS), and from which a Q4_1 prompt on a CPU
+   without them takes their arithmetic on the vector units */
 #define AMX_FROM_ROWS 16
 
 struct tile_config {
@@ -66,6 +68,7 @@ struct amx_job {
     int64_t rows_per_tile;  /* x's rows each call of tile takes at most: 32, else 16 */
 };
 
+#ifdef __AMX_TILE__
 /* The driver every AMX multiply shares: each thread packs a slice of weight groups (sized for
    L2) into its own space, then every tile of x's rows passes over it. 0, or -1 when it cannot
    allocate the threads' space (nothing written). */
@@ -98,5 +101,6 @@ static inline int amx_run(const struct amx_job *job, int threads) {
     free(space);
     return 0;
 }
+#endif
 
 #endif

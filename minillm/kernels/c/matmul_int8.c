@@ -26,6 +26,7 @@
 #include <omp.h>
 #endif
 
+#include "amx.h"
 #include "minillm_kernels.h"
 #include "simd.h"
 
@@ -160,6 +161,92 @@ static inline __attribute__((always_inline)) void quad(const int8_t *W, const fl
         put4(Y + (m + r) * N + n, sums[r], sx[m + r], scale + n, b);
 }
 
+/* A prompt's many rows (from AMX_FROM_ROWS) where the tiles are not (or past their last 32
+   weight rows): a group of VW weight rows widened once to int16, two consecutive values of each
+   row per int32 lane, and two of x's int16 values broadcast to every lane, so that one dot16
+   (vpdpwssd with VNNI) adds a step of every row's sum at once. The sums are the same integers
+   and the float step the same as the other paths': the same numbers, bit for bit. */
+#define INT8_GROUP VW
+#if VW == 16
+#define INT8_GROUP_X 8  /* rows of x a pass */
+#else
+#define INT8_GROUP_X 4
+#endif
+
+/* weight rows n .. n + rows (rows <= INT8_GROUP; the lanes past them, and an odd K's last
+   value's partner, zero): value k of row r at q[(k / 2) 2 VW + 2 r + k % 2] */
+static void pack_int8_group(const int8_t *W, int64_t K, int64_t n, int64_t rows, int16_t *q) {
+    memset(q, 0, (size_t)((K + 1) / 2 * 2 * INT8_GROUP) * sizeof(int16_t));
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t k = 0; k < K; k++)
+            q[k / 2 * 2 * INT8_GROUP + 2 * r + k % 2] = W[(n + r) * K + k];
+}
+
+/* XR rows of x (K apart; an odd K's partner of the last value read past it, times a zero
+   weight) times a packed group: each row's INT8_GROUP integer sums */
+static inline __attribute__((always_inline)) void int8_group_rows(
+    const int16_t *q, const int16_t *x, int64_t K, const int XR, vi sums[INT8_GROUP_X]) {
+    for (int c = 0; c < XR; c++)
+        sums[c] = izero();
+    for (int64_t p = 0; p < (K + 1) / 2; p++) {
+        vi w = iload(q + p * 2 * INT8_GROUP);
+        for (int c = 0; c < XR; c++)
+            sums[c] = dot16(sums[c], w, ibroadcast4(x + c * K + 2 * p));
+    }
+}
+
+/* weight rows n0 .. N for rows 0 .. M of x (xq: one int16 past its end readable), groups of
+   INT8_GROUP split between the threads; -1 if it cannot allocate */
+static int int8_groups(const int8_t *W, const float *scale, const float *bias, const int16_t *xq,
+                       const float *sx, float *Y, int64_t M, int64_t N, int64_t K, int64_t n0,
+                       int threads) {
+    int64_t groups = (N - n0 + INT8_GROUP - 1) / INT8_GROUP;
+    size_t q_bytes = (size_t)((K + 1) / 2 * 2 * INT8_GROUP) * sizeof(int16_t);
+    int failed = 0;
+    #pragma omp parallel num_threads(threads) if (threads > 1 && groups > 1)
+    {
+        int16_t *q = (int16_t *)aligned_alloc(64, (q_bytes + 63) / 64 * 64);
+        if (!q) {
+            #pragma omp atomic write
+            failed = 1;
+        }
+        #pragma omp for schedule(static)
+        for (int64_t grp = 0; grp < groups; grp++) {
+            if (!q)
+                continue;
+            int64_t n = n0 + INT8_GROUP * grp;
+            int64_t rows = N - n < INT8_GROUP ? N - n : INT8_GROUP;
+            float lanes[3][INT8_GROUP] = {{0.0f}};  /* the group's scale and bias, then outputs */
+            memcpy(lanes[0], scale + n, (size_t)rows * sizeof(float));
+            if (bias)
+                memcpy(lanes[1], bias + n, (size_t)rows * sizeof(float));
+            vf s = vload(lanes[0]), add = vload(lanes[1]);
+            pack_int8_group(W, K, n, rows, q);
+            for (int64_t m = 0; m < M; m += INT8_GROUP_X) {
+                int XR = M - m < INT8_GROUP_X ? (int)(M - m) : INT8_GROUP_X;
+                vi sums[INT8_GROUP_X];
+                if (XR == INT8_GROUP_X)
+                    int8_group_rows(q, xq + m * K, K, INT8_GROUP_X, sums);
+                else
+                    for (int c = 0; c < XR; c++)
+                        int8_group_rows(q, xq + (m + c) * K, K, 1, sums + c);
+                for (int c = 0; c < XR; c++) {
+                    vf y = vfma(vfloat(sums[c]), vmul(vset1(sx[m + c]), s), add);
+                    float *out = Y + (m + c) * N + n;
+                    if (rows == INT8_GROUP) {
+                        vstore(out, y);
+                    } else {
+                        vstore(lanes[2], y);
+                        memcpy(out, lanes[2], (size_t)rows * sizeof(float));
+                    }
+                }
+            }
+        }
+        free(q);
+    }
+    return failed ? -1 : 0;
+}
+
 #if defined(__AMX_TILE__) && defined(__AMX_INT8__)
 /* A prompt's many rows on AMX's tiles (Sapphire Rapids and later): 16 x 64-byte tile registers
    multiply bytes into int32 sums (TDPBSSD, TDPBUSD), 1024 a cycle. x's int16 values are split
@@ -170,7 +257,6 @@ static inline __attribute__((always_inline)) void quad(const int8_t *W, const fl
    weight row per 32-bit word, 16 weight rows a 64-byte row) and used for every row of x. Used
    where Linux lets the process use the tiles (arch_prctl), K is a multiple of 64, and there
    are at least AMX_FROM_ROWS rows. */
-#include "amx.h"
 
 int gemm_int8_amx(void) {
     return amx_granted();
@@ -321,7 +407,8 @@ int gemm_int8(const int8_t *W, const float *scale, const float *bias, const floa
               int64_t M, int64_t N, int64_t K, int threads) {
     if (M < 1 || M > INT8_MAX_ROWS || K < 1 || K > INT8_MAX_K)
         return -1;
-    int16_t *xq = (int16_t *)malloc((size_t)(M * K) * sizeof(int16_t));
+    int16_t *xq = (int16_t *)malloc((size_t)(M * K + 1) * sizeof(int16_t));  /* + an odd K's
+                                                                               partner */
     float sx[INT8_MAX_ROWS + 16];  /* room for a last group of 16 rows on the tiles */
     if (!xq)
         return -1;
@@ -344,6 +431,12 @@ int gemm_int8(const int8_t *W, const float *scale, const float *bias, const floa
         first = N - N % 32;
     }
 #endif
+    if (M >= AMX_FROM_ROWS) {
+        xq[M * K] = 0;
+        int status = int8_groups(W, scale, bias, xq, sx, Y, M, N, K, first, threads);
+        free(xq);
+        return status;
+    }
 #ifdef __AVX512VNNI__
     if (M < 4 && K % 64 == 0) {
         int status = decode_rows(W, scale, bias, xq, sx, Y, M, N, K, threads);

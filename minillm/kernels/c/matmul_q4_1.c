@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "amx.h"
 #include "minillm_kernels.h"
 #include "simd.h"
 
@@ -19,7 +20,9 @@
    one, and the next layer's input with it. So the vector paths below add every float in the same
    order (a greedy decode gives the same tokens whichever runs): per row, pairs of blocks into
    16 lanes, their sum, then the blocks' m * sx one pair at a time, then an odd last block.
-   AMX's tiles (a prompt's rows, where the CPU has them) add them in another order. */
+   From AMX_FROM_ROWS rows (a prompt's) the floats are added in another order, AMX's tiles'
+   order, and on a CPU without the tiles the vector units add them in that order too: a
+   prompt's numbers are the same bits at every level. */
 
 /* x's blocks: xq rounded to int8 (in x's order), and per block dx and sx, interleaved */
 static void round_x(const float *x, int64_t blocks, int8_t *xq, float *xs) {
@@ -189,7 +192,8 @@ static float dot_q4_1(const uint8_t *row, const int8_t *xq, const float *xs, int
 #endif
 
 #ifdef __AVX512BW__
-/* Many rows of x (a prompt's): register tiles of 4 rows of W by Q4_1_TILE_X rows of x, each
+/* A few rows of x (from Q4_1_TILE_MIN_ROWS to AMX_FROM_ROWS - 1: a speculative decode's
+   verification, a small batch): register tiles of 4 rows of W by Q4_1_TILE_X rows of x, each
    weight block unpacked once per call instead of once per row of x. A quad of W's rows is
    unpacked into a small buffer (each pair of blocks' 64 weights as bytes, their d spread as the
    one-row code spreads it, the blocks' m), then every row of x goes by it. The arithmetic is
@@ -359,6 +363,151 @@ static int gemm_q4_1_tiles(const uint8_t *W, const float *bias, const int8_t *xq
 }
 #endif
 
+/* A prompt's many rows (from AMX_FROM_ROWS) on the vector units, at every level: the AMX path's
+   arithmetic, its bits, without the tiles. A group of VW weight rows is unpacked once into the
+   layout AMX's tiles read, VW rows wide: for each block, 8 vectors whose int32 lane r holds 4
+   consecutive 4-bit values of weight row r, then the rows' d and m as floats. Four values of a
+   row of x, broadcast to every lane, times such a vector (block_step) add one step of every
+   weight row's integer dot product at once; 8 steps are a block's exact sum, which
+   one float step turns into q . x * d * dx, block after block, then the blocks' m * sx: the
+   order amx_run's tile function adds them in. */
+#define Q4_1_GROUP VW  /* weight rows a packed group: a vector's int32 lanes */
+#if VW == 16
+#define Q4_1_GROUP_X 8  /* rows of x a pass (registers: an int32 and a float sum each) */
+#else
+#define Q4_1_GROUP_X 4
+#endif
+
+/* A block's integer sums, 4 products a step into each weight row's lane: with VNNI straight into
+   int32 (vpdpbusd); without it, vpmaddubsw's pairs added as int16, exact since a block's
+   8 steps stay below 8 * 2 * 15 * 127 = 30,480, and widened to int32 once a block. */
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+static inline vi block_step(vi t, vi w, vi x) { return _mm512_dpbusd_epi32(t, w, x); }
+static inline vi block_ints(vi t) { return t; }
+#elif defined(__AVX512BW__)
+static inline vi block_step(vi t, vi w, vi x) {
+    return _mm512_add_epi16(t, _mm512_maddubs_epi16(w, x));
+}
+static inline vi block_ints(vi t) { return _mm512_madd_epi16(t, _mm512_set1_epi16(1)); }
+#else
+static inline vi block_step(vi t, vi w, vi x) {
+    return _mm256_add_epi16(t, _mm256_maddubs_epi16(w, x));
+}
+static inline vi block_ints(vi t) { return _mm256_madd_epi16(t, _mm256_set1_epi16(1)); }
+#endif
+
+/* weight rows n .. n + rows (rows <= Q4_1_GROUP; the lanes past them zero) into out: block b's
+   8 vectors at q + 8 b, then d at dm + 2 VW b, m at dm + 2 VW b + VW */
+static void pack_q4_1_group(const uint8_t *W, int64_t row_bytes, int64_t blocks, int64_t n,
+                            int64_t rows, vi *q, float *dm) {
+    memset(q, 0, (size_t)(8 * blocks) * sizeof(vi));
+    memset(dm, 0, (size_t)(2 * Q4_1_GROUP * blocks) * sizeof(float));
+    for (int64_t r = 0; r < rows; r++) {
+        const uint8_t *row = W + (n + r) * row_bytes;
+        for (int64_t b = 0; b < blocks; b++) {
+            const uint8_t *blk = row + Q4_1_BLOCK_BYTES * b;
+            uint8_t v[32];
+            _mm256_storeu_si256((__m256i *)v, q4_1_nibbles(blk));
+            for (int g = 0; g < 8; g++)
+                memcpy((uint8_t *)(q + 8 * b + g) + 4 * r, v + 4 * g, 4);
+            dm[2 * Q4_1_GROUP * b + r] = half_at(blk);
+            dm[2 * Q4_1_GROUP * b + Q4_1_GROUP + r] = half_at(blk + 2);
+        }
+    }
+}
+
+/* XR rows of x (xq, xs from row 0) times a packed group: each row's VW sums, bias included */
+static inline __attribute__((always_inline)) void q4_1_group_rows(
+    const vi *q, const float *dm, const int8_t *xq, const float *xs, const float *bias,
+    int64_t K, int64_t blocks, const int XR, vf y[Q4_1_GROUP_X]) {
+    vf acc[Q4_1_GROUP_X];
+    for (int c = 0; c < XR; c++)
+        acc[c] = vzero();
+    for (int64_t b = 0; b < blocks; b++) {
+        vi s[Q4_1_GROUP_X];
+        for (int c = 0; c < XR; c++)
+            s[c] = izero();
+        for (int g = 0; g < 8; g++) {
+            vi w = iload(q + 8 * b + g);
+            for (int c = 0; c < XR; c++)
+                s[c] = block_step(s[c], w, ibroadcast4(xq + c * K + 32 * b + 4 * g));
+        }
+        vf d = vload(dm + 2 * Q4_1_GROUP * b);
+        for (int c = 0; c < XR; c++)
+            acc[c] = vfma(vfloat(block_ints(s[c])), vmul(d, vset1(xs[c * 2 * blocks + 2 * b])),
+                          acc[c]);
+    }
+    for (int c = 0; c < XR; c++) {
+        vf mins = vzero();
+        for (int64_t b = 0; b < blocks; b++)
+            mins = vfma(vload(dm + 2 * Q4_1_GROUP * b + Q4_1_GROUP),
+                        vset1(xs[c * 2 * blocks + 2 * b + 1]), mins);
+        y[c] = vadd(acc[c], mins);
+        if (bias)
+            y[c] = vadd(y[c], vload(bias));
+    }
+}
+
+/* weight rows n0 .. N (from a group's start) for all M rows of x, groups of Q4_1_GROUP split
+   between the threads; -1 if it cannot allocate */
+static int gemm_q4_1_groups(const uint8_t *W, const float *bias, const int8_t *xq,
+                            const float *xs, float *Y, int64_t M, int64_t N, int64_t K,
+                            int64_t n0, int threads) {
+    int64_t blocks = K / 32, row_bytes = blocks * Q4_1_BLOCK_BYTES;
+    int64_t groups = (N - n0 + Q4_1_GROUP - 1) / Q4_1_GROUP;
+    size_t q_bytes = (size_t)(8 * blocks) * sizeof(vi);
+    size_t bytes = q_bytes + (size_t)(2 * Q4_1_GROUP * blocks + Q4_1_GROUP) * sizeof(float);
+    int failed = 0;
+    #pragma omp parallel num_threads(threads) if (threads > 1 && groups > 1)
+    {
+        char *space = (char *)aligned_alloc(64, (bytes + 63) / 64 * 64);
+        if (!space) {
+            #pragma omp atomic write
+            failed = 1;
+        }
+        vi *q = (vi *)space;
+        float *dm = (float *)(space + q_bytes), *lanes = dm + 2 * Q4_1_GROUP * blocks;
+        #pragma omp for schedule(static)
+        for (int64_t grp = 0; grp < groups; grp++) {
+            if (!space)
+                continue;
+            int64_t n = n0 + Q4_1_GROUP * grp;
+            int64_t rows = N - n < Q4_1_GROUP ? N - n : Q4_1_GROUP;
+            pack_q4_1_group(W, row_bytes, blocks, n, rows, q, dm);
+            const float *b = NULL;
+            if (bias) {  /* the group's bias, its lanes past N zero */
+                memset(lanes, 0, Q4_1_GROUP * sizeof(float));
+                memcpy(lanes, bias + n, (size_t)rows * sizeof(float));
+                b = lanes;
+            }
+            for (int64_t m = 0; m < M; m += Q4_1_GROUP_X) {
+                int XR = M - m < Q4_1_GROUP_X ? (int)(M - m) : Q4_1_GROUP_X;
+                vf y[Q4_1_GROUP_X];
+                const int8_t *x = xq + m * K;
+                const float *s = xs + m * 2 * blocks;
+                if (XR == Q4_1_GROUP_X)
+                    q4_1_group_rows(q, dm, x, s, b, K, blocks, Q4_1_GROUP_X, y);
+                else
+                    for (int c = 0; c < XR; c++)
+                        q4_1_group_rows(q, dm, x + c * K, s + c * 2 * blocks, b, K, blocks, 1,
+                                        y + c);
+                for (int c = 0; c < XR; c++) {
+                    float *out = Y + (m + c) * N + n;
+                    if (rows == Q4_1_GROUP) {
+                        vstore(out, y[c]);
+                    } else {
+                        float all[Q4_1_GROUP];
+                        vstore(all, y[c]);
+                        memcpy(out, all, (size_t)rows * sizeof(float));
+                    }
+                }
+            }
+        }
+        free(space);
+    }
+    return failed ? -1 : 0;
+}
+
 #if defined(__AMX_TILE__) && defined(__AMX_INT8__)
 /* A prompt's many rows on AMX's int8 tiles (Sapphire Rapids and later): a tile multiplies 16
    rows of x's int8 values by 16 weight rows' 4-bit values, one block (32 values) at a time
@@ -372,7 +521,6 @@ static int gemm_q4_1_tiles(const uint8_t *W, const float *bias, const int8_t *xq
    word, 16 weight rows a 64-byte row, a block a 512-byte tile) with their d and m as floats,
    and used for every row of x. Used where Linux lets the process use the tiles and there are
    at least AMX_FROM_ROWS rows. */
-#include "amx.h"
 
 /* a packed weight row: a block's 32 values as bytes, its d and its m */
 #define Q4_1_PACKED_BLOCK (32 + 2 * 4)
@@ -498,14 +646,17 @@ int gemm_q4_1(const uint8_t *W, const float *bias, const float *X, float *Y,
 #if defined(__AMX_TILE__) && defined(__AMX_INT8__)
     if (M >= AMX_FROM_ROWS && N >= 32 && gemm_q4_1_amx()) {
         int status = q4_1_amx_rows(W, bias, xq, xs, Y, M, N, K, threads);
-        for (int64_t n = N - N % 32; n < N && status == 0; n++)  /* the last weight rows */
-            for (int64_t m = 0; m < M; m++)
-                Y[m * N + n] = q4_1_one(W + n * row_bytes, row_bytes, xq + m * K,
-                                        xs + m * 2 * blocks, blocks) + (bias ? bias[n] : 0.0f);
+        if (status == 0 && N % 32)  /* the last weight rows, as the vector units add them */
+            status = gemm_q4_1_groups(W, bias, xq, xs, Y, M, N, K, N - N % 32, threads);
         free(xq), free(xs);
         return status;
     }
 #endif
+    if (M >= AMX_FROM_ROWS) {
+        int status = gemm_q4_1_groups(W, bias, xq, xs, Y, M, N, K, 0, threads);
+        free(xq), free(xs);
+        return status;
+    }
 #ifdef __AVX512BW__
     if (M >= Q4_1_TILE_MIN_ROWS) {
         int status = gemm_q4_1_tiles(W, bias, xq, xs, Y, M, N, K, threads);

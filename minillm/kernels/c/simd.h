@@ -6,6 +6,7 @@
 
 #include <immintrin.h>
 #include <stdint.h>
+#include <string.h>
 
 /* the sum of an AVX2 register's 8 floats (kernels that stay 8 wide at either width) */
 static inline float vsum8(__m256 a) {
@@ -126,6 +127,17 @@ static inline vi dot16(vi acc, vi w, vi x) {
 static inline vi dot_bytes(vi acc, vi u, vi s) { return dot_bytes8(acc, u, s); }
 #endif
 static inline vi ld16(const int16_t *p) { return iload(p); }
+
+/* the 4 bytes at p in every int32 lane */
+static inline vi ibroadcast4(const void *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+#ifdef __AVX512BW__
+    return _mm512_set1_epi32(v);
+#else
+    return _mm256_set1_epi32(v);
+#endif
+}
 
 /* the sums of four registers' lanes: [a, b, c, d] */
 static inline __m128i isum4(vi a, vi b, vi c, vi d) {

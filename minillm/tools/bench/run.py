@@ -225,7 +225,17 @@ def _machine(device: torch.device) -> dict:
     info["kernel_levels_here"] = build.levels_here()
     if device.type == "cpu":
         info["weight_pages"] = huge_pages.describe()
+        info["pytorch_cpu"] = pytorch_cpu_level()
     return info
+
+
+def pytorch_cpu_level() -> str:
+    """The instruction sets transformers' multiplies run at here: PyTorch's own kernels
+    (ATEN_CPU_CAPABILITY lowers them) and, on Intel, MKL's (MKL_ENABLE_INSTRUCTIONS caps them);
+    a forced level compares at one level only with both lowered too."""
+    said = f"PyTorch's CPU capability {torch.backends.cpu.get_cpu_capability()}"
+    cap = os.environ.get("MKL_ENABLE_INSTRUCTIONS")
+    return said + (f", MKL_ENABLE_INSTRUCTIONS={cap}" if cap else ", MKL at the CPU's own level")
 
 
 def _cpu_name() -> str:
@@ -422,6 +432,8 @@ def table(report: dict) -> str:
     lines.append(f"minillm's kernels: {m.get('kernels', '?')} (levels this machine runs: "
                  f"{', '.join(m.get('kernel_levels_here', [])) or 'none'})"
                  + (f"; weights in {m['weight_pages']}" if "weight_pages" in m else ""))
+    if "pytorch_cpu" in m:
+        lines.append(f"transformers: {m['pytorch_cpu']}")
     lines.append(f"read bandwidth {bw}; {m['device']}, load average "
                  f"{m.get('load_average_1min', '?')} on {m['cpu_count']} CPUs; "
                  f"{report['seconds']:.0f} s")
