@@ -23,7 +23,7 @@ result, never building the float weight. Int8Linear has three:
 - "kernel": minillm's own (minillm.kernels.gemm_int8): int8 weights times x rounded to int16
   per row, in integers. It reads a quarter of float32's bytes, and x's rounding is far finer
   than the weights'. The fast path's int8 runs it for decode steps, and for prompts where it
-  multiplies many rows on AMX's tiles or AVX-512's vectors ("auto": up to
+  multiplies many rows on AMX's tiles or on groups of weight rows ("auto": up to
   minillm.kernels.dispatch.int8_max_rows() rows, where the kernels run here).
 """
 

@@ -1,11 +1,19 @@
 /* What the AMX kernels share: Linux's permission to use the tiles, the tile configuration, and
-   the driver that packs the weights a slice at a time and runs the tiles over them (amx_run). */
+   the driver that packs the weights a slice at a time and runs the tiles over them (amx_run);
+   and, at every level, the row count from which a prompt takes the tiles' way. */
 #ifndef MINILLM_AMX_H
 #define MINILLM_AMX_H
 
 #include <immintrin.h>
 #include <stdint.h>
 #include <stdlib.h>
+
+/* rows of x from which an int8 or Q4_1 prompt goes to the tiles (16 rows is one tile; bf16's
+   threshold is matmul_bf16.c's BF16_AMX_FROM_ROWS), and from which, on a CPU without them, it
+   goes to groups of weight rows on the vector units (Q4_1's in the tiles' order) */
+#define AMX_FROM_ROWS 16
+
+#ifdef __AMX_TILE__
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -15,10 +23,6 @@
 
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
-/* rows of x from which an int8 or Q4_1 prompt goes to the tiles (16 rows is one tile; bf16's
-   threshold is matmul_bf16.c's BF16_AMX_FROM_ROWS), and from which a Q4_1 prompt on a CPU
-   without them takes their arithmetic on the vector units */
-#define AMX_FROM_ROWS 16
 
 struct tile_config {
     uint8_t palette, start_row, reserved[14];
@@ -68,7 +72,6 @@ struct amx_job {
     int64_t rows_per_tile;  /* x's rows each call of tile takes at most: 32, else 16 */
 };
 
-#ifdef __AMX_TILE__
 /* The driver every AMX multiply shares: each thread packs a slice of weight groups (sized for
    L2) into its own space, then every tile of x's rows passes over it. 0, or -1 when it cannot
    allocate the threads' space (nothing written). */
@@ -101,6 +104,6 @@ static inline int amx_run(const struct amx_job *job, int threads) {
     free(space);
     return 0;
 }
-#endif
+#endif  /* __AMX_TILE__ */
 
 #endif

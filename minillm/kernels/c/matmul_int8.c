@@ -13,9 +13,10 @@
    The work is cut into tiles of up to 4 rows of x by 4 weight rows, whose 16 sums stay in
    registers: each weight vector widened serves the tile's rows of x, each vector of x its 4
    weight rows. A decode step (1 to 3 rows) is one tile per 4 weight rows, streaming the weights
-   with a prefetch (on VNNI, tiles of bytes: tile_bytes below); more rows keep 4 weight rows in
-   L1 while a block of x's rows (sized for L2) passes by, and a prompt's many rows go to AMX's
-   tiles where the CPU has them (below). The sums are integers, so a row's result is the same
+   with a prefetch (on VNNI, tiles of bytes: tile_bytes below); 4 to 15 rows keep 4 weight rows
+   in L1 while x's rows pass by, and a prompt's many rows go to AMX's tiles where the CPU has
+   them, else to groups of weight rows packed for the vector units (below). The sums are
+   integers, so a row's result is the same
    whatever tile computed it, and the same float32 step (an FMA, as the compiler fused the
    one-row code's) turns every sum into its output. */
 #include <math.h>
@@ -433,7 +434,8 @@ int gemm_int8(const int8_t *W, const float *scale, const float *bias, const floa
 #endif
     if (M >= AMX_FROM_ROWS) {
         xq[M * K] = 0;
-        int status = int8_groups(W, scale, bias, xq, sx, Y, M, N, K, first, threads);
+        int status = first < N ? int8_groups(W, scale, bias, xq, sx, Y, M, N, K, first, threads)
+                               : 0;
         free(xq);
         return status;
     }

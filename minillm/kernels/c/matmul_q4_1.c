@@ -465,12 +465,12 @@ static int gemm_q4_1_groups(const uint8_t *W, const float *bias, const int8_t *x
             #pragma omp atomic write
             failed = 1;
         }
-        vi *q = (vi *)space;
-        float *dm = (float *)(space + q_bytes), *lanes = dm + 2 * Q4_1_GROUP * blocks;
         #pragma omp for schedule(static)
         for (int64_t grp = 0; grp < groups; grp++) {
             if (!space)
                 continue;
+            vi *q = (vi *)space;
+            float *dm = (float *)(space + q_bytes), *lanes = dm + 2 * Q4_1_GROUP * blocks;
             int64_t n = n0 + Q4_1_GROUP * grp;
             int64_t rows = N - n < Q4_1_GROUP ? N - n : Q4_1_GROUP;
             pack_q4_1_group(W, row_bytes, blocks, n, rows, q, dm);

@@ -37,8 +37,8 @@ int gemm_bf16(const uint16_t *W, const float *bias, const float *X, float *Y, in
 int gemm_bf16_amx(void);
 
 /* Y = X (scale * W)^T (+ bias): W int8 (N, K), scale (N), X (M, K), Y (M, N);
-   1 <= M <= INT8_MAX_ROWS, 1 <= K <= INT8_MAX_K. Returns 0, or -1 (computing nothing) for other
-   sizes or when it cannot allocate x's rounded copy. */
+   1 <= M <= INT8_MAX_ROWS, 1 <= K <= INT8_MAX_K. Returns 0, or -1 for other sizes (computing
+   nothing) or when it cannot allocate (Y then incomplete). */
 int gemm_int8(const int8_t *W, const float *scale, const float *bias, const float *X, float *Y,
               int64_t M, int64_t N, int64_t K, int threads);
 
