@@ -280,7 +280,8 @@ def _q4_1_reference(x, blocks):
 
 @pytest.mark.parametrize("n,k,rows", [(960, 576, 1), (576, 1536, 3), (40, 32, 2), (17, 96, 5),
                                       (7, 224, 1), (576, 576, 64), (1536, 576, 19),
-                                      (576, 1536, 37), (9, 224, 6)])
+                                      (576, 1536, 37), (9, 224, 6), (5, 256, 1), (3, 288, 2),
+                                      (6, 480, 3)])
 def test_gemm_q4_1_multiplies_the_blocks_by_x_rounded_to_int8_per_block(n, k, rows):
     """The kernel reads the blocks as the file stores them (weight = q * d + m) and, like
     llama.cpp, multiplies them by x rounded to int8 per block of 32: within 1% of the float

@@ -17,10 +17,11 @@
    A block is Q4_1_BLOCK_BYTES (20) bytes.
 
    Rounding x to int8 is a step function: a change in x's last bit can move a rounded value by
-   one, and the next layer's input with it. So the vector paths below add every float in the same
-   order (a greedy decode gives the same tokens whichever runs): per row, pairs of blocks into
-   16 lanes, their sum, then the blocks' m * sx one pair at a time, then an odd last block.
-   From AMX_FROM_ROWS rows (a prompt's) the floats are added in another order, AMX's tiles'
+   one, and the next layer's input with it. So at one level, below AMX_FROM_ROWS rows, every
+   path adds a row's floats in the same order (a greedy decode gives the same tokens whichever
+   runs, one row, a few, or a pass of several weight rows): with AVX-512, pairs of blocks into
+   16 lanes, their sum, then the blocks' m * sx one pair at a time, then an odd last block; with
+   AVX2, 8 blocks a step (q4_1_step). From AMX_FROM_ROWS rows (a prompt's) the floats are added in another order, AMX's tiles'
    order, and on a CPU without the tiles the vector units add them in that order too: a
    prompt's numbers are the same bits at every level. */
 
@@ -113,6 +114,7 @@ static const int32_t SPREAD[2][16] = {{0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2,
 
 /* one pair of blocks (w: its weights as spread above), one row: into acc; and its
    m0 * sx0 + m1 * sx1 (fused as the one-row code's compiler fuses it), into mins */
+#define Q4_1_PASS 4  /* rows of W a pass of q4_1_rows */
 static inline vf q4_1_pair(vi w, vi x, vf scale, vf acc) {
     w = _mm512_and_si512(_mm512_mask_srli_epi16(w, 0xFF00FF00, w, 4), _mm512_set1_epi8(0x0F));
     return dot_fma(w, x, scale, acc);
@@ -168,11 +170,10 @@ static inline __attribute__((always_inline)) void q4_1_rows(
         y[r] = vsum(acc[r]) + vsum8(acc8) + mins[r];
     }
 }
-#else
+#elif defined(__AVX512BW__)
 static float dot_q4_1(const uint8_t *row, const int8_t *xq, const float *xs, int64_t blocks) {
     float mins = 0.0f;
     int64_t b = 0;
-#ifdef __AVX512BW__
     vf acc = vzero();
     for (; b + 2 <= blocks; b += 2) {  /* two blocks a step: 64 weights in one register */
         const uint8_t *b0 = row + Q4_1_BLOCK_BYTES * b, *b1 = b0 + Q4_1_BLOCK_BYTES;
@@ -181,13 +182,121 @@ static float dot_q4_1(const uint8_t *row, const int8_t *xq, const float *xs, int
         mins += fmaf(half_at(b0 + 2), xs[2 * b + 1], half_at(b1 + 2) * xs[2 * b + 3]);
     }
     float total = vsum(acc);
-#else
-    float total = 0.0f;
-#endif
     __m256 acc8 = vzero8();
-    for (; b < blocks; b++)  /* one block a step: 32 weights */
+    if (b < blocks)  /* an odd last block */
         q4_1_last_block(row + Q4_1_BLOCK_BYTES * b, xq + 32 * b, xs + 2 * b, &acc8, &mins);
     return total + vsum8(acc8) + mins;
+}
+#else
+/* AVX2: eight blocks a step. Their (d, m), 4 bytes at 20-byte strides, come from four 32-byte
+   loads blended into one vector, then one float16 conversion each for the 8 d and the 8 m
+   (not two scalar conversions a block); so are x's 8 dx and sx. A block's 32 weights are one
+   128-bit load copied to both halves, the upper half shifted down by 4. Two sums, taking the
+   blocks in turn, keep each multiply-add from waiting on the one before; the m * sx terms are
+   a vector of 8 too. A row's last step, under 8 blocks, loads only its own blocks (masked
+   loads; the lanes past them are zero). */
+
+/* the dword lanes of a 32-byte load at g + at that lie within the step's first `bytes` bytes */
+static inline __m256i lanes_within(int at, int bytes) {
+    __m256i offsets = _mm256_add_epi32(_mm256_set1_epi32(at),
+                                       _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(bytes - 3), offsets);
+}
+
+static inline __m256i load_within(const uint8_t *g, int at, int bytes, int whole) {
+    return whole ? iload(g + at)
+                 : _mm256_maskload_epi32((const int *)(g + at), lanes_within(at, bytes));
+}
+
+/* the (d, m) of the step's `count` blocks at g (8 when whole) as floats, zero past them */
+static inline __attribute__((always_inline)) void q4_1_eight_dm(
+    const uint8_t *g, int count, int whole, __m256 *d, __m256 *m) {
+    const __m256i order = _mm256_setr_epi32(0, 5, 2, 7, 0, 5, 2, 7);
+    int bytes = Q4_1_BLOCK_BYTES * count;
+    /* dword lanes 0 and 5 of g's first 32 bytes are blocks 0 and 1, lanes 2 and 7 of g + 32's
+       blocks 2 and 3; the same from g + 80 and g + 112 for blocks 4..7 */
+    __m256i a = _mm256_blend_epi32(load_within(g, 0, bytes, whole),
+                                   load_within(g, 32, bytes, whole), 0x84);
+    __m256i b = _mm256_blend_epi32(load_within(g, 80, bytes, whole),
+                                   load_within(g, 112, bytes, whole), 0x84);
+    __m256i all = _mm256_blend_epi32(_mm256_permutevar8x32_epi32(a, order),
+                                     _mm256_permutevar8x32_epi32(b, order), 0xF0);
+    const __m256i split = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
+                                           0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+    /* d0..3 m0..3 | d4..7 m4..7, then d0..7 | m0..7 */
+    all = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(all, split), 0xD8);
+    *d = _mm256_cvtph_ps(_mm256_castsi256_si128(all));
+    *m = _mm256_cvtph_ps(_mm256_extracti128_si256(all, 1));
+}
+
+/* xs's interleaved dx, sx of the step's `count` blocks as two vectors, zero past them */
+static inline __attribute__((always_inline)) void x_eight_scales(
+    const float *xs, int count, int whole, __m256 *dx, __m256 *sx) {
+    __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), end = _mm256_set1_epi32(2 * count);
+    __m256 lo = whole ? vload8(xs) : _mm256_maskload_ps(xs, _mm256_cmpgt_epi32(end, lane));
+    __m256 hi = whole ? vload8(xs + 8)
+                      : _mm256_maskload_ps(xs + 8, _mm256_cmpgt_epi32(
+                            end, _mm256_add_epi32(lane, _mm256_set1_epi32(8))));
+    /* shuffle_ps leaves blocks 0 1 4 5 | 2 3 6 7; the 64-bit permute puts them in order */
+    *dx = _mm256_castpd_ps(
+        _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, 0x88)), 0xD8));
+    *sx = _mm256_castpd_ps(
+        _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, 0xDD)), 0xD8));
+}
+
+#define Q4_1_PASS 2  /* rows of W a pass (AVX2's 16 registers hold two rows' sums and scales) */
+
+/* one step of up to 8 blocks (count; whole: all 8) from block b, R rows: into acc and mins8 */
+static inline __attribute__((always_inline)) void q4_1_step(
+    const uint8_t *row, int64_t row_bytes, int R, const int8_t *xq, const float *xs, int64_t b,
+    int count, int whole, __m256 acc[][2], __m256 *mins8) {
+    const __m256i high_down = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    __m256 dx, sx, scale[Q4_1_PASS];
+    x_eight_scales(xs + 2 * b, count, whole, &dx, &sx);
+    for (int r = 0; r < R; r++) {
+        const uint8_t *g = row + r * row_bytes + Q4_1_BLOCK_BYTES * b;
+        fetch_ahead(g);
+        fetch_ahead(g + 64);
+        fetch_ahead(g + 128);
+        __m256 d, m;
+        q4_1_eight_dm(g, count, whole, &d, &m);
+        scale[r] = vmul8(d, dx);
+        mins8[r] = vfma8(m, sx, mins8[r]);
+    }
+    #pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) {
+        if (!whole && k >= count)
+            break;
+        __m256i x = iload(xq + 32 * (b + k)), lane = _mm256_set1_epi32(k);
+        #pragma GCC unroll 2
+        for (int r = 0; r < R; r++) {
+            const uint8_t *blk = row + r * row_bytes + Q4_1_BLOCK_BYTES * (b + k);
+            __m256i q = _mm256_broadcastsi128_si256(
+                _mm_loadu_si128((const __m128i *)(blk + 4)));
+            __m256i w = _mm256_and_si256(_mm256_srlv_epi32(q, high_down), low4);
+            __m256i dot = dot_bytes8(_mm256_setzero_si256(), w, x);
+            acc[r][k & 1] = vfma8(vfloat8(dot), _mm256_permutevar8x32_ps(scale[r], lane),
+                                  acc[r][k & 1]);
+        }
+    }
+}
+
+/* R consecutive rows (R <= Q4_1_PASS) times one row of x: y[r]. The R rows share x's loads;
+   each row's floats are added in the same order whatever R is. */
+static inline __attribute__((always_inline)) void q4_1_rows(
+    const uint8_t *row, int64_t row_bytes, int R, const int8_t *xq, const float *xs,
+    int64_t blocks, float *y) {
+    __m256 acc[Q4_1_PASS][2], mins8[Q4_1_PASS];
+    for (int r = 0; r < R; r++)
+        acc[r][0] = acc[r][1] = mins8[r] = vzero8();
+    int64_t b = 0;
+    for (; b + 8 <= blocks; b += 8)
+        q4_1_step(row, row_bytes, R, xq, xs, b, 8, 1, acc, mins8);
+    if (b < blocks)
+        q4_1_step(row, row_bytes, R, xq, xs, b, (int)(blocks - b), 0, acc, mins8);
+    for (int r = 0; r < R; r++)
+        y[r] = vsum8(vadd8(vadd8(acc[r][0], acc[r][1]), mins8[r]));
 }
 #endif
 
@@ -664,18 +773,18 @@ int gemm_q4_1(const uint8_t *W, const float *bias, const float *X, float *Y,
         return status;
     }
 #endif
-#if defined(__AVX512VBMI__) && defined(__AVX512VL__) && defined(__AVX512BW__)
-    int64_t quads = N / 4;  /* four rows a pass share x's loads */
+#if !defined(__AVX512BW__) || (defined(__AVX512VBMI__) && defined(__AVX512VL__))
+    int64_t passes = N / Q4_1_PASS;  /* Q4_1_PASS rows a pass share x's loads */
     #pragma omp parallel for schedule(static) num_threads(threads) \
         if (threads > 1 && N * K > (1 << 17))
-    for (int64_t p = 0; p < quads + N % 4; p++) {
-        int64_t n = p < quads ? 4 * p : 4 * quads + (p - quads);
-        int R = p < quads ? 4 : 1;
-        float y[4];
+    for (int64_t p = 0; p < passes + N % Q4_1_PASS; p++) {
+        int64_t n = p < passes ? Q4_1_PASS * p : Q4_1_PASS * passes + (p - passes);
+        int R = p < passes ? Q4_1_PASS : 1;
+        float y[Q4_1_PASS];
         for (int64_t m = 0; m < M; m++) {
-            if (R == 4)
-                q4_1_rows(W + n * row_bytes, row_bytes, 4, xq + m * K, xs + m * 2 * blocks,
-                          blocks, y);
+            if (R == Q4_1_PASS)
+                q4_1_rows(W + n * row_bytes, row_bytes, Q4_1_PASS, xq + m * K,
+                          xs + m * 2 * blocks, blocks, y);
             else
                 q4_1_rows(W + n * row_bytes, row_bytes, 1, xq + m * K, xs + m * 2 * blocks,
                           blocks, y);
