@@ -28,6 +28,7 @@
 #endif
 
 #include "amx.h"
+#include "groups.h"
 #include "minillm_kernels.h"
 #include "simd.h"
 
@@ -162,90 +163,80 @@ static inline __attribute__((always_inline)) void quad(const int8_t *W, const fl
         put4(Y + (m + r) * N + n, sums[r], sx[m + r], scale + n, b);
 }
 
-/* A prompt's many rows (from AMX_FROM_ROWS) where the tiles are not (or past their last 32
-   weight rows): a group of VW weight rows widened once to int16, two consecutive values of each
-   row per int32 lane, and two of x's int16 values broadcast to every lane, so that one dot16
-   (vpdpwssd with VNNI) adds a step of every row's sum at once. The sums are the same integers
-   and the float step the same as the other paths': the same numbers, bit for bit. */
-#define INT8_GROUP VW
-#if VW == 16
-#define INT8_GROUP_X 8  /* rows of x a pass */
-#else
-#define INT8_GROUP_X 4
-#endif
+/* what the groups' and amx_run's functions read: the weights, x (int16 values, or the tiles'
+   two byte planes), the scales, the output */
+struct int8_operands {
+    const int8_t *W, *hi;
+    const uint8_t *lo;
+    const int16_t *xq;
+    const float *sx, *scale, *bias;
+    float *Y;
+    int64_t M, N, K;
+};
 
-/* weight rows n .. n + rows (rows <= INT8_GROUP; the lanes past them, and an odd K's last
-   value's partner, zero): value k of row r at q[(k / 2) 2 VW + 2 r + k % 2] */
-static void pack_int8_group(const int8_t *W, int64_t K, int64_t n, int64_t rows, int16_t *q) {
-    memset(q, 0, (size_t)((K + 1) / 2 * 2 * INT8_GROUP) * sizeof(int16_t));
+/* A prompt's many rows (from AMX_FROM_ROWS) where the tiles are not (or past their last 32
+   weight rows), groups.h's groups: a group of VW weight rows widened once to int16, two
+   consecutive values of each row per int32 lane, and two of x's int16 values broadcast to
+   every lane, so that one dot16 (vpdpwssd with VNNI) adds a step of every row's sum at once.
+   The sums are the same integers and the float step the same as the other paths': the same
+   numbers, bit for bit. */
+static size_t int8_group_bytes(int64_t K) {
+    return 2 * GROUP_ROWS * sizeof(float)
+           + (size_t)((K + 1) / 2 * 2 * GROUP_ROWS) * sizeof(int16_t);
+}
+
+/* weight rows n .. n + rows into space: their scales and biases, a vector each (the lanes past
+   them zero), then value k of row r at q[(k / 2) 2 VW + 2 r + k % 2] (an odd K's last value's
+   partner zero) */
+static void pack_int8_group(const struct int8_operands *o, int64_t n, int64_t rows,
+                            char *space) {
+    float *lanes = (float *)space;
+    int16_t *q = (int16_t *)(lanes + 2 * GROUP_ROWS);
+    memset(space, 0, int8_group_bytes(o->K));
+    memcpy(lanes, o->scale + n, (size_t)rows * sizeof(float));
+    if (o->bias)
+        memcpy(lanes + GROUP_ROWS, o->bias + n, (size_t)rows * sizeof(float));
+    const int8_t *W = o->W;  /* locals: the stores below may alias o's fields */
+    const int64_t K = o->K;
     for (int64_t r = 0; r < rows; r++)
         for (int64_t k = 0; k < K; k++)
-            q[k / 2 * 2 * INT8_GROUP + 2 * r + k % 2] = W[(n + r) * K + k];
+            q[k / 2 * 2 * GROUP_ROWS + 2 * r + k % 2] = W[(n + r) * K + k];
 }
 
 /* XR rows of x (K apart; an odd K's partner of the last value read past it, times a zero
-   weight) times a packed group: each row's INT8_GROUP integer sums */
-static inline __attribute__((always_inline)) void int8_group_rows(
-    const int16_t *q, const int16_t *x, int64_t K, const int XR, vi sums[INT8_GROUP_X]) {
+   weight) times a packed group: each row's GROUP_ROWS integer sums */
+static inline __attribute__((always_inline)) void int8_group_sums(
+    const int16_t *q, const int16_t *x, int64_t K, const int XR, vi sums[GROUPS_X]) {
     for (int c = 0; c < XR; c++)
         sums[c] = izero();
     for (int64_t p = 0; p < (K + 1) / 2; p++) {
-        vi w = iload(q + p * 2 * INT8_GROUP);
+        vi w = iload(q + p * 2 * GROUP_ROWS);
         for (int c = 0; c < XR; c++)
             sums[c] = dot16(sums[c], w, ibroadcast4(x + c * K + 2 * p));
     }
 }
 
-/* weight rows n0 .. N for rows 0 .. M of x (xq: one int16 past its end readable), groups of
-   INT8_GROUP split between the threads; -1 if it cannot allocate */
-static int int8_groups(const int8_t *W, const float *scale, const float *bias, const int16_t *xq,
-                       const float *sx, float *Y, int64_t M, int64_t N, int64_t K, int64_t n0,
-                       int threads) {
-    int64_t groups = (N - n0 + INT8_GROUP - 1) / INT8_GROUP;
-    size_t q_bytes = (size_t)((K + 1) / 2 * 2 * INT8_GROUP) * sizeof(int16_t);
-    int failed = 0;
-    #pragma omp parallel num_threads(threads) if (threads > 1 && groups > 1)
-    {
-        int16_t *q = (int16_t *)aligned_alloc(64, (q_bytes + 63) / 64 * 64);
-        if (!q) {
-            #pragma omp atomic write
-            failed = 1;
-        }
-        #pragma omp for schedule(static)
-        for (int64_t grp = 0; grp < groups; grp++) {
-            if (!q)
-                continue;
-            int64_t n = n0 + INT8_GROUP * grp;
-            int64_t rows = N - n < INT8_GROUP ? N - n : INT8_GROUP;
-            float lanes[3][INT8_GROUP] = {{0.0f}};  /* the group's scale and bias, then outputs */
-            memcpy(lanes[0], scale + n, (size_t)rows * sizeof(float));
-            if (bias)
-                memcpy(lanes[1], bias + n, (size_t)rows * sizeof(float));
-            vf s = vload(lanes[0]), add = vload(lanes[1]);
-            pack_int8_group(W, K, n, rows, q);
-            for (int64_t m = 0; m < M; m += INT8_GROUP_X) {
-                int XR = M - m < INT8_GROUP_X ? (int)(M - m) : INT8_GROUP_X;
-                vi sums[INT8_GROUP_X];
-                if (XR == INT8_GROUP_X)
-                    int8_group_rows(q, xq + m * K, K, INT8_GROUP_X, sums);
-                else
-                    for (int c = 0; c < XR; c++)
-                        int8_group_rows(q, xq + (m + c) * K, K, 1, sums + c);
-                for (int c = 0; c < XR; c++) {
-                    vf y = vfma(vfloat(sums[c]), vmul(vset1(sx[m + c]), s), add);
-                    float *out = Y + (m + c) * N + n;
-                    if (rows == INT8_GROUP) {
-                        vstore(out, y);
-                    } else {
-                        vstore(lanes[2], y);
-                        memcpy(out, lanes[2], (size_t)rows * sizeof(float));
-                    }
-                }
-            }
-        }
-        free(q);
+/* weight rows n .. n + rows packed into space, times every row of x, into Y */
+static void int8_group(const void *operands, int64_t n, int64_t rows, char *space) {
+    const struct int8_operands *o = operands;
+    const int64_t K = o->K, M = o->M, N = o->N;
+    pack_int8_group(o, n, rows, space);
+    const float *lanes = (const float *)space;
+    const int16_t *q = (const int16_t *)(lanes + 2 * GROUP_ROWS);
+    vf s = vload(lanes), add = vload(lanes + GROUP_ROWS);
+    for (int64_t m = 0; m < M; m += GROUPS_X) {
+        int xr = M - m < GROUPS_X ? (int)(M - m) : GROUPS_X;
+        const int16_t *x = o->xq + m * K;
+        vi sums[GROUPS_X];
+        if (xr == GROUPS_X)
+            int8_group_sums(q, x, K, GROUPS_X, sums);
+        else
+            for (int c = 0; c < xr; c++)
+                int8_group_sums(q, x + c * K, K, 1, sums + c);
+        for (int c = 0; c < xr; c++)
+            store_lanes(o->Y + (m + c) * N + n,
+                        vfma(vfloat(sums[c]), vmul(vset1(o->sx[m + c]), s), add), rows);
     }
-    return failed ? -1 : 0;
 }
 
 #if defined(__AMX_TILE__) && defined(__AMX_INT8__)
@@ -262,15 +253,6 @@ static int int8_groups(const int8_t *W, const float *scale, const float *bias, c
 int gemm_int8_amx(void) {
     return amx_granted();
 }
-
-/* what amx_run's pack and tile read: the weights, x's two byte planes, the scales, the output */
-struct int8_operands {
-    const int8_t *W, *hi;
-    const uint8_t *lo;
-    const float *sx, *scale, *bias;
-    float *Y;
-    int64_t N, K;
-};
 
 /* weight rows 16 half .. + 16 (K apart) in AMX's B layout, K / 64 tiles of 1 KB: tile c's row
    g holds the 16 rows' values 64 c + 4 g .. + 4, one 32-bit word each */
@@ -333,7 +315,8 @@ static int amx_rows(const int8_t *W, const float *scale, const float *bias, cons
     for (int64_t i = 0; i < M * K; i++)
         hi[i] = (int8_t)(xq[i] >> 8), lo[i] = (uint8_t)(xq[i] & 0xFF);
     memset(hi + M * K, 0, (size_t)(16 * K)), memset(lo + M * K, 0, (size_t)(16 * K));
-    struct int8_operands operands = {W, hi, lo, sx, scale, bias, Y, N, K};
+    struct int8_operands operands = {.W = W, .hi = hi, .lo = lo, .sx = sx, .scale = scale,
+                                     .bias = bias, .Y = Y, .N = N, .K = K};
     struct amx_job job = {&operands, M, N / 32, 16 * K, &AMX_16_ROWS_OF_64, pack_w, amx_tile,
                           16};
     int status = amx_run(&job, threads);
@@ -434,8 +417,10 @@ int gemm_int8(const int8_t *W, const float *scale, const float *bias, const floa
 #endif
     if (M >= AMX_FROM_ROWS) {
         xq[M * K] = 0;
-        int status = first < N ? int8_groups(W, scale, bias, xq, sx, Y, M, N, K, first, threads)
-                               : 0;
+        struct int8_operands operands = {.W = W, .xq = xq, .sx = sx, .scale = scale,
+                                         .bias = bias, .Y = Y, .M = M, .N = N, .K = K};
+        struct groups_job job = {&operands, N, first, int8_group_bytes(K), int8_group};
+        int status = first < N ? groups_run(&job, threads) : 0;
         free(xq);
         return status;
     }

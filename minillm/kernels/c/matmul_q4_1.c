@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "amx.h"
+#include "groups.h"
 #include "minillm_kernels.h"
 #include "simd.h"
 
@@ -21,9 +22,9 @@
    path adds a row's floats in the same order (a greedy decode gives the same tokens whichever
    runs, one row, a few, or a pass of several weight rows): with AVX-512, pairs of blocks into
    16 lanes, their sum, then the blocks' m * sx one pair at a time, then an odd last block; with
-   AVX2, 8 blocks a step (q4_1_step). From AMX_FROM_ROWS rows (a prompt's) the floats are added in another order, AMX's tiles'
-   order, and on a CPU without the tiles the vector units add them in that order too: a
-   prompt's numbers are the same bits at every level. */
+   AVX2, 8 blocks a step (q4_1_step). From AMX_FROM_ROWS rows (a prompt's) the floats are
+   added in another order, AMX's tiles' order, and on a CPU without the tiles the vector units
+   add them in that order too: a prompt's numbers are the same bits at every level. */
 
 /* x's blocks: xq rounded to int8 (in x's order), and per block dx and sx, interleaved */
 static void round_x(const float *x, int64_t blocks, int8_t *xq, float *xs) {
@@ -473,19 +474,22 @@ static int gemm_q4_1_tiles(const uint8_t *W, const float *bias, const int8_t *xq
 #endif
 
 /* A prompt's many rows (from AMX_FROM_ROWS) on the vector units, at every level: the AMX path's
-   arithmetic, its bits, without the tiles. A group of VW weight rows is unpacked once into the
-   layout AMX's tiles read, VW rows wide: for each block, 8 vectors whose int32 lane r holds 4
-   consecutive 4-bit values of weight row r, then the rows' d and m as floats. Four values of a
-   row of x, broadcast to every lane, times such a vector (block_step) add one step of every
-   weight row's integer dot product at once; 8 steps are a block's exact sum, which
-   one float step turns into q . x * d * dx, block after block, then the blocks' m * sx: the
-   order amx_run's tile function adds them in. */
-#define Q4_1_GROUP VW  /* weight rows a packed group: a vector's int32 lanes */
-#if VW == 16
-#define Q4_1_GROUP_X 8  /* rows of x a pass (registers: an int32 and a float sum each) */
-#else
-#define Q4_1_GROUP_X 4
-#endif
+   arithmetic, its bits, without the tiles. A group of VW weight rows (groups.h) is unpacked
+   once into the layout AMX's tiles read, VW rows wide: for each block, 8 vectors whose int32
+   lane r holds 4 consecutive 4-bit values of weight row r, then the rows' d and m as floats.
+   Four values of a row of x, broadcast to every lane, times such a vector (block_step) add one
+   step of every weight row's integer dot product at once; 8 steps are a block's exact sum,
+   which one float step turns into q . x * d * dx, block after block, then the blocks' m * sx:
+   the order amx_run's tile function adds them in. */
+
+/* what the groups' and amx_run's functions read */
+struct q4_1_operands {
+    const uint8_t *W;
+    const int8_t *xq;
+    const float *xs, *bias;
+    float *Y;
+    int64_t M, N, K, blocks, row_bytes;
+};
 
 /* A block's integer sums, 4 products a step into each weight row's lane: with VNNI straight into
    int32 (vpdpbusd); without it, vpmaddubsw's pairs added as int16, exact since a block's
@@ -505,12 +509,21 @@ static inline vi block_step(vi t, vi w, vi x) {
 static inline vi block_ints(vi t) { return _mm256_madd_epi16(t, _mm256_set1_epi16(1)); }
 #endif
 
-/* weight rows n .. n + rows (rows <= Q4_1_GROUP; the lanes past them zero) into out: block b's
-   8 vectors at q + 8 b, then d at dm + 2 VW b, m at dm + 2 VW b + VW */
-static void pack_q4_1_group(const uint8_t *W, int64_t row_bytes, int64_t blocks, int64_t n,
-                            int64_t rows, vi *q, float *dm) {
-    memset(q, 0, (size_t)(8 * blocks) * sizeof(vi));
-    memset(dm, 0, (size_t)(2 * Q4_1_GROUP * blocks) * sizeof(float));
+/* a packed group: block b's 8 vectors at q + 8 b, then d at dm + 2 VW b, m at dm + 2 VW b + VW,
+   then the group's bias */
+static size_t q4_1_group_bytes(int64_t blocks) {
+    return (size_t)(8 * blocks) * sizeof(vi)
+           + (size_t)(2 * GROUP_ROWS * blocks + GROUP_ROWS) * sizeof(float);
+}
+
+/* weight rows n .. n + rows into space (the lanes past them zero) */
+static void pack_q4_1_group(const struct q4_1_operands *o, int64_t n, int64_t rows,
+                            char *space) {
+    const int64_t blocks = o->blocks, row_bytes = o->row_bytes;  /* locals: the stores below */
+    const uint8_t *W = o->W;                                      /* may alias o's fields */
+    vi *q = (vi *)space;
+    float *dm = (float *)(q + 8 * blocks), *bias = dm + 2 * GROUP_ROWS * blocks;
+    memset(space, 0, q4_1_group_bytes(blocks));
     for (int64_t r = 0; r < rows; r++) {
         const uint8_t *row = W + (n + r) * row_bytes;
         for (int64_t b = 0; b < blocks; b++) {
@@ -519,21 +532,23 @@ static void pack_q4_1_group(const uint8_t *W, int64_t row_bytes, int64_t blocks,
             _mm256_storeu_si256((__m256i *)v, q4_1_nibbles(blk));
             for (int g = 0; g < 8; g++)
                 memcpy((uint8_t *)(q + 8 * b + g) + 4 * r, v + 4 * g, 4);
-            dm[2 * Q4_1_GROUP * b + r] = half_at(blk);
-            dm[2 * Q4_1_GROUP * b + Q4_1_GROUP + r] = half_at(blk + 2);
+            dm[2 * GROUP_ROWS * b + r] = half_at(blk);
+            dm[2 * GROUP_ROWS * b + GROUP_ROWS + r] = half_at(blk + 2);
         }
+        if (o->bias)
+            bias[r] = o->bias[n + r];
     }
 }
 
 /* XR rows of x (xq, xs from row 0) times a packed group: each row's VW sums, bias included */
 static inline __attribute__((always_inline)) void q4_1_group_rows(
     const vi *q, const float *dm, const int8_t *xq, const float *xs, const float *bias,
-    int64_t K, int64_t blocks, const int XR, vf y[Q4_1_GROUP_X]) {
-    vf acc[Q4_1_GROUP_X];
+    int64_t K, int64_t blocks, const int XR, vf y[GROUPS_X]) {
+    vf acc[GROUPS_X];
     for (int c = 0; c < XR; c++)
         acc[c] = vzero();
     for (int64_t b = 0; b < blocks; b++) {
-        vi s[Q4_1_GROUP_X];
+        vi s[GROUPS_X];
         for (int c = 0; c < XR; c++)
             s[c] = izero();
         for (int g = 0; g < 8; g++) {
@@ -541,7 +556,7 @@ static inline __attribute__((always_inline)) void q4_1_group_rows(
             for (int c = 0; c < XR; c++)
                 s[c] = block_step(s[c], w, ibroadcast4(xq + c * K + 32 * b + 4 * g));
         }
-        vf d = vload(dm + 2 * Q4_1_GROUP * b);
+        vf d = vload(dm + 2 * GROUP_ROWS * b);
         for (int c = 0; c < XR; c++)
             acc[c] = vfma(vfloat(block_ints(s[c])), vmul(d, vset1(xs[c * 2 * blocks + 2 * b])),
                           acc[c]);
@@ -549,7 +564,7 @@ static inline __attribute__((always_inline)) void q4_1_group_rows(
     for (int c = 0; c < XR; c++) {
         vf mins = vzero();
         for (int64_t b = 0; b < blocks; b++)
-            mins = vfma(vload(dm + 2 * Q4_1_GROUP * b + Q4_1_GROUP),
+            mins = vfma(vload(dm + 2 * GROUP_ROWS * b + GROUP_ROWS),
                         vset1(xs[c * 2 * blocks + 2 * b + 1]), mins);
         y[c] = vadd(acc[c], mins);
         if (bias)
@@ -557,64 +572,38 @@ static inline __attribute__((always_inline)) void q4_1_group_rows(
     }
 }
 
-/* weight rows n0 .. N (from a group's start) for all M rows of x, groups of Q4_1_GROUP split
-   between the threads; -1 if it cannot allocate */
+/* weight rows n .. n + rows packed into space, times every row of x, into Y */
+static void q4_1_group(const void *operands, int64_t n, int64_t rows, char *space) {
+    const struct q4_1_operands *o = operands;
+    const int64_t K = o->K, blocks = o->blocks, M = o->M, N = o->N;
+    pack_q4_1_group(o, n, rows, space);
+    const vi *q = (const vi *)space;
+    const float *dm = (const float *)(q + 8 * blocks);
+    const float *bias = o->bias ? dm + 2 * GROUP_ROWS * blocks : NULL;
+    for (int64_t m = 0; m < M; m += GROUPS_X) {
+        int xr = M - m < GROUPS_X ? (int)(M - m) : GROUPS_X;
+        const int8_t *x = o->xq + m * K;
+        const float *s = o->xs + m * 2 * blocks;
+        vf y[GROUPS_X];
+        if (xr == GROUPS_X)
+            q4_1_group_rows(q, dm, x, s, bias, K, blocks, GROUPS_X, y);
+        else
+            for (int c = 0; c < xr; c++)
+                q4_1_group_rows(q, dm, x + c * K, s + c * 2 * blocks, bias, K, blocks, 1, y + c);
+        for (int c = 0; c < xr; c++)
+            store_lanes(o->Y + (m + c) * N + n, y[c], rows);
+    }
+}
+
+/* weight rows n0 .. N (from a group's start) for all M rows of x; -1 if it cannot allocate */
 static int gemm_q4_1_groups(const uint8_t *W, const float *bias, const int8_t *xq,
                             const float *xs, float *Y, int64_t M, int64_t N, int64_t K,
                             int64_t n0, int threads) {
-    int64_t blocks = K / 32, row_bytes = blocks * Q4_1_BLOCK_BYTES;
-    int64_t groups = (N - n0 + Q4_1_GROUP - 1) / Q4_1_GROUP;
-    size_t q_bytes = (size_t)(8 * blocks) * sizeof(vi);
-    size_t bytes = q_bytes + (size_t)(2 * Q4_1_GROUP * blocks + Q4_1_GROUP) * sizeof(float);
-    int failed = 0;
-    #pragma omp parallel num_threads(threads) if (threads > 1 && groups > 1)
-    {
-        char *space = (char *)aligned_alloc(64, (bytes + 63) / 64 * 64);
-        if (!space) {
-            #pragma omp atomic write
-            failed = 1;
-        }
-        #pragma omp for schedule(static)
-        for (int64_t grp = 0; grp < groups; grp++) {
-            if (!space)
-                continue;
-            vi *q = (vi *)space;
-            float *dm = (float *)(space + q_bytes), *lanes = dm + 2 * Q4_1_GROUP * blocks;
-            int64_t n = n0 + Q4_1_GROUP * grp;
-            int64_t rows = N - n < Q4_1_GROUP ? N - n : Q4_1_GROUP;
-            pack_q4_1_group(W, row_bytes, blocks, n, rows, q, dm);
-            const float *b = NULL;
-            if (bias) {  /* the group's bias, its lanes past N zero */
-                memset(lanes, 0, Q4_1_GROUP * sizeof(float));
-                memcpy(lanes, bias + n, (size_t)rows * sizeof(float));
-                b = lanes;
-            }
-            for (int64_t m = 0; m < M; m += Q4_1_GROUP_X) {
-                int XR = M - m < Q4_1_GROUP_X ? (int)(M - m) : Q4_1_GROUP_X;
-                vf y[Q4_1_GROUP_X];
-                const int8_t *x = xq + m * K;
-                const float *s = xs + m * 2 * blocks;
-                if (XR == Q4_1_GROUP_X)
-                    q4_1_group_rows(q, dm, x, s, b, K, blocks, Q4_1_GROUP_X, y);
-                else
-                    for (int c = 0; c < XR; c++)
-                        q4_1_group_rows(q, dm, x + c * K, s + c * 2 * blocks, b, K, blocks, 1,
-                                        y + c);
-                for (int c = 0; c < XR; c++) {
-                    float *out = Y + (m + c) * N + n;
-                    if (rows == Q4_1_GROUP) {
-                        vstore(out, y[c]);
-                    } else {
-                        float all[Q4_1_GROUP];
-                        vstore(all, y[c]);
-                        memcpy(out, all, (size_t)rows * sizeof(float));
-                    }
-                }
-            }
-        }
-        free(space);
-    }
-    return failed ? -1 : 0;
+    int64_t blocks = K / 32;
+    struct q4_1_operands operands = {W, xq, xs, bias, Y, M, N, K, blocks,
+                                     blocks * Q4_1_BLOCK_BYTES};
+    struct groups_job job = {&operands, N, n0, q4_1_group_bytes(blocks), q4_1_group};
+    return groups_run(&job, threads);
 }
 
 #if defined(__AMX_TILE__) && defined(__AMX_INT8__)
@@ -644,15 +633,6 @@ static const struct tile_config Q4_1_TILES = {
     .palette = 1,
     .colsb = {32, 64, 64, 64, 64},
     .rows = {16, 8, 16, 16, 8},
-};
-
-/* what amx_run's pack and tile read: the weights' blocks, x's rounded rows, the output */
-struct q4_1_operands {
-    const uint8_t *W;
-    const int8_t *xq;
-    const float *xs, *bias;
-    float *Y;
-    int64_t N, K, blocks, row_bytes;
 };
 
 /* weight rows 16 half .. + 16 (row_bytes apart) in AMX's layout: block b's tile (512 bytes) at
@@ -731,7 +711,8 @@ static void q4_1_amx_tile(const void *operands, int64_t m, int64_t rows, int64_t
 static int q4_1_amx_rows(const uint8_t *W, const float *bias, const int8_t *xq, const float *xs,
                          float *Y, int64_t M, int64_t N, int64_t K, int threads) {
     int64_t blocks = K / 32;
-    struct q4_1_operands operands = {W, xq, xs, bias, Y, N, K, blocks, blocks * Q4_1_BLOCK_BYTES};
+    struct q4_1_operands operands = {W, xq, xs, bias, Y, M, N, K, blocks,
+                                     blocks * Q4_1_BLOCK_BYTES};
     struct amx_job job = {&operands, M, N / 32, 16 * blocks * Q4_1_PACKED_BLOCK, &Q4_1_TILES,
                           pack_q4_1, q4_1_amx_tile, 16};
     return amx_run(&job, threads);
