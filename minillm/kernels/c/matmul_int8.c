@@ -180,9 +180,30 @@ struct int8_operands {
    every lane, so that one dot16 (vpdpwssd with VNNI) adds a step of every row's sum at once.
    The sums are the same integers and the float step the same as the other paths': the same
    numbers, bit for bit. */
+#define INT8_GROUP_X 8  /* rows of x a pass: 8 sums in registers at either width */
+
 static size_t int8_group_bytes(int64_t K) {
     return 2 * GROUP_ROWS * sizeof(float)
            + (size_t)((K + 1) / 2 * 2 * GROUP_ROWS) * sizeof(int16_t);
+}
+
+/* v[i]'s 32-bit lanes j (row i's pair j) to v[j]'s lanes i */
+static inline void transpose_pairs8(__m256i v[8]) {
+    __m256i a[8], b[8];
+    for (int i = 0; i < 8; i += 2) {
+        a[i] = _mm256_unpacklo_epi32(v[i], v[i + 1]);
+        a[i + 1] = _mm256_unpackhi_epi32(v[i], v[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        b[i] = _mm256_unpacklo_epi64(a[i], a[i + 2]);
+        b[i + 1] = _mm256_unpackhi_epi64(a[i], a[i + 2]);
+        b[i + 2] = _mm256_unpacklo_epi64(a[i + 1], a[i + 3]);
+        b[i + 3] = _mm256_unpackhi_epi64(a[i + 1], a[i + 3]);
+    }
+    for (int i = 0; i < 4; i++) {
+        v[i] = _mm256_permute2x128_si256(b[i], b[i + 4], 0x20);
+        v[i + 4] = _mm256_permute2x128_si256(b[i], b[i + 4], 0x31);
+    }
 }
 
 /* weight rows n .. n + rows into space: their scales and biases, a vector each (the lanes past
@@ -197,16 +218,28 @@ static void pack_int8_group(const struct int8_operands *o, int64_t n, int64_t ro
     if (o->bias)
         memcpy(lanes + GROUP_ROWS, o->bias + n, (size_t)rows * sizeof(float));
     const int8_t *W = o->W;  /* locals: the stores below may alias o's fields */
-    const int64_t K = o->K;
+    const int64_t K = o->K, whole = K / 16 * 16;
+    /* 8 rows by 16 values at a time: widened to int16, then an 8 x 8 transpose of their pairs */
+    for (int64_t r0 = 0; r0 < rows; r0 += 8)
+        for (int64_t k = 0; k < whole; k += 16) {
+            __m256i v[8];
+            for (int i = 0; i < 8; i++)
+                v[i] = r0 + i < rows ? _mm256_cvtepi8_epi16(_mm_loadu_si128(
+                                           (const __m128i *)(W + (n + r0 + i) * K + k)))
+                                     : _mm256_setzero_si256();
+            transpose_pairs8(v);
+            for (int j = 0; j < 8; j++)
+                _mm256_storeu_si256((__m256i *)(q + (k / 2 + j) * 2 * GROUP_ROWS + 2 * r0), v[j]);
+        }
     for (int64_t r = 0; r < rows; r++)
-        for (int64_t k = 0; k < K; k++)
+        for (int64_t k = whole; k < K; k++)
             q[k / 2 * 2 * GROUP_ROWS + 2 * r + k % 2] = W[(n + r) * K + k];
 }
 
 /* XR rows of x (K apart; an odd K's partner of the last value read past it, times a zero
    weight) times a packed group: each row's GROUP_ROWS integer sums */
 static inline __attribute__((always_inline)) void int8_group_sums(
-    const int16_t *q, const int16_t *x, int64_t K, const int XR, vi sums[GROUPS_X]) {
+    const int16_t *q, const int16_t *x, int64_t K, const int XR, vi sums[INT8_GROUP_X]) {
     for (int c = 0; c < XR; c++)
         sums[c] = izero();
     for (int64_t p = 0; p < (K + 1) / 2; p++) {
@@ -224,12 +257,12 @@ static void int8_group(const void *operands, int64_t n, int64_t rows, char *spac
     const float *lanes = (const float *)space;
     const int16_t *q = (const int16_t *)(lanes + 2 * GROUP_ROWS);
     vf s = vload(lanes), add = vload(lanes + GROUP_ROWS);
-    for (int64_t m = 0; m < M; m += GROUPS_X) {
-        int xr = M - m < GROUPS_X ? (int)(M - m) : GROUPS_X;
+    for (int64_t m = 0; m < M; m += INT8_GROUP_X) {
+        int xr = M - m < INT8_GROUP_X ? (int)(M - m) : INT8_GROUP_X;
         const int16_t *x = o->xq + m * K;
-        vi sums[GROUPS_X];
-        if (xr == GROUPS_X)
-            int8_group_sums(q, x, K, GROUPS_X, sums);
+        vi sums[INT8_GROUP_X];
+        if (xr == INT8_GROUP_X)
+            int8_group_sums(q, x, K, INT8_GROUP_X, sums);
         else
             for (int c = 0; c < xr; c++)
                 int8_group_sums(q, x + c * K, K, 1, sums + c);
@@ -368,6 +401,13 @@ static float largest(const float *x, int64_t K) {
     for (; k + 16 <= K; k += 16)
         most = _mm512_max_ps(most, _mm512_abs_ps(vload(x + k)));
     big = _mm512_reduce_max_ps(most);
+#else
+    __m256 most = vzero8(), sign = _mm256_set1_ps(-0.0f);
+    for (; k + 8 <= K; k += 8)
+        most = _mm256_max_ps(most, _mm256_andnot_ps(sign, vload8(x + k)));
+    __m128 half = _mm_max_ps(_mm256_castps256_ps128(most), _mm256_extractf128_ps(most, 1));
+    half = _mm_max_ps(half, _mm_movehl_ps(half, half));
+    big = _mm_cvtss_f32(_mm_max_ss(half, _mm_movehdup_ps(half)));
 #endif
     for (; k < K; k++)
         big = fabsf(x[k]) > big ? fabsf(x[k]) : big;
@@ -382,6 +422,13 @@ static void round_to_int16(const float *x, float inv, int16_t *q, int64_t K) {
     for (; k + 16 <= K; k += 16)
         _mm256_storeu_si256((__m256i *)(q + k),
                             _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(vmul(vload(x + k), scale))));
+#else
+    __m256 scale = vset8(inv);
+    for (; k + 8 <= K; k += 8) {
+        __m256i v = _mm256_cvtps_epi32(vmul8(vload8(x + k), scale));
+        _mm_storeu_si128((__m128i *)(q + k), _mm_packs_epi32(_mm256_castsi256_si128(v),
+                                                             _mm256_extracti128_si256(v, 1)));
+    }
 #endif
     for (; k < K; k++)
         q[k] = (int16_t)lrintf(x[k] * inv);
@@ -398,6 +445,8 @@ int gemm_int8(const int8_t *W, const float *scale, const float *bias, const floa
         return -1;
     int64_t most = INT32_MAX / (128 * K);
     float qmax = most < 32767 ? (float)most : 32767.0f;
+    #pragma omp parallel for schedule(static) num_threads(threads) \
+        if (threads > 1 && M * K > (1 << 16))
     for (int64_t m = 0; m < M; m++) {
         float big = largest(X + m * K, K);
         sx[m] = big > 0.0f ? big / qmax : 1.0f;

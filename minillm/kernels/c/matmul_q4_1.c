@@ -43,12 +43,22 @@ static void round_x(const float *x, int64_t blocks, int8_t *xq, float *xs) {
         _mm_storeu_si128((__m128i *)(xq + 32 * b + 16),
                          _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(vmul(v1, inv))));
 #else
-        float big = 0.0f;
-        for (int j = 0; j < 32; j++)
-            big = fabsf(v[j]) > big ? fabsf(v[j]) : big;
-        float inv = big > 0.0f ? 127.0f / big : 0.0f;
-        for (int j = 0; j < 32; j++)
-            xq[32 * b + j] = (int8_t)lrintf(v[j] * inv);
+        const __m256 sign = _mm256_set1_ps(-0.0f);
+        __m256 most = vzero8();
+        for (int j = 0; j < 32; j += 8)
+            most = _mm256_max_ps(most, _mm256_andnot_ps(sign, vload8(v + j)));
+        __m128 half = _mm_max_ps(_mm256_castps256_ps128(most), _mm256_extractf128_ps(most, 1));
+        half = _mm_max_ps(half, _mm_movehl_ps(half, half));
+        float big = _mm_cvtss_f32(_mm_max_ss(half, _mm_movehdup_ps(half)));
+        __m256 inv = vset8(big > 0.0f ? 127.0f / big : 0.0f);
+        __m256i q[4];
+        for (int i = 0; i < 4; i++)  /* rounded to nearest even, as lrintf */
+            q[i] = _mm256_cvtps_epi32(vmul8(vload8(v + 8 * i), inv));
+        /* packs work within 128-bit lanes (values 0-3, 8-11, 16-19, 24-27, then 4-7, ...) */
+        __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]),
+                                           _mm256_packs_epi32(q[2], q[3]));
+        _mm256_storeu_si256((__m256i *)(xq + 32 * b), _mm256_permutevar8x32_epi32(
+            bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
 #endif
         xs[2 * b] = big / 127.0f;
         xs[2 * b + 1] = sum;
@@ -731,6 +741,8 @@ int gemm_q4_1(const uint8_t *W, const float *bias, const float *X, float *Y,
         free(xq), free(xs);
         return -1;
     }
+    #pragma omp parallel for schedule(static) num_threads(threads) \
+        if (threads > 1 && M * K > (1 << 16))
     for (int64_t m = 0; m < M; m++)
         round_x(X + m * K, blocks, xq + m * K, xs + m * 2 * blocks);
 #if defined(__AMX_TILE__) && defined(__AMX_INT8__)
