@@ -1,8 +1,9 @@
-"""The int8 and Q4_1 kernels take four weight rows a pass (x's vectors loaded once for the four)
-and the rest one at a time, and Q4_1 takes four blocks a step, then a last pair (a masked load)
-and an odd block alone: a row's result must not depend on the rows computed beside it, on which
-rows of x come with it, on how its blocks end, or on the thread count. The formulas themselves are checked in
-test_kernels.py."""
+"""The int8 and Q4_1 kernels take several weight rows a pass (x's vectors loaded once for them:
+four, or two for AVX2's Q4_1) and the rest one at a time; Q4_1 takes four blocks a step, then a
+last pair (a masked load) and an odd block alone, or with AVX2 eight blocks a step and a masked
+last step: a row's result must not depend on the rows computed beside it, on which rows of x
+come with it, on how its blocks end, or on the thread count. The formulas themselves are checked
+in test_kernels.py."""
 
 import subprocess
 import sys
@@ -39,7 +40,7 @@ def _int8_reference(x, q, scale):
 
 @pytest.mark.parametrize("n", [8, 9, 10, 11, 1])
 @pytest.mark.parametrize("k", [576, 1536, 40])
-def test_int8_rows_are_the_same_alone_or_four_at_a_time(n, k):
+def test_int8_rows_are_the_same_alone_or_in_a_pass(n, k):
     gen = torch.Generator().manual_seed(n * k)
     q = torch.randint(-128, 128, (n, k), dtype=torch.int8, generator=gen)
     scale = torch.rand(n, generator=gen) * 0.01
@@ -54,7 +55,7 @@ def test_int8_rows_are_the_same_alone_or_four_at_a_time(n, k):
 
 @pytest.mark.parametrize("n", [8, 9, 10, 11, 1])
 @pytest.mark.parametrize("blocks", [1, 2, 3, 4, 7, 8, 9, 16, 18, 48])
-def test_q4_1_rows_are_the_same_alone_or_four_at_a_time(n, blocks):
+def test_q4_1_rows_are_the_same_alone_or_in_a_pass(n, blocks):
     gen = torch.Generator().manual_seed(n * blocks)
     k = 32 * blocks
     w = _q4_1_blocks(n, k, gen)

@@ -1,6 +1,6 @@
 /* A prompt's many rows (from AMX_FROM_ROWS) on the vector units, for the formats whose weights
    are integers (int8, Q4_1): a group of VW weight rows is packed once per call, a vector's lanes
-   across the group's rows, then every row of x goes by it, GROUPS_X rows a pass. groups_run
+   across the group's rows, then every row of x goes by it, a few rows a pass. groups_run
    shares the groups between the threads, each with its own packing space; each format gives
    the function that packs a group and multiplies by it. */
 #ifndef MINILLM_GROUPS_H
@@ -13,18 +13,13 @@
 #include "simd.h"
 
 #define GROUP_ROWS VW  /* weight rows a packed group: a vector's lanes */
-#if VW == 16
-#define GROUPS_X 8  /* rows of x a pass (registers: each row's sums) */
-#else
-#define GROUPS_X 4
-#endif
 
 struct groups_job {
     const void *operands;  /* what group reads and writes: the format's own struct */
     int64_t N, n0;         /* the weight rows n0 .. N (n0 a group's start) */
     size_t space_bytes;    /* a group once packed, and whatever the format keeps beside it */
     /* weight rows n .. n + rows (rows <= GROUP_ROWS) packed into space (the lanes past them
-       zero), then every row of x times them, GROUPS_X rows a pass, into the output */
+       zero), then every row of x times them, into the output */
     void (*group)(const void *operands, int64_t n, int64_t rows, char *space);
 };
 

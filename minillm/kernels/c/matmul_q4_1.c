@@ -492,6 +492,12 @@ static int gemm_q4_1_tiles(const uint8_t *W, const float *bias, const int8_t *xq
    which one float step turns into q . x * d * dx, block after block, then the blocks' m * sx:
    the order amx_run's tile function adds them in. */
 
+#if VW == 16
+#define Q4_1_GROUP_X 8  /* rows of x a pass (registers: an int32 and a float sum each) */
+#else
+#define Q4_1_GROUP_X 4
+#endif
+
 /* what the groups' and amx_run's functions read */
 struct q4_1_operands {
     const uint8_t *W;
@@ -553,12 +559,12 @@ static void pack_q4_1_group(const struct q4_1_operands *o, int64_t n, int64_t ro
 /* XR rows of x (xq, xs from row 0) times a packed group: each row's VW sums, bias included */
 static inline __attribute__((always_inline)) void q4_1_group_rows(
     const vi *q, const float *dm, const int8_t *xq, const float *xs, const float *bias,
-    int64_t K, int64_t blocks, const int XR, vf y[GROUPS_X]) {
-    vf acc[GROUPS_X];
+    int64_t K, int64_t blocks, const int XR, vf y[Q4_1_GROUP_X]) {
+    vf acc[Q4_1_GROUP_X];
     for (int c = 0; c < XR; c++)
         acc[c] = vzero();
     for (int64_t b = 0; b < blocks; b++) {
-        vi s[GROUPS_X];
+        vi s[Q4_1_GROUP_X];
         for (int c = 0; c < XR; c++)
             s[c] = izero();
         for (int g = 0; g < 8; g++) {
@@ -590,13 +596,13 @@ static void q4_1_group(const void *operands, int64_t n, int64_t rows, char *spac
     const vi *q = (const vi *)space;
     const float *dm = (const float *)(q + 8 * blocks);
     const float *bias = o->bias ? dm + 2 * GROUP_ROWS * blocks : NULL;
-    for (int64_t m = 0; m < M; m += GROUPS_X) {
-        int xr = M - m < GROUPS_X ? (int)(M - m) : GROUPS_X;
+    for (int64_t m = 0; m < M; m += Q4_1_GROUP_X) {
+        int xr = M - m < Q4_1_GROUP_X ? (int)(M - m) : Q4_1_GROUP_X;
         const int8_t *x = o->xq + m * K;
         const float *s = o->xs + m * 2 * blocks;
-        vf y[GROUPS_X];
-        if (xr == GROUPS_X)
-            q4_1_group_rows(q, dm, x, s, bias, K, blocks, GROUPS_X, y);
+        vf y[Q4_1_GROUP_X];
+        if (xr == Q4_1_GROUP_X)
+            q4_1_group_rows(q, dm, x, s, bias, K, blocks, Q4_1_GROUP_X, y);
         else
             for (int c = 0; c < xr; c++)
                 q4_1_group_rows(q, dm, x + c * K, s + c * 2 * blocks, bias, K, blocks, 1, y + c);
