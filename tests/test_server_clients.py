@@ -200,8 +200,25 @@ def metric(text: str, name: str, **labels) -> float:
 
 def test_metrics_carry_vllms_names_the_model_name_and_count_preemptions_and_cache_hits(tiny):
     """A pool of 6 blocks of 8 cannot hold two requests of 8 + 30 tokens (5 blocks each): one is
-    preempted. The same prompt sent again finds its full blocks in the prefix cache."""
+    preempted. The same prompt sent again finds its full blocks in the prefix cache. The engine's
+    first step waits until both long requests are queued: on a busy machine the first could
+    otherwise finish before the second arrives, and nothing would be preempted."""
     engine = Engine(*tiny, num_blocks=6, block_size=8, max_num_seqs=4)
+    both_queued, added = threading.Event(), []
+    add_request, step = engine.add_request, engine.step
+
+    def counted_add_request(*args, **kwargs):
+        request = add_request(*args, **kwargs)
+        added.append(request)
+        if len(added) >= 2:
+            both_queued.set()
+        return request
+
+    def step_once_both_are_queued():
+        both_queued.wait(timeout=60)
+        return step()
+
+    engine.add_request, engine.step = counted_add_request, step_once_both_are_queued
     with ServerThread(engine, "tiny-model") as server, \
             httpx.Client(base_url=server.url, timeout=60) as c:
         body = {"prompt": "abcdefgh", "max_tokens": 30, "ignore_eos": True, "temperature": 0}
